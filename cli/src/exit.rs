@@ -1,0 +1,57 @@
+//! The CLI's one error type and its sysexits-style exit codes.
+
+use std::fmt;
+
+/// A failure with the exit code it maps to.
+#[derive(Debug)]
+pub struct CliError {
+    code: u8,
+    message: String,
+}
+
+/// sysexits-style codes.
+pub mod codes {
+    /// Verification refused the input (not a usage or I/O problem).
+    pub const REFUSED: u8 = 1;
+    /// EX_USAGE.
+    pub const USAGE: u8 = 64;
+    /// EX_DATAERR: input data malformed.
+    pub const DATA: u8 = 65;
+    /// EX_NOINPUT: an input file is missing or unreadable.
+    pub const NO_INPUT: u8 = 66;
+    /// EX_SOFTWARE: a bug or a failing external signer.
+    pub const SOFTWARE: u8 = 70;
+    /// EX_CANTCREAT: an output cannot be created.
+    pub const CANT_CREATE: u8 = 73;
+    /// EX_IOERR.
+    pub const IO: u8 = 74;
+}
+
+impl CliError {
+    /// With an explicit code.
+    pub fn new(code: u8, message: impl Into<String>) -> Self {
+        CliError { code, message: message.into() }
+    }
+    /// Malformed input data.
+    pub fn data(message: impl Into<String>) -> Self {
+        Self::new(codes::DATA, message)
+    }
+    /// Verification refused.
+    pub fn refused(message: impl Into<String>) -> Self {
+        Self::new(codes::REFUSED, message)
+    }
+    /// Bad usage.
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self::new(codes::USAGE, message)
+    }
+    /// The exit code.
+    pub fn code(&self) -> u8 {
+        self.code
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}

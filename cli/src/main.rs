@@ -1,0 +1,81 @@
+//! `drover`: the CI side of Drover (keygen, trust, release, verify, canonicalize).
+//!
+//! Exit codes follow sysexits: 0 ok, 1 verification refused, 64 usage, 65 bad input data,
+//! 66 missing input, 70 internal, 73 cannot create output, 74 I/O error.
+
+#![forbid(unsafe_code)]
+
+mod exit;
+mod fsio;
+mod keygen;
+mod release;
+mod sign_cmd;
+mod trust;
+mod verify;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::exit::CliError;
+
+/// Drover: safe, wave-by-wave rollouts and maintenance for bare-metal GPU fleets.
+#[derive(Parser)]
+#[command(name = "drover", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate an Ed25519 key pair: NAME.key (PKCS#8 PEM, 0600) and NAME.pub (SPKI PEM).
+    Keygen(keygen::KeygenArgs),
+    /// Build and sign a release directory from a fleet spec (see also `release timestamp`).
+    Release(Box<release::ReleaseArgs>),
+    /// Write a trust.json (the CI trust roots agents and coordinators verify against).
+    Trust(trust::TrustArgs),
+    /// Verify a release directory, or single artifacts, against trust roots.
+    Verify(verify::VerifyArgs),
+    /// Print the RFC 8785 canonical form of a JSON file (or stdin).
+    Canonicalize {
+        /// The JSON file; stdin when absent or "-".
+        file: Option<PathBuf>,
+    },
+}
+
+fn run(cli: Cli) -> Result<(), CliError> {
+    match cli.command {
+        Command::Keygen(args) => keygen::run(&args),
+        Command::Release(args) => release::run(*args),
+        Command::Trust(args) => trust::run(&args),
+        Command::Verify(args) => verify::run(&args),
+        Command::Canonicalize { file } => {
+            let (name, bytes) = fsio::read_input(file.as_deref())?;
+            let out = drover_proto::canonical::canonicalize(&bytes).map_err(|e| CliError::data(format!("{name}: {e}")))?;
+            fsio::write_stdout(&out)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("drover: {e}");
+            ExitCode::from(e.code())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_line_definition_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}

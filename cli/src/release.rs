@@ -1,0 +1,215 @@
+//! `drover release`: fleet spec → signed release directory; `drover release timestamp`:
+//! re-sign only the timestamp.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand};
+use drover_proto::artifacts::TimestampDoc;
+use drover_proto::canonical;
+use drover_proto::keys::{KeySigner, Signer, signing_key_from_pem, verifying_key_from_text};
+use drover_proto::release::{ReleaseParams, TIMESTAMP, build_release, resign_timestamp, sig_path};
+use drover_proto::resolve::{ReleaseMeta, sha256_hex};
+use drover_proto::sig::SignError;
+use drover_proto::spec::FleetSpec;
+use drover_proto::time::Time;
+use ed25519_dalek::Signature;
+
+use crate::exit::{CliError, codes};
+use crate::fsio::{load_release, read_file, read_text, store_release, write_atomic};
+use crate::sign_cmd::{CommandSigner, SignCmdError};
+
+/// Arguments of `drover release`.
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct ReleaseArgs {
+    #[command(subcommand)]
+    sub: Option<ReleaseSub>,
+    /// The fleet spec (JSON, as `nix eval --json .#fleet` prints it).
+    #[arg(long, value_name = "SPEC", required = true)]
+    fleet: Option<PathBuf>,
+    #[command(flatten)]
+    signing: SigningArgs,
+    /// The CI commit; also each channel's ref unless the spec sets one. Default: "spec-"
+    /// and 16 hex digits of the spec's canonical sha256.
+    #[arg(long, value_name = "SHA")]
+    ci_commit: Option<String>,
+    /// The previous release directory: its timestamp's rollouts become revertable, and the
+    /// new version must exceed its version.
+    #[arg(long, value_name = "DIR")]
+    previous: Option<PathBuf>,
+    /// Output directory (must not exist, or be empty).
+    #[arg(long, value_name = "DIR", required = true)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum ReleaseSub {
+    /// Re-sign only timestamp.json of a release (version + 1 unless --version).
+    Timestamp {
+        /// The release directory.
+        dir: PathBuf,
+        #[command(flatten)]
+        signing: SigningArgs,
+    },
+}
+
+/// How to sign, and what to stamp.
+#[derive(Args)]
+struct SigningArgs {
+    /// Signing key, PKCS#8 PEM; repeat for several keys. With --sign-cmd, the public key
+    /// (SPKI PEM) of the key the command signs with.
+    #[arg(long = "key", value_name = "FILE", required = true)]
+    keys: Vec<PathBuf>,
+    /// External signer: gets the canonical bytes on stdin and DROVER_KEY_ID in its
+    /// environment, prints the base64 signature (an HSM or YubiKey plugs in here).
+    #[arg(long, value_name = "CMD")]
+    sign_cmd: Option<String>,
+    /// Signing time, RFC 3339 (default: now).
+    #[arg(long, value_name = "RFC3339")]
+    signed_at: Option<String>,
+    /// Timestamp version (default: the signing time in Unix seconds, or previous + 1 if that
+    /// is larger).
+    #[arg(long, value_name = "N")]
+    version: Option<u64>,
+}
+
+/// Either kind of signer, so one code path signs.
+enum AnySigner {
+    Key(KeySigner),
+    Cmd(CommandSigner),
+}
+
+impl Signer for AnySigner {
+    type Error = SignCmdError;
+    fn key_id(&self) -> &drover_proto::keys::KeyId {
+        match self {
+            AnySigner::Key(k) => k.key_id(),
+            AnySigner::Cmd(c) => c.key_id(),
+        }
+    }
+    fn sign(&self, message: &[u8]) -> Result<Signature, SignCmdError> {
+        match self {
+            AnySigner::Key(k) => match k.sign(message) {
+                Ok(sig) => Ok(sig),
+            },
+            AnySigner::Cmd(c) => c.sign(message),
+        }
+    }
+}
+
+fn load_signers(args: &SigningArgs) -> Result<Vec<AnySigner>, CliError> {
+    let mut out = Vec::new();
+    for path in &args.keys {
+        let text = read_text(path)?;
+        let signer = match &args.sign_cmd {
+            None => {
+                AnySigner::Key(KeySigner::new(signing_key_from_pem(&text).map_err(|e| CliError::data(format!("{}: {e}", path.display())))?))
+            }
+            Some(cmd) => {
+                let public = match signing_key_from_pem(&text) {
+                    Ok(k) => k.verifying_key(),
+                    Err(_) => verifying_key_from_text(&text).map_err(|e| CliError::data(format!("{}: {e}", path.display())))?,
+                };
+                AnySigner::Cmd(CommandSigner::new(cmd.clone(), public))
+            }
+        };
+        if out.iter().any(|s: &AnySigner| s.key_id() == signer.key_id()) {
+            return Err(CliError::usage(format!("{}: key {} given twice", path.display(), signer.key_id())));
+        }
+        out.push(signer);
+    }
+    Ok(out)
+}
+
+fn signed_at(args: &SigningArgs) -> Result<Time, CliError> {
+    match &args.signed_at {
+        Some(s) => Time::parse_lenient(s).map_err(|e| CliError::usage(format!("--signed-at: {e}"))),
+        None => {
+            let secs = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_err(|_| CliError::new(codes::SOFTWARE, "system clock is before 1970"))?
+                .as_secs();
+            Time::from_unix(i64::try_from(secs).unwrap_or(i64::MAX)).map_err(|e| CliError::new(codes::SOFTWARE, e.to_string()))
+        }
+    }
+}
+
+fn sign_error(e: impl std::fmt::Display) -> CliError {
+    CliError::new(codes::SOFTWARE, e.to_string())
+}
+
+/// Runs `drover release` or `drover release timestamp`.
+pub fn run(args: ReleaseArgs) -> Result<(), CliError> {
+    if let Some(ReleaseSub::Timestamp { dir, signing }) = args.sub {
+        return run_timestamp(&dir, &signing);
+    }
+    let (Some(fleet), Some(out)) = (args.fleet, args.out) else {
+        return Err(CliError::usage("drover release needs --fleet SPEC and --out DIR"));
+    };
+    let spec_bytes = read_file(&fleet)?;
+    let spec = FleetSpec::from_json(&spec_bytes).map_err(|e| CliError::data(format!("{}: {e}", fleet.display())))?;
+    let signers = load_signers(&args.signing)?;
+    let created_at = signed_at(&args.signing)?;
+    let ci_commit = match args.ci_commit {
+        Some(c) => c,
+        None => {
+            let canon = canonical::to_vec_of(&spec).map_err(sign_error)?;
+            format!("spec-{}", &sha256_hex(&canon)[..16])
+        }
+    };
+    let previous = match &args.previous {
+        Some(dir) => Some(read_timestamp(dir)?),
+        None => None,
+    };
+    let default_version = {
+        let by_time = u64::try_from(created_at.unix()).unwrap_or(0);
+        previous.as_ref().map_or(by_time, |p| by_time.max(p.version.saturating_add(1)))
+    };
+    let params =
+        ReleaseParams { meta: ReleaseMeta { ci_commit, created_at }, version: args.signing.version.unwrap_or(default_version), previous };
+    check_out_dir(&out)?;
+    let files = build_release(&spec, &params, &signers).map_err(|e| match e {
+        drover_proto::release::ReleaseError::Sign(SignError::Signer { .. }) => sign_error(e),
+        other => CliError::data(other.to_string()),
+    })?;
+    store_release(&out, &files)?;
+    println!("release written to {}", out.display());
+    println!("  timestamp version {} signed at {}", params.version, created_at);
+    for path in files.files.keys().filter(|p| !p.ends_with(".sig")) {
+        let bytes = files.get(path).unwrap_or_default();
+        println!("  {path}  sha256 {}", sha256_hex(bytes));
+    }
+    Ok(())
+}
+
+fn check_out_dir(out: &Path) -> Result<(), CliError> {
+    if let Ok(mut entries) = std::fs::read_dir(out) {
+        if entries.next().is_some() {
+            return Err(CliError::new(codes::CANT_CREATE, format!("{} exists and is not empty; refusing to mix releases", out.display())));
+        }
+    } else if out.symlink_metadata().is_ok() {
+        return Err(CliError::new(codes::CANT_CREATE, format!("{} exists and is not a directory", out.display())));
+    }
+    Ok(())
+}
+
+fn read_timestamp(dir: &Path) -> Result<TimestampDoc, CliError> {
+    let path = dir.join(TIMESTAMP);
+    serde_json::from_slice(&read_file(&path)?).map_err(|e| CliError::data(format!("{}: {e}", path.display())))
+}
+
+fn run_timestamp(dir: &Path, signing: &SigningArgs) -> Result<(), CliError> {
+    let mut files = load_release(dir)?;
+    let signers = load_signers(signing)?;
+    let at = signed_at(signing)?;
+    let doc = resign_timestamp(&mut files, signing.version, at, &signers).map_err(|e| match e {
+        drover_proto::release::ReleaseError::Sign(_) => sign_error(e),
+        drover_proto::release::ReleaseError::Missing { .. } => CliError::new(codes::NO_INPUT, format!("{}: {e}", dir.display())),
+        other => CliError::data(format!("{}: {other}", dir.display())),
+    })?;
+    for path in [TIMESTAMP.to_owned(), sig_path(TIMESTAMP)] {
+        write_atomic(&dir.join(&path), files.get(&path).unwrap_or_default(), 0o644, false)?;
+    }
+    println!("timestamp of {} re-signed: version {} at {}", dir.display(), doc.version, doc.signed_at);
+    Ok(())
+}

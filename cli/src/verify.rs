@@ -1,0 +1,126 @@
+//! `drover verify`: the offline auditor. Verifies a release directory as a whole, or single
+//! artifacts (each with its `.sig` beside it), against operator-held trust roots.
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use drover_proto::names::RolloutId;
+use drover_proto::release::{FLEET_RESOLVED, TIMESTAMP, sig_path, verify_release};
+use drover_proto::time::Time;
+use drover_proto::trust::TrustRoots;
+use drover_proto::verify::{
+    ManifestAnchors, VerifyContext, VerifyError, VersionFloor, verify_fleet_resolved, verify_manifest, verify_timestamp,
+};
+
+use crate::exit::{CliError, codes};
+use crate::fsio::{load_release, read_file};
+
+/// Arguments of `drover verify`.
+#[derive(Args)]
+pub struct VerifyArgs {
+    /// Trust roots (`trust.json`).
+    #[arg(long, value_name = "FILE")]
+    trust: PathBuf,
+    /// Verify as of this instant instead of now (RFC 3339).
+    #[arg(long, value_name = "RFC3339")]
+    now: Option<String>,
+    /// Refuse a timestamp whose version is below N (the highest one you accepted).
+    #[arg(long, value_name = "N")]
+    min_version: Option<u64>,
+    /// Release directories or artifact files.
+    #[arg(required = true, value_name = "DIR|FILE")]
+    paths: Vec<PathBuf>,
+}
+
+fn refused(path: &Path, e: &VerifyError) -> CliError {
+    CliError::refused(format!("REFUSED {} ({}): {e}", path.display(), e.rule()))
+}
+
+fn read_sig(path: &Path) -> Result<Vec<u8>, CliError> {
+    let sig = PathBuf::from(sig_path(&path.to_string_lossy()));
+    read_file(&sig)
+}
+
+/// Runs `drover verify`.
+pub fn run(args: &VerifyArgs) -> Result<(), CliError> {
+    let trust_bytes = read_file(&args.trust)?;
+    let trust = TrustRoots::from_json(&trust_bytes).map_err(|e| {
+        let ve = VerifyError::from(e);
+        CliError::new(codes::DATA, format!("{} ({}): {ve}", args.trust.display(), ve.rule()))
+    })?;
+    let now = match &args.now {
+        Some(s) => Time::parse_lenient(s).map_err(|e| CliError::usage(format!("--now: {e}")))?,
+        None => {
+            let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+            Time::from_unix(i64::try_from(secs).unwrap_or(0)).map_err(|e| CliError::new(codes::SOFTWARE, e.to_string()))?
+        }
+    };
+    let floor = args.min_version.map_or(VersionFloor::None, VersionFloor::AtLeast);
+    let ctx = VerifyContext::at(now).with_floor(floor);
+    for path in &args.paths {
+        if path.is_dir() {
+            let files = load_release(path)?;
+            let release = verify_release(&files, &trust, &ctx).map_err(|e| refused(path, &e))?;
+            println!(
+                "OK {}: timestamp version {} signed at {}, fleet.resolved sha256 {}",
+                path.display(),
+                release.timestamp.doc.version,
+                release.timestamp.doc.signed_at,
+                release.fleet.sha256
+            );
+            for (channel, m) in &release.manifests {
+                println!(
+                    "   channel {channel}: rollout {} ({} hosts in {} waves), manifest sha256 {}",
+                    m.manifest.rollout_id,
+                    m.manifest.host_set.len(),
+                    m.manifest.waves.len(),
+                    m.sha256
+                );
+            }
+        } else {
+            verify_file(path, &trust, &ctx)?;
+        }
+    }
+    Ok(())
+}
+
+/// One artifact, recognised by its file name. A manifest needs the timestamp of its release
+/// (`../timestamp.json` in the release layout) because freshness lives there.
+fn verify_file(path: &Path, trust: &TrustRoots, ctx: &VerifyContext) -> Result<(), CliError> {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let bytes = read_file(path)?;
+    let sig = read_sig(path)?;
+    match name.as_str() {
+        TIMESTAMP => {
+            let ts = verify_timestamp(&bytes, &sig, trust, ctx).map_err(|e| refused(path, &e))?;
+            println!("OK {}: timestamp version {} signed at {}", path.display(), ts.doc.version, ts.doc.signed_at);
+        }
+        FLEET_RESOLVED => {
+            let f = verify_fleet_resolved(&bytes, &sig, trust, ctx).map_err(|e| refused(path, &e))?;
+            println!("OK {}: fleet.resolved for commit {}, sha256 {}", path.display(), f.fleet.meta.ci_commit, f.sha256);
+        }
+        _ => {
+            let Some(stem) = name.strip_suffix(".json") else {
+                return Err(CliError::usage(format!(
+                    "{}: not an artifact (expected timestamp.json, fleet.resolved.json or rollouts/<rolloutId>.json)",
+                    path.display()
+                )));
+            };
+            let id = RolloutId::parse(stem).map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
+            let ts_path = path.parent().and_then(Path::parent).map(|d| d.join(TIMESTAMP)).unwrap_or_else(|| PathBuf::from(TIMESTAMP));
+            let ts_bytes = read_file(&ts_path)
+                .map_err(|e| CliError::new(e.code(), format!("{e} (a manifest is verified against its release's timestamp)")))?;
+            let ts = verify_timestamp(&ts_bytes, &read_sig(&ts_path)?, trust, ctx).map_err(|e| refused(&ts_path, &e))?;
+            let anchors = ManifestAnchors { advertised_id: Some(&id), timestamp: &ts, fleet: None };
+            let m = verify_manifest(&bytes, &sig, trust, ctx, anchors).map_err(|e| refused(path, &e))?;
+            println!(
+                "OK {}: rollout {} ({} hosts), listed in timestamp version {}",
+                path.display(),
+                m.manifest.rollout_id,
+                m.manifest.host_set.len(),
+                ts.doc.version
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,33 @@
+//! Drover's wire contract, shared by the coordinator, the agent and the CLI.
+//!
+//! - [`canonical`]: RFC 8785 canonical JSON, the bytes every signature covers.
+//! - [`keys`], [`trust`], [`sig`]: Ed25519 keys in openssl's formats, trust roots with
+//!   thresholds and validity windows, detached signature files and per-host envelopes.
+//! - [`spec`], [`selector`], [`resolve`]: the fleet spec CI evaluates and its deterministic
+//!   projection into the signed artifacts of [`artifacts`]; [`release`] builds and verifies a
+//!   release directory's files.
+//! - [`verify`]: every verification rule, one [`verify::VerifyError`] variant per rule.
+//! - [`intent`], [`task`], [`report`], [`states`]: per-host messages, agent reports and the
+//!   state enums with their legal transitions.
+//!
+//! No I/O and no clock: time is always a parameter.
+
+#![forbid(unsafe_code)]
+
+pub mod artifacts;
+pub mod canonical;
+pub mod duration;
+pub mod intent;
+pub mod keys;
+pub mod names;
+pub mod release;
+pub mod report;
+pub mod resolve;
+pub mod selector;
+pub mod sig;
+pub mod spec;
+pub mod states;
+pub mod task;
+pub mod time;
+pub mod trust;
+pub mod verify;

@@ -1,0 +1,164 @@
+//! Validated identifiers: channel names, channel refs, rollout ids, hostnames, tags.
+//!
+//! These strings end up in file names (`rollouts/<rolloutId>.json`), URLs and log lines, so
+//! their alphabets are closed: nothing in them can traverse a path or break a query.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Why an identifier was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    /// A channel name or ref outside `[A-Za-z0-9._-]{1,64}`.
+    #[error("{what} {value:?} must match [A-Za-z0-9._-]{{1,64}}")]
+    BadToken {
+        /// "channel name" or "channel ref".
+        what: &'static str,
+        /// The text given.
+        value: String,
+    },
+    /// A rollout id that is not `channel@ref`.
+    #[error("rollout id {value:?} must be \"<channel>@<ref>\", each matching [A-Za-z0-9._-]{{1,64}}")]
+    BadRolloutId {
+        /// The text given.
+        value: String,
+    },
+    /// A hostname outside RFC 1123's shape.
+    #[error("hostname {value:?} must be 1-253 characters of dot-separated labels [a-z0-9-] (no leading or trailing '-')")]
+    BadHostname {
+        /// The text given.
+        value: String,
+    },
+    /// A tag outside `[A-Za-z0-9._:=/-]{1,128}`.
+    #[error("tag {value:?} must match [A-Za-z0-9._:=/-]{{1,128}}")]
+    BadTag {
+        /// The text given.
+        value: String,
+    },
+}
+
+fn is_token(s: &str) -> bool {
+    (1..=64).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// Checks a channel name.
+pub fn check_channel(s: &str) -> Result<(), NameError> {
+    if is_token(s) { Ok(()) } else { Err(NameError::BadToken { what: "channel name", value: s.to_owned() }) }
+}
+
+/// Checks a channel ref.
+pub fn check_ref(s: &str) -> Result<(), NameError> {
+    if is_token(s) { Ok(()) } else { Err(NameError::BadToken { what: "channel ref", value: s.to_owned() }) }
+}
+
+/// Checks a hostname (lowercase RFC 1123).
+pub fn check_hostname(s: &str) -> Result<(), NameError> {
+    let label_ok = |l: &str| {
+        (1..=63).contains(&l.len())
+            && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if (1..=253).contains(&s.len()) && s.split('.').all(label_ok) { Ok(()) } else { Err(NameError::BadHostname { value: s.to_owned() }) }
+}
+
+/// Checks a host tag.
+pub fn check_tag(s: &str) -> Result<(), NameError> {
+    let ok = (1..=128).contains(&s.len())
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':' | b'=' | b'/'));
+    if ok { Ok(()) } else { Err(NameError::BadTag { value: s.to_owned() }) }
+}
+
+/// `"{channel}@{channelRef}"`: the key of one rollout, recomputed from a manifest's own fields
+/// before anything acts on it.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RolloutId(String);
+
+impl RolloutId {
+    /// Builds the id from its parts, validating both.
+    pub fn new(channel: &str, channel_ref: &str) -> Result<Self, NameError> {
+        check_channel(channel)?;
+        check_ref(channel_ref)?;
+        Ok(RolloutId(format!("{channel}@{channel_ref}")))
+    }
+
+    /// Parses `channel@ref`.
+    pub fn parse(s: &str) -> Result<Self, NameError> {
+        let bad = || NameError::BadRolloutId { value: s.to_owned() };
+        let (channel, channel_ref) = s.split_once('@').ok_or_else(bad)?;
+        Self::new(channel, channel_ref).map_err(|_| bad())
+    }
+
+    /// The channel part.
+    pub fn channel(&self) -> &str {
+        self.0.split_once('@').map_or("", |(c, _)| c)
+    }
+
+    /// The ref part.
+    pub fn channel_ref(&self) -> &str {
+        self.0.split_once('@').map_or("", |(_, r)| r)
+    }
+
+    /// The whole id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RolloutId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for RolloutId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.0)
+    }
+}
+
+impl Serialize for RolloutId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for RolloutId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        RolloutId::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rollout_id_round_trips() {
+        let id = RolloutId::new("stable", "abc123").expect("valid");
+        assert_eq!(id.as_str(), "stable@abc123");
+        assert_eq!(RolloutId::parse("stable@abc123").expect("valid"), id);
+        assert_eq!(id.channel(), "stable");
+        assert_eq!(id.channel_ref(), "abc123");
+    }
+
+    #[test]
+    fn path_traversal_in_names_is_refused() {
+        for bad in ["../etc", "a/b", "", "a b", "x@y", &"a".repeat(65)] {
+            assert!(check_channel(bad).is_err(), "{bad:?}");
+        }
+        for bad in ["stable", "stable@", "@ref", "stable@../x", "a@b@c"] {
+            assert!(RolloutId::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn hostnames_follow_rfc1123() {
+        assert!(check_hostname("gpu-a-01.dc1").is_ok());
+        for bad in ["GPU", "-a", "a-", "a..b", "", "a_b"] {
+            assert!(check_hostname(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! A release as a set of files (the directory `drover release` writes, the body of a publish,
+//! the layout of `--releases-dir`): building and signing one, re-signing its timestamp, and
+//! verifying all of it together.
+//!
+//! Files are held in memory by relative path so that this stays free of I/O; the CLI and
+//! the coordinator read and write directories.
+
+use std::collections::BTreeMap;
+
+use crate::artifacts::{RevertableRollout, SCHEMA_VERSION, TimestampChannel, TimestampDoc};
+use crate::canonical::{self, CanonicalError};
+use crate::keys::Signer;
+use crate::names::RolloutId;
+use crate::resolve::{ReleaseMeta, ResolveError, resolve, sha256_hex};
+use crate::sig::{SignError, sign_bytes};
+use crate::spec::FleetSpec;
+use crate::time::Time;
+use crate::trust::TrustRoots;
+use crate::verify::{
+    ManifestAnchors, VerifiedFleet, VerifiedManifest, VerifiedTimestamp, VerifyContext, VerifyError, verify_fleet_resolved,
+    verify_manifest, verify_timestamp,
+};
+
+/// Path of the resolved fleet inside a release.
+pub const FLEET_RESOLVED: &str = "fleet.resolved.json";
+/// Path of the timestamp inside a release.
+pub const TIMESTAMP: &str = "timestamp.json";
+/// Directory of the manifests inside a release.
+pub const ROLLOUTS_DIR: &str = "rollouts";
+/// How many earlier rollouts per channel a timestamp keeps revertable.
+pub const MAX_REVERTABLE: usize = 5;
+
+/// Path of a manifest inside a release.
+pub fn manifest_path(id: &RolloutId) -> String {
+    format!("{ROLLOUTS_DIR}/{id}.json")
+}
+
+/// Path of an artifact's detached signature.
+pub fn sig_path(path: &str) -> String {
+    format!("{path}.sig")
+}
+
+/// Why a release could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ReleaseError {
+    /// The spec could not be projected.
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+    /// Signing failed.
+    #[error(transparent)]
+    Sign(#[from] SignError),
+    /// Canonicalisation failed.
+    #[error(transparent)]
+    Canonical(#[from] CanonicalError),
+    /// A file the operation needs is absent.
+    #[error("release is missing {path}")]
+    Missing {
+        /// The path.
+        path: String,
+    },
+    /// The existing timestamp could not be read.
+    #[error("{path}: {message}")]
+    Malformed {
+        /// The path.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A timestamp version cannot go backwards or overflow.
+    #[error("timestamp version {requested} must be greater than the previous {previous}")]
+    VersionNotIncreasing {
+        /// Requested.
+        requested: u64,
+        /// Previous.
+        previous: u64,
+    },
+    /// No signer was given.
+    #[error("no signing key given")]
+    NoSigner,
+}
+
+/// A release's files by relative path.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReleaseFiles {
+    /// Path → bytes.
+    pub files: BTreeMap<String, Vec<u8>>,
+}
+
+impl ReleaseFiles {
+    /// The bytes at `path`.
+    pub fn get(&self, path: &str) -> Option<&[u8]> {
+        self.files.get(path).map(Vec::as_slice)
+    }
+
+    fn require(&self, path: &str) -> Result<&[u8], VerifyError> {
+        self.get(path)
+            .ok_or_else(|| VerifyError::Malformed { artifact: path.to_owned(), message: "file is missing from the release".to_owned() })
+    }
+
+    fn put_signed<S: Signer>(&mut self, path: String, bytes: Vec<u8>, signers: &[S]) -> Result<(), ReleaseError> {
+        let sig = sign_bytes(&bytes, signers)?;
+        self.files.insert(sig_path(&path), canonical::to_vec_of(&sig)?);
+        self.files.insert(path, bytes);
+        Ok(())
+    }
+}
+
+/// Inputs of a release besides the spec.
+#[derive(Debug, Clone)]
+pub struct ReleaseParams {
+    /// CI commit and creation time.
+    pub meta: ReleaseMeta,
+    /// Timestamp version (strictly greater than the previous one's).
+    pub version: u64,
+    /// The previous release's timestamp, to carry revertable rollouts forward.
+    pub previous: Option<TimestampDoc>,
+}
+
+/// Builds and signs a whole release.
+pub fn build_release<S: Signer>(spec: &FleetSpec, params: &ReleaseParams, signers: &[S]) -> Result<ReleaseFiles, ReleaseError> {
+    if signers.is_empty() {
+        return Err(ReleaseError::NoSigner);
+    }
+    if let Some(prev) = &params.previous {
+        if params.version <= prev.version {
+            return Err(ReleaseError::VersionNotIncreasing { requested: params.version, previous: prev.version });
+        }
+    }
+    let resolved = resolve(spec, &params.meta)?;
+    let mut files = ReleaseFiles::default();
+    let mut channels = BTreeMap::new();
+    for (name, (manifest, bytes)) in &resolved.manifests {
+        let sha = sha256_hex(bytes);
+        let freshness = resolved.fleet.channels.get(name).map_or(0, |c| c.freshness_window_secs);
+        let revertable = carry_revertable(params.previous.as_ref().and_then(|p| p.channels.get(name)), &manifest.rollout_id);
+        channels.insert(
+            name.clone(),
+            TimestampChannel {
+                rollout_id: manifest.rollout_id.clone(),
+                manifest_sha256: sha,
+                freshness_window_secs: freshness,
+                revertable,
+            },
+        );
+        files.put_signed(manifest_path(&manifest.rollout_id), bytes.clone(), signers)?;
+    }
+    let timestamp = TimestampDoc {
+        schema_version: SCHEMA_VERSION,
+        version: params.version,
+        signed_at: params.meta.created_at,
+        fleet_resolved_sha256: resolved.fleet_sha256.clone(),
+        channels,
+    };
+    files.put_signed(FLEET_RESOLVED.to_owned(), resolved.fleet_bytes, signers)?;
+    files.put_signed(TIMESTAMP.to_owned(), canonical::to_vec_of(&timestamp)?, signers)?;
+    Ok(files)
+}
+
+/// The revertable list of a channel's new timestamp entry: the previous current rollout
+/// first, then what it could already revert to, without the new id, newest first, bounded.
+fn carry_revertable(prev: Option<&TimestampChannel>, new_id: &RolloutId) -> Vec<RevertableRollout> {
+    let Some(prev) = prev else { return Vec::new() };
+    let mut out: Vec<RevertableRollout> = Vec::new();
+    let head = RevertableRollout { rollout_id: prev.rollout_id.clone(), manifest_sha256: prev.manifest_sha256.clone() };
+    for r in std::iter::once(head).chain(prev.revertable.iter().cloned()) {
+        if r.rollout_id != *new_id && !out.iter().any(|o| o.rollout_id == r.rollout_id) && out.len() < MAX_REVERTABLE {
+            out.push(r);
+        }
+    }
+    out
+}
+
+/// Re-signs only the timestamp of a release: same channels, `version` (default previous + 1),
+/// new `signed_at`.
+pub fn resign_timestamp<S: Signer>(
+    files: &mut ReleaseFiles,
+    version: Option<u64>,
+    signed_at: Time,
+    signers: &[S],
+) -> Result<TimestampDoc, ReleaseError> {
+    if signers.is_empty() {
+        return Err(ReleaseError::NoSigner);
+    }
+    let bytes = files.get(TIMESTAMP).ok_or_else(|| ReleaseError::Missing { path: TIMESTAMP.to_owned() })?;
+    let mut doc: TimestampDoc =
+        serde_json::from_slice(bytes).map_err(|e| ReleaseError::Malformed { path: TIMESTAMP.to_owned(), message: e.to_string() })?;
+    let next = match version {
+        Some(v) => v,
+        None => doc.version.checked_add(1).ok_or(ReleaseError::VersionNotIncreasing { requested: u64::MAX, previous: doc.version })?,
+    };
+    if next <= doc.version {
+        return Err(ReleaseError::VersionNotIncreasing { requested: next, previous: doc.version });
+    }
+    doc.version = next;
+    doc.signed_at = signed_at;
+    files.put_signed(TIMESTAMP.to_owned(), canonical::to_vec_of(&doc)?, signers)?;
+    Ok(doc)
+}
+
+/// A release whose every artifact verified and agrees with the others.
+#[derive(Debug, Clone)]
+pub struct VerifiedRelease {
+    /// The resolved fleet.
+    pub fleet: VerifiedFleet,
+    /// The timestamp.
+    pub timestamp: VerifiedTimestamp,
+    /// The manifests by channel.
+    pub manifests: BTreeMap<String, VerifiedManifest>,
+}
+
+/// Verifies a whole release: timestamp first (freshness, version), then fleet.resolved (its
+/// sha256 must be the timestamp's), then every manifest the timestamp lists (present,
+/// anchored to this fleet.resolved). A manifest file the timestamp does not list is refused
+/// rather than ignored, so nothing unlisted travels inside a release.
+pub fn verify_release(files: &ReleaseFiles, trust: &TrustRoots, ctx: &VerifyContext) -> Result<VerifiedRelease, VerifyError> {
+    let timestamp = verify_timestamp(files.require(TIMESTAMP)?, files.require(&sig_path(TIMESTAMP))?, trust, ctx)?;
+    let fleet = verify_fleet_resolved(files.require(FLEET_RESOLVED)?, files.require(&sig_path(FLEET_RESOLVED))?, trust, ctx)?;
+    if fleet.sha256 != timestamp.doc.fleet_resolved_sha256 {
+        return Err(VerifyError::FleetResolvedNotInTimestamp {
+            listed: timestamp.doc.fleet_resolved_sha256.clone(),
+            actual: fleet.sha256.clone(),
+        });
+    }
+    let mut manifests = BTreeMap::new();
+    for (channel, entry) in &timestamp.doc.channels {
+        let path = manifest_path(&entry.rollout_id);
+        let (Some(bytes), Some(sig)) = (files.get(&path), files.get(&sig_path(&path))) else {
+            return Err(VerifyError::ManifestMissing { channel: channel.clone(), rollout_id: entry.rollout_id.clone() });
+        };
+        let anchors = ManifestAnchors { advertised_id: Some(&entry.rollout_id), timestamp: &timestamp, fleet: Some(&fleet) };
+        manifests.insert(channel.clone(), verify_manifest(bytes, sig, trust, ctx, anchors)?);
+    }
+    for path in files.files.keys() {
+        let Some(name) = path.strip_prefix(&format!("{ROLLOUTS_DIR}/")).and_then(|p| p.strip_suffix(".json")) else { continue };
+        let listed = manifests.values().any(|m| m.manifest.rollout_id.as_str() == name);
+        if !listed {
+            let rollout_id =
+                RolloutId::parse(name).map_err(|e| VerifyError::Malformed { artifact: path.clone(), message: e.to_string() })?;
+            let sha = files.get(path).map(sha256_hex).unwrap_or_default();
+            return Err(VerifyError::ManifestNotInTimestamp { rollout_id, manifest_sha256: sha });
+        }
+    }
+    Ok(VerifiedRelease { fleet, timestamp, manifests })
+}

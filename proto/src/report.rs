@@ -1,0 +1,305 @@
+//! What agents send and receive on their routes: check-in, confirmation, health, probe and
+//! task results, and typed report events (`ManifestMismatch`, …).
+
+use serde::{Deserialize, Serialize};
+
+use crate::names::RolloutId;
+use crate::sig::Envelope;
+use crate::spec::Mode;
+use crate::time::Time;
+
+/// A probe's outcome (RFC-0002 §5.3): probe-error gates like failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProbeOutcome {
+    /// The check held.
+    Passed,
+    /// The check ran and did not hold.
+    Failed,
+    /// The probe itself broke (nonzero exit of a wrapper, malformed output, timeout).
+    ProbeError,
+}
+
+/// One probe run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProbeResult {
+    /// The probe's name.
+    pub name: String,
+    /// Its outcome.
+    pub outcome: ProbeOutcome,
+    /// enforce | observe.
+    pub mode: Mode,
+    /// Short human detail (exit code, status, error).
+    #[serde(default)]
+    pub message: String,
+    /// How long it took.
+    pub duration_ms: u64,
+    /// When it ran.
+    pub observed_at: Time,
+}
+
+/// GPU summary inside a health report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GpuSummary {
+    /// nvidia | amd.
+    pub vendor: String,
+    /// GPUs seen.
+    pub count: u32,
+    /// GPUs with problems (lost, pending remaps, uncorrectable ECC).
+    pub unhealthy: u32,
+}
+
+/// MAAS hardware-sync state inside a health report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HwSyncState {
+    /// `/etc/maas/maas-machine-creds.yml` exists.
+    pub creds_present: bool,
+    /// The hardware-sync timer is active.
+    pub timer_active: bool,
+}
+
+/// The host's health as the agent saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HealthReport {
+    /// When collected.
+    pub collected_at: Time,
+    /// Seconds since boot.
+    pub uptime_secs: u64,
+    /// 1-minute load average.
+    pub load_avg_1m: f64,
+    /// Total memory.
+    pub mem_total_bytes: u64,
+    /// Available memory.
+    pub mem_available_bytes: u64,
+    /// Failed systemd units, by name.
+    #[serde(default)]
+    pub failed_units: Vec<String>,
+    /// GPUs, when the host has any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuSummary>,
+    /// MAAS hardware sync, on MAAS-managed hosts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hw_sync: Option<HwSyncState>,
+}
+
+/// Where an activation stands on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ActivationPhase {
+    /// Realising and switching.
+    Activating,
+    /// Switched; waiting for the coordinator's confirmation.
+    AwaitingConfirm,
+    /// Confirmed; running the target.
+    Confirmed,
+    /// Staged for next boot.
+    Deferred,
+    /// Rolled back to the recorded previous closure.
+    RolledBack,
+    /// Failed before switching (realise or profile set failed).
+    Failed,
+    /// The host has no activation backend (no NixOS system profile).
+    NoBackend,
+}
+
+/// The agent's activation status for its current intent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ActivationStatus {
+    /// The intent acted on.
+    pub intent_id: String,
+    /// Its rollout.
+    pub rollout_id: RolloutId,
+    /// The target closure.
+    pub target_closure: String,
+    /// Phase.
+    pub phase: ActivationPhase,
+    /// Detail.
+    #[serde(default)]
+    pub message: String,
+}
+
+/// Outcome of one step of a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepOutcome {
+    /// Done.
+    Ok,
+    /// Failed.
+    Error,
+    /// Not needed (idempotent re-run, nothing to do).
+    Skipped,
+}
+
+/// One step's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StepResult {
+    /// Step name from the task's plan.
+    pub name: String,
+    /// Outcome.
+    pub outcome: StepOutcome,
+    /// Human detail.
+    #[serde(default)]
+    pub message: String,
+    /// Structured detail (bytes freed, residues found, …).
+    #[serde(default)]
+    pub data: serde_json::Value,
+}
+
+/// A task's overall outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskOutcome {
+    /// Every step ok or skipped.
+    Succeeded,
+    /// A step failed.
+    Failed,
+    /// Not run: bad signature, expired, replayed, wrong host.
+    Refused,
+}
+
+/// The result of running (or refusing) a task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TaskResult {
+    /// The task.
+    pub task_id: String,
+    /// Overall outcome.
+    pub outcome: TaskOutcome,
+    /// Per step, in order.
+    pub steps: Vec<StepResult>,
+    /// When it started.
+    pub started_at: Time,
+    /// When it finished.
+    pub finished_at: Time,
+}
+
+/// Something the agent refused or noticed, reported as a typed event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all_fields = "camelCase")]
+pub enum ReportEvent {
+    /// The manifest, the intent and the host disagree (wave, target, id, hash).
+    ManifestMismatch {
+        /// The rollout advertised.
+        rollout_id: String,
+        /// The verification rule broken.
+        reason: String,
+    },
+    /// An artifact failed verification.
+    VerificationFailed {
+        /// Which artifact.
+        artifact: String,
+        /// The verification rule broken.
+        reason: String,
+    },
+    /// A task was refused.
+    TaskRefused {
+        /// The task.
+        task_id: String,
+        /// Why.
+        reason: String,
+    },
+    /// The host's clock went backwards past the latest time the agent had seen.
+    ClockSteppedBack {
+        /// Latest time seen.
+        last_seen: Time,
+        /// The clock now.
+        now: Time,
+    },
+    /// An activation was rolled back.
+    RolledBack {
+        /// The rollout.
+        rollout_id: String,
+        /// The closure restored.
+        restored_closure: String,
+        /// Why.
+        reason: String,
+    },
+    /// An intent arrived on a host without a NixOS system profile.
+    NoActivationBackend {
+        /// The rollout.
+        rollout_id: String,
+    },
+}
+
+/// `POST /v1/agent/checkin` body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CheckinRequest {
+    /// The agent's version.
+    pub agent_version: String,
+    /// `/proc/sys/kernel/random/boot_id`.
+    pub boot_id: String,
+    /// The closure `/run/current-system` points to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_generation: Option<String>,
+    /// Latest health.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthReport>,
+    /// Probe results since the last check-in.
+    #[serde(default)]
+    pub probe_results: Vec<ProbeResult>,
+    /// Task results not yet acknowledged.
+    #[serde(default)]
+    pub task_results: Vec<TaskResult>,
+    /// Activation status of the current intent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activation: Option<ActivationStatus>,
+    /// Typed events.
+    #[serde(default)]
+    pub events: Vec<ReportEvent>,
+    /// The intent the agent already holds, so the server can long-poll until it changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub known_intent_id: Option<String>,
+}
+
+/// `POST /v1/agent/checkin` response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CheckinResponse {
+    /// The signed intent, if the host has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intent: Option<Envelope>,
+    /// Signed tasks leased to the host.
+    #[serde(default)]
+    pub tasks: Vec<Envelope>,
+    /// When to check in next.
+    pub next_checkin_secs: u64,
+}
+
+/// `POST /v1/agent/confirm` body (magic rollback).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConfirmRequest {
+    /// The intent being confirmed.
+    pub intent_id: String,
+    /// Its rollout.
+    pub rollout_id: RolloutId,
+    /// The closure now running.
+    pub closure: String,
+    /// The boot it runs in.
+    pub boot_id: String,
+}
+
+/// The wire error shape of every API: `{"error":{"code","message"}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiError {
+    /// The error.
+    pub error: ApiErrorBody,
+}
+
+/// Body of [`ApiError`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiErrorBody {
+    /// A stable machine-readable code (`not_found`, `bad_request`, …).
+    pub code: String,
+    /// A human message.
+    pub message: String,
+}

@@ -1,0 +1,174 @@
+//! Projection of a fleet spec into `fleet.resolved` and one manifest per channel.
+//!
+//! Pure and deterministic: the same spec and [`ReleaseMeta`] give the same bytes, which is
+//! what lets anyone rebuild a release from the CI commit and compare.
+
+use std::collections::BTreeMap;
+
+use crate::artifacts::{
+    FleetResolved, FrozenBudget, HostSetEntry, ManifestWave, ResolvedChannel, ResolvedMeta, ResolvedWave, RolloutManifest, SCHEMA_VERSION,
+};
+use crate::canonical::{self, CanonicalError};
+use crate::names::{NameError, RolloutId, check_ref};
+use crate::spec::FleetSpec;
+use crate::time::Time;
+
+/// Reconcile interval when a channel does not set one.
+pub const DEFAULT_RECONCILE_INTERVAL_SECS: u64 = 30;
+
+/// What a release is stamped with besides the spec.
+#[derive(Debug, Clone)]
+pub struct ReleaseMeta {
+    /// The CI commit (also every channel's default ref).
+    pub ci_commit: String,
+    /// Build and signing time.
+    pub created_at: Time,
+}
+
+/// Why a spec could not be projected.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// The commit or a ref has characters a rollout id cannot hold.
+    #[error("{0}")]
+    Name(#[from] NameError),
+    /// A channel's policy vanished (validation should have caught it).
+    #[error("channel {channel:?}: unknown rollout policy {policy:?}")]
+    UnknownPolicy {
+        /// The channel.
+        channel: String,
+        /// The policy named.
+        policy: String,
+    },
+    /// A host matched no wave (validation should have caught it).
+    #[error("host {host:?} is in no wave of its channel's policy")]
+    HostInNoWave {
+        /// The host.
+        host: String,
+    },
+    /// Canonicalisation failed.
+    #[error(transparent)]
+    Canonical(#[from] CanonicalError),
+}
+
+/// `fleet.resolved` and the manifests, as values and as canonical bytes.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// The resolved fleet.
+    pub fleet: FleetResolved,
+    /// Its canonical bytes.
+    pub fleet_bytes: Vec<u8>,
+    /// sha256 (hex) of `fleet_bytes`.
+    pub fleet_sha256: String,
+    /// One manifest per channel with its canonical bytes, by channel name.
+    pub manifests: BTreeMap<String, (RolloutManifest, Vec<u8>)>,
+}
+
+/// Hex sha256.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Projects a validated spec.
+pub fn resolve(spec: &FleetSpec, meta: &ReleaseMeta) -> Result<Resolved, ResolveError> {
+    check_ref(&meta.ci_commit)?;
+    let mut channels = BTreeMap::new();
+    for (name, ch) in &spec.channels {
+        let policy = spec
+            .rollout_policies
+            .get(&ch.rollout_policy)
+            .ok_or_else(|| ResolveError::UnknownPolicy { channel: name.clone(), policy: ch.rollout_policy.clone() })?;
+        let mut waves: Vec<ResolvedWave> = policy
+            .waves
+            .iter()
+            .enumerate()
+            .map(|(i, w)| ResolvedWave { index: i as u32, soak_secs: w.soak_secs, hosts: Vec::new() })
+            .collect();
+        for host in spec.named_hosts().filter(|h| &h.spec.channel == name) {
+            let w = FleetSpec::wave_of(policy, &host).ok_or_else(|| ResolveError::HostInNoWave { host: host.name.to_owned() })?;
+            // named_hosts() iterates in name order, so each wave's list stays sorted.
+            waves[w].hosts.push(host.name.to_owned());
+        }
+        let channel_ref = ch.channel_ref.clone().unwrap_or_else(|| meta.ci_commit.clone());
+        RolloutId::new(name, &channel_ref)?;
+        channels.insert(
+            name.clone(),
+            ResolvedChannel {
+                channel_ref,
+                rollout_policy: ch.rollout_policy.clone(),
+                freshness_window_secs: ch.freshness_window_secs,
+                signing_interval_secs: ch.signing_interval_secs,
+                reconcile_interval_secs: ch.reconcile_interval_secs.unwrap_or(DEFAULT_RECONCILE_INTERVAL_SECS),
+                compliance: ch.compliance.clone(),
+                probes: ch.probes.clone(),
+                waves,
+                health_gate: policy.health_gate.clone(),
+                on_health_failure: policy.on_health_failure,
+            },
+        );
+    }
+    let budgets: Vec<FrozenBudget> = spec
+        .disruption_budgets
+        .iter()
+        .map(|b| FrozenBudget {
+            selector: b.selector.normalized(),
+            hosts: spec.named_hosts().filter(|h| b.selector.matches(h)).map(|h| h.name.to_owned()).collect(),
+            max_in_flight: b.max_in_flight,
+            max_in_flight_pct: b.max_in_flight_pct,
+        })
+        .collect();
+    let fleet = FleetResolved {
+        meta: ResolvedMeta { schema_version: SCHEMA_VERSION, ci_commit: meta.ci_commit.clone(), created_at: meta.created_at },
+        hosts: spec.hosts.clone(),
+        channels,
+        edges: spec.edges.clone(),
+        channel_edges: spec.channel_edges.clone(),
+        disruption_budgets: budgets,
+    };
+    let fleet_bytes = canonical::to_vec_of(&fleet)?;
+    let fleet_sha256 = sha256_hex(&fleet_bytes);
+    let mut manifests = BTreeMap::new();
+    for name in fleet.channels.keys() {
+        let manifest = project_manifest(&fleet, name, &fleet_sha256)?;
+        let bytes = canonical::to_vec_of(&manifest)?;
+        manifests.insert(name.clone(), (manifest, bytes));
+    }
+    Ok(Resolved { fleet, fleet_bytes, fleet_sha256, manifests })
+}
+
+/// The manifest of one channel: a deterministic projection of `fleet`.
+pub fn project_manifest(fleet: &FleetResolved, channel: &str, fleet_sha256: &str) -> Result<RolloutManifest, ResolveError> {
+    let ch =
+        fleet.channels.get(channel).ok_or_else(|| ResolveError::UnknownPolicy { channel: channel.to_owned(), policy: String::new() })?;
+    let mut host_set: Vec<HostSetEntry> = ch
+        .waves
+        .iter()
+        .flat_map(|w| {
+            w.hosts.iter().map(move |h| HostSetEntry {
+                hostname: h.clone(),
+                wave_index: w.index,
+                target_closure: fleet.hosts.get(h).map(|s| s.closure.clone()).unwrap_or_default(),
+            })
+        })
+        .collect();
+    host_set.sort_by(|a, b| a.hostname.cmp(&b.hostname));
+    let in_channel = |h: &str| fleet.hosts.get(h).is_some_and(|s| s.channel == channel);
+    let edges = fleet.edges.iter().filter(|e| in_channel(&e.before) && in_channel(&e.after)).cloned().collect();
+    let disruption_budgets = fleet.disruption_budgets.iter().filter(|b| b.hosts.iter().any(|h| in_channel(h))).cloned().collect();
+    Ok(RolloutManifest {
+        schema_version: SCHEMA_VERSION,
+        rollout_id: RolloutId::new(channel, &ch.channel_ref)?,
+        channel: channel.to_owned(),
+        channel_ref: ch.channel_ref.clone(),
+        fleet_resolved_hash: fleet_sha256.to_owned(),
+        created_at: fleet.meta.created_at,
+        host_set,
+        waves: ch.waves.iter().map(|w| ManifestWave { index: w.index, soak_secs: w.soak_secs }).collect(),
+        health_gate: ch.health_gate.clone(),
+        on_health_failure: ch.on_health_failure,
+        probes: ch.probes.clone(),
+        compliance_frameworks: ch.compliance.frameworks.clone(),
+        edges,
+        disruption_budgets,
+    })
+}
