@@ -65,7 +65,16 @@ pub fn canonicalize(bytes: &[u8]) -> Result<Vec<u8>, CanonicalError> {
 /// Duplicate object keys, insignificant whitespace, other number spellings or key orders all
 /// make this false: the parsed value would re-serialise to different bytes.
 pub fn is_canonical(bytes: &[u8]) -> bool {
-    matches!(canonicalize(bytes), Ok(c) if c == bytes)
+    parse_if_canonical(bytes).is_some()
+}
+
+/// The parsed value of `bytes` when they are exactly its canonical form, so a verifier parses
+/// once and reuses the value.
+pub fn parse_if_canonical(bytes: &[u8]) -> Option<Value> {
+    let value: Value = serde_json::from_slice(bytes).ok()?;
+    let mut out = Vec::with_capacity(bytes.len());
+    write_value(&value, &mut out).ok()?;
+    (out == bytes).then_some(value)
 }
 
 fn write_value(value: &Value, out: &mut Vec<u8>) -> Result<(), CanonicalError> {
@@ -91,15 +100,23 @@ fn write_value(value: &Value, out: &mut Vec<u8>) -> Result<(), CanonicalError> {
 }
 
 fn write_object(map: &Map<String, Value>, out: &mut Vec<u8>) -> Result<(), CanonicalError> {
-    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+    out.push(b'{');
     // serde_json's map is ordered by UTF-8 bytes; JCS orders by UTF-16 code units. The two
     // agree except when a supplementary-plane character meets one in U+E000..U+FFFF, so
-    // only sort again when a key could disagree.
-    if entries.iter().any(|(k, _)| k.chars().any(|c| c as u32 >= 0xE000)) {
+    // only sort again when a key could disagree (rare; keeps the common path allocation-free).
+    if map.keys().any(|k| k.chars().any(|c| c as u32 >= 0xE000)) {
+        let mut entries: Vec<(&String, &Value)> = map.iter().collect();
         entries.sort_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
+        write_entries(entries.into_iter(), out)?;
+    } else {
+        write_entries(map.iter(), out)?;
     }
-    out.push(b'{');
-    for (i, (key, item)) in entries.into_iter().enumerate() {
+    out.push(b'}');
+    Ok(())
+}
+
+fn write_entries<'a>(entries: impl Iterator<Item = (&'a String, &'a Value)>, out: &mut Vec<u8>) -> Result<(), CanonicalError> {
+    for (i, (key, item)) in entries.enumerate() {
         if i > 0 {
             out.push(b',');
         }
@@ -107,7 +124,6 @@ fn write_object(map: &Map<String, Value>, out: &mut Vec<u8>) -> Result<(), Canon
         out.push(b':');
         write_value(item, out)?;
     }
-    out.push(b'}');
     Ok(())
 }
 

@@ -303,14 +303,15 @@ fn malformed(artifact: &str, message: impl ToString) -> VerifyError {
     VerifyError::Malformed { artifact: artifact.to_owned(), message: message.to_string() }
 }
 
-/// Rule: received bytes are their own canonical form.
-pub fn check_canonical(artifact: &str, bytes: &[u8]) -> Result<(), VerifyError> {
-    if canonical::is_canonical(bytes) { Ok(()) } else { Err(VerifyError::NotCanonical { artifact: artifact.to_owned() }) }
+/// Rule: received bytes are their own canonical form. Returns the parsed value, to be typed
+/// only once the signatures hold.
+pub fn check_canonical(artifact: &str, bytes: &[u8]) -> Result<serde_json::Value, VerifyError> {
+    canonical::parse_if_canonical(bytes).ok_or_else(|| VerifyError::NotCanonical { artifact: artifact.to_owned() })
 }
 
-/// Parses bytes whose signatures already verified as `T`.
-fn parse_signed<T: DeserializeOwned>(artifact: &str, bytes: &[u8]) -> Result<T, VerifyError> {
-    serde_json::from_slice(bytes).map_err(|e| malformed(artifact, e))
+/// Types a value whose signatures already verified.
+fn parse_signed<T: DeserializeOwned>(artifact: &str, value: serde_json::Value) -> Result<T, VerifyError> {
+    serde_json::from_value(value).map_err(|e| malformed(artifact, e))
 }
 
 /// Rule: distinct valid keys reach the threshold. A key listed twice in `signatures` counts
@@ -438,9 +439,9 @@ pub struct VerifiedFleet {
 /// Verifies `fleet.resolved.json`: canonical, signed, schema, rejectBefore, not future-dated.
 pub fn verify_fleet_resolved(bytes: &[u8], sig: &[u8], trust: &TrustRoots, ctx: &VerifyContext) -> Result<VerifiedFleet, VerifyError> {
     const A: &str = "fleet.resolved.json";
-    check_canonical(A, bytes)?;
+    let value = check_canonical(A, bytes)?;
     check_detached(A, bytes, sig, &trust.ci, ctx.now)?;
-    let fleet: FleetResolved = parse_signed(A, bytes)?;
+    let fleet: FleetResolved = parse_signed(A, value)?;
     check_schema(A, fleet.meta.schema_version)?;
     check_reject_before(A, fleet.meta.created_at, &trust.ci)?;
     check_not_future(A, fleet.meta.created_at, ctx.now, ctx.max_future_skew_secs)?;
@@ -460,9 +461,9 @@ pub struct VerifiedTimestamp {
 /// fresh for every channel it lists, and not a version rollback.
 pub fn verify_timestamp(bytes: &[u8], sig: &[u8], trust: &TrustRoots, ctx: &VerifyContext) -> Result<VerifiedTimestamp, VerifyError> {
     const A: &str = "timestamp.json";
-    check_canonical(A, bytes)?;
+    let value = check_canonical(A, bytes)?;
     check_detached(A, bytes, sig, &trust.ci, ctx.now)?;
-    let doc: TimestampDoc = parse_signed(A, bytes)?;
+    let doc: TimestampDoc = parse_signed(A, value)?;
     check_schema(A, doc.schema_version)?;
     check_reject_before(A, doc.signed_at, &trust.ci)?;
     check_not_future(A, doc.signed_at, ctx.now, ctx.max_future_skew_secs)?;
@@ -525,9 +526,9 @@ pub fn verify_manifest(
         Some(id) => format!("rollouts/{id}.json"),
         None => "rollout manifest".to_owned(),
     };
-    check_canonical(&artifact, bytes)?;
+    let value = check_canonical(&artifact, bytes)?;
     check_detached(&artifact, bytes, sig, &trust.ci, ctx.now)?;
-    let manifest: RolloutManifest = parse_signed(&artifact, bytes)?;
+    let manifest: RolloutManifest = parse_signed(&artifact, value)?;
     check_schema(&artifact, manifest.schema_version)?;
     check_reject_before(&artifact, manifest.created_at, &trust.ci)?;
     check_not_future(&artifact, manifest.created_at, ctx.now, ctx.max_future_skew_secs)?;
