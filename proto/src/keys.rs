@@ -4,7 +4,7 @@
 use std::fmt;
 
 use base64::Engine as _;
-use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePrivateKey, EncodePublicKey, spki::der::pem::LineEnding};
+use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePrivateKey, EncodePublicKey, KeypairBytes, spki::der::pem::LineEnding};
 use ed25519_dalek::{Signature, Signer as _, SigningKey, VerifyingKey};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest, Sha256};
@@ -85,9 +85,11 @@ pub fn signing_key_from_pem(pem: &str) -> Result<SigningKey, KeyError> {
     SigningKey::from_pkcs8_pem(pem.trim()).map_err(|_| KeyError::BadPrivateKey)
 }
 
-/// Writes a private key as PKCS#8 PEM.
+/// Writes a private key as PKCS#8 v1 PEM: the seed only, the form `openssl genpkey` writes.
+/// (The v2 form that also embeds the public key is refused by OpenSSL 3.0.)
 pub fn signing_key_to_pem(key: &SigningKey) -> Result<String, KeyError> {
-    key.to_pkcs8_pem(LineEnding::LF).map(|z| z.to_string()).map_err(|_| KeyError::Encode)
+    let bytes = KeypairBytes { secret_key: key.to_bytes(), public_key: None };
+    bytes.to_pkcs8_pem(LineEnding::LF).map(|z| z.to_string()).map_err(|_| KeyError::Encode)
 }
 
 /// Reads a public key given as SPKI PEM or as base64 of the 32 raw bytes.
