@@ -56,7 +56,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, exclusive: bool) -> Re
         f.write_all(bytes)?;
         f.sync_all()?;
         fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))?;
-        fs::rename(&tmp, path)?;
+        if exclusive {
+            // link(2) fails if the target exists, so a file created after the check above is
+            // not replaced either (rename(2) would silently replace it).
+            fs::hard_link(&tmp, path)?;
+            fs::remove_file(&tmp)?;
+        } else {
+            fs::rename(&tmp, path)?;
+        }
         if let Ok(d) = fs::File::open(dir) {
             d.sync_all()?;
         }

@@ -29,8 +29,8 @@ pub struct ReleaseArgs {
     fleet: Option<PathBuf>,
     #[command(flatten)]
     signing: SigningArgs,
-    /// The CI commit; also each channel's ref unless the spec sets one. Default: "spec-"
-    /// and 16 hex digits of the spec's canonical sha256.
+    /// The CI commit; also each channel's ref unless the spec sets one. Default: the signing
+    /// time and 12 hex digits of the spec's canonical sha256, e.g. 20261121T100000Z-3f2a…
     #[arg(long, value_name = "SHA")]
     ci_commit: Option<String>,
     /// The previous release directory: its timestamp's rollouts become revertable, and the
@@ -153,8 +153,12 @@ pub fn run(args: ReleaseArgs) -> Result<(), CliError> {
     let ci_commit = match args.ci_commit {
         Some(c) => c,
         None => {
+            // The creation time is part of the default so that a re-release of the same spec
+            // opens a new rollout id: a manifest must never change bytes under its id, and
+            // its bytes carry the creation time.
             let canon = canonical::to_vec_of(&spec).map_err(sign_error)?;
-            format!("spec-{}", &sha256_hex(&canon)[..16])
+            let stamp: String = created_at.to_string().chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+            format!("{stamp}-{}", &sha256_hex(&canon)[..12])
         }
     };
     let previous = match &args.previous {

@@ -82,11 +82,20 @@ impl Signer for CommandSigner {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(spawn)?;
-        if let Some(mut stdin) = child.stdin.take() {
-            // A signer that exits without reading all of stdin is judged by its output below.
-            let _ = stdin.write_all(message);
-        }
-        let out = child.wait_with_output().map_err(spawn)?;
+        let stdin = child.stdin.take();
+        // Feed stdin from another thread while this one drains stdout and stderr: a signer
+        // that writes more than a pipe buffer before it has read all its input would
+        // otherwise deadlock against us.
+        let out = std::thread::scope(|scope| {
+            if let Some(mut stdin) = stdin {
+                scope.spawn(move || {
+                    // A signer that exits without reading all of stdin is judged by its output.
+                    let _ = stdin.write_all(message);
+                });
+            }
+            child.wait_with_output()
+        })
+        .map_err(spawn)?;
         if !out.status.success() {
             return Err(SignCmdError::Failed {
                 cmd: self.cmd.clone(),

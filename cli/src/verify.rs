@@ -84,21 +84,23 @@ pub fn run(args: &VerifyArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// What a single file given to `verify` is, by its name.
+enum Artifact {
+    Timestamp,
+    FleetResolved,
+    Manifest(RolloutId),
+}
+
 /// One artifact, recognised by its file name. A manifest needs the timestamp of its release
 /// (`../timestamp.json` in the release layout) because freshness lives there.
 fn verify_file(path: &Path, trust: &TrustRoots, ctx: &VerifyContext) -> Result<(), CliError> {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let bytes = read_file(path)?;
-    let sig = read_sig(path)?;
-    match name.as_str() {
-        TIMESTAMP => {
-            let ts = verify_timestamp(&bytes, &sig, trust, ctx).map_err(|e| refused(path, &e))?;
-            println!("OK {}: timestamp version {} signed at {}", path.display(), ts.doc.version, ts.doc.signed_at);
-        }
-        FLEET_RESOLVED => {
-            let f = verify_fleet_resolved(&bytes, &sig, trust, ctx).map_err(|e| refused(path, &e))?;
-            println!("OK {}: fleet.resolved for commit {}, sha256 {}", path.display(), f.fleet.meta.ci_commit, f.sha256);
-        }
+    // Recognise the artifact by its name before looking for its signature, so that a file
+    // that is no artifact is reported as such rather than as a missing `.sig`.
+    let kind = match name.as_str() {
+        TIMESTAMP => Artifact::Timestamp,
+        FLEET_RESOLVED => Artifact::FleetResolved,
         _ => {
             let Some(stem) = name.strip_suffix(".json") else {
                 return Err(CliError::usage(format!(
@@ -106,8 +108,21 @@ fn verify_file(path: &Path, trust: &TrustRoots, ctx: &VerifyContext) -> Result<(
                     path.display()
                 )));
             };
-            let id = RolloutId::parse(stem).map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
-            let ts_path = path.parent().and_then(Path::parent).map(|d| d.join(TIMESTAMP)).unwrap_or_else(|| PathBuf::from(TIMESTAMP));
+            Artifact::Manifest(RolloutId::parse(stem).map_err(|e| CliError::usage(format!("{}: not an artifact: {e}", path.display())))?)
+        }
+    };
+    let sig = read_sig(path)?;
+    match kind {
+        Artifact::Timestamp => {
+            let ts = verify_timestamp(&bytes, &sig, trust, ctx).map_err(|e| refused(path, &e))?;
+            println!("OK {}: timestamp version {} signed at {}", path.display(), ts.doc.version, ts.doc.signed_at);
+        }
+        Artifact::FleetResolved => {
+            let f = verify_fleet_resolved(&bytes, &sig, trust, ctx).map_err(|e| refused(path, &e))?;
+            println!("OK {}: fleet.resolved for commit {}, sha256 {}", path.display(), f.fleet.meta.ci_commit, f.sha256);
+        }
+        Artifact::Manifest(id) => {
+            let ts_path = release_timestamp_of(path);
             let ts_bytes = read_file(&ts_path)
                 .map_err(|e| CliError::new(e.code(), format!("{e} (a manifest is verified against its release's timestamp)")))?;
             let ts = verify_timestamp(&ts_bytes, &read_sig(&ts_path)?, trust, ctx).map_err(|e| refused(&ts_path, &e))?;
@@ -123,4 +138,32 @@ fn verify_file(path: &Path, trust: &TrustRoots, ctx: &VerifyContext) -> Result<(
         }
     }
     Ok(())
+}
+
+/// `../timestamp.json` seen from a manifest at `path` (`DIR/rollouts/<id>.json` →
+/// `DIR/timestamp.json`), also when `path` is a bare file name inside `rollouts/`.
+fn release_timestamp_of(path: &Path) -> PathBuf {
+    let non_empty = |p: &Path| !p.as_os_str().is_empty();
+    match path.parent().filter(|p| non_empty(p)) {
+        Some(rollouts) => match rollouts.parent().filter(|p| non_empty(p)) {
+            Some(release) => release.join(TIMESTAMP),
+            None if rollouts.file_name().is_some() => PathBuf::from(TIMESTAMP),
+            None => rollouts.join("..").join(TIMESTAMP),
+        },
+        None => Path::new("..").join(TIMESTAMP),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_manifest_is_checked_against_the_timestamp_one_level_up() {
+        assert_eq!(release_timestamp_of(Path::new("rel/rollouts/a@b.json")), PathBuf::from("rel/timestamp.json"));
+        assert_eq!(release_timestamp_of(Path::new("rollouts/a@b.json")), PathBuf::from("timestamp.json"));
+        assert_eq!(release_timestamp_of(Path::new("a@b.json")), PathBuf::from("../timestamp.json"));
+        assert_eq!(release_timestamp_of(Path::new("/rollouts/a@b.json")), PathBuf::from("/timestamp.json"));
+        assert_eq!(release_timestamp_of(Path::new("./a@b.json")), PathBuf::from("./../timestamp.json"));
+    }
 }

@@ -9,7 +9,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use drover_proto::canonical;
-use drover_proto::keys::{KeySigner, KeyId, verifying_key_to_pem};
+use drover_proto::keys::{KeyId, KeySigner, verifying_key_to_pem};
 use drover_proto::names::RolloutId;
 use drover_proto::release::{FLEET_RESOLVED, ReleaseParams, TIMESTAMP, build_release, manifest_path, sig_path};
 use drover_proto::resolve::{ReleaseMeta, sha256_hex};
@@ -187,7 +187,12 @@ fn main() {
     for (name, s) in rows {
         println!("| {name} | {} | {} | {:.2} |", ms(s.median), ms(s.p90), ratio(s));
     }
-    println!("| build_release (resolve + canonicalise + sign everything) | {} | {} | {:.2} |", ms(build.median), ms(build.p90), ratio(&build));
+    println!(
+        "| build_release (resolve + canonicalise + sign everything) | {} | {} | {:.2} |",
+        ms(build.median),
+        ms(build.p90),
+        ratio(&build)
+    );
     println!();
     println!(
         "small artifact throughput (timestamp, {} bytes): raw verify_strict {:.0}/s, verify_timestamp {:.0}/s, ratio {:.2} of raw",

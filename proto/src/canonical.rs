@@ -20,7 +20,8 @@ pub enum CanonicalError {
         source: serde_json::Error,
     },
     /// An integer outside ±(2^53 − 1) cannot be represented exactly as an IEEE-754 double,
-    /// which I-JSON (and therefore JCS) requires.
+    /// which I-JSON (and therefore JCS) requires. This includes a double whose canonical
+    /// form would be such an integer (integral, beyond ±(2^53 − 1), below 10^21).
     #[error("number {number} is outside the I-JSON safe integer range ±(2^53 - 1)")]
     NumberOutOfRange {
         /// The offending number as parsed.
@@ -173,6 +174,14 @@ fn write_number(n: &Number, out: &mut Vec<u8>) -> Result<(), CanonicalError> {
         return Ok(());
     }
     let f = n.as_f64().ok_or(CanonicalError::NonFinite)?;
+    // A double that is integral, beyond ±(2^53 − 1) and below 10^21 (e.g. `1e17` or
+    // `9007199254740992.0`) is written as a bare integer, which the branches above refuse
+    // when it is read back: accepting it here would produce bytes that are not themselves
+    // canonical (`is_canonical` false, so signed output would fail verification). It is
+    // refused like the integer it prints as. From 10^21 on, the form has an exponent.
+    if f.trunc() == f && f.abs() > MAX_SAFE_INTEGER as f64 && f.abs() < 1e21 {
+        return Err(CanonicalError::NumberOutOfRange { number: n.to_string() });
+    }
     out.extend_from_slice(format_es6(f)?.as_bytes());
     Ok(())
 }

@@ -110,7 +110,13 @@ impl Selector {
             channel: self.channel.clone(),
             all: self.all,
             not: self.not.as_ref().map(|n| Box::new(n.normalized())),
-            and: self.and.as_ref().map(|a| a.iter().map(Selector::normalized).collect()),
+            and: self.and.as_ref().map(|a| {
+                // `and` is commutative: order its members by their own canonical text.
+                let mut members: Vec<(String, Selector)> = a.iter().map(|s| (s.canonical(), s.normalized())).collect();
+                members.sort_by(|x, y| x.0.cmp(&y.0));
+                members.dedup_by(|x, y| x.0 == y.0);
+                members.into_iter().map(|(_, s)| s).collect()
+            }),
         }
     }
 
@@ -157,6 +163,10 @@ mod tests {
     fn canonical_form_ignores_order_and_duplicates() {
         assert_eq!(sel(r#"{"tags":["b","a","a"]}"#).canonical(), sel(r#"{"tags":["a","b"]}"#).canonical());
         assert_ne!(sel(r#"{"tags":["a"]}"#).canonical(), sel(r#"{"tagsAny":["a"]}"#).canonical());
+        assert_eq!(
+            sel(r#"{"and":[{"channel":"x"},{"tags":["b","a"]}]}"#).canonical(),
+            sel(r#"{"and":[{"tags":["a","b"]},{"channel":"x"}]}"#).canonical()
+        );
     }
 
     #[test]

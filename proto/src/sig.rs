@@ -70,13 +70,23 @@ pub fn sign_bytes<S: Signer>(bytes: &[u8], signers: &[S]) -> Result<SignatureFil
 }
 
 /// A per-host message (intent, task) with its signatures, verified over JCS(`signed`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// `Debug` does not print `signed`: a task's payload carries secrets (the MAAS token) that
+/// only the typed [`crate::task::Secret`] knows to redact; use [`Envelope::payload`] and
+/// debug-print the typed message instead.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Envelope {
     /// The signed object, as JSON.
     pub signed: serde_json::Value,
     /// Signatures over its canonical bytes.
     pub signatures: Vec<SignatureEntry>,
+}
+
+impl std::fmt::Debug for Envelope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Envelope").field("signed", &format_args!("<redacted>")).field("signatures", &self.signatures).finish()
+    }
 }
 
 impl Envelope {

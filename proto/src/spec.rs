@@ -360,6 +360,17 @@ impl FleetSpec {
                 check_tag(t).map_err(|e| invalid(format!("{path}.tags"), e.to_string()))?;
             }
         }
+        // Policies before channels: a policy without waves or with a selector that matches
+        // nothing must be reported at the policy, not at the first host it failed to place.
+        for (name, policy) in &self.rollout_policies {
+            let path = format!("rolloutPolicies.{name}");
+            if policy.waves.is_empty() {
+                return Err(invalid(format!("{path}.waves"), "a policy needs at least one wave"));
+            }
+            for (i, w) in policy.waves.iter().enumerate() {
+                w.selector.check().map_err(|m| invalid(format!("{path}.waves[{i}].selector"), m))?;
+            }
+        }
         for (name, ch) in &self.channels {
             let path = format!("channels.{name}");
             check_channel(name).map_err(|e| invalid(&path, e.to_string()))?;
@@ -407,15 +418,6 @@ impl FleetSpec {
                         format!("host is in no wave of policy {:?} (channel {name:?})", ch.rollout_policy),
                     ));
                 }
-            }
-        }
-        for (name, policy) in &self.rollout_policies {
-            let path = format!("rolloutPolicies.{name}");
-            if policy.waves.is_empty() {
-                return Err(invalid(format!("{path}.waves"), "a policy needs at least one wave"));
-            }
-            for (i, w) in policy.waves.iter().enumerate() {
-                w.selector.check().map_err(|m| invalid(format!("{path}.waves[{i}].selector"), m))?;
             }
         }
         self.check_edges("edges", &self.edges, |n| self.hosts.contains_key(n), "host")?;

@@ -465,6 +465,13 @@ pub fn verify_timestamp(bytes: &[u8], sig: &[u8], trust: &TrustRoots, ctx: &Veri
     check_detached(A, bytes, sig, &trust.ci, ctx.now)?;
     let doc: TimestampDoc = parse_signed(A, value)?;
     check_schema(A, doc.schema_version)?;
+    // A channel's entry (current and revertable) names rollouts of that channel only, so a
+    // verified release can never file one channel's manifest under another.
+    for (name, c) in &doc.channels {
+        if let Some(id) = std::iter::once(&c.rollout_id).chain(c.revertable.iter().map(|r| &r.rollout_id)).find(|id| id.channel() != name) {
+            return Err(malformed(A, format!("channel {name:?} lists rollout {id}, which belongs to another channel")));
+        }
+    }
     check_reject_before(A, doc.signed_at, &trust.ci)?;
     check_not_future(A, doc.signed_at, ctx.now, ctx.max_future_skew_secs)?;
     // Every channel's window must hold; CI re-signs within the tightest one.
