@@ -170,6 +170,8 @@ fn canonicalize_a_malformed_file_exits_65() {
     sc.drover(&["canonicalize", "huge.json"]).fails_with(65);
     sc.write("unsafe.json", "[9007199254740993]");
     sc.drover(&["canonicalize", "unsafe.json"]).fails_with(65);
+    sc.write("dup.json", r#"{"a":1,"a":2}"#);
+    sc.drover(&["canonicalize", "dup.json"]).fails_with(65).stderr_has(&["duplicate object key \"a\""]);
     sc.drover(&["canonicalize", "absent.json"]).fails_with(66).stderr_has(&["absent.json"]);
     drover_in(sc.path(), &["canonicalize"], b"\xff\xfe").fails_with(65).stderr_has(&["<stdin>"]);
 }

@@ -56,9 +56,84 @@ pub fn to_vec_of<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, CanonicalE
 }
 
 /// Parses arbitrary JSON bytes and returns their canonical form.
+///
+/// Duplicate object keys are refused (I-JSON, which JCS builds on, forbids them); a plain
+/// JSON parser would silently keep the last one and canonicalise a different document.
 pub fn canonicalize(bytes: &[u8]) -> Result<Vec<u8>, CanonicalError> {
-    let value: Value = serde_json::from_slice(bytes).map_err(|source| CanonicalError::Parse { source })?;
+    let value = parse_strict(bytes)?;
     to_vec(&value)
+}
+
+/// Parses JSON, refusing duplicate object keys.
+pub fn parse_strict(bytes: &[u8]) -> Result<Value, CanonicalError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde::de::Deserializer::deserialize_any(&mut de, strict::StrictVisitor)
+        .and_then(|v| de.end().map(|()| v))
+        .map_err(|source| CanonicalError::Parse { source })?;
+    Ok(value)
+}
+
+/// A `Value` visitor that refuses duplicate object keys.
+mod strict {
+    use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+    use serde_json::{Map, Number, Value};
+
+    pub struct StrictVisitor;
+
+    struct Strict(Value);
+
+    impl<'de> Deserialize<'de> for Strict {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(StrictVisitor).map(Strict)
+        }
+    }
+
+    impl<'de> Visitor<'de> for StrictVisitor {
+        type Value = Value;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_unit<E>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
+        fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+            Ok(Value::Bool(v))
+        }
+        fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+            Ok(Value::from(v))
+        }
+        fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+            Ok(Value::from(v))
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+            Number::from_f64(v).map(Value::Number).ok_or_else(|| E::custom("non-finite number"))
+        }
+        fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+            Ok(Value::String(v.to_owned()))
+        }
+        fn visit_string<E>(self, v: String) -> Result<Value, E> {
+            Ok(Value::String(v))
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+            let mut items = Vec::new();
+            while let Some(Strict(v)) = seq.next_element()? {
+                items.push(v);
+            }
+            Ok(Value::Array(items))
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+            let mut out = Map::new();
+            while let Some(key) = map.next_key::<String>()? {
+                let Strict(v) = map.next_value()?;
+                if out.contains_key(&key) {
+                    return Err(de::Error::custom(format_args!("duplicate object key {key:?}")));
+                }
+                out.insert(key, v);
+            }
+            Ok(Value::Object(out))
+        }
+    }
 }
 
 /// True when `bytes` are exactly the canonical form of the JSON they contain.
@@ -338,6 +413,8 @@ mod tests {
     fn duplicate_keys_and_whitespace_are_not_canonical() {
         assert!(is_canonical(br#"{"a":1,"b":[true,null]}"#));
         assert!(!is_canonical(br#"{"a":1,"a":2}"#));
+        let err = canonicalize(br#"{"x":{"a":1,"a":2}}"#).expect_err("duplicate keys are refused");
+        assert!(err.to_string().contains("duplicate object key \"a\""), "{err}");
         assert!(!is_canonical(br#"{"b":1,"a":2}"#));
         assert!(!is_canonical(br#"{"a": 1}"#));
         assert!(!is_canonical(br#"{"a":1.0}"#));

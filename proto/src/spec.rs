@@ -16,8 +16,10 @@ use crate::selector::{Selectable, Selector};
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
     /// Not JSON of the spec's shape (unknown field, wrong type, bad duration…).
-    #[error("fleet spec is malformed: {source}")]
+    #[error("fleet spec {path}: {source}")]
     Malformed {
+        /// Where, as a JSON path (`.` for the document itself).
+        path: String,
         /// What the parser reported (it names line and column).
         #[source]
         source: serde_json::Error,
@@ -324,7 +326,11 @@ impl Selectable for NamedHost<'_> {
 impl FleetSpec {
     /// Parses and validates a spec.
     pub fn from_json(bytes: &[u8]) -> Result<Self, SpecError> {
-        let spec: FleetSpec = serde_json::from_slice(bytes).map_err(|source| SpecError::Malformed { source })?;
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        let spec: FleetSpec = serde_path_to_error::deserialize(&mut de)
+            .map_err(|e| SpecError::Malformed { path: e.path().to_string(), source: e.into_inner() })?;
+        // Trailing bytes after the document.
+        de.end().map_err(|source| SpecError::Malformed { path: ".".to_owned(), source })?;
         spec.validate()?;
         Ok(spec)
     }

@@ -544,9 +544,11 @@ fn bad_duration_string_is_malformed_and_names_the_unit() {
     let shown = malformed(&v);
     assert!(shown.contains("unit"), "{shown}");
     assert!(shown.contains("15x"), "{shown}");
+    assert!(shown.contains("channels.c.freshnessWindowSecs"), "the error names the JSON path: {shown}");
     let mut v = base();
     v["rolloutPolicies"]["p"]["waves"][0]["soakSecs"] = json!("m");
-    malformed(&v);
+    let shown = malformed(&v);
+    assert!(shown.contains("rolloutPolicies.p.waves[0].soakSecs"), "{shown}");
     let mut v = base();
     v["channels"]["c"]["probes"][0]["timeoutSecs"] = json!(-5);
     malformed(&v);
