@@ -87,6 +87,12 @@ impl Signer for AnySigner {
             AnySigner::Cmd(c) => c.key_id(),
         }
     }
+    fn verifying_key(&self) -> ed25519_dalek::VerifyingKey {
+        match self {
+            AnySigner::Key(k) => k.verifying_key(),
+            AnySigner::Cmd(c) => c.verifying_key(),
+        }
+    }
     fn sign(&self, message: &[u8]) -> Result<Signature, SignCmdError> {
         match self {
             AnySigner::Key(k) => match k.sign(message) {

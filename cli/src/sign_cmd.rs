@@ -71,6 +71,10 @@ impl Signer for CommandSigner {
         &self.id
     }
 
+    fn verifying_key(&self) -> VerifyingKey {
+        self.key
+    }
+
     fn sign(&self, message: &[u8]) -> Result<Signature, SignCmdError> {
         let spawn = |source| SignCmdError::Spawn { cmd: self.cmd.clone(), source };
         let mut child = Command::new("sh")

@@ -153,7 +153,9 @@ fn release_timestamp_on_a_directory_that_is_not_a_release() {
     sc.drover(&["release", "timestamp", "empty", "--key", "ci.key"]).fails_with(66).stderr_has(&["timestamp.json"]);
     sc.drover(&["release", "timestamp", "absent", "--key", "ci.key"]).fails_with(66).stderr_has(&["absent"]);
     fs::write(sc.join("empty/timestamp.json"), "not json").expect("write");
-    sc.drover(&["release", "timestamp", "empty", "--key", "ci.key"]).fails_with(65).stderr_has(&["timestamp.json"]);
+    sc.drover(&["release", "timestamp", "empty", "--key", "ci.key"]).fails_with(66).stderr_has(&["timestamp.json.sig"]);
+    fs::write(sc.join("empty/timestamp.json.sig"), r#"{"signatures":[]}"#).expect("write");
+    sc.drover(&["release", "timestamp", "empty", "--key", "ci.key"]).fails_with(65).stderr_has(&["timestamp.json", "refusing to re-sign"]);
     // --previous pointing at a non-release.
     sc.drover(&["release", "--fleet", s(&example_spec()), "--key", "ci.key", "--previous", "absent", "--out", "rel"])
         .fails_with(66)

@@ -173,10 +173,26 @@ fn release_timestamp_increments_the_version_and_still_verifies() {
     sc.drover(&["release", "timestamp", "rel", "--key", "ci.key", "--version", &v.to_string()])
         .fails_with(65)
         .stderr_has(&["must be greater"]);
-    // Re-signing with a key the trust roots do not list gives a release verify refuses.
+    // A key that did not sign the existing timestamp refuses to re-sign it.
     sc.keygen("rogue");
-    sc.drover(&["release", "timestamp", "rel", "--key", "rogue.key", "--signed-at", "2025-01-01T00:40:00Z"]).ok();
-    sc.verify("trust.json", &[], &["rel"]).fails_with(1).stderr_has(&["UnknownKey"]);
+    sc.drover(&["release", "timestamp", "rel", "--key", "rogue.key", "--signed-at", "2025-01-01T00:40:00Z"])
+        .fails_with(65)
+        .stderr_has(&["refusing to re-sign", "signed by unknown key"]);
+    sc.verify("trust.json", &[], &["rel"]).ok();
+}
+
+#[test]
+fn release_timestamp_refuses_a_timestamp_pointing_at_swapped_artifacts() {
+    // Someone with write access to the release directory swaps a manifest: CI must not
+    // re-sign a timestamp whose listed artifacts are not the ones present.
+    let sc = Scratch::signed_release();
+    let mut bytes = fs::read(sc.join(GPU_MANIFEST)).expect("read");
+    let pos = bytes.iter().position(|b| *b == b'1').expect("a digit");
+    bytes[pos] = b'2';
+    fs::write(sc.join(GPU_MANIFEST), bytes).expect("write");
+    sc.drover(&["release", "timestamp", "rel", "--key", "ci.key", "--signed-at", "2025-01-01T00:30:00Z"])
+        .fails_with(65)
+        .stderr_has(&["sha256", "the timestamp lists"]);
 }
 
 #[test]

@@ -117,6 +117,8 @@ pub trait Signer {
     type Error: std::error::Error + Send + Sync + 'static;
     /// The id of the key that signs.
     fn key_id(&self) -> &KeyId;
+    /// The public half of the key that signs.
+    fn verifying_key(&self) -> VerifyingKey;
     /// Signs `message` (canonical bytes) and returns the 64-byte signature.
     fn sign(&self, message: &[u8]) -> Result<Signature, Self::Error>;
 }
@@ -133,11 +135,6 @@ impl KeySigner {
         let id = KeyId::of(&key.verifying_key());
         KeySigner { key, id }
     }
-
-    /// The public half.
-    pub fn verifying_key(&self) -> VerifyingKey {
-        self.key.verifying_key()
-    }
 }
 
 impl fmt::Debug for KeySigner {
@@ -152,6 +149,10 @@ impl Signer for KeySigner {
 
     fn key_id(&self) -> &KeyId {
         &self.id
+    }
+
+    fn verifying_key(&self) -> VerifyingKey {
+        self.key.verifying_key()
     }
 
     fn sign(&self, message: &[u8]) -> Result<Signature, Self::Error> {

@@ -15,10 +15,10 @@ use crate::resolve::{ReleaseMeta, ResolveError, resolve, sha256_hex};
 use crate::sig::{SignError, sign_bytes};
 use crate::spec::FleetSpec;
 use crate::time::Time;
-use crate::trust::TrustRoots;
+use crate::trust::{KeySet, TrustRoots};
 use crate::verify::{
-    ManifestAnchors, VerifiedFleet, VerifiedManifest, VerifiedTimestamp, VerifyContext, VerifyError, verify_fleet_resolved,
-    verify_manifest, verify_timestamp,
+    ManifestAnchors, VerifiedFleet, VerifiedManifest, VerifiedTimestamp, VerifyContext, VerifyError, check_canonical, check_detached,
+    verify_fleet_resolved, verify_manifest, verify_timestamp,
 };
 
 /// Path of the resolved fleet inside a release.
@@ -77,6 +77,13 @@ pub enum ReleaseError {
     /// No signer was given.
     #[error("no signing key given")]
     NoSigner,
+    /// The timestamp to re-sign is not signed by any of the keys re-signing it.
+    #[error("refusing to re-sign: the existing timestamp does not verify under the given key(s): {source}")]
+    NotOurs {
+        /// Why it did not verify.
+        #[source]
+        source: VerifyError,
+    },
 }
 
 /// A release's files by relative path.
@@ -172,6 +179,12 @@ fn carry_revertable(prev: Option<&TimestampChannel>, new_id: &RolloutId) -> Vec<
 
 /// Re-signs only the timestamp of a release: same channels, `version` (default previous + 1),
 /// new `signed_at`.
+///
+/// CI re-signs whatever it is handed, so it first checks that what it is handed is its own:
+/// the existing timestamp must carry a valid signature by one of `signers`' keys (freshness
+/// aside, since a stale timestamp is why one re-signs), and the fleet.resolved and current
+/// manifests it lists must be present with the sha256 it lists. Otherwise someone able to
+/// write to the directory could have CI re-sign a timestamp pointing at other artifacts.
 pub fn resign_timestamp<S: Signer>(
     files: &mut ReleaseFiles,
     version: Option<u64>,
@@ -182,8 +195,20 @@ pub fn resign_timestamp<S: Signer>(
         return Err(ReleaseError::NoSigner);
     }
     let bytes = files.get(TIMESTAMP).ok_or_else(|| ReleaseError::Missing { path: TIMESTAMP.to_owned() })?;
+    let sig = files.get(&sig_path(TIMESTAMP)).ok_or_else(|| ReleaseError::Missing { path: sig_path(TIMESTAMP) })?;
+    let ours = KeySet::any_of(signers.iter().map(Signer::verifying_key));
+    check_canonical(TIMESTAMP, bytes).map_err(|source| ReleaseError::NotOurs { source })?;
+    check_detached(TIMESTAMP, bytes, sig, &ours, signed_at).map_err(|source| ReleaseError::NotOurs { source })?;
     let mut doc: TimestampDoc =
         serde_json::from_slice(bytes).map_err(|e| ReleaseError::Malformed { path: TIMESTAMP.to_owned(), message: e.to_string() })?;
+    let listed = std::iter::once((FLEET_RESOLVED.to_owned(), doc.fleet_resolved_sha256.clone()))
+        .chain(doc.channels.values().map(|c| (manifest_path(&c.rollout_id), c.manifest_sha256.clone())));
+    for (path, sha) in listed {
+        let actual = files.get(&path).map(sha256_hex).ok_or_else(|| ReleaseError::Missing { path: path.clone() })?;
+        if actual != sha {
+            return Err(ReleaseError::Malformed { path, message: format!("sha256 {actual} is not the {sha} the timestamp lists") });
+        }
+    }
     let next = match version {
         Some(v) => v,
         None => doc.version.checked_add(1).ok_or(ReleaseError::VersionNotIncreasing { requested: u64::MAX, previous: doc.version })?,
@@ -204,14 +229,17 @@ pub struct VerifiedRelease {
     pub fleet: VerifiedFleet,
     /// The timestamp.
     pub timestamp: VerifiedTimestamp,
-    /// The manifests by channel.
+    /// The current manifests by channel.
     pub manifests: BTreeMap<String, VerifiedManifest>,
+    /// Revertable manifests that travelled with the release, by rollout id.
+    pub revertable: BTreeMap<RolloutId, VerifiedManifest>,
 }
 
 /// Verifies a whole release: timestamp first (freshness, version), then fleet.resolved (its
 /// sha256 must be the timestamp's), then every manifest the timestamp lists (present,
-/// anchored to this fleet.resolved). A manifest file the timestamp does not list is refused
-/// rather than ignored, so nothing unlisted travels inside a release.
+/// anchored to this fleet.resolved), then any revertable manifest carried along. A manifest
+/// file the timestamp does not list is refused rather than ignored, so nothing unlisted
+/// travels inside a release.
 pub fn verify_release(files: &ReleaseFiles, trust: &TrustRoots, ctx: &VerifyContext) -> Result<VerifiedRelease, VerifyError> {
     let timestamp = verify_timestamp(files.require(TIMESTAMP)?, files.require(&sig_path(TIMESTAMP))?, trust, ctx)?;
     let fleet = verify_fleet_resolved(files.require(FLEET_RESOLVED)?, files.require(&sig_path(FLEET_RESOLVED))?, trust, ctx)?;
@@ -230,15 +258,23 @@ pub fn verify_release(files: &ReleaseFiles, trust: &TrustRoots, ctx: &VerifyCont
         let anchors = ManifestAnchors { advertised_id: Some(&entry.rollout_id), timestamp: &timestamp, fleet: Some(&fleet) };
         manifests.insert(channel.clone(), verify_manifest(bytes, sig, trust, ctx, anchors)?);
     }
-    for path in files.files.keys() {
+    // Any other manifest file must be one the timestamp lists as revertable (a release
+    // directory may carry them so a rollback target travels with it); it is verified on the
+    // revertable path. Anything else is refused rather than ignored.
+    let mut revertable = BTreeMap::new();
+    for (path, bytes) in &files.files {
         let Some(name) = path.strip_prefix(&format!("{ROLLOUTS_DIR}/")).and_then(|p| p.strip_suffix(".json")) else { continue };
-        let listed = manifests.values().any(|m| m.manifest.rollout_id.as_str() == name);
-        if !listed {
-            let rollout_id =
-                RolloutId::parse(name).map_err(|e| VerifyError::Malformed { artifact: path.clone(), message: e.to_string() })?;
-            let sha = files.get(path).map(sha256_hex).unwrap_or_default();
+        if manifests.values().any(|m| m.manifest.rollout_id.as_str() == name) {
+            continue;
+        }
+        let rollout_id = RolloutId::parse(name).map_err(|e| VerifyError::Malformed { artifact: path.clone(), message: e.to_string() })?;
+        let sha = sha256_hex(bytes);
+        if !timestamp.doc.lists(&rollout_id, &sha) {
             return Err(VerifyError::ManifestNotInTimestamp { rollout_id, manifest_sha256: sha });
         }
+        let sig = files.require(&sig_path(path))?;
+        let anchors = ManifestAnchors { advertised_id: Some(&rollout_id), timestamp: &timestamp, fleet: None };
+        revertable.insert(rollout_id.clone(), verify_manifest(bytes, sig, trust, ctx, anchors)?);
     }
-    Ok(VerifiedRelease { fleet, timestamp, manifests })
+    Ok(VerifiedRelease { fleet, timestamp, manifests, revertable })
 }

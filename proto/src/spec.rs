@@ -16,7 +16,7 @@ use crate::selector::{Selectable, Selector};
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
     /// Not JSON of the spec's shape (unknown field, wrong type, bad duration…).
-    #[error("fleet spec {path}: {source}")]
+    #[error("fleet spec is malformed at {path}: {source}")]
     Malformed {
         /// Where, as a JSON path (`.` for the document itself).
         path: String,

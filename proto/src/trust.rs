@@ -175,8 +175,13 @@ impl KeySet {
 
     /// A one-key set with threshold 1 and no window (the director key pinned at enrollment).
     pub fn single(key: VerifyingKey) -> Self {
-        let mut keys = BTreeMap::new();
-        keys.insert(KeyId::of(&key), TrustedKey { key, not_before: None, not_after: None });
+        Self::any_of([key])
+    }
+
+    /// Keys of which any one suffices, without windows (e.g. "signed by one of the keys I
+    /// am about to sign with").
+    pub fn any_of(keys: impl IntoIterator<Item = VerifyingKey>) -> Self {
+        let keys = keys.into_iter().map(|key| (KeyId::of(&key), TrustedKey { key, not_before: None, not_after: None })).collect();
         KeySet { threshold: 1, keys, reject_before: None }
     }
 
