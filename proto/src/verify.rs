@@ -427,6 +427,27 @@ impl VerifyContext {
     }
 }
 
+/// The rules every CI-signed artifact shares, in their fixed order: canonical bytes, the
+/// CI threshold, the typed shape, the schema version, rejectBefore and no future date.
+/// `dated` gives the artifact's schema version and signing time.
+fn open_ci_artifact<T: DeserializeOwned>(
+    artifact: &str,
+    bytes: &[u8],
+    sig: &[u8],
+    trust: &TrustRoots,
+    ctx: &VerifyContext,
+    dated: impl Fn(&T) -> (u64, Time),
+) -> Result<T, VerifyError> {
+    let value = check_canonical(artifact, bytes)?;
+    check_detached(artifact, bytes, sig, &trust.ci, ctx.now)?;
+    let parsed: T = parse_signed(artifact, value)?;
+    let (schema_version, signed_at) = dated(&parsed);
+    check_schema(artifact, schema_version)?;
+    check_reject_before(artifact, signed_at, &trust.ci)?;
+    check_not_future(artifact, signed_at, ctx.now, ctx.max_future_skew_secs)?;
+    Ok(parsed)
+}
+
 /// A verified `fleet.resolved.json`.
 #[derive(Debug, Clone)]
 pub struct VerifiedFleet {
@@ -439,12 +460,7 @@ pub struct VerifiedFleet {
 /// Verifies `fleet.resolved.json`: canonical, signed, schema, rejectBefore, not future-dated.
 pub fn verify_fleet_resolved(bytes: &[u8], sig: &[u8], trust: &TrustRoots, ctx: &VerifyContext) -> Result<VerifiedFleet, VerifyError> {
     const A: &str = "fleet.resolved.json";
-    let value = check_canonical(A, bytes)?;
-    check_detached(A, bytes, sig, &trust.ci, ctx.now)?;
-    let fleet: FleetResolved = parse_signed(A, value)?;
-    check_schema(A, fleet.meta.schema_version)?;
-    check_reject_before(A, fleet.meta.created_at, &trust.ci)?;
-    check_not_future(A, fleet.meta.created_at, ctx.now, ctx.max_future_skew_secs)?;
+    let fleet: FleetResolved = open_ci_artifact(A, bytes, sig, trust, ctx, |f: &FleetResolved| (f.meta.schema_version, f.meta.created_at))?;
     Ok(VerifiedFleet { fleet, sha256: sha256_hex(bytes) })
 }
 
@@ -461,10 +477,7 @@ pub struct VerifiedTimestamp {
 /// fresh for every channel it lists, and not a version rollback.
 pub fn verify_timestamp(bytes: &[u8], sig: &[u8], trust: &TrustRoots, ctx: &VerifyContext) -> Result<VerifiedTimestamp, VerifyError> {
     const A: &str = "timestamp.json";
-    let value = check_canonical(A, bytes)?;
-    check_detached(A, bytes, sig, &trust.ci, ctx.now)?;
-    let doc: TimestampDoc = parse_signed(A, value)?;
-    check_schema(A, doc.schema_version)?;
+    let doc: TimestampDoc = open_ci_artifact(A, bytes, sig, trust, ctx, |d: &TimestampDoc| (d.schema_version, d.signed_at))?;
     // A channel's entry (current and revertable) names rollouts of that channel only, so a
     // verified release can never file one channel's manifest under another.
     for (name, c) in &doc.channels {
@@ -472,8 +485,6 @@ pub fn verify_timestamp(bytes: &[u8], sig: &[u8], trust: &TrustRoots, ctx: &Veri
             return Err(malformed(A, format!("channel {name:?} lists rollout {id}, which belongs to another channel")));
         }
     }
-    check_reject_before(A, doc.signed_at, &trust.ci)?;
-    check_not_future(A, doc.signed_at, ctx.now, ctx.max_future_skew_secs)?;
     // Every channel's window must hold; CI re-signs within the tightest one.
     if let Some((channel, window)) = doc.tightest_window() {
         if ctx.now.secs_since(doc.signed_at) > i64::try_from(window).unwrap_or(i64::MAX) {
@@ -533,12 +544,8 @@ pub fn verify_manifest(
         Some(id) => format!("rollouts/{id}.json"),
         None => "rollout manifest".to_owned(),
     };
-    let value = check_canonical(&artifact, bytes)?;
-    check_detached(&artifact, bytes, sig, &trust.ci, ctx.now)?;
-    let manifest: RolloutManifest = parse_signed(&artifact, value)?;
-    check_schema(&artifact, manifest.schema_version)?;
-    check_reject_before(&artifact, manifest.created_at, &trust.ci)?;
-    check_not_future(&artifact, manifest.created_at, ctx.now, ctx.max_future_skew_secs)?;
+    let manifest: RolloutManifest =
+        open_ci_artifact(&artifact, bytes, sig, trust, ctx, |m: &RolloutManifest| (m.schema_version, m.created_at))?;
     let computed = RolloutId::new(&manifest.channel, &manifest.channel_ref).map_err(|e| malformed(&artifact, e))?;
     for advertised in [Some(&manifest.rollout_id), anchors.advertised_id].into_iter().flatten() {
         if *advertised != computed {

@@ -1,5 +1,6 @@
 //! Shared fixtures for drover-proto's integration tests: fixed-seed keys, trust roots, a
-//! small fleet spec built from JSON, and releases built with `build_release`.
+//! small fleet spec built from JSON, releases built with `build_release`, and the helpers the
+//! verification tests share (the `refused!` assertion, timestamp and manifest look-ups).
 //!
 //! Everything here is deterministic (keys from fixed seeds, times given explicitly), so a
 //! test that builds the same release twice gets the same bytes.
@@ -8,11 +9,15 @@
 
 use drover_proto::artifacts::TimestampDoc;
 use drover_proto::keys::{KeySigner, Signer as _, verifying_key_to_pem};
-use drover_proto::release::{ReleaseFiles, ReleaseParams, build_release};
+use drover_proto::names::RolloutId;
+use drover_proto::release::{ReleaseFiles, ReleaseParams, TIMESTAMP, build_release, manifest_path, sig_path};
 use drover_proto::resolve::ReleaseMeta;
 use drover_proto::spec::FleetSpec;
 use drover_proto::time::Time;
 use drover_proto::trust::{KeySetDoc, TrustDoc, TrustKeyDoc, TrustRoots};
+use drover_proto::verify::{
+    ManifestAnchors, VerifiedManifest, VerifiedTimestamp, VerifyContext, VerifyError, verify_manifest, verify_timestamp,
+};
 use ed25519_dalek::SigningKey;
 use serde_json::{Value, json};
 
@@ -113,4 +118,62 @@ pub fn release(spec: &FleetSpec, params: &ReleaseParams, signers: &[KeySigner]) 
 /// The small spec released at [`T0`] as commit `c0ffee1`, version 1, signed by `signers`.
 pub fn small_release(signers: &[KeySigner]) -> ReleaseFiles {
     release(&small_spec(), &params("c0ffee1", at(T0), 1, None), signers)
+}
+
+/// Asserts that `$result` is an `Err` matching `$pat` and yields the error; on any other
+/// outcome the panic message names what came back. (Needs `#[macro_use] mod common;`.)
+macro_rules! refused {
+    ($result:expr, $pat:pat) => {
+        match $result {
+            Ok(_) => panic!("expected refusal {}, but it was accepted", stringify!($pat)),
+            Err(e) => {
+                assert!(matches!(e, $pat), "expected {}, got {e:?} ({e})", stringify!($pat));
+                e
+            }
+        }
+    };
+}
+
+/// The parsed `timestamp.json` of a release.
+pub fn timestamp_doc(files: &ReleaseFiles) -> TimestampDoc {
+    serde_json::from_slice(files.get(TIMESTAMP).expect("timestamp")).expect("timestamp parses")
+}
+
+/// The current rollout id of `channel` in a release's timestamp.
+pub fn current_id(files: &ReleaseFiles, channel: &str) -> RolloutId {
+    timestamp_doc(files).channels.get(channel).unwrap_or_else(|| panic!("no channel {channel}")).rollout_id.clone()
+}
+
+/// A release's `timestamp.json` verified at `now` (panics if it is refused).
+pub fn verified_timestamp(files: &ReleaseFiles, trust: &TrustRoots, now: Time) -> VerifiedTimestamp {
+    verify_timestamp(files.get(TIMESTAMP).expect("ts"), files.get(&sig_path(TIMESTAMP)).expect("ts sig"), trust, &VerifyContext::at(now))
+        .unwrap_or_else(|e| panic!("timestamp should verify: {e}"))
+}
+
+/// Verifies the manifest of `id` inside `files` against `ts` alone (no fleet.resolved).
+pub fn verify_manifest_in(
+    files: &ReleaseFiles,
+    id: &RolloutId,
+    ts: &VerifiedTimestamp,
+    trust: &TrustRoots,
+    now: Time,
+) -> Result<VerifiedManifest, VerifyError> {
+    let path = manifest_path(id);
+    let anchors = ManifestAnchors { advertised_id: Some(id), timestamp: ts, fleet: None };
+    verify_manifest(files.get(&path).expect("manifest"), files.get(&sig_path(&path)).expect("sig"), trust, &VerifyContext::at(now), anchors)
+}
+
+/// The small spec with the `stable` channel pinned to `channel_ref`.
+pub fn spec_with_ref(channel_ref: &str) -> FleetSpec {
+    let mut json = small_spec_json();
+    json["channels"]["stable"]["ref"] = json!(channel_ref);
+    spec_from(&json)
+}
+
+/// The small spec plus a second channel `fast` (freshness 1h, signing 30m) with host `gpu-03`.
+pub fn two_channel_spec() -> FleetSpec {
+    let mut json = small_spec_json();
+    json["channels"]["fast"] = json!({ "rolloutPolicy": "canary-first", "freshnessWindowSecs": "1h", "signingIntervalSecs": "30m" });
+    json["hosts"]["gpu-03"] = json!({ "system": "x86_64-linux", "channel": "fast", "closure": "/nix/store/cccc-nixos-system-gpu-03" });
+    spec_from(&json)
 }

@@ -1,9 +1,10 @@
-//! Attacks on release and per-host message verification. Each test is named after the rule
-//! it exercises and asserts the specific `VerifyError` variant that rule refuses with: byte
-//! tampering, stale or future timestamps, rollback, key rotation, thresholds, mix-and-match
-//! of artifacts from different releases, forged rollout ids, non-canonical bytes, and
-//! director-signed intents and tasks.
+//! Attacks on release verification. Each test is named after the rule it exercises and
+//! asserts the specific `VerifyError` variant that rule refuses with: byte tampering and
+//! missing files, stale or future timestamps, the kill switch, version rollback, key rotation
+//! windows, unknown keys, thresholds, mix-and-match of artifacts from different releases,
+//! forged rollout ids, hand-built manifests that break a rule, and non-canonical bytes.
 
+#[macro_use]
 mod common;
 
 use std::collections::BTreeMap;
@@ -11,37 +12,17 @@ use std::collections::BTreeMap;
 use common::*;
 use drover_proto::artifacts::{RevertableRollout, RolloutManifest, TimestampDoc};
 use drover_proto::canonical;
-use drover_proto::intent::Intent;
 use drover_proto::keys::{KeySigner, Signer as _};
 use drover_proto::names::RolloutId;
-use drover_proto::release::{
-    FLEET_RESOLVED, MAX_REVERTABLE, ReleaseError, ReleaseFiles, TIMESTAMP, build_release, manifest_path, resign_timestamp, sig_path,
-    verify_release,
-};
+use drover_proto::release::{FLEET_RESOLVED, ReleaseFiles, TIMESTAMP, manifest_path, resign_timestamp, sig_path, verify_release};
 use drover_proto::resolve::sha256_hex;
-use drover_proto::sig::{Envelope, SignatureFile, sign_bytes};
-use drover_proto::task::{StorageScope, Task, TaskKind};
+use drover_proto::sig::{SignatureFile, sign_bytes};
 use drover_proto::time::Time;
-use drover_proto::trust::{KeySet, TrustError, TrustRoots};
+use drover_proto::trust::{TrustError, TrustRoots};
 use drover_proto::verify::{
-    DEFAULT_MAX_FUTURE_SKEW_SECS, ManifestAnchors, VerifiedManifest, VerifiedTimestamp, VerifyContext, VerifyError, VersionFloor,
-    verify_fleet_resolved, verify_intent, verify_manifest, verify_task, verify_timestamp,
+    DEFAULT_MAX_FUTURE_SKEW_SECS, ManifestAnchors, VerifyContext, VerifyError, VersionFloor, verify_fleet_resolved, verify_manifest,
 };
 use serde_json::{Value, json};
-
-/// Asserts that `$result` is an `Err` matching `$pat` and yields the error; on any other
-/// outcome the panic message names what came back.
-macro_rules! refused {
-    ($result:expr, $pat:pat) => {
-        match $result {
-            Ok(_) => panic!("expected refusal {}, but it was accepted", stringify!($pat)),
-            Err(e) => {
-                assert!(matches!(e, $pat), "expected {}, got {e:?} ({e})", stringify!($pat));
-                e
-            }
-        }
-    };
-}
 
 // ---------------------------------------------------------------------------------------
 // Helpers local to these attacks.
@@ -65,35 +46,8 @@ fn copy_signed(from: &ReleaseFiles, to: &mut ReleaseFiles, path: &str) {
     }
 }
 
-fn timestamp_doc(files: &ReleaseFiles) -> TimestampDoc {
-    serde_json::from_slice(files.get(TIMESTAMP).expect("timestamp")).expect("timestamp parses")
-}
-
-/// The current rollout id of `channel` in a release's timestamp.
-fn current_id(files: &ReleaseFiles, channel: &str) -> RolloutId {
-    timestamp_doc(files).channels.get(channel).unwrap_or_else(|| panic!("no channel {channel}")).rollout_id.clone()
-}
-
 fn manifest_of(files: &ReleaseFiles, id: &RolloutId) -> RolloutManifest {
     serde_json::from_slice(files.get(&manifest_path(id)).expect("manifest")).expect("manifest parses")
-}
-
-fn verified_timestamp(files: &ReleaseFiles, trust: &TrustRoots, now: Time) -> VerifiedTimestamp {
-    verify_timestamp(files.get(TIMESTAMP).expect("ts"), files.get(&sig_path(TIMESTAMP)).expect("ts sig"), trust, &VerifyContext::at(now))
-        .unwrap_or_else(|e| panic!("timestamp should verify: {e}"))
-}
-
-/// Verifies the manifest of `id` inside `files` against `ts` alone (no fleet.resolved).
-fn verify_manifest_in(
-    files: &ReleaseFiles,
-    id: &RolloutId,
-    ts: &VerifiedTimestamp,
-    trust: &TrustRoots,
-    now: Time,
-) -> Result<VerifiedManifest, VerifyError> {
-    let path = manifest_path(id);
-    let anchors = ManifestAnchors { advertised_id: Some(id), timestamp: ts, fleet: None };
-    verify_manifest(files.get(&path).expect("manifest"), files.get(&sig_path(&path)).expect("sig"), trust, &VerifyContext::at(now), anchors)
 }
 
 /// Rewrites every `.sig` file of a release through `f`.
@@ -105,21 +59,6 @@ fn rewrite_sigs(files: &mut ReleaseFiles, f: impl Fn(&mut SignatureFile)) {
             *bytes = canonical::to_vec_of(&file).expect("canonical");
         }
     }
-}
-
-/// The small spec with the `stable` channel pinned to `channel_ref`.
-fn spec_with_ref(channel_ref: &str) -> drover_proto::spec::FleetSpec {
-    let mut json = small_spec_json();
-    json["channels"]["stable"]["ref"] = json!(channel_ref);
-    spec_from(&json)
-}
-
-/// The small spec plus a second channel `fast` (freshness 1h, signing 30m) with host `gpu-03`.
-fn two_channel_spec() -> drover_proto::spec::FleetSpec {
-    let mut json = small_spec_json();
-    json["channels"]["fast"] = json!({ "rolloutPolicy": "canary-first", "freshnessWindowSecs": "1h", "signingIntervalSecs": "30m" });
-    json["hosts"]["gpu-03"] = json!({ "system": "x86_64-linux", "channel": "fast", "closure": "/nix/store/cccc-nixos-system-gpu-03" });
-    spec_from(&json)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -736,290 +675,4 @@ fn non_canonical_bytes_with_a_valid_signature_are_refused() {
         let err = refused!(verify_manifest(&bytes, &sig, &trust, &ctx, anchors), VerifyError::NotCanonical { .. });
         assert_eq!(err.rule(), "NotCanonical");
     }
-}
-
-// ---------------------------------------------------------------------------------------
-// Director-signed intents and tasks.
-// ---------------------------------------------------------------------------------------
-
-const HOST_ID: &str = "5b0f2c7e-4d4e-4f51-9a36-0d6c1f4f3a10";
-const OTHER_HOST_ID: &str = "c1a9d3b2-8f1e-4b7a-a2c4-6e5d7f8a9b01";
-
-fn director() -> KeySigner {
-    signer(50)
-}
-
-/// The verified manifest of the small release, and an intent for gpu-02 (wave 1) matching it.
-fn intent_fixture() -> (VerifiedManifest, Intent) {
-    let files = small_release(&[signer(1)]);
-    let verified = verify_release(&files, &trust_of(&[&signer(1)]), &VerifyContext::at(t0_plus(60))).expect("release");
-    let manifest = verified.manifests["stable"].clone();
-    let entry = manifest.manifest.host("gpu-02").expect("gpu-02").clone();
-    assert_eq!(entry.wave_index, 1);
-    let intent = Intent {
-        intent_id: "0d9a4c4e-2f7b-4e0c-8d53-8e3f0b6a7c21".to_owned(),
-        host_id: HOST_ID.to_owned(),
-        hostname: "gpu-02".to_owned(),
-        rollout_id: manifest.manifest.rollout_id.clone(),
-        manifest_sha256: manifest.sha256.clone(),
-        wave_index: entry.wave_index,
-        target_closure: entry.target_closure,
-        issued_at: t0_plus(120),
-        expires_at: t0_plus(120 + 900),
-        confirm_window_secs: 300,
-    };
-    (manifest, intent)
-}
-
-fn seal<T: serde::Serialize>(message: &T, by: &KeySigner) -> Envelope {
-    Envelope::seal(message, std::slice::from_ref(by)).expect("seal")
-}
-
-#[test]
-fn intents_are_checked_against_the_director_key_and_the_manifest() {
-    let (manifest, intent) = intent_fixture();
-    let keys = KeySet::single(director().verifying_key());
-    let ctx = VerifyContext::at(t0_plus(180));
-    let check = |i: &Intent| verify_intent(&seal(i, &director()), &keys, HOST_ID, &manifest, &ctx);
-
-    assert_eq!(check(&intent).unwrap_or_else(|e| panic!("valid intent refused: {e}")), intent);
-
-    let other_wave = Intent { wave_index: 0, ..intent.clone() };
-    let err = refused!(check(&other_wave), VerifyError::WaveMismatch { .. });
-    assert!(matches!(err, VerifyError::WaveMismatch { intent_wave: 0, manifest_wave: 1, .. }), "{err:?}");
-
-    let other_target = Intent { target_closure: "/nix/store/eeee-nixos-system-evil".to_owned(), ..intent.clone() };
-    refused!(check(&other_target), VerifyError::TargetMismatch { .. });
-    // gpu-01's (validly signed) target is still not gpu-02's.
-    let neighbours_target =
-        Intent { target_closure: manifest.manifest.host("gpu-01").expect("gpu-01").target_closure.clone(), ..intent.clone() };
-    refused!(check(&neighbours_target), VerifyError::TargetMismatch { .. });
-
-    let stranger = Intent { hostname: "gpu-99".to_owned(), ..intent.clone() };
-    let err = refused!(check(&stranger), VerifyError::HostNotInManifest { .. });
-    assert!(matches!(&err, VerifyError::HostNotInManifest { hostname, .. } if hostname == "gpu-99"), "{err:?}");
-
-    let err = refused!(verify_intent(&seal(&intent, &director()), &keys, OTHER_HOST_ID, &manifest, &ctx), VerifyError::WrongHost { .. });
-    assert!(matches!(&err, VerifyError::WrongHost { addressed, actual, .. } if addressed == HOST_ID && actual == OTHER_HOST_ID), "{err:?}");
-
-    let expires = intent.expires_at;
-    verify_intent(&seal(&intent, &director()), &keys, HOST_ID, &manifest, &VerifyContext::at(expires))
-        .unwrap_or_else(|e| panic!("at expiry: {e}"));
-    refused!(
-        verify_intent(&seal(&intent, &director()), &keys, HOST_ID, &manifest, &VerifyContext::at(expires.plus_secs(1))),
-        VerifyError::Expired { .. }
-    );
-
-    let issued_later = Intent { issued_at: t0_plus(180 + 3600), expires_at: t0_plus(180 + 7200), ..intent.clone() };
-    refused!(check(&issued_later), VerifyError::FutureDated { .. });
-
-    let other_manifest = Intent { manifest_sha256: sha256_hex(b"another manifest"), ..intent.clone() };
-    refused!(check(&other_manifest), VerifyError::ManifestHashMismatch { .. });
-
-    let other_rollout = Intent { rollout_id: RolloutId::new("stable", "elsewhere").expect("id"), ..intent.clone() };
-    refused!(check(&other_rollout), VerifyError::RolloutIdMismatch { .. });
-}
-
-#[test]
-fn intent_signed_by_a_non_director_key_is_refused() {
-    let (manifest, intent) = intent_fixture();
-    let keys = KeySet::single(director().verifying_key());
-    let ctx = VerifyContext::at(t0_plus(180));
-    // Neither a random key nor the CI release key may sign intents.
-    for by in [signer(51), signer(1)] {
-        let err = refused!(verify_intent(&seal(&intent, &by), &keys, HOST_ID, &manifest, &ctx), VerifyError::UnknownKey { .. });
-        assert!(matches!(&err, VerifyError::UnknownKey { key_id, .. } if key_id == by.key_id()), "{err:?}");
-    }
-    // An envelope with no signature at all.
-    let mut bare = seal(&intent, &director());
-    bare.signatures.clear();
-    refused!(verify_intent(&bare, &keys, HOST_ID, &manifest, &ctx), VerifyError::BelowThreshold { .. });
-}
-
-#[test]
-fn intent_tampered_after_sealing_is_refused() {
-    let (manifest, intent) = intent_fixture();
-    let keys = KeySet::single(director().verifying_key());
-    let ctx = VerifyContext::at(t0_plus(180));
-    let tampers: [(&str, Value); 4] = [
-        ("targetClosure", json!("/nix/store/eeee-nixos-system-evil")),
-        ("expiresAt", json!("2027-11-21T10:00:00Z")),
-        ("hostId", json!(OTHER_HOST_ID)),
-        ("extraField", json!(true)),
-    ];
-    for (field, value) in tampers {
-        let mut env = seal(&intent, &director());
-        env.signed[field] = value;
-        let err = refused!(verify_intent(&env, &keys, HOST_ID, &manifest, &ctx), VerifyError::BadSignature { .. });
-        assert!(matches!(&err, VerifyError::BadSignature { key_id, .. } if key_id == director().key_id()), "{field}: {err:?}");
-    }
-}
-
-fn task_fixture() -> Task {
-    Task {
-        task_id: "3e6f1a0b-7c2d-4e9f-b8a1-2c3d4e5f6a7b".to_owned(),
-        host_id: HOST_ID.to_owned(),
-        job_id: None,
-        issued_at: at(T0),
-        expires_at: t0_plus(600),
-        kind: TaskKind::StorageCleanup { scope: StorageScope::Local },
-    }
-}
-
-#[test]
-fn tasks_are_checked_for_signature_host_and_window() {
-    let task = task_fixture();
-    let keys = KeySet::single(director().verifying_key());
-    let env = seal(&task, &director());
-    let ctx = VerifyContext::at(t0_plus(60));
-
-    assert_eq!(verify_task(&env, &keys, HOST_ID, &ctx).unwrap_or_else(|e| panic!("valid task refused: {e}")), task);
-    refused!(verify_task(&env, &keys, OTHER_HOST_ID, &ctx), VerifyError::WrongHost { .. });
-    verify_task(&env, &keys, HOST_ID, &VerifyContext::at(task.expires_at)).unwrap_or_else(|e| panic!("at expiry: {e}"));
-    refused!(verify_task(&env, &keys, HOST_ID, &VerifyContext::at(task.expires_at.plus_secs(1))), VerifyError::Expired { .. });
-    refused!(verify_task(&seal(&task, &signer(51)), &keys, HOST_ID, &ctx), VerifyError::UnknownKey { .. });
-
-    // Widening the scope (or re-addressing the task) after sealing breaks the signature.
-    let mut widened = env.clone();
-    widened.signed["kind"]["scope"] = json!("all");
-    refused!(verify_task(&widened, &keys, HOST_ID, &ctx), VerifyError::BadSignature { .. });
-    let mut readdressed = env;
-    readdressed.signed["hostId"] = json!(OTHER_HOST_ID);
-    refused!(verify_task(&readdressed, &keys, OTHER_HOST_ID, &ctx), VerifyError::BadSignature { .. });
-}
-
-// ---------------------------------------------------------------------------------------
-// Re-signing, revertable rollouts, determinism.
-// ---------------------------------------------------------------------------------------
-
-#[test]
-fn resign_timestamp_increments_version_and_keeps_channels() {
-    let mut files = small_release(&[signer(1)]);
-    let before = timestamp_doc(&files);
-    let trust = trust_of(&[&signer(1)]);
-    let later = t0_plus(2 * 86_400);
-    refused!(verify_release(&files, &trust, &VerifyContext::at(later)), VerifyError::Stale { .. });
-
-    let doc = resign_timestamp(&mut files, None, later, &[signer(1)]).unwrap_or_else(|e| panic!("resign: {e}"));
-    assert_eq!(doc.version, before.version + 1);
-    assert_eq!(doc.signed_at, later);
-    assert_eq!(doc.channels, before.channels);
-    assert_eq!(doc.fleet_resolved_sha256, before.fleet_resolved_sha256);
-    assert_eq!(timestamp_doc(&files), doc);
-    let ctx = VerifyContext::at(later.plus_secs(60)).with_floor(VersionFloor::Above(before.version));
-    let verified = verify_release(&files, &trust, &ctx).unwrap_or_else(|e| panic!("re-signed release refused: {e}"));
-    assert_eq!(verified.timestamp.doc.version, 2);
-
-    let err = resign_timestamp(&mut files, Some(2), later.plus_secs(60), &[signer(1)]).expect_err("same version");
-    assert!(matches!(err, ReleaseError::VersionNotIncreasing { requested: 2, previous: 2 }), "{err:?}");
-    let doc = resign_timestamp(&mut files, Some(10), later.plus_secs(60), &[signer(1)]).unwrap_or_else(|e| panic!("resign: {e}"));
-    assert_eq!(doc.version, 10);
-}
-
-#[test]
-fn resigning_a_timestamp_another_key_signed_is_refused() {
-    // CI re-signs only its own timestamp: one signed by another key is not re-signed.
-    let mut files = small_release(&[signer(2)]);
-    let err = resign_timestamp(&mut files, None, t0_plus(3600), &[signer(1)]).expect_err("not ours");
-    assert!(matches!(err, ReleaseError::NotOurs { source: VerifyError::UnknownKey { .. } }), "{err:?}");
-}
-
-#[test]
-fn resigning_a_timestamp_whose_artifacts_were_swapped_is_refused() {
-    // Someone with write access to the directory swaps fleet.resolved for another validly
-    // signed one; CI must not bless the mismatch with a fresh signature.
-    let mut files = small_release(&[signer(1)]);
-    let other = release(&spec_with_ref("other"), &params("c2", t0_plus(60), 2, None), &[signer(1)]);
-    for p in [FLEET_RESOLVED.to_owned(), sig_path(FLEET_RESOLVED)] {
-        files.files.insert(p.clone(), other.get(&p).expect("fleet").to_vec());
-    }
-    let err = resign_timestamp(&mut files, None, t0_plus(3600), &[signer(1)]).expect_err("swapped");
-    assert!(matches!(&err, ReleaseError::Malformed { path, .. } if path == FLEET_RESOLVED), "{err:?}");
-}
-
-#[test]
-fn previous_release_carries_revertable_rollouts_newest_first_bounded() {
-    let trust = trust_of(&[&signer(1)]);
-    let mut releases: Vec<ReleaseFiles> = Vec::new();
-    let mut previous: Option<TimestampDoc> = None;
-    for i in 1..=8u64 {
-        let files =
-            release(&spec_with_ref(&format!("r{i}")), &params(&format!("c{i}"), t0_plus(i * 3600), i, previous.take()), &[signer(1)]);
-        let doc = timestamp_doc(&files);
-        let revertable: Vec<String> = doc.channels["stable"].revertable.iter().map(|r| r.rollout_id.to_string()).collect();
-        let expected: Vec<String> = (1..i).rev().take(MAX_REVERTABLE).map(|j| format!("stable@r{j}")).collect();
-        assert_eq!(revertable, expected, "release {i}");
-        // Each revertable entry pins the sha256 of the manifest that release actually shipped.
-        for r in &doc.channels["stable"].revertable {
-            let j: usize = r.rollout_id.channel_ref()[1..].parse().expect("rN");
-            assert_eq!(r.manifest_sha256, sha256_hex(releases[j - 1].get(&manifest_path(&r.rollout_id)).expect("shipped")));
-        }
-        previous = Some(doc);
-        releases.push(files);
-    }
-    let last = releases.last().expect("releases");
-    let now = t0_plus(8 * 3600 + 60);
-    let ts = verified_timestamp(last, &trust, now);
-
-    // A revertable (older) manifest verifies against the new timestamp on the revertable path.
-    let r7 = current_id(&releases[6], "stable");
-    let m = verify_manifest_in(&releases[6], &r7, &ts, &trust, now).unwrap_or_else(|e| panic!("revertable r7 refused: {e}"));
-    assert_eq!(m.manifest.rollout_id, r7);
-    let r3 = current_id(&releases[2], "stable");
-    verify_manifest_in(&releases[2], &r3, &ts, &trust, now).unwrap_or_else(|e| panic!("revertable r3 refused: {e}"));
-    // It was projected from its own fleet.resolved, not the current one.
-    let current_fleet = verify_release(last, &trust, &VerifyContext::at(now)).expect("current").fleet;
-    let path = manifest_path(&r7);
-    let anchors = ManifestAnchors { advertised_id: Some(&r7), timestamp: &ts, fleet: Some(&current_fleet) };
-    refused!(
-        verify_manifest(
-            releases[6].get(&path).expect("m"),
-            releases[6].get(&sig_path(&path)).expect("s"),
-            &trust,
-            &VerifyContext::at(now),
-            anchors
-        ),
-        VerifyError::FleetResolvedHashMismatch { .. }
-    );
-    // A revertable manifest may travel inside the current release directory; one that is
-    // not listed (fallen off the list) may not.
-    let mut carrying = last.clone();
-    for p in [path.clone(), sig_path(&path)] {
-        carrying.files.insert(p.clone(), releases[6].get(&p).expect("shipped").to_vec());
-    }
-    let verified = verify_release(&carrying, &trust, &VerifyContext::at(now)).unwrap_or_else(|e| panic!("carried revertable refused: {e}"));
-    assert_eq!(verified.revertable.keys().collect::<Vec<_>>(), [&r7]);
-    let r1_path = manifest_path(&current_id(&releases[0], "stable"));
-    for p in [r1_path.clone(), sig_path(&r1_path)] {
-        carrying.files.insert(p.clone(), releases[0].get(&p).expect("shipped").to_vec());
-    }
-    refused!(verify_release(&carrying, &trust, &VerifyContext::at(now)), VerifyError::ManifestNotInTimestamp { .. });
-    // Fallen off the bounded list: no longer revertable.
-    let r2 = current_id(&releases[1], "stable");
-    refused!(verify_manifest_in(&releases[1], &r2, &ts, &trust, now), VerifyError::ManifestNotInTimestamp { .. });
-
-    // Rolling forward to an id that is already revertable drops it from the list.
-    let again = release(&spec_with_ref("r5"), &params("c9", t0_plus(9 * 3600), 9, Some(timestamp_doc(last))), &[signer(1)]);
-    let revertable: Vec<String> = timestamp_doc(&again).channels["stable"].revertable.iter().map(|r| r.rollout_id.to_string()).collect();
-    assert_eq!(revertable, ["stable@r8", "stable@r7", "stable@r6", "stable@r4", "stable@r3"]);
-
-    // The version must exceed the previous one's.
-    for version in [8, 7] {
-        let err = build_release(&spec_with_ref("r9"), &params("c9", t0_plus(9 * 3600), version, Some(timestamp_doc(last))), &[signer(1)])
-            .expect_err("version not increasing");
-        assert!(matches!(err, ReleaseError::VersionNotIncreasing { requested, previous: 8 } if requested == version), "{err:?}");
-    }
-}
-
-#[test]
-fn build_release_is_deterministic() {
-    let spec = two_channel_spec();
-    let p = params("c0ffee1", at(T0), 1, None);
-    let a = release(&spec, &p, &[signer(1), signer(2)]);
-    let b = release(&spec, &p, &[signer(1), signer(2)]);
-    assert_eq!(a, b);
-    // And from a freshly parsed spec.
-    assert_eq!(a, release(&two_channel_spec(), &p, &[signer(1), signer(2)]));
-    // Something that changes the inputs changes the bytes.
-    assert_ne!(a, release(&spec, &params("c0ffee1", t0_plus(1), 1, None), &[signer(1), signer(2)]));
 }
