@@ -35,7 +35,8 @@ fn spec(hosts: usize) -> FleetSpec {
                 "system": "x86_64-linux",
                 "tags": tags,
                 "channel": "gpu",
-                "closure": format!("/nix/store/{:032x}-nixos-system-gpu-{i:05}-25.05", i as u128 * 0x9e3779b97f4a7c15),
+                // Hex without 'e' is valid Nix base-32.
+                "closure": format!("/nix/store/{}-nixos-system-gpu-{i:05}-25.05", format!("{:032x}", i as u128 * 0x9e3779b97f4a7c15).replace('e', "z")),
             }),
         );
     }

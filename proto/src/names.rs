@@ -30,6 +30,12 @@ pub enum NameError {
         /// The text given.
         value: String,
     },
+    /// Not a Nix store path `/nix/store/<32 nix32 chars>-<name>`.
+    #[error("{value:?} is not a Nix store path (/nix/store/<32-character hash>-<name>, name of [A-Za-z0-9+._?=-])")]
+    BadStorePath {
+        /// The text given.
+        value: String,
+    },
     /// A tag outside `[A-Za-z0-9._:=/-]{1,128}`.
     #[error("tag {value:?} must match [A-Za-z0-9._:=/-]{{1,128}}")]
     BadTag {
@@ -61,6 +67,21 @@ pub fn check_hostname(s: &str) -> Result<(), NameError> {
             && !l.ends_with('-')
     };
     if (1..=253).contains(&s.len()) && s.split('.').all(label_ok) { Ok(()) } else { Err(NameError::BadHostname { value: s.to_owned() }) }
+}
+
+/// Checks a Nix store path: `/nix/store/`, a 32-character hash in Nix's base-32 alphabet,
+/// `-`, and a name of `[A-Za-z0-9+._?=-]` not starting with `.`. Closures end up as
+/// arguments of `nix-store` and `nix-env` run as root, so nothing else is let through.
+pub fn check_store_path(s: &str) -> Result<(), NameError> {
+    const NIX32: &[u8] = b"0123456789abcdfghijklmnpqrsvwxyz";
+    let bad = || NameError::BadStorePath { value: s.to_owned() };
+    let rest = s.strip_prefix("/nix/store/").ok_or_else(bad)?;
+    let (hash, name) = rest.split_at_checked(32).ok_or_else(bad)?;
+    let name = name.strip_prefix('-').ok_or_else(bad)?;
+    let name_ok = (1..=211).contains(&name.len())
+        && !name.starts_with('.')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.' | b'_' | b'?' | b'='));
+    if hash.bytes().all(|b| NIX32.contains(&b)) && name_ok { Ok(()) } else { Err(bad()) }
 }
 
 /// Checks a host tag.
@@ -151,6 +172,23 @@ mod tests {
         }
         for bad in ["stable", "stable@", "@ref", "stable@../x", "a@b@c"] {
             assert!(RolloutId::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn store_paths_are_nix_store_paths() {
+        assert!(check_store_path("/nix/store/6cp643dzvlxxpkgbg5kzmwj47sam9zs2-nixos-system-gpu-a-01-25.05").is_ok());
+        for bad in [
+            "/nix/store/6cp643dzvlxxpkgbg5kzmwj47sam9zs2",
+            "/nix/store/6cp643dzvlxxpkgbg5kzmwj47sam9zs2-",
+            "/nix/store/6cp643dzvlxxpkgbg5kzmwj47sam9zse2-x",
+            "/nix/store/eeee643dzvlxxpkgbg5kzmwj47sam9zs-x",
+            "/nix/store/6cp643dzvlxxpkgbg5kzmwj47sam9zs2-a/../../etc",
+            "/nix/store/6cp643dzvlxxpkgbg5kzmwj47sam9zs2-x y",
+            "/nix/store/6cp643dzvlxxpkgbg5kzmwj47sam9zs2-.hidden",
+            "/usr/bin/env",
+        ] {
+            assert!(check_store_path(bad).is_err(), "{bad:?}");
         }
     }
 

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::duration::{de_opt_secs, de_secs};
-use crate::names::{check_channel, check_hostname, check_ref, check_tag};
+use crate::names::{check_channel, check_hostname, check_ref, check_store_path, check_tag};
 use crate::selector::{Selectable, Selector};
 
 /// Why a fleet spec was refused. `path` is a JSON path such as `channels.stable.freshnessWindowSecs`.
@@ -356,9 +356,7 @@ impl FleetSpec {
             if !self.channels.contains_key(&host.channel) {
                 return Err(invalid(format!("{path}.channel"), format!("unknown channel {:?}", host.channel)));
             }
-            if !host.closure.starts_with("/nix/store/") || host.closure.len() <= "/nix/store/".len() {
-                return Err(invalid(format!("{path}.closure"), format!("{:?} is not a /nix/store path", host.closure)));
-            }
+            check_store_path(&host.closure).map_err(|e| invalid(format!("{path}.closure"), e.to_string()))?;
             if host.system.is_empty() {
                 return Err(invalid(format!("{path}.system"), "empty"));
             }

@@ -13,7 +13,7 @@ use crate::artifacts::{FleetResolved, RolloutManifest, SCHEMA_VERSION, Timestamp
 use crate::canonical;
 use crate::intent::Intent;
 use crate::keys::KeyId;
-use crate::names::RolloutId;
+use crate::names::{RolloutId, check_store_path};
 use crate::resolve::sha256_hex;
 use crate::sig::{Envelope, SignatureEntry, SignatureFile};
 use crate::task::Task;
@@ -636,6 +636,9 @@ pub fn verify_intent(
             manifest_wave: entry.wave_index,
         });
     }
+    // The target becomes an argument of commands run as root: whatever signed it, it must
+    // be a plain store path.
+    check_store_path(&intent.target_closure).map_err(|e| malformed(A, e))?;
     if entry.target_closure != intent.target_closure {
         return Err(VerifyError::TargetMismatch {
             hostname: intent.hostname,

@@ -71,7 +71,7 @@ fn intent() -> Intent {
         rollout_id: RolloutId::new("gpu", COMMIT).expect("id"),
         manifest_sha256: "ab".repeat(32),
         wave_index: 0,
-        target_closure: "/nix/store/1a2b3c4d5e6f7g8h9i0jklmnpqrsvwxy-nixos-system-gpu-a-01-25.05".to_owned(),
+        target_closure: "/nix/store/1a2b3c4d556f7g8h9i0jklmnpqrsvwxy-nixos-system-gpu-a-01-25.05".to_owned(),
         issued_at: t("2026-11-21T10:00:00Z"),
         expires_at: t("2026-11-21T11:00:00Z"),
         confirm_window_secs: 120,
@@ -199,7 +199,7 @@ fn checkin_request() -> CheckinRequest {
     CheckinRequest {
         agent_version: "0.1.0".to_owned(),
         boot_id: "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9".to_owned(),
-        current_generation: Some("/nix/store/1a2b3c4d5e6f7g8h9i0jklmnpqrsvwxy-nixos-system-gpu-a-01-25.05".to_owned()),
+        current_generation: Some("/nix/store/1a2b3c4d556f7g8h9i0jklmnpqrsvwxy-nixos-system-gpu-a-01-25.05".to_owned()),
         health: Some(HealthReport {
             collected_at: t("2026-11-21T10:05:00Z"),
             uptime_secs: 86_400,
@@ -265,7 +265,7 @@ fn checkin_request() -> CheckinRequest {
         activation: Some(ActivationStatus {
             intent_id: "7d3c2a5e-3c1f-4b7e-9a4d-1f2e3d4c5b6a".to_owned(),
             rollout_id: RolloutId::new("gpu", COMMIT).expect("id"),
-            target_closure: "/nix/store/1a2b3c4d5e6f7g8h9i0jklmnpqrsvwxy-nixos-system-gpu-a-01-25.05".to_owned(),
+            target_closure: "/nix/store/1a2b3c4d556f7g8h9i0jklmnpqrsvwxy-nixos-system-gpu-a-01-25.05".to_owned(),
             phase: ActivationPhase::AwaitingConfirm,
             message: "switched".to_owned(),
         }),
@@ -279,7 +279,7 @@ fn checkin_request() -> CheckinRequest {
             ReportEvent::ClockSteppedBack { last_seen: t("2026-11-21T10:00:00Z"), now: t("2026-11-20T10:00:00Z") },
             ReportEvent::RolledBack {
                 rollout_id: format!("gpu@{COMMIT}"),
-                restored_closure: "/nix/store/0000-previous".to_owned(),
+                restored_closure: "/nix/store/00000000000000000000000000000000-previous".to_owned(),
                 reason: "confirm window missed".to_owned(),
             },
             ReportEvent::NoActivationBackend { rollout_id: format!("gpu@{COMMIT}") },
@@ -299,7 +299,7 @@ fn checkin_request_round_trips_with_camel_case_and_typed_events() {
         json!({ "type": "ManifestMismatch", "rolloutId": "gpu@evil", "reason": "rollout id differs from channel@channelRef" })
     );
     assert_eq!(v["events"][3]["lastSeen"], json!("2026-11-21T10:00:00Z"));
-    assert_eq!(v["events"][4]["restoredClosure"], json!("/nix/store/0000-previous"));
+    assert_eq!(v["events"][4]["restoredClosure"], json!("/nix/store/00000000000000000000000000000000-previous"));
     assert_eq!(v["events"][5]["type"], json!("NoActivationBackend"));
     for k in
         ["agentVersion", "bootId", "currentGeneration", "health", "probeResults", "taskResults", "activation", "events", "knownIntentId"]
@@ -356,7 +356,7 @@ fn confirm_request_round_trips() {
     let c = ConfirmRequest {
         intent_id: "7d3c2a5e-3c1f-4b7e-9a4d-1f2e3d4c5b6a".to_owned(),
         rollout_id: RolloutId::new("gpu", COMMIT).expect("id"),
-        closure: "/nix/store/1a2b3c4d5e6f7g8h9i0jklmnpqrsvwxy-nixos-system-gpu-a-01-25.05".to_owned(),
+        closure: "/nix/store/1a2b3c4d556f7g8h9i0jklmnpqrsvwxy-nixos-system-gpu-a-01-25.05".to_owned(),
         boot_id: "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9".to_owned(),
     };
     let v = round_trip(&c);

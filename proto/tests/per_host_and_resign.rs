@@ -76,12 +76,16 @@ fn intents_are_checked_against_the_director_key_and_the_manifest() {
     let err = refused!(check(&other_wave), VerifyError::WaveMismatch { .. });
     assert!(matches!(err, VerifyError::WaveMismatch { intent_wave: 0, manifest_wave: 1, .. }), "{err:?}");
 
-    let other_target = Intent { target_closure: "/nix/store/eeee-nixos-system-evil".to_owned(), ..intent.clone() };
+    let other_target =
+        Intent { target_closure: "/nix/store/55555555555555555555555555555555-nixos-system-evil".to_owned(), ..intent.clone() };
     refused!(check(&other_target), VerifyError::TargetMismatch { .. });
     // gpu-01's (validly signed) target is still not gpu-02's.
     let neighbours_target =
         Intent { target_closure: manifest.manifest.host("gpu-01").expect("gpu-01").target_closure.clone(), ..intent.clone() };
     refused!(check(&neighbours_target), VerifyError::TargetMismatch { .. });
+    // A target that is not a plain store path never reaches a command line.
+    let injected = Intent { target_closure: "/nix/store/x; rm -rf /".to_owned(), ..intent.clone() };
+    refused!(check(&injected), VerifyError::Malformed { .. });
 
     let stranger = Intent { hostname: "gpu-99".to_owned(), ..intent.clone() };
     let err = refused!(check(&stranger), VerifyError::HostNotInManifest { .. });
@@ -130,7 +134,7 @@ fn intent_tampered_after_sealing_is_refused() {
     let keys = KeySet::single(director().verifying_key());
     let ctx = VerifyContext::at(t0_plus(180));
     let tampers: [(&str, Value); 4] = [
-        ("targetClosure", json!("/nix/store/eeee-nixos-system-evil")),
+        ("targetClosure", json!("/nix/store/55555555555555555555555555555555-nixos-system-evil")),
         ("expiresAt", json!("2027-11-21T10:00:00Z")),
         ("hostId", json!(OTHER_HOST_ID)),
         ("extraField", json!(true)),

@@ -101,7 +101,7 @@ fn valid_release_verifies_and_each_manifest_verifies_alone() {
 /// Ed25519 verification costs milliseconds.
 fn tiny_release() -> ReleaseFiles {
     let json = json!({
-        "hosts": { "h1": { "system": "x86_64-linux", "channel": "c", "closure": "/nix/store/x" } },
+        "hosts": { "h1": { "system": "x86_64-linux", "channel": "c", "closure": "/nix/store/xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx-x" } },
         "channels": { "c": { "rolloutPolicy": "p", "freshnessWindowSecs": "1h", "signingIntervalSecs": "30m" } },
         "rolloutPolicies": { "p": { "waves": [ { "selector": { "all": true }, "soakSecs": 0 } ] } }
     });
@@ -412,7 +412,7 @@ fn releases_x_and_y() -> (ReleaseFiles, ReleaseFiles) {
     let x = release(&spec_with_ref("v1"), &params("aaaa111", at(T0), 1, None), &[signer(1)]);
     let mut json = small_spec_json();
     json["channels"]["stable"]["ref"] = json!("v1");
-    json["hosts"]["gpu-02"]["closure"] = json!("/nix/store/dddd-nixos-system-gpu-02-evil");
+    json["hosts"]["gpu-02"]["closure"] = json!("/nix/store/dddddddddddddddddddddddddddddddd-nixos-system-gpu-02-evil");
     let y = release(&spec_from(&json), &params("bbbb222", t0_plus(600), 2, None), &[signer(1)]);
     assert_eq!(current_id(&x, "stable"), current_id(&y, "stable"));
     assert_ne!(x.get(&manifest_path(&current_id(&x, "stable"))), y.get(&manifest_path(&current_id(&y, "stable"))));

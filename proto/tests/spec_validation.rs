@@ -33,9 +33,9 @@ fn spec_of(v: &Value) -> FleetSpec {
 fn base() -> Value {
     json!({
         "hosts": {
-            "h-1": { "system": "x86_64-linux", "tags": ["canary", "gpu"], "channel": "c", "closure": "/nix/store/aaaa-nixos-system-h-1" },
-            "h-2": { "system": "x86_64-linux", "tags": ["gpu"], "channel": "c", "closure": "/nix/store/bbbb-nixos-system-h-2" },
-            "h-3": { "system": "x86_64-linux", "tags": ["gpu"], "channel": "c", "closure": "/nix/store/cccc-nixos-system-h-3" }
+            "h-1": { "system": "x86_64-linux", "tags": ["canary", "gpu"], "channel": "c", "closure": "/nix/store/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-nixos-system-h-1" },
+            "h-2": { "system": "x86_64-linux", "tags": ["gpu"], "channel": "c", "closure": "/nix/store/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb-nixos-system-h-2" },
+            "h-3": { "system": "x86_64-linux", "tags": ["gpu"], "channel": "c", "closure": "/nix/store/cccccccccccccccccccccccccccccccc-nixos-system-h-3" }
         },
         "channels": {
             "c": {
@@ -395,7 +395,15 @@ fn bad_hostname_is_refused() {
 
 #[test]
 fn closure_not_under_nix_store_is_refused() {
-    for bad in ["/usr/lib/nixos-system", "/nix/store/", "nix/store/aaaa-x", ""] {
+    for bad in [
+        "/usr/lib/nixos-system",
+        "/nix/store/",
+        "nix/store/aaaa-x",
+        "",
+        "/nix/store/aaaa-x",
+        "/nix/store/6cp643dzvlxxpkgbg5kzmwj47sam9zs2-x/../../../etc/shadow",
+        "/nix/store/6cp643dzvlxxpkgbg5kzmwj47sam9zs2-x;reboot",
+    ] {
         let mut v = base();
         v["hosts"]["h-1"]["closure"] = json!(bad);
         invalid_at(&v, "hosts.h-1.closure");
@@ -581,8 +589,8 @@ fn budgets_from_different_releases_match_by_canonical_selector() {
     let mut v = example_value();
     v["disruptionBudgets"][0]["selector"] = json!({ "tags": ["gpu", "gpu"] });
     v["disruptionBudgets"][1]["selector"] = json!({ "tagsAny": ["rack-b", "rack-a", "rack-b"] });
-    v["hosts"]["gpu-a-01"]["closure"] = json!("/nix/store/zzzz-nixos-system-gpu-a-01-25.11");
-    v["hosts"]["gpu-c-01"] = json!({ "system": "x86_64-linux", "tags": ["gpu", "rack-b"], "channel": "gpu", "closure": "/nix/store/cccc-nixos-system-gpu-c-01" });
+    v["hosts"]["gpu-a-01"]["closure"] = json!("/nix/store/zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz-nixos-system-gpu-a-01-25.11");
+    v["hosts"]["gpu-c-01"] = json!({ "system": "x86_64-linux", "tags": ["gpu", "rack-b"], "channel": "gpu", "closure": "/nix/store/cccccccccccccccccccccccccccccccc-nixos-system-gpu-c-01" });
     let b = resolve(&spec_of(&v), &meta("fedcba9876543210")).expect("resolves");
     let (ma, mb) = (&a.manifests["gpu"].0, &b.manifests["gpu"].0);
     assert_ne!(ma.rollout_id, mb.rollout_id);

@@ -76,8 +76,8 @@ pub fn trust_of(signers: &[&KeySigner]) -> TrustRoots {
 pub fn small_spec_json() -> Value {
     json!({
         "hosts": {
-            "gpu-01": { "system": "x86_64-linux", "tags": ["canary"], "channel": "stable", "closure": "/nix/store/aaaa-nixos-system-gpu-01" },
-            "gpu-02": { "system": "x86_64-linux", "channel": "stable", "closure": "/nix/store/bbbb-nixos-system-gpu-02" }
+            "gpu-01": { "system": "x86_64-linux", "tags": ["canary"], "channel": "stable", "closure": "/nix/store/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-nixos-system-gpu-01" },
+            "gpu-02": { "system": "x86_64-linux", "channel": "stable", "closure": "/nix/store/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb-nixos-system-gpu-02" }
         },
         "channels": {
             "stable": { "rolloutPolicy": "canary-first", "freshnessWindowSecs": "1d", "signingIntervalSecs": "4h" }
@@ -174,6 +174,6 @@ pub fn spec_with_ref(channel_ref: &str) -> FleetSpec {
 pub fn two_channel_spec() -> FleetSpec {
     let mut json = small_spec_json();
     json["channels"]["fast"] = json!({ "rolloutPolicy": "canary-first", "freshnessWindowSecs": "1h", "signingIntervalSecs": "30m" });
-    json["hosts"]["gpu-03"] = json!({ "system": "x86_64-linux", "channel": "fast", "closure": "/nix/store/cccc-nixos-system-gpu-03" });
+    json["hosts"]["gpu-03"] = json!({ "system": "x86_64-linux", "channel": "fast", "closure": "/nix/store/cccccccccccccccccccccccccccccccc-nixos-system-gpu-03" });
     spec_from(&json)
 }
