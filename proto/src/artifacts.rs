@@ -179,9 +179,11 @@ impl RolloutManifest {
         self.host_set.binary_search_by(|e| e.hostname.as_str().cmp(hostname)).ok().map(|i| &self.host_set[i])
     }
 
-    /// Whether every order-sensitive array is in its producer order.
+    /// Whether every order-sensitive array is in its producer order and every host's wave
+    /// exists (consumers index waves by `waveIndex`).
     pub fn check_sorted(&self) -> bool {
         self.host_set.windows(2).all(|w| w[0].hostname < w[1].hostname)
+            && self.host_set.iter().all(|h| (h.wave_index as usize) < self.waves.len())
             && self.disruption_budgets.iter().all(|b| b.hosts.windows(2).all(|w| w[0] < w[1]))
             && self.waves.iter().enumerate().all(|(i, w)| w.index as usize == i)
     }

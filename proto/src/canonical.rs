@@ -73,6 +73,12 @@ pub fn parse_strict(bytes: &[u8]) -> Result<Value, CanonicalError> {
     Ok(value)
 }
 
+/// Serde helper: deserialises a `Value` refusing duplicate object keys, for signed JSON that
+/// travels inside a larger document (the `signed` part of an envelope).
+pub fn deserialize_strict<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Value, D::Error> {
+    d.deserialize_any(strict::StrictVisitor)
+}
+
 /// A `Value` visitor that refuses duplicate object keys.
 mod strict {
     use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};

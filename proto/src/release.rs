@@ -77,6 +77,24 @@ pub enum ReleaseError {
     /// No signer was given.
     #[error("no signing key given")]
     NoSigner,
+    /// A re-signing dated before the signing it replaces.
+    #[error("signing time {requested} is before the previous timestamp's {previous}")]
+    TimeGoesBackwards {
+        /// Requested signing time.
+        requested: Time,
+        /// The previous one.
+        previous: Time,
+    },
+    /// A rollout id the previous release already used for other manifest bytes.
+    #[error(
+        "rollout {rollout_id} was already released with other bytes (sha256 {previous_sha256}); a manifest never changes under its id: use a new CI commit or channel ref"
+    )]
+    RolloutIdReused {
+        /// The id.
+        rollout_id: RolloutId,
+        /// The sha256 it had.
+        previous_sha256: String,
+    },
     /// The timestamp to re-sign is not signed by any of the keys re-signing it.
     #[error("refusing to re-sign: the existing timestamp does not verify under the given key(s): {source}")]
     NotOurs {
@@ -139,7 +157,9 @@ pub fn build_release<S: Signer>(spec: &FleetSpec, params: &ReleaseParams, signer
     for (name, (manifest, bytes)) in &resolved.manifests {
         let sha = sha256_hex(bytes);
         let freshness = resolved.fleet.channels.get(name).map_or(0, |c| c.freshness_window_secs);
-        let revertable = carry_revertable(params.previous.as_ref().and_then(|p| p.channels.get(name)), &manifest.rollout_id);
+        let previous = params.previous.as_ref().and_then(|p| p.channels.get(name));
+        check_not_reused(previous, &manifest.rollout_id, &sha)?;
+        let revertable = carry_revertable(previous, &manifest.rollout_id);
         channels.insert(
             name.clone(),
             TimestampChannel {
@@ -163,6 +183,20 @@ pub fn build_release<S: Signer>(spec: &FleetSpec, params: &ReleaseParams, signer
     Ok(files)
 }
 
+/// Refuses a rollout id the previous timestamp lists (current or revertable) with other
+/// manifest bytes: agents and the coordinator cache manifests by id.
+fn check_not_reused(prev: Option<&TimestampChannel>, id: &RolloutId, sha: &str) -> Result<(), ReleaseError> {
+    let Some(prev) = prev else { return Ok(()) };
+    let listed = std::iter::once((&prev.rollout_id, &prev.manifest_sha256))
+        .chain(prev.revertable.iter().map(|r| (&r.rollout_id, &r.manifest_sha256)));
+    for (listed_id, listed_sha) in listed {
+        if listed_id == id && listed_sha != sha {
+            return Err(ReleaseError::RolloutIdReused { rollout_id: id.clone(), previous_sha256: listed_sha.clone() });
+        }
+    }
+    Ok(())
+}
+
 /// The revertable list of a channel's new timestamp entry: the previous current rollout
 /// first, then what it could already revert to, without the new id, newest first, bounded.
 fn carry_revertable(prev: Option<&TimestampChannel>, new_id: &RolloutId) -> Vec<RevertableRollout> {
@@ -177,30 +211,25 @@ fn carry_revertable(prev: Option<&TimestampChannel>, new_id: &RolloutId) -> Vec<
     out
 }
 
-/// Re-signs only the timestamp of a release: same channels, `version` (default previous + 1),
-/// new `signed_at`.
+/// Opens the timestamp of a release directory that CI itself signed, for re-signing or as
+/// the `previous` of a new release: it must carry a valid signature by one of `signers`'
+/// keys (freshness aside: a stale timestamp is why one re-signs), and the fleet.resolved and
+/// current manifests it lists must be present with the sha256 it lists.
 ///
-/// CI re-signs whatever it is handed, so it first checks that what it is handed is its own:
-/// the existing timestamp must carry a valid signature by one of `signers`' keys (freshness
-/// aside, since a stale timestamp is why one re-signs), and the fleet.resolved and current
-/// manifests it lists must be present with the sha256 it lists. Otherwise someone able to
-/// write to the directory could have CI re-sign a timestamp pointing at other artifacts.
-pub fn resign_timestamp<S: Signer>(
-    files: &mut ReleaseFiles,
-    version: Option<u64>,
-    signed_at: Time,
-    signers: &[S],
-) -> Result<TimestampDoc, ReleaseError> {
+/// CI signs whatever it is handed, so this is what stops someone able to write to a release
+/// directory from having CI bless a timestamp that points at other artifacts, or a
+/// `revertable` list with a rollback target of their choosing.
+pub fn open_own_timestamp<S: Signer>(files: &ReleaseFiles, signers: &[S], at: Time) -> Result<TimestampDoc, ReleaseError> {
     if signers.is_empty() {
         return Err(ReleaseError::NoSigner);
     }
     let bytes = files.get(TIMESTAMP).ok_or_else(|| ReleaseError::Missing { path: TIMESTAMP.to_owned() })?;
     let sig = files.get(&sig_path(TIMESTAMP)).ok_or_else(|| ReleaseError::Missing { path: sig_path(TIMESTAMP) })?;
     let ours = KeySet::any_of(signers.iter().map(Signer::verifying_key));
-    check_canonical(TIMESTAMP, bytes).map_err(|source| ReleaseError::NotOurs { source })?;
-    check_detached(TIMESTAMP, bytes, sig, &ours, signed_at).map_err(|source| ReleaseError::NotOurs { source })?;
-    let mut doc: TimestampDoc =
-        serde_json::from_slice(bytes).map_err(|e| ReleaseError::Malformed { path: TIMESTAMP.to_owned(), message: e.to_string() })?;
+    let value = check_canonical(TIMESTAMP, bytes).map_err(|source| ReleaseError::NotOurs { source })?;
+    check_detached(TIMESTAMP, bytes, sig, &ours, at).map_err(|source| ReleaseError::NotOurs { source })?;
+    let doc: TimestampDoc =
+        serde_json::from_value(value).map_err(|e| ReleaseError::Malformed { path: TIMESTAMP.to_owned(), message: e.to_string() })?;
     let listed = std::iter::once((FLEET_RESOLVED.to_owned(), doc.fleet_resolved_sha256.clone()))
         .chain(doc.channels.values().map(|c| (manifest_path(&c.rollout_id), c.manifest_sha256.clone())));
     for (path, sha) in listed {
@@ -208,6 +237,22 @@ pub fn resign_timestamp<S: Signer>(
         if actual != sha {
             return Err(ReleaseError::Malformed { path, message: format!("sha256 {actual} is not the {sha} the timestamp lists") });
         }
+    }
+    Ok(doc)
+}
+
+/// Re-signs only the timestamp of a release: same channels, `version` (default previous + 1),
+/// new `signed_at`, which may not precede the previous signing. The existing timestamp must
+/// be CI's own and intact ([`open_own_timestamp`]).
+pub fn resign_timestamp<S: Signer>(
+    files: &mut ReleaseFiles,
+    version: Option<u64>,
+    signed_at: Time,
+    signers: &[S],
+) -> Result<TimestampDoc, ReleaseError> {
+    let mut doc = open_own_timestamp(files, signers, signed_at)?;
+    if signed_at < doc.signed_at {
+        return Err(ReleaseError::TimeGoesBackwards { requested: signed_at, previous: doc.signed_at });
     }
     let next = match version {
         Some(v) => v,
@@ -220,6 +265,26 @@ pub fn resign_timestamp<S: Signer>(
     doc.signed_at = signed_at;
     files.put_signed(TIMESTAMP.to_owned(), canonical::to_vec_of(&doc)?, signers)?;
     Ok(doc)
+}
+
+/// Rule: a release holds only its layout's files — `fleet.resolved.json`, `timestamp.json`,
+/// `rollouts/<rolloutId>.json`, each with its `.sig`. Whoever stores a verified release by
+/// these paths can then never be led outside it.
+pub fn check_layout(files: &ReleaseFiles) -> Result<(), VerifyError> {
+    for path in files.files.keys() {
+        let artifact = path.strip_suffix(".sig").unwrap_or(path);
+        let known = artifact == FLEET_RESOLVED
+            || artifact == TIMESTAMP
+            || artifact
+                .strip_prefix(ROLLOUTS_DIR)
+                .and_then(|p| p.strip_prefix('/'))
+                .and_then(|p| p.strip_suffix(".json"))
+                .is_some_and(|id| RolloutId::parse(id).is_ok());
+        if !known {
+            return Err(VerifyError::Malformed { artifact: path.clone(), message: "not a file of the release layout".to_owned() });
+        }
+    }
+    Ok(())
 }
 
 /// A release whose every artifact verified and agrees with the others.
@@ -241,6 +306,7 @@ pub struct VerifiedRelease {
 /// file the timestamp does not list is refused rather than ignored, so nothing unlisted
 /// travels inside a release.
 pub fn verify_release(files: &ReleaseFiles, trust: &TrustRoots, ctx: &VerifyContext) -> Result<VerifiedRelease, VerifyError> {
+    check_layout(files)?;
     let timestamp = verify_timestamp(files.require(TIMESTAMP)?, files.require(&sig_path(TIMESTAMP))?, trust, ctx)?;
     let fleet = verify_fleet_resolved(files.require(FLEET_RESOLVED)?, files.require(&sig_path(FLEET_RESOLVED))?, trust, ctx)?;
     if fleet.sha256 != timestamp.doc.fleet_resolved_sha256 {

@@ -39,7 +39,14 @@ pub enum ResolveError {
         /// The policy named.
         policy: String,
     },
-    /// A host matched no wave (validation should have caught it).
+    /// A channel the fleet does not have.
+    #[error("unknown channel {channel:?}")]
+    UnknownChannel {
+        /// The channel.
+        channel: String,
+    },
+    /// A host matched no wave, or a wave names a host the fleet does not have (validation
+    /// should have caught it).
     #[error("host {host:?} is in no wave of its channel's policy")]
     HostInNoWave {
         /// The host.
@@ -138,19 +145,14 @@ pub fn resolve(spec: &FleetSpec, meta: &ReleaseMeta) -> Result<Resolved, Resolve
 
 /// The manifest of one channel: a deterministic projection of `fleet`.
 pub fn project_manifest(fleet: &FleetResolved, channel: &str, fleet_sha256: &str) -> Result<RolloutManifest, ResolveError> {
-    let ch =
-        fleet.channels.get(channel).ok_or_else(|| ResolveError::UnknownPolicy { channel: channel.to_owned(), policy: String::new() })?;
-    let mut host_set: Vec<HostSetEntry> = ch
-        .waves
-        .iter()
-        .flat_map(|w| {
-            w.hosts.iter().map(move |h| HostSetEntry {
-                hostname: h.clone(),
-                wave_index: w.index,
-                target_closure: fleet.hosts.get(h).map(|s| s.closure.clone()).unwrap_or_default(),
-            })
-        })
-        .collect();
+    let ch = fleet.channels.get(channel).ok_or_else(|| ResolveError::UnknownChannel { channel: channel.to_owned() })?;
+    let mut host_set = Vec::new();
+    for w in &ch.waves {
+        for h in &w.hosts {
+            let spec = fleet.hosts.get(h).ok_or_else(|| ResolveError::HostInNoWave { host: h.clone() })?;
+            host_set.push(HostSetEntry { hostname: h.clone(), wave_index: w.index, target_closure: spec.closure.clone() });
+        }
+    }
     host_set.sort_by(|a, b| a.hostname.cmp(&b.hostname));
     let in_channel = |h: &str| fleet.hosts.get(h).is_some_and(|s| s.channel == channel);
     let edges = fleet.edges.iter().filter(|e| in_channel(&e.before) && in_channel(&e.after)).cloned().collect();

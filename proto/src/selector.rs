@@ -112,7 +112,15 @@ impl Selector {
             not: self.not.as_ref().map(|n| Box::new(n.normalized())),
             and: self.and.as_ref().map(|a| {
                 // `and` is commutative: order its members by their own canonical text.
-                let mut members: Vec<(String, Selector)> = a.iter().map(|s| (s.canonical(), s.normalized())).collect();
+                // Normalise each member once and take its text from that (normalising twice
+                // per level would double the work with every level of nesting).
+                let mut members: Vec<(String, Selector)> = a
+                    .iter()
+                    .map(|s| {
+                        let n = s.normalized();
+                        (canonical_text(&n), n)
+                    })
+                    .collect();
                 members.sort_by(|x, y| x.0.cmp(&y.0));
                 members.dedup_by(|x, y| x.0 == y.0);
                 members.into_iter().map(|(_, s)| s).collect()
@@ -122,10 +130,15 @@ impl Selector {
 
     /// The canonical text budgets are matched by across rollouts: JCS of the normal form.
     pub fn canonical(&self) -> String {
-        // A selector holds only strings, booleans and nested selectors, which always have a
-        // canonical form; the fallback is unreachable but keeps this infallible.
-        canonical::to_vec_of(&self.normalized()).ok().and_then(|b| String::from_utf8(b).ok()).unwrap_or_default()
+        canonical_text(&self.normalized())
     }
+}
+
+/// JCS text of a selector already in normal form.
+fn canonical_text(normalized: &Selector) -> String {
+    // A selector holds only strings, booleans and nested selectors, which always have a
+    // canonical form; the fallback is unreachable but keeps this infallible.
+    canonical::to_vec_of(normalized).ok().and_then(|b| String::from_utf8(b).ok()).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -167,6 +180,21 @@ mod tests {
             sel(r#"{"and":[{"channel":"x"},{"tags":["b","a"]}]}"#).canonical(),
             sel(r#"{"and":[{"tags":["a","b"]},{"channel":"x"}]}"#).canonical()
         );
+    }
+
+    #[test]
+    fn deeply_nested_and_normalises_in_linear_time() {
+        // Each level used to normalise its members twice: 2^depth work. 48 levels would
+        // take days that way; linear, it takes microseconds.
+        let mut s = sel(r#"{"tags":["b","a"]}"#);
+        for _ in 0..48 {
+            s = Selector { and: Some(vec![s, sel(r#"{"all":true}"#)]), ..Selector::default() };
+        }
+        // Wait for the result with a bound, so a regression fails instead of hanging.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(s.canonical()));
+        let text = rx.recv_timeout(std::time::Duration::from_secs(30)).expect("normalisation did not finish: not linear in depth");
+        assert!(text.contains(r#"["a","b"]"#));
     }
 
     #[test]

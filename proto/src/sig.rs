@@ -77,7 +77,10 @@ pub fn sign_bytes<S: Signer>(bytes: &[u8], signers: &[S]) -> Result<SignatureFil
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Envelope {
-    /// The signed object, as JSON.
+    /// The signed object, as JSON. Duplicate keys are refused while parsing: a lenient
+    /// parser keeps the last one, and two parsers disagreeing about what was signed is how
+    /// signature checks are bypassed.
+    #[serde(deserialize_with = "crate::canonical::deserialize_strict")]
     pub signed: serde_json::Value,
     /// Signatures over its canonical bytes.
     pub signatures: Vec<SignatureEntry>,

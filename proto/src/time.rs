@@ -31,18 +31,19 @@ pub enum TimeError {
     },
 }
 
-/// An instant, as seconds since the Unix epoch.
+/// 9999-12-31T23:59:59Z, the last instant the artifact form can write.
+const MAX_UNIX: i64 = 253_402_300_799;
+/// 0000-01-01T00:00:00Z, the first.
+const MIN_UNIX: i64 = -62_167_219_200;
+
+/// An instant, as seconds since the Unix epoch, always within years 0000–9999.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Time(i64);
 
 impl Time {
     /// From seconds since the Unix epoch (must lie within years 0000–9999).
     pub fn from_unix(secs: i64) -> Result<Self, TimeError> {
-        let dt = OffsetDateTime::from_unix_timestamp(secs).map_err(|_| TimeError::OutOfRange { secs })?;
-        if !(0..=9999).contains(&dt.year()) {
-            return Err(TimeError::OutOfRange { secs });
-        }
-        Ok(Time(secs))
+        if (MIN_UNIX..=MAX_UNIX).contains(&secs) { Ok(Time(secs)) } else { Err(TimeError::OutOfRange { secs }) }
     }
 
     /// Seconds since the Unix epoch.
@@ -52,7 +53,9 @@ impl Time {
 
     /// This instant plus `secs` seconds (saturating).
     pub fn plus_secs(self, secs: u64) -> Time {
-        Time(self.0.saturating_add(i64::try_from(secs).unwrap_or(i64::MAX)))
+        // Clamped to the last representable second, so every `Time` stays printable even when
+        // an untrusted duration is added to it.
+        Time(self.0.saturating_add(i64::try_from(secs).unwrap_or(i64::MAX)).min(MAX_UNIX))
     }
 
     /// Seconds from `earlier` to `self`; negative when `earlier` is later.
@@ -79,8 +82,9 @@ impl Time {
 
 impl fmt::Display for Time {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The constructor keeps the year in 0000–9999, so both conversions hold.
-        let dt = OffsetDateTime::from_unix_timestamp(self.0).map_err(|_| fmt::Error)?.to_offset(UtcOffset::UTC);
+        // Every constructor keeps the value within years 0000–9999, where the conversion
+        // holds; the fallback to the epoch is unreachable and keeps formatting infallible.
+        let dt = OffsetDateTime::from_unix_timestamp(self.0).unwrap_or(OffsetDateTime::UNIX_EPOCH).to_offset(UtcOffset::UTC);
         write!(f, "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", dt.year(), u8::from(dt.month()), dt.day(), dt.hour(), dt.minute(), dt.second())
     }
 }
@@ -107,6 +111,16 @@ impl<'de> Deserialize<'de> for Time {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn adding_huge_durations_stays_printable() {
+        let t = Time::parse_strict("2026-11-21T10:00:00Z").expect("valid");
+        assert_eq!(t.plus_secs(u64::MAX).to_string(), "9999-12-31T23:59:59Z");
+        assert_eq!(Time::from_unix(MAX_UNIX).expect("edge").to_string(), "9999-12-31T23:59:59Z");
+        assert_eq!(Time::from_unix(MIN_UNIX).expect("edge").to_string(), "0000-01-01T00:00:00Z");
+        assert!(Time::from_unix(MAX_UNIX + 1).is_err());
+        assert!(Time::from_unix(MIN_UNIX - 1).is_err());
+    }
 
     #[test]
     fn strict_form_round_trips() {

@@ -20,6 +20,10 @@ use crate::task::Task;
 use crate::time::Time;
 use crate::trust::{KeySet, TrustError, TrustRoots};
 
+/// The most signature entries read from one signature file or envelope; more is refused
+/// rather than verified one by one.
+pub const MAX_SIGNATURES: usize = 64;
+
 /// How far in the future a signing time may lie before it is refused (clock skew).
 pub const DEFAULT_MAX_FUTURE_SKEW_SECS: u64 = 300;
 
@@ -325,10 +329,15 @@ pub fn check_threshold(
     keys: &KeySet,
     now: Time,
 ) -> Result<BTreeSet<KeyId>, VerifyError> {
+    if signatures.len() > MAX_SIGNATURES {
+        return Err(malformed(artifact, format!("{} signatures; at most {MAX_SIGNATURES} are read", signatures.len())));
+    }
     let mut valid = BTreeSet::new();
+    let mut tried = BTreeSet::new();
     let mut first_failure = None;
     for entry in signatures {
-        if valid.contains(&entry.key_id) {
+        // Each key is tried once: a repeated entry never counts twice, nor costs twice.
+        if !tried.insert(&entry.key_id) {
             continue;
         }
         let failure = if entry.alg != "ed25519" {
@@ -480,11 +489,23 @@ pub fn verify_timestamp(bytes: &[u8], sig: &[u8], trust: &TrustRoots, ctx: &Veri
     let doc: TimestampDoc = open_ci_artifact(A, bytes, sig, trust, ctx, |d: &TimestampDoc| (d.schema_version, d.signed_at))?;
     // A channel's entry (current and revertable) names rollouts of that channel only, so a
     // verified release can never file one channel's manifest under another.
+    // Freshness is per channel: a timestamp listing none would never go stale.
+    if doc.channels.is_empty() {
+        return Err(malformed(A, "lists no channels"));
+    }
     for (name, c) in &doc.channels {
-        if let Some(id) = std::iter::once(&c.rollout_id).chain(c.revertable.iter().map(|r| &r.rollout_id)).find(|id| id.channel() != name) {
-            return Err(malformed(A, format!("channel {name:?} lists rollout {id}, which belongs to another channel")));
+        let mut ids = BTreeSet::new();
+        for id in std::iter::once(&c.rollout_id).chain(c.revertable.iter().map(|r| &r.rollout_id)) {
+            if id.channel() != name {
+                return Err(malformed(A, format!("channel {name:?} lists rollout {id}, which belongs to another channel")));
+            }
+            // One id, one manifest: an id listed twice could pin two different sha256.
+            if !ids.insert(id) {
+                return Err(malformed(A, format!("channel {name:?} lists rollout {id} more than once")));
+            }
         }
     }
+
     // Every channel's window must hold; CI re-signs within the tightest one.
     if let Some((channel, window)) = doc.tightest_window() {
         if ctx.now.secs_since(doc.signed_at) > i64::try_from(window).unwrap_or(i64::MAX) {
@@ -607,24 +628,49 @@ fn open_envelope<T: DeserializeOwned>(artifact: &str, env: &Envelope, director: 
     env.payload().map_err(|e| malformed(artifact, e))
 }
 
-/// Verifies an intent against the director keys and the verified manifest: signed, for this
-/// host, in its window, naming this manifest, and agreeing with it on wave and target.
+/// Who this host is, from its certificate (never from a message).
+#[derive(Debug, Clone, Copy)]
+pub struct HostIdentity<'a> {
+    /// The host id (UUID).
+    pub host_id: &'a str,
+    /// The hostname, as in manifests' host sets.
+    pub hostname: &'a str,
+}
+
+/// Verifies an intent against the director keys, the verified manifest and the fresh
+/// timestamp: signed, for this host (id **and** hostname), in its window, naming this
+/// manifest, the manifest still listed by the timestamp, and agreeing with it on this host's
+/// wave and target.
 pub fn verify_intent(
     env: &Envelope,
     director: &KeySet,
-    host_id: &str,
+    host: HostIdentity<'_>,
     manifest: &VerifiedManifest,
+    timestamp: &VerifiedTimestamp,
     ctx: &VerifyContext,
 ) -> Result<Intent, VerifyError> {
     const A: &str = "intent";
     let intent: Intent = open_envelope(A, env, director, ctx.now)?;
-    check_per_host(A, &intent.host_id, host_id, intent.issued_at, intent.expires_at, ctx)?;
+    check_per_host(A, &intent.host_id, host.host_id, intent.issued_at, intent.expires_at, ctx)?;
+    // The manifest entry consulted below must be this host's own: otherwise a director could
+    // hand a host another host's (validly signed) target and wave.
+    if intent.hostname != host.hostname {
+        return Err(VerifyError::WrongHost {
+            artifact: A.to_owned(),
+            addressed: intent.hostname.clone(),
+            actual: host.hostname.to_owned(),
+        });
+    }
     let m = &manifest.manifest;
     if intent.rollout_id != m.rollout_id {
         return Err(VerifyError::RolloutIdMismatch { advertised: intent.rollout_id.to_string(), computed: m.rollout_id.to_string() });
     }
     if intent.manifest_sha256 != manifest.sha256 {
         return Err(VerifyError::ManifestHashMismatch { intent_sha256: intent.manifest_sha256, manifest_sha256: manifest.sha256.clone() });
+    }
+    // A cached manifest is acted on only while the fresh timestamp still lists it.
+    if !timestamp.doc.lists(&m.rollout_id, &manifest.sha256) {
+        return Err(VerifyError::ManifestNotInTimestamp { rollout_id: m.rollout_id.clone(), manifest_sha256: manifest.sha256.clone() });
     }
     let entry = m
         .host(&intent.hostname)

@@ -22,7 +22,8 @@ use drover_proto::sig::Envelope;
 use drover_proto::task::{StorageScope, Task, TaskKind};
 use drover_proto::trust::KeySet;
 use drover_proto::verify::{
-    ManifestAnchors, VerifiedManifest, VerifyContext, VerifyError, VersionFloor, verify_intent, verify_manifest, verify_task,
+    HostIdentity, ManifestAnchors, VerifiedManifest, VerifiedTimestamp, VerifyContext, VerifyError, VersionFloor, verify_intent,
+    verify_manifest, verify_task,
 };
 use serde_json::{Value, json};
 
@@ -38,10 +39,11 @@ fn director() -> KeySigner {
 }
 
 /// The verified manifest of the small release, and an intent for gpu-02 (wave 1) matching it.
-fn intent_fixture() -> (VerifiedManifest, Intent) {
+fn intent_fixture() -> (VerifiedManifest, VerifiedTimestamp, Intent) {
     let files = small_release(&[signer(1)]);
     let verified = verify_release(&files, &trust_of(&[&signer(1)]), &VerifyContext::at(t0_plus(60))).expect("release");
     let manifest = verified.manifests["stable"].clone();
+    let timestamp = verified.timestamp.clone();
     let entry = manifest.manifest.host("gpu-02").expect("gpu-02").clone();
     assert_eq!(entry.wave_index, 1);
     let intent = Intent {
@@ -56,8 +58,11 @@ fn intent_fixture() -> (VerifiedManifest, Intent) {
         expires_at: t0_plus(120 + 900),
         confirm_window_secs: 300,
     };
-    (manifest, intent)
+    (manifest, timestamp, intent)
 }
+
+/// The host the fixture's intent is for, as its certificate names it.
+const ME: HostIdentity<'static> = HostIdentity { host_id: HOST_ID, hostname: "gpu-02" };
 
 fn seal<T: serde::Serialize>(message: &T, by: &KeySigner) -> Envelope {
     Envelope::seal(message, std::slice::from_ref(by)).expect("seal")
@@ -65,10 +70,10 @@ fn seal<T: serde::Serialize>(message: &T, by: &KeySigner) -> Envelope {
 
 #[test]
 fn intents_are_checked_against_the_director_key_and_the_manifest() {
-    let (manifest, intent) = intent_fixture();
+    let (manifest, ts, intent) = intent_fixture();
     let keys = KeySet::single(director().verifying_key());
     let ctx = VerifyContext::at(t0_plus(180));
-    let check = |i: &Intent| verify_intent(&seal(i, &director()), &keys, HOST_ID, &manifest, &ctx);
+    let check = |i: &Intent| verify_intent(&seal(i, &director()), &keys, ME, &manifest, &ts, &ctx);
 
     assert_eq!(check(&intent).unwrap_or_else(|e| panic!("valid intent refused: {e}")), intent);
 
@@ -87,18 +92,24 @@ fn intents_are_checked_against_the_director_key_and_the_manifest() {
     let injected = Intent { target_closure: "/nix/store/x; rm -rf /".to_owned(), ..intent.clone() };
     refused!(check(&injected), VerifyError::Malformed { .. });
 
+    // A host the manifest does not list at all.
     let stranger = Intent { hostname: "gpu-99".to_owned(), ..intent.clone() };
-    let err = refused!(check(&stranger), VerifyError::HostNotInManifest { .. });
+    let gpu_99 = HostIdentity { hostname: "gpu-99", ..ME };
+    let err =
+        refused!(verify_intent(&seal(&stranger, &director()), &keys, gpu_99, &manifest, &ts, &ctx), VerifyError::HostNotInManifest { .. });
     assert!(matches!(&err, VerifyError::HostNotInManifest { hostname, .. } if hostname == "gpu-99"), "{err:?}");
 
-    let err = refused!(verify_intent(&seal(&intent, &director()), &keys, OTHER_HOST_ID, &manifest, &ctx), VerifyError::WrongHost { .. });
+    let err = refused!(
+        verify_intent(&seal(&intent, &director()), &keys, HostIdentity { host_id: OTHER_HOST_ID, ..ME }, &manifest, &ts, &ctx),
+        VerifyError::WrongHost { .. }
+    );
     assert!(matches!(&err, VerifyError::WrongHost { addressed, actual, .. } if addressed == HOST_ID && actual == OTHER_HOST_ID), "{err:?}");
 
     let expires = intent.expires_at;
-    verify_intent(&seal(&intent, &director()), &keys, HOST_ID, &manifest, &VerifyContext::at(expires))
+    verify_intent(&seal(&intent, &director()), &keys, ME, &manifest, &ts, &VerifyContext::at(expires))
         .unwrap_or_else(|e| panic!("at expiry: {e}"));
     refused!(
-        verify_intent(&seal(&intent, &director()), &keys, HOST_ID, &manifest, &VerifyContext::at(expires.plus_secs(1))),
+        verify_intent(&seal(&intent, &director()), &keys, ME, &manifest, &ts, &VerifyContext::at(expires.plus_secs(1))),
         VerifyError::Expired { .. }
     );
 
@@ -113,24 +124,53 @@ fn intents_are_checked_against_the_director_key_and_the_manifest() {
 }
 
 #[test]
+fn intent_naming_another_hosts_entry_is_refused() {
+    // A compromised director sends gpu-02 an intent that names gpu-01 with gpu-01's
+    // (validly CI-signed) wave and target: every field agrees with the manifest, but it is
+    // not this host's entry.
+    let (manifest, ts, intent) = intent_fixture();
+    let keys = KeySet::single(director().verifying_key());
+    let ctx = VerifyContext::at(t0_plus(180));
+    let gpu_01 = manifest.manifest.host("gpu-01").expect("gpu-01").clone();
+    let borrowed =
+        Intent { hostname: "gpu-01".to_owned(), wave_index: gpu_01.wave_index, target_closure: gpu_01.target_closure, ..intent.clone() };
+    let err = refused!(verify_intent(&seal(&borrowed, &director()), &keys, ME, &manifest, &ts, &ctx), VerifyError::WrongHost { .. });
+    assert!(matches!(&err, VerifyError::WrongHost { addressed, actual, .. } if addressed == "gpu-01" && actual == "gpu-02"), "{err:?}");
+}
+
+#[test]
+fn intent_for_a_manifest_the_fresh_timestamp_no_longer_lists_is_refused() {
+    // The agent caches manifests by sha256; once CI's timestamp moves on to another
+    // rollout (and does not list this one as revertable), the cached one is not acted on.
+    let (manifest, _, intent) = intent_fixture();
+    let keys = KeySet::single(director().verifying_key());
+    let next = release(&spec_with_ref("next"), &params("c2", t0_plus(100), 2, None), &[signer(1)]);
+    let newer_ts = verified_timestamp(&next, &trust_of(&[&signer(1)]), t0_plus(180));
+    refused!(
+        verify_intent(&seal(&intent, &director()), &keys, ME, &manifest, &newer_ts, &VerifyContext::at(t0_plus(180))),
+        VerifyError::ManifestNotInTimestamp { .. }
+    );
+}
+
+#[test]
 fn intent_signed_by_a_non_director_key_is_refused() {
-    let (manifest, intent) = intent_fixture();
+    let (manifest, ts, intent) = intent_fixture();
     let keys = KeySet::single(director().verifying_key());
     let ctx = VerifyContext::at(t0_plus(180));
     // Neither a random key nor the CI release key may sign intents.
     for by in [signer(51), signer(1)] {
-        let err = refused!(verify_intent(&seal(&intent, &by), &keys, HOST_ID, &manifest, &ctx), VerifyError::UnknownKey { .. });
+        let err = refused!(verify_intent(&seal(&intent, &by), &keys, ME, &manifest, &ts, &ctx), VerifyError::UnknownKey { .. });
         assert!(matches!(&err, VerifyError::UnknownKey { key_id, .. } if key_id == by.key_id()), "{err:?}");
     }
     // An envelope with no signature at all.
     let mut bare = seal(&intent, &director());
     bare.signatures.clear();
-    refused!(verify_intent(&bare, &keys, HOST_ID, &manifest, &ctx), VerifyError::BelowThreshold { .. });
+    refused!(verify_intent(&bare, &keys, ME, &manifest, &ts, &ctx), VerifyError::BelowThreshold { .. });
 }
 
 #[test]
 fn intent_tampered_after_sealing_is_refused() {
-    let (manifest, intent) = intent_fixture();
+    let (manifest, ts, intent) = intent_fixture();
     let keys = KeySet::single(director().verifying_key());
     let ctx = VerifyContext::at(t0_plus(180));
     let tampers: [(&str, Value); 4] = [
@@ -142,7 +182,7 @@ fn intent_tampered_after_sealing_is_refused() {
     for (field, value) in tampers {
         let mut env = seal(&intent, &director());
         env.signed[field] = value;
-        let err = refused!(verify_intent(&env, &keys, HOST_ID, &manifest, &ctx), VerifyError::BadSignature { .. });
+        let err = refused!(verify_intent(&env, &keys, ME, &manifest, &ts, &ctx), VerifyError::BadSignature { .. });
         assert!(matches!(&err, VerifyError::BadSignature { key_id, .. } if key_id == director().key_id()), "{field}: {err:?}");
     }
 }
@@ -290,10 +330,15 @@ fn previous_release_carries_revertable_rollouts_newest_first_bounded() {
     let r2 = current_id(&releases[1], "stable");
     refused!(verify_manifest_in(&releases[1], &r2, &ts, &trust, now), VerifyError::ManifestNotInTimestamp { .. });
 
-    // Rolling forward to an id that is already revertable drops it from the list.
-    let again = release(&spec_with_ref("r5"), &params("c9", t0_plus(9 * 3600), 9, Some(timestamp_doc(last))), &[signer(1)]);
-    let revertable: Vec<String> = timestamp_doc(&again).channels["stable"].revertable.iter().map(|r| r.rollout_id.to_string()).collect();
-    assert_eq!(revertable, ["stable@r8", "stable@r7", "stable@r6", "stable@r4", "stable@r3"]);
+    // Releasing again under an id already listed (here revertable r5, built at another
+    // time, so other bytes) is refused: a manifest never changes bytes under its id.
+    let err = build_release(&spec_with_ref("r5"), &params("c9", t0_plus(9 * 3600), 9, Some(timestamp_doc(last))), &[signer(1)])
+        .expect_err("id reused with other bytes");
+    assert!(matches!(&err, ReleaseError::RolloutIdReused { rollout_id, .. } if rollout_id.as_str() == "stable@r5"), "{err:?}");
+    // Re-releasing the very same bytes under the current id is harmless and keeps the list.
+    let same = build_release(&spec_with_ref("r8"), &params("c8", t0_plus(8 * 3600), 9, Some(timestamp_doc(last))), &[signer(1)])
+        .unwrap_or_else(|e| panic!("identical re-release refused: {e}"));
+    assert_eq!(timestamp_doc(&same).channels["stable"].revertable, timestamp_doc(last).channels["stable"].revertable);
 
     // The version must exceed the previous one's.
     for version in [8, 7] {
@@ -314,4 +359,32 @@ fn build_release_is_deterministic() {
     assert_eq!(a, release(&two_channel_spec(), &p, &[signer(1), signer(2)]));
     // Something that changes the inputs changes the bytes.
     assert_ne!(a, release(&spec, &params("c0ffee1", t0_plus(1), 1, None), &[signer(1), signer(2)]));
+}
+
+#[test]
+fn envelope_with_duplicate_keys_in_signed_is_refused() {
+    // `{"hostname":"gpu-99","hostname":"gpu-02"}`: a lenient parser keeps the last value,
+    // another tool might keep the first; two readers disagreeing about what was signed is
+    // how signature checks get bypassed, so the envelope does not parse at all.
+    let (_, _, intent) = intent_fixture();
+    let env = seal(&intent, &director());
+    let text = serde_json::to_string(&env).expect("json");
+    let doubled = text.replacen("\"hostname\":\"gpu-02\"", "\"hostname\":\"gpu-99\",\"hostname\":\"gpu-02\"", 1);
+    assert_ne!(doubled, text);
+    let err = serde_json::from_str::<Envelope>(&doubled).expect_err("duplicate key");
+    assert!(err.to_string().contains("duplicate object key"), "{err}");
+    // Also when the envelope travels inside a check-in response.
+    let response = format!(r#"{{"intent":{doubled},"tasks":[],"nextCheckinSecs":30}}"#);
+    assert!(serde_json::from_str::<drover_proto::report::CheckinResponse>(&response).is_err());
+    assert_eq!(serde_json::from_str::<Envelope>(&text).expect("clean envelope parses"), env);
+}
+
+#[test]
+fn resigning_with_an_earlier_signing_time_is_refused() {
+    let mut files = small_release(&[signer(1)]);
+    let before = timestamp_doc(&files);
+    assert!(before.signed_at > t0_minus(60));
+    let err = resign_timestamp(&mut files, None, t0_minus(60), &[signer(1)]).expect_err("backwards");
+    assert!(matches!(err, ReleaseError::TimeGoesBackwards { .. }), "{err:?}");
+    assert_eq!(timestamp_doc(&files), before, "nothing re-signed");
 }

@@ -21,6 +21,7 @@ use drover_proto::time::Time;
 use drover_proto::trust::{TrustError, TrustRoots};
 use drover_proto::verify::{
     DEFAULT_MAX_FUTURE_SKEW_SECS, ManifestAnchors, VerifyContext, VerifyError, VersionFloor, verify_fleet_resolved, verify_manifest,
+    verify_timestamp,
 };
 use serde_json::{Value, json};
 
@@ -511,6 +512,61 @@ fn timestamp_filing_a_rollout_under_another_channel_is_refused() {
         }
         let err = refused!(verify_release(&forged, &trust, &VerifyContext::at(t0_plus(60))), VerifyError::Malformed { .. });
         assert!(matches!(&err, VerifyError::Malformed { artifact, .. } if artifact == TIMESTAMP), "{err:?}");
+    }
+}
+
+#[test]
+fn timestamp_listing_no_channels_never_goes_stale_so_is_refused() {
+    // Freshness is per channel: a signed timestamp with no channels would verify forever.
+    let files = release(&two_channel_spec(), &params("c0ffee1", at(T0), 1, None), &[signer(1)]);
+    let mut forged = files.clone();
+    let mut doc = timestamp_doc(&forged);
+    doc.channels.clear();
+    put_signed(&mut forged, TIMESTAMP, canonical::to_vec_of(&doc).expect("canonical"), &[signer(1)]);
+    let ts = forged.get(TIMESTAMP).expect("ts");
+    let sig = forged.get(&sig_path(TIMESTAMP)).expect("sig");
+    let far_future = t0_plus(10 * 365 * 86_400);
+    let err = refused!(verify_timestamp(ts, sig, &trust_of(&[&signer(1)]), &VerifyContext::at(far_future)), VerifyError::Malformed { .. });
+    assert!(err.to_string().contains("no channels"), "{err}");
+}
+
+#[test]
+fn timestamp_listing_one_rollout_twice_in_a_channel_is_refused() {
+    // One id, one manifest: the same id as current and revertable (with another sha256)
+    // would make two manifests acceptable under one id.
+    let files = release(&two_channel_spec(), &params("c0ffee1", at(T0), 1, None), &[signer(1)]);
+    let mut forged = files.clone();
+    let mut doc = timestamp_doc(&forged);
+    let stable = doc.channels.get_mut("stable").expect("stable");
+    let twin = RevertableRollout { rollout_id: stable.rollout_id.clone(), manifest_sha256: "ab".repeat(32) };
+    stable.revertable.push(twin);
+    put_signed(&mut forged, TIMESTAMP, canonical::to_vec_of(&doc).expect("canonical"), &[signer(1)]);
+    let err = refused!(verify_release(&forged, &trust_of(&[&signer(1)]), &VerifyContext::at(t0_plus(60))), VerifyError::Malformed { .. });
+    assert!(err.to_string().contains("more than once"), "{err}");
+}
+
+#[test]
+fn signature_file_with_too_many_entries_is_refused_unread() {
+    // Thousands of entries naming a trusted key would each cost a signature check.
+    let mut files = tiny_release();
+    rewrite_sigs(&mut files, |f| {
+        let first = f.signatures[0].clone();
+        f.signatures = vec![first; drover_proto::verify::MAX_SIGNATURES + 1];
+    });
+    let err = refused!(verify_release(&files, &trust_of(&[&signer(1)]), &VerifyContext::at(t0_plus(60))), VerifyError::Malformed { .. });
+    assert!(err.to_string().contains("at most"), "{err}");
+}
+
+#[test]
+fn files_outside_the_release_layout_are_refused() {
+    // A path that escapes the directory or an unknown file must not ride along inside a
+    // verified release (whoever stores it writes by path).
+    let trust = trust_of(&[&signer(1)]);
+    for extra in ["../../etc/cron.d/x", "notes.txt", "rollouts/not-an-id.json", "rollouts/../x@y.json", "timestamp.json.bak"] {
+        let mut files = tiny_release();
+        files.files.insert(extra.to_owned(), b"{}".to_vec());
+        let err = refused!(verify_release(&files, &trust, &VerifyContext::at(t0_plus(60))), VerifyError::Malformed { .. });
+        assert!(matches!(&err, VerifyError::Malformed { artifact, .. } if artifact == extra), "{extra}: {err:?}");
     }
 }
 
