@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use drover_proto::release::{ROLLOUTS_DIR, ReleaseFiles};
+use drover_proto::release::{FLEET_RESOLVED, ROLLOUTS_DIR, ReleaseFiles, TIMESTAMP};
 
 use crate::exit::{CliError, codes};
 
@@ -76,7 +76,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, exclusive: bool) -> Re
 }
 
 /// Loads a release directory: `fleet.resolved.json`, `timestamp.json`, `rollouts/*.json`
-/// and their `.sig` files. Other files are ignored; symlinks are refused.
+/// and their `.sig` files. Other files are ignored; symlinks inside the directory (a release
+/// file, or `rollouts` itself) are refused. `dir` itself may be a symlink.
 pub fn load_release(dir: &Path) -> Result<ReleaseFiles, CliError> {
     let mut files = ReleaseFiles::default();
     let meta =
@@ -99,7 +100,17 @@ pub fn load_release(dir: &Path) -> Result<ReleaseFiles, CliError> {
         }
     }
     let rollouts = dir.join(ROLLOUTS_DIR);
-    if rollouts.is_dir() {
+    // symlink_metadata, not is_dir(): that follows a symlink, and a `rollouts` link would
+    // pull manifests from anywhere into the release.
+    let rollouts_meta = match fs::symlink_metadata(&rollouts) {
+        Ok(m) => Some(m),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(CliError::new(codes::IO, format!("{}: {e}", rollouts.display()))),
+    };
+    if rollouts_meta.as_ref().is_some_and(|m| m.file_type().is_symlink()) {
+        return Err(CliError::data(format!("{} is a symlink; a release's rollouts must be a real directory", rollouts.display())));
+    }
+    if rollouts_meta.is_some_and(|m| m.is_dir()) {
         let entries = fs::read_dir(&rollouts).map_err(|e| CliError::new(codes::IO, format!("{}: {e}", rollouts.display())))?;
         for entry in entries {
             let entry = entry.map_err(|e| CliError::new(codes::IO, format!("{}: {e}", rollouts.display())))?;
@@ -112,8 +123,28 @@ pub fn load_release(dir: &Path) -> Result<ReleaseFiles, CliError> {
     Ok(files)
 }
 
+/// Whether `rel` is a path a release may hold: `fleet.resolved.json`, `timestamp.json` or
+/// `rollouts/<name>.json`, each optionally with `.sig`, where `<name>` is one plain path
+/// component (no `/`, no `..`, not empty).
+fn is_release_path(rel: &str) -> bool {
+    let artifact = rel.strip_suffix(".sig").unwrap_or(rel);
+    if artifact == FLEET_RESOLVED || artifact == TIMESTAMP {
+        return true;
+    }
+    let Some(name) = artifact.strip_prefix(ROLLOUTS_DIR).and_then(|r| r.strip_prefix('/')).and_then(|r| r.strip_suffix(".json")) else {
+        return false;
+    };
+    !name.is_empty() && !name.contains('/') && !name.contains("..") && !name.contains('\0')
+}
+
 /// Writes a release's files under `dir` (created if absent), each atomically, mode 0644.
+/// Every path must be one a release holds ([`is_release_path`]): the paths come from
+/// rollout ids, which are validated upstream, but a path that escaped `dir` would be a bug
+/// worth stopping at rather than writing through.
 pub fn store_release(dir: &Path, files: &ReleaseFiles) -> Result<(), CliError> {
+    if let Some(bad) = files.files.keys().find(|rel| !is_release_path(rel)) {
+        return Err(CliError::new(codes::SOFTWARE, format!("internal error: refusing to write {bad:?}, not a release path")));
+    }
     for (rel, bytes) in &files.files {
         let path = dir.join(rel);
         if let Some(parent) = path.parent() {
@@ -123,4 +154,54 @@ pub fn store_release(dir: &Path, files: &ReleaseFiles) -> Result<(), CliError> {
         write_atomic(&path, bytes, 0o644, false)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_release_paths_are_release_paths() {
+        for ok in [
+            "fleet.resolved.json",
+            "fleet.resolved.json.sig",
+            "timestamp.json",
+            "timestamp.json.sig",
+            "rollouts/gpu@c0ffee.json",
+            "rollouts/gpu@c0ffee.json.sig",
+        ] {
+            assert!(is_release_path(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../timestamp.json",
+            "rollouts/../../x.json",
+            "rollouts/a/b.json",
+            "rollouts/.json",
+            "rollouts/x.txt",
+            "rollouts/x.json.sig.sig",
+            "rollouts",
+            "rollouts/",
+            "/rollouts/x.json",
+            "other.json",
+            "timestamp.json.sig.sig",
+            "rollouts/a\0b.json",
+        ] {
+            assert!(!is_release_path(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn store_release_refuses_a_path_outside_the_layout_and_writes_nothing() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let out = tmp.path().join("rel");
+        let mut files = ReleaseFiles::default();
+        files.files.insert(TIMESTAMP.to_owned(), b"{}".to_vec());
+        files.files.insert("rollouts/../../escaped.json".to_owned(), b"{}".to_vec());
+        let e = store_release(&out, &files).expect_err("refused");
+        assert_eq!(e.code(), codes::SOFTWARE);
+        assert!(!out.exists(), "nothing written");
+        assert!(!tmp.path().join("escaped.json").exists());
+    }
 }

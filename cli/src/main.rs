@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+mod clock;
 mod exit;
 mod fsio;
 mod keygen;
@@ -16,9 +17,10 @@ mod verify;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
 
-use crate::exit::CliError;
+use crate::exit::{CliError, codes};
 
 /// Drover: safe, wave-by-wave rollouts and maintenance for bare-metal GPU fleets.
 #[derive(Parser)]
@@ -60,7 +62,18 @@ fn run(cli: Cli) -> Result<(), CliError> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // clap's own exit code for a usage error is 2; the documented one is 64 (EX_USAGE).
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version go to stdout; errors, with their usage line, to stderr.
+            let _ = e.print();
+            return match e.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => ExitCode::SUCCESS,
+                _ => ExitCode::from(codes::USAGE),
+            };
+        }
+    };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

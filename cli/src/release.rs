@@ -4,16 +4,16 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
-use drover_proto::artifacts::TimestampDoc;
 use drover_proto::canonical;
 use drover_proto::keys::{KeySigner, Signer, signing_key_from_pem, verifying_key_from_text};
-use drover_proto::release::{ReleaseParams, TIMESTAMP, build_release, resign_timestamp, sig_path};
+use drover_proto::release::{ReleaseError, ReleaseParams, TIMESTAMP, build_release, open_own_timestamp, resign_timestamp, sig_path};
 use drover_proto::resolve::{ReleaseMeta, sha256_hex};
 use drover_proto::sig::SignError;
 use drover_proto::spec::FleetSpec;
 use drover_proto::time::Time;
 use ed25519_dalek::Signature;
 
+use crate::clock;
 use crate::exit::{CliError, codes};
 use crate::fsio::{load_release, read_file, read_text, store_release, write_atomic};
 use crate::sign_cmd::{CommandSigner, SignCmdError};
@@ -34,7 +34,8 @@ pub struct ReleaseArgs {
     #[arg(long, value_name = "SHA")]
     ci_commit: Option<String>,
     /// The previous release directory: its timestamp's rollouts become revertable, and the
-    /// new version must exceed its version.
+    /// new version must exceed its version. Its timestamp must be signed by one of the keys
+    /// signing now, canonical, and match the artifacts beside it.
     #[arg(long, value_name = "DIR")]
     previous: Option<PathBuf>,
     /// Output directory (must not exist, or be empty).
@@ -95,9 +96,10 @@ impl Signer for AnySigner {
     }
     fn sign(&self, message: &[u8]) -> Result<Signature, SignCmdError> {
         match self {
-            AnySigner::Key(k) => match k.sign(message) {
-                Ok(sig) => Ok(sig),
-            },
+            AnySigner::Key(k) => {
+                let Ok(sig) = k.sign(message);
+                Ok(sig)
+            }
             AnySigner::Cmd(c) => c.sign(message),
         }
     }
@@ -128,20 +130,32 @@ fn load_signers(args: &SigningArgs) -> Result<Vec<AnySigner>, CliError> {
 }
 
 fn signed_at(args: &SigningArgs) -> Result<Time, CliError> {
-    match &args.signed_at {
-        Some(s) => Time::parse_lenient(s).map_err(|e| CliError::usage(format!("--signed-at: {e}"))),
-        None => {
-            let secs = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_err(|_| CliError::new(codes::SOFTWARE, "system clock is before 1970"))?
-                .as_secs();
-            Time::from_unix(i64::try_from(secs).unwrap_or(i64::MAX)).map_err(|e| CliError::new(codes::SOFTWARE, e.to_string()))
-        }
-    }
+    clock::given_or_now("--signed-at", args.signed_at.as_deref())
 }
 
 fn sign_error(e: impl std::fmt::Display) -> CliError {
     CliError::new(codes::SOFTWARE, e.to_string())
+}
+
+/// A [`ReleaseError`] as the CLI reports it, prefixed with `context` (the directory
+/// concerned): a failing signer (or no signer, a bug: clap requires `--key`) is 70, a
+/// missing file 66, and everything about the input (a timestamp that is not CI's own or not
+/// intact, a version or signing time going backwards, a rollout id reused for other bytes, a
+/// spec that does not resolve or holds a value with no canonical form) 65.
+fn release_error(context: &str, e: ReleaseError) -> CliError {
+    let message = if context.is_empty() { e.to_string() } else { format!("{context}: {e}") };
+    match e {
+        ReleaseError::Sign(SignError::Signer { .. }) | ReleaseError::NoSigner => CliError::new(codes::SOFTWARE, message),
+        ReleaseError::Missing { .. } => CliError::new(codes::NO_INPUT, message),
+        ReleaseError::Sign(SignError::Canonical(_))
+        | ReleaseError::Canonical(_)
+        | ReleaseError::Resolve(_)
+        | ReleaseError::Malformed { .. }
+        | ReleaseError::VersionNotIncreasing { .. }
+        | ReleaseError::TimeGoesBackwards { .. }
+        | ReleaseError::RolloutIdReused { .. }
+        | ReleaseError::NotOurs { .. } => CliError::data(message),
+    }
 }
 
 /// Runs `drover release` or `drover release timestamp`.
@@ -167,8 +181,14 @@ pub fn run(args: ReleaseArgs) -> Result<(), CliError> {
             format!("{stamp}-{}", &sha256_hex(&canon)[..12])
         }
     };
+    // The previous timestamp is signed into the new one (its rollouts become revertable):
+    // it must be CI's own and intact, not just any timestamp.json in that directory.
     let previous = match &args.previous {
-        Some(dir) => Some(read_timestamp(dir)?),
+        Some(dir) => {
+            let context = format!("--previous {}", dir.display());
+            let files = load_release(dir).map_err(|e| CliError::new(e.code(), format!("{context}: {e}")))?;
+            Some(open_own_timestamp(&files, &signers, created_at).map_err(|e| release_error(&context, e))?)
+        }
         None => None,
     };
     let default_version = {
@@ -178,10 +198,7 @@ pub fn run(args: ReleaseArgs) -> Result<(), CliError> {
     let params =
         ReleaseParams { meta: ReleaseMeta { ci_commit, created_at }, version: args.signing.version.unwrap_or(default_version), previous };
     check_out_dir(&out)?;
-    let files = build_release(&spec, &params, &signers).map_err(|e| match e {
-        drover_proto::release::ReleaseError::Sign(SignError::Signer { .. }) => sign_error(e),
-        other => CliError::data(other.to_string()),
-    })?;
+    let files = build_release(&spec, &params, &signers).map_err(|e| release_error("", e))?;
     store_release(&out, &files)?;
     println!("release written to {}", out.display());
     println!("  timestamp version {} signed at {}", params.version, created_at);
@@ -203,20 +220,11 @@ fn check_out_dir(out: &Path) -> Result<(), CliError> {
     Ok(())
 }
 
-fn read_timestamp(dir: &Path) -> Result<TimestampDoc, CliError> {
-    let path = dir.join(TIMESTAMP);
-    serde_json::from_slice(&read_file(&path)?).map_err(|e| CliError::data(format!("{}: {e}", path.display())))
-}
-
 fn run_timestamp(dir: &Path, signing: &SigningArgs) -> Result<(), CliError> {
     let mut files = load_release(dir)?;
     let signers = load_signers(signing)?;
     let at = signed_at(signing)?;
-    let doc = resign_timestamp(&mut files, signing.version, at, &signers).map_err(|e| match e {
-        drover_proto::release::ReleaseError::Sign(_) => sign_error(e),
-        drover_proto::release::ReleaseError::Missing { .. } => CliError::new(codes::NO_INPUT, format!("{}: {e}", dir.display())),
-        other => CliError::data(format!("{}: {other}", dir.display())),
-    })?;
+    let doc = resign_timestamp(&mut files, signing.version, at, &signers).map_err(|e| release_error(&dir.display().to_string(), e))?;
     for path in [TIMESTAMP.to_owned(), sig_path(TIMESTAMP)] {
         write_atomic(&dir.join(&path), files.get(&path).unwrap_or_default(), 0o644, false)?;
     }

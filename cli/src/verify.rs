@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use drover_proto::names::RolloutId;
 use drover_proto::release::{FLEET_RESOLVED, TIMESTAMP, sig_path, verify_release};
-use drover_proto::time::Time;
 use drover_proto::trust::TrustRoots;
 use drover_proto::verify::{
     ManifestAnchors, VerifyContext, VerifyError, VersionFloor, verify_fleet_resolved, verify_manifest, verify_timestamp,
 };
 
+use crate::clock;
 use crate::exit::{CliError, codes};
 use crate::fsio::{load_release, read_file};
 
@@ -27,7 +27,9 @@ pub struct VerifyArgs {
     /// Refuse a timestamp whose version is below N (the highest one you accepted).
     #[arg(long, value_name = "N")]
     min_version: Option<u64>,
-    /// Release directories or artifact files.
+    /// Release directories or artifact files. A manifest is checked against its release's
+    /// `../timestamp.json`; a lone `fleet.resolved.json` against nothing but its signature and
+    /// the rules (its freshness is unknown: that lives in the timestamp).
     #[arg(required = true, value_name = "DIR|FILE")]
     paths: Vec<PathBuf>,
 }
@@ -48,13 +50,7 @@ pub fn run(args: &VerifyArgs) -> Result<(), CliError> {
         let ve = VerifyError::from(e);
         CliError::new(codes::DATA, format!("{} ({}): {ve}", args.trust.display(), ve.rule()))
     })?;
-    let now = match &args.now {
-        Some(s) => Time::parse_lenient(s).map_err(|e| CliError::usage(format!("--now: {e}")))?,
-        None => {
-            let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-            Time::from_unix(i64::try_from(secs).unwrap_or(0)).map_err(|e| CliError::new(codes::SOFTWARE, e.to_string()))?
-        }
-    };
+    let now = clock::given_or_now("--now", args.now.as_deref())?;
     let floor = args.min_version.map_or(VersionFloor::None, VersionFloor::AtLeast);
     let ctx = VerifyContext::at(now).with_floor(floor);
     for path in &args.paths {
@@ -119,7 +115,14 @@ fn verify_file(path: &Path, trust: &TrustRoots, ctx: &VerifyContext) -> Result<(
         }
         Artifact::FleetResolved => {
             let f = verify_fleet_resolved(&bytes, &sig, trust, ctx).map_err(|e| refused(path, &e))?;
-            println!("OK {}: fleet.resolved for commit {}, sha256 {}", path.display(), f.fleet.meta.ci_commit, f.sha256);
+            // Freshness lives in the timestamp, which a lone fleet.resolved is not checked
+            // against: say so, so that this OK is not read as "current".
+            println!(
+                "OK {}: fleet.resolved for commit {}, sha256 {} (signature and rules only: not checked against a timestamp, freshness unknown)",
+                path.display(),
+                f.fleet.meta.ci_commit,
+                f.sha256
+            );
         }
         Artifact::Manifest(id) => {
             let ts_path = release_timestamp_of(path);

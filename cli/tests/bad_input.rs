@@ -155,7 +155,9 @@ fn release_timestamp_on_a_directory_that_is_not_a_release() {
     fs::write(sc.join("empty/timestamp.json"), "not json").expect("write");
     sc.drover(&["release", "timestamp", "empty", "--key", "ci.key"]).fails_with(66).stderr_has(&["timestamp.json.sig"]);
     fs::write(sc.join("empty/timestamp.json.sig"), r#"{"signatures":[]}"#).expect("write");
-    sc.drover(&["release", "timestamp", "empty", "--key", "ci.key"]).fails_with(65).stderr_has(&["timestamp.json", "refusing to re-sign"]);
+    sc.drover(&["release", "timestamp", "empty", "--key", "ci.key"])
+        .fails_with(65)
+        .stderr_has(&["timestamp.json", "CI only re-signs or builds on its own"]);
     // --previous pointing at a non-release.
     sc.drover(&["release", "--fleet", s(&example_spec()), "--key", "ci.key", "--previous", "absent", "--out", "rel"])
         .fails_with(66)
@@ -196,11 +198,37 @@ fn canonicalize_stdin_prints_the_canonical_form() {
 }
 
 #[test]
-fn usage_errors_do_not_panic() {
+fn usage_errors_exit_64_not_clap_s_2() {
     let sc = Scratch::new();
-    for args in [&["release"][..], &["verify"], &["keygen"], &["trust"], &["release", "timestamp"], &["frobnicate"]] {
+    let cases: [&[&str]; 9] = [
+        &[],
+        &["release"],
+        &["verify"],
+        &["keygen"],
+        &["trust"],
+        &["release", "timestamp"],
+        &["frobnicate"],
+        &["keygen", "--out", "k", "--bogus"],
+        &["trust", "--pub", "p", "--threshold", "many"],
+    ];
+    for args in cases {
         let r = sc.drover(args);
         r.no_panic();
-        assert_eq!(r.code, 2, "clap's usage error for {args:?}: {}", r.stderr);
+        assert_eq!(r.code, 64, "EX_USAGE for {args:?}: {}", r.stderr);
+        // clap's error (or, for a bare `drover`, the help) goes to stderr, nothing to stdout.
+        assert!(r.stderr.starts_with("error:") || r.stderr.contains("Usage:"), "{args:?}: {:?}", r.stderr);
+        assert!(r.stdout.is_empty(), "{args:?}: nothing on stdout: {:?}", r.stdout);
     }
+}
+
+#[test]
+fn help_and_version_exit_0_on_stdout() {
+    let sc = Scratch::new();
+    for args in [&["--help"][..], &["-h"], &["help"], &["release", "--help"], &["verify", "-h"], &["help", "trust"]] {
+        let r = sc.drover(args);
+        r.ok();
+        assert!(r.stdout.contains("Usage"), "{args:?}: help on stdout: {:?}", r.stdout);
+    }
+    let r = sc.drover(&["--version"]);
+    r.ok().stdout_has(env!("CARGO_PKG_VERSION"));
 }

@@ -209,3 +209,26 @@ fn a_sign_cmd_signing_with_another_key_is_caught_before_anything_is_written() {
     r.fails_with(70).stderr_has(&["does not verify under key"]);
     assert!(!sc.join("rel").exists(), "no release may be written");
 }
+
+#[test]
+fn a_failing_sign_cmd_does_not_echo_its_pin_or_a_flood_of_stderr() {
+    // A sign command may carry a PIN or a token; CI logs keep drover's stderr.
+    let sc = Scratch::new();
+    openssl_key(&sc, "k");
+    let failing = "PIN_ENV=s3cr3t-env false --pin 123456 --token hunter2";
+    let r = sc.release("rel", "k.pub.pem", &["--sign-cmd", failing]);
+    r.fails_with(70).stderr_has(&["sign command", "\"false\""]);
+    for secret in ["123456", "hunter2", "s3cr3t-env", "--pin"] {
+        assert!(!r.stderr.contains(secret), "{secret:?} leaked into stderr: {}", r.stderr);
+    }
+    // Garbage output and a signer that cannot be run are reported the same way.
+    let r = sc.release("rel", "k.pub.pem", &["--sign-cmd", "echo garbage --pin 123456"]);
+    r.fails_with(70).stderr_has(&["\"echo\"", "did not print a base64 Ed25519 signature"]);
+    assert!(!r.stderr.contains("123456"), "{}", r.stderr);
+    // A signer that writes 100 KB to stderr does not flood drover's.
+    let chatty = "cat >/dev/null; head -c 100000 /dev/zero | tr '\\0' E >&2; exit 1";
+    let r = sc.release("rel", "k.pub.pem", &["--sign-cmd", chatty]);
+    r.fails_with(70).stderr_has(&["EEEE", "…"]);
+    assert!(r.stderr.len() < 1000, "stderr should be cut short, got {} bytes", r.stderr.len());
+    assert!(!sc.join("rel").exists(), "no release may be written");
+}

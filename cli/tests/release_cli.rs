@@ -177,7 +177,7 @@ fn release_timestamp_increments_the_version_and_still_verifies() {
     sc.keygen("rogue");
     sc.drover(&["release", "timestamp", "rel", "--key", "rogue.key", "--signed-at", "2025-01-01T00:40:00Z"])
         .fails_with(65)
-        .stderr_has(&["refusing to re-sign", "signed by unknown key"]);
+        .stderr_has(&["CI only re-signs or builds on its own", "signed by unknown key"]);
     sc.verify("trust.json", &[], &["rel"]).ok();
 }
 
@@ -368,4 +368,122 @@ fn reject_before_refuses_releases_signed_earlier() {
     sc.drover(&["release", "timestamp", "rel", "--key", "ci.key", "--signed-at", "2025-01-01T00:30:00Z"]).ok();
     // The manifests and fleet.resolved still carry the old signing time: still refused.
     sc.verify("killed.json", &[], &["rel"]).fails_with(1).stderr_has(&["RejectedBefore", "fleet.resolved.json"]);
+}
+
+/// The release `rel`'s timestamp, edited by `edit` and written back in canonical form (so
+/// that only the signature, not the formatting, can give the edit away).
+fn edit_timestamp(sc: &Scratch, dir: &str, edit: impl FnOnce(&mut serde_json::Value)) {
+    let path = sc.join(&format!("{dir}/timestamp.json"));
+    let mut doc = read_json(&path);
+    edit(&mut doc);
+    let canonical = common::drover_in(sc.path(), &["canonicalize"], &serde_json::to_vec(&doc).expect("json"));
+    fs::write(&path, &canonical.ok().stdout_bytes).expect("write");
+}
+
+#[test]
+fn tampered_previous_timestamp_is_not_carried_forward() {
+    // Someone able to write the previous release directory plants a rollback target of their
+    // choosing in its timestamp: CI must not sign it into the next release's revertable list.
+    let sc = Scratch::signed_release();
+    edit_timestamp(&sc, "rel", |ts| {
+        let planted = serde_json::json!({"rolloutId": "gpu@evil", "manifestSha256": "00".repeat(32)});
+        ts["channels"]["gpu"]["revertable"].as_array_mut().expect("revertable").push(planted);
+    });
+    let r = sc.release("next", "ci.key", &["--ci-commit", "d00d", "--signed-at", "2025-01-01T00:10:00Z", "--previous", "rel"]);
+    r.fails_with(65).stderr_has(&["--previous rel", "does not verify"]);
+    assert!(!sc.join("next").exists(), "nothing written on refusal");
+
+    // A timestamp left as it is but in a non-canonical form is not CI's output either.
+    let sc = Scratch::signed_release();
+    let doc = read_json(&sc.join("rel/timestamp.json"));
+    fs::write(sc.join("rel/timestamp.json"), serde_json::to_vec_pretty(&doc).expect("json")).expect("write");
+    sc.release("next", "ci.key", &["--ci-commit", "d00d", "--previous", "rel"]).fails_with(65).stderr_has(&["--previous rel"]);
+    assert!(!sc.join("next").exists());
+}
+
+#[test]
+fn previous_with_a_swapped_manifest_is_refused() {
+    // The timestamp is intact but a manifest it lists was replaced: the previous release is
+    // not what CI signed, so nothing of it is carried forward.
+    let sc = Scratch::signed_release();
+    let mut bytes = fs::read(sc.join(GPU_MANIFEST)).expect("read");
+    let at = bytes.windows(11).position(|w| w == b"/nix/store/").expect("a closure") + 11;
+    bytes[at] = if bytes[at] == b'0' { b'1' } else { b'0' };
+    fs::write(sc.join(GPU_MANIFEST), bytes).expect("write");
+    let r = sc.release("next", "ci.key", &["--ci-commit", "d00d", "--previous", "rel"]);
+    r.fails_with(65).stderr_has(&["--previous rel", "sha256", "the timestamp lists"]);
+    assert!(!sc.join("next").exists());
+    // And a previous release missing a manifest it lists is missing input.
+    fs::remove_file(sc.join(GPU_MANIFEST)).expect("rm");
+    sc.release("next", "ci.key", &["--ci-commit", "d00d", "--previous", "rel"]).fails_with(66).stderr_has(&["gpu@c0ffee"]);
+    assert!(!sc.join("next").exists());
+}
+
+#[test]
+fn previous_signed_by_another_key_is_refused() {
+    // A validly signed release, but by a key that is not signing now: its timestamp is not
+    // ours to carry forward (it could be anyone's).
+    let sc = Scratch::signed_release();
+    sc.keygen("other");
+    sc.release("foreign", "other.key", &["--ci-commit", "f00"]).ok();
+    let r = sc.release("next", "ci.key", &["--ci-commit", "d00d", "--signed-at", "2025-01-01T00:10:00Z", "--previous", "foreign"]);
+    r.fails_with(65).stderr_has(&["--previous foreign", "does not verify", "unknown key"]);
+    assert!(!sc.join("next").exists());
+    // Signing with both keys now accepts either's previous release.
+    sc.release("both", "ci.key", &["--key", "other.key", "--ci-commit", "d00d", "--previous", "foreign"]).ok();
+}
+
+#[test]
+fn release_timestamp_refuses_a_signing_time_before_the_current_one() {
+    // Re-signing "in the past" would make a timestamp look older than the one it replaces.
+    let sc = Scratch::signed_release();
+    let before = fs::read(sc.join("rel/timestamp.json")).expect("read");
+    sc.drover(&["release", "timestamp", "rel", "--key", "ci.key", "--signed-at", "2024-12-31T23:59:59Z"])
+        .fails_with(65)
+        .stderr_has(&["rel", "before the previous"]);
+    assert_eq!(fs::read(sc.join("rel/timestamp.json")).expect("read"), before, "timestamp untouched");
+    // The same instant is not going backwards.
+    sc.drover(&["release", "timestamp", "rel", "--key", "ci.key", "--signed-at", SIGNED_AT]).ok();
+}
+
+#[test]
+fn re_releasing_a_commit_with_other_bytes_is_refused_as_rollout_id_reused() {
+    // Same --ci-commit, later --signed-at: the manifests' bytes change (they carry their
+    // creation time) under the same rollout ids, which agents and the coordinator cache by id.
+    let sc = Scratch::signed_release();
+    let r = sc.release("again", "ci.key", &["--signed-at", "2025-01-01T00:30:00Z", "--previous", "rel"]);
+    r.fails_with(65).stderr_has(&["already released with other bytes", "@c0ffee"]);
+    assert!(!sc.join("again").exists(), "nothing written on refusal");
+    // The very same bytes again are not a reuse.
+    sc.release("same", "ci.key", &["--previous", "rel"]).ok();
+}
+
+#[test]
+fn a_symlinked_rollouts_directory_is_refused() {
+    // A `rollouts` link would pull manifests from anywhere into the release.
+    let sc = Scratch::signed_release();
+    fs::rename(sc.join("rel/rollouts"), sc.join("elsewhere")).expect("mv");
+    std::os::unix::fs::symlink(sc.join("elsewhere"), sc.join("rel/rollouts")).expect("symlink");
+    sc.verify("trust.json", &[], &["rel"]).fails_with(65).stderr_has(&["rollouts", "symlink"]);
+    sc.drover(&["release", "timestamp", "rel", "--key", "ci.key", "--signed-at", "2025-01-01T00:30:00Z"])
+        .fails_with(65)
+        .stderr_has(&["symlink"]);
+    sc.release("next", "ci.key", &["--ci-commit", "d00d", "--previous", "rel"]).fails_with(65).stderr_has(&["symlink"]);
+    assert!(!sc.join("next").exists());
+    // The release directory itself may be reached through a symlink.
+    fs::remove_file(sc.join("rel/rollouts")).expect("rm link");
+    fs::rename(sc.join("elsewhere"), sc.join("rel/rollouts")).expect("mv back");
+    std::os::unix::fs::symlink(sc.join("rel"), sc.join("rel-link")).expect("symlink");
+    sc.verify("trust.json", &[], &["rel-link"]).ok();
+}
+
+#[test]
+fn a_lone_fleet_resolved_verifies_with_freshness_unknown() {
+    // A fleet.resolved alone carries no freshness; its OK must not read as "current".
+    let sc = Scratch::signed_release();
+    let r = sc.drover(&["verify", "--trust", "trust.json", "--now", "2030-01-01T00:00:00Z", "rel/fleet.resolved.json"]);
+    r.ok().stdout_has("(signature and rules only: not checked against a timestamp, freshness unknown)");
+    // The timestamp and a manifest do carry it.
+    sc.verify("trust.json", &[], &["rel/timestamp.json", GPU_MANIFEST]).ok();
+    assert!(!sc.verify("trust.json", &[], &["rel/timestamp.json"]).stdout.contains("freshness unknown"));
 }

@@ -95,8 +95,8 @@ pub enum ReleaseError {
         /// The sha256 it had.
         previous_sha256: String,
     },
-    /// The timestamp to re-sign is not signed by any of the keys re-signing it.
-    #[error("refusing to re-sign: the existing timestamp does not verify under the given key(s): {source}")]
+    /// The timestamp to re-sign or build on is not signed by any of the keys signing now.
+    #[error("the existing timestamp does not verify under the given key(s), and CI only re-signs or builds on its own: {source}")]
     NotOurs {
         /// Why it did not verify.
         #[source]
@@ -149,6 +149,9 @@ pub fn build_release<S: Signer>(spec: &FleetSpec, params: &ReleaseParams, signer
     if let Some(prev) = &params.previous {
         if params.version <= prev.version {
             return Err(ReleaseError::VersionNotIncreasing { requested: params.version, previous: prev.version });
+        }
+        if params.meta.created_at < prev.signed_at {
+            return Err(ReleaseError::TimeGoesBackwards { requested: params.meta.created_at, previous: prev.signed_at });
         }
     }
     let resolved = resolve(spec, &params.meta)?;

@@ -388,3 +388,14 @@ fn resigning_with_an_earlier_signing_time_is_refused() {
     assert!(matches!(err, ReleaseError::TimeGoesBackwards { .. }), "{err:?}");
     assert_eq!(timestamp_doc(&files), before, "nothing re-signed");
 }
+
+#[test]
+fn building_on_a_previous_release_signed_later_is_refused() {
+    // A new release dated before the one it follows would sort before it in time while
+    // claiming a higher version.
+    let prev = small_release(&[signer(1)]);
+    let prev_doc = timestamp_doc(&prev);
+    let err = build_release(&spec_with_ref("later"), &params("c2", t0_minus(60), prev_doc.version + 1, Some(prev_doc)), &[signer(1)])
+        .expect_err("backwards");
+    assert!(matches!(err, ReleaseError::TimeGoesBackwards { .. }), "{err:?}");
+}
