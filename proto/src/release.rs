@@ -17,8 +17,8 @@ use crate::spec::FleetSpec;
 use crate::time::Time;
 use crate::trust::{KeySet, TrustRoots};
 use crate::verify::{
-    ManifestAnchors, VerifiedFleet, VerifiedManifest, VerifiedTimestamp, VerifyContext, VerifyError, check_canonical, check_detached,
-    verify_fleet_resolved, verify_manifest, verify_timestamp,
+    ManifestAnchors, Proof, VerifiedFleet, VerifiedManifest, VerifiedTimestamp, VerifyContext, VerifyError, check_canonical,
+    check_detached, verify_fleet_resolved, verify_manifest, verify_timestamp,
 };
 
 /// Path of the resolved fleet inside a release.
@@ -301,6 +301,8 @@ pub struct VerifiedRelease {
     pub manifests: BTreeMap<String, VerifiedManifest>,
     /// Revertable manifests that travelled with the release, by rollout id.
     pub revertable: BTreeMap<RolloutId, VerifiedManifest>,
+    /// Only verification makes one.
+    _proof: Proof,
 }
 
 /// Verifies a whole release: timestamp first (freshness, version), then fleet.resolved (its
@@ -345,5 +347,5 @@ pub fn verify_release(files: &ReleaseFiles, trust: &TrustRoots, ctx: &VerifyCont
         let anchors = ManifestAnchors { advertised_id: Some(&rollout_id), timestamp: &timestamp, fleet: None };
         revertable.insert(rollout_id.clone(), verify_manifest(bytes, sig, trust, ctx, anchors)?);
     }
-    Ok(VerifiedRelease { fleet, timestamp, manifests, revertable })
+    Ok(VerifiedRelease { fleet, timestamp, manifests, revertable, _proof: Proof(()) })
 }

@@ -457,6 +457,19 @@ fn open_ci_artifact<T: DeserializeOwned>(
     Ok(parsed)
 }
 
+/// Held by every `Verified*` value: its field is private, so outside this crate such a value
+/// exists only because a verification function returned it (fields stay readable).
+///
+/// ```compile_fail
+/// use drover_proto::verify::{Proof, VerifiedManifest};
+/// // A forged "verified" manifest does not compile: `Proof`'s field is private.
+/// fn forge(manifest: drover_proto::artifacts::RolloutManifest) -> VerifiedManifest {
+///     VerifiedManifest { manifest, sha256: String::new(), _proof: Proof(()) }
+/// }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Proof(pub(crate) ());
+
 /// A verified `fleet.resolved.json`.
 #[derive(Debug, Clone)]
 pub struct VerifiedFleet {
@@ -464,13 +477,15 @@ pub struct VerifiedFleet {
     pub fleet: FleetResolved,
     /// sha256 (hex) of its bytes.
     pub sha256: String,
+    /// Only verification makes one.
+    _proof: Proof,
 }
 
 /// Verifies `fleet.resolved.json`: canonical, signed, schema, rejectBefore, not future-dated.
 pub fn verify_fleet_resolved(bytes: &[u8], sig: &[u8], trust: &TrustRoots, ctx: &VerifyContext) -> Result<VerifiedFleet, VerifyError> {
     const A: &str = "fleet.resolved.json";
     let fleet: FleetResolved = open_ci_artifact(A, bytes, sig, trust, ctx, |f: &FleetResolved| (f.meta.schema_version, f.meta.created_at))?;
-    Ok(VerifiedFleet { fleet, sha256: sha256_hex(bytes) })
+    Ok(VerifiedFleet { fleet, sha256: sha256_hex(bytes), _proof: Proof(()) })
 }
 
 /// A verified `timestamp.json`.
@@ -480,6 +495,8 @@ pub struct VerifiedTimestamp {
     pub doc: TimestampDoc,
     /// sha256 (hex) of its bytes.
     pub sha256: String,
+    /// Only verification makes one.
+    _proof: Proof,
 }
 
 /// Verifies `timestamp.json`: canonical, signed, schema, rejectBefore, not future-dated,
@@ -527,7 +544,7 @@ pub fn verify_timestamp(bytes: &[u8], sig: &[u8], trust: &TrustRoots, ctx: &Veri
         }
         _ => {}
     }
-    Ok(VerifiedTimestamp { doc, sha256: sha256_hex(bytes) })
+    Ok(VerifiedTimestamp { doc, sha256: sha256_hex(bytes), _proof: Proof(()) })
 }
 
 /// A verified rollout manifest.
@@ -537,6 +554,8 @@ pub struct VerifiedManifest {
     pub manifest: RolloutManifest,
     /// sha256 (hex) of its bytes.
     pub sha256: String,
+    /// Only verification makes one.
+    _proof: Proof,
 }
 
 /// What a manifest is checked against besides the trust roots.
@@ -596,7 +615,7 @@ pub fn verify_manifest(
             });
         }
     }
-    Ok(VerifiedManifest { manifest, sha256 })
+    Ok(VerifiedManifest { manifest, sha256, _proof: Proof(()) })
 }
 
 /// Rule: a per-host message is for this host and within its validity window.
