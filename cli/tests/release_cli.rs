@@ -487,3 +487,29 @@ fn a_lone_fleet_resolved_verifies_with_freshness_unknown() {
     sc.verify("trust.json", &[], &["rel/timestamp.json", GPU_MANIFEST]).ok();
     assert!(!sc.verify("trust.json", &[], &["rel/timestamp.json"]).stdout.contains("freshness unknown"));
 }
+
+#[test]
+fn key_rotation_with_trust_windows_accepts_each_key_only_inside_its_window() {
+    // The old key counts until 2025-01-02, the new one from 2025-01-01T12:00: a release
+    // signed by either verifies during the overlap; after it, only the new key's does.
+    let sc = Scratch::new();
+    sc.keygen("old");
+    sc.keygen("new");
+    sc.drover(&["trust", "--pub", "old.pub@..2025-01-02T00:00:00Z", "--pub", "new.pub@2025-01-01T12:00:00Z..", "--out", "trust.json"]).ok();
+    let trust = read_json(&sc.join("trust.json"));
+    assert_eq!(trust["ci"]["keys"][0]["notAfter"], "2025-01-02T00:00:00Z");
+    assert_eq!(trust["ci"]["keys"][1]["notBefore"], "2025-01-01T12:00:00Z");
+    let signed_at = "2025-01-01T18:00:00Z";
+    sc.release("by-old", "old.key", &["--signed-at", signed_at]).ok();
+    sc.release("by-new", "new.key", &["--signed-at", signed_at, "--ci-commit", "c0ffee2"]).ok();
+    let verify_at = |now: &str, dir: &str| sc.drover(&["verify", "--trust", "trust.json", "--now", now, dir]);
+    verify_at("2025-01-01T20:00:00Z", "by-old").ok();
+    verify_at("2025-01-01T20:00:00Z", "by-new").ok();
+    verify_at("2025-01-02T06:00:00Z", "by-old").fails_with(1).stderr_has(&["KeyNotValidAt"]);
+    verify_at("2025-01-02T06:00:00Z", "by-new").ok();
+    // Before its window the new key does not count either.
+    verify_at("2025-01-01T11:00:00Z", "by-new").fails_with(1).stderr_has(&["KeyNotValidAt"]);
+    // A window that ends before it starts is refused when the trust file is written.
+    sc.drover(&["trust", "--pub", "new.pub@2025-02-01T00:00:00Z..2025-01-01T00:00:00Z", "--out", "bad.json"]).fails_with(65);
+    assert!(!sc.join("bad.json").exists());
+}
