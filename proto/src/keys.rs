@@ -4,6 +4,7 @@
 use std::fmt;
 
 use base64::Engine as _;
+use ed25519_dalek::pkcs8::spki::der::zeroize::Zeroizing;
 use ed25519_dalek::pkcs8::{
     DecodePrivateKey, DecodePublicKey, EncodePrivateKey, EncodePublicKey, KeypairBytes, spki::der::pem::LineEnding,
 };
@@ -89,9 +90,10 @@ pub fn signing_key_from_pem(pem: &str) -> Result<SigningKey, KeyError> {
 
 /// Writes a private key as PKCS#8 v1 PEM: the seed only, the form `openssl genpkey` writes.
 /// (The v2 form that also embeds the public key is refused by OpenSSL 3.0.)
-pub fn signing_key_to_pem(key: &SigningKey) -> Result<String, KeyError> {
+/// The text is wiped from memory when dropped.
+pub fn signing_key_to_pem(key: &SigningKey) -> Result<Zeroizing<String>, KeyError> {
     let bytes = KeypairBytes { secret_key: key.to_bytes(), public_key: None };
-    bytes.to_pkcs8_pem(LineEnding::LF).map(|z| z.to_string()).map_err(|_| KeyError::Encode)
+    bytes.to_pkcs8_pem(LineEnding::LF).map_err(|_| KeyError::Encode)
 }
 
 /// Reads a public key given as SPKI PEM or as base64 of the 32 raw bytes.
