@@ -1,11 +1,22 @@
 //! The Drover node agent, one per host.
 //!
-//! It will enroll with a hash-pinned trust file, pull intents and tasks, verify every
-//! signature and its own wave membership (`drover_proto::verify`), activate NixOS closures
-//! with magic rollback, run maintenance tasks and report health and probes. None of that is
-//! built yet (issues "Agent" and "Agent maintenance tasks"); the verification it will rely on
-//! is complete in `drover-proto`, re-exported here.
+//! Built so far: enrollment (`drover-agent enroll`) and what it stands on.
+//! - [`config`]: `agent.toml`, parsed once, unknown keys refused.
+//! - [`state`]: the durable state directory, every write atomic.
+//! - [`client`]: the HTTPS client for the coordinator (pinned CA, TLS 1.3, fail-over).
+//! - [`enroll`]: key generated on the host, CSR, hash-pinned trust roots.
+//! - [`exit`]: sysexits-style exit codes.
+//!
+//! Still to come (issues "Agent" and "Agent maintenance tasks"): the pull loop, verification
+//! of intents and tasks (`drover_proto::verify`, re-exported here), NixOS activation with
+//! magic rollback, maintenance tasks, health and probes.
 
 #![forbid(unsafe_code)]
+
+pub mod client;
+pub mod config;
+pub mod enroll;
+pub mod exit;
+pub mod state;
 
 pub use drover_proto as proto;

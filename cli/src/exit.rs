@@ -19,12 +19,18 @@ pub mod codes {
     pub const DATA: u8 = 65;
     /// EX_NOINPUT: an input file is missing or unreadable.
     pub const NO_INPUT: u8 = 66;
+    /// EX_UNAVAILABLE: the coordinator is unreachable, or failed (5xx).
+    pub const UNAVAILABLE: u8 = 69;
     /// EX_SOFTWARE: a bug or a failing external signer.
     pub const SOFTWARE: u8 = 70;
     /// EX_CANTCREAT: an output cannot be created.
     pub const CANT_CREATE: u8 = 73;
     /// EX_IOERR.
     pub const IO: u8 = 74;
+    /// EX_PROTOCOL: the coordinator answered with something that is not its API.
+    pub const PROTOCOL: u8 = 76;
+    /// EX_NOPERM: the coordinator refused the operator's credentials (401, 403).
+    pub const NO_PERM: u8 = 77;
 }
 
 impl CliError {

@@ -1,11 +1,16 @@
-//! `drover`: the CI side of Drover (keygen, trust, release, verify, canonicalize).
+//! `drover`: the CI side of Drover (keygen, trust, release, verify, canonicalize) and the
+//! operator side against a coordinator (enroll).
 //!
-//! Exit codes follow sysexits: 0 ok, 1 verification refused, 64 usage, 65 bad input data,
-//! 66 missing input, 70 internal, 73 cannot create output, 74 I/O error.
+//! Exit codes follow sysexits: 0 ok, 1 verification refused, 64 usage, 65 bad input data
+//! (or a 4xx from the coordinator), 66 missing input, 69 coordinator unreachable or failing,
+//! 70 internal, 73 cannot create output, 74 I/O error, 76 a coordinator answer that is not the
+//! API's, 77 credentials refused (401/403).
 
 #![forbid(unsafe_code)]
 
+mod client;
 mod clock;
+mod enroll;
 mod exit;
 mod fsio;
 mod keygen;
@@ -40,6 +45,8 @@ enum Command {
     Trust(trust::TrustArgs),
     /// Verify a release directory, or single artifacts, against trust roots.
     Verify(verify::VerifyArgs),
+    /// Create a host on the coordinator and print the bootstrap command to run on it.
+    Enroll(Box<enroll::EnrollArgs>),
     /// Print the RFC 8785 canonical form of a JSON file (or stdin).
     Canonicalize {
         /// The JSON file; stdin when absent or "-".
@@ -53,6 +60,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Release(args) => release::run(*args),
         Command::Trust(args) => trust::run(&args),
         Command::Verify(args) => verify::run(&args),
+        Command::Enroll(args) => enroll::run(&args),
         Command::Canonicalize { file } => {
             let (name, bytes) = fsio::read_input(file.as_deref())?;
             let out = drover_proto::canonical::canonicalize(&bytes).map_err(|e| CliError::data(format!("{name}: {e}")))?;

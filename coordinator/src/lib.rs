@@ -1,14 +1,31 @@
 //! The Drover coordinator: the fleet's one server.
 //!
-//! It will hold the PKI (CA, server and client certificates, CRL), the store (SQLite by
-//! default, PostgreSQL for HA), the mTLS API for agents and operators, the executor of the
-//! planner's plans and the durable job workflows. None of that is built yet (issues
-//! "Coordinator core" and "Coordinator API"); what exists today is the contract it will serve,
-//! in `drover-proto`, which it re-exports so its users see one vocabulary.
+//! - [`app`]: shared state, the clock, long-poll wake-ups, dispatch that wakes agents.
+//! - [`api`]: the error shape, route guards and routes.
+//! - [`config`]: `coordinator.toml`, parsed once, errors naming file and key.
+//! - [`identity`]: who a client certificate proves (host id and hostname, or operator role).
+//! - [`pki`]: the CA: server, host (from a CSR) and operator certificates, the CRL.
+//! - [`state_dir`]: the state directory's files (CA, server credential, director key), `init` and `open`.
+//! - [`run`]: starting it all: state dir, store, TLS, listener.
+//! - [`server`]: the listener: TLS handshake, identity per connection, HTTP/1.1 and HTTP/2.
+//! - [`store`]: the `Store` trait, its SQLite backend and the backend conformance suite.
+//! - [`tls`]: TLS 1.3 only, optional client certificates checked against the CA and CRL.
 //!
-//! The coordinator holds no CI key: it verifies releases with the same
+//! Being built (issue "Coordinator core"): PKI, the store, the mTLS server, enrollment and
+//! the agent routes. The coordinator holds no CI key: it verifies releases with the same
 //! `drover_proto::release::verify_release` the CLI and agents use.
 
 #![forbid(unsafe_code)]
+
+pub mod api;
+pub mod app;
+pub mod config;
+pub mod identity;
+pub mod pki;
+pub mod run;
+pub mod server;
+pub mod state_dir;
+pub mod store;
+pub mod tls;
 
 pub use drover_proto as proto;

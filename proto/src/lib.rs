@@ -8,7 +8,7 @@
 //!   release directory's files.
 //! - [`verify`]: every verification rule, one [`verify::VerifyError`] variant per rule.
 //! - [`intent`], [`task`], [`report`], [`states`]: per-host messages, agent reports and the
-//!   state enums with their legal transitions.
+//!   state enums with their legal transitions; [`enroll`]: enrollment and distribution.
 //!
 //! No I/O and no clock: time is always a parameter.
 
@@ -17,6 +17,7 @@
 pub mod artifacts;
 pub mod canonical;
 pub mod duration;
+pub mod enroll;
 pub mod intent;
 pub mod keys;
 pub mod names;

@@ -41,6 +41,9 @@ const MIN_UNIX: i64 = -62_167_219_200;
 pub struct Time(i64);
 
 impl Time {
+    /// 1970-01-01T00:00:00Z.
+    pub const EPOCH: Time = Time(0);
+
     /// From seconds since the Unix epoch (must lie within years 0000–9999).
     pub fn from_unix(secs: i64) -> Result<Self, TimeError> {
         if (MIN_UNIX..=MAX_UNIX).contains(&secs) { Ok(Time(secs)) } else { Err(TimeError::OutOfRange { secs }) }

@@ -1,5 +1,191 @@
-//! End-to-end scenarios for Drover: real processes, real TLS, attack cases, and (later) the
-//! fleet simulator with its `drover-bench` binary. Today the scenarios drive the `drover`
-//! binary's release tooling; see `cli/tests/` for them.
+//! End-to-end harness for Drover: a real coordinator (in this process, real TLS 1.3 on
+//! 127.0.0.1, real SQLite file, real state dir) driven by real clients — `curl`, `openssl`,
+//! and the `drover-agent` binary from this build.
 
 #![forbid(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use drover_coordinator::app::Clock;
+use drover_coordinator::config::{AgentConfig, Config, EnrollmentConfig};
+use drover_coordinator::identity::Role;
+use drover_coordinator::pki::San;
+use drover_coordinator::run::{Running, start_on};
+use drover_coordinator::state_dir::StateDir;
+use drover_proto::keys::{KeyId, verifying_key_to_pem};
+use drover_proto::time::Time;
+use drover_proto::trust::{KeySetDoc, TrustDoc, TrustKeyDoc};
+use ed25519_dalek::SigningKey;
+use sha2::{Digest, Sha256};
+
+/// A clock the test moves by hand (token expiry, confirm deadlines).
+pub struct ManualClock(AtomicI64);
+
+impl ManualClock {
+    /// Starting at `t`.
+    pub fn at(t: Time) -> Arc<Self> {
+        Arc::new(ManualClock(AtomicI64::new(t.unix())))
+    }
+    /// Moves time forward.
+    pub fn advance(&self, secs: i64) {
+        self.0.fetch_add(secs, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Time {
+        Time::from_unix(self.0.load(Ordering::SeqCst)).unwrap_or(Time::EPOCH)
+    }
+}
+
+/// The system clock now, as a `Time`.
+pub fn wall_now() -> Time {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    Time::from_unix(i64::try_from(secs).unwrap_or(0)).unwrap_or(Time::EPOCH)
+}
+
+/// A binary of this workspace's build, next to the test executable's `deps/` directory.
+pub fn workspace_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let dir = exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
+    let path = dir.join(name);
+    assert!(path.is_file(), "{} is missing: build it first (`cargo build -p {name}`; `cargo test --workspace` does)", path.display());
+    path
+}
+
+/// A running coordinator and the credentials to talk to it.
+pub struct Harness {
+    /// Everything lives under here.
+    pub dir: tempfile::TempDir,
+    /// The coordinator.
+    pub running: Running,
+    /// Its URL.
+    pub url: String,
+    /// Its clock.
+    pub clock: Arc<ManualClock>,
+    /// The CA certificate (PEM file).
+    pub ca: PathBuf,
+    /// An admin operator's certificate and key.
+    pub admin: (PathBuf, PathBuf),
+    /// A viewer operator's certificate and key.
+    pub viewer: (PathBuf, PathBuf),
+    /// The operator's trust.json and its sha256.
+    pub trust: (PathBuf, String),
+}
+
+fn write(path: &Path, bytes: &[u8]) {
+    std::fs::write(path, bytes).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+}
+
+impl Harness {
+    /// Initialises a state dir, issues operator credentials and a CI trust file, and starts
+    /// the coordinator on a fresh loopback port.
+    pub async fn start() -> Harness {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let now = wall_now();
+        let clock = ManualClock::at(now);
+        let state_path = dir.path().join("state");
+        let state = StateDir::init(&state_path, &[San::parse("127.0.0.1").expect("san")], now).expect("init");
+        let ca = dir.path().join("ca.crt");
+        write(&ca, state.ca().cert_pem().as_bytes());
+        let mut creds = Vec::new();
+        for (name, role) in [("alice", Role::Admin), ("victor", Role::Viewer)] {
+            let cred = state.ca().issue_operator(name, role, now).expect("operator cert");
+            let (crt, key) = (dir.path().join(format!("{name}.crt")), dir.path().join(format!("{name}.key")));
+            write(&crt, cred.cert.pem.as_bytes());
+            write(&key, cred.key_pem.as_bytes());
+            creds.push((crt, key));
+        }
+        let ci = SigningKey::from_bytes(&[9u8; 32]).verifying_key();
+        let trust_doc = TrustDoc {
+            schema_version: 1,
+            ci: KeySetDoc {
+                threshold: 1,
+                keys: vec![TrustKeyDoc {
+                    key_id: KeyId::of(&ci),
+                    alg: "ed25519".into(),
+                    public_key: verifying_key_to_pem(&ci).expect("pem"),
+                    not_before: None,
+                    not_after: None,
+                }],
+                reject_before: None,
+            },
+        };
+        let trust_bytes = drover_proto::canonical::to_vec_of(&trust_doc).expect("canonical");
+        let trust = dir.path().join("trust.json");
+        write(&trust, &trust_bytes);
+        let trust_sha = hex::encode(Sha256::digest(&trust_bytes));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let url = format!("https://127.0.0.1:{}", addr.port());
+        let config = Config {
+            listen: addr,
+            state_dir: state_path,
+            public_urls: vec![url.clone()],
+            trust_file: trust.clone(),
+            agent_binary: workspace_binary("drover-agent"),
+            enrollment: EnrollmentConfig::default(),
+            agent: AgentConfig { long_poll_secs: 2 },
+        };
+        drop(state);
+        let running = start_on(listener, config, clock.clone()).await.expect("coordinator starts");
+        let mut creds = creds.into_iter();
+        let admin = creds.next().expect("admin");
+        let viewer = creds.next().expect("viewer");
+        Harness { dir, running, url, clock, ca, admin, viewer, trust: (trust, trust_sha) }
+    }
+
+    /// `curl` against the coordinator with TLS 1.3 and the CA, plus `args`; runs on the
+    /// blocking pool so the in-process server keeps serving.
+    pub async fn curl(&self, args: Vec<String>) -> Output {
+        let mut full = vec!["-sS".to_owned(), "--tlsv1.3".to_owned(), "--cacert".to_owned(), self.ca.display().to_string()];
+        full.extend(args);
+        run_blocking("curl", full, Vec::new()).await
+    }
+
+    /// `curl` with a client certificate.
+    pub async fn curl_as(&self, (cert, key): &(PathBuf, PathBuf), args: Vec<String>) -> Output {
+        let mut full = vec!["--cert".to_owned(), cert.display().to_string(), "--key".to_owned(), key.display().to_string()];
+        full.extend(args);
+        self.curl(full).await
+    }
+
+    /// Creates a host through the real API as the admin; returns the JSON response.
+    pub async fn create_host(&self, hostname: &str) -> serde_json::Value {
+        let body = serde_json::json!({ "hostname": hostname, "trustSha256": self.trust.1 }).to_string();
+        let out = self
+            .curl_as(
+                &self.admin,
+                vec![
+                    "-f".into(),
+                    "-X".into(),
+                    "POST".into(),
+                    "-H".into(),
+                    "content-type: application/json".into(),
+                    "-d".into(),
+                    body,
+                    format!("{}/v1/hosts", self.url),
+                ],
+            )
+            .await;
+        assert!(out.status.success(), "create host failed: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("create host response is JSON")
+    }
+}
+
+/// Runs a program to completion on the blocking pool.
+pub async fn run_blocking(program: &'static str, args: Vec<String>, env: Vec<(String, String)>) -> Output {
+    tokio::task::spawn_blocking(move || {
+        Command::new(program).args(&args).envs(env).stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
+    })
+    .await
+    .expect("blocking task")
+}
+
+/// Runs a shell command line (the exact bootstrap command) on the blocking pool.
+pub async fn sh(command: String, env: Vec<(String, String)>) -> Output {
+    run_blocking("sh", vec!["-c".into(), command], env).await
+}

@@ -99,8 +99,22 @@ pub const DEADLINE: Duration = Duration::from_secs(20);
 /// Runs `drover ARGS` in `cwd`, with `stdin` piped in; kills it and fails the test if it
 /// runs past [`DEADLINE`] (a hang is a bug, and must not hang the test suite).
 pub fn drover_in(cwd: &Path, args: &[&str], stdin: &[u8]) -> Run {
+    drover_env(cwd, args, stdin, &[])
+}
+
+/// The environment variables `drover` reads its coordinator and operator credentials from;
+/// cleared for every test run so the caller's environment cannot leak in.
+pub const DROVER_ENV: [&str; 4] = ["DROVER_COORDINATOR", "DROVER_CERT", "DROVER_KEY", "DROVER_CA"];
+
+/// Like [`drover_in`], with [`DROVER_ENV`] cleared and then `env` set.
+pub fn drover_env(cwd: &Path, args: &[&str], stdin: &[u8], env: &[(&str, &str)]) -> Run {
     let what = describe("drover", args);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_drover"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_drover"));
+    for var in DROVER_ENV {
+        command.env_remove(var);
+    }
+    command.envs(env.iter().copied());
+    let mut child = command
         .args(args)
         .current_dir(cwd)
         .stdin(Stdio::piped())

@@ -1,0 +1,206 @@
+//! `agent.toml`: parsed once at start, unknown keys refused, every error naming the file and
+//! the key.
+//!
+//! ```toml
+//! coordinator_urls = ["https://coord-1.example:8443", "https://coord-2.example:8443"]
+//! state_dir = "/var/lib/drover"
+//! ca_file = "/etc/drover/ca.crt"
+//! ```
+//!
+//! `coordinator_urls` are tried in order (fail-over on a connection failure); each must be an
+//! `https://` URL with a host and nothing after the path. Relative paths are resolved against
+//! the directory holding the configuration file. Later settings (check-in, tasks, probes) are
+//! added as new fields, each with a serde default or as an optional table, so existing files
+//! keep parsing.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::exit::{ExitStatus, codes};
+
+/// Why the configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{file}: cannot read: {source}", file = file.display())]
+    Read {
+        /// The file.
+        file: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// TOML syntax, an unknown key, a wrong type.
+    #[error("{file}: key `{key}`: {message}", file = file.display())]
+    Parse {
+        /// The file.
+        file: PathBuf,
+        /// The dotted key path (`.` for the document).
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A value breaks a rule.
+    #[error("{file}: key `{key}`: {message}", file = file.display())]
+    Invalid {
+        /// The file.
+        file: PathBuf,
+        /// The dotted key.
+        key: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl ExitStatus for ConfigError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            // Missing or unreadable alike (sysexits: "did not exist or was not readable").
+            ConfigError::Read { .. } => codes::NO_INPUT,
+            ConfigError::Parse { .. } | ConfigError::Invalid { .. } => codes::DATA,
+        }
+    }
+}
+
+/// The whole agent configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where to reach the coordinator, tried in order.
+    pub coordinator_urls: Vec<String>,
+    /// The agent's durable state (key, certificate, trust roots, …); created 0700.
+    pub state_dir: PathBuf,
+    /// The coordinator CA (PEM): the only root the agent's TLS client trusts.
+    pub ca_file: PathBuf,
+}
+
+impl Config {
+    /// Reads and validates a configuration file.
+    pub fn load(file: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read { file: file.to_owned(), source })?;
+        Self::parse(file, &text)
+    }
+
+    /// Parses and validates configuration text; `file` names it in messages and anchors
+    /// relative paths.
+    pub fn parse(file: &Path, text: &str) -> Result<Config, ConfigError> {
+        let de = toml::Deserializer::new(text);
+        let mut config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = e.path().to_string();
+            ConfigError::Parse { file: file.to_owned(), key, message: e.into_inner().message().trim().to_owned() }
+        })?;
+        let invalid = |key, message: String| ConfigError::Invalid { file: file.to_owned(), key, message };
+        if config.coordinator_urls.is_empty() {
+            return Err(invalid("coordinator_urls", "at least one https:// coordinator URL is required".to_owned()));
+        }
+        for url in &config.coordinator_urls {
+            check_url(url).map_err(|why| invalid("coordinator_urls", format!("{url:?} {why}")))?;
+        }
+        if config.state_dir.as_os_str().is_empty() {
+            return Err(invalid("state_dir", "must not be empty".to_owned()));
+        }
+        if config.ca_file.as_os_str().is_empty() {
+            return Err(invalid("ca_file", "must not be empty".to_owned()));
+        }
+        let base = file.parent().unwrap_or(Path::new(""));
+        config.state_dir = base.join(&config.state_dir);
+        config.ca_file = base.join(&config.ca_file);
+        Ok(config)
+    }
+}
+
+/// Whether `url` is one the agent may talk to: `https://HOST[:PORT][/PATH]`, no credentials,
+/// no query, no fragment.
+fn check_url(url: &str) -> Result<(), &'static str> {
+    let parsed = reqwest::Url::parse(url).map_err(|_| "is not a URL")?;
+    if parsed.scheme() != "https" {
+        return Err("is not an https:// URL");
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err("has no host");
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err("must not carry credentials");
+    }
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err("must not have a query or fragment");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+coordinator_urls = ["https://coord-1.example:8443", "https://127.0.0.1:9443/"]
+state_dir = "/var/lib/drover"
+ca_file = "/etc/drover/ca.crt"
+"#;
+
+    fn err(text: &str) -> ConfigError {
+        Config::parse(Path::new("/etc/drover/agent.toml"), text).expect_err("refused")
+    }
+
+    #[test]
+    fn a_good_file_parses() {
+        let c = Config::parse(Path::new("/etc/drover/agent.toml"), GOOD).expect("valid");
+        assert_eq!(c.coordinator_urls.len(), 2);
+        assert_eq!(c.state_dir, Path::new("/var/lib/drover"));
+        assert_eq!(c.ca_file, Path::new("/etc/drover/ca.crt"));
+    }
+
+    #[test]
+    fn relative_paths_are_resolved_against_the_config_directory() {
+        let text = GOOD.replace("/var/lib/drover", "state").replace("/etc/drover/ca.crt", "ca.crt");
+        let c = Config::parse(Path::new("/srv/agent/agent.toml"), &text).expect("valid");
+        assert_eq!(c.state_dir, Path::new("/srv/agent/state"));
+        assert_eq!(c.ca_file, Path::new("/srv/agent/ca.crt"));
+    }
+
+    #[test]
+    fn an_unknown_key_is_refused_naming_file_and_key() {
+        let e = err(&format!("{GOOD}\ncoordinator_url = \"https://x\"\n"));
+        assert_eq!(e.exit_code(), codes::DATA);
+        let e = e.to_string();
+        assert!(e.starts_with("/etc/drover/agent.toml: key `"), "{e}");
+        assert!(e.contains("coordinator_url"), "{e}");
+    }
+
+    #[test]
+    fn an_http_url_is_refused_naming_file_and_key() {
+        let e = err(&GOOD.replace("https://coord-1.example:8443", "http://coord-1.example:8443")).to_string();
+        assert!(e.starts_with("/etc/drover/agent.toml: key `coordinator_urls`"), "{e}");
+        assert!(e.contains("http://coord-1.example:8443") && e.contains("https://"), "{e}");
+        for bad in ["coord.example", "https://", "https://user:pw@coord.example", "https://coord.example/?a=b", "ftp://x"] {
+            let e = err(&GOOD.replace("https://127.0.0.1:9443/", bad)).to_string();
+            assert!(e.contains("key `coordinator_urls`"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn empty_urls_are_refused_naming_file_and_key() {
+        let text = GOOD.replace(r#"["https://coord-1.example:8443", "https://127.0.0.1:9443/"]"#, "[]");
+        let e = err(&text).to_string();
+        assert!(e.starts_with("/etc/drover/agent.toml: key `coordinator_urls`"), "{e}");
+    }
+
+    #[test]
+    fn missing_keys_wrong_types_and_syntax_errors_name_the_file() {
+        let e = err("state_dir = \"/x\"\nca_file = \"/y\"\n").to_string();
+        assert!(e.starts_with("/etc/drover/agent.toml: ") && e.contains("coordinator_urls"), "{e}");
+        let e = err(&GOOD.replace("\"/var/lib/drover\"", "7")).to_string();
+        assert!(e.contains("key `state_dir`"), "{e}");
+        let e = err("coordinator_urls = [").to_string();
+        assert!(e.starts_with("/etc/drover/agent.toml: "), "{e}");
+    }
+
+    #[test]
+    fn a_missing_file_is_no_input() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let e = Config::load(&tmp.path().join("absent.toml")).expect_err("missing");
+        assert_eq!(e.exit_code(), codes::NO_INPUT);
+        assert!(e.to_string().contains("absent.toml"), "{e}");
+    }
+}

@@ -1,0 +1,85 @@
+//! `drover enroll HOSTNAME --trust trust.json`: creates the host on the coordinator and prints
+//! the one command to run on it.
+//!
+//! The operator's own `trust.json` is the anchor: it must be valid trust roots, and its sha256
+//! (of the exact file bytes) goes into the bootstrap command, so the agent refuses to enroll
+//! unless the coordinator serves byte-identical trust roots. The coordinator never decides
+//! which CI keys a host trusts.
+//!
+//! stdout carries only the command line (so `cmd=$(drover enroll …)` works); the host id and
+//! the token's expiry go to stderr. The command embeds the one-time token: treat it as a
+//! secret until it has run or expired.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::Args;
+use drover_proto::enroll::{CreateHostRequest, CreateHostResponse};
+use drover_proto::trust::TrustRoots;
+use sha2::{Digest, Sha256};
+
+use crate::client::{ConnectArgs, OperatorClient};
+use crate::exit::{CliError, codes};
+use crate::fsio::read_file;
+
+/// The operator route that creates a host.
+const HOSTS_PATH: &str = "/v1/hosts";
+
+/// Arguments of `drover enroll`.
+#[derive(Args)]
+pub struct EnrollArgs {
+    /// The host's name (RFC 1123, lowercase).
+    hostname: String,
+    /// The operator's CI trust roots; the agent refuses the coordinator's copy unless it has
+    /// this file's sha256.
+    #[arg(long, value_name = "FILE")]
+    trust: PathBuf,
+    /// Lifetime of the one-time enrollment token (default: the coordinator's, 2 h).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    token_ttl: Option<u64>,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+/// Lowercase hex sha256 of `bytes` after checking they are valid trust roots; `name` names the
+/// file in errors.
+pub fn trust_sha256(name: &str, bytes: &[u8]) -> Result<String, CliError> {
+    TrustRoots::from_json(bytes).map_err(|e| CliError::data(format!("{name}: not valid trust roots: {e}")))?;
+    Ok(hex::encode(Sha256::digest(bytes)))
+}
+
+/// Runs `drover enroll`.
+pub fn run(args: &EnrollArgs) -> Result<(), CliError> {
+    drover_proto::names::check_hostname(&args.hostname).map_err(|e| CliError::usage(format!("HOSTNAME: {e}")))?;
+    let target = args.connect.resolve()?;
+    let hash = trust_sha256(&args.trust.display().to_string(), &read_file(&args.trust)?)?;
+    let client = OperatorClient::new(&target)?;
+    let request = CreateHostRequest { hostname: args.hostname.clone(), trust_sha256: hash, token_ttl_secs: args.token_ttl };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::new(codes::SOFTWARE, format!("cannot start the async runtime: {e}")))?;
+    let resp: CreateHostResponse = runtime.block_on(client.post_json(HOSTS_PATH, &request))?;
+    eprintln!(
+        "host {} created as {}; its one-time enrollment token expires at {}. Run this on the host:",
+        resp.hostname, resp.host_id, resp.expires_at
+    );
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", resp.command.expose())
+        .and_then(|()| out.flush())
+        .map_err(|e| CliError::new(codes::IO, format!("cannot write stdout: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_valid_trust_roots_are_hashed() {
+        let e = trust_sha256("t.json", b"{\"schemaVersion\":1,").expect_err("malformed");
+        assert_eq!(e.code(), codes::DATA);
+        assert!(e.to_string().starts_with("t.json: "), "{e}");
+        let e = trust_sha256("t.json", br#"{"schemaVersion":1,"ci":{"threshold":2,"keys":[]}}"#).expect_err("unreachable threshold");
+        assert_eq!(e.code(), codes::DATA);
+    }
+}

@@ -1,0 +1,281 @@
+//! `drover enroll` as a process: bad input exits with its sysexits code before any network
+//! traffic, an unreachable coordinator is 69, and against a fake coordinator over real mutual
+//! TLS 1.3 the operator certificate is presented, stdout is exactly the command, and refusals
+//! map to 77 (401/403) and 65 (other 4xx).
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use common::{Run, Scratch, drover_env, sha256_hex};
+use drover_proto::enroll::{CreateHostRequest, CreateHostResponse};
+use drover_proto::task::Secret;
+use drover_proto::time::Time;
+use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A CA, and a certificate of it for either end.
+struct Pki {
+    ca: rcgen::Certificate,
+    ca_key: KeyPair,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let ca_key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.distinguished_name.push(DnType::CommonName, "test drover CA");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+        Pki { ca: params.self_signed(&ca_key).expect("ca"), ca_key }
+    }
+
+    /// A certificate for `names` with `eku`; returns it and its key.
+    fn issue(&self, names: &[&str], eku: ExtendedKeyUsagePurpose) -> (rcgen::Certificate, KeyPair) {
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).expect("params");
+        params.extended_key_usages = vec![eku];
+        (params.signed_by(&key, &self.ca, &self.ca_key).expect("issue"), key)
+    }
+
+    /// Writes `ca.crt`, `op.crt` and `op.key` (an operator identity) into `sc`.
+    fn write_operator(&self, sc: &Scratch) {
+        let (cert, key) = self.issue(&["admin.operator"], ExtendedKeyUsagePurpose::ClientAuth);
+        sc.write("ca.crt", self.ca.pem());
+        sc.write("op.crt", cert.pem());
+        sc.write("op.key", key.serialize_pem());
+    }
+}
+
+/// A port nothing listens on.
+fn dead_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+fn creds(url: &str) -> Vec<String> {
+    ["--coordinator", url, "--cert", "op.crt", "--key", "op.key", "--ca", "ca.crt"].map(str::to_owned).to_vec()
+}
+
+fn enroll(sc: &Scratch, extra: &[String], env: &[(&str, &str)]) -> Run {
+    let mut args = vec!["enroll", "gpu-a-01", "--trust", "trust.json"];
+    args.extend(extra.iter().map(String::as_str));
+    drover_env(sc.path(), &args, b"", env)
+}
+
+/// A scratch directory with a valid `trust.json`.
+fn with_trust() -> Scratch {
+    let sc = Scratch::new();
+    sc.keygen("ci");
+    sc.trust("trust.json", &["ci.pub"]);
+    sc
+}
+
+#[test]
+fn a_missing_trust_file_exits_66() {
+    let sc = Scratch::new();
+    enroll(&sc, &creds("https://127.0.0.1:1"), &[]).fails_with(66).stderr_has(&["trust.json"]);
+}
+
+#[test]
+fn a_malformed_trust_file_exits_65() {
+    let sc = Scratch::new();
+    sc.write("trust.json", "{\"schemaVersion\":1,");
+    enroll(&sc, &creds("https://127.0.0.1:1"), &[]).fails_with(65).stderr_has(&["trust.json", "trust roots"]);
+    sc.write("trust.json", r#"{"schemaVersion":1,"ci":{"threshold":1,"keys":[]}}"#);
+    enroll(&sc, &creds("https://127.0.0.1:1"), &[]).fails_with(65).stderr_has(&["trust.json"]);
+}
+
+#[test]
+fn missing_credentials_exit_64_naming_flags_and_variables() {
+    let sc = with_trust();
+    enroll(&sc, &[], &[]).fails_with(64).stderr_has(&[
+        "--coordinator",
+        "DROVER_COORDINATOR",
+        "--cert",
+        "DROVER_CERT",
+        "--key",
+        "DROVER_KEY",
+        "--ca",
+        "DROVER_CA",
+    ]);
+    let partial = ["--coordinator", "https://127.0.0.1:1", "--cert", "op.crt"].map(str::to_owned);
+    let run = enroll(&sc, &partial, &[]);
+    run.fails_with(64).stderr_has(&["--key", "DROVER_KEY", "--ca", "DROVER_CA"]);
+    assert!(!run.stderr.contains("DROVER_CERT"), "{}", run.stderr);
+}
+
+#[test]
+fn bad_arguments_exit_64() {
+    let sc = with_trust();
+    enroll(&sc, &creds("http://127.0.0.1:1"), &[]).fails_with(64).stderr_has(&["--coordinator", "https://"]);
+    let mut args = vec!["enroll", "Not_A_Host", "--trust", "trust.json"];
+    let c = creds("https://127.0.0.1:1");
+    args.extend(c.iter().map(String::as_str));
+    drover_env(sc.path(), &args, b"", &[]).fails_with(64).stderr_has(&["Not_A_Host"]);
+    let mut ttl = creds("https://127.0.0.1:1");
+    ttl.extend(["--token-ttl".to_owned(), "0".to_owned()]);
+    assert_eq!(enroll(&sc, &ttl, &[]).code, 64);
+    // There is no way to put a token or a hash on this command line: the server makes both.
+    assert_eq!(drover_env(sc.path(), &["enroll", "--trust", "trust.json"], b"", &[]).code, 64);
+}
+
+#[test]
+fn missing_or_malformed_credential_files_exit_66_and_65() {
+    let sc = with_trust();
+    enroll(&sc, &creds("https://127.0.0.1:1"), &[]).fails_with(66).stderr_has(&["ca.crt"]);
+    Pki::new().write_operator(&sc);
+    sc.write("op.key", "not a key");
+    enroll(&sc, &creds("https://127.0.0.1:1"), &[]).fails_with(65).stderr_has(&["op.key"]);
+}
+
+#[test]
+fn an_unreachable_coordinator_exits_69_with_flags_or_environment() {
+    let sc = with_trust();
+    Pki::new().write_operator(&sc);
+    let url = format!("https://127.0.0.1:{}", dead_port());
+    enroll(&sc, &creds(&url), &[]).fails_with(69).stderr_has(&["cannot reach the coordinator", &url]);
+    let env = [("DROVER_COORDINATOR", url.as_str()), ("DROVER_CERT", "op.crt"), ("DROVER_KEY", "op.key"), ("DROVER_CA", "ca.crt")];
+    enroll(&sc, &[], &env).fails_with(69).stderr_has(&[&url]);
+}
+
+/// A fake coordinator: mutual TLS 1.3 (client certificate required, chained to the CA), one
+/// route, `POST /v1/hosts`, answering by hostname.
+struct Fake {
+    seen: Mutex<Vec<CreateHostRequest>>,
+}
+
+impl Fake {
+    async fn start(self: &Arc<Self>, pki: &Pki) -> SocketAddr {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let (cert, key) = pki.issue(&["127.0.0.1"], ExtendedKeyUsagePurpose::ServerAuth);
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(pki.ca.der().clone()).expect("root");
+        let verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build().expect("verifier");
+        let tls = rustls::ServerConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .expect("tls13")
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(vec![cert.der().clone()], rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()))
+            .expect("config");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, me) = (acceptor.clone(), Arc::clone(&me));
+                tokio::spawn(async move {
+                    if let Ok(mut tls) = acceptor.accept(tcp).await {
+                        me.handle(&mut tls).await;
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    async fn handle<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(&self, io: &mut S) {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let head_end = loop {
+            match io.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+        let len: usize = head.lines().find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0))).unwrap_or(0);
+        while buf.len() < head_end + len {
+            match io.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let (status, body) = if head.starts_with("post /v1/hosts ") {
+            let req: CreateHostRequest = serde_json::from_slice(&buf[head_end..head_end + len]).expect("create host request");
+            self.seen.lock().expect("lock").push(req.clone());
+            match req.hostname.as_str() {
+                "denied-01" => (403, br#"{"error":{"code":"forbidden","message":"role viewer may not create hosts"}}"#.to_vec()),
+                "taken-01" => (409, br#"{"error":{"code":"conflict","message":"host taken-01 already exists"}}"#.to_vec()),
+                _ => {
+                    let resp = CreateHostResponse {
+                        host_id: "7f0c6a56-1d51-4bb4-9a5e-3c8f1d2f9a10".to_owned(),
+                        hostname: req.hostname.clone(),
+                        token: Secret::new("tok-123"),
+                        expires_at: Time::parse_strict("2030-01-01T02:00:00Z").expect("time"),
+                        command: Secret::new(format!(
+                            "curl -fsS https://coord/v1/bootstrap.sh | sudo sh -s -- --token tok-123 --trust-sha256 {}",
+                            req.trust_sha256
+                        )),
+                    };
+                    (200, serde_json::to_vec(&resp).expect("json"))
+                }
+            }
+        } else {
+            (404, br#"{"error":{"code":"not_found","message":"no such route"}}"#.to_vec())
+        };
+        let head =
+            format!("HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len());
+        let _ = io.write_all(head.as_bytes()).await;
+        let _ = io.write_all(&body).await;
+        let _ = io.shutdown().await;
+    }
+}
+
+/// Runs `drover enroll HOST …` off the runtime's threads.
+async fn enroll_host(dir: &Path, host: &str, extra: Vec<String>) -> Run {
+    let (dir, host) = (dir.to_owned(), host.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let mut args = vec!["enroll", host.as_str(), "--trust", "trust.json"];
+        args.extend(extra.iter().map(String::as_str));
+        drover_env(&dir, &args, b"", &[])
+    })
+    .await
+    .expect("join")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn against_a_fake_coordinator_prints_only_the_command_and_maps_refusals() {
+    let sc = with_trust();
+    let pki = Pki::new();
+    pki.write_operator(&sc);
+    let fake = Arc::new(Fake { seen: Mutex::new(Vec::new()) });
+    let url = format!("https://{}", fake.start(&pki).await);
+    let trust_hash = sha256_hex(&std::fs::read(sc.join("trust.json")).expect("trust"));
+
+    let mut extra = creds(&url);
+    extra.extend(["--token-ttl".to_owned(), "600".to_owned()]);
+    let run = enroll_host(sc.path(), "gpu-a-01", extra).await;
+    run.ok();
+    assert_eq!(
+        run.stdout,
+        format!("curl -fsS https://coord/v1/bootstrap.sh | sudo sh -s -- --token tok-123 --trust-sha256 {trust_hash}\n")
+    );
+    assert!(run.stderr.contains("7f0c6a56-1d51-4bb4-9a5e-3c8f1d2f9a10") && run.stderr.contains("2030-01-01T02:00:00Z"), "{}", run.stderr);
+    let seen = fake.seen.lock().expect("lock").clone();
+    assert_eq!(seen, vec![CreateHostRequest { hostname: "gpu-a-01".to_owned(), trust_sha256: trust_hash, token_ttl_secs: Some(600) }]);
+
+    enroll_host(sc.path(), "denied-01", creds(&url)).await.fails_with(77).stderr_has(&["403", "role viewer may not create hosts"]);
+    enroll_host(sc.path(), "taken-01", creds(&url)).await.fails_with(65).stderr_has(&["409", "already exists"]);
+
+    // Without a certificate the fake's CA accepts, the handshake fails: no request is made.
+    let other = Pki::new();
+    let (cert, key) = other.issue(&["intruder"], ExtendedKeyUsagePurpose::ClientAuth);
+    sc.write("other.crt", cert.pem());
+    sc.write("other.key", key.serialize_pem());
+    let bad = ["--coordinator", &url, "--cert", "other.crt", "--key", "other.key", "--ca", "ca.crt"].map(str::to_owned).to_vec();
+    let run = enroll_host(sc.path(), "intruder-01", bad).await;
+    run.no_panic();
+    assert_eq!(run.code, 69, "{}", run.stderr);
+    // Nor does the client trust a coordinator whose certificate is not from --ca.
+    sc.write("other-ca.crt", other.ca.pem());
+    let wrong_ca = ["--coordinator", &url, "--cert", "op.crt", "--key", "op.key", "--ca", "other-ca.crt"].map(str::to_owned).to_vec();
+    enroll_host(sc.path(), "gpu-a-02", wrong_ca).await.fails_with(69).stderr_has(&["certificate"]);
+    assert_eq!(fake.seen.lock().expect("lock").len(), 3, "only the three authenticated requests reached the route");
+}

@@ -1,0 +1,188 @@
+//! Agent routes. The host is always the one the client certificate names: every store call
+//! below is keyed by `caller.host_id`, so host A's certificate can neither read nor write
+//! host B's intents, tasks or results.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use drover_proto::enroll::{RenewRequest, RenewResponse, RolloutBundle};
+use drover_proto::names::RolloutId;
+use drover_proto::release::{TIMESTAMP, sig_path};
+use drover_proto::report::{CheckinRequest, CheckinResponse, ConfirmRequest};
+use drover_proto::sig::Envelope;
+use drover_proto::states::HostLifecycle;
+use uuid::Uuid;
+
+use crate::api::auth::HostCaller;
+use crate::api::error::ApiError;
+use crate::app::AppState;
+use crate::store::{self, CertKind, Checkin, IntentStatus, NewCert, Store, StoreError};
+
+/// How long a leased task is the host's before it is requeued.
+pub const TASK_LEASE_SECS: u64 = 300;
+/// Most tasks handed out per check-in.
+pub const MAX_TASKS_PER_CHECKIN: u32 = 16;
+/// What the server asks agents to wait between check-ins (long-poll makes this short).
+pub const NEXT_CHECKIN_SECS: u64 = 1;
+
+fn envelope(bytes: &[u8]) -> Result<Envelope, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        tracing::error!(error = %e, "stored envelope does not parse");
+        ApiError::internal()
+    })
+}
+
+/// Work for one host, as stored envelopes: its intent (if new to the agent) and tasks.
+struct Work {
+    intent: Option<Vec<u8>>,
+    tasks: Vec<Vec<u8>>,
+}
+
+impl Work {
+    fn is_empty(&self) -> bool {
+        self.intent.is_none() && self.tasks.is_empty()
+    }
+}
+
+/// The work for a host now: its live intent if the agent does not hold it yet, and tasks.
+fn work_for(s: &dyn Store, host: Uuid, known_intent: Option<&str>, now: drover_proto::time::Time) -> Result<Work, StoreError> {
+    let intent = s
+        .current_intent(host)?
+        .filter(|i| i.status == IntentStatus::Wanted && Some(i.intent.intent_id.to_string().as_str()) != known_intent)
+        .map(|i| i.intent.envelope);
+    let tasks = s.lease_tasks(host, now, TASK_LEASE_SECS, MAX_TASKS_PER_CHECKIN)?.into_iter().map(|t| t.task.envelope).collect();
+    Ok(Work { intent, tasks })
+}
+
+/// `POST /v1/agent/checkin`: records the report, then answers with work — at once if there
+/// is any, else after the host is woken or the long-poll deadline passes.
+pub async fn checkin(
+    State(app): State<Arc<AppState>>,
+    caller: HostCaller,
+    Json(req): Json<CheckinRequest>,
+) -> Result<Json<CheckinResponse>, ApiError> {
+    let host = caller.host_id;
+    let now = app.clock.now();
+    let report = req.clone();
+    store::blocking(app.store.clone(), move |s| {
+        let record = s.get_host(host)?.ok_or_else(|| StoreError::NotFound { what: "host", id: host.to_string() })?;
+        s.record_checkin(
+            host,
+            &Checkin {
+                at: now,
+                agent_version: report.agent_version,
+                boot_id: report.boot_id,
+                current_generation: report.current_generation,
+            },
+        )?;
+        // First contact after enrollment, or back from silence.
+        if matches!(record.state, HostLifecycle::Enrolling | HostLifecycle::Offline) {
+            s.transition_host(host, record.state, HostLifecycle::Active, "agent checked in", now)?;
+        }
+        for result in &report.task_results {
+            let task_id =
+                Uuid::parse_str(&result.task_id).map_err(|_| StoreError::NotFound { what: "task", id: result.task_id.clone() })?;
+            let value = serde_json::to_value(result).map_err(StoreError::backend)?;
+            s.complete_task(host, task_id, &value, now)?;
+        }
+        Ok(())
+    })
+    .await?;
+    let known = req.known_intent_id.clone();
+    let fetch = |app: Arc<AppState>, known: Option<String>| async move {
+        let now = app.clock.now();
+        store::blocking(app.store.clone(), move |s| work_for(s, host, known.as_deref(), now)).await
+    };
+    let mut work = fetch(app.clone(), known.clone()).await?;
+    if work.is_empty() && app.hub.wait(host, Duration::from_secs(app.config.agent.long_poll_secs)).await {
+        work = fetch(app.clone(), known).await?;
+    }
+    Ok(Json(CheckinResponse {
+        intent: work.intent.as_deref().map(envelope).transpose()?,
+        tasks: work.tasks.iter().map(|t| envelope(t)).collect::<Result<_, _>>()?,
+        next_checkin_secs: NEXT_CHECKIN_SECS,
+    }))
+}
+
+/// `GET /v1/rollouts/{rolloutId}`: the manifest and the current timestamp, byte-exact.
+pub async fn rollout(
+    State(app): State<Arc<AppState>>,
+    _caller: HostCaller,
+    Path(id): Path<String>,
+) -> Result<Json<RolloutBundle>, ApiError> {
+    let id = RolloutId::parse(&id).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let lookup = id.clone();
+    let (manifest, release) = store::blocking(app.store.clone(), move |s| Ok((s.get_manifest(&lookup)?, s.latest_release()?))).await?;
+    let manifest = manifest.ok_or_else(|| ApiError::not_found(format!("rollout {id} has no manifest")))?;
+    let release = release.ok_or_else(|| ApiError::not_found("no release has been published"))?;
+    let text = |bytes: &[u8], what: &str| {
+        String::from_utf8(bytes.to_vec()).map_err(|_| {
+            tracing::error!(artifact = what, "stored artifact is not UTF-8");
+            ApiError::internal()
+        })
+    };
+    let ts = release.files.get(TIMESTAMP).ok_or_else(ApiError::internal)?;
+    let ts_sig = release.files.get(&sig_path(TIMESTAMP)).ok_or_else(ApiError::internal)?;
+    Ok(Json(RolloutBundle {
+        manifest: text(&manifest.bytes, "manifest")?,
+        manifest_sig: text(&manifest.sig, "manifest signature")?,
+        timestamp: text(ts, "timestamp")?,
+        timestamp_sig: text(ts_sig, "timestamp signature")?,
+    }))
+}
+
+/// `POST /v1/agent/confirm`: 204 while the host's dispatch is still wanted (and within its
+/// confirm deadline), 410 Gone — roll back — when it was cancelled, superseded, rolled back,
+/// its deadline passed, or it is not this host's.
+pub async fn confirm(State(app): State<Arc<AppState>>, caller: HostCaller, Json(req): Json<ConfirmRequest>) -> Result<Response, ApiError> {
+    let host = caller.host_id;
+    let intent_id = Uuid::parse_str(&req.intent_id).map_err(|_| ApiError::bad_request("intentId is not a UUID"))?;
+    let now = app.clock.now();
+    let confirmed = store::blocking(app.store.clone(), move |s| {
+        let Some(record) = s.get_intent(host, intent_id)? else { return Ok(false) };
+        let in_time = record.intent.confirm_deadline.is_none_or(|d| now <= d);
+        match record.status {
+            IntentStatus::Confirmed => Ok(true),
+            IntentStatus::Wanted if record.current && in_time && record.intent.rollout_id == req.rollout_id => {
+                s.set_intent_status(host, intent_id, IntentStatus::Confirmed, now)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    })
+    .await?;
+    Ok(if confirmed { StatusCode::NO_CONTENT.into_response() } else { StatusCode::GONE.into_response() })
+}
+
+/// `POST /v1/agent/renew`: a fresh 30-day certificate for the key in the CSR, naming the
+/// same host the current certificate names.
+pub async fn renew(
+    State(app): State<Arc<AppState>>,
+    caller: HostCaller,
+    Json(req): Json<RenewRequest>,
+) -> Result<Json<RenewResponse>, ApiError> {
+    let now = app.clock.now();
+    let cert = app
+        .ca
+        .issue_host_from_csr(&req.csr, caller.host_id, &caller.hostname, now)
+        .map_err(|e| ApiError::bad_request(format!("csr: {e}")))?;
+    let record = NewCert {
+        serial: cert.serial_hex.clone(),
+        kind: CertKind::Host,
+        host_id: Some(caller.host_id),
+        subject: caller.hostname.clone(),
+        not_before: cert.not_before,
+        not_after: cert.not_after,
+    };
+    store::blocking(app.store.clone(), move |s| s.record_cert(&record)).await?;
+    Ok(Json(RenewResponse { certificate: cert.pem }))
+}
+
+/// `GET /healthz`: the process is up.
+pub async fn healthz() -> impl IntoResponse {
+    (StatusCode::OK, "ok\n")
+}

@@ -1,0 +1,99 @@
+//! Route guards: the caller's identity comes from the TLS handshake (inserted into each
+//! request by the server), never from the request itself; operator roles are checked per
+//! route by the extractor the handler asks for.
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use uuid::Uuid;
+
+use crate::api::error::ApiError;
+use crate::identity::{Identity, IdentityError, Role};
+
+/// What the TLS layer learned about the peer of this connection.
+#[derive(Debug, Clone)]
+pub enum Peer {
+    /// No client certificate (enrollment routes only).
+    Anonymous,
+    /// A certificate that chained to the CA and is not revoked, and its identity.
+    Verified(Result<Identity, IdentityError>),
+}
+
+fn peer(parts: &Parts) -> Result<&Identity, ApiError> {
+    match parts.extensions.get::<Peer>() {
+        Some(Peer::Verified(Ok(identity))) => Ok(identity),
+        Some(Peer::Verified(Err(e))) => Err(ApiError::unauthenticated(e.to_string())),
+        Some(Peer::Anonymous) | None => Err(ApiError::unauthenticated("this route requires a client certificate")),
+    }
+}
+
+/// An agent, identified by its host certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostCaller {
+    /// The host id from the certificate.
+    pub host_id: Uuid,
+    /// The hostname from the certificate.
+    pub hostname: String,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for HostCaller {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        match peer(parts)? {
+            Identity::Host { host_id, hostname } => Ok(HostCaller { host_id: *host_id, hostname: hostname.clone() }),
+            Identity::Operator { .. } => Err(ApiError::forbidden("agent routes take a host certificate")),
+        }
+    }
+}
+
+/// An operator, with the role their certificate grants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorCaller {
+    /// Their name.
+    pub name: String,
+    /// Their role.
+    pub role: Role,
+}
+
+fn operator(parts: &Parts, allowed: &[Role]) -> Result<OperatorCaller, ApiError> {
+    match peer(parts)? {
+        Identity::Operator { name, role } if allowed.contains(role) => Ok(OperatorCaller { name: name.clone(), role: *role }),
+        Identity::Operator { role, .. } => Err(ApiError::forbidden(format!(
+            "role {role} may not use this route (allowed: {})",
+            allowed.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", ")
+        ))),
+        Identity::Host { .. } => Err(ApiError::forbidden("operator routes take an operator certificate")),
+    }
+}
+
+/// An operator with the admin role.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admin(pub OperatorCaller);
+
+impl<S: Send + Sync> FromRequestParts<S> for Admin {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        operator(parts, &[Role::Admin]).map(Admin)
+    }
+}
+
+/// An operator allowed to read (admin or viewer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reader(pub OperatorCaller);
+
+impl<S: Send + Sync> FromRequestParts<S> for Reader {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        operator(parts, &[Role::Admin, Role::Viewer]).map(Reader)
+    }
+}
+
+/// An operator allowed to publish releases (admin or publisher).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Publisher(pub OperatorCaller);
+
+impl<S: Send + Sync> FromRequestParts<S> for Publisher {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        operator(parts, &[Role::Admin, Role::Publisher]).map(Publisher)
+    }
+}

@@ -1,0 +1,199 @@
+//! Enrollment: the operator creates a host and gets a one-time bootstrap command; the host
+//! runs it, fetches the agent and the trust roots (pinned to this server's key), and trades
+//! the token and a CSR for a 30-day certificate. Also: revoking a host's certificates.
+//!
+//! These routes (but `POST /v1/hosts` and revocation) take no client certificate: the pin in
+//! the command authenticates the server, the single-use, host-bound, expiring token the host.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use drover_proto::enroll::{CreateHostRequest, CreateHostResponse, EnrollRequest, EnrollResponse};
+use drover_proto::names::check_hostname;
+use drover_proto::states::HostLifecycle;
+use drover_proto::task::Secret;
+use rand::RngCore as _;
+use uuid::Uuid;
+
+use crate::api::auth::Admin;
+use crate::api::error::ApiError;
+use crate::app::AppState;
+use crate::identity::Role;
+use crate::store::{self, CertKind, EnrollmentToken, NewAudit, NewCert, NewHost, StoreError, hash_token};
+
+/// The bootstrap script, with the agent binary's sha256 filled in per server.
+const BOOTSTRAP_TEMPLATE: &str = include_str!("../enroll/bootstrap.sh");
+
+/// Longest token lifetime an operator may ask for.
+pub const MAX_TOKEN_TTL_SECS: u64 = 7 * 86_400;
+
+/// `GET /v1/bootstrap.sh`.
+pub async fn bootstrap_script(State(app): State<Arc<AppState>>) -> Response {
+    let script = BOOTSTRAP_TEMPLATE.replace("@AGENT_SHA256@", &app.agent.sha256);
+    ([(header::CONTENT_TYPE, "text/x-shellscript; charset=utf-8")], script).into_response()
+}
+
+/// `GET /v1/agent/binary`.
+pub async fn agent_binary(State(app): State<Arc<AppState>>) -> Response {
+    ([(header::CONTENT_TYPE, "application/octet-stream")], app.agent.bytes.as_ref().clone()).into_response()
+}
+
+/// `GET /v1/ca.crt`.
+pub async fn ca_certificate(State(app): State<Arc<AppState>>) -> Response {
+    ([(header::CONTENT_TYPE, "application/x-pem-file")], app.ca.cert_pem().to_owned()).into_response()
+}
+
+/// `GET /v1/trust.json`: byte-exact, so the agent can compare its hash with the operator's.
+pub async fn trust_json(State(app): State<Arc<AppState>>) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], app.trust_json.as_ref().clone()).into_response()
+}
+
+fn is_sha256_hex(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// The command an operator runs on the new host. Every interpolated value has a closed
+/// alphabet (checked here or by config validation), so single quotes suffice.
+pub fn bootstrap_command(url: &str, pin: &str, host_id: &Uuid, token: &str, trust_sha256: &str) -> String {
+    format!(
+        "curl -fsS --proto '=https' --tlsv1.3 --insecure --pinnedpubkey '{pin}' '{url}/v1/bootstrap.sh' \
+         | sudo sh -s -- --url '{url}' --pin '{pin}' --host-id '{host_id}' --token '{token}' --trust-sha256 '{trust_sha256}'"
+    )
+}
+
+/// `POST /v1/hosts` (admin): a new host in `bootstrap_issued` with a one-time token.
+pub async fn create_host(
+    State(app): State<Arc<AppState>>,
+    Admin(op): Admin,
+    Json(req): Json<CreateHostRequest>,
+) -> Result<(StatusCode, Json<CreateHostResponse>), ApiError> {
+    check_hostname(&req.hostname).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if !is_sha256_hex(&req.trust_sha256) {
+        return Err(ApiError::bad_request("trustSha256 must be 64 lowercase hex digits (sha256 of your trust.json)"));
+    }
+    let ttl = req.token_ttl_secs.unwrap_or(app.config.enrollment.token_ttl_secs);
+    if ttl == 0 || ttl > MAX_TOKEN_TTL_SECS {
+        return Err(ApiError::bad_request(format!("tokenTtlSecs must be between 1 and {MAX_TOKEN_TTL_SECS}")));
+    }
+    let mut raw = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut raw);
+    let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw);
+    let now = app.clock.now();
+    let expires_at = now.plus_secs(ttl);
+    let new = NewHost {
+        hostname: req.hostname.clone(),
+        created_at: now,
+        token: Some(EnrollmentToken { token_hash: hash_token(&token), expires_at }),
+    };
+    let audit_actor = op.name.clone();
+    let host = store::blocking(app.store.clone(), move |s| {
+        let host = s.create_host(&new)?;
+        s.append_audit(&NewAudit {
+            at: now,
+            actor: audit_actor,
+            role: Role::Admin.as_str().to_owned(),
+            action: "host.create".to_owned(),
+            target: host.id.to_string(),
+            reason: format!("enroll {}", host.hostname),
+            prior_state: None,
+            expected_state: Some(HostLifecycle::BootstrapIssued.as_str().to_owned()),
+        })?;
+        Ok(host)
+    })
+    .await?;
+    let url = app.config.public_urls.first().cloned().unwrap_or_default();
+    let command = bootstrap_command(&url, &app.server_pin, &host.id, &token, &req.trust_sha256);
+    tracing::info!(host_id = %host.id, hostname = %host.hostname, operator = %op.name, "host created; bootstrap token issued");
+    Ok((
+        StatusCode::CREATED,
+        Json(CreateHostResponse {
+            host_id: host.id.to_string(),
+            hostname: host.hostname,
+            token: Secret::new(token),
+            expires_at,
+            command: Secret::new(command),
+        }),
+    ))
+}
+
+/// `POST /v1/enroll`: token + CSR → certificate. The token is single-use, unexpired and
+/// bound to the host id the command named; the certificate is built from this server's
+/// parameters alone (host id, hostname, 30 days), never from what the CSR asks for.
+pub async fn enroll(State(app): State<Arc<AppState>>, Json(req): Json<EnrollRequest>) -> Result<Json<EnrollResponse>, ApiError> {
+    let host_id = Uuid::parse_str(&req.host_id).map_err(|_| ApiError::bad_request("hostId is not a UUID"))?;
+    let now = app.clock.now();
+    // Check the CSR before the token is spent, so a malformed request does not burn it.
+    app.ca.issue_host_from_csr(&req.csr, host_id, "csr-check", now).map_err(|e| ApiError::bad_request(format!("csr: {e}")))?;
+    let token_hash = hash_token(req.token.expose());
+    let consumed = store::blocking(app.store.clone(), move |s| {
+        let host_id = s.consume_token(&token_hash, Some(host_id), now)?;
+        let host = s.get_host(host_id)?.ok_or_else(|| StoreError::NotFound { what: "host", id: host_id.to_string() })?;
+        let host = s.transition_host(host.id, HostLifecycle::BootstrapIssued, HostLifecycle::Enrolling, "enrollment token used", now)?;
+        Ok(host)
+    })
+    .await
+    .map_err(|e| match e {
+        StoreError::TokenRefused { .. } => ApiError::new(StatusCode::FORBIDDEN, "token_refused", e.to_string()),
+        other => ApiError::from(other),
+    })?;
+    let cert = app
+        .ca
+        .issue_host_from_csr(&req.csr, consumed.id, &consumed.hostname, now)
+        .map_err(|e| ApiError::bad_request(format!("csr: {e}")))?;
+    let record = NewCert {
+        serial: cert.serial_hex.clone(),
+        kind: CertKind::Host,
+        host_id: Some(consumed.id),
+        subject: consumed.hostname.clone(),
+        not_before: cert.not_before,
+        not_after: cert.not_after,
+    };
+    store::blocking(app.store.clone(), move |s| s.record_cert(&record)).await?;
+    let director_public_key = drover_proto::keys::verifying_key_to_pem(&app.director.verifying_key()).map_err(|e| {
+        tracing::error!(error = %e, "cannot encode director key");
+        ApiError::internal()
+    })?;
+    tracing::info!(host_id = %consumed.id, hostname = %consumed.hostname, serial = %cert.serial_hex, "host enrolled");
+    Ok(Json(EnrollResponse {
+        host_id: consumed.id.to_string(),
+        hostname: consumed.hostname,
+        certificate: cert.pem,
+        ca_certificate: app.ca.cert_pem().to_owned(),
+        director_public_key,
+        coordinator_urls: app.config.public_urls.clone(),
+    }))
+}
+
+/// `POST /v1/hosts/{id}/revoke` (admin): revokes every certificate of the host; from the
+/// next handshake on, none of them connects.
+pub async fn revoke_host(State(app): State<Arc<AppState>>, Admin(op): Admin, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let host_id = Uuid::parse_str(&id).map_err(|_| ApiError::bad_request("host id is not a UUID"))?;
+    let now = app.clock.now();
+    let actor = op.name.clone();
+    let revoked = store::blocking(app.store.clone(), move |s| {
+        let host = s.get_host(host_id)?.ok_or_else(|| StoreError::NotFound { what: "host", id: host_id.to_string() })?;
+        let n = s.revoke_host_certs(host_id, now, "revoked by operator")?;
+        s.append_audit(&NewAudit {
+            at: now,
+            actor,
+            role: Role::Admin.as_str().to_owned(),
+            action: "host.revoke".to_owned(),
+            target: host_id.to_string(),
+            reason: format!("revoke certificates of {}", host.hostname),
+            prior_state: Some(host.state.as_str().to_owned()),
+            expected_state: Some(host.state.as_str().to_owned()),
+        })?;
+        Ok(n)
+    })
+    .await?;
+    app.refresh_crl().await.map_err(|e| {
+        tracing::error!(error = %e, "CRL refresh failed after revocation");
+        ApiError::internal()
+    })?;
+    tracing::info!(%host_id, revoked, operator = %op.name, "host certificates revoked");
+    Ok((StatusCode::OK, Json(serde_json::json!({ "hostId": host_id.to_string(), "revoked": revoked }))).into_response())
+}

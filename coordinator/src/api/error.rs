@@ -1,0 +1,72 @@
+//! The one error shape of every route, `{"error":{"code","message"}}`, and the explicit
+//! mapping from each failure to its HTTP status. Bad input is a 4xx naming what is wrong;
+//! only the coordinator's own failures are 5xx, and those never echo internals.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use drover_proto::report::{ApiError as WireError, ApiErrorBody};
+
+/// A failed request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// A stable machine-readable code.
+    pub code: &'static str,
+    /// A human message (never a secret, never a backtrace).
+    pub message: String,
+}
+
+impl ApiError {
+    /// With an explicit status and code.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError { status, code, message: message.into() }
+    }
+    /// 400: the request is malformed.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+    /// 401: no (usable) client certificate.
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthenticated", message)
+    }
+    /// 403: the certificate's identity may not use this route.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+    /// 404.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+    /// 409: the request conflicts with current state.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "conflict", message)
+    }
+    /// 500: the coordinator failed; details go to the log, not the client.
+    pub fn internal() -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error; see the coordinator's log")
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = WireError { error: ApiErrorBody { code: self.code.to_owned(), message: self.message } };
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(e: crate::store::StoreError) -> Self {
+        use crate::store::ErrorKind;
+        match e.kind() {
+            ErrorKind::NotFound => ApiError::not_found(e.to_string()),
+            ErrorKind::Conflict => ApiError::conflict(e.to_string()),
+            ErrorKind::Refused => ApiError::bad_request(e.to_string()),
+            ErrorKind::Backend => {
+                tracing::error!(error = %e, "store failure");
+                ApiError::internal()
+            }
+        }
+    }
+}

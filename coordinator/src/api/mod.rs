@@ -1,0 +1,57 @@
+//! The HTTP API: error shape, route guards, and the routes themselves.
+
+pub mod agent;
+pub mod auth;
+pub mod enroll;
+pub mod error;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+
+use crate::app::AppState;
+
+/// Largest request body accepted (releases get their own, larger limit when they land).
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// Every route. Which ones need which certificate is decided by each handler's extractor
+/// (`HostCaller`, `Admin`, …); the anonymous ones are the enrollment path and `/healthz`.
+pub fn router(app: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/healthz", get(agent::healthz))
+        .route("/v1/bootstrap.sh", get(enroll::bootstrap_script))
+        .route("/v1/agent/binary", get(enroll::agent_binary))
+        .route("/v1/ca.crt", get(enroll::ca_certificate))
+        .route("/v1/trust.json", get(enroll::trust_json))
+        .route("/v1/enroll", post(enroll::enroll))
+        .route("/v1/hosts", post(enroll::create_host))
+        .route("/v1/hosts/{id}/revoke", post(enroll::revoke_host))
+        .route("/v1/agent/checkin", post(agent::checkin))
+        .route("/v1/agent/confirm", post(agent::confirm))
+        .route("/v1/agent/renew", post(agent::renew))
+        .route("/v1/rollouts/{id}", get(agent::rollout))
+        .layer(middleware::from_fn(read_whole_body))
+        .with_state(app)
+}
+
+/// Reads the request body (bounded) before any handler runs. A handler that refuses early
+/// (no certificate, wrong role) would otherwise answer before the body was read, and over
+/// HTTP/2 the stream reset that follows makes some clients (curl 7.88) drop the answer.
+async fn read_whole_body(req: Request, next: Next) -> Response {
+    let (parts, body) = req.into_parts();
+    match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+        Ok(bytes) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
+        Err(_) => error::ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("request body is unreadable or larger than {MAX_BODY_BYTES} bytes"),
+        )
+        .into_response(),
+    }
+}

@@ -1,0 +1,143 @@
+//! The coordinator's shared state and the few operations that both write the store and wake
+//! the agents they concern (so a long-polling agent learns of new work within the request).
+//!
+//! The process holds nothing the store does not: the hub only routes wake-ups, and a cold
+//! start converges to the same answers.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use drover_proto::time::Time;
+use ed25519_dalek::SigningKey;
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use crate::config::Config;
+use crate::pki::Ca;
+use crate::store::{self, NewIntent, NewTask, Store, StoreError};
+use crate::tls::{TlsError, TlsState};
+
+/// Where time comes from: the system clock in production, a controlled one in tests.
+pub trait Clock: Send + Sync {
+    /// The current instant.
+    fn now(&self) -> Time;
+}
+
+/// The system clock.
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Time {
+        // A clock before 1970 or past 9999 is a broken host; the epoch makes every
+        // freshness check fail loudly rather than pass.
+        let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        Time::from_unix(i64::try_from(secs).unwrap_or(0)).unwrap_or(Time::EPOCH)
+    }
+}
+
+/// Per-host wake-ups for long-polling check-ins.
+#[derive(Default)]
+pub struct Hub {
+    waiters: Mutex<HashMap<Uuid, Arc<Notify>>>,
+}
+
+impl Hub {
+    fn slot(&self, host: Uuid) -> Arc<Notify> {
+        self.waiters.lock().unwrap_or_else(|e| e.into_inner()).entry(host).or_default().clone()
+    }
+
+    /// Wakes `host`'s waiting check-in, or makes its next wait return at once.
+    pub fn notify(&self, host: Uuid) {
+        // notify_one stores a permit when nobody waits yet, closing the race between an
+        // agent's "nothing for me" query and its wait.
+        self.slot(host).notify_one();
+    }
+
+    /// Waits until `host` is notified or `timeout` passes; true when notified.
+    pub async fn wait(&self, host: Uuid, timeout: Duration) -> bool {
+        let slot = self.slot(host);
+        tokio::time::timeout(timeout, slot.notified()).await.is_ok()
+    }
+
+    /// Check-ins currently held open (for metrics).
+    pub fn hosts_known(&self) -> usize {
+        self.waiters.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// The agent binary the coordinator serves to bootstrap scripts, with its sha256.
+pub struct AgentBinary {
+    /// The bytes.
+    pub bytes: Arc<Vec<u8>>,
+    /// Lowercase hex sha256, baked into every served bootstrap script.
+    pub sha256: String,
+}
+
+/// Everything a request handler may use.
+pub struct AppState {
+    /// The parsed configuration.
+    pub config: Config,
+    /// The store.
+    pub store: Arc<dyn Store>,
+    /// The CA (issues host certificates, signs the CRL).
+    pub ca: Arc<Ca>,
+    /// The live TLS config (swapped on revocation).
+    pub tls: Arc<TlsState>,
+    /// The director key (signs intents and tasks).
+    pub director: Arc<SigningKey>,
+    /// The server key's pin, `sha256//…`, for bootstrap commands.
+    pub server_pin: String,
+    /// The CI trust roots served to enrolling agents, byte-exact.
+    pub trust_json: Arc<Vec<u8>>,
+    /// The agent binary.
+    pub agent: AgentBinary,
+    /// Long-poll wake-ups.
+    pub hub: Hub,
+    /// Time.
+    pub clock: Arc<dyn Clock>,
+}
+
+/// Why the CRL could not be refreshed.
+#[derive(Debug, thiserror::Error)]
+pub enum CrlError {
+    /// Reading revocations failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Signing the CRL failed.
+    #[error(transparent)]
+    Pki(#[from] crate::pki::PkiError),
+    /// Installing it failed.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+}
+
+/// How long a CRL says it is good for; it is re-signed on every revocation and at start.
+pub const CRL_VALIDITY_SECS: u64 = 7 * 86_400;
+
+impl AppState {
+    /// Signs a CRL from the store's revocations and installs it for every new handshake.
+    pub async fn refresh_crl(self: &Arc<Self>) -> Result<(), CrlError> {
+        let revoked = store::blocking(self.store.clone(), |s| s.list_revoked()).await?;
+        let entries: Vec<(String, Time)> = revoked.into_iter().map(|r| (r.serial, r.revoked_at)).collect();
+        let crl = self.ca.crl(&entries, self.clock.now(), CRL_VALIDITY_SECS)?;
+        self.tls.set_crl(&crl)?;
+        Ok(())
+    }
+
+    /// Stores a signed intent as the host's current one and wakes its check-in.
+    pub async fn dispatch_intent(self: &Arc<Self>, intent: NewIntent) -> Result<(), StoreError> {
+        let host = intent.host_id;
+        store::blocking(self.store.clone(), move |s| s.put_intent(&intent)).await?;
+        self.hub.notify(host);
+        Ok(())
+    }
+
+    /// Queues a signed task for its host and wakes its check-in.
+    pub async fn dispatch_task(self: &Arc<Self>, task: NewTask) -> Result<(), StoreError> {
+        let host = task.host_id;
+        store::blocking(self.store.clone(), move |s| s.enqueue_task(&task)).await?;
+        self.hub.notify(host);
+        Ok(())
+    }
+}

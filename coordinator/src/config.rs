@@ -1,0 +1,196 @@
+//! `coordinator.toml`: parsed once at start, unknown keys refused, every error naming the
+//! file and the key.
+//!
+//! ```toml
+//! listen = "0.0.0.0:8443"
+//! state_dir = "/var/lib/drover-coordinator"
+//! public_urls = ["https://coordinator.example:8443"]
+//! trust_file = "/etc/drover/trust.json"      # the CI trust roots enrolling agents receive
+//! agent_binary = "/usr/lib/drover/drover-agent"  # served to bootstrap scripts
+//!
+//! [enrollment]
+//! token_ttl_secs = 7200
+//!
+//! [agent]
+//! long_poll_secs = 55
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Why the configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        /// The file.
+        file: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// TOML syntax, an unknown key, a wrong type.
+    #[error("{file}: key `{key}`: {message}")]
+    Parse {
+        /// The file.
+        file: PathBuf,
+        /// The dotted key path (`.` for the document).
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A value breaks a rule.
+    #[error("{file}: key `{key}`: {message}")]
+    Invalid {
+        /// The file.
+        file: PathBuf,
+        /// The dotted key.
+        key: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Enrollment settings.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnrollmentConfig {
+    /// How long a one-time enrollment token stays valid.
+    #[serde(default = "default_token_ttl")]
+    pub token_ttl_secs: u64,
+}
+
+impl Default for EnrollmentConfig {
+    fn default() -> Self {
+        EnrollmentConfig { token_ttl_secs: default_token_ttl() }
+    }
+}
+
+/// Agent-facing settings.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// The longest a check-in is held open waiting for work.
+    #[serde(default = "default_long_poll")]
+    pub long_poll_secs: u64,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig { long_poll_secs: default_long_poll() }
+    }
+}
+
+fn default_token_ttl() -> u64 {
+    2 * 3600
+}
+
+fn default_long_poll() -> u64 {
+    55
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Address to listen on (TLS 1.3 only).
+    pub listen: SocketAddr,
+    /// The state dir `drover-coordinator init` made.
+    pub state_dir: PathBuf,
+    /// URLs agents reach this coordinator at (first one goes into bootstrap commands).
+    pub public_urls: Vec<String>,
+    /// The CI trust roots (`trust.json`) handed to enrolling agents.
+    pub trust_file: PathBuf,
+    /// The agent binary bootstrap scripts install.
+    pub agent_binary: PathBuf,
+    /// Enrollment.
+    #[serde(default)]
+    pub enrollment: EnrollmentConfig,
+    /// Agents.
+    #[serde(default)]
+    pub agent: AgentConfig,
+}
+
+impl Config {
+    /// Reads and validates a configuration file.
+    pub fn load(file: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read { file: file.to_owned(), source })?;
+        Self::parse(file, &text)
+    }
+
+    /// Parses and validates configuration text; `file` is only for messages.
+    pub fn parse(file: &Path, text: &str) -> Result<Config, ConfigError> {
+        let de = toml::Deserializer::new(text);
+        let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = e.path().to_string();
+            ConfigError::Parse { file: file.to_owned(), key, message: e.into_inner().message().trim().to_owned() }
+        })?;
+        let invalid = |key, message: String| ConfigError::Invalid { file: file.to_owned(), key, message };
+        if config.public_urls.is_empty() {
+            return Err(invalid("public_urls", "at least one https:// URL agents can reach is required".to_owned()));
+        }
+        for url in &config.public_urls {
+            let ok = url.strip_prefix("https://").is_some_and(|rest| !rest.is_empty() && !rest.contains(char::is_whitespace));
+            if !ok {
+                return Err(invalid("public_urls", format!("{url:?} is not an https:// URL")));
+            }
+        }
+        if config.enrollment.token_ttl_secs == 0 || config.enrollment.token_ttl_secs > 7 * 86_400 {
+            return Err(invalid("enrollment.token_ttl_secs", "must be between 1 second and 7 days".to_owned()));
+        }
+        if !(1..=300).contains(&config.agent.long_poll_secs) {
+            return Err(invalid("agent.long_poll_secs", "must be between 1 and 300 seconds".to_owned()));
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+listen = "127.0.0.1:8443"
+state_dir = "/var/lib/drover-coordinator"
+public_urls = ["https://coord.example:8443"]
+trust_file = "/etc/drover/trust.json"
+agent_binary = "/usr/lib/drover/drover-agent"
+[enrollment]
+token_ttl_secs = 3600
+"#;
+
+    fn err(text: &str) -> String {
+        Config::parse(Path::new("coordinator.toml"), text).expect_err("refused").to_string()
+    }
+
+    #[test]
+    fn a_good_file_parses_with_defaults() {
+        let c = Config::parse(Path::new("coordinator.toml"), GOOD).expect("valid");
+        assert_eq!(c.enrollment.token_ttl_secs, 3600);
+        assert_eq!(c.agent.long_poll_secs, 55);
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_naming_file_and_key() {
+        let e = err(&GOOD.replace("token_ttl_secs = 3600", "token_ttl_secs = 3600\ntoken_tll = 5"));
+        assert!(e.starts_with("coordinator.toml: key `enrollment"), "{e}");
+        assert!(e.contains("token_tll"), "{e}");
+        let e = err(&format!("{GOOD}\nlisten_port = 1\n"));
+        assert!(e.contains("listen_port"), "{e}");
+    }
+
+    #[test]
+    fn wrong_types_and_values_name_the_key() {
+        let e = err(&GOOD.replace("\"127.0.0.1:8443\"", "8443"));
+        assert!(e.contains("key `listen`"), "{e}");
+        let e = err(&GOOD.replace("https://coord.example:8443", "http://coord.example"));
+        assert!(e.contains("key `public_urls`"), "{e}");
+        let e = err(&GOOD.replace("token_ttl_secs = 3600", "token_ttl_secs = 0"));
+        assert!(e.contains("key `enrollment.token_ttl_secs`"), "{e}");
+        let e = err("listen = ");
+        assert!(e.starts_with("coordinator.toml: "), "{e}");
+    }
+}

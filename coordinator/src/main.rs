@@ -1,0 +1,242 @@
+//! `drover-coordinator`: the coordinator's command line.
+//!
+//! - `init --state-dir D --san NAME…`: create the state directory (CA, server certificate,
+//!   director key) and print what clients pin: the CA fingerprint, the server key's pin in
+//!   curl's `sha256//…` form, the director key id.
+//! - `operator-cert --state-dir D --role R --name N --out DIR`: issue an operator credential.
+//! - `serve --config coordinator.toml`: run the server (TLS 1.3, mTLS) until SIGINT/SIGTERM.
+//!
+//! Exit codes follow sysexits: 0 ok, 64 usage, 65 bad input data, 66 missing state file,
+//! 70 internal, 73 cannot create output (an existing file is never replaced), 74 I/O error,
+//! 78 bad configuration file.
+
+#![forbid(unsafe_code)]
+
+use std::os::unix::fs::DirBuilderExt as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::error::ErrorKind;
+use clap::{Args, Parser, Subcommand};
+use drover_coordinator::identity::Role;
+use drover_coordinator::pki::{PkiError, San};
+use drover_coordinator::state_dir::{self, StateDir, StateDirError};
+use drover_proto::time::Time;
+
+/// sysexits-style codes.
+mod codes {
+    pub const USAGE: u8 = 64;
+    pub const DATA: u8 = 65;
+    pub const NO_INPUT: u8 = 66;
+    pub const SOFTWARE: u8 = 70;
+    pub const CANT_CREATE: u8 = 73;
+    pub const IO: u8 = 74;
+    pub const CONFIG: u8 = 78;
+}
+
+/// The Drover coordinator: CA, state directory and (elsewhere) the mTLS server.
+#[derive(Parser)]
+#[command(name = "drover-coordinator", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create a state directory: CA, server certificate and key, director key. Never overwrites.
+    Init(InitArgs),
+    /// Issue an operator certificate and key (NAME.crt, NAME.key, ca.crt in --out).
+    OperatorCert(OperatorCertArgs),
+    /// Run the coordinator: one TLS 1.3 listener for enrollment, agents and operators.
+    Serve(ServeArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// The configuration file (TOML).
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+}
+
+fn serve(args: &ServeArgs) -> anyhow::Result<()> {
+    let config = drover_coordinator::config::Config::load(&args.config)?;
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("DROVER_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let running = drover_coordinator::run::start(config, std::sync::Arc::new(drover_coordinator::app::SystemClock)).await?;
+        println!("listening on {}", running.addr);
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("cannot watch SIGTERM")?;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping"),
+            _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+            ended = running.task => match ended {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(anyhow::Error::new(e).context("listener failed")),
+                Err(e) => return Err(anyhow::anyhow!("listener task ended: {e}")),
+            },
+        }
+        Ok(())
+    })
+}
+
+#[derive(Args)]
+struct InitArgs {
+    /// The state directory (created 0700 if missing).
+    #[arg(long, value_name = "DIR")]
+    state_dir: PathBuf,
+    /// A name clients reach the coordinator by: a DNS name or an IP address. Repeatable.
+    #[arg(long = "san", value_name = "NAME", required = true)]
+    sans: Vec<String>,
+}
+
+#[derive(Args)]
+struct OperatorCertArgs {
+    /// The state directory made by `init`.
+    #[arg(long, value_name = "DIR")]
+    state_dir: PathBuf,
+    /// The operator's role.
+    #[arg(long, value_parser = ["admin", "viewer", "publisher"])]
+    role: String,
+    /// The operator's name ([A-Za-z0-9._-]{1,64}); it appears in audit records.
+    #[arg(long)]
+    name: String,
+    /// Where to write NAME.crt, NAME.key (0600) and ca.crt (created 0700 if missing).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+}
+
+fn init(args: &InitArgs, now: Time) -> anyhow::Result<()> {
+    let sans = args.sans.iter().map(|s| San::parse(s)).collect::<Result<Vec<_>, _>>()?;
+    let state = StateDir::init(&args.state_dir, &sans, now)?;
+    let names = sans.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+    println!("initialised coordinator state in {}", args.state_dir.display());
+    println!("server certificate names: {names}");
+    println!("CA sha256 fingerprint: {}", state.ca().sha256_fingerprint());
+    println!("server key pin: {}", state.server_spki_pin());
+    println!("director key id: {}", state.director_key_id());
+    Ok(())
+}
+
+fn operator_cert(args: &OperatorCertArgs, now: Time) -> anyhow::Result<()> {
+    let role: Role = args.role.parse().map_err(anyhow::Error::msg)?;
+    drover_coordinator::identity::check_operator_name(&args.name)
+        .map_err(|reason| PkiError::BadOperatorName { name: args.name.clone(), reason })?;
+    let state = StateDir::open(&args.state_dir)?;
+    let cert_path = args.out.join(format!("{}.crt", args.name));
+    let key_path = args.out.join(format!("{}.key", args.name));
+    let ca_path = args.out.join(state_dir::CA_CERT_FILE);
+    // Check every output before writing any, so a refusal leaves nothing half-written.
+    for path in [&cert_path, &key_path] {
+        if path.symlink_metadata().is_ok() {
+            return Err(StateDirError::Exists { path: path.clone() }.into());
+        }
+    }
+    // Several operators' credentials may share one directory: an existing ca.crt is fine
+    // when it is this CA's, and refused (never replaced) when it is not.
+    let write_ca = match std::fs::read_to_string(&ca_path) {
+        Ok(existing) if existing == state.ca().cert_pem() => false,
+        Ok(_) => return Err(StateDirError::Exists { path: ca_path }).context("it holds a different CA certificate"),
+        Err(_) => true,
+    };
+    let cred = state.ca().issue_operator(&args.name, role, now)?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(state_dir::DIR_MODE)
+        .create(&args.out)
+        .map_err(|source| StateDirError::CreateDir { path: args.out.clone(), source })?;
+    if write_ca {
+        state_dir::write_new_file(&ca_path, state.ca().cert_pem().as_bytes(), state_dir::PUBLIC_MODE)?;
+    }
+    state_dir::write_new_file(&key_path, cred.key_pem.as_bytes(), state_dir::PRIVATE_MODE)?;
+    state_dir::write_new_file(&cert_path, cred.cert.pem.as_bytes(), state_dir::PUBLIC_MODE)?;
+    println!("issued {} certificate for {:?}", role, args.name);
+    println!("certificate: {}", cert_path.display());
+    println!("key: {}", key_path.display());
+    println!("CA certificate: {}", ca_path.display());
+    println!("serial: {}", cred.cert.serial_hex);
+    println!("valid until: {}", cred.cert.not_after);
+    Ok(())
+}
+
+/// The one place this binary reads the clock.
+fn now() -> anyhow::Result<Time> {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).context("system clock is before 1970")?.as_secs();
+    Ok(Time::from_unix(i64::try_from(secs).context("system clock is out of range")?)?)
+}
+
+/// Maps the first error in the chain that says what went wrong to its exit code.
+fn exit_code(error: &anyhow::Error) -> u8 {
+    for cause in error.chain() {
+        if let Some(e) = cause.downcast_ref::<StateDirError>() {
+            return match e {
+                StateDirError::Exists { .. } | StateDirError::CreateDir { .. } | StateDirError::Write { .. } => codes::CANT_CREATE,
+                StateDirError::Missing { .. } => codes::NO_INPUT,
+                StateDirError::Read { .. } => codes::IO,
+                StateDirError::Generate { source } => pki_code(source),
+                _ => codes::DATA,
+            };
+        }
+        if let Some(e) = cause.downcast_ref::<PkiError>() {
+            return pki_code(e);
+        }
+        if cause.downcast_ref::<drover_coordinator::config::ConfigError>().is_some() {
+            return codes::CONFIG;
+        }
+    }
+    codes::SOFTWARE
+}
+
+fn pki_code(error: &PkiError) -> u8 {
+    match error {
+        PkiError::KeyGen { .. } | PkiError::Sign { .. } | PkiError::TimeOutOfRange { .. } => codes::SOFTWARE,
+        _ => codes::DATA,
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let now = now()?;
+    match cli.command {
+        Command::Init(args) => init(&args, now),
+        Command::OperatorCert(args) => operator_cert(&args, now),
+        Command::Serve(args) => serve(&args),
+    }
+}
+
+fn main() -> ExitCode {
+    // clap's own exit code for a usage error is 2; the documented one is 64 (EX_USAGE).
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version go to stdout; errors, with their usage line, to stderr.
+            let _ = e.print();
+            return match e.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => ExitCode::SUCCESS,
+                _ => ExitCode::from(codes::USAGE),
+            };
+        }
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // `{:#}` joins the chain: "what failed: why".
+            eprintln!("drover-coordinator: {e:#}");
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_line_definition_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,112 @@
+//! Putting the coordinator together: state dir, store, trust roots, agent binary, TLS, and
+//! the listener. `drover-coordinator serve` and the end-to-end tests start it the same way.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::app::{AgentBinary, AppState, Clock, CrlError, Hub};
+use crate::config::Config;
+use crate::state_dir::{StateDir, StateDirError};
+use crate::store::{SqliteStore, Store, StoreError};
+use crate::tls::{TlsError, TlsMaterial, TlsState};
+
+/// Why the coordinator could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The state dir is missing or broken.
+    #[error(transparent)]
+    StateDir(#[from] StateDirError),
+    /// The store could not be opened.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// A configured file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The configured trust file is not valid trust roots.
+    #[error("{path}: not valid trust roots: {message}")]
+    Trust {
+        /// The file.
+        path: String,
+        /// Why.
+        message: String,
+    },
+    /// TLS could not be configured.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// The CRL could not be built.
+    #[error(transparent)]
+    Crl(#[from] CrlError),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A started coordinator.
+pub struct Running {
+    /// Where it listens (the real port when the config said 0).
+    pub addr: SocketAddr,
+    /// Its shared state (tests dispatch intents and tasks through it).
+    pub app: Arc<AppState>,
+    /// The accept loop.
+    pub task: JoinHandle<std::io::Result<()>>,
+}
+
+fn read(path: &std::path::Path) -> Result<Vec<u8>, StartError> {
+    std::fs::read(path).map_err(|source| StartError::Read { path: path.display().to_string(), source })
+}
+
+/// Binds the configured address, then [`start_on`] it.
+pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, StartError> {
+    let listener = TcpListener::bind(config.listen).await.map_err(|source| StartError::Bind { addr: config.listen, source })?;
+    start_on(listener, config, clock).await
+}
+
+/// Opens everything the config names and serves on an already bound listener (tests bind
+/// port 0 first so the URL they put in the config is the real one).
+pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Clock>) -> Result<Running, StartError> {
+    let state = StateDir::open(&config.state_dir)?;
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(state.db_path())?);
+    let trust_json = read(&config.trust_file)?;
+    drover_proto::trust::TrustRoots::from_json(&trust_json)
+        .map_err(|e| StartError::Trust { path: config.trust_file.display().to_string(), message: e.to_string() })?;
+    let agent_bytes = read(&config.agent_binary)?;
+    let agent = AgentBinary { sha256: hex::encode(Sha256::digest(&agent_bytes)), bytes: Arc::new(agent_bytes) };
+    let material =
+        TlsMaterial::from_pem(state.ca().cert_pem().as_bytes(), state.server_cert_pem().as_bytes(), state.server_key_pem().as_bytes())?;
+    let tls = Arc::new(TlsState::new(material, None)?);
+    let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: config.listen, source })?;
+    let app = Arc::new(AppState {
+        server_pin: state.server_spki_pin(),
+        director: Arc::new(state.director_key().clone()),
+        ca: Arc::new(state.into_ca()),
+        config,
+        store,
+        tls: tls.clone(),
+        trust_json: Arc::new(trust_json),
+        agent,
+        hub: Hub::default(),
+        clock,
+    });
+    // Revocations made before this start must bind from the first handshake.
+    app.refresh_crl().await?;
+    let router = crate::api::router(app.clone());
+    let task = tokio::spawn(crate::server::serve(listener, tls, router));
+    tracing::info!(%addr, "coordinator listening (TLS 1.3 only)");
+    Ok(Running { addr, app, task })
+}

@@ -1,0 +1,193 @@
+//! The store conformance suite: the behaviour every [`Store`] backend must share.
+//!
+//! It is ordinary (non-test) code so integration tests and other crates — a PostgreSQL
+//! backend — run exactly the same checks. A backend plugs in with one line, either one
+//! `#[test]` per check:
+//!
+//! ```ignore
+//! drover_coordinator::store_conformance_tests!(Box::new(my_backend_for_tests()));
+//! ```
+//!
+//! or all checks in one test with [`run_all`]. The expression (or the factory passed to
+//! `run_all`) is evaluated once per store a check needs and must yield a fresh, empty store.
+//!
+//! Each check panics with a message naming what broke. Checks never read a clock: every
+//! time is a fixed instant ([`t`]), so leases and expiries are exact.
+//!
+//! - [`hosts`]: hosts and lifecycle, enrollment tokens, certificates.
+//! - [`releases`]: releases, manifests, rollouts, per-host rollout state.
+//! - [`work`]: intents, tasks with leases, jobs, host isolation.
+//! - [`log`]: events, audit, and calls through [`super::blocking`].
+
+pub mod hosts;
+pub mod log;
+pub mod releases;
+pub mod work;
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use drover_proto::states::HostLifecycle;
+use drover_proto::time::Time;
+
+pub use hosts::*;
+pub use log::*;
+pub use releases::*;
+pub use work::*;
+
+use super::{EventFilter, Host, NewEvent, NewHost, Store};
+
+/// Makes a fresh, empty store.
+pub type Factory<'a> = &'a dyn Fn() -> Box<dyn Store>;
+
+/// One check of the suite.
+pub type Check = fn(Factory<'_>);
+
+/// The one list of checks; the test macro and [`CHECKS`] are both generated from it, so a
+/// check can never be run by one and forgotten by the other.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __drover_store_checks {
+    ($callback:ident ! $args:tt) => {
+        $crate::$callback! { $args
+            host_create_get_and_lookup,
+            hostname_unique_among_live_hosts,
+            hostname_reuse_after_delete_gets_new_id,
+            host_transition_writes_event,
+            host_illegal_transition_writes_nothing,
+            host_stale_transition_writes_nothing,
+            host_transition_race_has_one_winner,
+            host_ops_on_unknown_host_not_found,
+            host_list_filters_and_pages,
+            host_checkin_recorded,
+            host_schedulable_flag,
+            token_consumed_once,
+            token_single_use_under_concurrency,
+            token_for_other_host_refused,
+            token_expired_refused,
+            token_unknown_or_malformed_refused,
+            token_hash_never_listed,
+            cert_record_get_and_list,
+            cert_revocation_and_crl,
+            cert_revoke_all_for_host,
+            release_version_monotonic,
+            release_files_byte_exact,
+            manifest_bytes_immutable,
+            manifest_without_signature_refused,
+            rollout_open_idempotent,
+            rollout_state_cas_and_legality,
+            host_rollout_state_cas_and_list,
+            intent_put_supersedes_previous,
+            intent_status_transitions,
+            intent_host_isolation,
+            task_enqueue_idempotent,
+            task_lease_expiry_and_requeue,
+            task_concurrent_leases_never_double,
+            task_lease_order_and_max,
+            task_host_isolation,
+            task_complete_records_result,
+            job_create_get_list,
+            job_state_cas_and_legality,
+            events_filter_and_page_stable,
+            audit_append_filter_page,
+            blocking_runs_off_the_runtime_thread,
+        }
+    };
+}
+
+/// Expands to one `#[test]` per conformance check, each on a fresh store from `$make` (an
+/// expression yielding `Box<dyn Store>`, or a `Box` of a concrete store).
+#[macro_export]
+macro_rules! store_conformance_tests {
+    ($make:expr) => {
+        $crate::__drover_store_checks!(__drover_store_tests!($make));
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __drover_store_tests {
+    (($make:expr) $($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                let make = || -> ::std::boxed::Box<dyn $crate::store::Store> { $make };
+                $crate::store::conformance::$name(&make);
+            }
+        )*
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __drover_store_check_list {
+    (() $($name:ident),* $(,)?) => {
+        /// Every check, by name, in suite order.
+        pub const CHECKS: &[(&str, Check)] = &[$((stringify!($name), $name as Check)),*];
+    };
+}
+
+crate::__drover_store_checks!(__drover_store_check_list!());
+
+/// Runs every check on fresh stores from `make`; panics listing each check that failed.
+pub fn run_all(make: Factory<'_>) {
+    let failed: Vec<&str> =
+        CHECKS.iter().filter(|(_, check)| catch_unwind(AssertUnwindSafe(|| check(make))).is_err()).map(|(name, _)| *name).collect();
+    assert!(failed.is_empty(), "{} of {} store conformance checks failed: {}", failed.len(), CHECKS.len(), failed.join(", "));
+}
+
+// ---- helpers shared by the checks ---------------------------------------------------------
+
+/// A fixed instant `secs` seconds after an arbitrary epoch for the suite.
+pub fn t(secs: i64) -> Time {
+    Time::from_unix(1_900_000_000 + secs).expect("suite times are in range")
+}
+
+/// Creates a host (no token) at `t(0)`.
+pub(crate) fn host(s: &dyn Store, hostname: &str) -> Host {
+    s.create_host(&NewHost { hostname: hostname.into(), created_at: t(0), token: None }).expect("create host")
+}
+
+/// Moves a host along `path` (each step from the previous state).
+pub(crate) fn drive(s: &dyn Store, host: &Host, path: &[HostLifecycle]) -> Host {
+    let mut current = host.clone();
+    for to in path {
+        current = s.transition_host(current.id, current.state, *to, "suite", t(1)).expect("legal transition");
+    }
+    current
+}
+
+/// Every lifecycle step from `bootstrap_issued` to `deleted`.
+pub(crate) const TO_DELETED: &[HostLifecycle] = &[
+    HostLifecycle::Enrolling,
+    HostLifecycle::Active,
+    HostLifecycle::Draining,
+    HostLifecycle::Retired,
+    HostLifecycle::Removing,
+    HostLifecycle::Deleted,
+];
+
+/// Every event, in order.
+pub(crate) fn all_events(s: &dyn Store) -> Vec<super::Event> {
+    let mut out = Vec::new();
+    loop {
+        let page = s.list_events(&EventFilter { after_id: out.last().map(|e: &super::Event| e.id), limit: 500, ..Default::default() });
+        let page = page.expect("list events");
+        if page.is_empty() {
+            return out;
+        }
+        out.extend(page);
+    }
+}
+
+/// A plain event for filters and paging.
+pub(crate) fn note(kind: &str, at: i64) -> NewEvent {
+    NewEvent {
+        at: t(at),
+        kind: kind.into(),
+        host_id: None,
+        rollout_id: None,
+        job_id: None,
+        message: format!("{kind} at {at}"),
+        data: serde_json::json!({ "at": at }),
+    }
+}

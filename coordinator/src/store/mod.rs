@@ -1,0 +1,339 @@
+//! The coordinator's durable state behind one [`Store`] trait.
+//!
+//! - [`records`]: the rows (hosts, tokens, certificates, releases, rollouts, intents, tasks,
+//!   jobs, events, audit), re-exported here.
+//! - [`sqlite`]: the default backend, one WAL-mode SQLite file in the state dir.
+//! - [`conformance`]: the checks every backend must pass (SQLite now, PostgreSQL later).
+//!
+//! The trait is synchronous and object-safe so a backend is plain blocking code; the async
+//! server reaches it only through [`blocking`], which runs the call on tokio's blocking pool so
+//! a slow disk never stalls a runtime worker thread. Every operation that changes more than one
+//! row (a transition and its event, a token check and its use, a release and its manifests) is
+//! one transaction: a crash leaves either all of it or none.
+//!
+//! Errors are structured ([`StoreError`]) so the API can answer 404 / 409 / 400 without parsing
+//! messages, and a backend failure stays distinguishable from a refusal ([`StoreError::kind`]).
+
+pub mod conformance;
+mod records;
+pub mod sqlite;
+
+use std::sync::Arc;
+
+use drover_proto::names::RolloutId;
+use drover_proto::release::ReleaseFiles;
+use drover_proto::states::{HostLifecycle, HostRolloutState, JobState, RolloutState};
+use drover_proto::time::Time;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+pub use records::*;
+pub use sqlite::SqliteStore;
+
+/// Everything a store operation can refuse or fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The record does not exist (or, for host-bound records, is not this host's).
+    #[error("{what} {id} not found")]
+    NotFound {
+        /// Which kind of record.
+        what: &'static str,
+        /// Its id as given.
+        id: String,
+    },
+    /// The request collides with what is stored (a duplicate id or a live hostname).
+    #[error("{what} {id}: {message}")]
+    Conflict {
+        /// Which kind of record.
+        what: &'static str,
+        /// Its id.
+        id: String,
+        /// What collides.
+        message: String,
+    },
+    /// The state machine does not allow `from -> to`; nothing was written.
+    #[error("illegal {what} transition {from} -> {to}")]
+    IllegalTransition {
+        /// Which state machine.
+        what: &'static str,
+        /// From.
+        from: String,
+        /// To.
+        to: String,
+    },
+    /// Compare-and-set failed: the record is no longer in the state the caller saw.
+    #[error("{what} {id} is {actual}, not {expected}")]
+    StaleState {
+        /// Which kind of record.
+        what: &'static str,
+        /// Its id.
+        id: String,
+        /// The state the caller expected.
+        expected: String,
+        /// The state it is in.
+        actual: String,
+    },
+    /// A release whose version is not above the highest stored one.
+    #[error("release version {version} is not greater than the stored version {highest}")]
+    VersionNotIncreasing {
+        /// Offered.
+        version: u64,
+        /// Already stored.
+        highest: u64,
+    },
+    /// A manifest whose id is stored with other bytes: manifests never change under their id.
+    #[error("rollout manifest {rollout_id} is already stored with other bytes")]
+    ManifestBytesDiffer {
+        /// The rollout id.
+        rollout_id: String,
+    },
+    /// An enrollment token was refused; the token stays as it was.
+    #[error("{refusal}")]
+    TokenRefused {
+        /// Why.
+        refusal: TokenRefusal,
+    },
+    /// The caller passed something malformed (not a hex serial, a hash of the wrong length…).
+    #[error("invalid {what}: {message}")]
+    Invalid {
+        /// Which input.
+        what: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// The store was written by a newer Drover; opening it could corrupt it.
+    #[error(
+        "the store's schema version {found} is newer than this coordinator supports ({supported}); upgrade the coordinator or restore a backup"
+    )]
+    SchemaTooNew {
+        /// Version found in the store.
+        found: i64,
+        /// Highest version this build knows.
+        supported: i64,
+    },
+    /// The backend itself failed (I/O, corruption, a lost connection).
+    #[error("store backend failed: {source}")]
+    Backend {
+        /// The backend's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// Coarse classes of [`StoreError`], for mapping to HTTP statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// 404.
+    NotFound,
+    /// 409: duplicates, stale or illegal transitions, monotonicity.
+    Conflict,
+    /// 400 (or 403 for tokens, at the caller's choice).
+    Refused,
+    /// 500/503.
+    Backend,
+}
+
+impl StoreError {
+    /// Which class the error belongs to.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            StoreError::NotFound { .. } => ErrorKind::NotFound,
+            StoreError::Conflict { .. }
+            | StoreError::IllegalTransition { .. }
+            | StoreError::StaleState { .. }
+            | StoreError::VersionNotIncreasing { .. }
+            | StoreError::ManifestBytesDiffer { .. } => ErrorKind::Conflict,
+            StoreError::TokenRefused { .. } | StoreError::Invalid { .. } => ErrorKind::Refused,
+            StoreError::SchemaTooNew { .. } | StoreError::Backend { .. } => ErrorKind::Backend,
+        }
+    }
+
+    /// A backend failure from any error.
+    pub fn backend(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        StoreError::Backend { source: e.into() }
+    }
+
+    pub(crate) fn not_found(what: &'static str, id: impl ToString) -> Self {
+        StoreError::NotFound { what, id: id.to_string() }
+    }
+
+    pub(crate) fn conflict(what: &'static str, id: impl ToString, message: impl Into<String>) -> Self {
+        StoreError::Conflict { what, id: id.to_string(), message: message.into() }
+    }
+
+    pub(crate) fn invalid(what: &'static str, message: impl Into<String>) -> Self {
+        StoreError::Invalid { what, message: message.into() }
+    }
+}
+
+/// Lowercase hex sha256 of an enrollment token: the only form the store ever sees.
+pub fn hash_token(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// The coordinator's durable state. Synchronous and object-safe: async callers go through
+/// [`blocking`]. Every method is one transaction; the conformance suite ([`conformance`])
+/// pins the semantics every backend must share.
+pub trait Store: Send + Sync {
+    /// Cheap liveness probe for `/readyz`.
+    fn ping(&self) -> Result<(), StoreError>;
+
+    // ---- hosts -------------------------------------------------------------------------
+
+    /// Creates a host in `bootstrap_issued` with a fresh id (and its token, if given), plus a
+    /// `host.created` event. `Conflict` if a host that is not deleted has the hostname.
+    fn create_host(&self, new: &NewHost) -> Result<Host, StoreError>;
+    /// The host with this id, deleted ones included.
+    fn get_host(&self, id: Uuid) -> Result<Option<Host>, StoreError>;
+    /// The host that is not deleted and has this hostname.
+    fn get_host_by_hostname(&self, hostname: &str) -> Result<Option<Host>, StoreError>;
+    /// Hosts ordered by (hostname, id), filtered and paged.
+    fn list_hosts(&self, filter: &HostFilter) -> Result<Vec<Host>, StoreError>;
+    /// Moves a host `from -> to` if the lifecycle allows it and the host is still in `from`,
+    /// writing a `host.transition` event with `reason`. Refusals write nothing.
+    fn transition_host(&self, id: Uuid, from: HostLifecycle, to: HostLifecycle, reason: &str, at: Time) -> Result<Host, StoreError>;
+    /// Records a check-in (no event: check-ins are metrics, not history).
+    fn record_checkin(&self, id: Uuid, checkin: &Checkin) -> Result<Host, StoreError>;
+    /// Cordons (`false`) or uncordons a host, with a `host.schedulable` event.
+    fn set_schedulable(&self, id: Uuid, schedulable: bool, reason: &str, at: Time) -> Result<Host, StoreError>;
+
+    // ---- enrollment tokens -------------------------------------------------------------
+
+    /// Binds a new token to a host that is not deleted.
+    fn create_token(&self, host_id: Uuid, token: &EnrollmentToken, at: Time) -> Result<TokenInfo, StoreError>;
+    /// Checks and uses a token atomically: exactly one caller ever gets `Ok` for a token.
+    /// Refusals are [`StoreError::TokenRefused`] and leave the token as it was.
+    fn consume_token(&self, token_hash: &str, expected_host: Option<Uuid>, now: Time) -> Result<Uuid, StoreError>;
+    /// Tokens (never their hashes), newest first, optionally for one host.
+    fn list_tokens(&self, host_id: Option<Uuid>) -> Result<Vec<TokenInfo>, StoreError>;
+
+    // ---- certificates ------------------------------------------------------------------
+
+    /// Records an issued certificate. `Conflict` on a serial seen before.
+    fn record_cert(&self, cert: &NewCert) -> Result<(), StoreError>;
+    /// The certificate with this serial (hex, any case).
+    fn get_cert(&self, serial: &str) -> Result<Option<CertRecord>, StoreError>;
+    /// Certificates, optionally of one host, by serial.
+    fn list_certs(&self, host_id: Option<Uuid>) -> Result<Vec<CertRecord>, StoreError>;
+    /// Revokes one certificate; `false` if it already was (the first revocation stays).
+    fn revoke_cert(&self, serial: &str, at: Time, reason: &str) -> Result<bool, StoreError>;
+    /// Revokes every unrevoked certificate of a host; returns how many.
+    fn revoke_host_certs(&self, host_id: Uuid, at: Time, reason: &str) -> Result<u64, StoreError>;
+    /// Every revoked certificate, by serial: the CRL's contents.
+    fn list_revoked(&self) -> Result<Vec<RevokedCert>, StoreError>;
+
+    // ---- releases and manifests -------------------------------------------------------
+
+    /// Stores a (verified) release byte-exact, and each `rollouts/<id>.json` with its `.sig`
+    /// as that rollout's manifest. `VersionNotIncreasing` unless `version` is above every
+    /// stored one; `ManifestBytesDiffer` if a manifest id is stored with other bytes; either
+    /// way nothing is written.
+    fn put_release(&self, version: u64, signed_at: Time, files: &ReleaseFiles) -> Result<(), StoreError>;
+    /// The release with the highest version.
+    fn latest_release(&self) -> Result<Option<Release>, StoreError>;
+    /// One release.
+    fn get_release(&self, version: u64) -> Result<Option<Release>, StoreError>;
+    /// Every release without its bytes, newest first.
+    fn list_releases(&self) -> Result<Vec<ReleaseSummary>, StoreError>;
+    /// A manifest and its signature file, byte-exact.
+    fn get_manifest(&self, rollout_id: &RolloutId) -> Result<Option<Manifest>, StoreError>;
+
+    // ---- rollouts ----------------------------------------------------------------------
+
+    /// Opens a rollout (with a `rollout.opened` event). Opening it again with the same
+    /// manifest hash returns the stored one unchanged; another hash is a `Conflict`.
+    fn open_rollout(&self, new: &NewRollout) -> Result<Rollout, StoreError>;
+    /// One rollout.
+    fn get_rollout(&self, rollout_id: &RolloutId) -> Result<Option<Rollout>, StoreError>;
+    /// Rollouts by opening time, then id.
+    fn list_rollouts(&self, filter: &RolloutFilter) -> Result<Vec<Rollout>, StoreError>;
+    /// Compare-and-set `from -> to` on a legal transition, with a `rollout.transition` event.
+    fn set_rollout_state(
+        &self,
+        rollout_id: &RolloutId,
+        from: RolloutState,
+        to: RolloutState,
+        reason: &str,
+        at: Time,
+    ) -> Result<Rollout, StoreError>;
+    /// Sets one host's state in a rollout. `expected: None` creates the row (`Conflict` if it
+    /// exists); `Some(s)` requires the row in `s` (`StaleState`) and `s -> new.state` legal or
+    /// equal (an update of the wave only). A state change writes a `host_rollout.transition` event.
+    fn set_host_rollout(&self, new: &HostRollout, expected: Option<HostRolloutState>, reason: &str) -> Result<(), StoreError>;
+    /// One host's state in a rollout.
+    fn get_host_rollout(&self, rollout_id: &RolloutId, host_id: Uuid) -> Result<Option<HostRollout>, StoreError>;
+    /// Every host of a rollout, by wave then host id.
+    fn list_host_rollouts(&self, rollout_id: &RolloutId) -> Result<Vec<HostRollout>, StoreError>;
+
+    // ---- intents -----------------------------------------------------------------------
+
+    /// Stores a signed intent as the host's current one; the previous current intent, if still
+    /// live, becomes `superseded`. Storing the same intent again is a no-op; the same id with
+    /// other content is a `Conflict`.
+    fn put_intent(&self, new: &NewIntent) -> Result<IntentRecord, StoreError>;
+    /// The host's current intent, whatever its status.
+    fn current_intent(&self, host_id: Uuid) -> Result<Option<IntentRecord>, StoreError>;
+    /// The intent if it is this host's; another host's intent is `None`.
+    fn get_intent(&self, host_id: Uuid, intent_id: Uuid) -> Result<Option<IntentRecord>, StoreError>;
+    /// Moves this host's intent to `status` (same status: no-op). Another host's intent is
+    /// `NotFound`; an illegal move `IllegalTransition`.
+    fn set_intent_status(&self, host_id: Uuid, intent_id: Uuid, status: IntentStatus, at: Time) -> Result<IntentRecord, StoreError>;
+
+    // ---- tasks -------------------------------------------------------------------------
+
+    /// Queues a task; `true` if new, `false` if this exact task was already queued (no
+    /// duplicate). The same id with other content is a `Conflict`.
+    fn enqueue_task(&self, new: &NewTask) -> Result<bool, StoreError>;
+    /// Leases up to `max` of the host's tasks that are queued or whose lease lapsed (oldest
+    /// first) until `now + lease_secs`. A task never has two live leases.
+    fn lease_tasks(&self, host_id: Uuid, now: Time, lease_secs: u64, max: u32) -> Result<Vec<TaskRecord>, StoreError>;
+    /// Records the host's result. Another host's task is `NotFound`. Completing again with the
+    /// same result is a no-op; with another result a `Conflict`.
+    fn complete_task(&self, host_id: Uuid, task_id: Uuid, result: &Value, now: Time) -> Result<TaskRecord, StoreError>;
+    /// Returns every lapsed lease to the queue; how many.
+    fn requeue_expired(&self, now: Time) -> Result<u64, StoreError>;
+    /// One task (operator view: no host binding).
+    fn get_task(&self, task_id: Uuid) -> Result<Option<TaskRecord>, StoreError>;
+    /// Tasks by creation time, then id.
+    fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError>;
+
+    // ---- jobs --------------------------------------------------------------------------
+
+    /// Creates a job in `pending` (with a `job.created` event). The same job again is a
+    /// no-op returning it; the same id with other content a `Conflict`.
+    fn create_job(&self, new: &NewJob) -> Result<Job, StoreError>;
+    /// One job.
+    fn get_job(&self, job_id: Uuid) -> Result<Option<Job>, StoreError>;
+    /// Compare-and-set `from -> to` on a legal transition, with a `job.transition` event.
+    fn set_job_state(&self, job_id: Uuid, from: JobState, to: JobState, reason: &str, at: Time) -> Result<Job, StoreError>;
+    /// Replaces the job's progress read model.
+    fn set_job_progress(&self, job_id: Uuid, progress: &Value, at: Time) -> Result<Job, StoreError>;
+    /// Jobs by creation time, then id.
+    fn list_jobs(&self, filter: &JobFilter) -> Result<Vec<Job>, StoreError>;
+
+    // ---- events and audit --------------------------------------------------------------
+
+    /// Appends an event; returns its id.
+    fn append_event(&self, event: &NewEvent) -> Result<i64, StoreError>;
+    /// Events by id, filtered and paged.
+    fn list_events(&self, filter: &EventFilter) -> Result<Vec<Event>, StoreError>;
+    /// Appends an audit record; returns its id.
+    fn append_audit(&self, audit: &NewAudit) -> Result<i64, StoreError>;
+    /// Audit records by id, filtered and paged.
+    fn list_audit(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>, StoreError>;
+}
+
+/// Runs `f` against the store on tokio's blocking pool and awaits it, so no store call ever
+/// blocks a runtime worker thread. A panic inside `f` becomes a backend error rather than
+/// tearing down the caller's task.
+pub async fn blocking<T: Send + 'static>(
+    store: Arc<dyn Store>,
+    f: impl FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    match tokio::task::spawn_blocking(move || f(&*store)).await {
+        Ok(result) => result,
+        Err(join) if join.is_panic() => Err(StoreError::backend("store call panicked")),
+        Err(join) => Err(StoreError::backend(format!("store call did not finish: {join}"))),
+    }
+}

@@ -1,0 +1,600 @@
+//! The rows a [`Store`](super::Store) reads and writes, independent of any backend.
+//!
+//! Ids are UUIDs, times are [`Time`] (unix seconds), states are the shared enums of
+//! `drover_proto::states`; payloads the coordinator signs or receives (intent and task
+//! envelopes, release files, manifests) are raw bytes so they come back byte-exact.
+//! No record carries an enrollment token or its hash outside [`EnrollmentToken`], which only
+//! flows *into* the store: listings cannot leak what they never hold.
+
+use std::fmt;
+use std::str::FromStr;
+
+use drover_proto::names::RolloutId;
+use drover_proto::release::ReleaseFiles;
+use drover_proto::states::{HostLifecycle, HostRolloutState, JobState, RolloutState};
+use drover_proto::time::Time;
+use serde_json::Value;
+use uuid::Uuid;
+
+/// The most rows one page of a listing returns; larger limits are clamped to it.
+pub const MAX_PAGE: u32 = 1000;
+
+/// A host as the coordinator knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Host {
+    /// Its identity, named in its certificate; never reused, even after deletion.
+    pub id: Uuid,
+    /// Unique among hosts that are not `deleted`.
+    pub hostname: String,
+    /// Coarse lifecycle state (`node-state-model.md` §3).
+    pub state: HostLifecycle,
+    /// False when cordoned: the flag Drover publishes for the tenant scheduler.
+    pub schedulable: bool,
+    /// When the record was created.
+    pub created_at: Time,
+    /// Last change of state or flags (not check-ins).
+    pub updated_at: Time,
+    /// The latest check-in, if any.
+    pub last_checkin: Option<Checkin>,
+}
+
+/// What one check-in reported about the agent itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkin {
+    /// When it arrived (coordinator time).
+    pub at: Time,
+    /// The agent's version string.
+    pub agent_version: String,
+    /// The kernel boot id: a change means the host rebooted.
+    pub boot_id: String,
+    /// The running system closure; `None` on hosts without an activation backend.
+    pub current_generation: Option<String>,
+}
+
+/// A host to create (its id is chosen by the store).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewHost {
+    /// Must be unique among hosts that are not `deleted`.
+    pub hostname: String,
+    /// Creation time.
+    pub created_at: Time,
+    /// An enrollment token to bind to the new host in the same transaction.
+    pub token: Option<EnrollmentToken>,
+}
+
+/// The hashed form of a one-time enrollment token, as handed to the store.
+///
+/// `Debug` is hand-written so the hash never reaches a log line through `{:?}`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EnrollmentToken {
+    /// Lowercase hex sha256 of the token ([`super::hash_token`]); the token itself is never stored.
+    pub token_hash: String,
+    /// The token is refused at and after this instant.
+    pub expires_at: Time,
+}
+
+impl fmt::Debug for EnrollmentToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EnrollmentToken").field("token_hash", &"<redacted>").field("expires_at", &self.expires_at).finish()
+    }
+}
+
+/// A token as listings show it: never its hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenInfo {
+    /// The token record's id (not the token).
+    pub id: Uuid,
+    /// The only host it can enroll.
+    pub host_id: Uuid,
+    /// When it was issued.
+    pub created_at: Time,
+    /// When it stops working.
+    pub expires_at: Time,
+    /// When it was consumed, if it was.
+    pub used_at: Option<Time>,
+}
+
+/// Why a token was refused. The server answers all of them alike to the client; the
+/// distinction is for events and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TokenRefusal {
+    /// No token has this hash.
+    #[error("enrollment token is not known")]
+    Unknown,
+    /// Already consumed once.
+    #[error("enrollment token was already used")]
+    AlreadyUsed,
+    /// Past its expiry.
+    #[error("enrollment token has expired")]
+    Expired,
+    /// Issued for another host.
+    #[error("enrollment token was issued for another host")]
+    WrongHost,
+}
+
+/// Filter and page for [`Store::list_hosts`](super::Store::list_hosts).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostFilter {
+    /// Only hosts in this state (`None`: all, `deleted` included).
+    pub state: Option<HostLifecycle>,
+    /// Only hosts whose last check-in (or, never checked in, last state change) is before this.
+    pub silent_since: Option<Time>,
+    /// Start after this position (the last row of the previous page).
+    pub after: Option<HostCursor>,
+    /// Page size, clamped to [`MAX_PAGE`]; 0 returns nothing.
+    pub limit: u32,
+}
+
+/// A position in the hostname-ordered host listing. Deleted hosts may share a hostname with
+/// a live one, so the id breaks ties.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostCursor {
+    /// Hostname of the last row seen.
+    pub hostname: String,
+    /// Id of the last row seen.
+    pub id: Uuid,
+}
+
+impl HostCursor {
+    /// The cursor that continues after `host`.
+    pub fn after(host: &Host) -> Self {
+        HostCursor { hostname: host.hostname.clone(), id: host.id }
+    }
+}
+
+/// Which kind of subject a certificate names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CertKind {
+    /// An agent's client certificate (bound to a host id).
+    Host,
+    /// An operator's client certificate.
+    Operator,
+    /// The coordinator's server certificate.
+    Server,
+}
+
+impl CertKind {
+    /// The stable string form.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            CertKind::Host => "host",
+            CertKind::Operator => "operator",
+            CertKind::Server => "server",
+        }
+    }
+}
+
+impl FromStr for CertKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "host" => Ok(CertKind::Host),
+            "operator" => Ok(CertKind::Operator),
+            "server" => Ok(CertKind::Server),
+            other => Err(format!("unknown certificate kind {other:?}")),
+        }
+    }
+}
+
+/// A certificate the CA issued.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewCert {
+    /// Serial number, hex (stored lowercase).
+    pub serial: String,
+    /// What it identifies.
+    pub kind: CertKind,
+    /// The host, for [`CertKind::Host`] (required there, refused elsewhere).
+    pub host_id: Option<Uuid>,
+    /// Subject, for humans (e.g. `CN=gpu-01`).
+    pub subject: String,
+    /// Validity start.
+    pub not_before: Time,
+    /// Validity end.
+    pub not_after: Time,
+}
+
+/// An issued certificate and its revocation, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertRecord {
+    /// As issued.
+    pub cert: NewCert,
+    /// Set once revoked; never cleared.
+    pub revoked: Option<Revocation>,
+}
+
+/// When and why a certificate was revoked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revocation {
+    /// Revocation time (the CRL's revocationDate).
+    pub at: Time,
+    /// Free text for operators.
+    pub reason: String,
+}
+
+/// One entry of the CRL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevokedCert {
+    /// Serial, lowercase hex.
+    pub serial: String,
+    /// Revocation time.
+    pub revoked_at: Time,
+}
+
+/// A stored release: every file of the release directory, byte-exact.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Release {
+    /// The timestamp version; strictly increasing across stored releases.
+    pub version: u64,
+    /// The timestamp's `signedAt`.
+    pub signed_at: Time,
+    /// Path → bytes, exactly as published.
+    pub files: ReleaseFiles,
+}
+
+/// A release without its bytes, for listings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseSummary {
+    /// The timestamp version.
+    pub version: u64,
+    /// The timestamp's `signedAt`.
+    pub signed_at: Time,
+    /// The paths it holds, sorted.
+    pub paths: Vec<String>,
+}
+
+/// A rollout manifest as CI produced it. Its bytes never change under its id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Manifest {
+    /// The rollout it describes.
+    pub rollout_id: RolloutId,
+    /// The manifest bytes.
+    pub bytes: Vec<u8>,
+    /// The detached signature file from the newest release that carried the manifest (a
+    /// re-sign under a rotated key may add signatures; the bytes signed stay the same).
+    pub sig: Vec<u8>,
+    /// Lowercase hex sha256 of `bytes`.
+    pub sha256: String,
+    /// The release version that first carried it.
+    pub first_version: u64,
+}
+
+/// A rollout to open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewRollout {
+    /// `channel@ref`.
+    pub rollout_id: RolloutId,
+    /// The initial state (normally `Opening`).
+    pub state: RolloutState,
+    /// sha256 (hex) of its manifest.
+    pub manifest_sha256: String,
+    /// When it was opened.
+    pub opened_at: Time,
+}
+
+/// A rollout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rollout {
+    /// `channel@ref`.
+    pub rollout_id: RolloutId,
+    /// The channel part of the id, stored for filtering.
+    pub channel: String,
+    /// Current state.
+    pub state: RolloutState,
+    /// sha256 (hex) of its manifest.
+    pub manifest_sha256: String,
+    /// When it was opened.
+    pub opened_at: Time,
+    /// Last state change.
+    pub updated_at: Time,
+}
+
+/// Filter for [`Store::list_rollouts`](super::Store::list_rollouts).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RolloutFilter {
+    /// Only this state.
+    pub state: Option<RolloutState>,
+    /// Only this channel.
+    pub channel: Option<String>,
+}
+
+/// One host's participation in one rollout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostRollout {
+    /// The rollout.
+    pub rollout_id: RolloutId,
+    /// The host.
+    pub host_id: Uuid,
+    /// Its state in this rollout.
+    pub state: HostRolloutState,
+    /// Its wave in the manifest.
+    pub wave_index: u32,
+    /// Last change.
+    pub updated_at: Time,
+}
+
+/// What an intent asks of the host now. Serves `POST /v1/agent/confirm`: only `Wanted` and
+/// `Confirmed` answer 204.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IntentStatus {
+    /// Dispatched; the host should act on it.
+    Wanted,
+    /// The host confirmed the activation.
+    Confirmed,
+    /// Withdrawn by an operator or a halted rollout.
+    Cancelled,
+    /// A newer intent replaced it.
+    Superseded,
+    /// The rollout reverted it.
+    RolledBack,
+}
+
+impl IntentStatus {
+    /// Every status.
+    pub const ALL: &'static [IntentStatus] =
+        &[IntentStatus::Wanted, IntentStatus::Confirmed, IntentStatus::Cancelled, IntentStatus::Superseded, IntentStatus::RolledBack];
+
+    /// The stable string form.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            IntentStatus::Wanted => "wanted",
+            IntentStatus::Confirmed => "confirmed",
+            IntentStatus::Cancelled => "cancelled",
+            IntentStatus::Superseded => "superseded",
+            IntentStatus::RolledBack => "rolled_back",
+        }
+    }
+
+    /// Whether `self -> to` is legal. A confirmed intent can still be rolled back or replaced;
+    /// cancelled, superseded and rolled-back ones are final.
+    pub fn can_transition_to(self, to: IntentStatus) -> bool {
+        use IntentStatus::*;
+        matches!((self, to), (Wanted, Confirmed | Cancelled | Superseded | RolledBack) | (Confirmed, Superseded | RolledBack))
+    }
+
+    /// True while the intent still stands (no transition has ended it).
+    pub fn is_live(self) -> bool {
+        matches!(self, IntentStatus::Wanted | IntentStatus::Confirmed)
+    }
+}
+
+impl FromStr for IntentStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        IntentStatus::ALL.iter().copied().find(|v| v.as_str() == s).ok_or_else(|| format!("unknown intent status {s:?}"))
+    }
+}
+
+/// A signed intent to store for a host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewIntent {
+    /// The intent's id (inside the signed envelope too).
+    pub intent_id: Uuid,
+    /// The host it is for.
+    pub host_id: Uuid,
+    /// The rollout it belongs to.
+    pub rollout_id: RolloutId,
+    /// The signed envelope, served byte-exact.
+    pub envelope: Vec<u8>,
+    /// After this instant a confirmation is refused (410).
+    pub confirm_deadline: Option<Time>,
+    /// When it was stored.
+    pub created_at: Time,
+}
+
+/// A stored intent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IntentRecord {
+    /// As stored.
+    pub intent: NewIntent,
+    /// Where it stands.
+    pub status: IntentStatus,
+    /// Last status change.
+    pub updated_at: Time,
+    /// Whether it is the host's current intent (the latest one stored).
+    pub current: bool,
+}
+
+/// Where a task stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TaskState {
+    /// Waiting to be leased by its host.
+    Queued,
+    /// Handed to its host; the lease expires at `lease_expires_at`.
+    Leased,
+    /// Its host reported a result.
+    Completed,
+}
+
+impl TaskState {
+    /// The stable string form.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Queued => "queued",
+            TaskState::Leased => "leased",
+            TaskState::Completed => "completed",
+        }
+    }
+}
+
+impl FromStr for TaskState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "queued" => Ok(TaskState::Queued),
+            "leased" => Ok(TaskState::Leased),
+            "completed" => Ok(TaskState::Completed),
+            other => Err(format!("unknown task state {other:?}")),
+        }
+    }
+}
+
+/// A signed task to queue for a host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTask {
+    /// The task's id (inside the signed envelope too).
+    pub task_id: Uuid,
+    /// The only host that may lease and complete it.
+    pub host_id: Uuid,
+    /// The job it serves, if any.
+    pub job_id: Option<Uuid>,
+    /// The signed envelope, served byte-exact.
+    pub envelope: Vec<u8>,
+    /// When it was queued.
+    pub created_at: Time,
+}
+
+/// A stored task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskRecord {
+    /// As queued.
+    pub task: NewTask,
+    /// Where it stands.
+    pub state: TaskState,
+    /// While leased: when the lease lapses and the task may be leased again.
+    pub lease_expires_at: Option<Time>,
+    /// How many times it was leased.
+    pub attempts: u32,
+    /// The host's result, once completed.
+    pub result: Option<Value>,
+    /// When the result arrived.
+    pub completed_at: Option<Time>,
+}
+
+/// Filter for [`Store::list_tasks`](super::Store::list_tasks).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskFilter {
+    /// Only this host's tasks.
+    pub host_id: Option<Uuid>,
+    /// Only this job's tasks.
+    pub job_id: Option<Uuid>,
+    /// Only tasks in this state.
+    pub state: Option<TaskState>,
+}
+
+/// A job to create.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJob {
+    /// The job's id.
+    pub job_id: Uuid,
+    /// What it does (`decommission`, `storage_cleanup`, `maintenance`, …).
+    pub kind: String,
+    /// The host it works on, if one.
+    pub host_id: Option<Uuid>,
+    /// Its parameters.
+    pub input: Value,
+    /// When it was created.
+    pub created_at: Time,
+}
+
+/// A stored job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    /// As created.
+    pub job: NewJob,
+    /// Where it stands.
+    pub state: JobState,
+    /// The workflow's own read model (stage, attempt, failure class, …); `null` at first.
+    pub progress: Value,
+    /// Last change.
+    pub updated_at: Time,
+}
+
+/// Filter for [`Store::list_jobs`](super::Store::list_jobs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobFilter {
+    /// Only jobs on this host.
+    pub host_id: Option<Uuid>,
+    /// Only jobs in this state.
+    pub state: Option<JobState>,
+    /// Only jobs of this kind.
+    pub kind: Option<String>,
+}
+
+/// A structured event to append.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    /// When it happened.
+    pub at: Time,
+    /// Dotted kind, e.g. `host.transition`.
+    pub kind: String,
+    /// The host concerned.
+    pub host_id: Option<Uuid>,
+    /// The rollout concerned.
+    pub rollout_id: Option<RolloutId>,
+    /// The job concerned.
+    pub job_id: Option<Uuid>,
+    /// One line for humans (the reason).
+    pub message: String,
+    /// Structured detail.
+    pub data: Value,
+}
+
+/// A stored event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// Strictly increasing, never reused: the paging cursor.
+    pub id: i64,
+    /// As appended.
+    pub event: NewEvent,
+}
+
+/// Filter and page for [`Store::list_events`](super::Store::list_events).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventFilter {
+    /// Only this host's events.
+    pub host_id: Option<Uuid>,
+    /// Only this rollout's events.
+    pub rollout_id: Option<RolloutId>,
+    /// Only this job's events.
+    pub job_id: Option<Uuid>,
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// Only events with a larger id (the last id of the previous page).
+    pub after_id: Option<i64>,
+    /// Page size, clamped to [`MAX_PAGE`]; 0 returns nothing.
+    pub limit: u32,
+}
+
+/// An operator action to audit (DESIGN: actor, role, reason, prior state, requested action,
+/// expected target state).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewAudit {
+    /// When.
+    pub at: Time,
+    /// Who (the operator certificate's name).
+    pub actor: String,
+    /// With which role.
+    pub role: String,
+    /// The requested action, e.g. `host.quarantine`.
+    pub action: String,
+    /// What it acted on, e.g. a host id.
+    pub target: String,
+    /// The operator's stated reason.
+    pub reason: String,
+    /// The target's state before the action.
+    pub prior_state: Option<String>,
+    /// The state the action aims for.
+    pub expected_state: Option<String>,
+}
+
+/// A stored audit record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRecord {
+    /// Strictly increasing, never reused: the paging cursor.
+    pub id: i64,
+    /// As appended.
+    pub audit: NewAudit,
+}
+
+/// Filter and page for [`Store::list_audit`](super::Store::list_audit).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditFilter {
+    /// Only this actor's actions.
+    pub actor: Option<String>,
+    /// Only actions on this target.
+    pub target: Option<String>,
+    /// Only records with a larger id.
+    pub after_id: Option<i64>,
+    /// Page size, clamped to [`MAX_PAGE`]; 0 returns nothing.
+    pub limit: u32,
+}

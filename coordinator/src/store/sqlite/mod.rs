@@ -1,0 +1,407 @@
+//! The embedded SQLite backend: one file in the state dir, WAL mode, embedded migrations.
+//!
+//! Connections: one writer behind a `Mutex`, plus a small pool of read-only connections.
+//! SQLite admits one writer at a time anyway, so serialising writes in-process costs nothing
+//! and makes every write transaction `BEGIN IMMEDIATE` without busy retries; WAL lets readers
+//! run beside the writer on their own snapshots, so check-in reads never queue behind a
+//! rollout's writes. A full pool crate would buy nothing over this.
+//!
+//! Durability: `synchronous=NORMAL` in WAL mode can lose the last transactions on power loss
+//! but never corrupts the file — acceptable because agents re-report and the reconciler
+//! re-derives actions from state (DESIGN: a cold start converges to the same actions).
+//!
+//! Submodules hold the SQL by concern: [`hosts`] (hosts, tokens, certificates), [`releases`]
+//! (releases, manifests, rollouts, per-host rollout state), [`work`] (intents, tasks, jobs),
+//! [`log`] (events, audit).
+
+mod hosts;
+mod log;
+mod releases;
+mod work;
+
+use std::any::Any;
+use std::fmt::Display;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use drover_proto::names::RolloutId;
+use drover_proto::release::ReleaseFiles;
+use drover_proto::states::{HostLifecycle, HostRolloutState, JobState, RolloutState};
+use drover_proto::time::Time;
+use rusqlite::types::Type;
+use rusqlite::{Connection, OpenFlags, Row, Transaction, TransactionBehavior};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::*;
+
+/// Migrations, in order; each runs once, in one transaction with its `schema_migrations` row.
+const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../migrations/0001_init.sql"))];
+
+/// The schema version this build writes; a file with a higher one is refused.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// How long a connection waits for another process's lock before failing: only a second
+/// process on the same file (an operator's `sqlite3` shell, a backup) ever holds one.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Idle read connections kept open; more are opened on demand and closed after use.
+const MAX_IDLE_READERS: usize = 8;
+
+/// The SQLite [`Store`].
+pub struct SqliteStore {
+    path: PathBuf,
+    writer: Mutex<Connection>,
+    readers: Mutex<Vec<Connection>>,
+    /// Whatever must live as long as the store (see [`SqliteStore::keep_alive`]).
+    _guard: Option<Box<dyn Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store file at `path` and applies pending migrations.
+    /// Refuses a file written by a newer schema ([`StoreError::SchemaTooNew`]).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let mut writer = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE)
+            .map_err(|e| StoreError::backend(format!("opening {}: {e}", path.display())))?;
+        configure(&writer)?;
+        // WAL is a property of the file, set once by the writer; readers inherit it.
+        let mode: String = writer.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::backend(format!("{}: SQLite refused WAL mode (journal_mode is {mode})", path.display())));
+        }
+        migrate(&mut writer, unix_now())?;
+        Ok(SqliteStore { path, writer: Mutex::new(writer), readers: Mutex::new(Vec::new()), _guard: None })
+    }
+
+    /// Ties `guard` to the store's lifetime, e.g. the temporary directory holding its file in
+    /// tests, so the directory outlives every connection.
+    pub fn keep_alive(mut self, guard: impl Any + Send + Sync) -> Self {
+        self._guard = Some(Box::new(guard));
+        self
+    }
+
+    /// The file this store lives in.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The schema versions applied to the file, with when each was applied.
+    pub fn applied_migrations(&self) -> Result<Vec<(i64, Time)>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c.prepare("SELECT version, applied_at FROM schema_migrations ORDER BY version")?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, time_col(r, 1)?)))?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction on the writer; an error rolls it back.
+    fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        // A panic while holding the lock poisons it, but the transaction was rolled back when
+        // it unwound, so the connection is as good as before.
+        let mut conn = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let out = f(&tx)?;
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// Runs `f` on a pooled read-only connection inside one read transaction, so a read of
+    /// several rows (a release and its files) sees one snapshot.
+    fn read<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let pooled = self.readers.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        let mut conn = match pooled {
+            Some(conn) => conn,
+            None => self.open_reader()?,
+        };
+        let out = (|| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+            let out = f(&tx)?;
+            tx.commit()?;
+            Ok(out)
+        })();
+        let mut pool = self.readers.lock().unwrap_or_else(PoisonError::into_inner);
+        if pool.len() < MAX_IDLE_READERS {
+            pool.push(conn);
+        }
+        out
+    }
+
+    fn open_reader(&self) -> Result<Connection, StoreError> {
+        let conn = Connection::open_with_flags(&self.path, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
+        configure(&conn)?;
+        // Read-write open (a read-only one cannot create the WAL index after a crash), but
+        // query_only guarantees no statement on it ever writes.
+        conn.pragma_update(None, "query_only", true)?;
+        Ok(conn)
+    }
+}
+
+/// Per-connection settings (they are not stored in the file).
+fn configure(conn: &Connection) -> Result<(), StoreError> {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "foreign_keys", true)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    Ok(())
+}
+
+/// Applies every migration newer than the file's version, all in one transaction.
+fn migrate(conn: &mut Connection, now: i64) -> Result<(), StoreError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute_batch("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL) STRICT")?;
+    let current: i64 = tx.query_row("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", [], |r| r.get(0))?;
+    if current > SCHEMA_VERSION {
+        return Err(StoreError::SchemaTooNew { found: current, supported: SCHEMA_VERSION });
+    }
+    for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
+        tx.execute_batch(sql).map_err(|e| StoreError::backend(format!("schema migration {version} failed: {e}")))?;
+        tx.execute("INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)", (version, now))?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// Wall-clock time for `schema_migrations.applied_at` only: bookkeeping, never a decision.
+fn unix_now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::backend(e)
+    }
+}
+
+// ---- column helpers: rows hold text and integers; these turn them back into typed values,
+// and a value that does not parse surfaces as a conversion error (corruption), never a panic.
+
+fn conversion(idx: usize, ty: Type, e: impl Display) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(idx, ty, e.to_string().into())
+}
+
+fn uuid_col(row: &Row<'_>, idx: usize) -> rusqlite::Result<Uuid> {
+    let s: String = row.get(idx)?;
+    Uuid::parse_str(&s).map_err(|e| conversion(idx, Type::Text, e))
+}
+
+fn opt_uuid_col(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<Uuid>> {
+    let s: Option<String> = row.get(idx)?;
+    s.map(|s| Uuid::parse_str(&s).map_err(|e| conversion(idx, Type::Text, e))).transpose()
+}
+
+fn time_col(row: &Row<'_>, idx: usize) -> rusqlite::Result<Time> {
+    Time::from_unix(row.get(idx)?).map_err(|e| conversion(idx, Type::Integer, e))
+}
+
+fn opt_time_col(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<Time>> {
+    let s: Option<i64> = row.get(idx)?;
+    s.map(|s| Time::from_unix(s).map_err(|e| conversion(idx, Type::Integer, e))).transpose()
+}
+
+fn parse_col<T: FromStr>(row: &Row<'_>, idx: usize) -> rusqlite::Result<T>
+where
+    T::Err: Display,
+{
+    let s: String = row.get(idx)?;
+    s.parse().map_err(|e| conversion(idx, Type::Text, e))
+}
+
+fn json_col(row: &Row<'_>, idx: usize) -> rusqlite::Result<Value> {
+    let s: String = row.get(idx)?;
+    serde_json::from_str(&s).map_err(|e| conversion(idx, Type::Text, e))
+}
+
+fn rollout_col(row: &Row<'_>, idx: usize) -> rusqlite::Result<RolloutId> {
+    let s: String = row.get(idx)?;
+    RolloutId::parse(&s).map_err(|e| conversion(idx, Type::Text, e))
+}
+
+fn u64_col(row: &Row<'_>, idx: usize) -> rusqlite::Result<u64> {
+    let v: i64 = row.get(idx)?;
+    u64::try_from(v).map_err(|e| conversion(idx, Type::Integer, e))
+}
+
+/// Clamps a page size; `None` means "return nothing".
+fn page(limit: u32) -> Option<i64> {
+    (limit > 0).then(|| i64::from(limit.min(MAX_PAGE)))
+}
+
+/// A lowercase 64-digit hex sha256, or `Invalid`.
+fn check_sha256(what: &'static str, s: &str) -> Result<(), StoreError> {
+    if s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        Ok(())
+    } else {
+        Err(StoreError::invalid(what, "expected 64 lowercase hex digits"))
+    }
+}
+
+impl Store for SqliteStore {
+    fn ping(&self) -> Result<(), StoreError> {
+        self.read(|c| Ok(c.query_row("SELECT 1", [], |_| Ok(()))?))
+    }
+
+    fn create_host(&self, new: &NewHost) -> Result<Host, StoreError> {
+        self.write(|tx| hosts::create_host(tx, new))
+    }
+    fn get_host(&self, id: Uuid) -> Result<Option<Host>, StoreError> {
+        self.read(|c| hosts::get_host(c, id))
+    }
+    fn get_host_by_hostname(&self, hostname: &str) -> Result<Option<Host>, StoreError> {
+        self.read(|c| hosts::get_host_by_hostname(c, hostname))
+    }
+    fn list_hosts(&self, filter: &HostFilter) -> Result<Vec<Host>, StoreError> {
+        self.read(|c| hosts::list_hosts(c, filter))
+    }
+    fn transition_host(&self, id: Uuid, from: HostLifecycle, to: HostLifecycle, reason: &str, at: Time) -> Result<Host, StoreError> {
+        self.write(|tx| hosts::transition_host(tx, id, from, to, reason, at))
+    }
+    fn record_checkin(&self, id: Uuid, checkin: &Checkin) -> Result<Host, StoreError> {
+        self.write(|tx| hosts::record_checkin(tx, id, checkin))
+    }
+    fn set_schedulable(&self, id: Uuid, schedulable: bool, reason: &str, at: Time) -> Result<Host, StoreError> {
+        self.write(|tx| hosts::set_schedulable(tx, id, schedulable, reason, at))
+    }
+
+    fn create_token(&self, host_id: Uuid, token: &EnrollmentToken, at: Time) -> Result<TokenInfo, StoreError> {
+        self.write(|tx| hosts::create_token(tx, host_id, token, at))
+    }
+    fn consume_token(&self, token_hash: &str, expected_host: Option<Uuid>, now: Time) -> Result<Uuid, StoreError> {
+        self.write(|tx| hosts::consume_token(tx, token_hash, expected_host, now))
+    }
+    fn list_tokens(&self, host_id: Option<Uuid>) -> Result<Vec<TokenInfo>, StoreError> {
+        self.read(|c| hosts::list_tokens(c, host_id))
+    }
+
+    fn record_cert(&self, cert: &NewCert) -> Result<(), StoreError> {
+        self.write(|tx| hosts::record_cert(tx, cert))
+    }
+    fn get_cert(&self, serial: &str) -> Result<Option<CertRecord>, StoreError> {
+        self.read(|c| hosts::get_cert(c, serial))
+    }
+    fn list_certs(&self, host_id: Option<Uuid>) -> Result<Vec<CertRecord>, StoreError> {
+        self.read(|c| hosts::list_certs(c, host_id))
+    }
+    fn revoke_cert(&self, serial: &str, at: Time, reason: &str) -> Result<bool, StoreError> {
+        self.write(|tx| hosts::revoke_cert(tx, serial, at, reason))
+    }
+    fn revoke_host_certs(&self, host_id: Uuid, at: Time, reason: &str) -> Result<u64, StoreError> {
+        self.write(|tx| hosts::revoke_host_certs(tx, host_id, at, reason))
+    }
+    fn list_revoked(&self) -> Result<Vec<RevokedCert>, StoreError> {
+        self.read(|c| hosts::list_revoked(c))
+    }
+
+    fn put_release(&self, version: u64, signed_at: Time, files: &ReleaseFiles) -> Result<(), StoreError> {
+        self.write(|tx| releases::put_release(tx, version, signed_at, files))
+    }
+    fn latest_release(&self) -> Result<Option<Release>, StoreError> {
+        self.read(|c| releases::get_release(c, None))
+    }
+    fn get_release(&self, version: u64) -> Result<Option<Release>, StoreError> {
+        self.read(|c| releases::get_release(c, Some(version)))
+    }
+    fn list_releases(&self) -> Result<Vec<ReleaseSummary>, StoreError> {
+        self.read(|c| releases::list_releases(c))
+    }
+    fn get_manifest(&self, rollout_id: &RolloutId) -> Result<Option<Manifest>, StoreError> {
+        self.read(|c| releases::get_manifest(c, rollout_id))
+    }
+
+    fn open_rollout(&self, new: &NewRollout) -> Result<Rollout, StoreError> {
+        self.write(|tx| releases::open_rollout(tx, new))
+    }
+    fn get_rollout(&self, rollout_id: &RolloutId) -> Result<Option<Rollout>, StoreError> {
+        self.read(|c| releases::get_rollout(c, rollout_id))
+    }
+    fn list_rollouts(&self, filter: &RolloutFilter) -> Result<Vec<Rollout>, StoreError> {
+        self.read(|c| releases::list_rollouts(c, filter))
+    }
+    fn set_rollout_state(
+        &self,
+        rollout_id: &RolloutId,
+        from: RolloutState,
+        to: RolloutState,
+        reason: &str,
+        at: Time,
+    ) -> Result<Rollout, StoreError> {
+        self.write(|tx| releases::set_rollout_state(tx, rollout_id, from, to, reason, at))
+    }
+    fn set_host_rollout(&self, new: &HostRollout, expected: Option<HostRolloutState>, reason: &str) -> Result<(), StoreError> {
+        self.write(|tx| releases::set_host_rollout(tx, new, expected, reason))
+    }
+    fn get_host_rollout(&self, rollout_id: &RolloutId, host_id: Uuid) -> Result<Option<HostRollout>, StoreError> {
+        self.read(|c| releases::get_host_rollout(c, rollout_id, host_id))
+    }
+    fn list_host_rollouts(&self, rollout_id: &RolloutId) -> Result<Vec<HostRollout>, StoreError> {
+        self.read(|c| releases::list_host_rollouts(c, rollout_id))
+    }
+
+    fn put_intent(&self, new: &NewIntent) -> Result<IntentRecord, StoreError> {
+        self.write(|tx| work::put_intent(tx, new))
+    }
+    fn current_intent(&self, host_id: Uuid) -> Result<Option<IntentRecord>, StoreError> {
+        self.read(|c| work::current_intent(c, host_id))
+    }
+    fn get_intent(&self, host_id: Uuid, intent_id: Uuid) -> Result<Option<IntentRecord>, StoreError> {
+        self.read(|c| work::get_intent(c, host_id, intent_id))
+    }
+    fn set_intent_status(&self, host_id: Uuid, intent_id: Uuid, status: IntentStatus, at: Time) -> Result<IntentRecord, StoreError> {
+        self.write(|tx| work::set_intent_status(tx, host_id, intent_id, status, at))
+    }
+
+    fn enqueue_task(&self, new: &NewTask) -> Result<bool, StoreError> {
+        self.write(|tx| work::enqueue_task(tx, new))
+    }
+    fn lease_tasks(&self, host_id: Uuid, now: Time, lease_secs: u64, max: u32) -> Result<Vec<TaskRecord>, StoreError> {
+        self.write(|tx| work::lease_tasks(tx, host_id, now, lease_secs, max))
+    }
+    fn complete_task(&self, host_id: Uuid, task_id: Uuid, result: &Value, now: Time) -> Result<TaskRecord, StoreError> {
+        self.write(|tx| work::complete_task(tx, host_id, task_id, result, now))
+    }
+    fn requeue_expired(&self, now: Time) -> Result<u64, StoreError> {
+        self.write(|tx| work::requeue_expired(tx, now))
+    }
+    fn get_task(&self, task_id: Uuid) -> Result<Option<TaskRecord>, StoreError> {
+        self.read(|c| work::get_task(c, task_id))
+    }
+    fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError> {
+        self.read(|c| work::list_tasks(c, filter))
+    }
+
+    fn create_job(&self, new: &NewJob) -> Result<Job, StoreError> {
+        self.write(|tx| work::create_job(tx, new))
+    }
+    fn get_job(&self, job_id: Uuid) -> Result<Option<Job>, StoreError> {
+        self.read(|c| work::get_job(c, job_id))
+    }
+    fn set_job_state(&self, job_id: Uuid, from: JobState, to: JobState, reason: &str, at: Time) -> Result<Job, StoreError> {
+        self.write(|tx| work::set_job_state(tx, job_id, from, to, reason, at))
+    }
+    fn set_job_progress(&self, job_id: Uuid, progress: &Value, at: Time) -> Result<Job, StoreError> {
+        self.write(|tx| work::set_job_progress(tx, job_id, progress, at))
+    }
+    fn list_jobs(&self, filter: &JobFilter) -> Result<Vec<Job>, StoreError> {
+        self.read(|c| work::list_jobs(c, filter))
+    }
+
+    fn append_event(&self, event: &NewEvent) -> Result<i64, StoreError> {
+        self.write(|tx| log::insert_event(tx, event))
+    }
+    fn list_events(&self, filter: &EventFilter) -> Result<Vec<Event>, StoreError> {
+        self.read(|c| log::list_events(c, filter))
+    }
+    fn append_audit(&self, audit: &NewAudit) -> Result<i64, StoreError> {
+        self.write(|tx| log::insert_audit(tx, audit))
+    }
+    fn list_audit(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>, StoreError> {
+        self.read(|c| log::list_audit(c, filter))
+    }
+}

@@ -1,0 +1,270 @@
+//! Releases, manifests, rollouts and per-host rollout state in SQLite.
+//!
+//! Release files are BLOBs keyed by (version, path) and come back byte-for-byte; each
+//! `rollouts/<id>.json` of a release is also kept under its rollout id, where its bytes may
+//! never change (DESIGN: a rollout's manifest never changes bytes under its id).
+
+use std::collections::BTreeMap;
+
+use drover_proto::release::{ROLLOUTS_DIR, sig_path};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use super::log::insert_event;
+use super::*;
+
+fn version_arg(version: u64) -> Result<i64, StoreError> {
+    i64::try_from(version).map_err(|_| StoreError::invalid("release version", "above 2^63 - 1"))
+}
+
+/// The rollout id of a manifest path `rollouts/<id>.json`, `None` for any other path.
+fn manifest_id(path: &str) -> Option<Result<RolloutId, StoreError>> {
+    let stem = path.strip_prefix(ROLLOUTS_DIR)?.strip_prefix('/')?.strip_suffix(".json")?;
+    Some(RolloutId::parse(stem).map_err(|e| StoreError::invalid("manifest path", format!("{path}: {e}"))))
+}
+
+pub(super) fn put_release(c: &Connection, version: u64, signed_at: Time, files: &ReleaseFiles) -> Result<(), StoreError> {
+    let v = version_arg(version)?;
+    let highest: Option<i64> = c.prepare_cached("SELECT MAX(version) FROM releases")?.query_row([], |r| r.get(0))?;
+    if let Some(highest) = highest.filter(|h| v <= *h) {
+        return Err(StoreError::VersionNotIncreasing { version, highest: highest as u64 });
+    }
+    c.prepare_cached("INSERT INTO releases (version, signed_at) VALUES (?1, ?2)")?.execute(params![v, signed_at.unix()])?;
+    let mut insert = c.prepare_cached("INSERT INTO release_files (version, path, bytes) VALUES (?1, ?2, ?3)")?;
+    for (path, bytes) in &files.files {
+        insert.execute(params![v, path, bytes])?;
+    }
+    for (path, bytes) in &files.files {
+        let Some(id) = manifest_id(path) else { continue };
+        let id = id?;
+        let sig = files
+            .get(&sig_path(path))
+            .ok_or_else(|| StoreError::invalid("release", format!("{path} has no signature file {}", sig_path(path))))?;
+        match get_manifest(c, &id)? {
+            // An error here aborts the whole release: the caller's transaction rolls back.
+            Some(stored) if stored.bytes != *bytes => return Err(StoreError::ManifestBytesDiffer { rollout_id: id.to_string() }),
+            Some(stored) if stored.sig != sig => {
+                c.prepare_cached("UPDATE manifests SET sig = ?1 WHERE rollout_id = ?2")?.execute(params![sig, id.as_str()])?;
+            }
+            Some(_) => {}
+            None => {
+                c.prepare_cached("INSERT INTO manifests (rollout_id, bytes, sig, sha256, first_version) VALUES (?1, ?2, ?3, ?4, ?5)")?
+                    .execute(params![id.as_str(), bytes, sig, hex::encode(Sha256::digest(bytes)), v])?;
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn get_release(c: &Connection, version: Option<u64>) -> Result<Option<Release>, StoreError> {
+    let head = match version {
+        Some(v) => c
+            .prepare_cached("SELECT version, signed_at FROM releases WHERE version = ?1")?
+            .query_row([version_arg(v)?], |r| Ok((u64_col(r, 0)?, time_col(r, 1)?)))
+            .optional()?,
+        None => c
+            .prepare_cached("SELECT version, signed_at FROM releases ORDER BY version DESC LIMIT 1")?
+            .query_row([], |r| Ok((u64_col(r, 0)?, time_col(r, 1)?)))
+            .optional()?,
+    };
+    let Some((version, signed_at)) = head else { return Ok(None) };
+    let mut stmt = c.prepare_cached("SELECT path, bytes FROM release_files WHERE version = ?1")?;
+    let rows = stmt.query_map([version as i64], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?)))?;
+    let files: BTreeMap<String, Vec<u8>> = rows.collect::<Result<_, _>>()?;
+    Ok(Some(Release { version, signed_at, files: ReleaseFiles { files } }))
+}
+
+pub(super) fn list_releases(c: &Connection) -> Result<Vec<ReleaseSummary>, StoreError> {
+    let mut stmt = c.prepare_cached(
+        "SELECT r.version, r.signed_at, f.path FROM releases r LEFT JOIN release_files f ON f.version = r.version
+         ORDER BY r.version DESC, f.path",
+    )?;
+    let rows = stmt.query_map([], |r| Ok((u64_col(r, 0)?, time_col(r, 1)?, r.get::<_, Option<String>>(2)?)))?;
+    let mut out: Vec<ReleaseSummary> = Vec::new();
+    for row in rows {
+        let (version, signed_at, path) = row?;
+        if out.last().is_none_or(|s| s.version != version) {
+            out.push(ReleaseSummary { version, signed_at, paths: Vec::new() });
+        }
+        if let (Some(path), Some(last)) = (path, out.last_mut()) {
+            last.paths.push(path);
+        }
+    }
+    Ok(out)
+}
+
+pub(super) fn get_manifest(c: &Connection, id: &RolloutId) -> Result<Option<Manifest>, StoreError> {
+    let mut stmt = c.prepare_cached("SELECT rollout_id, bytes, sig, sha256, first_version FROM manifests WHERE rollout_id = ?1")?;
+    Ok(stmt
+        .query_row([id.as_str()], |r| {
+            Ok(Manifest {
+                rollout_id: rollout_col(r, 0)?,
+                bytes: r.get(1)?,
+                sig: r.get(2)?,
+                sha256: r.get(3)?,
+                first_version: u64_col(r, 4)?,
+            })
+        })
+        .optional()?)
+}
+
+// ---- rollouts -----------------------------------------------------------------------------
+
+const ROLLOUT_COLS: &str = "rollout_id, channel, state, manifest_sha256, opened_at, updated_at";
+
+fn rollout_row(r: &Row<'_>) -> rusqlite::Result<Rollout> {
+    Ok(Rollout {
+        rollout_id: rollout_col(r, 0)?,
+        channel: r.get(1)?,
+        state: parse_col(r, 2)?,
+        manifest_sha256: r.get(3)?,
+        opened_at: time_col(r, 4)?,
+        updated_at: time_col(r, 5)?,
+    })
+}
+
+pub(super) fn get_rollout(c: &Connection, id: &RolloutId) -> Result<Option<Rollout>, StoreError> {
+    let sql = format!("SELECT {ROLLOUT_COLS} FROM rollouts WHERE rollout_id = ?1");
+    Ok(c.prepare_cached(&sql)?.query_row([id.as_str()], rollout_row).optional()?)
+}
+
+fn rollout_event(rollout_id: &RolloutId, at: Time, kind: &str, message: &str, data: Value) -> NewEvent {
+    NewEvent { at, kind: kind.into(), host_id: None, rollout_id: Some(rollout_id.clone()), job_id: None, message: message.into(), data }
+}
+
+pub(super) fn open_rollout(c: &Connection, new: &NewRollout) -> Result<Rollout, StoreError> {
+    check_sha256("manifest sha256", &new.manifest_sha256)?;
+    if let Some(stored) = get_rollout(c, &new.rollout_id)? {
+        if stored.manifest_sha256 == new.manifest_sha256 {
+            return Ok(stored);
+        }
+        return Err(StoreError::conflict("rollout", &new.rollout_id, "already opened with another manifest"));
+    }
+    c.prepare_cached(
+        "INSERT INTO rollouts (rollout_id, channel, state, manifest_sha256, opened_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
+    )?
+    .execute(params![
+        new.rollout_id.as_str(),
+        new.rollout_id.channel(),
+        new.state.as_str(),
+        new.manifest_sha256,
+        new.opened_at.unix()
+    ])?;
+    let data = json!({ "state": new.state.as_str(), "manifestSha256": new.manifest_sha256 });
+    insert_event(c, &rollout_event(&new.rollout_id, new.opened_at, "rollout.opened", "rollout opened", data))?;
+    get_rollout(c, &new.rollout_id)?.ok_or_else(|| StoreError::not_found("rollout", &new.rollout_id))
+}
+
+pub(super) fn list_rollouts(c: &Connection, f: &RolloutFilter) -> Result<Vec<Rollout>, StoreError> {
+    let sql = format!(
+        "SELECT {ROLLOUT_COLS} FROM rollouts WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR channel = ?2)
+         ORDER BY opened_at, rollout_id"
+    );
+    let mut stmt = c.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params![f.state.map(RolloutState::as_str), f.channel], rollout_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub(super) fn set_rollout_state(
+    c: &Connection,
+    id: &RolloutId,
+    from: RolloutState,
+    to: RolloutState,
+    reason: &str,
+    at: Time,
+) -> Result<Rollout, StoreError> {
+    if !from.can_transition_to(to) {
+        return Err(StoreError::IllegalTransition { what: "rollout", from: from.as_str().into(), to: to.as_str().into() });
+    }
+    let stored = get_rollout(c, id)?.ok_or_else(|| StoreError::not_found("rollout", id))?;
+    if stored.state != from {
+        return Err(StoreError::StaleState {
+            what: "rollout",
+            id: id.to_string(),
+            expected: from.as_str().into(),
+            actual: stored.state.as_str().into(),
+        });
+    }
+    c.prepare_cached("UPDATE rollouts SET state = ?1, updated_at = ?2 WHERE rollout_id = ?3 AND state = ?4")?.execute(params![
+        to.as_str(),
+        at.unix(),
+        id.as_str(),
+        from.as_str()
+    ])?;
+    insert_event(c, &rollout_event(id, at, "rollout.transition", reason, json!({ "from": from.as_str(), "to": to.as_str() })))?;
+    get_rollout(c, id)?.ok_or_else(|| StoreError::not_found("rollout", id))
+}
+
+// ---- per-host rollout state ---------------------------------------------------------------
+
+fn host_rollout_row(r: &Row<'_>) -> rusqlite::Result<HostRollout> {
+    Ok(HostRollout {
+        rollout_id: rollout_col(r, 0)?,
+        host_id: uuid_col(r, 1)?,
+        state: parse_col(r, 2)?,
+        wave_index: r.get(3)?,
+        updated_at: time_col(r, 4)?,
+    })
+}
+
+pub(super) fn get_host_rollout(c: &Connection, rollout_id: &RolloutId, host_id: Uuid) -> Result<Option<HostRollout>, StoreError> {
+    let mut stmt = c.prepare_cached(
+        "SELECT rollout_id, host_id, state, wave_index, updated_at FROM host_rollouts WHERE rollout_id = ?1 AND host_id = ?2",
+    )?;
+    Ok(stmt.query_row(params![rollout_id.as_str(), host_id.to_string()], host_rollout_row).optional()?)
+}
+
+pub(super) fn set_host_rollout(
+    c: &Connection,
+    new: &HostRollout,
+    expected: Option<HostRolloutState>,
+    reason: &str,
+) -> Result<(), StoreError> {
+    let what = "host rollout";
+    let key = || format!("{}/{}", new.rollout_id, new.host_id);
+    if let Some(from) = expected.filter(|from| *from != new.state && !from.can_transition_to(new.state)) {
+        return Err(StoreError::IllegalTransition { what, from: from.as_str().into(), to: new.state.as_str().into() });
+    }
+    if get_rollout(c, &new.rollout_id)?.is_none() {
+        return Err(StoreError::not_found("rollout", &new.rollout_id));
+    }
+    if super::hosts::get_host(c, new.host_id)?.is_none() {
+        return Err(StoreError::not_found("host", new.host_id));
+    }
+    let args = params![new.rollout_id.as_str(), new.host_id.to_string(), new.state.as_str(), new.wave_index, new.updated_at.unix()];
+    match (expected, get_host_rollout(c, &new.rollout_id, new.host_id)?) {
+        (None, Some(_)) => Err(StoreError::conflict(what, key(), "already exists")),
+        (None, None) => {
+            c.prepare_cached("INSERT INTO host_rollouts (rollout_id, host_id, state, wave_index, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)")?
+                .execute(args)?;
+            Ok(())
+        }
+        (Some(_), None) => Err(StoreError::not_found(what, key())),
+        (Some(from), Some(stored)) if stored.state != from => {
+            Err(StoreError::StaleState { what, id: key(), expected: from.as_str().into(), actual: stored.state.as_str().into() })
+        }
+        (Some(from), Some(_)) => {
+            c.prepare_cached(
+                "UPDATE host_rollouts SET state = ?3, wave_index = ?4, updated_at = ?5 WHERE rollout_id = ?1 AND host_id = ?2",
+            )?
+            .execute(args)?;
+            if from != new.state {
+                let data = json!({ "from": from.as_str(), "to": new.state.as_str(), "waveIndex": new.wave_index });
+                let mut event = rollout_event(&new.rollout_id, new.updated_at, "host_rollout.transition", reason, data);
+                event.host_id = Some(new.host_id);
+                insert_event(c, &event)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+pub(super) fn list_host_rollouts(c: &Connection, rollout_id: &RolloutId) -> Result<Vec<HostRollout>, StoreError> {
+    let mut stmt = c.prepare_cached(
+        "SELECT rollout_id, host_id, state, wave_index, updated_at FROM host_rollouts WHERE rollout_id = ?1
+         ORDER BY wave_index, host_id",
+    )?;
+    let rows = stmt.query_map([rollout_id.as_str()], host_rollout_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}

@@ -1,0 +1,98 @@
+//! Enrollment and distribution messages: creating a host (operator), enrolling it (agent,
+//! token + CSR), renewing its certificate, and fetching a rollout's artifacts byte-exact.
+
+use serde::{Deserialize, Serialize};
+
+use crate::task::Secret;
+use crate::time::Time;
+
+/// `POST /v1/hosts` body (admin).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateHostRequest {
+    /// The host's name (RFC 1123, lowercase).
+    pub hostname: String,
+    /// sha256 (hex) of the operator's own `trust.json`: the agent refuses to enroll if the
+    /// coordinator's copy differs.
+    pub trust_sha256: String,
+    /// Token lifetime; the coordinator's default (2 h) when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_ttl_secs: Option<u64>,
+}
+
+/// `POST /v1/hosts` response: the only time the token is ever shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateHostResponse {
+    /// The new host id (UUID).
+    pub host_id: String,
+    /// Its name.
+    pub hostname: String,
+    /// The one-time enrollment token.
+    pub token: Secret,
+    /// When the token expires.
+    pub expires_at: Time,
+    /// The command to run on the host (`curl … | sudo sh -s -- …`).
+    pub command: Secret,
+}
+
+/// `POST /v1/enroll` body (no client certificate; the token authorises).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EnrollRequest {
+    /// The host id the bootstrap command names; the token must have been issued for it.
+    pub host_id: String,
+    /// The one-time token.
+    pub token: Secret,
+    /// A PEM certificate signing request; only its public key is used.
+    pub csr: String,
+}
+
+/// `POST /v1/enroll` response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EnrollResponse {
+    /// The host id the certificate names.
+    pub host_id: String,
+    /// The hostname the certificate names.
+    pub hostname: String,
+    /// The client certificate (PEM).
+    pub certificate: String,
+    /// The coordinator CA (PEM).
+    pub ca_certificate: String,
+    /// The director's public key (SPKI PEM), pinned by the agent for intents and tasks.
+    pub director_public_key: String,
+    /// Where to reach the coordinator.
+    pub coordinator_urls: Vec<String>,
+}
+
+/// `POST /v1/agent/renew` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RenewRequest {
+    /// A PEM CSR for the new key.
+    pub csr: String,
+}
+
+/// `POST /v1/agent/renew` response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RenewResponse {
+    /// The new certificate (PEM).
+    pub certificate: String,
+}
+
+/// `GET /v1/rollouts/{rolloutId}` response: every artifact as the exact text CI produced, so
+/// the agent verifies the bytes CI signed (strings carry UTF-8 JSON byte for byte).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RolloutBundle {
+    /// The manifest's bytes.
+    pub manifest: String,
+    /// Its `.sig` file's bytes.
+    pub manifest_sig: String,
+    /// The current `timestamp.json` bytes.
+    pub timestamp: String,
+    /// Its `.sig` file's bytes.
+    pub timestamp_sig: String,
+}

@@ -1,0 +1,205 @@
+//! The coordinator's TLS and identity rules against real clients: TLS 1.2 refused, no client
+//! certificate on an agent route refused, roles checked per route, a revoked certificate
+//! refused at the handshake, and host A's certificate never reading or writing host B's
+//! state.
+
+use std::path::PathBuf;
+
+use drover_coordinator::app::Clock as _;
+use drover_coordinator::pki::Ca;
+use drover_coordinator::store::{CertKind, NewCert, NewHost, NewIntent, NewTask};
+use drover_tests::{Harness, run_blocking};
+use uuid::Uuid;
+
+fn post(url: String, body: String) -> Vec<String> {
+    vec![
+        "-X".into(),
+        "POST".into(),
+        "-H".into(),
+        "content-type: application/json".into(),
+        "-d".into(),
+        body,
+        "-w".into(),
+        "%{http_code}".into(),
+        "-o".into(),
+        "/dev/null".into(),
+        url,
+    ]
+}
+
+fn status(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_1_2_is_refused() {
+    let h = Harness::start().await;
+    let addr = h.running.addr.to_string();
+    let out = run_blocking("openssl", vec!["s_client".into(), "-connect".into(), addr.clone(), "-tls1_2".into()], vec![]).await;
+    assert!(!out.status.success(), "a TLS 1.2 handshake succeeded: {}", String::from_utf8_lossy(&out.stdout));
+    // TLS 1.3 to the same port works (the refusal above is about the version).
+    let out = run_blocking(
+        "openssl",
+        vec![
+            "s_client".into(),
+            "-connect".into(),
+            addr,
+            "-tls1_3".into(),
+            "-CAfile".into(),
+            h.ca.display().to_string(),
+            "-verify_return_error".into(),
+        ],
+        vec![],
+    )
+    .await;
+    assert!(String::from_utf8_lossy(&out.stdout).contains("TLSv1.3"), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_route_without_client_certificate_is_refused() {
+    let h = Harness::start().await;
+    let out = h.curl(post(format!("{}/v1/agent/checkin", h.url), r#"{"agentVersion":"x","bootId":"y"}"#.into())).await;
+    assert_eq!(status(&out), "401");
+    // An operator certificate is not a host certificate either.
+    let out = h.curl_as(&h.admin, post(format!("{}/v1/agent/checkin", h.url), r#"{"agentVersion":"x","bootId":"y"}"#.into())).await;
+    assert_eq!(status(&out), "403");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn viewer_cannot_create_hosts() {
+    let h = Harness::start().await;
+    let body = serde_json::json!({ "hostname": "gpu-01", "trustSha256": h.trust.1 }).to_string();
+    let out = h.curl_as(&h.viewer, post(format!("{}/v1/hosts", h.url), body.clone())).await;
+    assert_eq!(status(&out), "403");
+    let out = h.curl(post(format!("{}/v1/hosts", h.url), body)).await;
+    assert_eq!(status(&out), "401");
+}
+
+/// A host (in the store) and a certificate for it issued by the CA, as enrollment would:
+/// its id, its certificate and key files, and the certificate's serial.
+fn host_cert(h: &Harness, ca: &Ca, hostname: &str) -> (Uuid, (PathBuf, PathBuf), String) {
+    let now = h.clock.now();
+    let host_id = h.running.app.store.create_host(&NewHost { hostname: hostname.into(), created_at: now, token: None }).expect("host").id;
+    let (key_pem, csr_pem) = key_and_csr(hostname);
+    let cert = ca.issue_host_from_csr(&csr_pem, host_id, hostname, now).expect("cert");
+    let dir = h.dir.path();
+    let (crt, k) = (dir.join(format!("{hostname}.crt")), dir.join(format!("{hostname}.key")));
+    std::fs::write(&crt, &cert.pem).expect("write");
+    std::fs::write(&k, key_pem).expect("write");
+    (host_id, (crt, k), cert.serial_hex)
+}
+
+/// A fresh P-256 key and a CSR for it, made by openssl as a host would.
+fn key_and_csr(hostname: &str) -> (String, String) {
+    let out = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            &format!("/CN={hostname}"),
+            "-keyout",
+            "-",
+        ])
+        .output()
+        .expect("openssl req");
+    let text = String::from_utf8(out.stdout).expect("utf8");
+    let split = text.find("-----BEGIN CERTIFICATE REQUEST-----").expect("csr in output");
+    (text[..split].to_owned(), text[split..].to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_a_never_reads_or_writes_host_bs_state() {
+    let h = Harness::start().await;
+    let ca = h.running.app.ca.clone();
+    let (_, a_cert, _) = host_cert(&h, &ca, "gpu-a");
+    let (b_id, _, _) = host_cert(&h, &ca, "gpu-b");
+    // B has an intent and a task waiting.
+    let intent_id = Uuid::new_v4();
+    let envelope = br#"{"signed":{"for":"gpu-b"},"signatures":[]}"#.to_vec();
+    let rollout_id = drover_proto::names::RolloutId::new("gpu", "c1").expect("id");
+    h.running
+        .app
+        .dispatch_intent(NewIntent {
+            intent_id,
+            host_id: b_id,
+            rollout_id: rollout_id.clone(),
+            envelope: envelope.clone(),
+            confirm_deadline: None,
+            created_at: h.clock.now(),
+        })
+        .await
+        .expect("intent");
+    let task_id = Uuid::new_v4();
+    h.running.app.dispatch_task(NewTask { task_id, host_id: b_id, job_id: None, envelope, created_at: h.clock.now() }).await.expect("task");
+
+    // A checks in: it gets none of B's work.
+    let out = h
+        .curl_as(
+            &a_cert,
+            vec![
+                "-f".into(),
+                "-X".into(),
+                "POST".into(),
+                "-H".into(),
+                "content-type: application/json".into(),
+                "-d".into(),
+                r#"{"agentVersion":"x","bootId":"y"}"#.into(),
+                format!("{}/v1/agent/checkin", h.url),
+            ],
+        )
+        .await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let body: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(body.get("intent").is_none(), "A received B's intent: {body}");
+    assert_eq!(body["tasks"], serde_json::json!([]), "A received B's task: {body}");
+
+    // A confirms B's intent: 410, and B's intent is untouched.
+    let confirm = serde_json::json!({ "intentId": intent_id.to_string(), "rolloutId": rollout_id.to_string(), "closure": "/nix/store/x", "bootId": "y" }).to_string();
+    let out = h.curl_as(&a_cert, post(format!("{}/v1/agent/confirm", h.url), confirm)).await;
+    assert_eq!(status(&out), "410");
+    let rec = h.running.app.store.get_intent(b_id, intent_id).expect("store").expect("intent");
+    assert_eq!(rec.status.as_str(), "wanted");
+
+    // A reports a result for B's task: refused, and B's task is not completed.
+    let now = h.clock.now().to_string();
+    let result = serde_json::json!({
+        "agentVersion": "x", "bootId": "y",
+        "taskResults": [{ "taskId": task_id.to_string(), "outcome": "succeeded", "steps": [], "startedAt": now, "finishedAt": now }]
+    })
+    .to_string();
+    let out = h.curl_as(&a_cert, post(format!("{}/v1/agent/checkin", h.url), result)).await;
+    assert_eq!(status(&out), "404");
+    let task = h.running.app.store.get_task(task_id).expect("store").expect("task");
+    assert!(task.result.is_none(), "A completed B's task");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoked_certificate_is_refused_at_the_handshake() {
+    let h = Harness::start().await;
+    let ca = h.running.app.ca.clone();
+    let (id, cert, serial) = host_cert(&h, &ca, "gpu-r");
+    // Record the certificate as issued, as enrollment does, then revoke the host via the API.
+    let now = h.clock.now();
+    let record = NewCert {
+        serial,
+        kind: CertKind::Host,
+        host_id: Some(id),
+        subject: "gpu-r".into(),
+        not_before: now,
+        not_after: now.plus_secs(86_400),
+    };
+    h.running.app.store.record_cert(&record).expect("record");
+    let checkin = || post(format!("{}/v1/agent/checkin", h.url), r#"{"agentVersion":"x","bootId":"y"}"#.into());
+    let out = h.curl_as(&cert, checkin()).await;
+    assert_eq!(status(&out), "200", "{}", String::from_utf8_lossy(&out.stderr));
+    let out = h.curl_as(&h.admin, post(format!("{}/v1/hosts/{id}/revoke", h.url), String::new())).await;
+    assert_eq!(status(&out), "200");
+    let out = h.curl_as(&cert, checkin()).await;
+    assert!(!out.status.success(), "a revoked certificate completed a handshake");
+    assert_eq!(status(&out), "000", "no HTTP response at all: the handshake fails");
+}
