@@ -40,6 +40,7 @@ impl Clock for SystemClock {
 #[derive(Default)]
 pub struct Hub {
     waiters: Mutex<HashMap<Uuid, Arc<Notify>>>,
+    held: std::sync::atomic::AtomicUsize,
 }
 
 impl Hub {
@@ -56,13 +57,17 @@ impl Hub {
 
     /// Waits until `host` is notified or `timeout` passes; true when notified.
     pub async fn wait(&self, host: Uuid, timeout: Duration) -> bool {
+        use std::sync::atomic::Ordering;
         let slot = self.slot(host);
-        tokio::time::timeout(timeout, slot.notified()).await.is_ok()
+        self.held.fetch_add(1, Ordering::SeqCst);
+        let woken = tokio::time::timeout(timeout, slot.notified()).await.is_ok();
+        self.held.fetch_sub(1, Ordering::SeqCst);
+        woken
     }
 
-    /// Check-ins currently held open (for metrics).
-    pub fn hosts_known(&self) -> usize {
-        self.waiters.lock().unwrap_or_else(|e| e.into_inner()).len()
+    /// Check-ins currently held open.
+    pub fn held(&self) -> usize {
+        self.held.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 

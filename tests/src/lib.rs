@@ -15,11 +15,13 @@ use drover_coordinator::identity::Role;
 use drover_coordinator::pki::San;
 use drover_coordinator::run::{Running, start_on};
 use drover_coordinator::state_dir::StateDir;
+use drover_coordinator::store::NewHost;
 use drover_proto::keys::{KeyId, verifying_key_to_pem};
 use drover_proto::time::Time;
 use drover_proto::trust::{KeySetDoc, TrustDoc, TrustKeyDoc};
 use ed25519_dalek::SigningKey;
 use sha2::{Digest, Sha256};
+use uuid::Uuid;
 
 /// A clock the test moves by hand (token expiry, confirm deadlines).
 pub struct ManualClock(AtomicI64);
@@ -84,6 +86,11 @@ impl Harness {
     /// Initialises a state dir, issues operator credentials and a CI trust file, and starts
     /// the coordinator on a fresh loopback port.
     pub async fn start() -> Harness {
+        Self::start_with_long_poll(2).await
+    }
+
+    /// Like [`Harness::start`], holding idle check-ins for `long_poll_secs`.
+    pub async fn start_with_long_poll(long_poll_secs: u64) -> Harness {
         let dir = tempfile::tempdir().expect("tempdir");
         let now = wall_now();
         let clock = ManualClock::at(now);
@@ -128,7 +135,7 @@ impl Harness {
             trust_file: trust.clone(),
             agent_binary: workspace_binary("drover-agent"),
             enrollment: EnrollmentConfig::default(),
-            agent: AgentConfig { long_poll_secs: 2 },
+            agent: AgentConfig { long_poll_secs },
         };
         drop(state);
         let running = start_on(listener, config, clock.clone()).await.expect("coordinator starts");
@@ -174,6 +181,45 @@ impl Harness {
         assert!(out.status.success(), "create host failed: {}", String::from_utf8_lossy(&out.stderr));
         serde_json::from_slice(&out.stdout).expect("create host response is JSON")
     }
+}
+
+impl Harness {
+    /// A host in the store and a certificate for it from the CA, as enrollment would make:
+    /// its id, its certificate and key files, and the certificate's serial.
+    pub fn host_credentials(&self, hostname: &str) -> (Uuid, (PathBuf, PathBuf), String) {
+        let now = self.clock.now();
+        let new = NewHost { hostname: hostname.into(), created_at: now, token: None };
+        let host_id = self.running.app.store.create_host(&new).expect("host").id;
+        let (key_pem, csr_pem) = key_and_csr(hostname);
+        let cert = self.running.app.ca.issue_host_from_csr(&csr_pem, host_id, hostname, now).expect("cert");
+        let (crt, key) = (self.dir.path().join(format!("{hostname}.crt")), self.dir.path().join(format!("{hostname}.key")));
+        write(&crt, cert.pem.as_bytes());
+        write(&key, key_pem.as_bytes());
+        (host_id, (crt, key), cert.serial_hex)
+    }
+}
+
+/// A fresh P-256 key and a CSR for it, made by `openssl` as a host would.
+pub fn key_and_csr(hostname: &str) -> (String, String) {
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            &format!("/CN={hostname}"),
+            "-keyout",
+            "-",
+        ])
+        .output()
+        .expect("openssl req");
+    let text = String::from_utf8(out.stdout).expect("utf8");
+    let split = text.find("-----BEGIN CERTIFICATE REQUEST-----").expect("csr in openssl's output");
+    (text[..split].to_owned(), text[split..].to_owned())
 }
 
 /// Runs a program to completion on the blocking pool.

@@ -3,11 +3,8 @@
 //! refused at the handshake, and host A's certificate never reading or writing host B's
 //! state.
 
-use std::path::PathBuf;
-
 use drover_coordinator::app::Clock as _;
-use drover_coordinator::pki::Ca;
-use drover_coordinator::store::{CertKind, NewCert, NewHost, NewIntent, NewTask};
+use drover_coordinator::store::{CertKind, NewCert, NewIntent, NewTask};
 use drover_tests::{Harness, run_blocking};
 use uuid::Uuid;
 
@@ -75,49 +72,11 @@ async fn viewer_cannot_create_hosts() {
     assert_eq!(status(&out), "401");
 }
 
-/// A host (in the store) and a certificate for it issued by the CA, as enrollment would:
-/// its id, its certificate and key files, and the certificate's serial.
-fn host_cert(h: &Harness, ca: &Ca, hostname: &str) -> (Uuid, (PathBuf, PathBuf), String) {
-    let now = h.clock.now();
-    let host_id = h.running.app.store.create_host(&NewHost { hostname: hostname.into(), created_at: now, token: None }).expect("host").id;
-    let (key_pem, csr_pem) = key_and_csr(hostname);
-    let cert = ca.issue_host_from_csr(&csr_pem, host_id, hostname, now).expect("cert");
-    let dir = h.dir.path();
-    let (crt, k) = (dir.join(format!("{hostname}.crt")), dir.join(format!("{hostname}.key")));
-    std::fs::write(&crt, &cert.pem).expect("write");
-    std::fs::write(&k, key_pem).expect("write");
-    (host_id, (crt, k), cert.serial_hex)
-}
-
-/// A fresh P-256 key and a CSR for it, made by openssl as a host would.
-fn key_and_csr(hostname: &str) -> (String, String) {
-    let out = std::process::Command::new("openssl")
-        .args([
-            "req",
-            "-new",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-subj",
-            &format!("/CN={hostname}"),
-            "-keyout",
-            "-",
-        ])
-        .output()
-        .expect("openssl req");
-    let text = String::from_utf8(out.stdout).expect("utf8");
-    let split = text.find("-----BEGIN CERTIFICATE REQUEST-----").expect("csr in output");
-    (text[..split].to_owned(), text[split..].to_owned())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_a_never_reads_or_writes_host_bs_state() {
     let h = Harness::start().await;
-    let ca = h.running.app.ca.clone();
-    let (_, a_cert, _) = host_cert(&h, &ca, "gpu-a");
-    let (b_id, _, _) = host_cert(&h, &ca, "gpu-b");
+    let (_, a_cert, _) = h.host_credentials("gpu-a");
+    let (b_id, _, _) = h.host_credentials("gpu-b");
     // B has an intent and a task waiting.
     let intent_id = Uuid::new_v4();
     let envelope = br#"{"signed":{"for":"gpu-b"},"signatures":[]}"#.to_vec();
@@ -181,8 +140,7 @@ async fn host_a_never_reads_or_writes_host_bs_state() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revoked_certificate_is_refused_at_the_handshake() {
     let h = Harness::start().await;
-    let ca = h.running.app.ca.clone();
-    let (id, cert, serial) = host_cert(&h, &ca, "gpu-r");
+    let (id, cert, serial) = h.host_credentials("gpu-r");
     // Record the certificate as issued, as enrollment does, then revoke the host via the API.
     let now = h.clock.now();
     let record = NewCert {

@@ -1,0 +1,170 @@
+//! The agent routes against a real coordinator: a held check-in returns as soon as work is
+//! dispatched to its host, a rollout's artifacts come back byte-exact and verify, confirm
+//! answers 204 only while the dispatch is still wanted, and renewal keeps the host's
+//! identity.
+
+use std::time::Duration;
+
+use drover_coordinator::app::Clock as _;
+use drover_coordinator::store::{IntentStatus, NewIntent};
+use drover_proto::enroll::RolloutBundle;
+use drover_proto::names::RolloutId;
+use drover_proto::release::{ReleaseParams, build_release, manifest_path};
+use drover_proto::resolve::ReleaseMeta;
+use drover_proto::spec::FleetSpec;
+use drover_tests::{Harness, key_and_csr};
+use uuid::Uuid;
+
+fn post(url: String, body: String) -> Vec<String> {
+    vec![
+        "-X".into(),
+        "POST".into(),
+        "-H".into(),
+        "content-type: application/json".into(),
+        "-d".into(),
+        body,
+        "-w".into(),
+        "\n%{http_code}".into(),
+        url,
+    ]
+}
+
+/// Splits curl's output into (body, status).
+fn split(out: &std::process::Output) -> (String, String) {
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (body.to_owned(), code.trim().to_owned())
+}
+
+fn intent(host: Uuid, rollout: &RolloutId, deadline: Option<drover_proto::time::Time>, now: drover_proto::time::Time) -> NewIntent {
+    let id = Uuid::new_v4();
+    let envelope = serde_json::json!({ "signed": { "intentId": id.to_string() }, "signatures": [] }).to_string().into_bytes();
+    NewIntent { intent_id: id, host_id: host, rollout_id: rollout.clone(), envelope, confirm_deadline: deadline, created_at: now }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_checkin_returns_as_soon_as_an_intent_is_dispatched() {
+    // A 60 s hold: the check-in below can only come back early because the dispatch woke it.
+    let h = Harness::start_with_long_poll(60).await;
+    let (host, cert, _) = h.host_credentials("gpu-01");
+    let started = std::time::Instant::now();
+    let request = h.curl_as(&cert, post(format!("{}/v1/agent/checkin", h.url), r#"{"agentVersion":"t","bootId":"b"}"#.into()));
+    let dispatch = async {
+        // Wait (bounded) until the check-in is actually held, then dispatch.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while h.running.app.hub.held() == 0 {
+            assert!(std::time::Instant::now() < deadline, "the check-in was never held");
+            tokio::task::yield_now().await;
+        }
+        let rollout = RolloutId::new("gpu", "c1").expect("id");
+        h.running.app.dispatch_intent(intent(host, &rollout, None, h.clock.now())).await.expect("dispatch");
+    };
+    let (out, ()) = tokio::join!(request, dispatch);
+    let (body, code) = split(&out);
+    assert_eq!(code, "200", "{body}");
+    let body: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert!(body["intent"]["signed"]["intentId"].is_string(), "the dispatched intent came back: {body}");
+    assert!(started.elapsed() < Duration::from_secs(60), "the check-in was not woken by the dispatch");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_checkin_is_answered_empty_after_the_hold() {
+    let h = Harness::start().await;
+    let (_, cert, _) = h.host_credentials("gpu-02");
+    let out = h.curl_as(&cert, post(format!("{}/v1/agent/checkin", h.url), r#"{"agentVersion":"t","bootId":"b"}"#.into())).await;
+    let (body, code) = split(&out);
+    assert_eq!(code, "200");
+    let body: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert!(body.get("intent").is_none());
+    assert_eq!(body["tasks"], serde_json::json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_artifacts_come_back_byte_exact_and_verify() {
+    let h = Harness::start().await;
+    let (_, cert, _) = h.host_credentials("gpu-03");
+    let spec = FleetSpec::from_json(include_bytes!("../../examples/fleet.json")).expect("spec");
+    let now = h.clock.now();
+    let params = ReleaseParams { meta: ReleaseMeta { ci_commit: "c0ffee".into(), created_at: now }, version: 7, previous: None };
+    let ci = drover_proto::keys::KeySigner::new(ed25519_dalek::SigningKey::from_bytes(&[9u8; 32]));
+    let files = build_release(&spec, &params, &[ci]).expect("release");
+    h.running.app.store.put_release(7, now, &files).expect("publish");
+    let id = RolloutId::new("gpu", "c0ffee").expect("id");
+
+    let out = h.curl_as(&cert, vec!["-w".into(), "\n%{http_code}".into(), format!("{}/v1/rollouts/{id}", h.url)]).await;
+    let (body, code) = split(&out);
+    assert_eq!(code, "200", "{body}");
+    let bundle: RolloutBundle = serde_json::from_str(&body).expect("bundle");
+    assert_eq!(bundle.manifest.as_bytes(), files.get(&manifest_path(&id)).expect("manifest"), "manifest bytes changed in transit");
+    // What the agent will do with them: verify against the operator's trust roots.
+    let trust = drover_proto::trust::TrustRoots::from_json(&std::fs::read(&h.trust.0).expect("trust")).expect("trust");
+    let ctx = drover_proto::verify::VerifyContext::at(now);
+    let ts = drover_proto::verify::verify_timestamp(bundle.timestamp.as_bytes(), bundle.timestamp_sig.as_bytes(), &trust, &ctx)
+        .expect("timestamp verifies");
+    let anchors = drover_proto::verify::ManifestAnchors { advertised_id: Some(&id), timestamp: &ts, fleet: None };
+    drover_proto::verify::verify_manifest(bundle.manifest.as_bytes(), bundle.manifest_sig.as_bytes(), &trust, &ctx, anchors)
+        .expect("manifest verifies");
+
+    let out = h.curl_as(&cert, vec!["-w".into(), "\n%{http_code}".into(), format!("{}/v1/rollouts/gpu@nope", h.url)]).await;
+    assert_eq!(split(&out).1, "404");
+    let out = h.curl_as(&cert, vec!["-w".into(), "\n%{http_code}".into(), format!("{}/v1/rollouts/not-an-id", h.url)]).await;
+    assert_eq!(split(&out).1, "400");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confirm_is_204_while_wanted_and_410_once_cancelled_superseded_or_late() {
+    let h = Harness::start().await;
+    let (host, cert, _) = h.host_credentials("gpu-04");
+    let rollout = RolloutId::new("gpu", "c1").expect("id");
+    let confirm = |id: Uuid| {
+        let body =
+            serde_json::json!({ "intentId": id.to_string(), "rolloutId": rollout.to_string(), "closure": "/nix/store/x", "bootId": "b" });
+        h.curl_as(&cert, post(format!("{}/v1/agent/confirm", h.url), body.to_string()))
+    };
+    let now = h.clock.now();
+    let first = intent(host, &rollout, Some(now.plus_secs(300)), now);
+    let first_id = first.intent_id;
+    h.running.app.dispatch_intent(first).await.expect("dispatch");
+    assert_eq!(split(&confirm(first_id).await).1, "204");
+    assert_eq!(split(&confirm(first_id).await).1, "204", "confirming twice is idempotent");
+
+    // Superseded by a newer dispatch: the older one answers 410.
+    let second = intent(host, &rollout, Some(now.plus_secs(300)), now);
+    let second_id = second.intent_id;
+    h.running.app.dispatch_intent(second).await.expect("dispatch");
+    assert_eq!(split(&confirm(first_id).await).1, "410", "a superseded dispatch is no longer wanted");
+    // The new one's confirm deadline passes before the agent confirms: 410, roll back.
+    h.clock.advance(301);
+    assert_eq!(split(&confirm(second_id).await).1, "410");
+
+    // Cancelled: 410.
+    let now = h.clock.now();
+    let fourth = intent(host, &rollout, None, now);
+    let fourth_id = fourth.intent_id;
+    h.running.app.dispatch_intent(fourth).await.expect("dispatch");
+    h.running.app.store.set_intent_status(host, fourth_id, IntentStatus::Cancelled, now).expect("cancel");
+    assert_eq!(split(&confirm(fourth_id).await).1, "410");
+    // An id nobody issued: 410 as well (never a 5xx, never a write).
+    assert_eq!(split(&confirm(Uuid::new_v4()).await).1, "410");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_issues_a_fresh_certificate_naming_the_same_host() {
+    let h = Harness::start().await;
+    let (host, cert, _) = h.host_credentials("gpu-05");
+    let (_, csr) = key_and_csr("anything-the-agent-likes");
+    let body = serde_json::json!({ "csr": csr }).to_string();
+    let out = h.curl_as(&cert, post(format!("{}/v1/agent/renew", h.url), body)).await;
+    let (body, code) = split(&out);
+    assert_eq!(code, "200", "{body}");
+    let body: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let pem = body["certificate"].as_str().expect("certificate");
+    let der = drover_coordinator::pki::pem_to_der(pem, "CERTIFICATE").expect("der");
+    match drover_coordinator::identity::Identity::from_cert_der(&der).expect("identity") {
+        drover_coordinator::identity::Identity::Host { host_id, hostname } => {
+            assert_eq!(host_id, host);
+            assert_eq!(hostname, "gpu-05");
+        }
+        other => panic!("renewal produced {other:?}"),
+    }
+}
