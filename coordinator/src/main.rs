@@ -22,6 +22,7 @@ use clap::{Args, Parser, Subcommand};
 use drover_coordinator::identity::Role;
 use drover_coordinator::pki::{PkiError, San};
 use drover_coordinator::state_dir::{self, StateDir, StateDirError};
+use drover_coordinator::store::Store as _;
 use drover_proto::time::Time;
 
 /// sysexits-style codes.
@@ -153,6 +154,20 @@ fn operator_cert(args: &OperatorCertArgs, now: Time) -> anyhow::Result<()> {
     if write_ca {
         state_dir::write_new_file(&ca_path, state.ca().cert_pem().as_bytes(), state_dir::PUBLIC_MODE)?;
     }
+    // Recorded before the files are written: a certificate the store does not know could
+    // never be listed or revoked. (The store is the same SQLite file `serve` uses; WAL lets
+    // this run beside a running coordinator.)
+    let store = drover_coordinator::store::SqliteStore::open(state.db_path()).context("opening the coordinator's store")?;
+    store
+        .record_cert(&drover_coordinator::store::NewCert {
+            serial: cred.cert.serial_hex.clone(),
+            kind: drover_coordinator::store::CertKind::Operator,
+            host_id: None,
+            subject: format!("{}:{}", role, args.name),
+            not_before: cred.cert.not_before,
+            not_after: cred.cert.not_after,
+        })
+        .context("recording the certificate")?;
     state_dir::write_new_file(&key_path, cred.key_pem.as_bytes(), state_dir::PRIVATE_MODE)?;
     state_dir::write_new_file(&cert_path, cred.cert.pem.as_bytes(), state_dir::PUBLIC_MODE)?;
     println!("issued {} certificate for {:?}", role, args.name);

@@ -308,6 +308,11 @@ fn operator_cert_writes_a_credential_and_never_overwrites() {
     assert_eq!(Identity::from_cert_der(&der).expect("identity"), Identity::Operator { name: "alice".into(), role: Role::Admin });
     openssl_ok(&out, &["verify", "-CAfile", "ca.crt", "alice.crt"]);
     openssl_ok(&out, &["pkey", "-in", "alice.key", "-noout"]);
+    // The coordinator's store knows the certificate, so it can be listed and revoked.
+    let serial = stdout.lines().find_map(|l| l.strip_prefix("serial: ")).expect("serial line").trim().to_owned();
+    let store = drover_coordinator::store::SqliteStore::open(st.join("coordinator.db")).expect("store");
+    let record = drover_coordinator::store::Store::get_cert(&store, &serial).expect("store").expect("operator certificate recorded");
+    assert_eq!(record.cert.kind, drover_coordinator::store::CertKind::Operator);
 
     // A second operator may share the directory (same ca.crt); the same name may not.
     let (code, _, stderr) = coordinator(&["operator-cert", "--state-dir", st_s, "--role", "viewer", "--name", "bob", "--out", out_s]);
