@@ -168,3 +168,33 @@ async fn renewal_issues_a_fresh_certificate_naming_the_same_host() {
         other => panic!("renewal produced {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_are_leased_once_and_completed_by_their_result() {
+    let h = Harness::start().await;
+    let (host, cert, _) = h.host_credentials("gpu-06");
+    let task_id = Uuid::new_v4();
+    let envelope = serde_json::json!({ "signed": { "taskId": task_id.to_string() }, "signatures": [] }).to_string().into_bytes();
+    let new = drover_coordinator::store::NewTask { task_id, host_id: host, job_id: None, envelope, created_at: h.clock.now() };
+    h.running.app.dispatch_task(new).await.expect("dispatch");
+    let checkin = |body: String| h.curl_as(&cert, post(format!("{}/v1/agent/checkin", h.url), body));
+    let (body, code) = split(&checkin(r#"{"agentVersion":"t","bootId":"b"}"#.into()).await);
+    assert_eq!(code, "200");
+    let body: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(body["tasks"][0]["signed"]["taskId"], task_id.to_string(), "the task is delivered: {body}");
+    // Leased: the next check-in does not hand out a second live copy.
+    let (body, _) = split(&checkin(r#"{"agentVersion":"t","bootId":"b"}"#.into()).await);
+    let body: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(body["tasks"], serde_json::json!([]), "a leased task came back while its lease is live");
+    // The result completes it.
+    let now = h.clock.now().to_string();
+    let report = serde_json::json!({
+        "agentVersion": "t", "bootId": "b",
+        "taskResults": [{ "taskId": task_id.to_string(), "outcome": "succeeded", "steps": [{ "name": "noop", "outcome": "ok" }], "startedAt": now, "finishedAt": now }]
+    });
+    let (_, code) = split(&checkin(report.to_string()).await);
+    assert_eq!(code, "200");
+    let task = h.running.app.store.get_task(task_id).expect("store").expect("task");
+    assert!(task.result.is_some(), "the result was not recorded");
+    assert_eq!(task.state.as_str(), "completed");
+}
