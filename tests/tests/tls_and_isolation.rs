@@ -124,7 +124,7 @@ async fn host_a_never_reads_or_writes_host_bs_state() {
     let rec = h.running.app.store.get_intent(b_id, intent_id).expect("store").expect("intent");
     assert_eq!(rec.status.as_str(), "wanted");
 
-    // A reports a result for B's task: refused, and B's task is not completed.
+    // A reports a result for B's task: it is not recorded, and B's task stays open.
     let now = h.clock.now().to_string();
     let result = serde_json::json!({
         "agentVersion": "x", "bootId": "y",
@@ -132,7 +132,7 @@ async fn host_a_never_reads_or_writes_host_bs_state() {
     })
     .to_string();
     let out = h.curl_as(&a_cert, post(format!("{}/v1/agent/checkin", h.url), result)).await;
-    assert_eq!(status(&out), "404");
+    assert_eq!(status(&out), "200", "A's own check-in goes on; the foreign result is skipped");
     let task = h.running.app.store.get_task(task_id).expect("store").expect("task");
     assert!(task.result.is_none(), "A completed B's task");
 }

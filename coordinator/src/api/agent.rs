@@ -79,15 +79,30 @@ pub async fn checkin(
                 current_generation: report.current_generation,
             },
         )?;
-        // First contact after enrollment, or back from silence.
+        // First contact after enrollment, or back from silence. Losing a race with another
+        // transition (the offline reconciler) is fine: the next check-in tries again.
         if matches!(record.state, HostLifecycle::Enrolling | HostLifecycle::Offline) {
-            s.transition_host(host, record.state, HostLifecycle::Active, "agent checked in", now)?;
+            match s.transition_host(host, record.state, HostLifecycle::Active, "agent checked in", now) {
+                Ok(_) | Err(StoreError::StaleState { .. }) => {}
+                Err(e) => return Err(e),
+            }
         }
+        // Each result stands alone: one the store refuses (not this host's task, or a
+        // second, different result for a task already completed) is logged and skipped, so
+        // an agent resending its results can never wedge its own check-ins.
         for result in &report.task_results {
-            let task_id =
-                Uuid::parse_str(&result.task_id).map_err(|_| StoreError::NotFound { what: "task", id: result.task_id.clone() })?;
+            let Ok(task_id) = Uuid::parse_str(&result.task_id) else {
+                tracing::warn!(%host, task_id = %result.task_id, "task result with a malformed task id ignored");
+                continue;
+            };
             let value = serde_json::to_value(result).map_err(StoreError::backend)?;
-            s.complete_task(host, task_id, &value, now)?;
+            match s.complete_task(host, task_id, &value, now) {
+                Ok(_) => {}
+                Err(e @ (StoreError::NotFound { .. } | StoreError::Conflict { .. })) => {
+                    tracing::warn!(%host, %task_id, error = %e, "task result refused");
+                }
+                Err(e) => return Err(e),
+            }
         }
         Ok(())
     })

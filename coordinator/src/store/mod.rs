@@ -15,7 +15,7 @@
 //! messages, and a backend failure stays distinguishable from a refusal ([`StoreError::kind`]).
 
 pub mod conformance;
-mod records;
+pub mod records;
 pub mod sqlite;
 
 use std::sync::Arc;

@@ -16,7 +16,8 @@ use drover_proto::time::Time;
 use serde_json::Value;
 use uuid::Uuid;
 
-/// The most rows one page of a listing returns; larger limits are clamped to it.
+/// The most rows one page of a listing returns; larger limits are clamped to it, and a limit
+/// of 0 (a filter's default) asks for this many, so a forgotten limit never reads as "empty".
 pub const MAX_PAGE: u32 = 1000;
 
 /// A host as the coordinator knows it.
@@ -121,7 +122,7 @@ pub struct HostFilter {
     pub silent_since: Option<Time>,
     /// Start after this position (the last row of the previous page).
     pub after: Option<HostCursor>,
-    /// Page size, clamped to [`MAX_PAGE`]; 0 returns nothing.
+    /// Page size, clamped to [`MAX_PAGE`]; 0 (the default) means a full page of [`MAX_PAGE`].
     pub limit: u32,
 }
 
@@ -551,7 +552,7 @@ pub struct EventFilter {
     pub kind: Option<String>,
     /// Only events with a larger id (the last id of the previous page).
     pub after_id: Option<i64>,
-    /// Page size, clamped to [`MAX_PAGE`]; 0 returns nothing.
+    /// Page size, clamped to [`MAX_PAGE`]; 0 (the default) means a full page of [`MAX_PAGE`].
     pub limit: u32,
 }
 
@@ -595,6 +596,6 @@ pub struct AuditFilter {
     pub target: Option<String>,
     /// Only records with a larger id.
     pub after_id: Option<i64>,
-    /// Page size, clamped to [`MAX_PAGE`]; 0 returns nothing.
+    /// Page size, clamped to [`MAX_PAGE`]; 0 (the default) means a full page of [`MAX_PAGE`].
     pub limit: u32,
 }

@@ -13,7 +13,8 @@ use super::{Factory, all_events, host, note, t};
 use crate::store::*;
 
 /// Events round-trip, filter by host, rollout, job and kind, and page by id without skipping
-/// or repeating a row even while new events are appended between pages.
+/// or repeating a row even while new events are appended between pages; pages are capped at
+/// [`MAX_PAGE`].
 pub fn events_filter_and_page_stable(make: Factory<'_>) {
     let s = make();
     let h = host(&*s, "gpu-01");
@@ -68,7 +69,14 @@ pub fn events_filter_and_page_stable(make: Factory<'_>) {
     assert_eq!(count(EventFilter { kind: Some("test.even".into()), ..Default::default() }).len(), 13);
     let both = count(EventFilter { kind: Some("test.odd".into()), host_id: Some(h.id), ..Default::default() });
     assert_eq!(both.iter().map(|e| e.event.at).collect::<Vec<_>>(), vec![t(3), t(9), t(15), t(21)]);
-    assert!(s.list_events(&EventFilter { limit: 0, ..Default::default() }).unwrap().is_empty());
+    assert_eq!(s.list_events(&EventFilter::default()).unwrap().len(), total.len(), "limit 0 means a full page");
+
+    // Pages never exceed MAX_PAGE, however large the limit asked for.
+    for i in 0..i64::from(MAX_PAGE) {
+        s.append_event(&note("test.bulk", i)).unwrap();
+    }
+    assert_eq!(s.list_events(&EventFilter { limit: MAX_PAGE + 500, ..Default::default() }).unwrap().len(), MAX_PAGE as usize);
+    assert_eq!(s.list_events(&EventFilter::default()).unwrap().len(), MAX_PAGE as usize);
 }
 
 /// Audit records round-trip and page by id, filtered by actor and target.
@@ -95,7 +103,7 @@ pub fn audit_append_filter_page(make: Factory<'_>) {
     assert_eq!(alice.iter().map(|r| r.audit.at).collect::<Vec<_>>(), vec![t(0), t(2), t(4)]);
     let target = s.list_audit(&AuditFilter { target: Some("host-1".into()), limit: 10, ..Default::default() }).unwrap();
     assert_eq!(target.iter().map(|r| r.audit.at).collect::<Vec<_>>(), vec![t(1), t(4)]);
-    assert!(s.list_audit(&AuditFilter { limit: 0, ..Default::default() }).unwrap().is_empty());
+    assert_eq!(s.list_audit(&AuditFilter::default()).unwrap(), appended, "limit 0 means a full page");
 }
 
 /// Through [`blocking`], a store call runs off the runtime's only thread (the runtime keeps

@@ -78,7 +78,7 @@ pub(super) fn create_host(c: &Connection, new: &NewHost) -> Result<Host, StoreEr
 }
 
 pub(super) fn list_hosts(c: &Connection, f: &HostFilter) -> Result<Vec<Host>, StoreError> {
-    let Some(limit) = page(f.limit) else { return Ok(Vec::new()) };
+    let limit = page(f.limit);
     let mut sql = format!("SELECT {HOST_COLS} FROM hosts WHERE 1 = 1");
     let mut args: Vec<rusqlite::types::Value> = Vec::new();
     if let Some(state) = f.state {

@@ -43,7 +43,7 @@ fn event_row(r: &Row<'_>) -> rusqlite::Result<Event> {
 }
 
 pub(super) fn list_events(c: &Connection, f: &EventFilter) -> Result<Vec<Event>, StoreError> {
-    let Some(limit) = page(f.limit) else { return Ok(Vec::new()) };
+    let limit = page(f.limit);
     // Fixed SQL with "?n IS NULL OR" guards: one cached statement serves every filter mix.
     let mut stmt = c.prepare_cached(
         "SELECT id, at, kind, host_id, rollout_id, job_id, message, data FROM events
@@ -75,7 +75,7 @@ pub(super) fn insert_audit(c: &Connection, a: &NewAudit) -> Result<i64, StoreErr
 }
 
 pub(super) fn list_audit(c: &Connection, f: &AuditFilter) -> Result<Vec<AuditRecord>, StoreError> {
-    let Some(limit) = page(f.limit) else { return Ok(Vec::new()) };
+    let limit = page(f.limit);
     let mut stmt = c.prepare_cached(
         "SELECT id, at, actor, role, action, target, reason, prior_state, expected_state FROM audit
          WHERE (?1 IS NULL OR actor = ?1) AND (?2 IS NULL OR target = ?2) AND id > ?3

@@ -10,9 +10,9 @@
 //! but never corrupts the file — acceptable because agents re-report and the reconciler
 //! re-derives actions from state (DESIGN: a cold start converges to the same actions).
 //!
-//! Submodules hold the SQL by concern: [`hosts`] (hosts, tokens, certificates), [`releases`]
-//! (releases, manifests, rollouts, per-host rollout state), [`work`] (intents, tasks, jobs),
-//! [`log`] (events, audit).
+//! Private submodules hold the SQL by concern: `hosts` (hosts, tokens, certificates),
+//! `releases` (releases, manifests, rollouts, per-host rollout state), `work` (intents, tasks,
+//! jobs), `log` (events, audit).
 
 mod hosts;
 mod log;
@@ -229,9 +229,9 @@ fn u64_col(row: &Row<'_>, idx: usize) -> rusqlite::Result<u64> {
     u64::try_from(v).map_err(|e| conversion(idx, Type::Integer, e))
 }
 
-/// Clamps a page size; `None` means "return nothing".
-fn page(limit: u32) -> Option<i64> {
-    (limit > 0).then(|| i64::from(limit.min(MAX_PAGE)))
+/// Clamps a page size to 1..=MAX_PAGE, 0 meaning a full page.
+fn page(limit: u32) -> i64 {
+    i64::from(if limit == 0 { MAX_PAGE } else { limit.min(MAX_PAGE) })
 }
 
 /// A lowercase 64-digit hex sha256, or `Invalid`.

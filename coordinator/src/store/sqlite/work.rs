@@ -170,7 +170,10 @@ pub(super) fn enqueue_task(c: &Connection, new: &NewTask) -> Result<bool, StoreE
 }
 
 pub(super) fn lease_tasks(c: &Connection, host_id: Uuid, now: Time, lease_secs: u64, max: u32) -> Result<Vec<TaskRecord>, StoreError> {
-    let Some(limit) = page(max) else { return Ok(Vec::new()) };
+    if max == 0 {
+        return Ok(Vec::new());
+    }
+    let limit = page(max);
     let until = now.plus_secs(lease_secs).unix();
     // A lease is live while now < lease_expires_at; a lapsed one is as good as queued.
     let ids: Vec<String> = c
