@@ -130,6 +130,22 @@ impl AppState {
         Ok(())
     }
 
+    /// Revokes every certificate of a host and installs the new CRL, so none of them
+    /// completes another handshake. Operator revocation uses it now; removing a host (the
+    /// lifecycle verbs) goes through it too. Returns how many certificates were revoked.
+    pub async fn revoke_host(self: &Arc<Self>, host_id: Uuid, reason: String) -> Result<u64, CrlError> {
+        let at = self.clock.now();
+        let revoked = store::blocking(self.store.clone(), move |s| {
+            if s.get_host(host_id)?.is_none() {
+                return Err(StoreError::NotFound { what: "host", id: host_id.to_string() });
+            }
+            s.revoke_host_certs(host_id, at, &reason)
+        })
+        .await?;
+        self.refresh_crl().await?;
+        Ok(revoked)
+    }
+
     /// Stores a signed intent as the host's current one and wakes its check-in.
     pub async fn dispatch_intent(self: &Arc<Self>, intent: NewIntent) -> Result<(), StoreError> {
         let host = intent.host_id;

@@ -123,3 +123,33 @@ async fn trust_file_not_matching_the_operators_hash_is_refused() {
     assert!(!out.status.success(), "enrolled with a trust file the operator did not vouch for");
     assert!(!h.dir.path().join("root/var/lib/drover/cert.pem").exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drover_enroll_prints_the_command_that_enrolls_the_host() {
+    // The operator's path: `drover enroll` (real binary, mTLS as the admin) prints the
+    // command; the host runs it.
+    let h = Harness::start().await;
+    let drover = drover_tests::workspace_binary("drover").display().to_string();
+    let args = vec![
+        "enroll".to_owned(),
+        "gpu-05".to_owned(),
+        "--trust".to_owned(),
+        h.trust.0.display().to_string(),
+        "--coordinator".to_owned(),
+        h.url.clone(),
+        "--cert".to_owned(),
+        h.admin.0.display().to_string(),
+        "--key".to_owned(),
+        h.admin.1.display().to_string(),
+        "--ca".to_owned(),
+        h.ca.display().to_string(),
+    ];
+    let out =
+        tokio::task::spawn_blocking(move || std::process::Command::new(drover).args(args).output().expect("drover")).await.expect("join");
+    assert!(out.status.success(), "drover enroll failed: {}", String::from_utf8_lossy(&out.stderr));
+    let command = String::from_utf8(out.stdout).expect("utf8");
+    let root = h.dir.path().join("root");
+    let out = run_bootstrap(&h, command.trim(), &root).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(root.join("var/lib/drover/cert.pem").is_file());
+}

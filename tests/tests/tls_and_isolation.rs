@@ -160,4 +160,11 @@ async fn revoked_certificate_is_refused_at_the_handshake() {
     let out = h.curl_as(&cert, checkin()).await;
     assert!(!out.status.success(), "a revoked certificate completed a handshake");
     assert_eq!(status(&out), "000", "no HTTP response at all: the handshake fails");
+    // Only admins revoke; an unknown host is a 404, a malformed id a 400.
+    let out = h.curl_as(&h.viewer, post(format!("{}/v1/hosts/{id}/revoke", h.url), String::new())).await;
+    assert_eq!(status(&out), "403");
+    let out = h.curl_as(&h.admin, post(format!("{}/v1/hosts/{}/revoke", h.url, Uuid::new_v4()), String::new())).await;
+    assert_eq!(status(&out), "404");
+    let out = h.curl_as(&h.admin, post(format!("{}/v1/hosts/not-a-uuid/revoke", h.url), String::new())).await;
+    assert_eq!(status(&out), "400");
 }

@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use crate::api::auth::Admin;
 use crate::api::error::ApiError;
-use crate::app::AppState;
+use crate::app::{AppState, CrlError};
 use crate::identity::Role;
 use crate::store::{self, CertKind, EnrollmentToken, NewAudit, NewCert, NewHost, StoreError, hash_token};
 
@@ -169,31 +169,28 @@ pub async fn enroll(State(app): State<Arc<AppState>>, Json(req): Json<EnrollRequ
 }
 
 /// `POST /v1/hosts/{id}/revoke` (admin): revokes every certificate of the host; from the
-/// next handshake on, none of them connects.
+/// next handshake on, none of them connects. Audited.
 pub async fn revoke_host(State(app): State<Arc<AppState>>, Admin(op): Admin, Path(id): Path<String>) -> Result<Response, ApiError> {
     let host_id = Uuid::parse_str(&id).map_err(|_| ApiError::bad_request("host id is not a UUID"))?;
-    let now = app.clock.now();
-    let actor = op.name.clone();
-    let revoked = store::blocking(app.store.clone(), move |s| {
-        let host = s.get_host(host_id)?.ok_or_else(|| StoreError::NotFound { what: "host", id: host_id.to_string() })?;
-        let n = s.revoke_host_certs(host_id, now, "revoked by operator")?;
-        s.append_audit(&NewAudit {
-            at: now,
-            actor,
-            role: Role::Admin.as_str().to_owned(),
-            action: "host.revoke".to_owned(),
-            target: host_id.to_string(),
-            reason: format!("revoke certificates of {}", host.hostname),
-            prior_state: Some(host.state.as_str().to_owned()),
-            expected_state: Some(host.state.as_str().to_owned()),
-        })?;
-        Ok(n)
-    })
-    .await?;
-    app.refresh_crl().await.map_err(|e| {
-        tracing::error!(error = %e, "CRL refresh failed after revocation");
-        ApiError::internal()
+    let revoked = app.revoke_host(host_id, format!("revoked by operator {}", op.name)).await.map_err(|e| match e {
+        CrlError::Store(e) => ApiError::from(e),
+        other => {
+            tracing::error!(error = %other, "CRL refresh failed after revocation");
+            ApiError::internal()
+        }
     })?;
+    let now = app.clock.now();
+    let audit = NewAudit {
+        at: now,
+        actor: op.name.clone(),
+        role: Role::Admin.as_str().to_owned(),
+        action: "host.revoke".to_owned(),
+        target: host_id.to_string(),
+        reason: format!("revoked {revoked} certificate(s)"),
+        prior_state: None,
+        expected_state: None,
+    };
+    store::blocking(app.store.clone(), move |s| s.append_audit(&audit)).await?;
     tracing::info!(%host_id, revoked, operator = %op.name, "host certificates revoked");
     Ok((StatusCode::OK, Json(serde_json::json!({ "hostId": host_id.to_string(), "revoked": revoked }))).into_response())
 }
