@@ -18,7 +18,7 @@ use drover_proto::states::HostLifecycle;
 use uuid::Uuid;
 
 use crate::api::auth::HostCaller;
-use crate::api::error::ApiError;
+use crate::api::error::{ApiError, JsonBody};
 use crate::app::AppState;
 use crate::store::{self, CertKind, Checkin, IntentStatus, NewCert, Store, StoreError};
 
@@ -63,7 +63,7 @@ fn work_for(s: &dyn Store, host: Uuid, known_intent: Option<&str>, now: drover_p
 pub async fn checkin(
     State(app): State<Arc<AppState>>,
     caller: HostCaller,
-    Json(req): Json<CheckinRequest>,
+    JsonBody(req): JsonBody<CheckinRequest>,
 ) -> Result<Json<CheckinResponse>, ApiError> {
     let host = caller.host_id;
     let now = app.clock.now();
@@ -153,7 +153,11 @@ pub async fn rollout(
 /// `POST /v1/agent/confirm`: 204 while the host's dispatch is still wanted (and within its
 /// confirm deadline), 410 Gone — roll back — when it was cancelled, superseded, rolled back,
 /// its deadline passed, or it is not this host's.
-pub async fn confirm(State(app): State<Arc<AppState>>, caller: HostCaller, Json(req): Json<ConfirmRequest>) -> Result<Response, ApiError> {
+pub async fn confirm(
+    State(app): State<Arc<AppState>>,
+    caller: HostCaller,
+    JsonBody(req): JsonBody<ConfirmRequest>,
+) -> Result<Response, ApiError> {
     let host = caller.host_id;
     let intent_id = Uuid::parse_str(&req.intent_id).map_err(|_| ApiError::bad_request("intentId is not a UUID"))?;
     let now = app.clock.now();
@@ -178,7 +182,7 @@ pub async fn confirm(State(app): State<Arc<AppState>>, caller: HostCaller, Json(
 pub async fn renew(
     State(app): State<Arc<AppState>>,
     caller: HostCaller,
-    Json(req): Json<RenewRequest>,
+    JsonBody(req): JsonBody<RenewRequest>,
 ) -> Result<Json<RenewResponse>, ApiError> {
     let now = app.clock.now();
     let cert = app

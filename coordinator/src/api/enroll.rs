@@ -20,7 +20,7 @@ use rand::RngCore as _;
 use uuid::Uuid;
 
 use crate::api::auth::Admin;
-use crate::api::error::ApiError;
+use crate::api::error::{ApiError, JsonBody};
 use crate::app::{AppState, CrlError};
 use crate::identity::Role;
 use crate::store::{self, CertKind, EnrollmentToken, NewAudit, NewCert, NewHost, StoreError, hash_token};
@@ -69,7 +69,7 @@ pub fn bootstrap_command(url: &str, pin: &str, host_id: &Uuid, token: &str, trus
 pub async fn create_host(
     State(app): State<Arc<AppState>>,
     Admin(op): Admin,
-    Json(req): Json<CreateHostRequest>,
+    JsonBody(req): JsonBody<CreateHostRequest>,
 ) -> Result<(StatusCode, Json<CreateHostResponse>), ApiError> {
     check_hostname(&req.hostname).map_err(|e| ApiError::bad_request(e.to_string()))?;
     if !is_sha256_hex(&req.trust_sha256) {
@@ -123,7 +123,7 @@ pub async fn create_host(
 /// `POST /v1/enroll`: token + CSR → certificate. The token is single-use, unexpired and
 /// bound to the host id the command named; the certificate is built from this server's
 /// parameters alone (host id, hostname, 30 days), never from what the CSR asks for.
-pub async fn enroll(State(app): State<Arc<AppState>>, Json(req): Json<EnrollRequest>) -> Result<Json<EnrollResponse>, ApiError> {
+pub async fn enroll(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<EnrollRequest>) -> Result<Json<EnrollResponse>, ApiError> {
     let host_id = Uuid::parse_str(&req.host_id).map_err(|_| ApiError::bad_request("hostId is not a UUID"))?;
     let now = app.clock.now();
     // Check the CSR before the token is spent, so a malformed request does not burn it.

@@ -70,3 +70,41 @@ impl From<crate::store::StoreError> for ApiError {
         }
     }
 }
+
+/// A JSON request body whose rejections (bad JSON, wrong shape, wrong content type) are
+/// answered in the API's error shape with a 4xx, never axum's plain-text default.
+#[derive(Debug, Clone)]
+pub struct JsonBody<T>(pub T);
+
+impl<T, S> axum::extract::FromRequest<S> for JsonBody<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(value)) => Ok(JsonBody(value)),
+            Err(rejection) => Err(ApiError::new(
+                match rejection.status() {
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    StatusCode::PAYLOAD_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
+                    _ => StatusCode::BAD_REQUEST,
+                },
+                "bad_request",
+                rejection.body_text(),
+            )),
+        }
+    }
+}
+
+/// The answer for a path no route serves.
+pub async fn no_such_route() -> ApiError {
+    ApiError::not_found("no such route")
+}
+
+/// The answer for a route called with a method it does not take.
+pub async fn wrong_method() -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not take that method")
+}

@@ -36,22 +36,47 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/v1/agent/confirm", post(agent::confirm))
         .route("/v1/agent/renew", post(agent::renew))
         .route("/v1/rollouts/{id}", get(agent::rollout))
+        .fallback(error::no_such_route)
+        .method_not_allowed_fallback(error::wrong_method)
         .layer(middleware::from_fn(read_whole_body))
         .with_state(app)
 }
+
+/// How much of an oversized body is read and thrown away before answering 413, so that the
+/// client (which is still sending) sees the answer instead of a reset stream.
+pub const MAX_DRAIN_BYTES: usize = 16 << 20;
 
 /// Reads the request body (bounded) before any handler runs. A handler that refuses early
 /// (no certificate, wrong role) would otherwise answer before the body was read, and over
 /// HTTP/2 the stream reset that follows makes some clients (curl 7.88) drop the answer.
 async fn read_whole_body(req: Request, next: Next) -> Response {
-    let (parts, body) = req.into_parts();
-    match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
-        Ok(bytes) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
-        Err(_) => error::ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            format!("request body is unreadable or larger than {MAX_BODY_BYTES} bytes"),
-        )
-        .into_response(),
+    use http_body_util::BodyExt as _;
+    let (parts, mut body) = req.into_parts();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else { return too_large() };
+        if let Ok(data) = frame.into_data() {
+            seen = seen.saturating_add(data.len());
+            if seen <= MAX_BODY_BYTES {
+                buf.extend_from_slice(&data);
+            } else if seen > MAX_BODY_BYTES + MAX_DRAIN_BYTES {
+                // Past what is worth draining: answer now; the client may see a reset.
+                return too_large();
+            }
+        }
     }
+    if seen > MAX_BODY_BYTES {
+        return too_large();
+    }
+    next.run(Request::from_parts(parts, Body::from(buf))).await
+}
+
+fn too_large() -> Response {
+    error::ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        format!("request body is unreadable or larger than {MAX_BODY_BYTES} bytes"),
+    )
+    .into_response()
 }
