@@ -57,6 +57,10 @@ pub enum StartError {
     },
 }
 
+/// How often the CRL is re-signed without a revocation (it is valid for
+/// [`crate::app::CRL_VALIDITY_SECS`]).
+pub const CRL_REFRESH_SECS: u64 = 86_400;
+
 /// A started coordinator.
 pub struct Running {
     /// Where it listens (the real port when the config said 0).
@@ -105,6 +109,18 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
     });
     // Revocations made before this start must bind from the first handshake.
     app.refresh_crl().await?;
+    // The CRL says how long it is good for; re-sign it well before that, revocations or not.
+    let refresher = app.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(CRL_REFRESH_SECS));
+        every.tick().await;
+        loop {
+            every.tick().await;
+            if let Err(e) = refresher.refresh_crl().await {
+                tracing::error!(error = %e, "periodic CRL refresh failed");
+            }
+        }
+    });
     let router = crate::api::router(app.clone());
     let task = tokio::spawn(crate::server::serve(listener, tls, router));
     tracing::info!(%addr, "coordinator listening (TLS 1.3 only)");
