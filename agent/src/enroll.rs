@@ -353,7 +353,7 @@ pub async fn enroll(config: &Config, host_id: &str, token: Secret, trust_sha256:
         return Err(EnrollError::AlreadyEnrolled { dir: config.state_dir.clone() });
     }
     let ca = client::load_ca(&config.ca_file)?;
-    let coordinator = CoordinatorClient::new(&config.coordinator_urls, &ca, None, REQUEST_TIMEOUT)?;
+    let coordinator = CoordinatorClient::new(crate::USER_AGENT, &config.coordinator_urls, &ca, None, REQUEST_TIMEOUT)?;
 
     let trust_bytes = coordinator.get_bytes(TRUST_PATH).await?;
     check_trust(&trust_bytes, &expected)?;

@@ -3,7 +3,8 @@
 //! Built so far: enrollment (`drover-agent enroll`) and what it stands on.
 //! - [`config`]: `agent.toml`, parsed once, unknown keys refused.
 //! - [`state`]: the durable state directory, every write atomic.
-//! - [`client`]: the HTTPS client for the coordinator (pinned CA, TLS 1.3, fail-over).
+//! - [`client`]: the HTTPS client for the coordinator (pinned CA, TLS 1.3, fail-over), the
+//!   shared `drover-client` crate, re-exported here.
 //! - [`enroll`]: key generated on the host, CSR, hash-pinned trust roots.
 //! - [`exit`]: sysexits-style exit codes.
 //!
@@ -13,10 +14,13 @@
 
 #![forbid(unsafe_code)]
 
-pub mod client;
 pub mod config;
 pub mod enroll;
 pub mod exit;
 pub mod state;
 
+pub use drover_client as client;
 pub use drover_proto as proto;
+
+/// The `User-Agent` the agent sends to the coordinator.
+pub const USER_AGENT: &str = concat!("drover-agent/", env!("CARGO_PKG_VERSION"));

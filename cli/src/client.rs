@@ -1,33 +1,26 @@
-//! The operator's HTTPS client for the coordinator's operator routes.
+//! The operator's connection to the coordinator's operator routes, over the shared
+//! `drover-client` ([`connect`]).
 //!
 //! Mutual TLS, TLS 1.3 only (rustls with ring): the coordinator's certificate must chain to
 //! the CA from `--ca` (no system roots), and the operator authenticates with the certificate
 //! and key `drover-coordinator operator-cert` issued. Where to connect and with what comes from
 //! flags or the environment ([`ConnectArgs`]); a CLI config file is a later addition.
 //!
-//! Errors map to sysexits: a refused connection or a 5xx is 69 (EX_UNAVAILABLE), a 401/403 is
+//! Errors map to sysexits ([`ClientErrorExit`]): a refused connection or a 5xx is 69 (EX_UNAVAILABLE), a 401/403 is
 //! 77 (EX_NOPERM), any other 4xx is 65 (EX_DATAERR) with the server's `{"error":{"code",
 //! "message"}}` message, an answer that is not the API's is 76 (EX_PROTOCOL).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
 
 use clap::Args;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use drover_client::rustls::pki_types::CertificateDer;
+use drover_client::{ClientError, ClientIdentity, CoordinatorClient, REQUEST_TIMEOUT};
 
 use crate::exit::{CliError, codes};
 use crate::fsio::read_file;
 
-/// How long connecting (TCP and TLS) may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long one request may take.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
-/// The largest answer read.
-const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+/// The `User-Agent` `drover` sends.
+const USER_AGENT: &str = concat!("drover/", env!("CARGO_PKG_VERSION"));
 
 /// Where the coordinator is and the operator credentials to present, from flags or the
 /// environment.
@@ -98,206 +91,77 @@ fn check_url(url: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// Reads the credentials (66 missing, 65 malformed) and builds the mTLS client for `target`.
+pub fn connect(target: &Target) -> Result<CoordinatorClient, CliError> {
+    let ca = certificates(&target.ca)?;
+    let chain = certificates(&target.cert)?;
+    let key = drover_client::parse_private_key(&target.key.display().to_string(), &read_file(&target.key)?)?;
+    let identity = ClientIdentity { chain, key };
+    CoordinatorClient::new(USER_AGENT, std::slice::from_ref(&target.url), &ca, Some(identity), REQUEST_TIMEOUT).map_err(|e| match e {
+        ClientError::UnusableCa { message } => CliError::data(format!("{}: not a usable CA certificate: {message}", target.ca.display())),
+        ClientError::UnusableIdentity { message } => CliError::data(format!(
+            "{} and {} are not a usable certificate and key: {message}",
+            target.cert.display(),
+            target.key.display()
+        )),
+        other => other.into(),
+    })
+}
+
 fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, CliError> {
-    let pem = read_file(path)?;
-    let certs = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| CliError::data(format!("{}: malformed PEM: {e}", path.display())))?;
-    if certs.is_empty() {
-        return Err(CliError::data(format!("{}: no PEM certificate found", path.display())));
-    }
-    Ok(certs)
+    Ok(drover_client::parse_certificates(&path.display().to_string(), &read_file(path)?)?)
 }
 
-/// A connected-on-demand client for one coordinator.
-pub struct OperatorClient {
-    http: reqwest::Client,
-    url: String,
+/// How `drover` reports a [`ClientError`]: its exit code and its message.
+pub trait ClientErrorExit {
+    /// The exit code: 77 for 401/403, 65 for another 4xx and for unusable credentials, 76 for
+    /// an answer that is not the API's, 70 for a client that cannot be built, 66 for an
+    /// unreadable CA file, 69 for everything else (unreachable, 5xx).
+    fn code(&self) -> u8;
+    /// The message `drover` prints (the coordinator's own message for a refusal).
+    fn message(&self) -> String;
 }
 
-impl OperatorClient {
-    /// Reads the credentials (66 missing, 65 malformed) and builds the mTLS client.
-    pub fn new(target: &Target) -> Result<OperatorClient, CliError> {
-        let ca = certificates(&target.ca)?;
-        let chain = certificates(&target.cert)?;
-        let key = PrivateKeyDer::from_pem_slice(&read_file(&target.key)?)
-            .map_err(|e| CliError::data(format!("{}: no usable private key: {e}", target.key.display())))?;
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in ca {
-            roots.add(cert).map_err(|e| CliError::data(format!("{}: not a usable CA certificate: {e}", target.ca.display())))?;
-        }
-        let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(|e| CliError::new(codes::SOFTWARE, format!("TLS setup: {e}")))?
-            .with_root_certificates(roots)
-            .with_client_auth_cert(chain, key)
-            .map_err(|e| {
-                CliError::data(format!("{} and {} are not a usable certificate and key: {e}", target.cert.display(), target.key.display()))
-            })?;
-        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        let http = reqwest::Client::builder()
-            .use_preconfigured_tls(tls)
-            .https_only(true)
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(REQUEST_TIMEOUT)
-            .user_agent(concat!("drover/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| CliError::new(codes::SOFTWARE, format!("HTTP client setup: {}", error_chain(&e))))?;
-        Ok(OperatorClient { http, url: target.url.clone() })
-    }
-
-    /// `POST path` with a JSON body; the answer decoded from JSON.
-    pub async fn post_json<B: Serialize + ?Sized, T: DeserializeOwned>(&self, path: &str, body: &B) -> Result<T, ClientError> {
-        let url = format!("{}{path}", self.url);
-        let resp = self.http.post(&url).header(reqwest::header::ACCEPT, "application/json").json(body).send().await.map_err(|e| {
-            let message = error_chain(&e);
-            if e.is_connect() {
-                ClientError::Unreachable { url: url.clone(), message }
-            } else {
-                ClientError::Transport { url: url.clone(), message }
-            }
-        })?;
-        let status = resp.status().as_u16();
-        let ok = resp.status().is_success();
-        let body = read_limited(&url, resp, if ok { MAX_RESPONSE_BYTES } else { 64 * 1024 }).await?;
-        if !ok {
-            return Err(error_from_body(&url, status, &body));
-        }
-        serde_json::from_slice(&body).map_err(|e| ClientError::Decode { url, message: e.to_string() })
-    }
-}
-
-async fn read_limited(url: &str, mut resp: reqwest::Response, limit: usize) -> Result<Vec<u8>, ClientError> {
-    let mut out = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| ClientError::Transport { url: url.to_owned(), message: error_chain(&e) })? {
-        if out.len() + chunk.len() > limit {
-            return Err(ClientError::Decode { url: url.to_owned(), message: format!("answer larger than {limit} bytes") });
-        }
-        out.extend_from_slice(&chunk);
-    }
-    Ok(out)
-}
-
-/// Why a request failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    /// No connection (TCP or TLS handshake) could be made.
-    #[error("cannot reach the coordinator at {url}: {message}")]
-    Unreachable {
-        /// The URL.
-        url: String,
-        /// The cause.
-        message: String,
-    },
-    /// The request failed after connecting.
-    #[error("{url}: {message}")]
-    Transport {
-        /// The URL.
-        url: String,
-        /// The cause.
-        message: String,
-    },
-    /// The coordinator refused the request with a JSON error.
-    #[error("coordinator refused ({status} {code}): {message}")]
-    Api {
-        /// The URL.
-        url: String,
-        /// The HTTP status.
-        status: u16,
-        /// The error code.
-        code: String,
-        /// The server's message.
-        message: String,
-    },
-    /// A non-2xx answer without the API's error body.
-    #[error("{url}: HTTP {status}: {body}")]
-    Http {
-        /// The URL.
-        url: String,
-        /// The HTTP status.
-        status: u16,
-        /// The start of the body, printable characters only.
-        body: String,
-    },
-    /// A 2xx answer that is not what the route promises.
-    #[error("{url}: unexpected answer: {message}")]
-    Decode {
-        /// The URL.
-        url: String,
-        /// What is wrong.
-        message: String,
-    },
-}
-
-impl ClientError {
-    /// The exit code: 77 for 401/403, 65 for another 4xx, 76 for an answer that is not the
-    /// API's, 69 for everything else (unreachable, 5xx).
-    pub fn code(&self) -> u8 {
+impl ClientErrorExit for ClientError {
+    fn code(&self) -> u8 {
         match self {
             ClientError::Api { status, .. } | ClientError::Http { status, .. } => match status {
                 401 | 403 => codes::NO_PERM,
                 400..=499 => codes::DATA,
                 _ => codes::UNAVAILABLE,
             },
-            ClientError::Decode { .. } => codes::PROTOCOL,
+            ClientError::TooLarge { .. } | ClientError::Decode { .. } => codes::PROTOCOL,
             ClientError::Unreachable { .. } | ClientError::Transport { .. } => codes::UNAVAILABLE,
+            ClientError::BadPem { .. } | ClientError::UnusableCa { .. } | ClientError::UnusableIdentity { .. } => codes::DATA,
+            ClientError::ReadCa { .. } => codes::NO_INPUT,
+            ClientError::Setup { .. } => codes::SOFTWARE,
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            ClientError::Unreachable { path, attempts } => {
+                let tried: Vec<String> = attempts.iter().map(|a| format!("{}{path}: {}", a.url, a.cause)).collect();
+                format!("cannot reach the coordinator at {}", tried.join("; "))
+            }
+            ClientError::Api { status, code, message, .. } => format!("coordinator refused ({status} {code}): {message}"),
+            ClientError::TooLarge { url, limit } => format!("{url}: unexpected answer: answer larger than {limit} bytes"),
+            ClientError::Decode { url, message, .. } => format!("{url}: unexpected answer: {message}"),
+            other => other.to_string(),
         }
     }
 }
 
 impl From<ClientError> for CliError {
     fn from(e: ClientError) -> CliError {
-        CliError::new(e.code(), e.to_string())
+        CliError::new(e.code(), e.message())
     }
-}
-
-/// The typed error for a non-2xx answer with `body`.
-pub fn error_from_body(url: &str, status: u16, body: &[u8]) -> ClientError {
-    #[derive(serde::Deserialize)]
-    struct Envelope {
-        error: ApiError,
-    }
-    #[derive(serde::Deserialize)]
-    struct ApiError {
-        code: String,
-        message: String,
-    }
-    match serde_json::from_slice::<Envelope>(body) {
-        Ok(Envelope { error }) => {
-            ClientError::Api { url: url.to_owned(), status, code: printable(&error.code), message: printable(&error.message) }
-        }
-        Err(_) => ClientError::Http { url: url.to_owned(), status, body: printable(&String::from_utf8_lossy(body)) },
-    }
-}
-
-/// At most 300 characters, control characters replaced: a server's text must not drive the
-/// operator's terminal.
-fn printable(s: &str) -> String {
-    let mut out: String = s.chars().take(300).map(|c| if c.is_control() { ' ' } else { c }).collect();
-    if s.chars().count() > 300 {
-        out.push('…');
-    }
-    out
-}
-
-/// An error and its sources, `: `-joined (reqwest's own message omits the cause).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
 }
 
 #[cfg(test)]
 mod tests {
+    use drover_client::error_from_body;
+
     use super::*;
 
     #[test]
@@ -313,6 +177,55 @@ mod tests {
         let e = error_from_body("https://c/v1/hosts", 404, b"<html>\x1b[2J</html>");
         assert!(matches!(&e, ClientError::Http { body, .. } if !body.contains('\x1b')), "{e:?}");
         assert_eq!(e.code(), codes::DATA);
+    }
+
+    #[test]
+    fn client_errors_keep_the_cli_wording() {
+        let unreachable = ClientError::Unreachable {
+            path: "/v1/hosts".to_owned(),
+            attempts: vec![drover_client::ConnectFailure { url: "https://c:1".to_owned(), cause: "connection refused".to_owned() }],
+        };
+        let e = CliError::from(unreachable);
+        assert_eq!(
+            (e.code(), e.to_string().as_str()),
+            (codes::UNAVAILABLE, "cannot reach the coordinator at https://c:1/v1/hosts: connection refused")
+        );
+        let e = CliError::from(error_from_body("https://c/v1/hosts", 409, br#"{"error":{"code":"conflict","message":"taken"}}"#));
+        assert_eq!((e.code(), e.to_string().as_str()), (codes::DATA, "coordinator refused (409 conflict): taken"));
+        let e = CliError::from(ClientError::TooLarge { url: "https://c/v1/hosts".to_owned(), limit: 7 });
+        assert_eq!(
+            (e.code(), e.to_string().as_str()),
+            (codes::PROTOCOL, "https://c/v1/hosts: unexpected answer: answer larger than 7 bytes")
+        );
+        let decode = ClientError::Decode { url: "https://c/v1/hosts".to_owned(), path: "hostId".to_owned(), message: "bad".to_owned() };
+        let e = CliError::from(decode);
+        assert_eq!((e.code(), e.to_string().as_str()), (codes::PROTOCOL, "https://c/v1/hosts: unexpected answer: bad"));
+    }
+
+    #[test]
+    fn unusable_credentials_are_named_by_their_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = rcgen::generate_simple_self_signed(vec!["c".to_owned()]).expect("ca");
+        let stranger = rcgen::KeyPair::generate().expect("key");
+        std::fs::write(dir.path().join("ca.crt"), ca.cert.pem()).expect("write");
+        std::fs::write(dir.path().join("op.crt"), ca.cert.pem()).expect("write");
+        std::fs::write(dir.path().join("op.key"), stranger.serialize_pem()).expect("write");
+        let target = Target {
+            url: "https://c:1".to_owned(),
+            cert: dir.path().join("op.crt"),
+            key: dir.path().join("op.key"),
+            ca: dir.path().join("ca.crt"),
+        };
+        let e = connect(&target).expect_err("the key is not the certificate's");
+        assert_eq!(e.code(), codes::DATA);
+        let expected = format!("{} and {} are not a usable certificate and key: ", target.cert.display(), target.key.display());
+        assert!(e.to_string().starts_with(&expected), "{e}");
+        std::fs::write(dir.path().join("op.key"), "not a key").expect("write");
+        let e = connect(&target).expect_err("no key");
+        assert_eq!(e.code(), codes::DATA);
+        assert!(e.to_string().starts_with(&format!("{}: no usable private key: ", target.key.display())), "{e}");
+        std::fs::remove_file(&target.ca).expect("remove");
+        assert_eq!(connect(&target).expect_err("no CA").code(), codes::NO_INPUT);
     }
 
     #[test]

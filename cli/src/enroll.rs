@@ -18,7 +18,7 @@ use drover_proto::enroll::{CreateHostRequest, CreateHostResponse};
 use drover_proto::trust::TrustRoots;
 use sha2::{Digest, Sha256};
 
-use crate::client::{ConnectArgs, OperatorClient};
+use crate::client::{self, ConnectArgs};
 use crate::exit::{CliError, codes};
 use crate::fsio::read_file;
 
@@ -53,7 +53,7 @@ pub fn run(args: &EnrollArgs) -> Result<(), CliError> {
     drover_proto::names::check_hostname(&args.hostname).map_err(|e| CliError::usage(format!("HOSTNAME: {e}")))?;
     let target = args.connect.resolve()?;
     let hash = trust_sha256(&args.trust.display().to_string(), &read_file(&args.trust)?)?;
-    let client = OperatorClient::new(&target)?;
+    let client = client::connect(&target)?;
     let request = CreateHostRequest { hostname: args.hostname.clone(), trust_sha256: hash, token_ttl_secs: args.token_ttl };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -78,7 +78,12 @@ fn main() {
     println!("| measurement | per check-in µs | check-ins/s | × baseline |");
     println!("|---|---|---|---|");
     println!("| baseline: one primary-key SELECT through rusqlite | {:.1} | {:.0} | 1.00 |", raw_per * 1e6, 1.0 / raw_per);
-    println!("| store: get_host + record_checkin + current_intent + lease_tasks, 1 thread | {:.1} | {:.0} | {:.1} |", per * 1e6, rounds as f64 / one_thread, per / raw_per);
+    println!(
+        "| store: get_host + record_checkin + current_intent + lease_tasks, 1 thread | {:.1} | {:.0} | {:.1} |",
+        per * 1e6,
+        rounds as f64 / one_thread,
+        per / raw_per
+    );
     println!(
         "| the same, {threads} threads | {:.1} | {:.0} | {:.1} |",
         parallel / rounds as f64 * 1e6,
