@@ -160,26 +160,29 @@ impl Harness {
         self.curl(full).await
     }
 
+    /// One request with `curl`, as `creds` (or anonymous), with an optional JSON body;
+    /// returns the HTTP status (`"000"` when no response came back at all) and the body.
+    pub async fn call(&self, creds: Option<&(PathBuf, PathBuf)>, method: &str, path: &str, body: Option<&str>) -> (String, String) {
+        let mut args = vec!["-X".to_owned(), method.to_owned(), "-w".to_owned(), "\n%{http_code}".to_owned()];
+        if let Some(b) = body {
+            args.extend(["-H".to_owned(), "content-type: application/json".to_owned(), "--data-binary".to_owned(), b.to_owned()]);
+        }
+        args.push(format!("{}{path}", self.url));
+        let out = match creds {
+            Some(c) => self.curl_as(c, args).await,
+            None => self.curl(args).await,
+        };
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        (code.trim().to_owned(), body.to_owned())
+    }
+
     /// Creates a host through the real API as the admin; returns the JSON response.
     pub async fn create_host(&self, hostname: &str) -> serde_json::Value {
         let body = serde_json::json!({ "hostname": hostname, "trustSha256": self.trust.1 }).to_string();
-        let out = self
-            .curl_as(
-                &self.admin,
-                vec![
-                    "-f".into(),
-                    "-X".into(),
-                    "POST".into(),
-                    "-H".into(),
-                    "content-type: application/json".into(),
-                    "-d".into(),
-                    body,
-                    format!("{}/v1/hosts", self.url),
-                ],
-            )
-            .await;
-        assert!(out.status.success(), "create host failed: {}", String::from_utf8_lossy(&out.stderr));
-        serde_json::from_slice(&out.stdout).expect("create host response is JSON")
+        let (code, text) = self.call(Some(&self.admin), "POST", "/v1/hosts", Some(&body)).await;
+        assert_eq!(code, "201", "create host failed: {text}");
+        serde_json::from_str(&text).expect("create host response is JSON")
     }
 }
 

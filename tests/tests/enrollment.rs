@@ -49,22 +49,8 @@ async fn bootstrap_command_enrolls_with_real_curl_and_the_agent_binary() {
     // makes the host active.
     let cert = (state.join("cert.pem"), state.join("key.pem"));
     let checkin = serde_json::json!({ "agentVersion": "test", "bootId": "b-1" }).to_string();
-    let out = h
-        .curl_as(
-            &cert,
-            vec![
-                "-f".into(),
-                "-X".into(),
-                "POST".into(),
-                "-H".into(),
-                "content-type: application/json".into(),
-                "-d".into(),
-                checkin,
-                format!("{}/v1/agent/checkin", h.url),
-            ],
-        )
-        .await;
-    assert!(out.status.success(), "check-in with the enrolled cert failed: {}", String::from_utf8_lossy(&out.stderr));
+    let (code, body) = h.call(Some(&cert), "POST", "/v1/agent/checkin", Some(&checkin)).await;
+    assert_eq!(code, "200", "check-in with the enrolled cert failed: {body}");
     let host_id = uuid::Uuid::parse_str(created["hostId"].as_str().expect("id")).expect("uuid");
     let host = h.running.app.store.get_host(host_id).expect("store").expect("host");
     assert_eq!(host.state.as_str(), "active");

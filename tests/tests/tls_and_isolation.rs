@@ -97,23 +97,9 @@ async fn host_a_never_reads_or_writes_host_bs_state() {
     h.running.app.dispatch_task(NewTask { task_id, host_id: b_id, job_id: None, envelope, created_at: h.clock.now() }).await.expect("task");
 
     // A checks in: it gets none of B's work.
-    let out = h
-        .curl_as(
-            &a_cert,
-            vec![
-                "-f".into(),
-                "-X".into(),
-                "POST".into(),
-                "-H".into(),
-                "content-type: application/json".into(),
-                "-d".into(),
-                r#"{"agentVersion":"x","bootId":"y"}"#.into(),
-                format!("{}/v1/agent/checkin", h.url),
-            ],
-        )
-        .await;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let body: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let (code, body) = h.call(Some(&a_cert), "POST", "/v1/agent/checkin", Some(r#"{"agentVersion":"x","bootId":"y"}"#)).await;
+    assert_eq!(code, "200", "{body}");
+    let body: serde_json::Value = serde_json::from_str(&body).expect("json");
     assert!(body.get("intent").is_none(), "A received B's intent: {body}");
     assert_eq!(body["tasks"], serde_json::json!([]), "A received B's task: {body}");
 
