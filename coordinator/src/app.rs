@@ -58,11 +58,18 @@ impl Hub {
     /// Waits until `host` is notified or `timeout` passes; true when notified.
     pub async fn wait(&self, host: Uuid, timeout: Duration) -> bool {
         use std::sync::atomic::Ordering;
+        /// Counts a held check-in for exactly as long as it is held, even when the client
+        /// disconnects and the request's future is dropped mid-wait.
+        struct Held<'a>(&'a std::sync::atomic::AtomicUsize);
+        impl Drop for Held<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
         let slot = self.slot(host);
         self.held.fetch_add(1, Ordering::SeqCst);
-        let woken = tokio::time::timeout(timeout, slot.notified()).await.is_ok();
-        self.held.fetch_sub(1, Ordering::SeqCst);
-        woken
+        let _held = Held(&self.held);
+        tokio::time::timeout(timeout, slot.notified()).await.is_ok()
     }
 
     /// Check-ins currently held open.
@@ -73,8 +80,8 @@ impl Hub {
 
 /// The agent binary the coordinator serves to bootstrap scripts, with its sha256.
 pub struct AgentBinary {
-    /// The bytes.
-    pub bytes: Arc<Vec<u8>>,
+    /// The bytes (reference-counted: every download shares them, none copies them).
+    pub bytes: axum::body::Bytes,
     /// Lowercase hex sha256, baked into every served bootstrap script.
     pub sha256: String,
 }
@@ -94,13 +101,17 @@ pub struct AppState {
     /// The server key's pin, `sha256//…`, for bootstrap commands.
     pub server_pin: String,
     /// The CI trust roots served to enrolling agents, byte-exact.
-    pub trust_json: Arc<Vec<u8>>,
+    pub trust_json: axum::body::Bytes,
     /// The agent binary.
     pub agent: AgentBinary,
     /// Long-poll wake-ups.
     pub hub: Hub,
     /// Time.
     pub clock: Arc<dyn Clock>,
+    /// Serials revoked as of the last CRL refresh, checked on every request.
+    pub revoked: std::sync::RwLock<std::collections::HashSet<String>>,
+    /// Serialises CRL refreshes, so an older list can never be installed after a newer one.
+    pub crl_lock: tokio::sync::Mutex<()>,
 }
 
 /// Why the CRL could not be refreshed.
@@ -123,11 +134,19 @@ pub const CRL_VALIDITY_SECS: u64 = 7 * 86_400;
 impl AppState {
     /// Signs a CRL from the store's revocations and installs it for every new handshake.
     pub async fn refresh_crl(self: &Arc<Self>) -> Result<(), CrlError> {
+        let _one_at_a_time = self.crl_lock.lock().await;
         let revoked = store::blocking(self.store.clone(), |s| s.list_revoked()).await?;
         let entries: Vec<(String, Time)> = revoked.into_iter().map(|r| (r.serial, r.revoked_at)).collect();
         let crl = self.ca.crl(&entries, self.clock.now(), CRL_VALIDITY_SECS)?;
         self.tls.set_crl(&crl)?;
+        let serials = entries.into_iter().map(|(serial, _)| serial).collect();
+        *self.revoked.write().unwrap_or_else(|e| e.into_inner()) = serials;
         Ok(())
+    }
+
+    /// Whether a certificate serial is revoked (as of the last refresh).
+    pub fn is_revoked(&self, serial: &str) -> bool {
+        self.revoked.read().unwrap_or_else(|e| e.into_inner()).contains(serial)
     }
 
     /// Revokes every certificate of a host and installs the new CRL, so none of them

@@ -133,9 +133,18 @@ impl Config {
             return Err(invalid("public_urls", "at least one https:// URL agents can reach is required".to_owned()));
         }
         for url in &config.public_urls {
-            let ok = url.strip_prefix("https://").is_some_and(|rest| !rest.is_empty() && !rest.contains(char::is_whitespace));
+            // These URLs are interpolated into the bootstrap command and the agent's TOML, so
+            // the alphabet is closed: host, port and path characters only.
+            let ok = url.strip_prefix("https://").is_some_and(|rest| {
+                !rest.is_empty()
+                    && !rest.ends_with('/')
+                    && rest.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']' | b'/' | b'_'))
+            });
             if !ok {
-                return Err(invalid("public_urls", format!("{url:?} is not an https:// URL")));
+                return Err(invalid(
+                    "public_urls",
+                    format!("{url:?} must be https://HOST[:PORT][/PATH] (letters, digits, . - _ : [ ] /; no trailing slash)"),
+                ));
             }
         }
         if config.enrollment.token_ttl_secs == 0 || config.enrollment.token_ttl_secs > 7 * 86_400 {
@@ -188,6 +197,10 @@ token_ttl_secs = 3600
         assert!(e.contains("key `listen`"), "{e}");
         let e = err(&GOOD.replace("https://coord.example:8443", "http://coord.example"));
         assert!(e.contains("key `public_urls`"), "{e}");
+        for injected in ["https://x'; reboot; '", "https://x y", "https://x$(id)", "https://x/"] {
+            let e = err(&GOOD.replace("https://coord.example:8443", injected));
+            assert!(e.contains("key `public_urls`"), "{injected}: {e}");
+        }
         let e = err(&GOOD.replace("token_ttl_secs = 3600", "token_ttl_secs = 0"));
         assert!(e.contains("key `enrollment.token_ttl_secs`"), "{e}");
         let e = err("listen = ");

@@ -41,6 +41,11 @@ pub enum IdentityError {
     NoHostname,
 }
 
+/// The serial of a DER certificate as lowercase hex, the form revocation goes by.
+pub fn cert_serial_hex(der: &[u8]) -> Option<String> {
+    X509Certificate::from_der(der).ok().map(|(_, cert)| hex::encode(cert.raw_serial()))
+}
+
 /// An operator's role, checked per route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Role {

@@ -90,7 +90,7 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
     drover_proto::trust::TrustRoots::from_json(&trust_json)
         .map_err(|e| StartError::Trust { path: config.trust_file.display().to_string(), message: e.to_string() })?;
     let agent_bytes = read(&config.agent_binary)?;
-    let agent = AgentBinary { sha256: hex::encode(Sha256::digest(&agent_bytes)), bytes: Arc::new(agent_bytes) };
+    let agent = AgentBinary { sha256: hex::encode(Sha256::digest(&agent_bytes)), bytes: agent_bytes.into() };
     let material =
         TlsMaterial::from_pem(state.ca().cert_pem().as_bytes(), state.server_cert_pem().as_bytes(), state.server_key_pem().as_bytes())?;
     let tls = Arc::new(TlsState::new(material, None)?);
@@ -102,10 +102,12 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
         config,
         store,
         tls: tls.clone(),
-        trust_json: Arc::new(trust_json),
+        trust_json: trust_json.into(),
         agent,
         hub: Hub::default(),
         clock,
+        revoked: Default::default(),
+        crl_lock: Default::default(),
     });
     // Revocations made before this start must bind from the first handshake.
     app.refresh_crl().await?;

@@ -14,16 +14,20 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
 use crate::api::auth::Peer;
-use crate::identity::Identity;
+use crate::identity::{Identity, cert_serial_hex};
 use crate::tls::TlsState;
 
 /// How long a TLS handshake may take.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a request's headers may take to arrive (HTTP/1.1).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Concurrent streams one HTTP/2 connection may open (an agent needs one or two).
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 16;
 
 /// Serves `router` on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, tls: Arc<TlsState>, router: Router) -> std::io::Result<()> {
@@ -53,7 +57,10 @@ pub async fn serve(listener: TcpListener, tls: Arc<TlsState>, router: Router) ->
                 }
             };
             let peer = match stream.get_ref().1.peer_certificates().and_then(|c| c.first()) {
-                Some(cert) => Peer::Verified(Identity::from_cert_der(cert.as_ref())),
+                Some(cert) => Peer::Verified {
+                    identity: Identity::from_cert_der(cert.as_ref()),
+                    serial: cert_serial_hex(cert.as_ref()).unwrap_or_default(),
+                },
                 None => Peer::Anonymous,
             };
             serve_connection(stream, remote, peer, router).await;
@@ -71,7 +78,11 @@ where
         let router = router.clone();
         async move { Ok::<_, Infallible>(router.oneshot(req.map(Body::new)).await.unwrap_or_else(|e| match e {})) }
     });
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    // Bound what a connection can hold before anything is authenticated: headers must
+    // arrive promptly, and one connection multiplexes a bounded number of streams.
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    builder.http2().timer(TokioTimer::new()).max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
     if let Err(e) = builder.serve_connection(TokioIo::new(stream), service).await {
         tracing::debug!(%remote, error = %e, "connection ended with an error");
     }

@@ -10,8 +10,8 @@ use drover_tests::{Harness, sh};
 /// The bootstrap command as the API returned it, minus `sudo`, with the test hooks that
 /// install under `root` and skip the systemd step.
 async fn run_bootstrap(h: &Harness, command: &str, root: &Path) -> std::process::Output {
-    assert!(command.contains("| sudo sh -s --"), "{command}");
-    let command = command.replace("| sudo sh -s --", "| sh -s --");
+    assert!(command.contains("| sudo sh -c "), "{command}");
+    let command = command.replace("| sudo sh -c ", "| sh -c ");
     let env = vec![
         ("DROVER_BOOTSTRAP_ROOT".to_owned(), root.display().to_string()),
         ("DROVER_BOOTSTRAP_SKIP_SYSTEMD".to_owned(), "1".to_owned()),
@@ -138,4 +138,35 @@ async fn drover_enroll_prints_the_command_that_enrolls_the_host() {
     let out = run_bootstrap(&h, command.trim(), &root).await;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(root.join("var/lib/drover/cert.pem").is_file());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bootstrap_installs_the_unit_and_starts_it_only_with_an_agent_that_can_run() {
+    // A fake `systemctl` on PATH records what the script asks of systemd, as the real one
+    // would be asked; the unit file itself is real, under the test root.
+    let h = Harness::start().await;
+    let created = h.create_host("gpu-06").await;
+    let bin = h.dir.path().join("fakebin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let log = h.dir.path().join("systemctl.log");
+    let fake = format!("#!/bin/sh\necho \"$*\" >> '{}'\n", log.display());
+    std::fs::write(bin.join("systemctl"), fake).expect("write");
+    std::process::Command::new("chmod").args(["+x"]).arg(bin.join("systemctl")).status().expect("chmod");
+    let root = h.dir.path().join("root");
+    let command = created["command"].as_str().expect("command").replace("| sudo sh -c ", "| sh -c ");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let env = vec![
+        ("DROVER_BOOTSTRAP_ROOT".to_owned(), root.display().to_string()),
+        ("TMPDIR".to_owned(), h.dir.path().display().to_string()),
+        ("PATH".to_owned(), path),
+    ];
+    let out = sh(command, env).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let unit = std::fs::read_to_string(root.join("etc/systemd/system/drover-agent.service")).expect("unit written");
+    assert!(unit.contains("ExecStart=/usr/local/bin/drover-agent run --config /etc/drover/agent.toml"), "{unit}");
+    let calls = std::fs::read_to_string(&log).expect("systemctl was called");
+    assert!(calls.contains("daemon-reload"), "{calls}");
+    // This build's agent has no `run` yet: the unit must not be started to restart forever.
+    assert!(!calls.contains("enable"), "a unit whose command does not exist was started: {calls}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("not started"), "{}", String::from_utf8_lossy(&out.stdout));
 }

@@ -154,3 +154,44 @@ async fn revoked_certificate_is_refused_at_the_handshake() {
     let out = h.curl_as(&h.admin, post(format!("{}/v1/hosts/not-a-uuid/revoke", h.url), String::new())).await;
     assert_eq!(status(&out), "400");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificate_revoked_mid_connection_can_do_nothing_more() {
+    // An agent's pooled connection outlives the handshake's CRL: revocation must still bind
+    // on the very next request over it (including renewing itself a fresh certificate).
+    let h = Harness::start().await;
+    let (id, cert, serial) = h.host_credentials("gpu-m");
+    let now = h.clock.now();
+    let record = NewCert {
+        serial,
+        kind: CertKind::Host,
+        host_id: Some(id),
+        subject: "gpu-m".into(),
+        not_before: now,
+        not_after: now.plus_secs(86_400),
+    };
+    h.running.app.store.record_cert(&record).expect("record");
+    let identity = drover_client::ClientIdentity::from_pem(&std::fs::read(&cert.0).expect("crt"), &std::fs::read(&cert.1).expect("key"))
+        .expect("identity");
+    let ca = drover_client::load_ca(&h.ca).expect("ca");
+    let client = drover_client::CoordinatorClient::new(
+        "test",
+        std::slice::from_ref(&h.url),
+        &ca,
+        Some(identity),
+        std::time::Duration::from_secs(30),
+    )
+    .expect("client");
+    let report = serde_json::json!({ "agentVersion": "t", "bootId": "b" });
+    let first: Result<serde_json::Value, _> = client.post_json("/v1/agent/checkin", &report).await;
+    assert!(first.is_ok(), "{first:?}");
+    h.running.app.revoke_host(id, "test".into()).await.expect("revoke");
+    let (_, csr) = drover_tests::key_and_csr("gpu-m");
+    let renewed: Result<serde_json::Value, _> = client.post_json("/v1/agent/renew", &serde_json::json!({ "csr": csr })).await;
+    match renewed {
+        Err(drover_client::ClientError::Api { status: 401, message, .. }) => assert!(message.contains("revoked"), "{message}"),
+        other => panic!("a revoked certificate renewed itself over its open connection: {other:?}"),
+    }
+    let again: Result<serde_json::Value, _> = client.post_json("/v1/agent/checkin", &report).await;
+    assert!(again.is_err(), "a revoked certificate checked in again");
+}

@@ -58,6 +58,29 @@ fn work_for(s: &dyn Store, host: Uuid, known_intent: Option<&str>, now: drover_p
     Ok(Work { intent, tasks })
 }
 
+/// Most task results one check-in may carry.
+pub const MAX_TASK_RESULTS_PER_CHECKIN: usize = 64;
+
+/// Refuses reports whose free-text fields could bloat the store or the logs.
+fn check_report(req: &CheckinRequest) -> Result<(), ApiError> {
+    let short = |what: &str, v: &str, max: usize| {
+        if v.len() > max || v.chars().any(char::is_control) {
+            Err(ApiError::bad_request(format!("{what} must be at most {max} bytes without control characters")))
+        } else {
+            Ok(())
+        }
+    };
+    short("agentVersion", &req.agent_version, 64)?;
+    short("bootId", &req.boot_id, 64)?;
+    if let Some(g) = &req.current_generation {
+        short("currentGeneration", g, 512)?;
+    }
+    if req.task_results.len() > MAX_TASK_RESULTS_PER_CHECKIN {
+        return Err(ApiError::bad_request(format!("at most {MAX_TASK_RESULTS_PER_CHECKIN} task results per check-in")));
+    }
+    Ok(())
+}
+
 /// `POST /v1/agent/checkin`: records the report, then answers with work — at once if there
 /// is any, else after the host is woken or the long-poll deadline passes.
 pub async fn checkin(
@@ -65,6 +88,7 @@ pub async fn checkin(
     caller: HostCaller,
     JsonBody(req): JsonBody<CheckinRequest>,
 ) -> Result<Json<CheckinResponse>, ApiError> {
+    check_report(&req)?;
     let host = caller.host_id;
     let now = app.clock.now();
     let report = req.clone();
@@ -167,8 +191,12 @@ pub async fn confirm(
         match record.status {
             IntentStatus::Confirmed => Ok(true),
             IntentStatus::Wanted if record.current && in_time && record.intent.rollout_id == req.rollout_id => {
-                s.set_intent_status(host, intent_id, IntentStatus::Confirmed, now)?;
-                Ok(true)
+                // Superseded or cancelled between the read and this write: no longer wanted.
+                match s.set_intent_status(host, intent_id, IntentStatus::Confirmed, now) {
+                    Ok(_) => Ok(true),
+                    Err(StoreError::IllegalTransition { .. } | StoreError::StaleState { .. } | StoreError::NotFound { .. }) => Ok(false),
+                    Err(e) => Err(e),
+                }
             }
             _ => Ok(false),
         }

@@ -1,10 +1,18 @@
 //! Route guards: the caller's identity comes from the TLS handshake (inserted into each
 //! request by the server), never from the request itself; operator roles are checked per
 //! route by the extractor the handler asks for.
+//!
+//! The handshake checked the CRL of its moment; a connection outlives it (keep-alive,
+//! long-polls). So every request also checks the certificate's serial against the
+//! revocations known now: a certificate revoked mid-connection can do nothing more.
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
+use std::sync::Arc;
+
 use uuid::Uuid;
+
+use crate::app::AppState;
 
 use crate::api::error::ApiError;
 use crate::identity::{Identity, IdentityError, Role};
@@ -14,14 +22,22 @@ use crate::identity::{Identity, IdentityError, Role};
 pub enum Peer {
     /// No client certificate (enrollment routes only).
     Anonymous,
-    /// A certificate that chained to the CA and is not revoked, and its identity.
-    Verified(Result<Identity, IdentityError>),
+    /// A certificate that chained to the CA and was not revoked at the handshake.
+    Verified {
+        /// Its identity.
+        identity: Result<Identity, IdentityError>,
+        /// Its serial (lowercase hex).
+        serial: String,
+    },
 }
 
-fn peer(parts: &Parts) -> Result<&Identity, ApiError> {
+fn peer<'a>(parts: &'a Parts, app: &AppState) -> Result<&'a Identity, ApiError> {
     match parts.extensions.get::<Peer>() {
-        Some(Peer::Verified(Ok(identity))) => Ok(identity),
-        Some(Peer::Verified(Err(e))) => Err(ApiError::unauthenticated(e.to_string())),
+        Some(Peer::Verified { serial, .. }) if app.is_revoked(serial) => {
+            Err(ApiError::unauthenticated("client certificate has been revoked"))
+        }
+        Some(Peer::Verified { identity: Ok(identity), .. }) => Ok(identity),
+        Some(Peer::Verified { identity: Err(e), .. }) => Err(ApiError::unauthenticated(e.to_string())),
         Some(Peer::Anonymous) | None => Err(ApiError::unauthenticated("this route requires a client certificate")),
     }
 }
@@ -35,10 +51,10 @@ pub struct HostCaller {
     pub hostname: String,
 }
 
-impl<S: Send + Sync> FromRequestParts<S> for HostCaller {
+impl FromRequestParts<Arc<AppState>> for HostCaller {
     type Rejection = ApiError;
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
-        match peer(parts)? {
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<AppState>) -> Result<Self, ApiError> {
+        match peer(parts, app)? {
             Identity::Host { host_id, hostname } => Ok(HostCaller { host_id: *host_id, hostname: hostname.clone() }),
             Identity::Operator { .. } => Err(ApiError::forbidden("agent routes take a host certificate")),
         }
@@ -54,8 +70,8 @@ pub struct OperatorCaller {
     pub role: Role,
 }
 
-fn operator(parts: &Parts, allowed: &[Role]) -> Result<OperatorCaller, ApiError> {
-    match peer(parts)? {
+fn operator(parts: &Parts, app: &AppState, allowed: &[Role]) -> Result<OperatorCaller, ApiError> {
+    match peer(parts, app)? {
         Identity::Operator { name, role } if allowed.contains(role) => Ok(OperatorCaller { name: name.clone(), role: *role }),
         Identity::Operator { role, .. } => Err(ApiError::forbidden(format!(
             "role {role} may not use this route (allowed: {})",
@@ -69,10 +85,10 @@ fn operator(parts: &Parts, allowed: &[Role]) -> Result<OperatorCaller, ApiError>
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admin(pub OperatorCaller);
 
-impl<S: Send + Sync> FromRequestParts<S> for Admin {
+impl FromRequestParts<Arc<AppState>> for Admin {
     type Rejection = ApiError;
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
-        operator(parts, &[Role::Admin]).map(Admin)
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<AppState>) -> Result<Self, ApiError> {
+        operator(parts, app, &[Role::Admin]).map(Admin)
     }
 }
 
@@ -80,10 +96,10 @@ impl<S: Send + Sync> FromRequestParts<S> for Admin {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reader(pub OperatorCaller);
 
-impl<S: Send + Sync> FromRequestParts<S> for Reader {
+impl FromRequestParts<Arc<AppState>> for Reader {
     type Rejection = ApiError;
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
-        operator(parts, &[Role::Admin, Role::Viewer]).map(Reader)
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<AppState>) -> Result<Self, ApiError> {
+        operator(parts, app, &[Role::Admin, Role::Viewer]).map(Reader)
     }
 }
 
@@ -91,9 +107,9 @@ impl<S: Send + Sync> FromRequestParts<S> for Reader {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Publisher(pub OperatorCaller);
 
-impl<S: Send + Sync> FromRequestParts<S> for Publisher {
+impl FromRequestParts<Arc<AppState>> for Publisher {
     type Rejection = ApiError;
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
-        operator(parts, &[Role::Admin, Role::Publisher]).map(Publisher)
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<AppState>) -> Result<Self, ApiError> {
+        operator(parts, app, &[Role::Admin, Role::Publisher]).map(Publisher)
     }
 }

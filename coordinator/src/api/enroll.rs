@@ -39,7 +39,7 @@ pub async fn bootstrap_script(State(app): State<Arc<AppState>>) -> Response {
 
 /// `GET /v1/agent/binary`.
 pub async fn agent_binary(State(app): State<Arc<AppState>>) -> Response {
-    ([(header::CONTENT_TYPE, "application/octet-stream")], app.agent.bytes.as_ref().clone()).into_response()
+    ([(header::CONTENT_TYPE, "application/octet-stream")], app.agent.bytes.clone()).into_response()
 }
 
 /// `GET /v1/ca.crt`.
@@ -49,19 +49,22 @@ pub async fn ca_certificate(State(app): State<Arc<AppState>>) -> Response {
 
 /// `GET /v1/trust.json`: byte-exact, so the agent can compare its hash with the operator's.
 pub async fn trust_json(State(app): State<Arc<AppState>>) -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], app.trust_json.as_ref().clone()).into_response()
+    ([(header::CONTENT_TYPE, "application/json")], app.trust_json.clone()).into_response()
 }
 
 fn is_sha256_hex(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// The command an operator runs on the new host. Every interpolated value has a closed
-/// alphabet (checked here or by config validation), so single quotes suffice.
+/// The command an operator runs on the new host. The script is fetched whole (pinned to
+/// this server's key) before anything runs, and only if the fetch succeeded; the token goes
+/// in on stdin through the shell's `printf` builtin, so it is in no process's arguments.
+/// Every interpolated value has a closed alphabet (URL checked by the config, pin base64,
+/// id a UUID, token base64url, hash hex), so single quotes suffice.
 pub fn bootstrap_command(url: &str, pin: &str, host_id: &Uuid, token: &str, trust_sha256: &str) -> String {
     format!(
-        "curl -fsS --proto '=https' --tlsv1.3 --insecure --pinnedpubkey '{pin}' '{url}/v1/bootstrap.sh' \
-         | sudo sh -s -- --url '{url}' --pin '{pin}' --host-id '{host_id}' --token '{token}' --trust-sha256 '{trust_sha256}'"
+        "s=$(curl -fsS --proto '=https' --tlsv1.3 --insecure --pinnedpubkey '{pin}' '{url}/v1/bootstrap.sh') && \
+         printf '%s\\n' '{token}' | sudo sh -c \"$s\" drover-bootstrap --url '{url}' --pin '{pin}' --host-id '{host_id}' --trust-sha256 '{trust_sha256}'"
     )
 }
 

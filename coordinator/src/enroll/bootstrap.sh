@@ -2,8 +2,12 @@
 # Drover bootstrap: installs and enrolls the Drover agent on this host.
 #
 # Run exactly as `drover enroll` printed it:
-#   curl ... --pinnedpubkey 'sha256//PIN' https://COORDINATOR/v1/bootstrap.sh \
-#     | sudo sh -s -- --url https://COORDINATOR --pin 'sha256//PIN' --host-id UUID --token TOKEN --trust-sha256 HEX
+#   s=$(curl ... --pinnedpubkey 'sha256//PIN' https://COORDINATOR/v1/bootstrap.sh) && \
+#     printf '%s\n' 'TOKEN' | sudo sh -c "$s" drover-bootstrap --url https://COORDINATOR \
+#       --pin 'sha256//PIN' --host-id UUID --trust-sha256 HEX
+#
+# The script arrives whole before any of it runs, and the one-time token arrives on stdin,
+# never in a process's arguments (which any local user can list).
 #
 # Nothing here trusts on first use: every download is pinned to the coordinator's public key
 # (the pin came with the command, from the operator), the agent binary is checked against
@@ -28,7 +32,6 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --url) URL="${2:-}"; shift 2 ;;
     --pin) PIN="${2:-}"; shift 2 ;;
-    --token) TOKEN="${2:-}"; shift 2 ;;
     --host-id) HOST_ID="${2:-}"; shift 2 ;;
     --trust-sha256) TRUST_SHA256="${2:-}"; shift 2 ;;
     *) die "unknown argument: $1" ;;
@@ -36,8 +39,9 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$URL" ] || die "--url is required"
 [ -n "$PIN" ] || die "--pin is required"
-[ -n "$TOKEN" ] || die "--token is required"
 [ -n "$HOST_ID" ] || die "--host-id is required"
+IFS= read -r TOKEN || true
+[ -n "$TOKEN" ] || die "the enrollment token must arrive on stdin"
 [ -n "$TRUST_SHA256" ] || die "--trust-sha256 is required"
 case "$URL" in https://*) ;; *) die "--url must be https://" ;; esac
 if [ -z "$ROOT" ] && [ "$(id -u)" != 0 ]; then die "must run as root (pipe into sudo sh)"; fi
@@ -99,6 +103,13 @@ RestartSec=5
 WantedBy=multi-user.target
 UNIT
 chmod 0644 "$UNIT_DIR/drover-agent.service"
+command -v systemctl >/dev/null 2>&1 || die "systemctl is required to install the unit (DROVER_BOOTSTRAP_SKIP_SYSTEMD=1 skips it)"
 systemctl daemon-reload
-systemctl enable --now drover-agent.service
-echo "drover bootstrap: enrolled; drover-agent.service started"
+# Start the unit only with an agent that can run it: a unit whose command does not exist
+# would restart forever. An agent without `run` is enrolled and waits for its upgrade.
+if "$BIN_DIR/drover-agent" run --help >/dev/null 2>&1; then
+  systemctl enable --now drover-agent.service
+  echo "drover bootstrap: enrolled; drover-agent.service started"
+else
+  echo "drover bootstrap: enrolled; unit installed but not started: this agent has no 'run' command yet"
+fi

@@ -218,7 +218,8 @@ pub trait Store: Send + Sync {
     fn list_certs(&self, host_id: Option<Uuid>) -> Result<Vec<CertRecord>, StoreError>;
     /// Revokes one certificate; `false` if it already was (the first revocation stays).
     fn revoke_cert(&self, serial: &str, at: Time, reason: &str) -> Result<bool, StoreError>;
-    /// Revokes every unrevoked certificate of a host; returns how many.
+    /// Revokes every unrevoked certificate of a host and ends its unused enrollment tokens
+    /// (so a host revoked before enrolling cannot enroll); returns how many certificates.
     fn revoke_host_certs(&self, host_id: Uuid, at: Time, reason: &str) -> Result<u64, StoreError>;
     /// Every revoked certificate, by serial: the CRL's contents.
     fn list_revoked(&self) -> Result<Vec<RevokedCert>, StoreError>;

@@ -282,6 +282,14 @@ pub fn token_expired_refused(make: Factory<'_>) {
     assert_eq!(s.consume_token(&hash_token("fresh"), Some(h.id), t(199)).unwrap(), h.id);
 }
 
+/// Revoking a host that has not enrolled yet ends its unused token.
+pub fn revoking_a_host_ends_its_unused_tokens(make: Factory<'_>) {
+    let s = make();
+    let h = host_with_token(&*s, "gpu-01", "pending", 1000);
+    assert_eq!(s.revoke_host_certs(h.id, t(10), "revoked before enrolling").unwrap(), 0);
+    assert_eq!(refusal(s.consume_token(&hash_token("pending"), Some(h.id), t(11))), TokenRefusal::Expired);
+}
+
 /// Unknown tokens are refused; malformed hashes and tokens for deleted hosts are not stored.
 pub fn token_unknown_or_malformed_refused(make: Factory<'_>) {
     let s = make();

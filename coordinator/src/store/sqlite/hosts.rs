@@ -367,6 +367,9 @@ pub(super) fn revoke_host_certs(c: &Connection, host_id: Uuid, at: Time, reason:
     let n = c
         .prepare_cached("UPDATE certificates SET revoked_at = ?1, revoke_reason = ?2 WHERE host_id = ?3 AND revoked_at IS NULL")?
         .execute(params![at.unix(), reason, host_id.to_string()])?;
+    // A host revoked before it enrolled must not enroll afterwards: its unused tokens end now.
+    c.prepare_cached("UPDATE enrollment_tokens SET expires_at = MIN(expires_at, ?1) WHERE host_id = ?2 AND used_at IS NULL")?
+        .execute(params![at.unix(), host_id.to_string()])?;
     if n > 0 {
         insert_event(
             c,
