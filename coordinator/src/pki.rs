@@ -476,6 +476,12 @@ pub fn spki_sha256_pin(cert_der: &[u8]) -> Result<String, PkiError> {
 }
 
 /// The public key of a CSR whose self-signature verifies, for the key types certified.
+/// Checks a CSR the way issuing from it would (PEM, self-signature, supported key) without
+/// signing anything: cheap enough to run on unauthenticated input before a token is spent.
+pub fn check_csr(csr_pem: &str) -> Result<(), PkiError> {
+    csr_public_key(csr_pem).map(|_| ())
+}
+
 fn csr_public_key(csr_pem: &str) -> Result<SubjectPublicKeyInfo, PkiError> {
     // Some tools (old OpenSSL, Windows) label the block "NEW CERTIFICATE REQUEST".
     let der = pem_to_der(csr_pem, "CERTIFICATE REQUEST")

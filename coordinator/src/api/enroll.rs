@@ -130,40 +130,44 @@ pub async fn enroll(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<En
     let host_id = Uuid::parse_str(&req.host_id).map_err(|_| ApiError::bad_request("hostId is not a UUID"))?;
     let now = app.clock.now();
     // Check the CSR before the token is spent, so a malformed request does not burn it.
-    app.ca.issue_host_from_csr(&req.csr, host_id, "csr-check", now).map_err(|e| ApiError::bad_request(format!("csr: {e}")))?;
+    crate::pki::check_csr(&req.csr).map_err(|e| ApiError::bad_request(format!("csr: {e}")))?;
     let token_hash = hash_token(req.token.expose());
-    let consumed = store::blocking(app.store.clone(), move |s| {
-        let host_id = s.consume_token(&token_hash, Some(host_id), now)?;
-        let host = s.get_host(host_id)?.ok_or_else(|| StoreError::NotFound { what: "host", id: host_id.to_string() })?;
-        let host = s.transition_host(host.id, HostLifecycle::BootstrapIssued, HostLifecycle::Enrolling, "enrollment token used", now)?;
-        Ok(host)
+    let ca = app.ca.clone();
+    let csr = req.csr.clone();
+    // Token, lifecycle and certificate in one transaction: a failure anywhere leaves the
+    // token unspent, so the host can simply run its command again.
+    let (host, cert) = store::blocking(app.store.clone(), move |s| {
+        let mut issued = None;
+        let mut issue = |host: &crate::store::Host| {
+            let cert = ca.issue_host_from_csr(&csr, host.id, &host.hostname, now).map_err(StoreError::backend)?;
+            let record = NewCert {
+                serial: cert.serial_hex.clone(),
+                kind: CertKind::Host,
+                host_id: Some(host.id),
+                subject: host.hostname.clone(),
+                not_before: cert.not_before,
+                not_after: cert.not_after,
+            };
+            issued = Some(cert);
+            Ok(record)
+        };
+        let host = s.enroll_host(&token_hash, host_id, now, &mut issue)?;
+        let cert = issued.ok_or_else(|| StoreError::backend("enrollment recorded no certificate"))?;
+        Ok((host, cert))
     })
     .await
     .map_err(|e| match e {
         StoreError::TokenRefused { .. } => ApiError::new(StatusCode::FORBIDDEN, "token_refused", e.to_string()),
         other => ApiError::from(other),
     })?;
-    let cert = app
-        .ca
-        .issue_host_from_csr(&req.csr, consumed.id, &consumed.hostname, now)
-        .map_err(|e| ApiError::bad_request(format!("csr: {e}")))?;
-    let record = NewCert {
-        serial: cert.serial_hex.clone(),
-        kind: CertKind::Host,
-        host_id: Some(consumed.id),
-        subject: consumed.hostname.clone(),
-        not_before: cert.not_before,
-        not_after: cert.not_after,
-    };
-    store::blocking(app.store.clone(), move |s| s.record_cert(&record)).await?;
     let director_public_key = drover_proto::keys::verifying_key_to_pem(&app.director.verifying_key()).map_err(|e| {
         tracing::error!(error = %e, "cannot encode director key");
         ApiError::internal()
     })?;
-    tracing::info!(host_id = %consumed.id, hostname = %consumed.hostname, serial = %cert.serial_hex, "host enrolled");
+    tracing::info!(host_id = %host.id, hostname = %host.hostname, serial = %cert.serial_hex, "host enrolled");
     Ok(Json(EnrollResponse {
-        host_id: consumed.id.to_string(),
-        hostname: consumed.hostname,
+        host_id: host.id.to_string(),
+        hostname: host.hostname,
         certificate: cert.pem,
         ca_certificate: app.ca.cert_pem().to_owned(),
         director_public_key,

@@ -216,6 +216,17 @@ pub trait Store: Send + Sync {
     fn get_cert(&self, serial: &str) -> Result<Option<CertRecord>, StoreError>;
     /// Certificates, optionally of one host, by serial.
     fn list_certs(&self, host_id: Option<Uuid>) -> Result<Vec<CertRecord>, StoreError>;
+    /// Enrollment as one transaction: spends the token (single use, unexpired, issued for
+    /// `host_id`), moves the host `bootstrap_issued -> enrolling`, and records the certificate
+    /// `issue` makes for it. Any refusal or failure — including `issue`'s — leaves the token
+    /// unspent and nothing written, so a failed enrollment can simply be retried.
+    fn enroll_host(
+        &self,
+        token_hash: &str,
+        host_id: Uuid,
+        now: Time,
+        issue: &mut dyn FnMut(&Host) -> Result<NewCert, StoreError>,
+    ) -> Result<Host, StoreError>;
     /// Revokes one certificate; `false` if it already was (the first revocation stays).
     fn revoke_cert(&self, serial: &str, at: Time, reason: &str) -> Result<bool, StoreError>;
     /// Revokes every unrevoked certificate of a host and ends its unused enrollment tokens

@@ -282,6 +282,31 @@ pub fn token_expired_refused(make: Factory<'_>) {
     assert_eq!(s.consume_token(&hash_token("fresh"), Some(h.id), t(199)).unwrap(), h.id);
 }
 
+/// Enrollment is all or nothing: a failing issuer leaves the token unspent and the host in
+/// `bootstrap_issued`; a working one spends it, moves the host and records the certificate.
+pub fn enrollment_is_one_transaction(make: Factory<'_>) {
+    let s = make();
+    let h = host_with_token(&*s, "gpu-01", "tok", 1000);
+    let mut failing = |_: &Host| -> Result<NewCert, StoreError> { Err(StoreError::backend("CA unavailable")) };
+    assert!(s.enroll_host(&hash_token("tok"), h.id, t(10), &mut failing).is_err());
+    assert!(s.list_tokens(Some(h.id)).unwrap()[0].used_at.is_none(), "a failed enrollment spent the token");
+    assert_eq!(s.get_host(h.id).unwrap().unwrap().state, HostLifecycle::BootstrapIssued);
+    let mut issue = |host: &Host| -> Result<NewCert, StoreError> {
+        Ok(NewCert {
+            serial: "0a".repeat(16),
+            kind: CertKind::Host,
+            host_id: Some(host.id),
+            subject: host.hostname.clone(),
+            not_before: t(10),
+            not_after: t(10_000),
+        })
+    };
+    let enrolled = s.enroll_host(&hash_token("tok"), h.id, t(11), &mut issue).unwrap();
+    assert_eq!(enrolled.state, HostLifecycle::Enrolling);
+    assert!(s.get_cert(&"0a".repeat(16)).unwrap().is_some());
+    assert_eq!(refusal(s.enroll_host(&hash_token("tok"), h.id, t(12), &mut issue)), TokenRefusal::AlreadyUsed);
+}
+
 /// Revoking a host that has not enrolled yet ends its unused token.
 pub fn revoking_a_host_ends_its_unused_tokens(make: Factory<'_>) {
     let s = make();

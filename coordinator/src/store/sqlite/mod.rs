@@ -280,6 +280,21 @@ impl Store for SqliteStore {
         self.read(|c| hosts::list_tokens(c, host_id))
     }
 
+    fn enroll_host(
+        &self,
+        token_hash: &str,
+        host_id: Uuid,
+        now: Time,
+        issue: &mut dyn FnMut(&Host) -> Result<NewCert, StoreError>,
+    ) -> Result<Host, StoreError> {
+        self.write(|tx| {
+            let owner = hosts::consume_token(tx, token_hash, Some(host_id), now)?;
+            let host =
+                hosts::transition_host(tx, owner, HostLifecycle::BootstrapIssued, HostLifecycle::Enrolling, "enrollment token used", now)?;
+            hosts::record_cert(tx, &issue(&host)?)?;
+            Ok(host)
+        })
+    }
     fn record_cert(&self, cert: &NewCert) -> Result<(), StoreError> {
         self.write(|tx| hosts::record_cert(tx, cert))
     }
