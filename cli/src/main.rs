@@ -13,6 +13,7 @@ mod clock;
 mod enroll;
 mod exit;
 mod fsio;
+mod host;
 mod keygen;
 mod release;
 mod sign_cmd;
@@ -39,7 +40,8 @@ struct Cli {
 enum Command {
     /// Generate an Ed25519 key pair: NAME.key (PKCS#8 PEM, 0600) and NAME.pub (SPKI PEM).
     Keygen(keygen::KeygenArgs),
-    /// Build and sign a release directory from a fleet spec (see also `release timestamp`).
+    /// Build and sign a release directory from a fleet spec (see also `release timestamp`,
+    /// `release publish`).
     Release(Box<release::ReleaseArgs>),
     /// Write a trust.json (the CI trust roots agents and coordinators verify against).
     Trust(trust::TrustArgs),
@@ -47,6 +49,9 @@ enum Command {
     Verify(verify::VerifyArgs),
     /// Create a host on the coordinator and print the bootstrap command to run on it.
     Enroll(Box<enroll::EnrollArgs>),
+    /// Drive a host through its lifecycle: quarantine, unquarantine, retire, reactivate,
+    /// remove, cordon, uncordon (admin).
+    Host(Box<host::HostArgs>),
     /// Print the RFC 8785 canonical form of a JSON file (or stdin).
     Canonicalize {
         /// The JSON file; stdin when absent or "-".
@@ -61,6 +66,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Trust(args) => trust::run(&args),
         Command::Verify(args) => verify::run(&args),
         Command::Enroll(args) => enroll::run(&args),
+        Command::Host(args) => host::run(&args),
         Command::Canonicalize { file } => {
             let (name, bytes) = fsio::read_input(file.as_deref())?;
             let out = drover_proto::canonical::canonicalize(&bytes).map_err(|e| CliError::data(format!("{name}: {e}")))?;

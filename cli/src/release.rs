@@ -1,5 +1,6 @@
 //! `drover release`: fleet spec → signed release directory; `drover release timestamp`:
-//! re-sign only the timestamp.
+//! re-sign only the timestamp; `drover release publish`: send a release directory to the
+//! coordinator (which verifies all of it before storing it).
 
 use std::path::{Path, PathBuf};
 
@@ -51,6 +52,16 @@ enum ReleaseSub {
         dir: PathBuf,
         #[command(flatten)]
         signing: SigningArgs,
+    },
+    /// Publish a release directory to the coordinator (publisher or admin certificate).
+    Publish {
+        /// The release directory, as `drover release` wrote it.
+        dir: PathBuf,
+        /// Why, for the coordinator's audit log.
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+        #[command(flatten)]
+        connect: crate::client::ConnectArgs,
     },
 }
 
@@ -160,8 +171,10 @@ fn release_error(context: &str, e: ReleaseError) -> CliError {
 
 /// Runs `drover release` or `drover release timestamp`.
 pub fn run(args: ReleaseArgs) -> Result<(), CliError> {
-    if let Some(ReleaseSub::Timestamp { dir, signing }) = args.sub {
-        return run_timestamp(&dir, &signing);
+    match args.sub {
+        Some(ReleaseSub::Timestamp { dir, signing }) => return run_timestamp(&dir, &signing),
+        Some(ReleaseSub::Publish { dir, reason, connect }) => return run_publish(&dir, reason, &connect),
+        None => {}
     }
     let (Some(fleet), Some(out)) = (args.fleet, args.out) else {
         return Err(CliError::usage("drover release needs --fleet SPEC and --out DIR"));
@@ -229,5 +242,29 @@ fn run_timestamp(dir: &Path, signing: &SigningArgs) -> Result<(), CliError> {
         write_atomic(&dir.join(&path), files.get(&path).unwrap_or_default(), 0o644, false)?;
     }
     println!("timestamp of {} re-signed: version {} at {}", dir.display(), doc.version, doc.signed_at);
+    Ok(())
+}
+
+/// The route releases are published to.
+const RELEASES_PATH: &str = "/v1/releases";
+
+/// `drover release publish DIR`: the coordinator verifies the release (signatures, threshold,
+/// freshness, a version above the stored one, anchors) and answers with the stored version;
+/// its refusal names the rule broken and exits 65 (77 for a certificate without the role).
+fn run_publish(dir: &Path, reason: Option<String>, connect: &crate::client::ConnectArgs) -> Result<(), CliError> {
+    let target = connect.resolve()?;
+    let files = load_release(dir)?;
+    let request = drover_proto::publish::PublishRequest::from_files(&files, reason)
+        .ok_or_else(|| CliError::data(format!("{}: a release file is not UTF-8 text", dir.display())))?;
+    let client = crate::client::connect(&target)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::new(codes::SOFTWARE, format!("cannot start the async runtime: {e}")))?;
+    let resp: drover_proto::publish::PublishResponse = runtime.block_on(client.post_json(RELEASES_PATH, &request))?;
+    println!("published release version {} from {}", resp.version, dir.display());
+    for id in &resp.rollouts {
+        println!("  rollout {id}");
+    }
     Ok(())
 }

@@ -102,6 +102,8 @@ pub struct AppState {
     pub server_pin: String,
     /// The CI trust roots served to enrolling agents, byte-exact.
     pub trust_json: axum::body::Bytes,
+    /// The same trust roots, parsed once at start: what every published release verifies against.
+    pub trust: Arc<drover_proto::trust::TrustRoots>,
     /// The agent binary.
     pub agent: AgentBinary,
     /// Long-poll wake-ups.
@@ -112,6 +114,8 @@ pub struct AppState {
     pub revoked: std::sync::RwLock<std::collections::HashSet<String>>,
     /// Serialises CRL refreshes, so an older list can never be installed after a newer one.
     pub crl_lock: tokio::sync::Mutex<()>,
+    /// Event counters for `/metrics` (state gauges are read from the store at scrape time).
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// Why the CRL could not be refreshed.

@@ -7,12 +7,17 @@
 //! public_urls = ["https://coordinator.example:8443"]
 //! trust_file = "/etc/drover/trust.json"      # the CI trust roots enrolling agents receive
 //! agent_binary = "/usr/lib/drover/drover-agent"  # served to bootstrap scripts
+//! releases_dir = "/var/lib/drover/releases"  # optional: one release directory per entry
+//! releases_poll_secs = 10
 //!
 //! [enrollment]
 //! token_ttl_secs = 7200
 //!
 //! [agent]
 //! long_poll_secs = 55
+//!
+//! [hosts]
+//! offline_after_secs = 180   # an active host silent this long becomes `offline`
 //! ```
 
 use std::net::SocketAddr;
@@ -84,12 +89,35 @@ impl Default for AgentConfig {
     }
 }
 
+/// Host lifecycle settings.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostsConfig {
+    /// How long an `active` host may go without a check-in before it is marked `offline`.
+    #[serde(default = "default_offline_after")]
+    pub offline_after_secs: u64,
+}
+
+impl Default for HostsConfig {
+    fn default() -> Self {
+        HostsConfig { offline_after_secs: default_offline_after() }
+    }
+}
+
+fn default_offline_after() -> u64 {
+    180
+}
+
 fn default_token_ttl() -> u64 {
     2 * 3600
 }
 
 fn default_long_poll() -> u64 {
     55
+}
+
+fn default_releases_poll() -> u64 {
+    10
 }
 
 /// The whole configuration.
@@ -112,6 +140,16 @@ pub struct Config {
     /// Agents.
     #[serde(default)]
     pub agent: AgentConfig,
+    /// Host lifecycle.
+    #[serde(default)]
+    pub hosts: HostsConfig,
+    /// A directory of release directories (each one as `drover release` writes it) that is
+    /// polled and published from, through the same verification as `POST /v1/releases`.
+    #[serde(default)]
+    pub releases_dir: Option<PathBuf>,
+    /// How often `releases_dir` is polled.
+    #[serde(default = "default_releases_poll")]
+    pub releases_poll_secs: u64,
 }
 
 impl Config {
@@ -153,6 +191,21 @@ impl Config {
         if !(1..=300).contains(&config.agent.long_poll_secs) {
             return Err(invalid("agent.long_poll_secs", "must be between 1 and 300 seconds".to_owned()));
         }
+        // A healthy agent's check-in is recorded when it arrives and then held for up to
+        // long_poll_secs: a shorter silence threshold would flap healthy hosts offline.
+        let offline_after = config.hosts.offline_after_secs;
+        if offline_after <= config.agent.long_poll_secs || offline_after > 7 * 86_400 {
+            return Err(invalid(
+                "hosts.offline_after_secs",
+                format!(
+                    "must be more than agent.long_poll_secs ({}) and at most 7 days: a host held in a long-poll must not look silent",
+                    config.agent.long_poll_secs
+                ),
+            ));
+        }
+        if !(1..=3600).contains(&config.releases_poll_secs) {
+            return Err(invalid("releases_poll_secs", "must be between 1 and 3600 seconds".to_owned()));
+        }
         Ok(config)
     }
 }
@@ -180,6 +233,8 @@ token_ttl_secs = 3600
         let c = Config::parse(Path::new("coordinator.toml"), GOOD).expect("valid");
         assert_eq!(c.enrollment.token_ttl_secs, 3600);
         assert_eq!(c.agent.long_poll_secs, 55);
+        assert_eq!(c.hosts.offline_after_secs, 180);
+        assert_eq!((c.releases_dir.as_deref(), c.releases_poll_secs), (None, 10));
     }
 
     #[test]
@@ -203,6 +258,14 @@ token_ttl_secs = 3600
         }
         let e = err(&GOOD.replace("token_ttl_secs = 3600", "token_ttl_secs = 0"));
         assert!(e.contains("key `enrollment.token_ttl_secs`"), "{e}");
+        let e = err(&format!("releases_poll_secs = 0\n{GOOD}"));
+        assert!(e.contains("key `releases_poll_secs`"), "{e}");
+        let e = err(&format!("{GOOD}\n[hosts]\noffline_after_secs = 55\n"));
+        assert!(e.contains("key `hosts.offline_after_secs`"), "{e}");
+        let e = err(&format!("{GOOD}\n[hosts]\noffline_after = 600\n"));
+        assert!(e.contains("key `hosts"), "{e}");
+        let c = Config::parse(Path::new("coordinator.toml"), &format!("{GOOD}\n[hosts]\noffline_after_secs = 600\n")).expect("valid");
+        assert_eq!(c.hosts.offline_after_secs, 600);
         let e = err("listen = ");
         assert!(e.starts_with("coordinator.toml: "), "{e}");
     }

@@ -4,8 +4,10 @@
 //! - [`api`]: the error shape, route guards and routes.
 //! - [`config`]: `coordinator.toml`, parsed once, errors naming file and key.
 //! - [`identity`]: who a client certificate proves (host id and hostname, or operator role).
+//! - [`metrics`]: Prometheus counters and the `/metrics` text.
 //! - [`pki`]: the CA: server, host (from a CSR) and operator certificates, the CRL.
 //! - [`state_dir`]: the state directory's files (CA, server credential, director key), `init` and `open`.
+//! - [`releases_dir`]: polling `releases_dir` and publishing what appears there.
 //! - [`run`]: starting it all: state dir, store, TLS, listener.
 //! - [`server`]: the listener: TLS handshake, identity per connection, HTTP/1.1 and HTTP/2.
 //! - [`store`]: the `Store` trait, its SQLite backend and the backend conformance suite.
@@ -21,7 +23,9 @@ pub mod api;
 pub mod app;
 pub mod config;
 pub mod identity;
+pub mod metrics;
 pub mod pki;
+pub mod releases_dir;
 pub mod run;
 pub mod server;
 pub mod state_dir;

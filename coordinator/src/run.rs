@@ -87,7 +87,7 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
     let state = StateDir::open(&config.state_dir)?;
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(state.db_path())?);
     let trust_json = read(&config.trust_file)?;
-    drover_proto::trust::TrustRoots::from_json(&trust_json)
+    let trust = drover_proto::trust::TrustRoots::from_json(&trust_json)
         .map_err(|e| StartError::Trust { path: config.trust_file.display().to_string(), message: e.to_string() })?;
     let agent_bytes = read(&config.agent_binary)?;
     let agent = AgentBinary { sha256: hex::encode(Sha256::digest(&agent_bytes)), bytes: agent_bytes.into() };
@@ -103,11 +103,13 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
         store,
         tls: tls.clone(),
         trust_json: trust_json.into(),
+        trust: Arc::new(trust),
         agent,
         hub: Hub::default(),
         clock,
         revoked: Default::default(),
         crl_lock: Default::default(),
+        metrics: Default::default(),
     });
     // Revocations made before this start must bind from the first handshake.
     app.refresh_crl().await?;
@@ -123,6 +125,11 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
             }
         }
     });
+    if let Some(dir) = app.config.releases_dir.clone() {
+        tokio::spawn(crate::releases_dir::watch(app.clone(), dir));
+    }
+    // Silent hosts become `offline`; their next check-in brings them back.
+    crate::api::lifecycle::spawn_offline_reconciler(app.clone());
     let router = crate::api::router(app.clone());
     let task = tokio::spawn(crate::server::serve(listener, tls, router));
     tracing::info!(%addr, "coordinator listening (TLS 1.3 only)");

@@ -8,7 +8,8 @@
 //!   release directory's files.
 //! - [`verify`]: every verification rule, one [`verify::VerifyError`] variant per rule.
 //! - [`intent`], [`task`], [`report`], [`states`]: per-host messages, agent reports and the
-//!   state enums with their legal transitions; [`enroll`]: enrollment and distribution.
+//!   state enums with their legal transitions; [`enroll`]: enrollment and distribution;
+//!   [`publish`]: publishing a release to the coordinator.
 //!
 //! No I/O and no clock: time is always a parameter.
 
@@ -21,6 +22,7 @@ pub mod enroll;
 pub mod intent;
 pub mod keys;
 pub mod names;
+pub mod publish;
 pub mod release;
 pub mod report;
 pub mod resolve;

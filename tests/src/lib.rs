@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use drover_coordinator::app::Clock;
-use drover_coordinator::config::{AgentConfig, Config, EnrollmentConfig};
+use drover_coordinator::config::{AgentConfig, Config, EnrollmentConfig, HostsConfig};
 use drover_coordinator::identity::Role;
 use drover_coordinator::pki::San;
 use drover_coordinator::run::{Running, start_on};
@@ -91,6 +91,12 @@ impl Harness {
 
     /// Like [`Harness::start`], holding idle check-ins for `long_poll_secs`.
     pub async fn start_with_long_poll(long_poll_secs: u64) -> Harness {
+        Self::start_with_config(move |_, config| config.agent.long_poll_secs = long_poll_secs).await
+    }
+
+    /// Like [`Harness::start`], with the configuration adjusted by `tweak` (given the
+    /// harness's directory) before the coordinator starts.
+    pub async fn start_with_config(tweak: impl FnOnce(&Path, &mut Config)) -> Harness {
         let dir = tempfile::tempdir().expect("tempdir");
         let now = wall_now();
         let clock = ManualClock::at(now);
@@ -128,15 +134,19 @@ impl Harness {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let url = format!("https://127.0.0.1:{}", addr.port());
-        let config = Config {
+        let mut config = Config {
             listen: addr,
             state_dir: state_path,
             public_urls: vec![url.clone()],
             trust_file: trust.clone(),
             agent_binary: workspace_binary("drover-agent"),
             enrollment: EnrollmentConfig::default(),
-            agent: AgentConfig { long_poll_secs },
+            agent: AgentConfig { long_poll_secs: 2 },
+            releases_dir: None,
+            releases_poll_secs: 10,
+            hosts: HostsConfig::default(),
         };
+        tweak(dir.path(), &mut config);
         drop(state);
         let running = start_on(listener, config, clock.clone()).await.expect("coordinator starts");
         let mut creds = creds.into_iter();

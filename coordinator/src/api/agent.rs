@@ -88,6 +88,8 @@ pub async fn checkin(
     caller: HostCaller,
     JsonBody(req): JsonBody<CheckinRequest>,
 ) -> Result<Json<CheckinResponse>, ApiError> {
+    // Counted and timed on every exit, a dropped long-poll included.
+    let _timer = app.metrics.checkin_timer();
     check_report(&req)?;
     let host = caller.host_id;
     let now = app.clock.now();

@@ -4,6 +4,9 @@ pub mod agent;
 pub mod auth;
 pub mod enroll;
 pub mod error;
+pub mod lifecycle;
+pub mod operator;
+pub mod releases;
 
 use std::sync::Arc;
 
@@ -17,7 +20,7 @@ use axum::routing::{get, post};
 
 use crate::app::AppState;
 
-/// Largest request body accepted (releases get their own, larger limit when they land).
+/// Largest request body accepted, but on the routes [`body_limit`] names.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
 
 /// Every route. Which ones need which certificate is decided by each handler's extractor
@@ -25,6 +28,15 @@ pub const MAX_BODY_BYTES: usize = 1 << 20;
 pub fn router(app: Arc<AppState>) -> Router {
     Router::new()
         .route("/healthz", get(agent::healthz))
+        .route("/readyz", get(operator::readyz))
+        .route("/metrics", get(operator::metrics))
+        .route("/v1/hosts", get(operator::list_hosts))
+        .route("/v1/hosts/{id}", get(operator::get_host))
+        .route("/v1/tokens", get(operator::list_tokens))
+        .route("/v1/releases", get(operator::list_releases))
+        .route("/v1/rollouts", get(operator::list_rollouts))
+        .route("/v1/events", get(operator::list_events))
+        .route("/v1/audit", get(operator::list_audit))
         .route("/v1/bootstrap.sh", get(enroll::bootstrap_script))
         .route("/v1/agent/binary", get(enroll::agent_binary))
         .route("/v1/ca.crt", get(enroll::ca_certificate))
@@ -32,14 +44,36 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/v1/enroll", post(enroll::enroll))
         .route("/v1/hosts", post(enroll::create_host))
         .route("/v1/hosts/{id}/revoke", post(enroll::revoke_host))
+        .route("/v1/hosts/{id}/quarantine", post(lifecycle::quarantine))
+        .route("/v1/hosts/{id}/unquarantine", post(lifecycle::unquarantine))
+        .route("/v1/hosts/{id}/retire", post(lifecycle::retire))
+        .route("/v1/hosts/{id}/reactivate", post(lifecycle::reactivate))
+        .route("/v1/hosts/{id}/remove", post(lifecycle::remove))
+        .route("/v1/hosts/{id}/cordon", post(lifecycle::cordon))
+        .route("/v1/hosts/{id}/uncordon", post(lifecycle::uncordon))
         .route("/v1/agent/checkin", post(agent::checkin))
         .route("/v1/agent/confirm", post(agent::confirm))
         .route("/v1/agent/renew", post(agent::renew))
         .route("/v1/rollouts/{id}", get(agent::rollout))
+        .route(RELEASES_PATH, post(releases::publish).layer(axum::extract::DefaultBodyLimit::max(releases::MAX_RELEASE_BODY_BYTES)))
         .fallback(error::no_such_route)
         .method_not_allowed_fallback(error::wrong_method)
         .layer(middleware::from_fn(read_whole_body))
         .with_state(app)
+}
+
+/// The publish route: the only one whose body may exceed [`MAX_BODY_BYTES`].
+pub const RELEASES_PATH: &str = "/v1/releases";
+
+/// The body limit of a request: a release is megabytes, everything else stays small. The
+/// larger limit is granted only to an operator certificate, so an anonymous or host caller
+/// cannot make the coordinator buffer megabytes before its role is even checked.
+pub fn body_limit(parts: &axum::http::request::Parts) -> usize {
+    let operator = matches!(
+        parts.extensions.get::<auth::Peer>(),
+        Some(auth::Peer::Verified { identity: Ok(crate::identity::Identity::Operator { .. }), .. })
+    );
+    if operator && parts.uri.path() == RELEASES_PATH { releases::MAX_RELEASE_BODY_BYTES } else { MAX_BODY_BYTES }
 }
 
 /// How much of an oversized body is read and thrown away before answering 413, so that the
@@ -52,31 +86,32 @@ pub const MAX_DRAIN_BYTES: usize = 16 << 20;
 async fn read_whole_body(req: Request, next: Next) -> Response {
     use http_body_util::BodyExt as _;
     let (parts, mut body) = req.into_parts();
+    let limit = body_limit(&parts);
     let mut buf: Vec<u8> = Vec::new();
     let mut seen = 0usize;
     while let Some(frame) = body.frame().await {
-        let Ok(frame) = frame else { return too_large() };
+        let Ok(frame) = frame else { return too_large(limit) };
         if let Ok(data) = frame.into_data() {
             seen = seen.saturating_add(data.len());
-            if seen <= MAX_BODY_BYTES {
+            if seen <= limit {
                 buf.extend_from_slice(&data);
-            } else if seen > MAX_BODY_BYTES + MAX_DRAIN_BYTES {
+            } else if seen > limit + MAX_DRAIN_BYTES {
                 // Past what is worth draining: answer now; the client may see a reset.
-                return too_large();
+                return too_large(limit);
             }
         }
     }
-    if seen > MAX_BODY_BYTES {
-        return too_large();
+    if seen > limit {
+        return too_large(limit);
     }
     next.run(Request::from_parts(parts, Body::from(buf))).await
 }
 
-fn too_large() -> Response {
+fn too_large(limit: usize) -> Response {
     error::ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "payload_too_large",
-        format!("request body is unreadable or larger than {MAX_BODY_BYTES} bytes"),
+        format!("request body is unreadable or larger than {limit} bytes"),
     )
     .into_response()
 }

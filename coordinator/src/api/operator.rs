@@ -1,0 +1,504 @@
+//! Operator read routes (admin and viewer: the [`Reader`] guard), `/metrics` and `/readyz`.
+//!
+//! Every answer is built from explicit view structs below, never by serialising store rows,
+//! so what a listing shows is decided here: no token hash, no key, no envelope bytes. The
+//! store rows cannot carry a token hash anyway (see `store::records`); the views are the
+//! second fence.
+//!
+//! Paging: hosts page by an opaque cursor (hostname + id, base64url), because their order is
+//! by hostname; events and audit page by their strictly increasing id (`next` is the last id
+//! of the page). `next` is `null` when the page came back short, so a client loops until then.
+//! Bad query values (a non-numeric limit, a malformed UUID, an unknown state or an unknown
+//! parameter) are a 400 in the API's error shape, never a silently ignored filter.
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use drover_proto::names::RolloutId;
+use drover_proto::states::{HostLifecycle, RolloutState};
+use drover_proto::time::Time;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::api::auth::Reader;
+use crate::api::error::ApiError;
+use crate::app::AppState;
+use crate::metrics::Snapshot;
+use crate::store::{self, AuditFilter, EventFilter, Host, HostCursor, HostFilter, MAX_PAGE, RolloutFilter, TaskFilter};
+
+/// Page size when the client names none.
+pub const DEFAULT_PAGE: u32 = 100;
+
+/// A query string whose rejections (a value of the wrong type, an unknown parameter) are
+/// answered in the API's error shape with 400, like [`crate::api::error::JsonBody`] for bodies.
+#[derive(Debug, Clone)]
+pub struct QueryParams<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for QueryParams<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(value)) => Ok(QueryParams(value)),
+            Err(rejection) => Err(ApiError::bad_request(rejection.body_text())),
+        }
+    }
+}
+
+/// The page size asked for: default when absent, 400 when 0, clamped to [`MAX_PAGE`].
+fn page_size(limit: Option<u32>) -> Result<u32, ApiError> {
+    match limit {
+        None => Ok(DEFAULT_PAGE),
+        Some(0) => Err(ApiError::bad_request("limit must be at least 1")),
+        Some(n) => Ok(n.min(MAX_PAGE)),
+    }
+}
+
+/// Parses an optional state name with the state machine's own `FromStr`, as a 400 naming it.
+fn parse_opt<T: FromStr>(what: &str, value: Option<&str>) -> Result<Option<T>, ApiError>
+where
+    T::Err: std::fmt::Display,
+{
+    value.map(|v| v.parse::<T>().map_err(|e| ApiError::bad_request(format!("{what}: {e}")))).transpose()
+}
+
+fn parse_uuid(what: &str, value: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(value).map_err(|_| ApiError::bad_request(format!("{what} is not a UUID")))
+}
+
+/// A page of a listing.
+#[derive(Debug, Serialize)]
+pub struct Page<T, C> {
+    /// The rows.
+    pub items: Vec<T>,
+    /// Where the next page starts, or `null` when this was the last.
+    pub next: Option<C>,
+}
+
+// ---- hosts ---------------------------------------------------------------------------------
+
+/// `GET /v1/hosts` query.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostsQuery {
+    state: Option<String>,
+    limit: Option<u32>,
+    after: Option<String>,
+}
+
+/// The last check-in as operators see it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckinView {
+    at: Time,
+    agent_version: String,
+    boot_id: String,
+    current_generation: Option<String>,
+}
+
+/// A host row.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostView {
+    id: String,
+    hostname: String,
+    state: &'static str,
+    schedulable: bool,
+    created_at: Time,
+    updated_at: Time,
+    last_checkin: Option<CheckinView>,
+}
+
+impl From<Host> for HostView {
+    fn from(h: Host) -> Self {
+        HostView {
+            id: h.id.to_string(),
+            hostname: h.hostname,
+            state: h.state.as_str(),
+            schedulable: h.schedulable,
+            created_at: h.created_at,
+            updated_at: h.updated_at,
+            last_checkin: h.last_checkin.map(|c| CheckinView {
+                at: c.at,
+                agent_version: c.agent_version,
+                boot_id: c.boot_id,
+                current_generation: c.current_generation,
+            }),
+        }
+    }
+}
+
+/// Encodes a host cursor: opaque to clients so the ordering key can change without an API change.
+pub fn encode_host_cursor(c: &HostCursor) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{}/{}", c.id, c.hostname))
+}
+
+/// Decodes what [`encode_host_cursor`] made; anything else is a 400.
+pub fn decode_host_cursor(s: &str) -> Result<HostCursor, ApiError> {
+    let bad = || ApiError::bad_request("after is not a cursor this coordinator issued");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(s).map_err(|_| bad())?;
+    let text = String::from_utf8(bytes).map_err(|_| bad())?;
+    let (id, hostname) = text.split_once('/').ok_or_else(bad)?;
+    Ok(HostCursor { id: Uuid::parse_str(id).map_err(|_| bad())?, hostname: hostname.to_owned() })
+}
+
+/// `GET /v1/hosts?state=&limit=&after=`: hosts by hostname, paged.
+pub async fn list_hosts(
+    State(app): State<Arc<AppState>>,
+    _caller: Reader,
+    QueryParams(q): QueryParams<HostsQuery>,
+) -> Result<Json<Page<HostView, String>>, ApiError> {
+    let limit = page_size(q.limit)?;
+    let filter = HostFilter {
+        state: parse_opt::<HostLifecycle>("state", q.state.as_deref())?,
+        silent_since: None,
+        after: q.after.as_deref().map(decode_host_cursor).transpose()?,
+        limit,
+    };
+    let hosts = store::blocking(app.store.clone(), move |s| s.list_hosts(&filter)).await?;
+    let next = if hosts.len() as u64 >= u64::from(limit) { hosts.last().map(|h| encode_host_cursor(&HostCursor::after(h))) } else { None };
+    Ok(Json(Page { items: hosts.into_iter().map(HostView::from).collect(), next }))
+}
+
+/// A certificate as operators see it (no key material: the CA never had the host's key).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CertView {
+    serial: String,
+    kind: &'static str,
+    not_before: Time,
+    not_after: Time,
+    revoked: bool,
+    revoked_at: Option<Time>,
+}
+
+/// One host with its certificates.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostDetail {
+    #[serde(flatten)]
+    host: HostView,
+    certificates: Vec<CertView>,
+}
+
+/// `GET /v1/hosts/{id}`: the host, its last check-in and its certificates.
+pub async fn get_host(State(app): State<Arc<AppState>>, _caller: Reader, Path(id): Path<String>) -> Result<Json<HostDetail>, ApiError> {
+    let id = parse_uuid("host id", &id)?;
+    let (host, certs) = store::blocking(app.store.clone(), move |s| Ok((s.get_host(id)?, s.list_certs(Some(id))?))).await?;
+    let host = host.ok_or_else(|| ApiError::not_found(format!("host {id} not found")))?;
+    let certificates = certs
+        .into_iter()
+        .map(|c| CertView {
+            serial: c.cert.serial,
+            kind: c.cert.kind.as_str(),
+            not_before: c.cert.not_before,
+            not_after: c.cert.not_after,
+            revoked: c.revoked.is_some(),
+            revoked_at: c.revoked.map(|r| r.at),
+        })
+        .collect();
+    Ok(Json(HostDetail { host: host.into(), certificates }))
+}
+
+// ---- tokens --------------------------------------------------------------------------------
+
+/// `GET /v1/tokens` query.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TokensQuery {
+    host_id: Option<String>,
+}
+
+/// An enrollment token's record: when it was issued, expires, was used. Never the token or
+/// its hash: neither is needed to manage it, and either would be a credential in a listing.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenView {
+    id: String,
+    host_id: String,
+    created_at: Time,
+    expires_at: Time,
+    used_at: Option<Time>,
+}
+
+/// `GET /v1/tokens?hostId=`: tokens, newest first.
+pub async fn list_tokens(
+    State(app): State<Arc<AppState>>,
+    _caller: Reader,
+    QueryParams(q): QueryParams<TokensQuery>,
+) -> Result<Json<Page<TokenView, String>>, ApiError> {
+    let host = q.host_id.as_deref().map(|h| parse_uuid("hostId", h)).transpose()?;
+    let tokens = store::blocking(app.store.clone(), move |s| s.list_tokens(host)).await?;
+    let items = tokens
+        .into_iter()
+        .map(|t| TokenView {
+            id: t.id.to_string(),
+            host_id: t.host_id.to_string(),
+            created_at: t.created_at,
+            expires_at: t.expires_at,
+            used_at: t.used_at,
+        })
+        .collect();
+    Ok(Json(Page { items, next: None }))
+}
+
+// ---- releases and rollouts -----------------------------------------------------------------
+
+/// A stored release without its bytes.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseView {
+    version: u64,
+    signed_at: Time,
+    paths: Vec<String>,
+}
+
+/// `GET /v1/releases`: stored releases, newest first.
+pub async fn list_releases(State(app): State<Arc<AppState>>, _caller: Reader) -> Result<Json<Page<ReleaseView, String>>, ApiError> {
+    let releases = store::blocking(app.store.clone(), |s| s.list_releases()).await?;
+    let items = releases.into_iter().map(|r| ReleaseView { version: r.version, signed_at: r.signed_at, paths: r.paths }).collect();
+    Ok(Json(Page { items, next: None }))
+}
+
+/// `GET /v1/rollouts` query.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RolloutsQuery {
+    state: Option<String>,
+    channel: Option<String>,
+}
+
+/// A rollout row.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutView {
+    rollout_id: String,
+    channel: String,
+    state: &'static str,
+    manifest_sha256: String,
+    opened_at: Time,
+    updated_at: Time,
+}
+
+/// `GET /v1/rollouts?state=&channel=`: rollouts by opening time.
+pub async fn list_rollouts(
+    State(app): State<Arc<AppState>>,
+    _caller: Reader,
+    QueryParams(q): QueryParams<RolloutsQuery>,
+) -> Result<Json<Page<RolloutView, String>>, ApiError> {
+    let filter = RolloutFilter { state: parse_opt::<RolloutState>("state", q.state.as_deref())?, channel: q.channel };
+    let rollouts = store::blocking(app.store.clone(), move |s| s.list_rollouts(&filter)).await?;
+    let items = rollouts
+        .into_iter()
+        .map(|r| RolloutView {
+            rollout_id: r.rollout_id.to_string(),
+            channel: r.channel,
+            state: r.state.as_str(),
+            manifest_sha256: r.manifest_sha256,
+            opened_at: r.opened_at,
+            updated_at: r.updated_at,
+        })
+        .collect();
+    Ok(Json(Page { items, next: None }))
+}
+
+// ---- events and audit ----------------------------------------------------------------------
+
+/// `GET /v1/events` query.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    host: Option<String>,
+    rollout: Option<String>,
+    kind: Option<String>,
+    after: Option<i64>,
+    limit: Option<u32>,
+}
+
+/// An event row.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventView {
+    id: i64,
+    at: Time,
+    kind: String,
+    host_id: Option<String>,
+    rollout_id: Option<String>,
+    job_id: Option<String>,
+    message: String,
+    data: Value,
+}
+
+/// `GET /v1/events?host=&rollout=&kind=&after=&limit=`: events by id, paged by id.
+pub async fn list_events(
+    State(app): State<Arc<AppState>>,
+    _caller: Reader,
+    QueryParams(q): QueryParams<EventsQuery>,
+) -> Result<Json<Page<EventView, i64>>, ApiError> {
+    let limit = page_size(q.limit)?;
+    let filter = EventFilter {
+        host_id: q.host.as_deref().map(|h| parse_uuid("host", h)).transpose()?,
+        rollout_id: q
+            .rollout
+            .as_deref()
+            .map(|r| RolloutId::parse(r).map_err(|e| ApiError::bad_request(format!("rollout: {e}"))))
+            .transpose()?,
+        job_id: None,
+        kind: q.kind,
+        after_id: q.after,
+        limit,
+    };
+    let events = store::blocking(app.store.clone(), move |s| s.list_events(&filter)).await?;
+    let next = if events.len() as u64 >= u64::from(limit) { events.last().map(|e| e.id) } else { None };
+    let items = events
+        .into_iter()
+        .map(|e| EventView {
+            id: e.id,
+            at: e.event.at,
+            kind: e.event.kind,
+            host_id: e.event.host_id.map(|h| h.to_string()),
+            rollout_id: e.event.rollout_id.map(|r| r.to_string()),
+            job_id: e.event.job_id.map(|j| j.to_string()),
+            message: e.event.message,
+            data: e.event.data,
+        })
+        .collect();
+    Ok(Json(Page { items, next }))
+}
+
+/// `GET /v1/audit` query.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditQuery {
+    actor: Option<String>,
+    target: Option<String>,
+    after: Option<i64>,
+    limit: Option<u32>,
+}
+
+/// An audit row: who did what to which target, why, from which state to which.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditView {
+    id: i64,
+    at: Time,
+    actor: String,
+    role: String,
+    action: String,
+    target: String,
+    reason: String,
+    prior_state: Option<String>,
+    expected_state: Option<String>,
+}
+
+/// `GET /v1/audit?actor=&target=&after=&limit=`: audit records by id, paged by id.
+pub async fn list_audit(
+    State(app): State<Arc<AppState>>,
+    _caller: Reader,
+    QueryParams(q): QueryParams<AuditQuery>,
+) -> Result<Json<Page<AuditView, i64>>, ApiError> {
+    let limit = page_size(q.limit)?;
+    let filter = AuditFilter { actor: q.actor, target: q.target, after_id: q.after, limit };
+    let records = store::blocking(app.store.clone(), move |s| s.list_audit(&filter)).await?;
+    let next = if records.len() as u64 >= u64::from(limit) { records.last().map(|a| a.id) } else { None };
+    let items = records
+        .into_iter()
+        .map(|r| AuditView {
+            id: r.id,
+            at: r.audit.at,
+            actor: r.audit.actor,
+            role: r.audit.role,
+            action: r.audit.action,
+            target: r.audit.target,
+            reason: r.audit.reason,
+            prior_state: r.audit.prior_state,
+            expected_state: r.audit.expected_state,
+        })
+        .collect();
+    Ok(Json(Page { items, next }))
+}
+
+// ---- /metrics and /readyz ------------------------------------------------------------------
+
+/// How far ahead `drover_certificates_expiring_within_7d` looks.
+const EXPIRY_HORIZON_SECS: u64 = 7 * 86_400;
+
+/// Reads the state gauges from the store in one blocking call.
+fn snapshot(s: &dyn store::Store, now: Time) -> Result<Snapshot, store::StoreError> {
+    let mut snap = Snapshot::zeroed();
+    // One pass over every host, page by page: one query per state would read the table
+    // once per state instead.
+    let mut filter = HostFilter { limit: MAX_PAGE, ..HostFilter::default() };
+    loop {
+        let page = s.list_hosts(&filter)?;
+        for h in &page {
+            *snap.hosts.entry(h.state.as_str()).or_insert(0) += 1;
+        }
+        match page.last() {
+            Some(last) if page.len() as u64 >= u64::from(MAX_PAGE) => filter.after = Some(HostCursor::after(last)),
+            _ => break,
+        }
+    }
+    for r in s.list_rollouts(&RolloutFilter::default())? {
+        *snap.rollouts.entry(r.state.as_str()).or_insert(0) += 1;
+    }
+    for t in s.list_tasks(&TaskFilter::default())? {
+        *snap.tasks.entry(t.state.as_str()).or_insert(0) += 1;
+    }
+    let horizon = now.plus_secs(EXPIRY_HORIZON_SECS);
+    snap.certs_expiring_7d = s.list_certs(None)?.iter().filter(|c| c.revoked.is_none() && c.cert.not_after <= horizon).count() as u64;
+    Ok(snap)
+}
+
+/// `GET /metrics`: Prometheus text. It needs a reader certificate: host counts and states
+/// are fleet information, and DESIGN lists `/metrics` among the operator routes.
+pub async fn metrics(State(app): State<Arc<AppState>>, _caller: Reader) -> Result<Response, ApiError> {
+    let now = app.clock.now();
+    let mut snap = store::blocking(app.store.clone(), move |s| snapshot(s, now)).await?;
+    snap.long_polls_held = app.hub.held() as u64;
+    let body = app.metrics.render(&snap);
+    Ok(([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response())
+}
+
+/// `GET /readyz` (anonymous, like `/healthz`: load balancers probe without certificates).
+///
+/// Ready means "can serve agents what they need": the store answers, and the latest stored
+/// release verifies against the CI trust roots at the coordinator's clock (signatures,
+/// thresholds, freshness). A coordinator with no release at all is **not** ready (503): it
+/// could enroll hosts but has nothing to roll out, and a replica that lost its store content
+/// must not take traffic. A release that has gone stale (CI stopped re-signing the timestamp)
+/// makes it unready too, since every agent would refuse what it serves.
+pub async fn readyz(State(app): State<Arc<AppState>>) -> Result<Response, ApiError> {
+    let unready = |code: &'static str, message: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, message);
+    let latest = store::blocking(app.store.clone(), |s| {
+        s.ping()?;
+        s.latest_release()
+    })
+    .await
+    .map_err(|e| {
+        tracing::warn!(error = %e, "readiness: store does not answer");
+        unready("store_unavailable", "the store does not answer".to_owned())
+    })?;
+    let Some(release) = latest else {
+        return Err(unready("no_release", "no release has been published yet; nothing to serve".to_owned()));
+    };
+    // The trust roots parsed once at start (`AppState::trust`), the same ones publishing uses.
+    let ctx = drover_proto::verify::VerifyContext::at(app.clock.now()).with_floor(drover_proto::verify::VersionFloor::None);
+    match drover_proto::release::verify_release(&release.files, &app.trust, &ctx) {
+        Ok(_) => Ok((StatusCode::OK, Json(serde_json::json!({ "ready": true, "releaseVersion": release.version }))).into_response()),
+        Err(e) => Err(unready("release_unverified", format!("latest release (version {}) does not verify: {e}", release.version))),
+    }
+}

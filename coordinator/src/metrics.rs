@@ -1,0 +1,224 @@
+//! Prometheus metrics, hand-written in the text exposition format (version 0.0.4).
+//!
+//! Two kinds live here:
+//! - **Event counters** (check-ins, their durations, verification failures) are atomics in
+//!   [`Metrics`], held by `AppState`: they count what this process saw since it started, which
+//!   is what Prometheus' `rate()` expects of a counter.
+//! - **State gauges** (hosts, rollouts and tasks by state, certificates about to expire) are
+//!   computed from the store at scrape time ([`Snapshot`]), never cached: the store is the only
+//!   state, so a replica or a restarted coordinator reports the same numbers.
+//!
+//! Names follow Prometheus conventions: `drover_` prefix, base units (seconds), `_total` on
+//! counters, a HELP and a TYPE line for every family, even when it has no sample yet, so a
+//! dashboard can tell "zero" from "not exported".
+//!
+//! No client crate: the format is a few lines of text and the families are fixed.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use drover_proto::states::{HostLifecycle, RolloutState};
+
+use crate::store::TaskState;
+
+/// Upper bounds (seconds) of the check-in duration histogram. A check-in with work answers in
+/// milliseconds; an idle one is held for the long-poll (seconds to a minute), so the buckets
+/// span both.
+pub const CHECKIN_BUCKETS: [f64; 14] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0];
+
+/// Longest verification-failure reason kept as a label; longer ones are cut, so a caller
+/// passing free text by mistake cannot grow a label without bound.
+const MAX_REASON_LABEL: usize = 64;
+/// Most distinct reasons kept; further ones are counted under `other`, bounding cardinality.
+const MAX_REASONS: usize = 64;
+
+/// The process's event counters.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    checkins_total: AtomicU64,
+    /// Per-bucket (not cumulative) counts; the last slot is `+Inf`.
+    checkin_buckets: [AtomicU64; CHECKIN_BUCKETS.len() + 1],
+    /// Sum of durations in microseconds (integers add exactly; rendered as seconds).
+    checkin_micros: AtomicU64,
+    verification_failures: Mutex<BTreeMap<String, u64>>,
+}
+
+/// Records one check-in's duration when dropped, so a long-poll whose client went away (the
+/// request future is dropped mid-wait) is still counted and timed.
+#[must_use = "the check-in is recorded when the timer is dropped"]
+pub struct CheckinTimer<'a> {
+    metrics: &'a Metrics,
+    started: Instant,
+}
+
+impl Drop for CheckinTimer<'_> {
+    fn drop(&mut self) {
+        self.metrics.record_checkin(self.started.elapsed());
+    }
+}
+
+impl Metrics {
+    /// Starts timing a check-in; it is counted when the returned guard drops.
+    pub fn checkin_timer(&self) -> CheckinTimer<'_> {
+        CheckinTimer { metrics: self, started: Instant::now() }
+    }
+
+    /// Counts one check-in that took `took`.
+    pub fn record_checkin(&self, took: Duration) {
+        let secs = took.as_secs_f64();
+        let slot = CHECKIN_BUCKETS.iter().position(|&le| secs <= le).unwrap_or(CHECKIN_BUCKETS.len());
+        self.checkin_buckets[slot].fetch_add(1, Ordering::Relaxed);
+        self.checkin_micros.fetch_add(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.checkins_total.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a release (or artifact) that failed verification, by a short, stable reason
+    /// code (e.g. the typed error's variant name: `stale_timestamp`, `version_rollback`).
+    ///
+    /// For the release publishing path (`POST /v1/releases`, the releases-dir watcher): call
+    /// it once per refused release with the typed reason. Never pass free text: every distinct
+    /// reason is a time series.
+    pub fn record_verification_failure(&self, reason: &str) {
+        let mut label: String = reason.chars().take(MAX_REASON_LABEL).collect();
+        let mut map = self.verification_failures.lock().unwrap_or_else(|e| e.into_inner());
+        if !map.contains_key(&label) && map.len() >= MAX_REASONS {
+            label = "other".to_owned();
+        }
+        *map.entry(label).or_insert(0) += 1;
+    }
+
+    /// Check-ins counted so far.
+    pub fn checkins_total(&self) -> u64 {
+        self.checkins_total.load(Ordering::Relaxed)
+    }
+}
+
+/// What the store says at scrape time.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Hosts per lifecycle state (every state present, zeros included).
+    pub hosts: BTreeMap<&'static str, u64>,
+    /// Rollouts per state.
+    pub rollouts: BTreeMap<&'static str, u64>,
+    /// Tasks per state.
+    pub tasks: BTreeMap<&'static str, u64>,
+    /// Unrevoked certificates whose notAfter is within 7 days of now (expired ones included:
+    /// they need the same attention).
+    pub certs_expiring_7d: u64,
+    /// Check-ins held open now.
+    pub long_polls_held: u64,
+}
+
+impl Snapshot {
+    /// Every state of every family at zero, so each series exists before its first member.
+    pub fn zeroed() -> Self {
+        Snapshot {
+            hosts: HostLifecycle::ALL.iter().map(|s| (s.as_str(), 0)).collect(),
+            rollouts: RolloutState::ALL.iter().map(|s| (s.as_str(), 0)).collect(),
+            tasks: [TaskState::Queued, TaskState::Leased, TaskState::Completed].iter().map(|s| (s.as_str(), 0)).collect(),
+            certs_expiring_7d: 0,
+            long_polls_held: 0,
+        }
+    }
+}
+
+/// Prometheus label-value escaping: backslash, double quote and newline.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn by_label(out: &mut String, name: &str, label: &str, values: &BTreeMap<&'static str, u64>) {
+    for (v, n) in values {
+        let _ = writeln!(out, "{name}{{{label}=\"{}\"}} {n}", escape(v));
+    }
+}
+
+impl Metrics {
+    /// The whole exposition: this process's counters plus the store snapshot.
+    pub fn render(&self, snap: &Snapshot) -> String {
+        let mut out = String::with_capacity(4096);
+        family(&mut out, "drover_build_info", "gauge", "Build of this coordinator; always 1.");
+        let _ = writeln!(out, "drover_build_info{{version=\"{}\"}} 1", escape(env!("CARGO_PKG_VERSION")));
+
+        family(&mut out, "drover_hosts", "gauge", "Hosts by lifecycle state.");
+        by_label(&mut out, "drover_hosts", "state", &snap.hosts);
+
+        family(&mut out, "drover_checkins_total", "counter", "Agent check-ins handled by this process.");
+        let _ = writeln!(out, "drover_checkins_total {}", self.checkins_total());
+
+        family(&mut out, "drover_checkin_duration_seconds", "histogram", "Check-in duration, long-poll hold included.");
+        let mut cumulative = 0u64;
+        for (i, le) in CHECKIN_BUCKETS.iter().enumerate() {
+            cumulative += self.checkin_buckets[i].load(Ordering::Relaxed);
+            let _ = writeln!(out, "drover_checkin_duration_seconds_bucket{{le=\"{le}\"}} {cumulative}");
+        }
+        cumulative += self.checkin_buckets[CHECKIN_BUCKETS.len()].load(Ordering::Relaxed);
+        let _ = writeln!(out, "drover_checkin_duration_seconds_bucket{{le=\"+Inf\"}} {cumulative}");
+        let sum = self.checkin_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "drover_checkin_duration_seconds_sum {sum}");
+        let _ = writeln!(out, "drover_checkin_duration_seconds_count {cumulative}");
+
+        family(&mut out, "drover_long_polls_held", "gauge", "Check-ins held open waiting for work.");
+        let _ = writeln!(out, "drover_long_polls_held {}", snap.long_polls_held);
+
+        family(&mut out, "drover_rollouts", "gauge", "Rollouts by state.");
+        by_label(&mut out, "drover_rollouts", "state", &snap.rollouts);
+
+        family(&mut out, "drover_tasks", "gauge", "Maintenance tasks by state.");
+        by_label(&mut out, "drover_tasks", "state", &snap.tasks);
+
+        family(&mut out, "drover_verification_failures_total", "counter", "Releases refused by verification, by reason.");
+        for (reason, n) in self.verification_failures.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            let _ = writeln!(out, "drover_verification_failures_total{{reason=\"{}\"}} {n}", escape(reason));
+        }
+
+        family(
+            &mut out,
+            "drover_certificates_expiring_within_7d",
+            "gauge",
+            "Unrevoked certificates whose notAfter is less than 7 days away (or past).",
+        );
+        let _ = writeln!(out, "drover_certificates_expiring_within_7d {}", snap.certs_expiring_7d);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_is_cumulative_and_counts_match() {
+        let m = Metrics::default();
+        m.record_checkin(Duration::from_millis(3));
+        m.record_checkin(Duration::from_secs(2));
+        m.record_checkin(Duration::from_secs(120));
+        let text = m.render(&Snapshot::zeroed());
+        assert!(text.contains("drover_checkin_duration_seconds_bucket{le=\"0.005\"} 1\n"), "{text}");
+        assert!(text.contains("drover_checkin_duration_seconds_bucket{le=\"2.5\"} 2\n"), "{text}");
+        assert!(text.contains("drover_checkin_duration_seconds_bucket{le=\"60\"} 2\n"), "{text}");
+        assert!(text.contains("drover_checkin_duration_seconds_bucket{le=\"+Inf\"} 3\n"), "{text}");
+        assert!(text.contains("drover_checkin_duration_seconds_count 3\n"), "{text}");
+        assert!(text.contains("drover_checkins_total 3\n"), "{text}");
+    }
+
+    #[test]
+    fn verification_reasons_are_bounded_and_escaped() {
+        let m = Metrics::default();
+        m.record_verification_failure("stale \"ts\"");
+        for i in 0..(MAX_REASONS + 5) {
+            m.record_verification_failure(&format!("r{i}"));
+        }
+        let text = m.render(&Snapshot::zeroed());
+        assert!(text.contains("drover_verification_failures_total{reason=\"stale \\\"ts\\\"\"} 1\n"), "{text}");
+        assert!(text.contains("drover_verification_failures_total{reason=\"other\"}"), "{text}");
+    }
+}

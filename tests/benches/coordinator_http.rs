@@ -1,0 +1,273 @@
+//! The coordinator over the network, against a bare server in the same run: check-ins per
+//! second over keep-alive mTLS connections from N concurrent clients, full mTLS handshakes
+//! per second, and the coordinator's memory with 10,000 enrolled hosts that have all checked
+//! in. The baseline (`bare-tls-server`) is hyper + tokio-rustls with the coordinator's own
+//! TLS configuration answering the same bytes and doing nothing else; both run as separate
+//! processes on loopback, sharing the machine with the load generator exactly alike.
+//!
+//! Run: `cargo build --release -p drover-coordinator && cargo bench -p drover-tests --bench
+//! coordinator_http` (options after `--`: `--clients N`, `--secs S`, `--hosts H`).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use drover_client::{ClientIdentity, CoordinatorClient};
+use drover_coordinator::state_dir::StateDir;
+use drover_coordinator::store::{CertKind, NewCert, NewHost, NewIntent, SqliteStore, Store};
+use drover_proto::names::RolloutId;
+use drover_proto::time::Time;
+use rustls::pki_types::CertificateDer;
+use uuid::Uuid;
+
+use drover_client::rustls;
+
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `cmd` and waits (bounded) for its `listening on ADDR` line.
+fn start(mut cmd: Command) -> Server {
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("server starts");
+    // Owned by a `Server` from here on, so every exit path (panics included) reaps it.
+    let mut server = Server { child, url: String::new() };
+    let mut lines = BufReader::new(server.child.stdout.take().expect("stdout")).lines();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while server.url.is_empty() {
+        assert!(Instant::now() < deadline, "server never said where it listens");
+        match lines.next() {
+            Some(Ok(line)) => {
+                if let Some(addr) = line.strip_prefix("listening on ") {
+                    server.url = format!("https://{}", addr.trim());
+                }
+            }
+            _ => panic!("server exited before listening"),
+        }
+    }
+    server
+}
+
+fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("exe");
+    let path = exe.parent().and_then(Path::parent).map(|d| d.join(name)).expect("target dir");
+    assert!(path.is_file(), "{} is missing: run `cargo build --release -p drover-coordinator` first", path.display());
+    path
+}
+
+fn rss_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+type Creds = (String, String);
+
+fn client(url: &str, ca: &[CertificateDer<'static>], creds: &Creds) -> CoordinatorClient {
+    let identity = ClientIdentity::from_pem(creds.0.as_bytes(), creds.1.as_bytes()).expect("identity");
+    CoordinatorClient::new("bench", &[url.to_owned()], ca, Some(identity), Duration::from_secs(30)).expect("client")
+}
+
+/// Requests per second from `clients` tasks over `secs`, each on its own kept-alive connection.
+async fn keep_alive_rate(url: &str, ca: &[CertificateDer<'static>], creds: &[Creds], clients: usize, secs: u64, post: bool) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut tasks = Vec::new();
+    for c in creds.iter().take(clients) {
+        let client = client(url, ca, c);
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            let report = serde_json::json!({ "agentVersion": "bench", "bootId": "b" });
+            while Instant::now() < deadline {
+                let ok = if post {
+                    client.post_json::<_, serde_json::Value>("/v1/agent/checkin", &report).await.is_ok()
+                } else {
+                    client.get_bytes("/healthz").await.is_ok()
+                };
+                assert!(ok, "request failed under load");
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("load task");
+    }
+    done.load(Ordering::Relaxed) as f64 / secs as f64
+}
+
+/// Full mTLS handshakes per second: every request on a new client, hence a new connection.
+async fn handshake_rate(url: &str, ca: &[CertificateDer<'static>], creds: &[Creds], clients: usize, secs: u64) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut tasks = Vec::new();
+    for c in creds.iter().take(clients) {
+        let (url, ca, done, c) = (url.to_owned(), ca.to_vec(), done.clone(), c.clone());
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < deadline {
+                let fresh = client(&url, &ca, &c);
+                assert!(fresh.get_bytes("/healthz").await.is_ok(), "handshake failed under load");
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("load task");
+    }
+    done.load(Ordering::Relaxed) as f64 / secs as f64
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |name: &str, default: usize| {
+        args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
+    };
+    let clients = arg("--clients", 32);
+    let secs = arg("--secs", 5) as u64;
+    let hosts = arg("--hosts", 10_000);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state_path = dir.path().join("state");
+    let coordinator = binary("drover-coordinator");
+    let out =
+        Command::new(&coordinator).args(["init", "--state-dir"]).arg(&state_path).args(["--san", "127.0.0.1"]).output().expect("init");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let state = StateDir::open(&state_path).expect("state");
+    let now =
+        Time::from_unix(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs() as i64).expect("now");
+
+    // Enroll `hosts` hosts straight into the store (what POST /v1/enroll records), each with
+    // a real certificate and an intent, so every check-in has work and returns at once.
+    let store = SqliteStore::open(state.db_path()).expect("store");
+    let rollout = RolloutId::new("gpu", "bench").expect("id");
+    let mut creds: Vec<Creds> = Vec::with_capacity(hosts);
+    let setup = Instant::now();
+    for i in 0..hosts {
+        let hostname = format!("gpu-{i:05}");
+        let host = store.create_host(&NewHost { hostname: hostname.clone(), created_at: now, token: None }).expect("host");
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
+        let csr = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params").serialize_request(&key).expect("csr");
+        let cert = state.ca().issue_host_from_csr(&csr.pem().expect("pem"), host.id, &hostname, now).expect("cert");
+        let record = NewCert {
+            serial: cert.serial_hex,
+            kind: CertKind::Host,
+            host_id: Some(host.id),
+            subject: hostname,
+            not_before: cert.not_before,
+            not_after: cert.not_after,
+        };
+        store.record_cert(&record).expect("record");
+        let envelope = serde_json::json!({ "signed": { "host": host.id.to_string() }, "signatures": [] }).to_string().into_bytes();
+        store
+            .put_intent(&NewIntent {
+                intent_id: Uuid::new_v4(),
+                host_id: host.id,
+                rollout_id: rollout.clone(),
+                envelope,
+                confirm_deadline: None,
+                created_at: now,
+            })
+            .expect("intent");
+        creds.push((cert.pem, key.serialize_pem()));
+    }
+    drop(store);
+    let setup_secs = setup.elapsed().as_secs_f64();
+    let ci = ed25519_dalek::SigningKey::from_bytes(&[9u8; 32]).verifying_key();
+    let trust = serde_json::json!({ "schemaVersion": 1, "ci": { "threshold": 1, "keys": [{
+        "keyId": drover_proto::keys::KeyId::of(&ci).to_string(), "alg": "ed25519",
+        "publicKey": drover_proto::keys::verifying_key_to_pem(&ci).expect("pem") }] } });
+    std::fs::write(dir.path().join("trust.json"), trust.to_string()).expect("trust");
+    std::fs::write(dir.path().join("agent"), b"not an agent").expect("agent");
+    let config = format!(
+        "listen = \"127.0.0.1:0\"\nstate_dir = \"{}\"\npublic_urls = [\"https://127.0.0.1:1\"]\ntrust_file = \"{}\"\nagent_binary = \"{}\"\n",
+        state_path.display(),
+        dir.path().join("trust.json").display(),
+        dir.path().join("agent").display()
+    );
+    std::fs::write(dir.path().join("coordinator.toml"), config).expect("config");
+    let ca = vec![CertificateDer::from(state.ca().cert_der().to_vec())];
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    runtime.block_on(async {
+        let coord = {
+            let mut cmd = Command::new(&coordinator);
+            cmd.args(["serve", "--config"]).arg(dir.path().join("coordinator.toml")).env("DROVER_LOG", "warn");
+            start(cmd)
+        };
+        // The bare server answers exactly what the coordinator answers a check-in.
+        let sample: serde_json::Value = client(&coord.url, &ca, &creds[0])
+            .post_json("/v1/agent/checkin", &serde_json::json!({ "agentVersion": "bench", "bootId": "b" }))
+            .await
+            .expect("sample check-in");
+        std::fs::write(dir.path().join("body.json"), serde_json::to_vec(&sample).expect("json")).expect("body");
+        let bare = {
+            let mut cmd = Command::new(binary("bare-tls-server"));
+            cmd.arg("--state-dir").arg(&state_path).arg("--body").arg(dir.path().join("body.json"));
+            start(cmd)
+        };
+
+        let c_keep = keep_alive_rate(&coord.url, &ca, &creds, clients, secs, true).await;
+        let b_keep = keep_alive_rate(&bare.url, &ca, &creds, clients, secs, true).await;
+        let c_hs = handshake_rate(&coord.url, &ca, &creds, clients, secs).await;
+        let b_hs = handshake_rate(&bare.url, &ca, &creds, clients, secs).await;
+
+        // Every host checks in once (its own connection), then the coordinator's memory.
+        let started = Instant::now();
+        let next = Arc::new(AtomicU64::new(0));
+        let creds = Arc::new(creds);
+        let mut tasks = Vec::new();
+        for _ in 0..64 {
+            let (next, creds, ca, url) = (next.clone(), creds.clone(), ca.clone(), coord.url.clone());
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                    let Some(c) = creds.get(i) else { break };
+                    let r: Result<serde_json::Value, _> = client(&url, &ca, c)
+                        .post_json("/v1/agent/checkin", &serde_json::json!({ "agentVersion": "bench", "bootId": "b" }))
+                        .await;
+                    assert!(r.is_ok(), "check-in of host {i} failed: {r:?}");
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.expect("check-in task");
+        }
+        let all_in = started.elapsed().as_secs_f64();
+        let (rss, hwm) = rss_kib(coord.child.id());
+        let (bare_rss, _) = rss_kib(bare.child.id());
+
+        println!("# coordinator HTTP benchmark");
+        println!();
+        println!("{clients} concurrent clients, {secs} s per measurement; {hosts} enrolled hosts (setup {setup_secs:.1} s)");
+        println!();
+        println!("| measurement | coordinator | bare hyper + rustls (baseline) | ratio | goal |");
+        println!("|---|---|---|---|---|");
+        println!("| check-ins/s, keep-alive mTLS | {c_keep:.0} | {b_keep:.0} | {:.2} | ≥ 0.60 |", c_keep / b_keep);
+        println!("| full mTLS handshakes/s | {c_hs:.0} | {b_hs:.0} | {:.2} | ≥ 0.90 |", c_hs / b_hs);
+        println!(
+            "| RSS after all {hosts} hosts checked in (MiB) | {:.1} (peak {:.1}) | {:.1} | | < 200 |",
+            rss as f64 / 1024.0,
+            hwm as f64 / 1024.0,
+            bare_rss as f64 / 1024.0
+        );
+        println!();
+        println!("all {hosts} hosts checked in once, each on a new connection, in {all_in:.1} s");
+    });
+}

@@ -1,0 +1,303 @@
+//! Host lifecycle end to end: the admin verbs over real mTLS (`curl`, and the `drover host`
+//! binary once), their guardrails (only legal transitions, nothing written when refused, no
+//! reactivation after removal, a removed host's certificate no longer connects), their audit
+//! rows, the roles allowed to call them, and `offline` after silence (the manual clock and a
+//! direct call to the reconciler's step) with the return to `active` on the next check-in.
+//!
+//! Refused verbs leave no audit row: the audit records accepted operator actions; refusals are
+//! answered (409 with the guardrail) and logged, and change nothing.
+
+use std::path::PathBuf;
+
+use drover_coordinator::api::lifecycle::mark_silent_hosts_offline;
+use drover_coordinator::app::Clock as _;
+use drover_coordinator::store::{AuditFilter, AuditRecord, CertKind, EventFilter, NewCert};
+use drover_proto::states::HostLifecycle;
+use drover_tests::Harness;
+use serde_json::Value;
+use uuid::Uuid;
+
+/// A host in the store with a recorded certificate, driven to `active` as enrollment and a
+/// first check-in would.
+fn active_host(h: &Harness, hostname: &str) -> (Uuid, (PathBuf, PathBuf)) {
+    let (id, cert, serial) = h.host_credentials(hostname);
+    let store = &h.running.app.store;
+    let now = h.clock.now();
+    store
+        .record_cert(&NewCert {
+            serial,
+            kind: CertKind::Host,
+            host_id: Some(id),
+            subject: hostname.into(),
+            not_before: now,
+            not_after: now.plus_secs(86_400),
+        })
+        .expect("record cert");
+    store.transition_host(id, HostLifecycle::BootstrapIssued, HostLifecycle::Enrolling, "test enroll", now).expect("enrolling");
+    store.transition_host(id, HostLifecycle::Enrolling, HostLifecycle::Active, "test check-in", now).expect("active");
+    (id, cert)
+}
+
+fn reason(text: &str) -> String {
+    serde_json::json!({ "reason": text }).to_string()
+}
+
+/// `POST /v1/hosts/{id}/{verb}` as the admin; returns (status, JSON body).
+async fn verb(h: &Harness, id: Uuid, verb: &str, why: &str) -> (String, Value) {
+    let (code, body) = h.call(Some(&h.admin), "POST", &format!("/v1/hosts/{id}/{verb}"), Some(&reason(why))).await;
+    let json = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{verb}: not JSON ({e}): {body:?}"));
+    (code, json)
+}
+
+fn state(h: &Harness, id: Uuid) -> HostLifecycle {
+    h.running.app.store.get_host(id).expect("store").expect("host").state
+}
+
+fn audit(h: &Harness, id: Uuid) -> Vec<AuditRecord> {
+    h.running.app.store.list_audit(&AuditFilter { target: Some(id.to_string()), ..AuditFilter::default() }).expect("audit")
+}
+
+fn transitions(h: &Harness, id: Uuid) -> Vec<String> {
+    let events = h
+        .running
+        .app
+        .store
+        .list_events(&EventFilter { host_id: Some(id), kind: Some("host.transition".into()), ..EventFilter::default() })
+        .expect("events");
+    events.into_iter().map(|e| e.event.message).collect()
+}
+
+async fn checkin(h: &Harness, cert: &(PathBuf, PathBuf)) -> String {
+    let body = serde_json::json!({ "agentVersion": "t", "bootId": "b" }).to_string();
+    h.call(Some(cert), "POST", "/v1/agent/checkin", Some(&body)).await.0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quarantine_then_unquarantine() {
+    let h = Harness::start().await;
+    let (id, _) = active_host(&h, "gpu-q");
+    let (code, body) = verb(&h, id, "quarantine", "ECC errors on GPU 3").await;
+    assert_eq!(code, "200", "{body}");
+    assert_eq!(body["state"], "quarantined");
+    assert_eq!(body["hostId"], id.to_string());
+    assert_eq!(body["hostname"], "gpu-q");
+    assert_eq!(body["schedulable"], true);
+    assert_eq!(state(&h, id), HostLifecycle::Quarantined);
+    let (code, body) = verb(&h, id, "unquarantine", "GPU 3 replaced").await;
+    assert_eq!(code, "200", "{body}");
+    assert_eq!(body["state"], "active");
+    // One event per transition, each carrying the operator's reason.
+    let events = transitions(&h, id);
+    assert!(events.iter().any(|m| m.contains("ECC errors on GPU 3")), "{events:?}");
+    assert!(events.iter().any(|m| m.contains("GPU 3 replaced")), "{events:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retire_then_reactivate_and_audit_rows_carry_everything() {
+    let h = Harness::start().await;
+    let (id, _) = active_host(&h, "gpu-r");
+    let before = transitions(&h, id).len();
+    let (code, body) = verb(&h, id, "retire", "end of lease").await;
+    assert_eq!(code, "200", "{body}");
+    assert_eq!(body["state"], "retired");
+    // Through draining: two transitions, two events, both with the reason.
+    let events = transitions(&h, id);
+    assert_eq!(events.len(), before + 2, "{events:?}");
+    assert!(events[before..].iter().all(|m| m.contains("end of lease")), "{events:?}");
+    let (code, body) = verb(&h, id, "reactivate", "lease renewed").await;
+    assert_eq!(code, "200", "{body}");
+    assert_eq!(body["state"], "active");
+
+    let rows = audit(&h, id);
+    let find = |action: &str| rows.iter().find(|r| r.audit.action == action).unwrap_or_else(|| panic!("no {action} audit row: {rows:?}"));
+    let retire = &find("host.retire").audit;
+    assert_eq!(retire.actor, "alice");
+    assert_eq!(retire.role, "admin");
+    assert_eq!(retire.target, id.to_string());
+    assert_eq!(retire.reason, "end of lease");
+    assert_eq!(retire.prior_state.as_deref(), Some("active"));
+    assert_eq!(retire.expected_state.as_deref(), Some("retired"));
+    let reactivate = &find("host.reactivate").audit;
+    assert_eq!((reactivate.prior_state.as_deref(), reactivate.expected_state.as_deref()), (Some("retired"), Some("active")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removed_host_is_revoked_and_never_reactivated() {
+    let h = Harness::start().await;
+    let (id, cert) = active_host(&h, "gpu-x");
+    assert_eq!(checkin(&h, &cert).await, "200");
+    // Only a retired host can be removed.
+    let (code, body) = verb(&h, id, "remove", "decommission").await;
+    assert_eq!(code, "409", "{body}");
+    assert!(body["error"]["message"].as_str().unwrap_or_default().contains("retire"), "{body}");
+    assert_eq!(state(&h, id), HostLifecycle::Active);
+
+    assert_eq!(verb(&h, id, "retire", "decommission").await.0, "200");
+    let (code, body) = verb(&h, id, "remove", "decommission").await;
+    assert_eq!(code, "200", "{body}");
+    assert_eq!(body["state"], "deleted");
+    // Its certificates are revoked: the handshake itself fails.
+    let body = serde_json::json!({ "agentVersion": "t", "bootId": "b" }).to_string();
+    let mut args = vec!["-X".to_owned(), "POST".to_owned(), "-w".to_owned(), "\n%{http_code}".to_owned()];
+    args.extend(["-H".to_owned(), "content-type: application/json".to_owned(), "--data-binary".to_owned(), body]);
+    args.push(format!("{}/v1/agent/checkin", h.url));
+    let out = h.curl_as(&cert, args).await;
+    assert!(!out.status.success(), "a removed host's certificate completed a handshake");
+    assert!(String::from_utf8_lossy(&out.stdout).trim().ends_with("000"), "no HTTP response at all");
+    let certs = h.running.app.store.list_certs(Some(id)).expect("certs");
+    assert!(!certs.is_empty() && certs.iter().all(|c| c.revoked.is_some()), "{certs:?}");
+
+    // deleted is terminal: no verb brings it back, and the refusal names the guardrail.
+    let audits = audit(&h, id).len();
+    let events = transitions(&h, id).len();
+    for v in ["reactivate", "unquarantine", "quarantine", "retire", "remove", "cordon"] {
+        let (code, body) = verb(&h, id, v, "bring it back").await;
+        assert_eq!(code, "409", "{v}: {body}");
+        assert!(body["error"]["message"].as_str().unwrap_or_default().contains("terminal"), "{v}: {body}");
+    }
+    assert_eq!(state(&h, id), HostLifecycle::Deleted);
+    assert_eq!(audit(&h, id).len(), audits, "refused verbs are not audited");
+    assert_eq!(transitions(&h, id).len(), events, "refused verbs write no event");
+    // The id is never reused: the same hostname enrolls as a new host.
+    let created = h.create_host("gpu-x").await;
+    assert_ne!(created["hostId"], id.to_string());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn illegal_verbs_are_refused_with_nothing_written() {
+    let h = Harness::start().await;
+    let (id, _) = active_host(&h, "gpu-i");
+    let audits = audit(&h, id).len();
+    let events = transitions(&h, id).len();
+    // Active: not quarantined, not retired.
+    for v in ["unquarantine", "reactivate", "remove"] {
+        let (code, body) = verb(&h, id, v, "try").await;
+        assert_eq!(code, "409", "{v}: {body}");
+        assert_eq!(body["error"]["code"], "conflict");
+    }
+    // A host still in bootstrap_issued can be neither quarantined nor retired.
+    let (fresh, _, _) = h.host_credentials("gpu-fresh");
+    for v in ["quarantine", "retire", "unquarantine"] {
+        assert_eq!(verb(&h, fresh, v, "try").await.0, "409", "{v}");
+    }
+    assert_eq!(state(&h, fresh), HostLifecycle::BootstrapIssued);
+    assert_eq!(state(&h, id), HostLifecycle::Active);
+    assert_eq!(audit(&h, id).len(), audits);
+    assert!(audit(&h, fresh).is_empty());
+    assert_eq!(transitions(&h, id).len(), events);
+    // Unknown host 404, malformed id 400, missing or bad reason 400.
+    assert_eq!(verb(&h, Uuid::new_v4(), "quarantine", "x").await.0, "404");
+    let (code, _) = h.call(Some(&h.admin), "POST", "/v1/hosts/not-a-uuid/quarantine", Some(&reason("x"))).await;
+    assert_eq!(code, "400");
+    for bad in ["{}".to_owned(), reason(""), reason("   "), reason("line\nbreak"), reason(&"x".repeat(501))] {
+        let (code, body) = h.call(Some(&h.admin), "POST", &format!("/v1/hosts/{id}/quarantine"), Some(&bad)).await;
+        assert_eq!(code, "400", "{bad}: {body}");
+    }
+    assert_eq!(state(&h, id), HostLifecycle::Active);
+    assert_eq!(audit(&h, id).len(), audits);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_admins_drive_the_lifecycle() {
+    let h = Harness::start().await;
+    let (id, cert) = active_host(&h, "gpu-a");
+    for v in ["quarantine", "retire", "remove", "cordon"] {
+        let path = format!("/v1/hosts/{id}/{v}");
+        let (code, body) = h.call(Some(&h.viewer), "POST", &path, Some(&reason("x"))).await;
+        assert_eq!(code, "403", "viewer {v}: {body}");
+        let (code, body) = h.call(Some(&cert), "POST", &path, Some(&reason("x"))).await;
+        assert_eq!(code, "403", "host certificate {v}: {body}");
+        let (code, _) = h.call(None, "POST", &path, Some(&reason("x"))).await;
+        assert_eq!(code, "401", "anonymous {v}");
+    }
+    assert_eq!(state(&h, id), HostLifecycle::Active);
+    assert!(audit(&h, id).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cordon_and_uncordon_flip_the_schedulable_flag() {
+    let h = Harness::start().await;
+    let (id, _) = active_host(&h, "gpu-c");
+    let (code, body) = verb(&h, id, "cordon", "firmware update tonight").await;
+    assert_eq!(code, "200", "{body}");
+    assert_eq!((body["state"].as_str(), body["schedulable"].as_bool()), (Some("active"), Some(false)));
+    assert!(!h.running.app.store.get_host(id).expect("store").expect("host").schedulable);
+    let (code, body) = verb(&h, id, "uncordon", "done").await;
+    assert_eq!(code, "200", "{body}");
+    assert_eq!(body["schedulable"], true);
+    let rows = audit(&h, id);
+    let cordon = rows.iter().find(|r| r.audit.action == "host.cordon").expect("cordon audited");
+    assert_eq!((cordon.audit.prior_state.as_deref(), cordon.audit.expected_state.as_deref()), (Some("schedulable"), Some("cordoned")));
+    assert_eq!(cordon.audit.reason, "firmware update tonight");
+    assert!(rows.iter().any(|r| r.audit.action == "host.uncordon"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_host_goes_offline_and_returns_on_checkin() {
+    let h = Harness::start().await;
+    let (id, cert) = active_host(&h, "gpu-s");
+    let (quiet, _) = active_host(&h, "gpu-t");
+    assert_eq!(checkin(&h, &cert).await, "200");
+    let after = h.running.app.config.hosts.offline_after_secs;
+    assert_eq!(after, 180, "the default");
+    // Not silent long enough yet.
+    h.clock.advance(i64::try_from(after).expect("secs") - 10);
+    assert_eq!(mark_silent_hosts_offline(&h.running.app).await.expect("sweep"), 0);
+    assert_eq!(state(&h, id), HostLifecycle::Active);
+    h.clock.advance(20);
+    assert_eq!(mark_silent_hosts_offline(&h.running.app).await.expect("sweep"), 2);
+    assert_eq!(state(&h, id), HostLifecycle::Offline);
+    assert_eq!(state(&h, quiet), HostLifecycle::Offline);
+    let events = transitions(&h, id);
+    assert!(events.last().is_some_and(|m| m == &format!("no check-in for {after}s")), "{events:?}");
+    // A second sweep finds nothing more to do.
+    assert_eq!(mark_silent_hosts_offline(&h.running.app).await.expect("sweep"), 0);
+    // The next check-in brings it back.
+    assert_eq!(checkin(&h, &cert).await, "200");
+    assert_eq!(state(&h, id), HostLifecycle::Active);
+    assert_eq!(state(&h, quiet), HostLifecycle::Offline);
+    // A quarantined host is not "active and silent": the sweep leaves it alone.
+    assert_eq!(verb(&h, id, "quarantine", "investigate").await.0, "200");
+    h.clock.advance(10 * i64::try_from(after).expect("secs"));
+    assert_eq!(mark_silent_hosts_offline(&h.running.app).await.expect("sweep"), 0);
+    assert_eq!(state(&h, id), HostLifecycle::Quarantined);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drover_host_cli_drives_the_lifecycle() {
+    let h = Harness::start().await;
+    let (id, _) = active_host(&h, "gpu-cli");
+    let drover = drover_tests::workspace_binary("drover");
+    let run = |verb: &str, creds: &(PathBuf, PathBuf)| {
+        let args = vec![
+            "host".to_owned(),
+            verb.to_owned(),
+            id.to_string(),
+            "--reason".to_owned(),
+            "cli test".to_owned(),
+            "--coordinator".to_owned(),
+            h.url.clone(),
+            "--cert".to_owned(),
+            creds.0.display().to_string(),
+            "--key".to_owned(),
+            creds.1.display().to_string(),
+            "--ca".to_owned(),
+            h.ca.display().to_string(),
+        ];
+        let drover = drover.clone();
+        tokio::task::spawn_blocking(move || std::process::Command::new(drover).args(args).output().expect("drover"))
+    };
+    let out = run("quarantine", &h.admin).await.expect("join");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("{id} gpu-cli quarantined schedulable"));
+    let out = run("cordon", &h.admin).await.expect("join");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("{id} gpu-cli quarantined cordoned"));
+    // Refused: 409 is exit 65 with the guardrail; a viewer is exit 77.
+    let out = run("reactivate", &h.admin).await.expect("join");
+    assert_eq!(out.status.code(), Some(65), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("409"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run("unquarantine", &h.viewer).await.expect("join");
+    assert_eq!(out.status.code(), Some(77), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(state(&h, id), HostLifecycle::Quarantined);
+}
