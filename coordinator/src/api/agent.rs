@@ -93,10 +93,13 @@ pub async fn checkin(
     check_report(&req)?;
     let host = caller.host_id;
     let now = app.clock.now();
-    let report = req.clone();
-    store::blocking(app.store.clone(), move |s| {
-        let record = s.get_host(host)?.ok_or_else(|| StoreError::NotFound { what: "host", id: host.to_string() })?;
-        s.record_checkin(
+    let known = req.known_intent_id.clone();
+    let first_known = known.clone();
+    let report = req;
+    // Recording the report and the first look for work share one trip to the blocking pool.
+    let mut work = store::blocking(app.store.clone(), move |s| {
+        // record_checkin refuses an unknown host and returns the record, state included.
+        let record = s.record_checkin(
             host,
             &Checkin {
                 at: now,
@@ -130,17 +133,12 @@ pub async fn checkin(
                 Err(e) => return Err(e),
             }
         }
-        Ok(())
+        work_for(s, host, first_known.as_deref(), now)
     })
     .await?;
-    let known = req.known_intent_id.clone();
-    let fetch = |app: Arc<AppState>, known: Option<String>| async move {
-        let now = app.clock.now();
-        store::blocking(app.store.clone(), move |s| work_for(s, host, known.as_deref(), now)).await
-    };
-    let mut work = fetch(app.clone(), known.clone()).await?;
     if work.is_empty() && app.hub.wait(host, Duration::from_secs(app.config.agent.long_poll_secs)).await {
-        work = fetch(app.clone(), known).await?;
+        let now = app.clock.now();
+        work = store::blocking(app.store.clone(), move |s| work_for(s, host, known.as_deref(), now)).await?;
     }
     Ok(Json(CheckinResponse {
         intent: work.intent.as_deref().map(envelope).transpose()?,

@@ -376,6 +376,11 @@ impl Store for SqliteStore {
         self.write(|tx| work::enqueue_task(tx, new))
     }
     fn lease_tasks(&self, host_id: Uuid, now: Time, lease_secs: u64, max: u32) -> Result<Vec<TaskRecord>, StoreError> {
+        // Almost every check-in finds nothing to lease: look on a reader first and take the
+        // single writer only when there is work (the write re-checks under its lock).
+        if max == 0 || !self.read(|c| work::has_leasable_task(c, host_id, now))? {
+            return Ok(Vec::new());
+        }
         self.write(|tx| work::lease_tasks(tx, host_id, now, lease_secs, max))
     }
     fn complete_task(&self, host_id: Uuid, task_id: Uuid, result: &Value, now: Time) -> Result<TaskRecord, StoreError> {

@@ -169,6 +169,16 @@ pub(super) fn enqueue_task(c: &Connection, new: &NewTask) -> Result<bool, StoreE
     Ok(true)
 }
 
+/// Whether the host has a task to lease now (queued, or with a lapsed lease). A read, so the
+/// common answer — nothing — costs no write transaction.
+pub(super) fn has_leasable_task(c: &Connection, host_id: Uuid, now: Time) -> Result<bool, StoreError> {
+    Ok(c.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM tasks
+             WHERE host_id = ?1 AND (state = 'queued' OR (state = 'leased' AND lease_expires_at <= ?2)))",
+    )?
+    .query_row(params![host_id.to_string(), now.unix()], |r| r.get(0))?)
+}
+
 pub(super) fn lease_tasks(c: &Connection, host_id: Uuid, now: Time, lease_secs: u64, max: u32) -> Result<Vec<TaskRecord>, StoreError> {
     if max == 0 {
         return Ok(Vec::new());
