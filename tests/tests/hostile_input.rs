@@ -1,6 +1,7 @@
 //! Hostile and malformed requests get a 4xx in the API's error shape — never a 5xx, never a
 //! panic, never axum's plain-text default.
 
+use drover_coordinator::app::Clock as _;
 use drover_tests::Harness;
 
 fn assert_api_error(code: &str, body: &str, expected: &str) {
@@ -71,4 +72,70 @@ async fn unknown_routes_wrong_methods_and_huge_bodies_are_4xx() {
     std::fs::write(&path, huge).expect("write");
     let (code, text) = h.call(None, "POST", "/v1/enroll", Some(&format!("@{}", path.display()))).await;
     assert_api_error(&code, &text, "413");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_content_type_is_415() {
+    let h = Harness::start().await;
+    let body = serde_json::json!({ "hostname": "gpu-1", "trustSha256": h.trust.1 }).to_string();
+    let out = h
+        .curl_as(
+            &h.admin,
+            vec![
+                "-X".into(),
+                "POST".into(),
+                "-H".into(),
+                "content-type: text/plain".into(),
+                "--data-binary".into(),
+                body,
+                "-w".into(),
+                "\n%{http_code}".into(),
+                format!("{}/v1/hosts", h.url),
+            ],
+        )
+        .await;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    assert_api_error(code.trim(), body, "415");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publisher_calling_a_host_route_is_403() {
+    let h = Harness::start().await;
+    let cred = h.running.app.ca.issue_operator("pat", drover_coordinator::identity::Role::Publisher, h.clock.now()).expect("cert");
+    let (crt, key) = (h.dir.path().join("pat.crt"), h.dir.path().join("pat.key"));
+    std::fs::write(&crt, cred.cert.pem.as_bytes()).expect("write");
+    std::fs::write(&key, cred.key_pem.as_bytes()).expect("write");
+    let publisher = (crt, key);
+    let (code, text) = h.call(Some(&publisher), "POST", "/v1/agent/checkin", Some(r#"{"agentVersion":"x","bootId":"y"}"#)).await;
+    assert_api_error(&code, &text, "403");
+    let (code, text) = h
+        .call(
+            Some(&publisher),
+            "POST",
+            "/v1/hosts",
+            Some(&serde_json::json!({ "hostname": "gpu-1", "trustSha256": h.trust.1 }).to_string()),
+        )
+        .await;
+    assert_api_error(&code, &text, "403");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn path_traversal_in_a_rollout_id_is_400() {
+    let h = Harness::start().await;
+    let (_, cert, _) = h.host_credentials("gpu-t");
+    for id in ["..%2F..%2Fstate%2Fca.key", "gpu@..%2F..%2Fetc", "gpu@a%2Fb", "%2E%2E"] {
+        let (code, text) = h.call(Some(&cert), "GET", &format!("/v1/rollouts/{id}"), None).await;
+        assert_api_error(&code, &text, "400");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_certificate_calling_an_operator_route_is_403() {
+    let h = Harness::start().await;
+    let (id, cert, _) = h.host_credentials("gpu-o");
+    let (code, text) = h.call(Some(&cert), "POST", &format!("/v1/hosts/{id}/revoke"), Some("{}")).await;
+    assert_api_error(&code, &text, "403");
+    let (code, text) = h.call(Some(&cert), "GET", "/v1/hosts", None).await;
+    assert_api_error(&code, &text, "403");
 }
