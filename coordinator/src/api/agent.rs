@@ -50,12 +50,11 @@ impl Work {
 
 /// The work for a host now: its live intent if the agent does not hold it yet, and tasks.
 fn work_for(s: &dyn Store, host: Uuid, known_intent: Option<&str>, now: drover_proto::time::Time) -> Result<Work, StoreError> {
-    let intent = s
-        .current_intent(host)?
+    let (intent, tasks) = s.checkin_work(host, now, TASK_LEASE_SECS, MAX_TASKS_PER_CHECKIN)?;
+    let intent = intent
         .filter(|i| i.status == IntentStatus::Wanted && Some(i.intent.intent_id.to_string().as_str()) != known_intent)
         .map(|i| i.intent.envelope);
-    let tasks = s.lease_tasks(host, now, TASK_LEASE_SECS, MAX_TASKS_PER_CHECKIN)?.into_iter().map(|t| t.task.envelope).collect();
-    Ok(Work { intent, tasks })
+    Ok(Work { intent, tasks: tasks.into_iter().map(|t| t.task.envelope).collect() })
 }
 
 /// Most task results one check-in may carry.

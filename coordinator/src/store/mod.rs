@@ -300,6 +300,18 @@ pub trait Store: Send + Sync {
     /// Leases up to `max` of the host's tasks that are queued or whose lease lapsed (oldest
     /// first) until `now + lease_secs`. A task never has two live leases.
     fn lease_tasks(&self, host_id: Uuid, now: Time, lease_secs: u64, max: u32) -> Result<Vec<TaskRecord>, StoreError>;
+    /// What a check-in hands out: the host's current intent and the tasks leased to it now.
+    /// The default composes [`Store::current_intent`] and [`Store::lease_tasks`]; a backend may
+    /// answer both from one read when there is nothing to lease (the common case).
+    fn checkin_work(
+        &self,
+        host_id: Uuid,
+        now: Time,
+        lease_secs: u64,
+        max: u32,
+    ) -> Result<(Option<IntentRecord>, Vec<TaskRecord>), StoreError> {
+        Ok((self.current_intent(host_id)?, self.lease_tasks(host_id, now, lease_secs, max)?))
+    }
     /// Records the host's result. Another host's task is `NotFound`. Completing again with the
     /// same result is a no-op; with another result a `Conflict`.
     fn complete_task(&self, host_id: Uuid, task_id: Uuid, result: &Value, now: Time) -> Result<TaskRecord, StoreError>;

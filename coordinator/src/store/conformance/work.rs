@@ -31,6 +31,24 @@ fn ids(tasks: &[TaskRecord]) -> Vec<Uuid> {
     tasks.iter().map(|r| r.task.task_id).collect()
 }
 
+/// `checkin_work` answers what `current_intent` and `lease_tasks` would: the current intent,
+/// and queued tasks leased once (a second call within the lease gets none).
+pub fn checkin_work_is_intent_and_leases(make: Factory<'_>) {
+    let s = make();
+    let h = host(&*s, "gpu-01");
+    assert_eq!(s.checkin_work(h.id, t(1), 300, 16).unwrap(), (None, Vec::new()));
+    let i = s.put_intent(&intent(h.id, b"{}", 2)).unwrap();
+    let queued = task(h.id, 3);
+    s.enqueue_task(&queued).unwrap();
+    let (current, leased) = s.checkin_work(h.id, t(4), 300, 16).unwrap();
+    assert_eq!(current.map(|c| c.intent.intent_id), Some(i.intent.intent_id));
+    assert_eq!(ids(&leased), vec![queued.task_id]);
+    let (_, again) = s.checkin_work(h.id, t(5), 300, 16).unwrap();
+    assert!(again.is_empty(), "a live lease was handed out twice");
+    let (_, lapsed) = s.checkin_work(h.id, t(4 + 300), 300, 16).unwrap();
+    assert_eq!(ids(&lapsed), vec![queued.task_id], "a lapsed lease is leased again");
+}
+
 /// A new intent becomes current; the one it replaces is superseded; a retry changes nothing.
 pub fn intent_put_supersedes_previous(make: Factory<'_>) {
     let s = make();
