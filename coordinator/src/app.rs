@@ -114,6 +114,9 @@ pub struct AppState {
     pub revoked: std::sync::RwLock<std::collections::HashSet<String>>,
     /// Serialises CRL refreshes, so an older list can never be installed after a newer one.
     pub crl_lock: tokio::sync::Mutex<()>,
+    /// Check-ins of hosts whose state does not change, buffered and written in one
+    /// transaction every [`CHECKIN_FLUSH_MS`] (see [`AppState::flush_checkins`]).
+    pub pending_checkins: Mutex<HashMap<Uuid, store::Checkin>>,
     /// Event counters for `/metrics` (state gauges are read from the store at scrape time).
     pub metrics: crate::metrics::Metrics,
 }
@@ -132,6 +135,10 @@ pub enum CrlError {
     Tls(#[from] TlsError),
 }
 
+/// How often buffered check-ins are written. A crash loses at most this much of hosts'
+/// last-seen times, which nothing decides on at that scale (offline takes minutes).
+pub const CHECKIN_FLUSH_MS: u64 = 1000;
+
 /// How long a CRL says it is good for; it is re-signed on every revocation and at start.
 pub const CRL_VALIDITY_SECS: u64 = 7 * 86_400;
 
@@ -146,6 +153,23 @@ impl AppState {
         let serials = entries.into_iter().map(|(serial, _)| serial).collect();
         *self.revoked.write().unwrap_or_else(|e| e.into_inner()) = serials;
         Ok(())
+    }
+
+    /// Buffers a routine check-in (the host's state does not change) for the next flush.
+    pub fn note_checkin(&self, host: Uuid, checkin: store::Checkin) {
+        self.pending_checkins.lock().unwrap_or_else(|e| e.into_inner()).insert(host, checkin);
+    }
+
+    /// Writes every buffered check-in in one store transaction. Called on a timer, before
+    /// the offline sweep (so a host that just checked in is never marked silent), and at
+    /// shutdown.
+    pub async fn flush_checkins(self: &Arc<Self>) -> Result<u64, StoreError> {
+        let batch: Vec<(Uuid, store::Checkin)> =
+            std::mem::take(&mut *self.pending_checkins.lock().unwrap_or_else(|e| e.into_inner())).into_iter().collect();
+        if batch.is_empty() {
+            return Ok(0);
+        }
+        store::blocking(self.store.clone(), move |s| s.record_checkins(&batch)).await
     }
 
     /// Whether a certificate serial is revoked (as of the last refresh).

@@ -71,6 +71,7 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(async {
         let running = drover_coordinator::run::start(config, std::sync::Arc::new(drover_coordinator::app::SystemClock)).await?;
+        let app = running.app.clone();
         println!("listening on {}", running.addr);
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("cannot watch SIGTERM")?;
         tokio::select! {
@@ -81,6 +82,10 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
                 Ok(Err(e)) => return Err(anyhow::Error::new(e).context("listener failed")),
                 Err(e) => return Err(anyhow::anyhow!("listener task ended: {e}")),
             },
+        }
+        // Buffered check-ins are written before the process goes.
+        if let Err(e) = app.flush_checkins().await {
+            tracing::error!(error = %e, "writing buffered check-ins at shutdown failed");
         }
         Ok(())
     })

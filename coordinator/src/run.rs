@@ -109,6 +109,7 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
         clock,
         revoked: Default::default(),
         crl_lock: Default::default(),
+        pending_checkins: Default::default(),
         metrics: Default::default(),
     });
     // Revocations made before this start must bind from the first handshake.
@@ -130,6 +131,16 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
     }
     // Silent hosts become `offline`; their next check-in brings them back.
     crate::api::lifecycle::spawn_offline_reconciler(app.clone());
+    let flusher = app.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_millis(crate::app::CHECKIN_FLUSH_MS));
+        loop {
+            every.tick().await;
+            if let Err(e) = flusher.flush_checkins().await {
+                tracing::error!(error = %e, "writing buffered check-ins failed");
+            }
+        }
+    });
     let router = crate::api::router(app.clone());
     let task = tokio::spawn(crate::server::serve(listener, tls, router));
     tracing::info!(%addr, "coordinator listening (TLS 1.3 only)");

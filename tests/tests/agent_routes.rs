@@ -198,3 +198,44 @@ async fn tasks_are_leased_once_and_completed_by_their_result() {
     assert!(task.result.is_some(), "the result was not recorded");
     assert_eq!(task.state.as_str(), "completed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routine_checkins_are_written_in_batches_and_never_lost_to_the_offline_sweep() {
+    let h = Harness::start().await;
+    let (host, cert, _) = h.host_credentials("gpu-07");
+    let now = h.clock.now();
+    h.running
+        .app
+        .store
+        .transition_host(
+            host,
+            drover_proto::states::HostLifecycle::BootstrapIssued,
+            drover_proto::states::HostLifecycle::Enrolling,
+            "t",
+            now,
+        )
+        .expect("enrolling");
+    let report = r#"{"agentVersion":"t","bootId":"b"}"#;
+    // First check-in: a state change (enrolling -> active), written at once.
+    let (_, code) = split(&h.curl_as(&cert, post(format!("{}/v1/agent/checkin", h.url), report.into())).await);
+    assert_eq!(code, "200");
+    let first = h.running.app.store.get_host(host).expect("store").expect("host");
+    assert_eq!(first.state.as_str(), "active");
+    assert_eq!(first.last_checkin.as_ref().map(|c| c.at), Some(now));
+    // A routine check-in later: buffered, then written by the flush.
+    h.clock.advance(100);
+    let (_, code) = split(&h.curl_as(&cert, post(format!("{}/v1/agent/checkin", h.url), report.into())).await);
+    assert_eq!(code, "200");
+    h.running.app.flush_checkins().await.expect("flush");
+    let later = h.running.app.store.get_host(host).expect("store").expect("host");
+    assert_eq!(later.last_checkin.map(|c| c.at), Some(now.plus_secs(100)));
+    // Just short of the offline threshold since that routine check-in, the sweep (which
+    // flushes first) must leave the host active.
+    h.clock.advance(179);
+    let (_, code) = split(&h.curl_as(&cert, post(format!("{}/v1/agent/checkin", h.url), report.into())).await);
+    assert_eq!(code, "200");
+    h.clock.advance(2);
+    let moved = drover_coordinator::api::lifecycle::mark_silent_hosts_offline(&h.running.app).await.expect("sweep");
+    assert_eq!(moved, 0, "a host that had just checked in was marked offline");
+    assert_eq!(h.running.app.store.get_host(host).expect("store").expect("host").state.as_str(), "active");
+}

@@ -96,25 +96,28 @@ pub async fn checkin(
     let first_known = known.clone();
     let report = req;
     // Recording the report and the first look for work share one trip to the blocking pool.
-    let mut work = store::blocking(app.store.clone(), move |s| {
-        // record_checkin refuses an unknown host and returns the record, state included.
-        let record = s.record_checkin(
-            host,
-            &Checkin {
-                at: now,
-                agent_version: report.agent_version,
-                boot_id: report.boot_id,
-                current_generation: report.current_generation,
-            },
-        )?;
-        // First contact after enrollment, or back from silence. Losing a race with another
-        // transition (the offline reconciler) is fine: the next check-in tries again.
-        if matches!(record.state, HostLifecycle::Enrolling | HostLifecycle::Offline) {
+    let work = store::blocking(app.store.clone(), move |s| {
+        let checkin = Checkin {
+            at: now,
+            agent_version: report.agent_version,
+            boot_id: report.boot_id,
+            current_generation: report.current_generation,
+        };
+        let record = s.get_host(host)?.ok_or_else(|| StoreError::NotFound { what: "host", id: host.to_string() })?;
+        // First contact after enrollment, or back from silence: written now, with the
+        // transition. Losing a race with another transition (the offline sweep) is fine: the
+        // next check-in tries again. A routine check-in only updates last-seen fields, which
+        // are buffered and written in batches (see AppState::flush_checkins).
+        let routine = if matches!(record.state, HostLifecycle::Enrolling | HostLifecycle::Offline) {
+            s.record_checkin(host, &checkin)?;
             match s.transition_host(host, record.state, HostLifecycle::Active, "agent checked in", now) {
                 Ok(_) | Err(StoreError::StaleState { .. }) => {}
                 Err(e) => return Err(e),
             }
-        }
+            None
+        } else {
+            Some(checkin)
+        };
         // Each result stands alone: one the store refuses (not this host's task, or a
         // second, different result for a task already completed) is logged and skipped, so
         // an agent resending its results can never wedge its own check-ins.
@@ -132,9 +135,13 @@ pub async fn checkin(
                 Err(e) => return Err(e),
             }
         }
-        work_for(s, host, first_known.as_deref(), now)
+        Ok((routine, work_for(s, host, first_known.as_deref(), now)?))
     })
     .await?;
+    let (routine, mut work) = work;
+    if let Some(checkin) = routine {
+        app.note_checkin(host, checkin);
+    }
     if work.is_empty() && app.hub.wait(host, Duration::from_secs(app.config.agent.long_poll_secs)).await {
         let now = app.clock.now();
         work = store::blocking(app.store.clone(), move |s| work_for(s, host, known.as_deref(), now)).await?;

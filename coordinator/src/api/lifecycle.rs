@@ -389,6 +389,8 @@ pub fn sweep_interval(offline_after_secs: u64) -> Duration {
 /// compare-and-set on `active`: a host that checked in or changed state since the listing is
 /// left alone.
 pub async fn mark_silent_hosts_offline(app: &Arc<AppState>) -> Result<usize, StoreError> {
+    // Buffered check-ins first: a host that has just checked in is not silent.
+    app.flush_checkins().await?;
     let secs = app.config.hosts.offline_after_secs;
     let now = app.clock.now();
     let cutoff = Time::from_unix(now.unix().saturating_sub(i64::try_from(secs).unwrap_or(i64::MAX))).unwrap_or(Time::EPOCH);

@@ -195,6 +195,20 @@ pub trait Store: Send + Sync {
     fn transition_host(&self, id: Uuid, from: HostLifecycle, to: HostLifecycle, reason: &str, at: Time) -> Result<Host, StoreError>;
     /// Records a check-in (no event: check-ins are metrics, not history).
     fn record_checkin(&self, id: Uuid, checkin: &Checkin) -> Result<Host, StoreError>;
+    /// Records many hosts' latest check-ins (a batch buffered by the server); hosts that no
+    /// longer exist are skipped. Returns how many were recorded. The default loops over
+    /// [`Store::record_checkin`]; a backend may do it in one transaction.
+    fn record_checkins(&self, batch: &[(Uuid, Checkin)]) -> Result<u64, StoreError> {
+        let mut n = 0;
+        for (id, checkin) in batch {
+            match self.record_checkin(*id, checkin) {
+                Ok(_) => n += 1,
+                Err(StoreError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(n)
+    }
     /// Cordons (`false`) or uncordons a host, with a `host.schedulable` event.
     fn set_schedulable(&self, id: Uuid, schedulable: bool, reason: &str, at: Time) -> Result<Host, StoreError>;
 

@@ -263,6 +263,20 @@ impl Store for SqliteStore {
     fn transition_host(&self, id: Uuid, from: HostLifecycle, to: HostLifecycle, reason: &str, at: Time) -> Result<Host, StoreError> {
         self.write(|tx| hosts::transition_host(tx, id, from, to, reason, at))
     }
+    fn record_checkins(&self, batch: &[(Uuid, Checkin)]) -> Result<u64, StoreError> {
+        // One write transaction for the whole batch: this is why check-ins are buffered.
+        self.write(|tx| {
+            let mut n = 0;
+            for (id, checkin) in batch {
+                match hosts::record_checkin(tx, *id, checkin) {
+                    Ok(_) => n += 1,
+                    Err(StoreError::NotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(n)
+        })
+    }
     fn record_checkin(&self, id: Uuid, checkin: &Checkin) -> Result<Host, StoreError> {
         self.write(|tx| hosts::record_checkin(tx, id, checkin))
     }
