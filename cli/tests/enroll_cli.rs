@@ -205,14 +205,16 @@ impl Fake {
                 "taken-01" => (409, br#"{"error":{"code":"conflict","message":"host taken-01 already exists"}}"#.to_vec()),
                 _ => {
                     let resp = CreateHostResponse {
-                        host_id: "7f0c6a56-1d51-4bb4-9a5e-3c8f1d2f9a10".to_owned(),
+                        host_id: FAKE_HOST_ID.to_owned(),
                         hostname: req.hostname.clone(),
                         token: Secret::new("tok-123"),
                         expires_at: Time::parse_strict("2030-01-01T02:00:00Z").expect("time"),
-                        command: Secret::new(format!(
-                            "curl -fsS https://coord/v1/bootstrap.sh | sudo sh -s -- --token tok-123 --trust-sha256 {}",
-                            req.trust_sha256
-                        )),
+                        command: Secret::new(if req.hostname == "tampered-01" {
+                            // A coordinator that swaps the operator's trust hash.
+                            drover_proto::enroll::bootstrap_command(FAKE_URL, FAKE_PIN, FAKE_HOST_ID, "tok-123", &"0".repeat(64))
+                        } else {
+                            drover_proto::enroll::bootstrap_command(FAKE_URL, FAKE_PIN, FAKE_HOST_ID, "tok-123", &req.trust_sha256)
+                        }),
                     };
                     (200, serde_json::to_vec(&resp).expect("json"))
                 }
@@ -240,6 +242,10 @@ async fn enroll_host(dir: &Path, host: &str, extra: Vec<String>) -> Run {
     .expect("join")
 }
 
+const FAKE_URL: &str = "https://coord.example:8443";
+const FAKE_PIN: &str = "sha256//QUJDRA==";
+const FAKE_HOST_ID: &str = "7f0c6a56-1d51-4bb4-9a5e-3c8f1d2f9a10";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn against_a_fake_coordinator_prints_only_the_command_and_maps_refusals() {
     let sc = with_trust();
@@ -255,13 +261,17 @@ async fn against_a_fake_coordinator_prints_only_the_command_and_maps_refusals() 
     run.ok();
     assert_eq!(
         run.stdout,
-        format!("curl -fsS https://coord/v1/bootstrap.sh | sudo sh -s -- --token tok-123 --trust-sha256 {trust_hash}\n")
+        format!("{}\n", drover_proto::enroll::bootstrap_command(FAKE_URL, FAKE_PIN, FAKE_HOST_ID, "tok-123", &trust_hash))
     );
     assert!(run.stderr.contains("7f0c6a56-1d51-4bb4-9a5e-3c8f1d2f9a10") && run.stderr.contains("2030-01-01T02:00:00Z"), "{}", run.stderr);
     let seen = fake.seen.lock().expect("lock").clone();
     assert_eq!(seen, vec![CreateHostRequest { hostname: "gpu-a-01".to_owned(), trust_sha256: trust_hash, token_ttl_secs: Some(600) }]);
 
     enroll_host(sc.path(), "denied-01", creds(&url)).await.fails_with(77).stderr_has(&["403", "role viewer may not create hosts"]);
+    // A command carrying another trust hash than the operator's is never printed.
+    let run = enroll_host(sc.path(), "tampered-01", creds(&url)).await;
+    run.fails_with(76).stderr_has(&["unexpected bootstrap command"]);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
     enroll_host(sc.path(), "taken-01", creds(&url)).await.fails_with(65).stderr_has(&["409", "already exists"]);
 
     // Without a certificate the fake's CA accepts, the handshake fails: no request is made.
@@ -277,5 +287,5 @@ async fn against_a_fake_coordinator_prints_only_the_command_and_maps_refusals() 
     sc.write("other-ca.crt", other.ca.pem());
     let wrong_ca = ["--coordinator", &url, "--cert", "op.crt", "--key", "op.key", "--ca", "other-ca.crt"].map(str::to_owned).to_vec();
     enroll_host(sc.path(), "gpu-a-02", wrong_ca).await.fails_with(69).stderr_has(&["certificate"]);
-    assert_eq!(fake.seen.lock().expect("lock").len(), 3, "only the three authenticated requests reached the route");
+    assert_eq!(fake.seen.lock().expect("lock").len(), 4, "only the four authenticated requests reached the route");
 }

@@ -96,3 +96,36 @@ pub struct RolloutBundle {
     /// Its `.sig` file's bytes.
     pub timestamp_sig: String,
 }
+
+/// The command an operator runs on a new host. The script is fetched whole (pinned to the
+/// coordinator's key) before anything runs, and only if the fetch succeeded; the token goes in
+/// on stdin through the shell's `printf` builtin, so it is in no process's arguments. Every
+/// interpolated value has a closed alphabet (see [`check_command_parts`]), so single quotes
+/// suffice. The coordinator builds it; `drover enroll` rebuilds it to check what it received.
+pub fn bootstrap_command(url: &str, pin: &str, host_id: &str, token: &str, trust_sha256: &str) -> String {
+    format!(
+        "s=$(curl -fsS --proto '=https' --tlsv1.3 --insecure --pinnedpubkey '{pin}' '{url}/v1/bootstrap.sh') && \
+         printf '%s\\n' '{token}' | sudo sh -c \"$s\" drover-bootstrap --url '{url}' --pin '{pin}' --host-id '{host_id}' --trust-sha256 '{trust_sha256}'"
+    )
+}
+
+/// Checks that every value interpolated into a bootstrap command keeps to its alphabet:
+/// `https://` + host/port/path characters, `sha256//` + base64, a UUID, a base64url token,
+/// 64 lowercase hex digits.
+pub fn check_command_parts(url: &str, pin: &str, host_id: &str, token: &str, trust_sha256: &str) -> Result<(), String> {
+    let url_ok = url.strip_prefix("https://").is_some_and(|rest| {
+        !rest.is_empty() && !rest.ends_with('/') && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]/_".contains(&b))
+    });
+    let pin_ok = pin
+        .strip_prefix("sha256//")
+        .is_some_and(|b64| !b64.is_empty() && b64.bytes().all(|b| b.is_ascii_alphanumeric() || b"+/=".contains(&b)));
+    let id_ok = host_id.len() == 36 && host_id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+    let token_ok = !token.is_empty() && token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    let hash_ok = trust_sha256.len() == 64 && trust_sha256.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    for (ok, what) in [(url_ok, "url"), (pin_ok, "pin"), (id_ok, "host id"), (token_ok, "token"), (hash_ok, "trust hash")] {
+        if !ok {
+            return Err(format!("bootstrap command {what} has characters outside its alphabet"));
+        }
+    }
+    Ok(())
+}

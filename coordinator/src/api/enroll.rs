@@ -56,18 +56,6 @@ fn is_sha256_hex(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// The command an operator runs on the new host. The script is fetched whole (pinned to
-/// this server's key) before anything runs, and only if the fetch succeeded; the token goes
-/// in on stdin through the shell's `printf` builtin, so it is in no process's arguments.
-/// Every interpolated value has a closed alphabet (URL checked by the config, pin base64,
-/// id a UUID, token base64url, hash hex), so single quotes suffice.
-pub fn bootstrap_command(url: &str, pin: &str, host_id: &Uuid, token: &str, trust_sha256: &str) -> String {
-    format!(
-        "s=$(curl -fsS --proto '=https' --tlsv1.3 --insecure --pinnedpubkey '{pin}' '{url}/v1/bootstrap.sh') && \
-         printf '%s\\n' '{token}' | sudo sh -c \"$s\" drover-bootstrap --url '{url}' --pin '{pin}' --host-id '{host_id}' --trust-sha256 '{trust_sha256}'"
-    )
-}
-
 /// `POST /v1/hosts` (admin): a new host in `bootstrap_issued` with a one-time token.
 pub async fn create_host(
     State(app): State<Arc<AppState>>,
@@ -109,7 +97,7 @@ pub async fn create_host(
     })
     .await?;
     let url = app.config.public_urls.first().cloned().unwrap_or_default();
-    let command = bootstrap_command(&url, &app.server_pin, &host.id, &token, &req.trust_sha256);
+    let command = drover_proto::enroll::bootstrap_command(&url, &app.server_pin, &host.id.to_string(), &token, &req.trust_sha256);
     tracing::info!(host_id = %host.id, hostname = %host.hostname, operator = %op.name, "host created; bootstrap token issued");
     Ok((
         StatusCode::CREATED,
