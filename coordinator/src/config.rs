@@ -173,11 +173,7 @@ impl Config {
         for url in &config.public_urls {
             // These URLs are interpolated into the bootstrap command and the agent's TOML, so
             // the alphabet is closed: host, port and path characters only.
-            let ok = url.strip_prefix("https://").is_some_and(|rest| {
-                !rest.is_empty()
-                    && !rest.ends_with('/')
-                    && rest.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']' | b'/' | b'_'))
-            });
+            let ok = drover_proto::enroll::is_command_safe_url(url);
             if !ok {
                 return Err(invalid(
                     "public_urls",

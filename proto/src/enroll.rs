@@ -109,19 +109,25 @@ pub fn bootstrap_command(url: &str, pin: &str, host_id: &str, token: &str, trust
     )
 }
 
+/// Whether a coordinator URL may be interpolated into a bootstrap command and an agent's TOML:
+/// `https://` + host, port and path characters only, no trailing slash.
+pub fn is_command_safe_url(url: &str) -> bool {
+    url.strip_prefix("https://").is_some_and(|rest| {
+        !rest.is_empty() && !rest.ends_with('/') && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]/_".contains(&b))
+    })
+}
+
 /// Checks that every value interpolated into a bootstrap command keeps to its alphabet:
 /// `https://` + host/port/path characters, `sha256//` + base64, a UUID, a base64url token,
 /// 64 lowercase hex digits.
 pub fn check_command_parts(url: &str, pin: &str, host_id: &str, token: &str, trust_sha256: &str) -> Result<(), String> {
-    let url_ok = url.strip_prefix("https://").is_some_and(|rest| {
-        !rest.is_empty() && !rest.ends_with('/') && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]/_".contains(&b))
-    });
+    let url_ok = is_command_safe_url(url);
     let pin_ok = pin
         .strip_prefix("sha256//")
         .is_some_and(|b64| !b64.is_empty() && b64.bytes().all(|b| b.is_ascii_alphanumeric() || b"+/=".contains(&b)));
     let id_ok = host_id.len() == 36 && host_id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
     let token_ok = !token.is_empty() && token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    let hash_ok = trust_sha256.len() == 64 && trust_sha256.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let hash_ok = crate::names::is_sha256_hex(trust_sha256);
     for (ok, what) in [(url_ok, "url"), (pin_ok, "pin"), (id_ok, "host id"), (token_ok, "token"), (hash_ok, "trust hash")] {
         if !ok {
             return Err(format!("bootstrap command {what} has characters outside its alphabet"));

@@ -46,11 +46,7 @@ impl KeyId {
 
     /// Parses a key id, which must be 64 lowercase hex digits.
     pub fn parse(s: &str) -> Result<Self, KeyError> {
-        if s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
-            Ok(KeyId(s.to_owned()))
-        } else {
-            Err(KeyError::BadKeyId { value: s.to_owned() })
-        }
+        if crate::names::is_sha256_hex(s) { Ok(KeyId(s.to_owned())) } else { Err(KeyError::BadKeyId { value: s.to_owned() }) }
     }
 
     /// The hex text.

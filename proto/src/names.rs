@@ -48,6 +48,11 @@ fn is_token(s: &str) -> bool {
     (1..=64).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
+/// Whether `s` is a sha256 digest as Drover writes them everywhere: 64 lowercase hex digits.
+pub fn is_sha256_hex(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 /// Checks a channel name.
 pub fn check_channel(s: &str) -> Result<(), NameError> {
     if is_token(s) { Ok(()) } else { Err(NameError::BadToken { what: "channel name", value: s.to_owned() }) }

@@ -52,10 +52,6 @@ pub async fn trust_json(State(app): State<Arc<AppState>>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], app.trust_json.clone()).into_response()
 }
 
-fn is_sha256_hex(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
 /// `POST /v1/hosts` (admin): a new host in `bootstrap_issued` with a one-time token.
 pub async fn create_host(
     State(app): State<Arc<AppState>>,
@@ -63,7 +59,7 @@ pub async fn create_host(
     JsonBody(req): JsonBody<CreateHostRequest>,
 ) -> Result<(StatusCode, Json<CreateHostResponse>), ApiError> {
     check_hostname(&req.hostname).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    if !is_sha256_hex(&req.trust_sha256) {
+    if !drover_proto::names::is_sha256_hex(&req.trust_sha256) {
         return Err(ApiError::bad_request("trustSha256 must be 64 lowercase hex digits (sha256 of your trust.json)"));
     }
     let ttl = req.token_ttl_secs.unwrap_or(app.config.enrollment.token_ttl_secs);

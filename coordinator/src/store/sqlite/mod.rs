@@ -236,11 +236,7 @@ fn page(limit: u32) -> i64 {
 
 /// A lowercase 64-digit hex sha256, or `Invalid`.
 fn check_sha256(what: &'static str, s: &str) -> Result<(), StoreError> {
-    if s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
-        Ok(())
-    } else {
-        Err(StoreError::invalid(what, "expected 64 lowercase hex digits"))
-    }
+    if drover_proto::names::is_sha256_hex(s) { Ok(()) } else { Err(StoreError::invalid(what, "expected 64 lowercase hex digits")) }
 }
 
 impl Store for SqliteStore {
