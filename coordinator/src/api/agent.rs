@@ -20,7 +20,7 @@ use uuid::Uuid;
 use crate::api::auth::HostCaller;
 use crate::api::error::{ApiError, JsonBody};
 use crate::app::AppState;
-use crate::store::{self, CertKind, Checkin, IntentStatus, NewCert, Store, StoreError};
+use crate::store::{self, CertKind, Checkin, CheckinView, IntentStatus, NewCert, StoreError};
 
 /// How long a leased task is the host's before it is requeued.
 pub const TASK_LEASE_SECS: u64 = 300;
@@ -48,12 +48,30 @@ impl Work {
     }
 }
 
-/// The work for a host now: its live intent if the agent does not hold it yet, and tasks.
-fn work_for(s: &dyn Store, host: Uuid, known_intent: Option<&str>, now: drover_proto::time::Time) -> Result<Work, StoreError> {
-    let (intent, tasks) = s.checkin_work(host, now, TASK_LEASE_SECS, MAX_TASKS_PER_CHECKIN)?;
-    let intent = intent
+/// Reads what a check-in needs ([`Store::checkin_view`]) on the calling thread.
+fn view(app: &AppState, host: Uuid, now: drover_proto::time::Time) -> Result<CheckinView, ApiError> {
+    Ok(store::inline(&*app.store, |s| s.checkin_view(host, now))?)
+}
+
+/// The work in `view`: the live intent if the agent does not hold it yet, and the host's
+/// tasks, leased now. Leasing writes, so it goes to the blocking pool, and only when the view
+/// says there is something to lease.
+async fn work_from(
+    app: &AppState,
+    host: Uuid,
+    known_intent: Option<&str>,
+    view: CheckinView,
+    now: drover_proto::time::Time,
+) -> Result<Work, ApiError> {
+    let intent = view
+        .intent
         .filter(|i| i.status == IntentStatus::Wanted && Some(i.intent.intent_id.to_string().as_str()) != known_intent)
         .map(|i| i.intent.envelope);
+    let tasks = if view.leasable {
+        store::blocking(app.store.clone(), move |s| s.lease_tasks(host, now, TASK_LEASE_SECS, MAX_TASKS_PER_CHECKIN)).await?
+    } else {
+        Vec::new()
+    };
     Ok(Work { intent, tasks: tasks.into_iter().map(|t| t.task.envelope).collect() })
 }
 
@@ -92,59 +110,57 @@ pub async fn checkin(
     check_report(&req)?;
     let host = caller.host_id;
     let now = app.clock.now();
-    let known = req.known_intent_id.clone();
-    let first_known = known.clone();
-    let report = req;
-    // Recording the report and the first look for work share one trip to the blocking pool.
-    let work = store::blocking(app.store.clone(), move |s| {
-        let checkin = Checkin {
-            at: now,
-            agent_version: report.agent_version,
-            boot_id: report.boot_id,
-            current_generation: report.current_generation,
-        };
-        let record = s.get_host(host)?.ok_or_else(|| StoreError::NotFound { what: "host", id: host.to_string() })?;
-        // First contact after enrollment, or back from silence: written now, with the
-        // transition. Losing a race with another transition (the offline sweep) is fine: the
-        // next check-in tries again. A routine check-in only updates last-seen fields, which
-        // are buffered and written in batches (see AppState::flush_checkins).
-        let routine = if matches!(record.state, HostLifecycle::Enrolling | HostLifecycle::Offline) {
-            s.record_checkin(host, &checkin)?;
-            match s.transition_host(host, record.state, HostLifecycle::Active, "agent checked in", now) {
-                Ok(_) | Err(StoreError::StaleState { .. }) => {}
-                Err(e) => return Err(e),
-            }
-            None
-        } else {
-            Some(checkin)
-        };
-        // Each result stands alone: one the store refuses (not this host's task, or a
-        // second, different result for a task already completed) is logged and skipped, so
-        // an agent resending its results can never wedge its own check-ins.
-        for result in &report.task_results {
-            let Ok(task_id) = Uuid::parse_str(&result.task_id) else {
-                tracing::warn!(%host, task_id = %result.task_id, "task result with a malformed task id ignored");
-                continue;
-            };
-            let value = serde_json::to_value(result).map_err(StoreError::backend)?;
-            match s.complete_task(host, task_id, &value, now) {
-                Ok(_) => {}
-                Err(e @ (StoreError::NotFound { .. } | StoreError::Conflict { .. })) => {
-                    tracing::warn!(%host, %task_id, error = %e, "task result refused");
+    let mut seen = view(&app, host, now)?;
+    let record = seen.host.take().ok_or_else(|| StoreError::NotFound { what: "host", id: host.to_string() })?;
+    let checkin = Checkin { at: now, agent_version: req.agent_version, boot_id: req.boot_id, current_generation: req.current_generation };
+    // First contact after enrollment, or back from silence: written now, with the
+    // transition. A routine check-in only updates last-seen fields, which are buffered and
+    // written in batches (see AppState::flush_checkins), so it writes nothing here.
+    let returning = matches!(record.state, HostLifecycle::Enrolling | HostLifecycle::Offline);
+    if returning || !req.task_results.is_empty() {
+        let results = req.task_results;
+        let first = returning.then(|| checkin.clone());
+        store::blocking(app.store.clone(), move |s| {
+            if let Some(checkin) = first {
+                s.record_checkin(host, &checkin)?;
+                // Losing a race with another transition (the offline sweep) is fine: the
+                // next check-in tries again.
+                match s.transition_host(host, record.state, HostLifecycle::Active, "agent checked in", now) {
+                    Ok(_) | Err(StoreError::StaleState { .. }) => {}
+                    Err(e) => return Err(e),
                 }
-                Err(e) => return Err(e),
             }
-        }
-        Ok((routine, work_for(s, host, first_known.as_deref(), now)?))
-    })
-    .await?;
-    let (routine, mut work) = work;
-    if let Some(checkin) = routine {
+            // Each result stands alone: one the store refuses (not this host's task, or a
+            // second, different result for a task already completed) is logged and skipped,
+            // so an agent resending its results can never wedge its own check-ins.
+            for result in &results {
+                let Ok(task_id) = Uuid::parse_str(&result.task_id) else {
+                    tracing::warn!(%host, task_id = %result.task_id, "task result with a malformed task id ignored");
+                    continue;
+                };
+                let value = serde_json::to_value(result).map_err(StoreError::backend)?;
+                match s.complete_task(host, task_id, &value, now) {
+                    Ok(_) => {}
+                    Err(e @ (StoreError::NotFound { .. } | StoreError::Conflict { .. })) => {
+                        tracing::warn!(%host, %task_id, error = %e, "task result refused");
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(())
+        })
+        .await?;
+        // What was written may change what there is to hand out: look again.
+        seen = view(&app, host, now)?;
+    }
+    if !returning {
         app.note_checkin(host, checkin);
     }
+    let known = req.known_intent_id;
+    let mut work = work_from(&app, host, known.as_deref(), seen, now).await?;
     if work.is_empty() && app.hub.wait(host, Duration::from_secs(app.config.agent.long_poll_secs)).await {
         let now = app.clock.now();
-        work = store::blocking(app.store.clone(), move |s| work_for(s, host, known.as_deref(), now)).await?;
+        work = work_from(&app, host, known.as_deref(), view(&app, host, now)?, now).await?;
     }
     Ok(Json(CheckinResponse {
         intent: work.intent.as_deref().map(envelope).transpose()?,

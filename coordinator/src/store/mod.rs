@@ -6,8 +6,9 @@
 //! - [`conformance`]: the checks every backend must pass (SQLite now, PostgreSQL later).
 //!
 //! The trait is synchronous and object-safe so a backend is plain blocking code; the async
-//! server reaches it only through [`blocking`], which runs the call on tokio's blocking pool so
-//! a slow disk never stalls a runtime worker thread. Every operation that changes more than one
+//! server reaches it through [`blocking`], which runs the call on tokio's blocking pool so a
+//! slow disk or a held lock never stalls a runtime worker thread — except for the check-in's
+//! read-only look ([`Store::checkin_view`]), which runs [`inline`] (see there why). Every operation that changes more than one
 //! row (a transition and its event, a token check and its use, a release and its manifests) is
 //! one transaction: a crash leaves either all of it or none.
 //!
@@ -314,18 +315,11 @@ pub trait Store: Send + Sync {
     /// Leases up to `max` of the host's tasks that are queued or whose lease lapsed (oldest
     /// first) until `now + lease_secs`. A task never has two live leases.
     fn lease_tasks(&self, host_id: Uuid, now: Time, lease_secs: u64, max: u32) -> Result<Vec<TaskRecord>, StoreError>;
-    /// What a check-in hands out: the host's current intent and the tasks leased to it now.
-    /// The default composes [`Store::current_intent`] and [`Store::lease_tasks`]; a backend may
-    /// answer both from one read when there is nothing to lease (the common case).
-    fn checkin_work(
-        &self,
-        host_id: Uuid,
-        now: Time,
-        lease_secs: u64,
-        max: u32,
-    ) -> Result<(Option<IntentRecord>, Vec<TaskRecord>), StoreError> {
-        Ok((self.current_intent(host_id)?, self.lease_tasks(host_id, now, lease_secs, max)?))
-    }
+    /// What a check-in needs to know, from one read snapshot and without writing: the host,
+    /// its current intent, and whether it has a task to lease now. Only indexed point reads,
+    /// so the server answers a routine check-in from it on a runtime thread ([`inline`]) and
+    /// goes to the blocking pool only when something must be written.
+    fn checkin_view(&self, host_id: Uuid, now: Time) -> Result<CheckinView, StoreError>;
     /// Records the host's result. Another host's task is `NotFound`. Completing again with the
     /// same result is a no-op; with another result a `Conflict`.
     fn complete_task(&self, host_id: Uuid, task_id: Uuid, result: &Value, now: Time) -> Result<TaskRecord, StoreError>;
@@ -374,4 +368,14 @@ pub async fn blocking<T: Send + 'static>(
         Err(join) if join.is_panic() => Err(StoreError::backend("store call panicked")),
         Err(join) => Err(StoreError::backend(format!("store call did not finish: {join}"))),
     }
+}
+
+/// Runs `f` against the store on the calling thread, for the one call the check-in hot path
+/// makes ([`Store::checkin_view`]): a few indexed reads on a WAL snapshot, which never wait
+/// for the writer. Handing them to the blocking pool cost more than the reads themselves —
+/// two thread wake-ups per check-in, measured as a third of the coordinator's CPU under load
+/// (BENCHMARKS.md). Anything that writes, scans or may wait on a lock uses [`blocking`]. A
+/// panic inside `f` becomes a backend error, as with [`blocking`].
+pub fn inline<T>(store: &dyn Store, f: impl FnOnce(&dyn Store) -> Result<T, StoreError>) -> Result<T, StoreError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(store))).unwrap_or_else(|_| Err(StoreError::backend("store call panicked")))
 }

@@ -382,6 +382,17 @@ pub struct NewIntent {
     pub created_at: Time,
 }
 
+/// What [`Store::checkin_view`] reads for one check-in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckinView {
+    /// The host, `None` if no such host exists.
+    pub host: Option<Host>,
+    /// Its current intent, whatever its status.
+    pub intent: Option<IntentRecord>,
+    /// Whether it has a queued task, or one whose lease lapsed, to lease now.
+    pub leasable: bool,
+}
+
 /// A stored intent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IntentRecord {

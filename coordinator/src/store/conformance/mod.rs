@@ -79,7 +79,7 @@ macro_rules! __drover_store_checks {
             rollout_state_cas_and_legality,
             host_rollout_state_cas_and_list,
             intent_put_supersedes_previous,
-            checkin_work_is_intent_and_leases,
+            checkin_view_reads_without_leasing,
             intent_status_transitions,
             intent_host_isolation,
             task_enqueue_idempotent,

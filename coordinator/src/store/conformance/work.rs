@@ -31,22 +31,26 @@ fn ids(tasks: &[TaskRecord]) -> Vec<Uuid> {
     tasks.iter().map(|r| r.task.task_id).collect()
 }
 
-/// `checkin_work` answers what `current_intent` and `lease_tasks` would: the current intent,
-/// and queued tasks leased once (a second call within the lease gets none).
-pub fn checkin_work_is_intent_and_leases(make: Factory<'_>) {
+/// `checkin_view` answers what `get_host` and `current_intent` would, and says a task is
+/// leasable exactly while one is queued or its lease has lapsed; it never leases anything.
+pub fn checkin_view_reads_without_leasing(make: Factory<'_>) {
     let s = make();
     let h = host(&*s, "gpu-01");
-    assert_eq!(s.checkin_work(h.id, t(1), 300, 16).unwrap(), (None, Vec::new()));
+    let view = s.checkin_view(h.id, t(1)).unwrap();
+    assert_eq!((view.host, view.intent, view.leasable), (Some(h.clone()), None, false));
+    assert_eq!(s.checkin_view(Uuid::new_v4(), t(1)).unwrap(), CheckinView { host: None, intent: None, leasable: false });
     let i = s.put_intent(&intent(h.id, b"{}", 2)).unwrap();
     let queued = task(h.id, 3);
     s.enqueue_task(&queued).unwrap();
-    let (current, leased) = s.checkin_work(h.id, t(4), 300, 16).unwrap();
-    assert_eq!(current.map(|c| c.intent.intent_id), Some(i.intent.intent_id));
-    assert_eq!(ids(&leased), vec![queued.task_id]);
-    let (_, again) = s.checkin_work(h.id, t(5), 300, 16).unwrap();
-    assert!(again.is_empty(), "a live lease was handed out twice");
-    let (_, lapsed) = s.checkin_work(h.id, t(4 + 300), 300, 16).unwrap();
-    assert_eq!(ids(&lapsed), vec![queued.task_id], "a lapsed lease is leased again");
+    let view = s.checkin_view(h.id, t(4)).unwrap();
+    assert_eq!((view.intent, view.leasable), (Some(i), true));
+    assert!(s.checkin_view(h.id, t(4)).unwrap().leasable, "looking leased the task");
+    assert_eq!(ids(&s.lease_tasks(h.id, t(4), 300, 16).unwrap()), vec![queued.task_id]);
+    assert!(!s.checkin_view(h.id, t(5)).unwrap().leasable, "a live lease is not leasable");
+    assert!(s.checkin_view(h.id, t(4 + 300)).unwrap().leasable, "a lapsed lease is leasable again");
+    let other = host(&*s, "gpu-02");
+    let view = s.checkin_view(other.id, t(4 + 300)).unwrap();
+    assert_eq!((view.intent, view.leasable), (None, false), "another host's work showed through");
 }
 
 /// A new intent becomes current; the one it replaces is superseded; a retry changes nothing.

@@ -375,19 +375,14 @@ impl Store for SqliteStore {
     fn current_intent(&self, host_id: Uuid) -> Result<Option<IntentRecord>, StoreError> {
         self.read(|c| work::current_intent(c, host_id))
     }
-    fn checkin_work(
-        &self,
-        host_id: Uuid,
-        now: Time,
-        lease_secs: u64,
-        max: u32,
-    ) -> Result<(Option<IntentRecord>, Vec<TaskRecord>), StoreError> {
-        let (intent, leasable) =
-            self.read(|c| Ok((work::current_intent(c, host_id)?, max > 0 && work::has_leasable_task(c, host_id, now)?)))?;
-        if !leasable {
-            return Ok((intent, Vec::new()));
-        }
-        Ok((intent, self.write(|tx| work::lease_tasks(tx, host_id, now, lease_secs, max))?))
+    fn checkin_view(&self, host_id: Uuid, now: Time) -> Result<CheckinView, StoreError> {
+        self.read(|c| {
+            Ok(CheckinView {
+                host: hosts::get_host(c, host_id)?,
+                intent: work::current_intent(c, host_id)?,
+                leasable: work::has_leasable_task(c, host_id, now)?,
+            })
+        })
     }
     fn get_intent(&self, host_id: Uuid, intent_id: Uuid) -> Result<Option<IntentRecord>, StoreError> {
         self.read(|c| work::get_intent(c, host_id, intent_id))
