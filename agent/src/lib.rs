@@ -14,10 +14,16 @@
 
 #![forbid(unsafe_code)]
 
+pub mod activation;
 pub mod config;
 pub mod enroll;
+pub mod exec;
 pub mod exit;
+pub mod gpu;
+pub mod health;
+pub mod probes;
 pub mod state;
+pub mod systemd;
 
 pub use drover_client as client;
 pub use drover_proto as proto;
