@@ -5,6 +5,21 @@
 //! coordinator_urls = ["https://coord-1.example:8443", "https://coord-2.example:8443"]
 //! state_dir = "/var/lib/drover"
 //! ca_file = "/etc/drover/ca.crt"
+//!
+//! [checkin]                     # optional; defaults shown
+//! request_timeout_secs = 330    # above the coordinator's long-poll hold (≤ 300 s)
+//! backoff_base_secs = 1
+//! backoff_max_secs = 300
+//!
+//! [activation]                  # optional: see `activation::ActivationSettings`
+//! [health]                      # optional: see `health::HealthSettings`
+//!
+//! [[probes]]                    # optional local probes, always observe-only
+//! name = "sshd"
+//! kind = "tcp"
+//! host = "127.0.0.1"
+//! port = 22
+//! timeoutSecs = 2
 //! ```
 //!
 //! `coordinator_urls` are tried in order (fail-over on a connection failure); each must be an
@@ -64,7 +79,7 @@ impl ExitStatus for ConfigError {
 }
 
 /// The whole agent configuration.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Where to reach the coordinator, tried in order.
@@ -73,6 +88,23 @@ pub struct Config {
     pub state_dir: PathBuf,
     /// The coordinator CA (PEM): the only root the agent's TLS client trusts.
     pub ca_file: PathBuf,
+    /// `[checkin]`: request timeout and backoff of the pull loop.
+    #[serde(default)]
+    pub checkin: crate::pull::PullSettings,
+    /// `[activation]`: the NixOS activation backend.
+    #[serde(default)]
+    pub activation: crate::activation::ActivationSettings,
+    /// `[health]`: what the health report looks at.
+    #[serde(default)]
+    pub health: crate::health::HealthSettings,
+    /// `[[probes]]`: local probes, observe-only whatever they say (only the CI-signed
+    /// manifest may define probes that gate a rollout).
+    #[serde(default)]
+    pub probes: Vec<drover_proto::spec::ProbeSpec>,
+    /// The D-Bus address of systemd's bus; the system bus when absent (tests point it at a
+    /// private bus).
+    #[serde(default)]
+    pub systemd_bus: Option<String>,
 }
 
 impl Config {
@@ -102,6 +134,25 @@ impl Config {
         }
         if config.ca_file.as_os_str().is_empty() {
             return Err(invalid("ca_file", "must not be empty".to_owned()));
+        }
+        let c = &config.checkin;
+        if c.request_timeout_secs < 10 || c.request_timeout_secs > 3600 {
+            return Err(invalid(
+                "checkin.request_timeout_secs",
+                "must be between 10 and 3600 seconds (above the coordinator's long-poll hold)".to_owned(),
+            ));
+        }
+        if c.backoff_base_secs == 0 || c.backoff_max_secs < c.backoff_base_secs {
+            return Err(invalid(
+                "checkin.backoff_max_secs",
+                "backoff_base_secs must be at least 1 and backoff_max_secs at least backoff_base_secs".to_owned(),
+            ));
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for p in &config.probes {
+            if !names.insert(p.name.clone()) {
+                return Err(invalid("probes", format!("probe name {:?} is used twice", p.name)));
+            }
         }
         let base = file.parent().unwrap_or(Path::new(""));
         config.state_dir = base.join(&config.state_dir);

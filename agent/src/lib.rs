@@ -1,20 +1,29 @@
-//! The Drover node agent, one per host.
+//! The Drover node agent, one per host: `drover-agent enroll | run | check-config`.
 //!
-//! Built so far: enrollment (`drover-agent enroll`) and what it stands on.
 //! - [`config`]: `agent.toml`, parsed once, unknown keys refused.
-//! - [`state`]: the durable state directory, every write atomic.
+//! - [`state`], [`records`]: the durable state directory, every write atomic; the floors
+//!   (timestamp version, latest time), the manifest cache and the task journal.
 //! - [`client`]: the HTTPS client for the coordinator (pinned CA, TLS 1.3, fail-over), the
 //!   shared `drover-client` crate, re-exported here.
 //! - [`enroll`]: key generated on the host, CSR, hash-pinned trust roots.
-//! - [`exit`]: sysexits-style exit codes.
+//! - [`pull`]: the pull loop — check in, verify, act, report; [`admit`]: the order of the
+//!   checks an intent or task passes before anything acts on it; [`timekeeping`]: clock steps,
+//!   renewal time, backoff.
+//! - [`activation`]: NixOS activation with magic rollback (a state machine without I/O and its
+//!   executor).
+//! - [`systemd`]: systemd over D-Bus behind a trait, and the notify/watchdog protocol.
+//! - [`health`], [`gpu`], [`probes`]: the health report, the `GpuTool` trait (`nvidia-smi`),
+//!   exec/HTTP/TCP probes.
+//! - [`exec`]: external commands behind the `CommandRunner` trait.
+//! - [`run`]: `drover-agent run`, the real parts wired together; [`exit`]: sysexits codes.
 //!
-//! Still to come (issues "Agent" and "Agent maintenance tasks"): the pull loop, verification
-//! of intents and tasks (`drover_proto::verify`, re-exported here), NixOS activation with
-//! magic rollback, maintenance tasks, health and probes.
+//! Maintenance tasks are verified and journaled but not yet run (issue "Agent maintenance
+//! tasks").
 
 #![forbid(unsafe_code)]
 
 pub mod activation;
+pub mod admit;
 pub mod config;
 pub mod enroll;
 pub mod exec;
@@ -22,8 +31,12 @@ pub mod exit;
 pub mod gpu;
 pub mod health;
 pub mod probes;
+pub mod pull;
+pub mod records;
+pub mod run;
 pub mod state;
 pub mod systemd;
+pub mod timekeeping;
 
 pub use drover_client as client;
 pub use drover_proto as proto;

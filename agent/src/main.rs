@@ -30,6 +30,28 @@ enum Command {
     /// Enroll this host: generate its key here, send a CSR with the one-time token, check the
     /// coordinator's trust roots against the operator's hash, store key, certificate and trust.
     Enroll(EnrollArgs),
+    /// Run the agent: check in, verify, act, report, until SIGTERM (a systemd `Type=notify`
+    /// service: READY=1 once running, watchdog pings when the unit asks for them).
+    Run(RunArgs),
+    /// Check a configuration file and exit: 0 when it would start, 65 naming the file and
+    /// the key when it would not.
+    CheckConfig(CheckConfigArgs),
+}
+
+/// Arguments of `drover-agent run`.
+#[derive(Args)]
+struct RunArgs {
+    /// The agent configuration (`agent.toml`).
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+}
+
+/// Arguments of `drover-agent check-config`.
+#[derive(Args)]
+struct CheckConfigArgs {
+    /// The configuration file to check.
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
 }
 
 /// Arguments of `drover-agent enroll`. The token is read from stdin or a file, never taken
@@ -75,6 +97,23 @@ fn run_enroll(args: EnrollArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn run_agent(args: RunArgs) -> anyhow::Result<()> {
+    let config = Config::load(&args.config)?;
+    drover_agent::run::init_logging();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
+    let result = runtime.block_on(drover_agent::run::run(config));
+    // A switch in progress runs in its own systemd unit and is resumed from its record at the
+    // next start: no reason to hold the exit for a blocking thread.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    Ok(result?)
+}
+
+fn check_config(args: CheckConfigArgs) -> anyhow::Result<()> {
+    Config::load(&args.file)?;
+    println!("{}: ok", args.file.display());
+    Ok(())
+}
+
 /// The exit code for an error: the first error in its chain that knows one, else 70.
 fn exit_code(e: &anyhow::Error) -> u8 {
     for cause in e.chain() {
@@ -82,6 +121,9 @@ fn exit_code(e: &anyhow::Error) -> u8 {
             return e.exit_code();
         }
         if let Some(e) = cause.downcast_ref::<ConfigError>() {
+            return e.exit_code();
+        }
+        if let Some(e) = cause.downcast_ref::<drover_agent::run::RunError>() {
             return e.exit_code();
         }
     }
@@ -102,6 +144,8 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Enroll(args) => run_enroll(args),
+        Command::Run(args) => run_agent(args),
+        Command::CheckConfig(args) => check_config(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -140,7 +140,25 @@ impl StateDir {
             }
             Err(e) => return Err(dir_err(e)),
         }
-        Ok(StateDir { dir: dir.to_owned() })
+        let state = StateDir { dir: dir.to_owned() };
+        state.remove_stale_temporaries();
+        Ok(state)
+    }
+
+    /// Removes temporary files a killed process left mid-write (`.NAME.tmp-PID-SEQ` of another
+    /// pid): they were never renamed into place, so nothing refers to them. Best effort: a
+    /// file that cannot be removed now is tried again at the next start.
+    fn remove_stale_temporaries(&self) {
+        let Ok(entries) = fs::read_dir(&self.dir) else { return };
+        let ours = format!("-{}-", std::process::id());
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some((_, tail)) = name.strip_prefix('.').and_then(|n| n.rsplit_once(".tmp-")) else { continue };
+            let tail = format!("-{tail}");
+            if !tail.starts_with(&ours) && entry.file_type().is_ok_and(|t| t.is_file()) {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
     }
 
     /// The directory.

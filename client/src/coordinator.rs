@@ -78,6 +78,17 @@ impl CoordinatorClient {
         decode(&url, &body)
     }
 
+    /// `POST path` with a JSON body, for routes that answer a bare status (204): `Ok` on any
+    /// 2xx (the body is read, bounded, and ignored); any other status is the error it carries
+    /// ([`ClientError::Api`] or [`ClientError::Http`] with the status).
+    pub async fn post_for_status<B: Serialize + ?Sized>(&self, path: &str, body: &B) -> Result<u16, ClientError> {
+        let bytes = serde_json::to_vec(body).map_err(|e| ClientError::Setup { message: format!("cannot encode request: {e}") })?;
+        let (url, resp) = self.send(reqwest::Method::POST, path, Some(bytes)).await?;
+        let status = resp.status().as_u16();
+        read_ok(&url, resp).await?;
+        Ok(status)
+    }
+
     /// Sends one request, failing over to the next URL only on a connection failure.
     async fn send(&self, method: reqwest::Method, path: &str, body: Option<Vec<u8>>) -> Result<(String, reqwest::Response), ClientError> {
         let mut attempts = Vec::new();

@@ -107,6 +107,22 @@ pub enum ClientError {
     },
 }
 
+impl ClientError {
+    /// The HTTP status of a refusal (an answer that was not 2xx); `None` for every other error.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Api { status, .. } | ClientError::Http { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// Whether the coordinator could not be reached or the exchange broke off (worth a retry
+    /// with backoff), as opposed to an answer it gave.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, ClientError::Unreachable { .. } | ClientError::Transport { .. })
+    }
+}
+
 /// One coordinator URL that could not be connected to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectFailure {

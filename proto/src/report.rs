@@ -75,6 +75,13 @@ pub struct HealthReport {
     pub mem_total_bytes: u64,
     /// Available memory.
     pub mem_available_bytes: u64,
+    /// CPU busy share over the last collection interval, 0–100 (all CPUs together); absent
+    /// on the first collection (no interval yet) and from older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_usage_pct: Option<f64>,
+    /// Usage of the filesystems the agent is configured to report.
+    #[serde(default)]
+    pub disks: Vec<DiskUsage>,
     /// Failed systemd units, by name.
     #[serde(default)]
     pub failed_units: Vec<String>,
@@ -84,6 +91,22 @@ pub struct HealthReport {
     /// MAAS hardware sync, on MAAS-managed hosts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hw_sync: Option<HwSyncState>,
+    /// What could not be collected this time (systemd unreachable, GPU driver down, …), one
+    /// line each; the rest of the report stands.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub collect_errors: Vec<String>,
+}
+
+/// One filesystem's usage inside a health report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DiskUsage {
+    /// Where it is mounted.
+    pub mount_point: String,
+    /// Its size.
+    pub total_bytes: u64,
+    /// Space available to unprivileged users.
+    pub available_bytes: u64,
 }
 
 /// Where an activation stands on the host.
@@ -225,6 +248,60 @@ pub enum ReportEvent {
         /// The rollout.
         rollout_id: String,
     },
+}
+
+/// Most events one check-in may carry; an agent holding more sends the oldest first.
+pub const MAX_EVENTS_PER_CHECKIN: usize = 64;
+/// Longest free-text field (a reason, an id) of an event the coordinator accepts, in bytes.
+pub const MAX_EVENT_TEXT_BYTES: usize = 1024;
+
+impl ReportEvent {
+    /// The event with every free-text field cut to [`MAX_EVENT_TEXT_BYTES`] (at a character
+    /// boundary), so a long error chain can never get an agent's check-ins refused.
+    pub fn bounded(self) -> ReportEvent {
+        fn cut(mut s: String) -> String {
+            if s.len() > MAX_EVENT_TEXT_BYTES {
+                let mut end = MAX_EVENT_TEXT_BYTES - 3;
+                while !s.is_char_boundary(end) {
+                    end -= 1;
+                }
+                s.truncate(end);
+                s.push_str("...");
+            }
+            s
+        }
+        match self {
+            ReportEvent::ManifestMismatch { rollout_id, reason } => {
+                ReportEvent::ManifestMismatch { rollout_id: cut(rollout_id), reason: cut(reason) }
+            }
+            ReportEvent::VerificationFailed { artifact, reason } => {
+                ReportEvent::VerificationFailed { artifact: cut(artifact), reason: cut(reason) }
+            }
+            ReportEvent::TaskRefused { task_id, reason } => ReportEvent::TaskRefused { task_id: cut(task_id), reason: cut(reason) },
+            ReportEvent::RolledBack { rollout_id, restored_closure, reason } => {
+                ReportEvent::RolledBack { rollout_id: cut(rollout_id), restored_closure: cut(restored_closure), reason: cut(reason) }
+            }
+            ReportEvent::NoActivationBackend { rollout_id } => ReportEvent::NoActivationBackend { rollout_id: cut(rollout_id) },
+            e @ ReportEvent::ClockSteppedBack { .. } => e,
+        }
+    }
+
+    /// The variant's name (`ManifestMismatch`, …), as the wire's `type` field says it.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            ReportEvent::ManifestMismatch { .. } => "ManifestMismatch",
+            ReportEvent::VerificationFailed { .. } => "VerificationFailed",
+            ReportEvent::TaskRefused { .. } => "TaskRefused",
+            ReportEvent::ClockSteppedBack { .. } => "ClockSteppedBack",
+            ReportEvent::RolledBack { .. } => "RolledBack",
+            ReportEvent::NoActivationBackend { .. } => "NoActivationBackend",
+        }
+    }
+
+    /// Whether every free-text field is within [`MAX_EVENT_TEXT_BYTES`].
+    pub fn is_bounded(&self) -> bool {
+        self.clone().bounded() == *self
+    }
 }
 
 /// `POST /v1/agent/checkin` body.

@@ -17,8 +17,8 @@ use drover_proto::keys::KeySigner;
 use drover_proto::names::RolloutId;
 use drover_proto::release::{self, ReleaseParams};
 use drover_proto::report::{
-    ActivationPhase, ActivationStatus, ApiError, ApiErrorBody, CheckinRequest, CheckinResponse, ConfirmRequest, GpuSummary, HealthReport,
-    HwSyncState, ProbeOutcome, ProbeResult, ReportEvent, StepOutcome, StepResult, TaskOutcome, TaskResult,
+    ActivationPhase, ActivationStatus, ApiError, ApiErrorBody, CheckinRequest, CheckinResponse, ConfirmRequest, DiskUsage, GpuSummary,
+    HealthReport, HwSyncState, ProbeOutcome, ProbeResult, ReportEvent, StepOutcome, StepResult, TaskOutcome, TaskResult,
 };
 use drover_proto::sig::Envelope;
 use drover_proto::spec::Mode;
@@ -206,9 +206,12 @@ fn checkin_request() -> CheckinRequest {
             load_avg_1m: 0.37,
             mem_total_bytes: 1 << 40,
             mem_available_bytes: 3 << 38,
+            cpu_usage_pct: Some(12.5),
+            disks: vec![DiskUsage { mount_point: "/".to_owned(), total_bytes: 1 << 39, available_bytes: 1 << 38 }],
             failed_units: vec!["nvidia-fabricmanager.service".to_owned()],
             gpu: Some(GpuSummary { vendor: "nvidia".to_owned(), count: 8, unhealthy: 1 }),
             hw_sync: Some(HwSyncState { creds_present: true, timer_active: false }),
+            collect_errors: vec![],
         }),
         probe_results: vec![
             ProbeResult {
@@ -309,6 +312,9 @@ fn checkin_request_round_trips_with_camel_case_and_typed_events() {
     assert_eq!(v["health"]["loadAvg1m"], json!(0.37));
     assert_eq!(v["health"]["hwSync"], json!({ "credsPresent": true, "timerActive": false }));
     assert_eq!(v["health"]["failedUnits"], json!(["nvidia-fabricmanager.service"]));
+    assert_eq!(v["health"]["cpuUsagePct"], json!(12.5));
+    assert_eq!(v["health"]["disks"], json!([{ "mountPoint": "/", "totalBytes": 1u64 << 39, "availableBytes": 1u64 << 38 }]));
+    assert!(v["health"].get("collectErrors").is_none(), "empty collect errors are omitted");
     assert_eq!(v["probeResults"][1]["outcome"], json!("probe-error"));
     assert_eq!(v["probeResults"][1]["mode"], json!("observe"));
     assert_eq!(v["probeResults"][1]["durationMs"], json!(5000));
@@ -322,6 +328,15 @@ fn checkin_request_round_trips_with_camel_case_and_typed_events() {
     let v = round_trip(&minimal);
     assert_eq!(keys(&v), ["agentVersion", "bootId", "events", "probeResults", "taskResults"].into());
     assert!(serde_json::from_value::<CheckinRequest>(json!({ "agentVersion": "0.1.0", "bootId": "b", "hostId": "spoof" })).is_err());
+}
+
+#[test]
+fn a_health_report_from_an_older_agent_without_cpu_and_disks_still_parses() {
+    let h: HealthReport = serde_json::from_value(json!({
+        "collectedAt": "2026-11-21T10:05:00Z", "uptimeSecs": 1, "loadAvg1m": 0.0, "memTotalBytes": 2, "memAvailableBytes": 1
+    }))
+    .expect("parse");
+    assert_eq!((h.cpu_usage_pct, h.disks.len(), h.collect_errors.len()), (None, 0, 0));
 }
 
 #[test]

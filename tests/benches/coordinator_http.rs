@@ -8,9 +8,7 @@
 //! Run: `cargo build --release -p drover-coordinator && cargo bench -p drover-tests --bench
 //! coordinator_http` (options after `--`: `--clients N`, `--secs S`, `--rounds R`, `--hosts H`).
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -20,75 +18,11 @@ use drover_coordinator::state_dir::StateDir;
 use drover_coordinator::store::{CertKind, NewCert, NewHost, NewIntent, SqliteStore, Store};
 use drover_proto::names::RolloutId;
 use drover_proto::time::Time;
+use drover_tests::procs::{cpu_secs, release_binary as binary, rss_kib, start_server as start};
 use rustls::pki_types::CertificateDer;
 use uuid::Uuid;
 
 use drover_client::rustls;
-
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts `cmd` and waits (bounded) for its `listening on ADDR` line.
-fn start(mut cmd: Command) -> Server {
-    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("server starts");
-    // Owned by a `Server` from here on, so every exit path (panics included) reaps it.
-    let mut server = Server { child, url: String::new() };
-    let mut lines = BufReader::new(server.child.stdout.take().expect("stdout")).lines();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while server.url.is_empty() {
-        assert!(Instant::now() < deadline, "server never said where it listens");
-        match lines.next() {
-            Some(Ok(line)) => {
-                if let Some(addr) = line.strip_prefix("listening on ") {
-                    server.url = format!("https://{}", addr.trim());
-                }
-            }
-            _ => panic!("server exited before listening"),
-        }
-    }
-    server
-}
-
-fn binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("exe");
-    let path = exe.parent().and_then(Path::parent).map(|d| d.join(name)).expect("target dir");
-    assert!(path.is_file(), "{} is missing: run `cargo build --release -p drover-coordinator` first", path.display());
-    path
-}
-
-/// User plus system CPU seconds `pid` has used so far (from `/proc/PID/stat`, in clock ticks
-/// of 1/100 s, the value every Linux build reports through `sysconf(_SC_CLK_TCK)`).
-fn cpu_secs(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name, which is in parentheses and may contain spaces.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    (ticks(11) + ticks(12)) as f64 / 100.0
-}
-
-fn rss_kib(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
 
 type Creds = (String, String);
 
@@ -267,9 +201,9 @@ fn main() {
             for url in order {
                 let is_coord = *url == coord.url;
                 let pid = if is_coord { coord.child.id() } else { bare.child.id() };
-                let cpu_before = cpu_secs(pid);
+                let cpu_before = cpu_secs(pid, false);
                 let k = keep_alive_rate(url, &ca, &creds, clients, secs, true).await;
-                let cpu = cpu_secs(pid) - cpu_before;
+                let cpu = cpu_secs(pid, false) - cpu_before;
                 let h = handshake_rate(url, &ca, &creds, clients, secs).await;
                 keep.add(is_coord, k);
                 hs.add(is_coord, h);

@@ -239,3 +239,39 @@ async fn routine_checkins_are_written_in_batches_and_never_lost_to_the_offline_s
     assert_eq!(moved, 0, "a host that had just checked in was marked offline");
     assert_eq!(h.running.app.store.get_host(host).expect("store").expect("host").state.as_str(), "active");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reported_events_become_host_events() {
+    let h = Harness::start().await;
+    let (host, cert, _) = h.host_credentials("gpu-03");
+    let body = serde_json::json!({
+        "agentVersion": "t", "bootId": "b",
+        "events": [
+            { "type": "ManifestMismatch", "rolloutId": "gpu@c9", "reason": "TargetMismatch: not this host's target" },
+            { "type": "ClockSteppedBack", "lastSeen": "2026-11-21T12:00:00Z", "now": "2026-11-21T10:00:00Z" }
+        ]
+    });
+    let (code, text) = h.call(Some(&cert), "POST", "/v1/agent/checkin", Some(&body.to_string())).await;
+    assert_eq!(code, "200", "{text}");
+    let events = h.running.app.store.list_events(&Default::default()).expect("events");
+    let mine: Vec<_> = events.iter().map(|e| &e.event).filter(|e| e.host_id == Some(host) && e.kind.starts_with("agent.")).collect();
+    let kinds: Vec<&str> = mine.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, ["agent.ManifestMismatch", "agent.ClockSteppedBack"], "{mine:?}");
+    assert_eq!(mine[0].rollout_id.as_ref().map(|r| r.to_string()), Some("gpu@c9".to_owned()));
+    assert!(mine[0].message.contains("TargetMismatch"), "{}", mine[0].message);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_event_is_refused_and_records_nothing() {
+    let h = Harness::start().await;
+    let (host, cert, _) = h.host_credentials("gpu-04");
+    let body = serde_json::json!({
+        "agentVersion": "t", "bootId": "b",
+        "events": [{ "type": "VerificationFailed", "artifact": "timestamp.json", "reason": "x".repeat(5000) }]
+    });
+    let (code, text) = h.call(Some(&cert), "POST", "/v1/agent/checkin", Some(&body.to_string())).await;
+    assert_eq!(code, "400", "{text}");
+    assert!(text.contains("VerificationFailed") && text.contains("1024"), "{text}");
+    let events = h.running.app.store.list_events(&Default::default()).expect("events");
+    assert!(!events.iter().any(|e| e.event.host_id == Some(host) && e.event.kind.starts_with("agent.")));
+}

@@ -141,7 +141,7 @@ async fn drover_enroll_prints_the_command_that_enrolls_the_host() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bootstrap_installs_the_unit_and_starts_it_only_with_an_agent_that_can_run() {
+async fn bootstrap_installs_a_notify_unit_and_starts_it() {
     // A fake `systemctl` on PATH records what the script asks of systemd, as the real one
     // would be asked; the unit file itself is real, under the test root.
     let h = Harness::start().await;
@@ -166,7 +166,9 @@ async fn bootstrap_installs_the_unit_and_starts_it_only_with_an_agent_that_can_r
     assert!(unit.contains("ExecStart=/usr/local/bin/drover-agent run --config /etc/drover/agent.toml"), "{unit}");
     let calls = std::fs::read_to_string(&log).expect("systemctl was called");
     assert!(calls.contains("daemon-reload"), "{calls}");
-    // This build's agent has no `run` yet: the unit must not be started to restart forever.
-    assert!(!calls.contains("enable"), "a unit whose command does not exist was started: {calls}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("not started"), "{}", String::from_utf8_lossy(&out.stdout));
+    // This build's agent can run: the unit is enabled and started (`Type=notify`, so
+    // systemd waits for the agent's READY=1).
+    assert!(unit.contains("Type=notify") && unit.contains("WatchdogSec="), "{unit}");
+    assert!(calls.contains("enable --now drover-agent.service"), "the unit was not started: {calls}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("started"), "{}", String::from_utf8_lossy(&out.stdout));
 }

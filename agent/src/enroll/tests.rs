@@ -252,12 +252,13 @@ async fn an_enrolled_state_dir_is_refused_before_any_network_traffic() {
     state.write_key("K").expect("key");
     state.write_cert("C").expect("cert");
     state.write_identity(&Identity { host_id: HOST_ID.to_owned(), hostname: HOSTNAME.to_owned() }).expect("identity");
-    let config = Config {
-        // Nothing listens on port 1; reaching the network would fail differently.
-        coordinator_urls: vec!["https://127.0.0.1:1".to_owned()],
-        state_dir: state.path().to_owned(),
-        ca_file: tmp.path().join("absent-ca.crt"),
-    };
+    // Nothing listens on port 1; reaching the network would fail differently.
+    let text = format!(
+        "coordinator_urls = [\"https://127.0.0.1:1\"]\nstate_dir = {:?}\nca_file = {:?}\n",
+        state.path().display().to_string(),
+        tmp.path().join("absent-ca.crt").display().to_string()
+    );
+    let config = Config::parse(&tmp.path().join("agent.toml"), &text).expect("config");
     let e = enroll(&config, HOST_ID, Secret::new("t"), &"a".repeat(64)).await.expect_err("refused");
     assert!(matches!(e, EnrollError::AlreadyEnrolled { .. }), "{e:?}");
     assert_eq!(e.exit_code(), codes::CANT_CREATE);

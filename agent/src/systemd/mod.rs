@@ -6,6 +6,9 @@
 //! through zbus; tests run it against a private `dbus-daemon` with a test service that
 //! implements the subset used here.
 
+pub mod dbus;
+pub mod notify;
+
 use std::time::Duration;
 
 /// A unit's state as systemd reports it.

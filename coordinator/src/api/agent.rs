@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use drover_proto::enroll::{RenewRequest, RenewResponse, RolloutBundle};
 use drover_proto::names::RolloutId;
 use drover_proto::release::{TIMESTAMP, sig_path};
-use drover_proto::report::{CheckinRequest, CheckinResponse, ConfirmRequest};
+use drover_proto::report::{CheckinRequest, CheckinResponse, ConfirmRequest, MAX_EVENT_TEXT_BYTES, MAX_EVENTS_PER_CHECKIN, ReportEvent};
 use drover_proto::sig::Envelope;
 use drover_proto::states::HostLifecycle;
 use uuid::Uuid;
@@ -92,10 +92,40 @@ fn check_report(req: &CheckinRequest) -> Result<(), ApiError> {
     if let Some(g) = &req.current_generation {
         short("currentGeneration", g, 512)?;
     }
+    if req.events.len() > MAX_EVENTS_PER_CHECKIN {
+        return Err(ApiError::bad_request(format!("at most {MAX_EVENTS_PER_CHECKIN} events per check-in")));
+    }
+    if let Some(e) = req.events.iter().find(|e| !e.is_bounded()) {
+        return Err(ApiError::bad_request(format!("events: a {} event has a text field over {MAX_EVENT_TEXT_BYTES} bytes", e.type_name())));
+    }
     if req.task_results.len() > MAX_TASK_RESULTS_PER_CHECKIN {
         return Err(ApiError::bad_request(format!("at most {MAX_TASK_RESULTS_PER_CHECKIN} task results per check-in")));
     }
     Ok(())
+}
+
+/// The store event for a report event: kind `agent.<Type>`, the rollout when it names one,
+/// one line for humans, and the event itself as data.
+fn agent_event(host: Uuid, e: &ReportEvent, at: drover_proto::time::Time) -> store::NewEvent {
+    let (rollout, message) = match e {
+        ReportEvent::ManifestMismatch { rollout_id, reason } => (Some(rollout_id.as_str()), reason.clone()),
+        ReportEvent::VerificationFailed { artifact, reason } => (None, format!("{artifact}: {reason}")),
+        ReportEvent::TaskRefused { task_id, reason } => (None, format!("task {task_id}: {reason}")),
+        ReportEvent::ClockSteppedBack { last_seen, now } => (None, format!("clock stepped back from {last_seen} to {now}")),
+        ReportEvent::RolledBack { rollout_id, restored_closure, reason } => {
+            (Some(rollout_id.as_str()), format!("rolled back to {restored_closure}: {reason}"))
+        }
+        ReportEvent::NoActivationBackend { rollout_id } => (Some(rollout_id.as_str()), "no activation backend on this host".to_owned()),
+    };
+    store::NewEvent {
+        at,
+        kind: format!("agent.{}", e.type_name()),
+        host_id: Some(host),
+        rollout_id: rollout.and_then(|r| RolloutId::parse(r).ok()),
+        job_id: None,
+        message,
+        data: serde_json::to_value(e).unwrap_or(serde_json::Value::Null),
+    }
 }
 
 /// `POST /v1/agent/checkin`: records the report, then answers with work — at once if there
@@ -117,8 +147,9 @@ pub async fn checkin(
     // transition. A routine check-in only updates last-seen fields, which are buffered and
     // written in batches (see AppState::flush_checkins), so it writes nothing here.
     let returning = matches!(record.state, HostLifecycle::Enrolling | HostLifecycle::Offline);
-    if returning || !req.task_results.is_empty() {
+    if returning || !req.task_results.is_empty() || !req.events.is_empty() {
         let results = req.task_results;
+        let reported = req.events;
         let first = returning.then(|| checkin.clone());
         store::blocking(app.store.clone(), move |s| {
             if let Some(checkin) = first {
@@ -129,6 +160,10 @@ pub async fn checkin(
                     Ok(_) | Err(StoreError::StaleState { .. }) => {}
                     Err(e) => return Err(e),
                 }
+            }
+            // What the agent refused or noticed becomes the host's history, one event each.
+            for e in &reported {
+                s.append_event(&agent_event(host, e, now))?;
             }
             // Each result stands alone: one the store refuses (not this host's task, or a
             // second, different result for a task already completed) is logged and skipped,

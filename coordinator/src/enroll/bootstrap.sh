@@ -95,7 +95,10 @@ Wants=network-online.target
 After=network-online.target
 
 [Service]
+Type=notify
+NotifyAccess=main
 ExecStart=/usr/local/bin/drover-agent run --config /etc/drover/agent.toml
+WatchdogSec=120
 Restart=always
 RestartSec=5
 

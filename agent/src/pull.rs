@@ -1,0 +1,436 @@
+//! The pull loop: check in (long-poll), verify, act, report — and again. Every pass re-decides
+//! from what the coordinator says now and what the host is now; nothing the coordinator sends
+//! is acted on before [`crate::admit`] admitted it.
+//!
+//! - A check-in carries the agent's version, boot id, current generation, health, probe
+//!   results, unacknowledged task results, the activation status and pending events, and the
+//!   intent already handled (so the coordinator can hold the request until something new
+//!   exists). Events and task results are dropped only after a check-in carrying them
+//!   succeeded.
+//! - Failures back off exponentially with jitter ([`timekeeping::backoff`]); a success waits
+//!   what the coordinator asked (`nextCheckinSecs`, bounded). Several coordinator URLs are
+//!   tried in order by the client (fail-over).
+//! - Each pass looks at the clock first: a step back is reported and verification keeps the
+//!   latest time seen; the certificate is renewed at about two thirds of its life.
+//!
+//! The host side (health, probes, activation) sits behind [`HostOps`], so the loop runs the
+//! same in tests against fakes as in production against the real parts.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use drover_client::{ClientError, ClientIdentity, CoordinatorClient};
+use drover_proto::enroll::{RenewRequest, RenewResponse, RolloutBundle};
+use drover_proto::report::{
+    ActivationStatus, CheckinRequest, CheckinResponse, HealthReport, MAX_EVENTS_PER_CHECKIN, ProbeResult, ReportEvent, StepOutcome,
+    StepResult, TaskOutcome, TaskResult,
+};
+use drover_proto::sig::Envelope;
+use drover_proto::spec::ProbeSpec;
+use drover_proto::time::Time;
+use drover_proto::verify::HostIdentity;
+use tokio::sync::watch;
+
+use crate::admit::{self, Admitted, Anchors};
+use crate::records::{JournalEntry, Records};
+use crate::state::{Identity, StateDir, StateError};
+use crate::timekeeping::{self, read_clock};
+
+/// The check-in route.
+pub const CHECKIN_PATH: &str = "/v1/agent/checkin";
+/// The renewal route.
+pub const RENEW_PATH: &str = "/v1/agent/renew";
+/// The longest wait between check-ins the agent accepts from the coordinator.
+pub const MAX_NEXT_CHECKIN_SECS: u64 = 3600;
+/// Most events kept while the coordinator is unreachable (the oldest are dropped first).
+pub const MAX_PENDING_EVENTS: usize = 256;
+/// How long journal entries outlive their task's expiry (covers clock skew).
+pub const JOURNAL_GRACE_SECS: u64 = 86_400;
+
+/// The activation side's answer to an intent or a resumed activation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActivationOutcome {
+    /// Where the activation stands.
+    pub status: ActivationStatus,
+    /// What to report (a roll-back, …).
+    pub events: Vec<ReportEvent>,
+}
+
+/// The host's side of the loop. Blocking calls: the loop runs them on tokio's blocking pool.
+pub trait HostOps: Send + Sync + 'static {
+    /// Health now.
+    fn health(&self) -> Option<HealthReport>;
+    /// The closure `/run/current-system` points to.
+    fn current_generation(&self) -> Option<String>;
+    /// Runs `probes` (the manifest's and the local observe-only ones).
+    fn probes(&self, probes: &[ProbeSpec]) -> Vec<ProbeResult>;
+    /// Acts on an admitted intent (switch, confirm, roll back); may take minutes.
+    fn activate(&self, admitted: &Admitted) -> ActivationOutcome;
+    /// Resolves an activation a previous run left pending (at start-up).
+    fn resume(&self) -> Option<ActivationOutcome>;
+}
+
+/// Loop settings (the `[checkin]` table of `agent.toml`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PullSettings {
+    /// Longest a check-in request may take; must exceed the coordinator's long-poll hold.
+    pub request_timeout_secs: u64,
+    /// First backoff after a failure.
+    pub backoff_base_secs: u64,
+    /// Longest backoff.
+    pub backoff_max_secs: u64,
+}
+
+impl Default for PullSettings {
+    fn default() -> Self {
+        PullSettings { request_timeout_secs: 330, backoff_base_secs: 1, backoff_max_secs: 300 }
+    }
+}
+
+/// Why a pass failed (the loop backs off and tries again).
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    /// Talking to the coordinator failed.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The state directory failed.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// A blocking host operation died.
+    #[error("host operation failed: {0}")]
+    Host(String),
+}
+
+/// Where time comes from.
+pub trait Clock: Send + Sync {
+    /// Now.
+    fn now(&self) -> Time;
+}
+
+/// The system clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Time {
+        let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        Time::from_unix(i64::try_from(secs).unwrap_or(0)).unwrap_or(Time::EPOCH)
+    }
+}
+
+/// The coordinator client, replaced in place when the certificate is renewed.
+#[derive(Debug, Clone)]
+pub struct SharedClient(Arc<RwLock<CoordinatorClient>>);
+
+impl SharedClient {
+    /// Wraps `client`.
+    pub fn new(client: CoordinatorClient) -> Self {
+        SharedClient(Arc::new(RwLock::new(client)))
+    }
+
+    /// The current client (cheap: reqwest clients share their pool).
+    pub fn get(&self) -> CoordinatorClient {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set(&self, client: CoordinatorClient) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = client;
+    }
+}
+
+/// Builds a client for the coordinator with the certificate and key in `state`.
+pub type ClientFactory = Arc<dyn Fn(ClientIdentity) -> Result<CoordinatorClient, ClientError> + Send + Sync>;
+
+/// The running agent.
+pub struct Agent {
+    state: StateDir,
+    identity: Identity,
+    anchors: Anchors,
+    client: SharedClient,
+    make_client: ClientFactory,
+    host: Arc<dyn HostOps>,
+    clock: Arc<dyn Clock>,
+    settings: PullSettings,
+    boot_id: String,
+    local_probes: Vec<ProbeSpec>,
+    manifest_probes: Vec<ProbeSpec>,
+    events: Vec<ReportEvent>,
+    activation: Option<ActivationStatus>,
+    renew_at: Option<Time>,
+}
+
+impl Agent {
+    /// An agent over an enrolled state directory. `local_probes` are forced to observe mode by
+    /// the caller (only the signed manifest may define gating probes).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        state: StateDir,
+        client: SharedClient,
+        make_client: ClientFactory,
+        host: Arc<dyn HostOps>,
+        clock: Arc<dyn Clock>,
+        settings: PullSettings,
+        boot_id: String,
+        local_probes: Vec<ProbeSpec>,
+    ) -> Result<Agent, StateError> {
+        let identity = state.read_identity()?;
+        let anchors = Anchors::load(&state)?;
+        Ok(Agent {
+            state,
+            identity,
+            anchors,
+            client,
+            make_client,
+            host,
+            clock,
+            settings,
+            boot_id,
+            local_probes,
+            manifest_probes: Vec::new(),
+            events: Vec::new(),
+            activation: None,
+            renew_at: None,
+        })
+    }
+
+    /// The client the agent uses now (for the activation side's confirmations).
+    pub fn client(&self) -> SharedClient {
+        self.client.clone()
+    }
+
+    fn push_event(&mut self, e: ReportEvent) {
+        tracing::warn!(event = ?e, "reporting");
+        self.events.push(e.bounded());
+        if self.events.len() > MAX_PENDING_EVENTS {
+            self.events.remove(0);
+        }
+    }
+
+    async fn blocking<T: Send + 'static>(&self, f: impl FnOnce(&dyn HostOps) -> T + Send + 'static) -> Result<T, PullError> {
+        let host = self.host.clone();
+        tokio::task::spawn_blocking(move || f(&*host)).await.map_err(|e| PullError::Host(e.to_string()))
+    }
+
+    /// Runs until `stop` turns true. A pending activation from a previous run is resolved
+    /// first, before any new intent is looked at.
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>) -> Result<(), PullError> {
+        if let Some(outcome) = self.blocking(|h| h.resume()).await? {
+            self.activation = Some(outcome.status);
+            for e in outcome.events {
+                self.push_event(e);
+            }
+        }
+        let mut failures: u32 = 0;
+        while !*stop.borrow() {
+            let wait = tokio::select! {
+                r = self.pass() => match r {
+                    Ok(wait) => {
+                        failures = 0;
+                        wait
+                    }
+                    Err(e) => {
+                        failures = failures.saturating_add(1);
+                        let wait = timekeeping::backoff(
+                            failures,
+                            Duration::from_secs(self.settings.backoff_base_secs),
+                            Duration::from_secs(self.settings.backoff_max_secs),
+                            rand::random::<f64>(),
+                        );
+                        tracing::warn!(error = %e, failures, retry_in_ms = wait.as_millis() as u64, "check-in failed");
+                        wait
+                    }
+                },
+                _ = stop.changed() => break,
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop.changed() => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// One pass: clock, renewal, check-in, then the intent and tasks it returned. Returns how
+    /// long to wait before the next.
+    pub async fn pass(&mut self) -> Result<Duration, PullError> {
+        let mut seen = self.state.seen()?;
+        let reading = read_clock(seen.latest_time, self.clock.now());
+        if let Some(e) = reading.stepped_back.clone() {
+            self.push_event(e);
+        }
+        if seen.latest_time != Some(reading.latest) {
+            seen.latest_time = Some(reading.latest);
+            self.state.put_seen(&seen)?;
+        }
+        let now = reading.effective;
+        if let Err(e) = self.maybe_renew(now).await {
+            tracing::warn!(error = %e, "certificate renewal failed; retrying next pass");
+        }
+
+        let probes: Vec<ProbeSpec> = self.manifest_probes.iter().chain(&self.local_probes).cloned().collect();
+        let (health, generation, probe_results) = self
+            .blocking(move |h| (h.health(), h.current_generation(), if probes.is_empty() { Vec::new() } else { h.probes(&probes) }))
+            .await?;
+        let mut journal = self.state.journal()?;
+        let task_results = journal.unacknowledged();
+        let take = self.events.len().min(MAX_EVENTS_PER_CHECKIN);
+        let events: Vec<ReportEvent> = self.events.drain(..take).collect();
+        let req = CheckinRequest {
+            agent_version: env!("CARGO_PKG_VERSION").to_owned(),
+            boot_id: self.boot_id.clone(),
+            current_generation: generation,
+            health,
+            probe_results,
+            task_results: task_results.clone(),
+            activation: self.activation.clone(),
+            events: events.clone(),
+            known_intent_id: seen.last_intent_id.clone(),
+        };
+        let resp: CheckinResponse = match self.client.get().post_json(CHECKIN_PATH, &req).await {
+            Ok(r) => r,
+            Err(e) => {
+                // Nothing was delivered: keep the events for the next check-in.
+                self.events.splice(0..0, events);
+                return Err(e.into());
+            }
+        };
+        if !task_results.is_empty() {
+            journal.acknowledge(&task_results);
+            journal.prune(now, JOURNAL_GRACE_SECS);
+            self.state.put_journal(&journal)?;
+        }
+        if let Some(env) = resp.intent {
+            self.handle_intent(env, now).await?;
+        }
+        for env in resp.tasks {
+            self.handle_task(env, now)?;
+        }
+        Ok(Duration::from_secs(resp.next_checkin_secs.min(MAX_NEXT_CHECKIN_SECS)))
+    }
+
+    fn mark_handled(&self, intent_id: Option<String>) -> Result<(), StateError> {
+        let mut seen = self.state.seen()?;
+        if intent_id.is_some() && seen.last_intent_id != intent_id {
+            seen.last_intent_id = intent_id;
+            self.state.put_seen(&seen)?;
+        }
+        Ok(())
+    }
+
+    async fn handle_intent(&mut self, env: Envelope, now: Time) -> Result<(), PullError> {
+        // Only to remember which intent was handled; nothing else trusts it unverified.
+        let intent_id = env.payload::<serde_json::Value>().ok().and_then(|v| v.get("intentId")?.as_str().map(str::to_owned));
+        // An intent already acted on is never acted on again, whatever the coordinator
+        // resends: its outcome was reported, and acting twice could switch back to a target
+        // that was just rolled back. (A refused one is checked again, and refused again.)
+        if intent_id.is_some() && intent_id == self.state.seen()?.acted_intent_id {
+            tracing::debug!(intent_id = ?intent_id, "intent already handled");
+            return Ok(());
+        }
+        let rollout = match admit::advertised_rollout(&env) {
+            Ok(r) => r,
+            Err(e) => {
+                self.push_event(e);
+                return Ok(self.mark_handled(intent_id)?);
+            }
+        };
+        let bundle: RolloutBundle = match self.client.get().get_json(&format!("/v1/rollouts/{rollout}")).await {
+            Ok(b) => b,
+            Err(e) if e.is_transient() => return Err(e.into()),
+            Err(e) => {
+                self.push_event(ReportEvent::VerificationFailed { artifact: format!("rollouts/{rollout}"), reason: e.to_string() });
+                return Ok(self.mark_handled(intent_id)?);
+            }
+        };
+        let seen = self.state.seen()?;
+        let cached = self.state.cached_manifest(&rollout)?;
+        let host = HostIdentity { host_id: &self.identity.host_id, hostname: &self.identity.hostname };
+        let admitted = match admit::admit_intent(&env, &bundle, &self.anchors, host, &seen, cached.as_ref(), now) {
+            Ok(a) => a,
+            Err(e) => {
+                self.push_event(e);
+                return Ok(self.mark_handled(intent_id)?);
+            }
+        };
+        // Cache and floors (with the handled marks, in one atomic write) first, then the act:
+        // a crash during the act is resolved by the activation's own pending record, never by
+        // acting twice.
+        if cached.is_none() {
+            self.state.put_manifest(&admitted.cache)?;
+        }
+        let mut seen = self.state.seen()?;
+        seen.highest_timestamp_version = seen.highest_timestamp_version.max(admitted.timestamp.doc.version);
+        seen.last_intent_id = Some(admitted.intent.intent_id.clone());
+        seen.acted_intent_id = Some(admitted.intent.intent_id.clone());
+        self.state.put_seen(&seen)?;
+        self.manifest_probes = admit::manifest_probes(&admitted.manifest.manifest).to_vec();
+        let outcome = self.blocking(move |h| h.activate(&admitted)).await?;
+        self.activation = Some(outcome.status);
+        for e in outcome.events {
+            self.push_event(e);
+        }
+        Ok(())
+    }
+
+    fn handle_task(&mut self, env: Envelope, now: Time) -> Result<(), PullError> {
+        let mut journal = self.state.journal()?;
+        let task = match admit::admit_task(&env, &self.anchors, &self.identity.host_id, &journal, now) {
+            Ok(t) => t,
+            Err((_, e)) => {
+                self.push_event(e);
+                return Ok(());
+            }
+        };
+        // Journaled before anything runs, so a crash can never make a task run twice.
+        let result = TaskResult {
+            task_id: task.task_id.clone(),
+            outcome: TaskOutcome::Refused,
+            steps: vec![StepResult {
+                name: task.kind.type_name().to_owned(),
+                outcome: StepOutcome::Error,
+                message: format!("this agent version does not run {} tasks", task.kind.type_name()),
+                data: serde_json::Value::Null,
+            }],
+            started_at: now,
+            finished_at: now,
+        };
+        journal.tasks.insert(task.task_id.clone(), JournalEntry { expires_at: task.expires_at, unacknowledged: Some(result) });
+        self.state.put_journal(&journal)?;
+        Ok(())
+    }
+
+    async fn maybe_renew(&mut self, now: Time) -> Result<(), String> {
+        let cert_pem = self.state.read(crate::state::CERT).map_err(|e| e.to_string())?;
+        let renew_at = match self.renew_at {
+            Some(t) => t,
+            None => {
+                let (nb, na) = timekeeping::cert_validity(&cert_pem)?;
+                let t = timekeeping::renew_at(nb, na, rand::random::<f64>());
+                self.renew_at = Some(t);
+                t
+            }
+        };
+        if now < renew_at {
+            return Ok(());
+        }
+        let key_pem = self.state.read(crate::state::KEY).map_err(|e| e.to_string())?;
+        let key_text = String::from_utf8(key_pem.clone()).map_err(|e| e.to_string())?;
+        let key = rcgen::KeyPair::from_pem(&key_text).map_err(|e| format!("{}: {e}", crate::state::KEY))?;
+        let csr = crate::enroll::build_csr(&key).map_err(|e| e.to_string())?;
+        let resp: RenewResponse = self.client.get().post_json(RENEW_PATH, &RenewRequest { csr }).await.map_err(|e| e.to_string())?;
+        let ca = self.state.read(crate::state::CA).map_err(|e| e.to_string())?;
+        let ca = drover_client::tls::parse_certificates("ca.crt", &ca).map_err(|e| e.to_string())?;
+        let chain = drover_client::tls::parse_certificates("certificate", resp.certificate.as_bytes()).map_err(|e| e.to_string())?;
+        crate::enroll::check_public_key(&chain[0], &key.public_key_der()).map_err(|e| e.to_string())?;
+        crate::enroll::check_chain(&chain, &ca, rustls::pki_types::UnixTime::now()).map_err(|e| e.to_string())?;
+        crate::enroll::check_names(&chain[0], &self.identity.host_id, &self.identity.hostname).map_err(|e| e.to_string())?;
+        let identity = ClientIdentity::from_pem(resp.certificate.as_bytes(), &key_pem).map_err(|e| e.to_string())?;
+        let client = (self.make_client)(identity).map_err(|e| e.to_string())?;
+        self.state.write_cert(&resp.certificate).map_err(|e| e.to_string())?;
+        self.client.set(client);
+        self.renew_at = None;
+        tracing::info!(host_id = %self.identity.host_id, "certificate renewed");
+        Ok(())
+    }
+}

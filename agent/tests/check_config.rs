@@ -1,0 +1,84 @@
+//! `drover-agent check-config FILE` as a process: the documented full configuration passes,
+//! a wrong key or value is named with the file and exits 65, a missing file exits 66.
+
+use std::process::Command;
+
+/// The full `agent.toml` as the README documents it.
+const FULL: &str = r#"
+coordinator_urls = ["https://coord-1.example:8443", "https://coord-2.example:8443"]
+state_dir = "/var/lib/drover"
+ca_file = "/etc/drover/ca.crt"
+systemd_bus = "unix:path=/run/dbus/system_bus_socket"
+
+[checkin]
+request_timeout_secs = 330
+backoff_base_secs = 1
+backoff_max_secs = 300
+
+[activation]
+root = "/"
+nix_store = "nix-store"
+nix_env = "nix-env"
+realise_timeout_secs = 3600
+switch_timeout_secs = 900
+quarantine_secs = 86400
+confirm_retry_secs = 5
+
+[health]
+maas_creds_file = "/etc/maas/maas-machine-creds.yml"
+hw_sync_timer = "maas-hardware-sync.timer"
+nvidia_smi = "nvidia-smi"
+disks = ["/"]
+
+[[probes]]
+name = "sshd"
+kind = "tcp"
+host = "127.0.0.1"
+port = 22
+timeoutSecs = 2
+"#;
+
+fn check(text: Option<&str>) -> (i32, String, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("agent.toml");
+    if let Some(t) = text {
+        std::fs::write(&file, t).expect("write");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_drover-agent")).arg("check-config").arg(&file).output().expect("run");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn the_documented_configuration_passes() {
+    let (code, out, err) = check(Some(FULL));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.trim_end().ends_with("agent.toml: ok"), "{out}");
+}
+
+#[test]
+fn a_misspelt_key_is_named_with_the_file_and_refused() {
+    let (code, _, err) = check(Some(&FULL.replace("quarantine_secs", "quarantine_sec")));
+    assert_eq!(code, 65, "{err}");
+    assert!(err.contains("agent.toml") && err.contains("quarantine_sec"), "{err}");
+}
+
+#[test]
+fn a_backoff_cap_below_its_base_is_refused() {
+    let (code, _, err) = check(Some(&FULL.replace("backoff_max_secs = 300", "backoff_max_secs = 0")));
+    assert_eq!(code, 65, "{err}");
+    assert!(err.contains("checkin.backoff_max_secs"), "{err}");
+}
+
+#[test]
+fn a_local_probe_name_used_twice_is_refused() {
+    let twice = format!("{FULL}\n[[probes]]\nname = \"sshd\"\nkind = \"tcp\"\nhost = \"::1\"\nport = 22\ntimeoutSecs = 2\n");
+    let (code, _, err) = check(Some(&twice));
+    assert_eq!(code, 65, "{err}");
+    assert!(err.contains("probes") && err.contains("sshd"), "{err}");
+}
+
+#[test]
+fn a_missing_file_is_no_input() {
+    let (code, _, err) = check(None);
+    assert_eq!(code, 66, "{err}");
+}

@@ -1,0 +1,238 @@
+//! The pull loop against a hostile coordinator: each test plays one attack through the real
+//! loop (real TLS 1.3 to a scripted fake coordinator, real CI-signed releases, director-signed
+//! intents and tasks) and asserts that (a) the refusal reaches the coordinator as a typed
+//! event in the **next** check-in, naming the broken rule, and (b) nothing was activated.
+
+mod common;
+
+use common::*;
+use drover_agent::records::Records;
+use drover_proto::intent::Intent;
+use drover_proto::names::RolloutId;
+use drover_proto::report::{ReportEvent, TaskOutcome};
+
+const INTENT_1: &str = "0d9a4c4e-2f7b-4e0c-8d53-8e3f0b6a7c21";
+const INTENT_2: &str = "7a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
+const TASK_1: &str = "3e6f1a0b-7c2d-4e9f-b8a1-2c3d4e5f6a7b";
+
+/// Delivers `intent` sealed by the director against `files`' bundle; returns the next report's
+/// events after asserting that nothing was activated.
+async fn refused_intent(h: &mut Harness, intent: &Intent) -> Vec<ReportEvent> {
+    let env = seal(intent, &h.director);
+    let events = h.deliver_intent(env).await;
+    assert_eq!(h.host.activation_count(), 0, "nothing may be activated");
+    events
+}
+
+#[tokio::test]
+async fn bad_manifest_signature_is_refused() {
+    let mut h = Harness::new().await;
+    let files = h.release();
+    // A real CI signature by a trusted key, over other bytes (the timestamp's).
+    let mut b = bundle(&files, &rollout_id());
+    b.manifest_sig = b.timestamp_sig.clone();
+    h.fake.serve_bundle(rollout_id().as_str(), &b);
+    let intent = intent_for(&files, HOSTNAME, INTENT_1, h.t0);
+    let events = refused_intent(&mut h, &intent).await;
+    let artifact = assert_refusal(&events, false, "BadSignature");
+    assert_eq!(artifact, format!("rollouts/{}.json", rollout_id()));
+    assert!(h.state.cached_manifest(&rollout_id()).expect("cache").is_none(), "an unverified manifest is never cached");
+}
+
+#[tokio::test]
+async fn bad_intent_signature_is_refused() {
+    let mut h = Harness::new().await;
+    let files = h.release();
+    h.serve(&files);
+    let intent = intent_for(&files, HOSTNAME, INTENT_1, h.t0);
+    // Signed by a key other than the director's: CI's own key is no better than a stranger's.
+    let stranger = new_signer();
+    for env in [seal(&intent, &stranger), seal(&intent, &h.ci)] {
+        let events = h.deliver_intent(env).await;
+        assert_eq!(assert_refusal(&events, false, "UnknownKey"), "intent");
+    }
+    // Signed by the director, then altered: the signature no longer holds.
+    let mut env = seal(&intent, &h.director);
+    env.signed["targetClosure"] = serde_json::json!("/nix/store/55555555555555555555555555555555-nixos-system-evil");
+    let events = h.deliver_intent(env).await;
+    assert_eq!(assert_refusal(&events, false, "BadSignature"), "intent");
+    assert_eq!(h.host.activation_count(), 0, "nothing may be activated");
+}
+
+#[tokio::test]
+async fn stale_timestamp_is_refused() {
+    let mut h = Harness::new().await;
+    let files = h.release();
+    h.serve(&files);
+    // A day and a minute later (the channel's window is a day), with a fresh intent.
+    let later = h.t0.plus_secs(86_400 + 60);
+    h.clock.set(later);
+    let events = refused_intent(&mut h, &intent_for(&files, HOSTNAME, INTENT_1, later)).await;
+    assert_eq!(assert_refusal(&events, false, "Stale"), "timestamp.json");
+}
+
+#[tokio::test]
+async fn future_dated_timestamp_is_refused() {
+    let mut h = Harness::new().await;
+    // Signed an hour ahead of the agent's clock (the tolerated skew is minutes).
+    let files = release(h.t0.plus_secs(3600), 1, &h.ci);
+    h.serve(&files);
+    let intent = intent_for(&files, HOSTNAME, INTENT_1, h.t0);
+    let events = refused_intent(&mut h, &intent).await;
+    assert_eq!(assert_refusal(&events, false, "FutureDated"), "timestamp.json");
+}
+
+#[tokio::test]
+async fn lower_timestamp_version_is_refused() {
+    let mut h = Harness::new().await;
+    let v2 = release(h.t0, 2, &h.ci);
+    h.serve(&v2);
+    let events = h.deliver_intent(seal(&intent_for(&v2, HOSTNAME, INTENT_1, h.t0), &h.director)).await;
+    assert!(events.is_empty(), "version 2 is accepted: {events:?}");
+    assert_eq!(h.host.activation_count(), 1);
+    assert_eq!(h.state.seen().expect("seen").highest_timestamp_version, 2);
+
+    // The same manifest under an older (validly signed, still fresh) timestamp.
+    let v1 = release(h.t0, 1, &h.ci);
+    h.serve(&v1);
+    let events = h.deliver_intent(seal(&intent_for(&v1, HOSTNAME, INTENT_2, h.t0), &h.director)).await;
+    assert_eq!(assert_refusal(&events, false, "VersionRollback"), "timestamp.json");
+    assert_eq!(h.host.activation_count(), 1, "the rolled-back timestamp activates nothing");
+    assert_eq!(h.state.seen().expect("seen").highest_timestamp_version, 2, "the floor stays");
+}
+
+#[tokio::test]
+async fn expired_intent_is_refused() {
+    let mut h = Harness::new().await;
+    let files = h.release();
+    h.serve(&files);
+    h.clock.set(h.t0.plus_secs(120));
+    let intent = Intent { expires_at: h.t0.plus_secs(60), ..intent_for(&files, HOSTNAME, INTENT_1, h.t0) };
+    let events = refused_intent(&mut h, &intent).await;
+    assert_eq!(assert_refusal(&events, false, "Expired"), "intent");
+}
+
+#[tokio::test]
+async fn host_not_in_manifest_is_refused() {
+    // The agent is gpu-03, which the manifest does not list; the director sends it an intent
+    // anyway (with a validly CI-signed target of another host).
+    let mut h = Harness::named("gpu-03").await;
+    let files = h.release();
+    h.serve(&files);
+    let intent = Intent { hostname: "gpu-03".to_owned(), ..intent_for(&files, HOSTNAME, INTENT_1, h.t0) };
+    let events = refused_intent(&mut h, &intent).await;
+    assert_eq!(assert_refusal(&events, true, "HostNotInManifest"), rollout_id().as_str());
+}
+
+#[tokio::test]
+async fn target_mismatch_is_refused() {
+    let mut h = Harness::new().await;
+    let files = h.release();
+    h.serve(&files);
+    let m = manifest(&files, &rollout_id());
+    for target in [
+        "/nix/store/55555555555555555555555555555555-nixos-system-evil".to_owned(),
+        // gpu-01's (validly CI-signed) target is still not gpu-02's.
+        m.host("gpu-01").expect("gpu-01").target_closure.clone(),
+    ] {
+        let intent = Intent { target_closure: target, ..intent_for(&files, HOSTNAME, INTENT_1, h.t0) };
+        let events = refused_intent(&mut h, &intent).await;
+        assert_eq!(assert_refusal(&events, true, "TargetMismatch"), rollout_id().as_str());
+    }
+}
+
+#[tokio::test]
+async fn wave_mismatch_is_refused() {
+    let mut h = Harness::new().await;
+    let files = h.release();
+    h.serve(&files);
+    // gpu-02 is in wave 1; the director claims wave 0 (the canary wave) to jump the queue.
+    let intent = Intent { wave_index: 0, ..intent_for(&files, HOSTNAME, INTENT_1, h.t0) };
+    let events = refused_intent(&mut h, &intent).await;
+    assert_eq!(assert_refusal(&events, true, "WaveMismatch"), rollout_id().as_str());
+}
+
+#[tokio::test]
+async fn manifest_served_under_another_rollout_id_is_refused() {
+    let mut h = Harness::new().await;
+    let files = h.release();
+    // The intent names `stable@elsewhere`; the coordinator serves stable@c0ffee1's manifest
+    // (and a fresh timestamp) under that id.
+    let elsewhere = RolloutId::new("stable", "elsewhere").expect("id");
+    h.fake.serve_bundle(elsewhere.as_str(), &bundle(&files, &rollout_id()));
+    let intent = Intent { rollout_id: elsewhere.clone(), ..intent_for(&files, HOSTNAME, INTENT_1, h.t0) };
+    let events = refused_intent(&mut h, &intent).await;
+    assert_eq!(assert_refusal(&events, true, "RolloutIdMismatch"), elsewhere.as_str());
+    assert!(h.fake.lines().contains(&format!("GET /v1/rollouts/{elsewhere} HTTP/1.1")), "{:?}", h.fake.lines());
+    assert!(h.state.cached_manifest(&elsewhere).expect("cache").is_none());
+}
+
+#[tokio::test]
+async fn cached_manifest_with_other_bytes_is_refused() {
+    let mut h = Harness::new().await;
+    let files = h.release();
+    h.serve(&files);
+    let events = h.deliver_intent(seal(&intent_for(&files, HOSTNAME, INTENT_1, h.t0), &h.director)).await;
+    assert!(events.is_empty(), "the first manifest is accepted: {events:?}");
+    assert_eq!(h.host.activation_count(), 1);
+    let cached = h.state.cached_manifest(&rollout_id()).expect("cache").expect("cached");
+
+    // Later, a validly CI-signed release puts other bytes (another target) under the same id.
+    let mut spec = small_spec_json();
+    spec["hosts"]["gpu-02"]["closure"] = serde_json::json!("/nix/store/ffffffffffffffffffffffffffffffff-nixos-system-gpu-02");
+    let other = release_of(&spec, h.t0.plus_secs(60), 2, &h.ci);
+    h.clock.set(h.t0.plus_secs(120));
+    h.serve(&other);
+    let intent = intent_for(&other, HOSTNAME, INTENT_2, h.t0.plus_secs(120));
+    assert_ne!(intent.manifest_sha256, cached.sha256);
+    let events = h.deliver_intent(seal(&intent, &h.director)).await;
+    assert_eq!(assert_refusal(&events, true, "ManifestChanged"), rollout_id().as_str());
+    assert_eq!(h.host.activation_count(), 1, "the changed manifest activates nothing");
+    assert_eq!(h.state.cached_manifest(&rollout_id()).expect("cache"), Some(cached), "the cache keeps the first bytes");
+}
+
+#[tokio::test]
+async fn intent_for_another_host_is_refused() {
+    let mut h = Harness::new().await;
+    let files = h.release();
+    h.serve(&files);
+    let mine = intent_for(&files, HOSTNAME, INTENT_1, h.t0);
+    // Addressed to another host id.
+    let events = refused_intent(&mut h, &Intent { host_id: OTHER_HOST_ID.to_owned(), ..mine.clone() }).await;
+    assert_eq!(assert_refusal(&events, true, "WrongHost"), rollout_id().as_str());
+    // Our id, but gpu-01's entry (its wave and its validly signed target).
+    let borrowed = Intent { host_id: HOST_ID.to_owned(), ..intent_for(&files, "gpu-01", INTENT_2, h.t0) };
+    let events = refused_intent(&mut h, &borrowed).await;
+    assert_eq!(assert_refusal(&events, true, "WrongHost"), rollout_id().as_str());
+}
+
+#[tokio::test]
+async fn replayed_task_is_refused() {
+    let mut h = Harness::new().await;
+    let env = seal(&task(TASK_1, h.t0), &h.director);
+    h.fake.push_checkin(Reply::ok(checkin_answer(None, vec![env.clone()])));
+    h.pass_ok().await;
+    let journal = h.state.journal().expect("journal");
+    assert!(journal.contains(TASK_1), "the first delivery lands in the journal");
+
+    // The coordinator (or someone replaying its answer) sends the same envelope again.
+    h.fake.push_checkin(Reply::ok(checkin_answer(None, vec![env])));
+    h.pass_ok().await;
+    let report = h.fake.last_checkin();
+    assert_eq!(report.task_results.len(), 1, "the first delivery's result is reported: {:?}", report.task_results);
+    assert_eq!((report.task_results[0].task_id.as_str(), report.task_results[0].outcome), (TASK_1, TaskOutcome::Refused));
+    assert!(report.events.is_empty(), "{:?}", report.events);
+
+    h.pass_ok().await;
+    let report = h.fake.last_checkin();
+    match report.events.as_slice() {
+        [ReportEvent::TaskRefused { task_id, reason }] => {
+            assert_eq!(task_id, TASK_1);
+            assert!(reason.starts_with("Replayed:"), "{reason}");
+        }
+        other => panic!("expected one TaskRefused(Replayed), got {other:?}"),
+    }
+    assert!(report.task_results.is_empty(), "the replay produced no second result: {:?}", report.task_results);
+    assert_eq!(h.state.journal().expect("journal").tasks.len(), 1);
+    assert_eq!(h.host.activation_count(), 0);
+}

@@ -1,0 +1,134 @@
+//! `drover-agent run` as a real process against a real coordinator: enrolled by the real
+//! bootstrap command, it tells systemd it is ready (a real datagram socket as
+//! `NOTIFY_SOCKET`), checks in over mTLS until the host is active, stops cleanly on SIGTERM,
+//! and — run once with Debian's libfaketime two hours ahead, then on the real clock — reports
+//! the clock stepping back, which the coordinator records as the host's event.
+
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use drover_tests::{Harness, sh, workspace_binary};
+use uuid::Uuid;
+
+/// Enrolls `hostname` with the bootstrap command into `root`; returns its host id and config.
+async fn enroll(h: &Harness, hostname: &str, root: &Path) -> (Uuid, PathBuf) {
+    let created = h.create_host(hostname).await;
+    let command = created["command"].as_str().expect("command").replace("| sudo sh -c ", "| sh -c ");
+    let env = vec![
+        ("DROVER_BOOTSTRAP_ROOT".to_owned(), root.display().to_string()),
+        ("DROVER_BOOTSTRAP_SKIP_SYSTEMD".to_owned(), "1".to_owned()),
+        ("TMPDIR".to_owned(), h.dir.path().display().to_string()),
+    ];
+    let out = sh(command, env).await;
+    assert!(out.status.success(), "bootstrap failed: {}", String::from_utf8_lossy(&out.stderr));
+    let config = root.join("etc/drover/agent.toml");
+    // No system bus in a test: point the agent at a bus that is not there (health then
+    // reports without failed units), and keep the activation backend's root in the sandbox.
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str(&format!(
+        "systemd_bus = \"unix:path={}\"\n\n[activation]\nroot = \"{}\"\n",
+        root.join("no-bus").display(),
+        root.display()
+    ));
+    std::fs::write(&config, text).expect("config");
+    (Uuid::parse_str(created["hostId"].as_str().expect("id")).expect("uuid"), config)
+}
+
+struct Agent(Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_agent(config: &Path, notify: Option<&Path>, faketime: Option<&str>) -> Agent {
+    let agent = workspace_binary("drover-agent");
+    let mut cmd = Command::new(&agent);
+    if let Some(offset) = faketime {
+        // libfaketime preloaded into the agent itself (the `faketime` wrapper would fork and
+        // stand between the test and the agent's signals). Only the wall clock moves: timers
+        // and timeouts keep the real monotonic clock.
+        cmd.env("LD_PRELOAD", libfaketime()).env("FAKETIME", offset).env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+    }
+    cmd.args(["run", "--config"]).arg(config).env("DROVER_LOG", "warn").stdout(Stdio::null()).stderr(Stdio::piped());
+    if let Some(socket) = notify {
+        cmd.env("NOTIFY_SOCKET", socket);
+    }
+    Agent(cmd.spawn().expect("agent starts"))
+}
+
+/// Debian's libfaketime (package `faketime`), multi-threaded flavour, under any multiarch dir.
+fn libfaketime() -> PathBuf {
+    std::fs::read_dir("/usr/lib")
+        .expect("/usr/lib")
+        .flatten()
+        .map(|e| e.path().join("faketime/libfaketimeMT.so.1"))
+        .find(|p| p.is_file())
+        .expect("libfaketimeMT.so.1 not found: install Debian's `faketime` package (.ci/run does)")
+}
+
+/// Waits (bounded) until `check` holds, polling the in-process coordinator's store.
+async fn until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn stop(mut agent: Agent) -> std::process::ExitStatus {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.0.id() as i32), nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    agent.0.wait().expect("agent exits")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_runs_checks_in_notifies_systemd_and_stops_on_sigterm() {
+    let h = Harness::start().await;
+    let root = h.dir.path().join("root-a");
+    let (host, config) = enroll(&h, "gpu-run-01", &root).await;
+    let socket_path = h.dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).expect("notify socket");
+    socket.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+    let agent = start_agent(&config, Some(&socket_path), None);
+    let mut buf = [0u8; 512];
+    let n = socket.recv(&mut buf).expect("the agent notified systemd");
+    assert!(String::from_utf8_lossy(&buf[..n]).lines().any(|l| l == "READY=1"), "{}", String::from_utf8_lossy(&buf[..n]));
+    let store = h.running.app.store.clone();
+    until("the host to become active", || store.get_host(host).ok().flatten().is_some_and(|r| r.state.as_str() == "active")).await;
+    let status = stop(agent);
+    assert!(status.success(), "the agent did not stop cleanly on SIGTERM: {status:?}");
+    let n = socket.recv(&mut buf).expect("the agent said it is stopping");
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1"), "{}", String::from_utf8_lossy(&buf[..n]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clock_stepping_back_is_reported_end_to_end() {
+    let h = Harness::start().await;
+    let root = h.dir.path().join("root-b");
+    let (host, config) = enroll(&h, "gpu-run-02", &root).await;
+    let seen = root.join("var/lib/drover/seen.json");
+
+    // Two hours ahead: the agent records that time as the latest it has seen.
+    let ahead = start_agent(&config, None, Some("+2h"));
+    until("the agent to record the time it saw", || std::fs::read(&seen).is_ok()).await;
+    assert!(stop(ahead).success());
+    let recorded: serde_json::Value = serde_json::from_slice(&std::fs::read(&seen).expect("seen")).expect("json");
+    let latest = drover_proto::time::Time::parse_strict(recorded["latestTime"].as_str().expect("latestTime")).expect("time");
+    assert!(latest.secs_since(drover_tests::wall_now()) > 3600, "faketime did not move the agent's clock: {latest}");
+
+    // Back on the real clock: two hours earlier than the agent has seen.
+    let agent = start_agent(&config, None, None);
+    let store = h.running.app.store.clone();
+    until("the coordinator to record agent.ClockSteppedBack", || {
+        store
+            .list_events(&drover_coordinator::store::EventFilter { host_id: Some(host), ..Default::default() })
+            .map(|events| events.iter().any(|e| e.event.kind == "agent.ClockSteppedBack"))
+            .unwrap_or(false)
+    })
+    .await;
+    assert!(stop(agent).success());
+}

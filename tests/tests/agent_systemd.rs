@@ -1,0 +1,313 @@
+//! The agent's systemd client ([`DbusSystemd`]) against a real `dbus-daemon` with the
+//! `fake-systemd` test service on it: transient units really run, their final state is seen
+//! through D-Bus signals, failed units are listed, restarts re-run, a taken name is refused —
+//! and a switch started in a transient unit finishes even when the agent that started it is
+//! killed with SIGKILL.
+//!
+//! These tests need `/usr/bin/dbus-daemon` (CI installs it) and fail loudly without it.
+
+#![forbid(unsafe_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use drover_agent::systemd::dbus::DbusSystemd;
+use drover_agent::systemd::{Systemd, SystemdError};
+use drover_tests::workspace_binary;
+
+const DBUS_DAEMON: &str = "/usr/bin/dbus-daemon";
+/// Set in the re-executed test process that plays the agent to be killed.
+const CHILD_ENV: &str = "DROVER_TEST_SYSTEMD_AGENT_CHILD";
+/// The bound on every wait in these tests.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A private bus with fake-systemd serving on it; both are killed on drop.
+struct Bus {
+    dir: tempfile::TempDir,
+    address: String,
+    daemon: Child,
+    fake: Child,
+}
+
+/// Lines of a child's stdout, read on a thread, so the test can wait for one with a bound.
+fn lines_of(from: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(from).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits (bounded) for a line satisfying `want`.
+fn wait_for_line(lines: &mpsc::Receiver<String>, what: &str, want: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if want(&line) => return line,
+            Ok(_) => {}
+            Err(e) => panic!("no {what} within {WAIT:?}: {e}"),
+        }
+    }
+}
+
+impl Bus {
+    fn start() -> Bus {
+        assert!(Path::new(DBUS_DAEMON).is_file(), "{DBUS_DAEMON} is missing: install dbus-daemon (Debian: apt-get install dbus-daemon)");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("bus.conf");
+        let socket = dir.path().join("bus.sock");
+        let text = format!(
+            "<!DOCTYPE busconfig PUBLIC \"-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN\" \
+             \"http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd\">\n\
+             <busconfig><type>session</type><listen>unix:path={}</listen>\
+             <policy context=\"default\"><allow send_destination=\"*\" eavesdrop=\"true\"/><allow eavesdrop=\"true\"/><allow own=\"*\"/></policy>\
+             </busconfig>\n",
+            socket.display()
+        );
+        std::fs::write(&config, text).expect("write bus config");
+        let mut daemon = Command::new(DBUS_DAEMON)
+            .arg("--config-file")
+            .arg(&config)
+            .args(["--nofork", "--print-address"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {DBUS_DAEMON}: {e}"));
+        let daemon_out = lines_of(daemon.stdout.take().expect("daemon stdout"));
+        let address = wait_for_line(&daemon_out, "bus address from dbus-daemon", |l| l.starts_with("unix:")).trim().to_owned();
+        let mut fake = Command::new(workspace_binary("fake-systemd"))
+            .args(["--address", &address])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start fake-systemd");
+        let fake_out = lines_of(fake.stdout.take().expect("fake stdout"));
+        wait_for_line(&fake_out, "`ready` from fake-systemd", |l| l == "ready");
+        Bus { dir, address, daemon, fake }
+    }
+
+    fn systemd(&self) -> DbusSystemd {
+        DbusSystemd::at_address(&self.address).expect("connect to the test bus")
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// A FIFO: a unit's `read line < fifo` blocks until [`Bus::release`] writes to it.
+    fn fifo(&self, name: &str) -> PathBuf {
+        let path = self.path(name);
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        path
+    }
+}
+
+impl Drop for Bus {
+    fn drop(&mut self) {
+        // SIGTERM: fake-systemd then kills the units' processes it still runs.
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.fake.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = self.fake.wait();
+        let _ = self.daemon.kill();
+        let _ = self.daemon.wait();
+    }
+}
+
+/// Writes `go` into the FIFO a unit is reading; the open blocks until the unit opened its
+/// end, so it runs on a thread and is bounded.
+fn release(fifo: &Path) {
+    let (tx, rx) = mpsc::channel();
+    let path = fifo.to_path_buf();
+    std::thread::spawn(move || {
+        let result = std::fs::OpenOptions::new().write(true).open(&path).and_then(|mut f| f.write_all(b"go\n"));
+        let _ = tx.send(result);
+    });
+    match rx.recv_timeout(WAIT) {
+        Ok(result) => result.expect("write to the unit's FIFO"),
+        Err(_) => panic!("no unit opened {} within {WAIT:?}", fifo.display()),
+    }
+}
+
+fn sh(script: &str) -> Vec<String> {
+    vec!["/bin/sh".into(), "-c".into(), script.into()]
+}
+
+/// The unit command: waits for the FIFO, then writes what it read to `marker`.
+fn waits_then_marks(fifo: &Path, marker: &Path) -> Vec<String> {
+    sh(&format!("read line < '{}' && echo \"$line\" > '{}'", fifo.display(), marker.display()))
+}
+
+#[test]
+fn a_transient_unit_runs_and_its_final_state_is_observed() {
+    let bus = Bus::start();
+    let sd = bus.systemd();
+    let (fifo, marker) = (bus.fifo("go"), bus.path("marker"));
+    sd.start_transient_service("drover-t1.service", "test unit", &waits_then_marks(&fifo, &marker)).expect("start");
+    let status = sd.unit_status("drover-t1.service").expect("status").expect("the unit is known");
+    assert!(status.is_running(), "{status:?}");
+    assert_eq!((status.active_state.as_str(), status.sub_state.as_str()), ("active", "running"));
+    // A short wait on a running unit runs out with the state it saw.
+    match sd.wait_finished("drover-t1.service", Duration::from_millis(300)) {
+        Err(SystemdError::Timeout { unit, state, .. }) => {
+            assert_eq!((unit.as_str(), state.as_str()), ("drover-t1.service", "active/running"))
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    // The wait is woken by the unit's signals, not by polling: release the unit while waiting.
+    let waiter = std::thread::spawn(move || sd.wait_finished("drover-t1.service", WAIT));
+    release(&fifo);
+    let status = waiter.join().expect("waiter").expect("the unit finishes");
+    assert!(status.succeeded(), "{status:?}");
+    assert_eq!((status.active_state.as_str(), status.sub_state.as_str(), status.result.as_str()), ("active", "exited", "success"));
+    assert_eq!(std::fs::read_to_string(&marker).expect("marker written"), "go\n");
+    // RemainAfterExit: the final state stays queryable, and it is not a failed unit.
+    let again = bus.systemd();
+    assert_eq!(again.unit_status("drover-t1.service").expect("status"), Some(status));
+    assert!(again.failed_units().expect("failed units").is_empty());
+}
+
+#[test]
+fn a_failing_unit_reports_failure_and_is_listed() {
+    let bus = Bus::start();
+    let sd = bus.systemd();
+    sd.start_transient_service("drover-fails.service", "fails", &sh("exit 3")).expect("start");
+    let status = sd.wait_finished("drover-fails.service", WAIT).expect("finishes");
+    assert!(!status.succeeded() && !status.is_running(), "{status:?}");
+    assert_eq!((status.active_state.as_str(), status.sub_state.as_str(), status.result.as_str()), ("failed", "failed", "exit-code"));
+    sd.start_transient_service("drover-ok.service", "succeeds", &sh("true")).expect("start");
+    assert!(sd.wait_finished("drover-ok.service", WAIT).expect("finishes").succeeded());
+    assert_eq!(sd.failed_units().expect("failed units"), vec!["drover-fails.service".to_owned()]);
+    // A command that cannot be run at all is a failed unit too.
+    sd.start_transient_service("drover-missing.service", "missing", &["/nonexistent/switch".to_owned()]).expect("job accepted");
+    let status = sd.wait_finished("drover-missing.service", WAIT).expect("finishes");
+    assert_eq!(status.active_state, "failed");
+    assert_eq!(sd.failed_units().expect("failed units"), vec!["drover-fails.service".to_owned(), "drover-missing.service".to_owned()]);
+}
+
+#[test]
+fn unknown_units_are_none_and_errors_carry_systemds_names() {
+    let bus = Bus::start();
+    let sd = bus.systemd();
+    assert_eq!(sd.unit_status("nothing-here.service").expect("status"), None);
+    match sd.wait_finished("nothing-here.service", WAIT) {
+        Err(SystemdError::Call { method: "GetUnit", message, .. }) => assert!(message.contains("NoSuchUnit"), "{message}"),
+        other => panic!("expected NoSuchUnit, got {other:?}"),
+    }
+    match sd.restart_unit("nothing-here.service") {
+        Err(SystemdError::Call { method: "RestartUnit", message, .. }) => {
+            assert!(message.starts_with("org.freedesktop.systemd1.NoSuchUnit"), "{message}")
+        }
+        other => panic!("expected NoSuchUnit, got {other:?}"),
+    }
+    assert!(matches!(sd.start_transient_service("x.service", "empty", &[]), Err(SystemdError::Call { .. })));
+}
+
+#[test]
+fn restart_reruns_the_units_command() {
+    let bus = Bus::start();
+    let sd = bus.systemd();
+    let runs = bus.path("runs");
+    sd.start_transient_service("drover-rerun.service", "counts runs", &sh(&format!("echo run >> '{}'", runs.display()))).expect("start");
+    assert!(sd.wait_finished("drover-rerun.service", WAIT).expect("finishes").succeeded());
+    assert_eq!(std::fs::read_to_string(&runs).expect("runs"), "run\n");
+    sd.restart_unit("drover-rerun.service").expect("restart");
+    assert!(sd.wait_finished("drover-rerun.service", WAIT).expect("finishes").succeeded());
+    assert_eq!(std::fs::read_to_string(&runs).expect("runs"), "run\nrun\n");
+}
+
+#[test]
+fn a_running_unit_name_cannot_be_started_twice() {
+    let bus = Bus::start();
+    let sd = bus.systemd();
+    let (fifo, marker) = (bus.fifo("go"), bus.path("marker"));
+    sd.start_transient_service("drover-once.service", "first", &waits_then_marks(&fifo, &marker)).expect("start");
+    match sd.start_transient_service("drover-once.service", "second", &sh("true")) {
+        Err(SystemdError::Call { method: "StartTransientUnit", unit, message }) => {
+            assert_eq!(unit, "drover-once.service");
+            assert!(message.starts_with("org.freedesktop.systemd1.UnitExists"), "{message}");
+        }
+        other => panic!("expected UnitExists, got {other:?}"),
+    }
+    release(&fifo);
+    assert!(sd.wait_finished("drover-once.service", WAIT).expect("finishes").succeeded());
+    assert_eq!(std::fs::read_to_string(&marker).expect("the first command ran"), "go\n");
+}
+
+/// The "agent" process: starts the switch unit, says so, and waits to be killed.
+fn play_the_agent(address: &str) {
+    let unit = std::env::var("DROVER_TEST_UNIT").expect("unit");
+    let fifo = PathBuf::from(std::env::var("DROVER_TEST_FIFO").expect("fifo"));
+    let marker = PathBuf::from(std::env::var("DROVER_TEST_MARKER").expect("marker"));
+    let sd = DbusSystemd::at_address(address).expect("connect");
+    sd.start_transient_service(&unit, "switch-to-configuration (test)", &waits_then_marks(&fifo, &marker)).expect("start");
+    let mut out = std::io::stdout();
+    writeln!(out, "started {unit}").expect("stdout");
+    out.flush().expect("flush");
+    // Blocks until the test kills this process (the bound is only a safety net).
+    let (_tx, rx) = mpsc::channel::<()>();
+    let _ = rx.recv_timeout(WAIT * 3);
+    panic!("the agent process was not killed");
+}
+
+#[test]
+fn the_switch_survives_the_agent() {
+    if let Ok(address) = std::env::var(CHILD_ENV) {
+        play_the_agent(&address);
+        return;
+    }
+    let bus = Bus::start();
+    let (fifo, marker) = (bus.fifo("go"), bus.path("marker"));
+    let unit = "nixos-switch-test.service";
+    let mut agent = Command::new(std::env::current_exe().expect("current exe"))
+        .args(["--exact", "the_switch_survives_the_agent", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, &bus.address)
+        .env("DROVER_TEST_UNIT", unit)
+        .env("DROVER_TEST_FIFO", &fifo)
+        .env("DROVER_TEST_MARKER", &marker)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the agent process");
+    let out = lines_of(agent.stdout.take().expect("agent stdout"));
+    // libtest prints `test … ` without a newline before the test's own output.
+    wait_for_line(&out, "`started` from the agent process", |l| l.ends_with(&format!("started {unit}")));
+    agent.kill().expect("SIGKILL the agent");
+    let status = agent.wait().expect("reap the agent");
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9), "{status:?}");
+
+    // A fresh agent finds the switch still running, lets it finish, and sees it succeed.
+    let sd = bus.systemd();
+    let running = sd.unit_status(unit).expect("status").expect("the unit outlived the agent");
+    assert!(running.is_running(), "{running:?}");
+    release(&fifo);
+    let done = sd.wait_finished(unit, WAIT).expect("the switch finishes");
+    assert!(done.succeeded(), "{done:?}");
+    assert_eq!(std::fs::read_to_string(&marker).expect("marker written by the switch"), "go\n");
+}
+
+/// The agent calls these off its async runtime, on the blocking pool: that must work (each
+/// call runs its own short-lived runtime, which tokio refuses inside a runtime's worker).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_work_from_the_agents_blocking_pool() {
+    let bus = Bus::start();
+    let address = bus.address.clone();
+    let status = tokio::task::spawn_blocking(move || {
+        let sd = DbusSystemd::at_address(&address).expect("connect");
+        sd.start_transient_service("drover-pool.service", "from the pool", &sh("true")).expect("start");
+        let status = sd.wait_finished("drover-pool.service", WAIT).expect("finishes");
+        // Dropped on the blocking pool too.
+        drop(sd);
+        status
+    })
+    .await
+    .expect("blocking task");
+    assert!(status.succeeded(), "{status:?}");
+}
