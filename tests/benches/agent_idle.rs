@@ -145,6 +145,12 @@ fn main() {
     let (a1, b1, c1) = (cpu_secs(agent.child.id(), false), cpu_secs(baseline.child.id(), true), cpu_secs(server.child.id(), false));
     let (rss, hwm) = rss_kib(agent.child.id());
     let size = |name: &str| std::fs::metadata(release_binary(name)).map(|m| m.len()).unwrap_or(0) as f64 / (1024.0 * 1024.0);
+    // The release profile keeps line tables (debug = 1); what a package ships is stripped.
+    let stripped = |name: &str| {
+        let out = dir.path().join(format!("{name}.stripped"));
+        let ok = Command::new("strip").arg("-o").arg(&out).arg(release_binary(name)).status().is_ok_and(|s| s.success());
+        if ok { std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0) as f64 / (1024.0 * 1024.0) } else { f64::NAN }
+    };
     let (agent_cpu, curl_cpu) = (a1 - a0, b1 - b0);
 
     println!("# agent idle benchmark");
@@ -163,6 +169,12 @@ fn main() {
         size("drover-agent"),
         size("bare-tls-server"),
         size("drover-agent") / size("bare-tls-server")
+    );
+    println!(
+        "| release binary, stripped (MiB) | {:.1} | {:.1} (bare-tls-server) | {:.2} | |",
+        stripped("drover-agent"),
+        stripped("bare-tls-server"),
+        stripped("drover-agent") / stripped("bare-tls-server")
     );
     println!();
     println!("coordinator CPU over the same time (both clients): {:.2} s", c1 - c0);

@@ -1,6 +1,6 @@
 //! `drover-agent run` as a real process against a real coordinator: enrolled by the real
-//! bootstrap command, it tells systemd it is ready (a real datagram socket as
-//! `NOTIFY_SOCKET`), checks in over mTLS until the host is active, stops cleanly on SIGTERM,
+//! bootstrap command, it tells systemd it is ready and pings the watchdog (a real datagram
+//! socket as `NOTIFY_SOCKET`), checks in over mTLS until the host is active, stops cleanly on SIGTERM,
 //! and — run once with Debian's libfaketime two hours ahead, then on the real clock — reports
 //! the clock stepping back, which the coordinator records as the host's event.
 
@@ -56,7 +56,8 @@ fn start_agent(config: &Path, notify: Option<&Path>, faketime: Option<&str>) -> 
     }
     cmd.args(["run", "--config"]).arg(config).env("DROVER_LOG", "warn").stdout(Stdio::null()).stderr(Stdio::piped());
     if let Some(socket) = notify {
-        cmd.env("NOTIFY_SOCKET", socket);
+        // As systemd sets them for a unit with WatchdogSec=0.2s (no WATCHDOG_PID: ours).
+        cmd.env("NOTIFY_SOCKET", socket).env("WATCHDOG_USEC", "200000");
     }
     Agent(cmd.spawn().expect("agent starts"))
 }
@@ -97,12 +98,30 @@ async fn agent_runs_checks_in_notifies_systemd_and_stops_on_sigterm() {
     let mut buf = [0u8; 512];
     let n = socket.recv(&mut buf).expect("the agent notified systemd");
     assert!(String::from_utf8_lossy(&buf[..n]).lines().any(|l| l == "READY=1"), "{}", String::from_utf8_lossy(&buf[..n]));
+    // Watchdog pings follow, at half the interval the unit asked for.
+    let pings_started = Instant::now();
+    loop {
+        let n = socket.recv(&mut buf).expect("the agent pings the watchdog");
+        if String::from_utf8_lossy(&buf[..n]).lines().any(|l| l == "WATCHDOG=1") {
+            break;
+        }
+        assert!(pings_started.elapsed() < Duration::from_secs(30), "no WATCHDOG=1 within 30 s");
+    }
     let store = h.running.app.store.clone();
     until("the host to become active", || store.get_host(host).ok().flatten().is_some_and(|r| r.state.as_str() == "active")).await;
     let status = stop(agent);
     assert!(status.success(), "the agent did not stop cleanly on SIGTERM: {status:?}");
-    let n = socket.recv(&mut buf).expect("the agent said it is stopping");
-    assert!(String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1"), "{}", String::from_utf8_lossy(&buf[..n]));
+    // Pings may still be queued before it: read until STOPPING=1 (bounded by the socket's
+    // read timeout and the few datagrams a 100 ms ping can have queued).
+    let mut stopping = false;
+    for _ in 0..10_000 {
+        let n = socket.recv(&mut buf).expect("the agent said it is stopping");
+        if String::from_utf8_lossy(&buf[..n]).lines().any(|l| l == "STOPPING=1") {
+            stopping = true;
+            break;
+        }
+    }
+    assert!(stopping, "no STOPPING=1 after SIGTERM");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
