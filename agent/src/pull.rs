@@ -102,22 +102,7 @@ pub enum PullError {
     Host(String),
 }
 
-/// Where time comes from.
-pub trait Clock: Send + Sync {
-    /// Now.
-    fn now(&self) -> Time;
-}
-
-/// The system clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> Time {
-        let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-        Time::from_unix(i64::try_from(secs).unwrap_or(0)).unwrap_or(Time::EPOCH)
-    }
-}
+pub use crate::timekeeping::{Clock, SystemClock};
 
 /// The coordinator client, replaced in place when the certificate is renewed.
 #[derive(Debug, Clone)]

@@ -1,4 +1,5 @@
-//! Time decisions of the agent, pure (time and randomness are parameters): noticing the clock
+//! Time for the agent: the [`Clock`] every part reads, and the time decisions, pure (time and
+//! randomness are parameters): noticing the clock
 //! stepping back, the time that verification runs at, when to renew the certificate, and the
 //! jittered exponential backoff between failed check-ins.
 
@@ -6,6 +7,29 @@ use std::time::Duration;
 
 use drover_proto::report::ReportEvent;
 use drover_proto::time::Time;
+
+/// Where time comes from: the wall clock in production, a controlled one in tests.
+pub trait Clock: Send + Sync {
+    /// Now.
+    fn now(&self) -> Time;
+    /// Waits `d` (between an activation's confirmation attempts); a test clock may instead
+    /// move itself forward.
+    fn sleep(&self, d: Duration) {
+        std::thread::sleep(d);
+    }
+}
+
+/// The wall clock. A clock before 1970 reads as the epoch, which fails every freshness check
+/// loudly rather than passing one.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Time {
+        let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        Time::EPOCH.plus_secs(secs)
+    }
+}
 
 /// How far the clock may go back (NTP slews, a leap second) before it counts as a step.
 pub const CLOCK_STEP_TOLERANCE_SECS: u64 = 5;

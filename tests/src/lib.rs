@@ -196,6 +196,23 @@ impl Harness {
         assert_eq!(code, "201", "create host failed: {text}");
         serde_json::from_str(&text).expect("create host response is JSON")
     }
+
+    /// Creates `hostname` through the API and runs the bootstrap command it returns (real
+    /// `curl` and `sh`, `sudo` removed, the systemd step skipped) into `root`; returns the host
+    /// id. The agent's state is then under `root/var/lib/drover`, its config at
+    /// `root/etc/drover/agent.toml`.
+    pub async fn bootstrap_host(&self, hostname: &str, root: &Path) -> Uuid {
+        let created = self.create_host(hostname).await;
+        let command = created["command"].as_str().expect("command").replace("| sudo sh -c ", "| sh -c ");
+        let env = vec![
+            ("DROVER_BOOTSTRAP_ROOT".to_owned(), root.display().to_string()),
+            ("DROVER_BOOTSTRAP_SKIP_SYSTEMD".to_owned(), "1".to_owned()),
+            ("TMPDIR".to_owned(), self.dir.path().display().to_string()),
+        ];
+        let out = sh(command, env).await;
+        assert!(out.status.success(), "bootstrap failed: {}", String::from_utf8_lossy(&out.stderr));
+        Uuid::parse_str(created["hostId"].as_str().expect("id")).expect("uuid")
+    }
 }
 
 impl Harness {

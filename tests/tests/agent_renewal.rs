@@ -13,7 +13,7 @@ use drover_client::{ClientIdentity, CoordinatorClient};
 use drover_proto::report::{HealthReport, ProbeResult};
 use drover_proto::spec::ProbeSpec;
 use drover_proto::time::Time;
-use drover_tests::{Harness, sh, wall_now};
+use drover_tests::{Harness, wall_now};
 
 /// A host side that has nothing to report and must never be asked to act.
 struct Idle;
@@ -53,17 +53,8 @@ fn serial(pem: &[u8]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_renews_its_certificate_at_two_thirds_of_its_life() {
     let h = Harness::start().await;
-    let created = h.create_host("gpu-renew-01").await;
     let root = h.dir.path().join("root");
-    let command = created["command"].as_str().expect("command").replace("| sudo sh -c ", "| sh -c ");
-    let env = vec![
-        ("DROVER_BOOTSTRAP_ROOT".to_owned(), root.display().to_string()),
-        ("DROVER_BOOTSTRAP_SKIP_SYSTEMD".to_owned(), "1".to_owned()),
-        ("TMPDIR".to_owned(), h.dir.path().display().to_string()),
-    ];
-    let out = sh(command, env).await;
-    assert!(out.status.success(), "bootstrap failed: {}", String::from_utf8_lossy(&out.stderr));
-
+    let host = h.bootstrap_host("gpu-renew-01", &root).await;
     let state = StateDir::open(&root.join("var/lib/drover")).expect("state");
     let ca = drover_client::tls::load_ca(&h.ca).expect("ca");
     let make = {
@@ -93,14 +84,13 @@ async fn the_agent_renews_its_certificate_at_two_thirds_of_its_life() {
     assert_eq!(state.read(KEY).expect("key"), key_before, "the host's key stays on the host, unchanged");
     drover_agent::enroll::check_names(
         &drover_client::tls::parse_certificates("cert", &after).expect("pem")[0],
-        created["hostId"].as_str().expect("id"),
+        &host.to_string(),
         "gpu-renew-01",
     )
     .expect("the renewed certificate names the same host");
 
     // The next pass checks in with the renewed certificate (a fresh client, a fresh handshake).
     agent.pass().await.expect("a pass with the renewed certificate");
-    let host = uuid::Uuid::parse_str(created["hostId"].as_str().expect("id")).expect("uuid");
     let certs = h.running.app.store.list_certs(Some(host)).expect("certs");
     assert!(certs.iter().any(|c| c.cert.serial == serial(&after)), "the coordinator recorded the renewed certificate: {certs:?}");
 }

@@ -9,20 +9,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use drover_tests::{Harness, sh, workspace_binary};
+use drover_tests::{Harness, workspace_binary};
 use uuid::Uuid;
 
 /// Enrolls `hostname` with the bootstrap command into `root`; returns its host id and config.
 async fn enroll(h: &Harness, hostname: &str, root: &Path) -> (Uuid, PathBuf) {
-    let created = h.create_host(hostname).await;
-    let command = created["command"].as_str().expect("command").replace("| sudo sh -c ", "| sh -c ");
-    let env = vec![
-        ("DROVER_BOOTSTRAP_ROOT".to_owned(), root.display().to_string()),
-        ("DROVER_BOOTSTRAP_SKIP_SYSTEMD".to_owned(), "1".to_owned()),
-        ("TMPDIR".to_owned(), h.dir.path().display().to_string()),
-    ];
-    let out = sh(command, env).await;
-    assert!(out.status.success(), "bootstrap failed: {}", String::from_utf8_lossy(&out.stderr));
+    let host = h.bootstrap_host(hostname, root).await;
     let config = root.join("etc/drover/agent.toml");
     // No system bus in a test: point the agent at a bus that is not there (health then
     // reports without failed units), and keep the activation backend's root in the sandbox.
@@ -33,7 +25,7 @@ async fn enroll(h: &Harness, hostname: &str, root: &Path) -> (Uuid, PathBuf) {
         root.display()
     ));
     std::fs::write(&config, text).expect("config");
-    (Uuid::parse_str(created["hostId"].as_str().expect("id")).expect("uuid"), config)
+    (host, config)
 }
 
 struct Agent(Child);

@@ -49,7 +49,6 @@ mod testkit;
 mod tests;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -150,28 +149,7 @@ pub trait HealthGate: Send + Sync {
     fn check(&self) -> Result<(), String>;
 }
 
-/// The clock, the executor's only source of time.
-pub trait Clock: Send + Sync {
-    /// Now.
-    fn now(&self) -> Time;
-    /// Waits `d` (between confirmation attempts).
-    fn sleep(&self, d: Duration);
-}
-
-/// The wall clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> Time {
-        let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        Time::EPOCH.plus_secs(secs)
-    }
-
-    fn sleep(&self, d: Duration) {
-        std::thread::sleep(d);
-    }
-}
+pub use crate::timekeeping::{Clock, SystemClock};
 
 /// What an activation (or a resumed one) ended with: the status for the next check-in and
 /// the typed events to report with it.
