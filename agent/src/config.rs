@@ -149,7 +149,10 @@ impl Config {
             ));
         }
         let mut names = std::collections::BTreeSet::new();
-        for p in &config.probes {
+        for (i, p) in config.probes.iter().enumerate() {
+            if let Err((field, rule)) = p.validate(&format!("probes[{i}]")) {
+                return Err(invalid("probes", format!("{field}: {rule}")));
+            }
             if !names.insert(p.name.clone()) {
                 return Err(invalid("probes", format!("probe name {:?} is used twice", p.name)));
             }

@@ -78,6 +78,16 @@ fn a_local_probe_name_used_twice_is_refused() {
 }
 
 #[test]
+fn a_local_probe_missing_its_fields_is_refused_naming_them() {
+    let (code, _, err) = check(Some(&FULL.replace("port = 22\n", "")));
+    assert_eq!(code, 65, "{err}");
+    assert!(err.contains("probes[0].port"), "{err}");
+    let (code, _, err) = check(Some(&FULL.replace("host = \"127.0.0.1\"", "url = \"http://127.0.0.1/\"")));
+    assert_eq!(code, 65, "{err}");
+    assert!(err.contains("probes[0]"), "{err}");
+}
+
+#[test]
 fn a_missing_file_is_no_input() {
     let (code, _, err) = check(None);
     assert_eq!(code, 66, "{err}");

@@ -136,6 +136,17 @@ pub struct ProbeSpec {
 }
 
 impl ProbeSpec {
+    /// The rules a probe obeys wherever it is defined (a fleet spec, an agent's local
+    /// configuration): a name, a timeout of at least a second, and exactly the fields its kind
+    /// uses. On a refusal, the message names `path` and the field; its `message` is the rule.
+    pub fn validate(&self, path: &str) -> Result<(), (String, String)> {
+        match self.check(path) {
+            Ok(()) => Ok(()),
+            Err(SpecError::Invalid { path, message }) => Err((path, message)),
+            Err(e) => Err((path.to_owned(), e.to_string())),
+        }
+    }
+
     fn check(&self, path: &str) -> Result<(), SpecError> {
         if self.name.is_empty() {
             return Err(invalid(format!("{path}.name"), "probe name is empty"));
