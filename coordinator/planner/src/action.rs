@@ -1,0 +1,167 @@
+//! What a plan says: [`Action`]s for the executor (each with the reason for its transition)
+//! and [`Wait`]s for the report, plus [`apply`], the reference semantics of an action on a
+//! [`PlanInput`] — the same change the executor persists, which the planner also uses to
+//! see its own earlier decisions within one tick.
+
+use serde::{Deserialize, Serialize};
+
+use drover_proto::names::RolloutId;
+use drover_proto::states::{HostRolloutState, RolloutState};
+use drover_proto::time::Time;
+
+use crate::input::{HostProgress, PlanInput, RolloutObserved};
+
+/// One decision for the executor to persist (and, for intents, sign and deliver).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase", rename_all_fields = "camelCase", deny_unknown_fields)]
+pub enum Action {
+    /// Record a new rollout in `Opening` and the channel's last rolled ref.
+    OpenRollout {
+        /// The new rollout.
+        rollout_id: RolloutId,
+        /// Its channel.
+        channel: String,
+        /// The sha256 of its manifest.
+        manifest_sha256: String,
+        /// Why.
+        reason: String,
+    },
+    /// A rollout-level state change.
+    RolloutTransition {
+        /// The rollout.
+        rollout_id: RolloutId,
+        /// From.
+        from: RolloutState,
+        /// To.
+        to: RolloutState,
+        /// Why.
+        reason: String,
+    },
+    /// A per-host state change that issues nothing.
+    HostTransition {
+        /// The rollout.
+        rollout_id: RolloutId,
+        /// The host.
+        host: String,
+        /// From.
+        from: HostRolloutState,
+        /// To.
+        to: HostRolloutState,
+        /// Why.
+        reason: String,
+    },
+    /// Issue an intent: `host` goes `from` → `Activating` on `target`.
+    Dispatch {
+        /// The host.
+        host: String,
+        /// The rollout.
+        rollout_id: RolloutId,
+        /// The host's wave.
+        wave_index: u32,
+        /// The closure to run.
+        target: String,
+        /// The host's state before (`Pending`, or `Skipped` for a returning host).
+        from: HostRolloutState,
+        /// Why.
+        reason: String,
+    },
+    /// Issue a rollback intent: `host` (of `rollout_id`) goes back to `target`, its closure in
+    /// the revertable rollout `revert_to`. The host state changes when it reports back.
+    Rollback {
+        /// The host.
+        host: String,
+        /// The rollout being reverted.
+        rollout_id: RolloutId,
+        /// The rollout reverted to.
+        revert_to: RolloutId,
+        /// The closure to run.
+        target: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Action {
+    /// The reason carried by the action.
+    pub fn reason(&self) -> &str {
+        match self {
+            Action::OpenRollout { reason, .. }
+            | Action::RolloutTransition { reason, .. }
+            | Action::HostTransition { reason, .. }
+            | Action::Dispatch { reason, .. }
+            | Action::Rollback { reason, .. } => reason,
+        }
+    }
+}
+
+/// Why something did not advance this tick.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Wait {
+    /// The channel.
+    pub channel: String,
+    /// The rollout, when one is concerned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_id: Option<RolloutId>,
+    /// The host, when one is concerned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Why, for humans ("budget gpu-a 3/3 in flight", "offline", …).
+    pub reason: String,
+}
+
+/// The output of one planning tick.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Plan {
+    /// Decisions, in the order they were taken (apply in this order).
+    pub actions: Vec<Action>,
+    /// Every host (or rollout, or channel) that did not advance, with why.
+    pub report: Vec<Wait>,
+}
+
+/// Applies `action` to `input` the way the executor persists it, at `now`.
+///
+/// Unknown rollouts are ignored (the planner never emits such actions); state fields are
+/// overwritten without re-checking legality — that is the invariant checker's job.
+pub fn apply(input: &mut PlanInput, action: &Action, now: Time) {
+    match action {
+        Action::OpenRollout { rollout_id, channel, manifest_sha256, .. } => {
+            input.rollouts.insert(
+                rollout_id.clone(),
+                RolloutObserved {
+                    state: RolloutState::Opening,
+                    since: now,
+                    manifest_sha256: manifest_sha256.clone(),
+                    hosts: Default::default(),
+                },
+            );
+            input.last_rolled_ref.insert(channel.clone(), rollout_id.channel_ref().to_owned());
+        }
+        Action::RolloutTransition { rollout_id, to, .. } => {
+            if let Some(r) = input.rollouts.get_mut(rollout_id) {
+                r.state = *to;
+                r.since = now;
+            }
+        }
+        Action::HostTransition { rollout_id, host, to, .. } => {
+            if let Some(r) = input.rollouts.get_mut(rollout_id) {
+                let p = r.hosts.entry(host.clone()).or_insert(HostProgress { state: *to, since: now, intent: None });
+                p.state = *to;
+                p.since = now;
+            }
+        }
+        Action::Dispatch { host, rollout_id, target, .. } => {
+            if let Some(r) = input.rollouts.get_mut(rollout_id) {
+                r.hosts
+                    .insert(host.clone(), HostProgress { state: HostRolloutState::Activating, since: now, intent: Some(target.clone()) });
+            }
+        }
+        Action::Rollback { host, rollout_id, target, .. } => {
+            if let Some(r) = input.rollouts.get_mut(rollout_id) {
+                let p = r.hosts.entry(host.clone()).or_insert(HostProgress { state: HostRolloutState::Pending, since: now, intent: None });
+                p.intent = Some(target.clone());
+            }
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! Disruption-budget accounting (RFC-0002 §4.2, DESIGN "Formats").
+//!
+//! A host is in flight when it is `Activating` or `Soaking` in any live rollout, or held by
+//! a job or maintenance request. Budgets are the frozen snapshots in each rollout's manifest
+//! and match across rollouts by equality of their canonical selector:
+//! the in-flight set of a budget is every in-flight host listed by any live rollout's budget
+//! with the same canonical selector. The cap is the dispatching rollout's own
+//! [`FrozenBudget::allowed`] (`floor(pct × n / 100)`, at least 1).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use drover_proto::artifacts::FrozenBudget;
+use drover_proto::names::RolloutId;
+use drover_proto::states::{HostRolloutState, RolloutState};
+
+use crate::input::PlanInput;
+
+/// Whether a rollout in `state` is still live (not finished: Converged, Reverted, Failed,
+/// Superseded, Cancelled and Pruned are; the proto table lets most of them go on to Pruned,
+/// so `is_terminal` alone is not the test).
+pub fn is_live(state: RolloutState) -> bool {
+    matches!(
+        state,
+        RolloutState::Opening | RolloutState::Active | RolloutState::Converging | RolloutState::Halted | RolloutState::Reverting
+    )
+}
+
+/// Whether a host in `state` is in flight.
+pub fn is_in_flight_state(state: HostRolloutState) -> bool {
+    matches!(state, HostRolloutState::Activating | HostRolloutState::Soaking)
+}
+
+/// Every host in flight across the live rollouts of `input`, plus every held host.
+pub fn in_flight_hosts(input: &PlanInput) -> BTreeSet<String> {
+    let mut out: BTreeSet<String> = input.held.keys().cloned().collect();
+    for r in input.rollouts.values().filter(|r| is_live(r.state)) {
+        out.extend(r.hosts.iter().filter(|(_, p)| is_in_flight_state(p.state)).map(|(h, _)| h.clone()));
+    }
+    out
+}
+
+/// The hosts each canonical selector covers, unioned over the live rollouts' frozen budgets.
+pub fn budget_members(input: &PlanInput) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (id, r) in &input.rollouts {
+        if !is_live(r.state) {
+            continue;
+        }
+        if let Some(m) = input.manifest(id) {
+            for b in &m.disruption_budgets {
+                out.entry(b.selector.canonical()).or_default().extend(b.hosts.iter().cloned());
+            }
+        }
+    }
+    out
+}
+
+/// A short human name for a budget: its normalized selector's tags, else its channel, else
+/// its canonical text.
+pub fn budget_name(b: &FrozenBudget) -> String {
+    let s = b.selector.normalized();
+    if let Some(t) = s.tags.as_ref().filter(|t| !t.is_empty()) {
+        return t.join("+");
+    }
+    if let Some(t) = s.tags_any.as_ref().filter(|t| !t.is_empty()) {
+        return t.join("|");
+    }
+    if let Some(c) = &s.channel {
+        return format!("channel:{c}");
+    }
+    b.selector.canonical()
+}
+
+/// A budget that would be exceeded by one more host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetFull {
+    /// The budget's short name.
+    pub name: String,
+    /// Hosts in flight (held counted).
+    pub in_flight: usize,
+    /// Hosts allowed.
+    pub allowed: usize,
+}
+
+impl BudgetFull {
+    /// "budget gpu-a 3/3 in flight".
+    pub fn describe(&self) -> String {
+        format!("budget {} {}/{} in flight", self.name, self.in_flight, self.allowed)
+    }
+}
+
+/// The first budget of rollout `id` covering `host` that has no free slot, if any.
+pub fn first_full_budget(input: &PlanInput, id: &RolloutId, host: &str) -> Option<BudgetFull> {
+    let manifest = input.manifest(id)?;
+    let in_flight = in_flight_hosts(input);
+    let members = budget_members(input);
+    for b in manifest.disruption_budgets.iter().filter(|b| b.hosts.iter().any(|h| h == host)) {
+        let key = b.selector.canonical();
+        let count = members.get(&key).map_or(0, |m| m.iter().filter(|h| *h != host && in_flight.contains(*h)).count());
+        let allowed = b.allowed();
+        if count + 1 > allowed {
+            return Some(BudgetFull { name: budget_name(b), in_flight: count, allowed });
+        }
+    }
+    None
+}

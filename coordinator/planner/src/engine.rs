@@ -1,0 +1,371 @@
+//! The decision procedure of RFC-0002 §4 over a [`PlanInput`] snapshot.
+//!
+//! `plan` works on a private copy of the input: every action it decides is applied to that
+//! copy at once (with [`apply`], the executor's semantics), so later rules in the same tick
+//! see earlier decisions — own dispatches count against budgets, a wave promoted in this tick
+//! lets the next wave dispatch. It repeats passes until a pass decides nothing; that last
+//! pass's waits are the report. Re-planning the applied result therefore yields no actions.
+
+use drover_proto::artifacts::{HostSetEntry, RolloutManifest};
+use drover_proto::names::RolloutId;
+use drover_proto::report::{ActivationPhase, ProbeOutcome};
+use drover_proto::spec::OnHealthFailure;
+use drover_proto::states::{HostRolloutState as H, RolloutState as R};
+use drover_proto::time::Time;
+
+use crate::action::{Action, Plan, Wait, apply};
+use crate::budget::first_full_budget;
+use crate::input::PlanInput;
+
+/// More passes than any snapshot needs (each pass that acts moves some host or rollout
+/// strictly forward); a guard against a rule bug looping forever.
+const MAX_PASSES: usize = 64;
+
+/// Plans one tick: the actions to take at `now` and, for everything that does not
+/// advance, why.
+pub fn plan(input: &PlanInput, now: Time) -> Plan {
+    let mut work = input.clone();
+    let mut tick = Tick { now, actions: Vec::new(), waits: Vec::new() };
+    for _ in 0..MAX_PASSES {
+        let before = tick.actions.len();
+        tick.waits.clear();
+        step(&mut work, &mut tick);
+        if tick.actions.len() == before {
+            break;
+        }
+    }
+    let mut report = tick.waits;
+    // Stable: within one host, waits keep the order the rules produced them in.
+    report.sort_by(|a, b| (&a.channel, &a.rollout_id, &a.host).cmp(&(&b.channel, &b.rollout_id, &b.host)));
+    Plan { actions: tick.actions, report }
+}
+
+/// The accumulating output of one tick.
+struct Tick {
+    now: Time,
+    actions: Vec<Action>,
+    waits: Vec<Wait>,
+}
+
+impl Tick {
+    fn emit(&mut self, work: &mut PlanInput, action: Action) {
+        apply(work, &action, self.now);
+        self.actions.push(action);
+    }
+
+    fn wait(&mut self, id: &RolloutId, host: Option<&str>, reason: String) {
+        self.waits.push(Wait { channel: id.channel().to_owned(), rollout_id: Some(id.clone()), host: host.map(str::to_owned), reason });
+    }
+
+    fn host_to(&mut self, work: &mut PlanInput, id: &RolloutId, host: &str, from: H, to: H, reason: String) {
+        self.emit(work, Action::HostTransition { rollout_id: id.clone(), host: host.to_owned(), from, to, reason });
+    }
+
+    fn rollout_to(&mut self, work: &mut PlanInput, id: &RolloutId, from: R, to: R, reason: String) {
+        self.emit(work, Action::RolloutTransition { rollout_id: id.clone(), from, to, reason });
+    }
+}
+
+/// Whether a host in `state` is done as far as wave promotion goes.
+pub fn is_done_for_promotion(state: H) -> bool {
+    matches!(state, H::Converged | H::Deferred | H::Skipped | H::Failed | H::Reverted)
+}
+
+/// The rollout states in which a channel's rollout blocks opening the next ref.
+fn blocks_next_ref(state: R) -> bool {
+    matches!(state, R::Opening | R::Active | R::Converging | R::Reverting)
+}
+
+/// One pass over every channel and every live rollout.
+fn step(work: &mut PlanInput, tick: &mut Tick) {
+    open_rollouts(work, tick);
+    let ids: Vec<RolloutId> = work.rollouts.iter().filter(|(_, r)| crate::budget::is_live(r.state)).map(|(id, _)| id.clone()).collect();
+    for id in ids {
+        step_rollout(work, tick, &id);
+    }
+}
+
+/// Step 2a: a channel whose current rollout id is not its last rolled ref opens a rollout.
+fn open_rollouts(work: &mut PlanInput, tick: &mut Tick) {
+    let channels: Vec<(String, RolloutId, String)> =
+        work.channels.iter().map(|(n, c)| (n.clone(), c.manifest.rollout_id.clone(), c.manifest_sha256.clone())).collect();
+    for (channel, id, sha) in channels {
+        let last = work.last_rolled_ref.get(&channel).cloned();
+        if last.as_deref() == Some(id.channel_ref()) || work.rollouts.contains_key(&id) {
+            continue;
+        }
+        let same_channel: Vec<(RolloutId, R)> =
+            work.rollouts.iter().filter(|(rid, _)| rid.channel() == channel).map(|(rid, r)| (rid.clone(), r.state)).collect();
+        if let Some((busy, state)) = same_channel.iter().find(|(_, s)| blocks_next_ref(*s)) {
+            tick.wait(&id, None, format!("ref {} queued behind rollout {busy} ({state})", id.channel_ref()));
+            continue;
+        }
+        for (old, state) in same_channel.iter().filter(|(_, s)| *s == R::Halted) {
+            tick.rollout_to(work, old, *state, R::Superseded, format!("superseded by {id}"));
+        }
+        let reason = match last {
+            Some(l) => format!("channel {channel} ref {} differs from last rolled ref {l}", id.channel_ref()),
+            None => format!("channel {channel} ref {} has never been rolled", id.channel_ref()),
+        };
+        tick.emit(work, Action::OpenRollout { rollout_id: id, channel, manifest_sha256: sha, reason });
+    }
+}
+
+/// Why a manifest cannot be acted on, if it cannot.
+fn manifest_problem(work: &PlanInput, id: &RolloutId) -> Option<String> {
+    let Some(m) = work.manifest(id) else {
+        return Some(format!("manifest of {id} missing"));
+    };
+    match RolloutId::new(&m.channel, &m.channel_ref) {
+        Ok(own) if own == *id && m.rollout_id == *id => {}
+        _ => return Some(format!("manifest rolloutId {} does not match its channel and ref", m.rollout_id)),
+    }
+    if !m.check_sorted() {
+        return Some("manifest arrays out of canonical order".to_owned());
+    }
+    let recorded = work.rollouts.get(id).map(|r| r.manifest_sha256.as_str());
+    if let Some(c) = work.channels.get(id.channel()).filter(|c| c.manifest.rollout_id == *id) {
+        if recorded != Some(c.manifest_sha256.as_str()) {
+            return Some("manifest sha256 differs from the one the rollout was opened with".to_owned());
+        }
+    }
+    None
+}
+
+fn step_rollout(work: &mut PlanInput, tick: &mut Tick, id: &RolloutId) {
+    let Some(state) = work.rollouts.get(id).map(|r| r.state) else { return };
+    if state == R::Opening {
+        match manifest_problem(work, id) {
+            Some(p) => tick.rollout_to(work, id, state, R::Failed, p),
+            None => tick.rollout_to(work, id, state, R::Active, "manifest verified; wave 0 starts".to_owned()),
+        }
+        return;
+    }
+    let Some(manifest) = work.manifest(id).cloned() else {
+        tick.wait(id, None, format!("manifest of {id} missing; nothing can advance"));
+        return;
+    };
+    for entry in &manifest.host_set {
+        progress_host(work, tick, id, &manifest, entry);
+    }
+    match state {
+        R::Active | R::Converging => {
+            if health_failure(work, tick, id, &manifest) {
+                return;
+            }
+            let current = current_wave(work, id, &manifest);
+            for entry in &manifest.host_set {
+                consider_dispatch(work, tick, id, &manifest, entry, current);
+            }
+            let state = work.rollouts.get(id).map_or(state, |r| r.state);
+            if state == R::Active && current.is_none() {
+                tick.rollout_to(work, id, state, R::Converging, "every wave promoted".to_owned());
+            } else if state == R::Converging && current.is_none() && !any_in_flight(work, id, &manifest) {
+                tick.rollout_to(work, id, state, R::Converged, "every host done; none in flight".to_owned());
+            }
+        }
+        R::Halted => {
+            let since = work.rollouts.get(id).map_or(tick.now, |r| r.since);
+            tick.wait(id, None, format!("rollout halted since {since}; operator must resume, cancel or roll back"));
+        }
+        R::Reverting => revert(work, tick, id, &manifest),
+        _ => {}
+    }
+}
+
+/// The first wave with a host not yet done, or `None` when every wave is promoted.
+fn current_wave(work: &PlanInput, id: &RolloutId, m: &RolloutManifest) -> Option<u32> {
+    m.waves
+        .iter()
+        .map(|w| w.index)
+        .find(|&w| m.host_set.iter().any(|e| e.wave_index == w && !is_done_for_promotion(work.host_state(id, &e.hostname))))
+}
+
+fn any_in_flight(work: &PlanInput, id: &RolloutId, m: &RolloutManifest) -> bool {
+    m.host_set.iter().any(|e| crate::budget::is_in_flight_state(work.host_state(id, &e.hostname)))
+}
+
+/// Moves a dispatched host along from what it reported: Activating → Soaking / Deferred /
+/// Failed; Soaking → Converged / Failed under the health gate; Deferred → Converged.
+fn progress_host(work: &mut PlanInput, tick: &mut Tick, id: &RolloutId, m: &RolloutManifest, e: &HostSetEntry) {
+    let h = e.hostname.as_str();
+    let Some(progress) = work.rollouts.get(id).and_then(|r| r.hosts.get(h)).cloned() else { return };
+    let obs = work.hosts.get(h).cloned().unwrap_or_else(|| crate::input::HostObserved {
+        last_checkin: None,
+        connectivity: crate::input::Connectivity::Offline,
+        failed_units: 0,
+        probes: Default::default(),
+        activation: None,
+    });
+    let act = obs.activation.as_ref().filter(|a| a.rollout_id == *id && a.target_closure == e.target_closure);
+    match progress.state {
+        H::Activating => match act.map(|a| (a.phase, a.message.as_str())) {
+            Some((ActivationPhase::Confirmed, _)) => {
+                tick.host_to(work, id, h, H::Activating, H::Soaking, format!("host confirmed target {}", e.target_closure))
+            }
+            Some((ActivationPhase::Deferred, _)) => {
+                tick.host_to(work, id, h, H::Activating, H::Deferred, "activation staged for next boot".to_owned())
+            }
+            Some((phase @ (ActivationPhase::Failed | ActivationPhase::RolledBack | ActivationPhase::NoBackend), msg)) => {
+                let phase = serde_json::to_value(phase).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+                tick.host_to(work, id, h, H::Activating, H::Failed, format!("activation {phase}: {msg}"))
+            }
+            _ => tick.wait(id, Some(h), format!("activating since {} (awaiting confirmation)", progress.since)),
+        },
+        H::Soaking => {
+            let gate = &m.health_gate;
+            if obs.failed_units > gate.max_failed_units {
+                let r = format!("health gate: {} failed units > maxFailedUnits {}", obs.failed_units, gate.max_failed_units);
+                return tick.host_to(work, id, h, H::Soaking, H::Failed, r);
+            }
+            for p in &gate.required_probes {
+                if let Some(o @ (ProbeOutcome::Failed | ProbeOutcome::ProbeError)) = obs.probes.get(p) {
+                    let o = if *o == ProbeOutcome::Failed { "failed" } else { "probe-error" };
+                    return tick.host_to(work, id, h, H::Soaking, H::Failed, format!("health gate: required probe {p} {o}"));
+                }
+            }
+            let soak = m.waves.get(e.wave_index as usize).map_or(0, |w| w.soak_secs);
+            let until = progress.since.plus_secs(soak);
+            if tick.now < until {
+                return tick.wait(id, Some(h), format!("wave {} soaking until {until}", e.wave_index));
+            }
+            if !obs.is_online() {
+                return tick.wait(id, Some(h), "offline while soaking; health unknown".to_owned());
+            }
+            if let Some(p) = gate.required_probes.iter().find(|p| obs.probes.get(*p) != Some(&ProbeOutcome::Passed)) {
+                return tick.wait(id, Some(h), format!("required probe {p} has not reported passed"));
+            }
+            tick.host_to(work, id, h, H::Soaking, H::Converged, format!("soaked {soak}s; health gate passed"))
+        }
+        H::Deferred if act.is_some_and(|a| a.phase == ActivationPhase::Confirmed) => {
+            tick.host_to(work, id, h, H::Deferred, H::Converged, format!("host booted into target {}", e.target_closure))
+        }
+        _ => {}
+    }
+}
+
+/// `onHealthFailure` (RFC-0002 §5.1) when a wave has more failed hosts than tolerated.
+/// Returns true when it fired.
+fn health_failure(work: &mut PlanInput, tick: &mut Tick, id: &RolloutId, m: &RolloutManifest) -> bool {
+    let Some(state) = work.rollouts.get(id).map(|r| r.state) else { return false };
+    let max = m.health_gate.max_failures as usize;
+    let over = m.waves.iter().find_map(|w| {
+        let failed = m.host_set.iter().filter(|e| e.wave_index == w.index && work.host_state(id, &e.hostname) == H::Failed).count();
+        (failed > max).then_some((w.index, failed))
+    });
+    let Some((wave, failed)) = over else { return false };
+    let why = format!("health gate: wave {wave} has {failed} failed hosts > maxFailures {max}");
+    match m.on_health_failure {
+        OnHealthFailure::Halt => tick.rollout_to(work, id, state, R::Halted, format!("{why}; onHealthFailure halt")),
+        OnHealthFailure::RollbackAndHalt if revert_target(work, id).is_some() => {
+            tick.rollout_to(work, id, state, R::Reverting, format!("{why}; onHealthFailure rollback-and-halt"))
+        }
+        OnHealthFailure::RollbackAndHalt => {
+            tick.rollout_to(work, id, state, R::Halted, format!("{why}; rollback-and-halt but no revertable rollout, halting"))
+        }
+    }
+    true
+}
+
+/// The rollout to revert to: the newest revertable rollout of the channel whose manifest
+/// the input carries.
+pub fn revert_target<'a>(work: &'a PlanInput, id: &RolloutId) -> Option<&'a RolloutManifest> {
+    let c = work.channels.get(id.channel())?;
+    c.revertable.iter().filter(|r| r.rollout_id != *id).find_map(|r| work.manifest(&r.rollout_id))
+}
+
+/// Pending (or returning Skipped) hosts of the current wave: offline → Skipped, held, edge
+/// or budget → wait, else dispatch.
+fn consider_dispatch(work: &mut PlanInput, tick: &mut Tick, id: &RolloutId, m: &RolloutManifest, e: &HostSetEntry, current: Option<u32>) {
+    let h = e.hostname.as_str();
+    let state = work.host_state(id, h);
+    if !matches!(state, H::Pending | H::Skipped) {
+        return;
+    }
+    let online = work.hosts.get(h).is_some_and(|o| o.is_online());
+    if state == H::Skipped {
+        let is_current = work.channels.get(id.channel()).is_some_and(|c| c.manifest.rollout_id == *id);
+        if !online {
+            return tick.wait(id, Some(h), "offline (skipped)".to_owned());
+        }
+        if !is_current {
+            return tick.wait(id, Some(h), "skipped; will take the channel's current rollout".to_owned());
+        }
+    } else if current.is_some_and(|c| e.wave_index > c) {
+        return tick.wait(id, Some(h), format!("waiting for wave {} (wave {} in progress)", e.wave_index, current.unwrap_or(0)));
+    }
+    if let Some(reason) = work.held.get(h) {
+        return tick.wait(id, Some(h), format!("held by {reason}"));
+    }
+    if !online {
+        return tick.host_to(work, id, h, H::Pending, H::Skipped, format!("offline when wave {} ran", e.wave_index));
+    }
+    if let Some(edge) =
+        m.edges.iter().find(|ed| ed.after == h && m.host(&ed.before).is_some() && work.host_state(id, &ed.before) != H::Converged)
+    {
+        return tick.wait(id, Some(h), format!("edge predecessor {} not converged", edge.before));
+    }
+    if let Some(full) = first_full_budget(work, id, h) {
+        return tick.wait(id, Some(h), full.describe());
+    }
+    let reason = if state == H::Skipped {
+        format!("back online; wave {} dispatch, budgets permit", e.wave_index)
+    } else {
+        format!("wave {} active; budgets permit", e.wave_index)
+    };
+    tick.emit(
+        work,
+        Action::Dispatch {
+            host: h.to_owned(),
+            rollout_id: id.clone(),
+            wave_index: e.wave_index,
+            target: e.target_closure.clone(),
+            from: state,
+            reason,
+        },
+    );
+}
+
+/// rollback-and-halt: every touched host gets a rollback intent to its closure in the
+/// revertable rollout; a host is Reverted once it confirms that closure; the rollout is
+/// Reverted once every touched host is.
+fn revert(work: &mut PlanInput, tick: &mut Tick, id: &RolloutId, m: &RolloutManifest) {
+    let Some(prev) = revert_target(work, id).cloned() else {
+        return tick.rollout_to(work, id, R::Reverting, R::Halted, "no revertable rollout left; halting".to_owned());
+    };
+    let mut all_reverted = true;
+    for e in &m.host_set {
+        let h = e.hostname.as_str();
+        let state = work.host_state(id, h);
+        if !matches!(state, H::Activating | H::Soaking | H::Converged | H::Failed | H::Deferred) {
+            continue;
+        }
+        all_reverted = false;
+        let Some(target) = prev.host(h).map(|p| p.target_closure.clone()) else {
+            tick.wait(id, Some(h), format!("not in revertable rollout {}; cannot revert", prev.rollout_id));
+            continue;
+        };
+        let confirmed = work
+            .hosts
+            .get(h)
+            .and_then(|o| o.activation.as_ref())
+            .is_some_and(|a| a.rollout_id == prev.rollout_id && a.target_closure == target && a.phase == ActivationPhase::Confirmed);
+        let intent = work.rollouts.get(id).and_then(|r| r.hosts.get(h)).and_then(|p| p.intent.clone());
+        if confirmed {
+            tick.host_to(work, id, h, state, H::Reverted, format!("host confirmed revert target {target}"));
+        } else if intent.as_deref() != Some(target.as_str()) {
+            let reason = format!("rollback-and-halt: revert to {}", prev.rollout_id);
+            tick.emit(
+                work,
+                Action::Rollback { host: h.to_owned(), rollout_id: id.clone(), revert_to: prev.rollout_id.clone(), target, reason },
+            );
+        } else {
+            tick.wait(id, Some(h), format!("reverting to {} (awaiting confirmation)", prev.rollout_id));
+        }
+    }
+    if all_reverted {
+        tick.rollout_to(work, id, R::Reverting, R::Reverted, "every touched host reverted".to_owned());
+    } else {
+        tick.wait(id, None, format!("rollback-and-halt: reverting touched hosts to {}", prev.rollout_id));
+    }
+}

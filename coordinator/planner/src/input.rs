@@ -1,0 +1,155 @@
+//! `PlanInput`: the snapshot the planner decides over — the verified release parts (per
+//! channel: the current manifest, its sha256 and the timestamp's revertable list), the
+//! observed fleet state (rollouts with their per-host states, hosts with their last report),
+//! each channel's last rolled ref, and the hosts held by jobs or maintenance.
+//!
+//! Everything here has already been verified by the caller; the planner trusts it as given
+//! but still refuses (per rollout) a manifest whose id does not match its own fields.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use drover_proto::artifacts::{RevertableRollout, RolloutManifest};
+use drover_proto::names::RolloutId;
+use drover_proto::report::{ActivationStatus, ProbeOutcome};
+use drover_proto::states::{HostRolloutState, RolloutState};
+use drover_proto::time::Time;
+
+/// The `schemaVersion` of [`PlanInput`] this crate reads and writes.
+pub const PLAN_INPUT_SCHEMA_VERSION: u64 = 1;
+
+/// Everything one planning tick looks at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PlanInput {
+    /// Always [`PLAN_INPUT_SCHEMA_VERSION`].
+    pub schema_version: u64,
+    /// The verified release, per channel.
+    #[serde(default)]
+    pub channels: BTreeMap<String, ChannelInput>,
+    /// Manifests of earlier rollouts still referenced (an active rollout opened from an older
+    /// ref, revertable targets), by rollout id. A channel's current manifest need not be here.
+    #[serde(default)]
+    pub manifests: BTreeMap<RolloutId, RolloutManifest>,
+    /// Rollouts known to the store (active and recent), by id.
+    #[serde(default)]
+    pub rollouts: BTreeMap<RolloutId, RolloutObserved>,
+    /// Observed hosts, by hostname.
+    #[serde(default)]
+    pub hosts: BTreeMap<String, HostObserved>,
+    /// Per channel, the ref of the last rollout opened for it.
+    #[serde(default)]
+    pub last_rolled_ref: BTreeMap<String, String>,
+    /// Hosts held by a job or maintenance request (hostname → reason): they count against
+    /// every budget that selects them and are never dispatched.
+    #[serde(default)]
+    pub held: BTreeMap<String, String>,
+}
+
+/// One channel's verified release parts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ChannelInput {
+    /// The channel's current manifest (the timestamp's current rollout).
+    pub manifest: RolloutManifest,
+    /// Its sha256 (hex).
+    pub manifest_sha256: String,
+    /// The timestamp's revertable rollouts of the channel, newest first.
+    #[serde(default)]
+    pub revertable: Vec<RevertableRollout>,
+}
+
+/// One rollout as the store records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RolloutObserved {
+    /// Its state.
+    pub state: RolloutState,
+    /// Since when.
+    pub since: Time,
+    /// The sha256 of the manifest it was opened with.
+    pub manifest_sha256: String,
+    /// Per-host participation; a host of the manifest missing here is `Pending`.
+    #[serde(default)]
+    pub hosts: BTreeMap<String, HostProgress>,
+}
+
+/// One host's place in one rollout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HostProgress {
+    /// Its state.
+    pub state: HostRolloutState,
+    /// Since when.
+    pub since: Time,
+    /// The target closure of the last intent issued to it for this rollout (a dispatch or a
+    /// rollback), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intent: Option<String>,
+}
+
+/// A host's connectivity as the coordinator sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Connectivity {
+    /// Checking in.
+    #[default]
+    Online,
+    /// Heartbeat silence.
+    Offline,
+}
+
+/// What the coordinator last heard from a host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HostObserved {
+    /// Its last check-in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_checkin: Option<Time>,
+    /// Online or offline.
+    #[serde(default)]
+    pub connectivity: Connectivity,
+    /// Failed systemd units in its last health report.
+    #[serde(default)]
+    pub failed_units: u32,
+    /// Latest probe outcome by probe name.
+    #[serde(default)]
+    pub probes: BTreeMap<String, ProbeOutcome>,
+    /// The activation status it last reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activation: Option<ActivationStatus>,
+}
+
+impl HostObserved {
+    /// Whether the host is online.
+    pub fn is_online(&self) -> bool {
+        self.connectivity == Connectivity::Online
+    }
+}
+
+impl PlanInput {
+    /// An empty snapshot at the current schema version.
+    pub fn empty() -> Self {
+        PlanInput {
+            schema_version: PLAN_INPUT_SCHEMA_VERSION,
+            channels: BTreeMap::new(),
+            manifests: BTreeMap::new(),
+            rollouts: BTreeMap::new(),
+            hosts: BTreeMap::new(),
+            last_rolled_ref: BTreeMap::new(),
+            held: BTreeMap::new(),
+        }
+    }
+
+    /// The manifest of `id`: the channel's current one when it matches, else from
+    /// [`PlanInput::manifests`].
+    pub fn manifest(&self, id: &RolloutId) -> Option<&RolloutManifest> {
+        self.channels.get(id.channel()).map(|c| &c.manifest).filter(|m| m.rollout_id == *id).or_else(|| self.manifests.get(id))
+    }
+
+    /// The state of `host` in rollout `id` (`Pending` when unrecorded).
+    pub fn host_state(&self, id: &RolloutId, host: &str) -> HostRolloutState {
+        self.rollouts.get(id).and_then(|r| r.hosts.get(host)).map_or(HostRolloutState::Pending, |p| p.state)
+    }
+}
