@@ -1,5 +1,5 @@
-//! `drover`: the CI side of Drover (keygen, trust, release, verify, canonicalize) and the
-//! operator side against a coordinator (enroll).
+//! `drover`: the CI side of Drover (keygen, trust, release, verify, plan, canonicalize) and
+//! the operator side against a coordinator (enroll).
 //!
 //! Exit codes follow sysexits: 0 ok, 1 verification refused, 64 usage, 65 bad input data
 //! (or a 4xx from the coordinator), 66 missing input, 69 coordinator unreachable or failing,
@@ -15,6 +15,7 @@ mod exit;
 mod fsio;
 mod host;
 mod keygen;
+mod plan;
 mod release;
 mod sign_cmd;
 mod trust;
@@ -47,6 +48,9 @@ enum Command {
     Trust(trust::TrustArgs),
     /// Verify a release directory, or single artifacts, against trust roots.
     Verify(verify::VerifyArgs),
+    /// Dry-run the rollout planner offline: verify a release, join it with an observed.json
+    /// and print the planned actions and the report as JSON.
+    Plan(Box<plan::PlanArgs>),
     /// Create a host on the coordinator and print the bootstrap command to run on it.
     Enroll(Box<enroll::EnrollArgs>),
     /// Drive a host through its lifecycle: quarantine, unquarantine, retire, reactivate,
@@ -65,6 +69,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Release(args) => release::run(*args),
         Command::Trust(args) => trust::run(&args),
         Command::Verify(args) => verify::run(&args),
+        Command::Plan(args) => plan::run(&args),
         Command::Enroll(args) => enroll::run(&args),
         Command::Host(args) => host::run(&args),
         Command::Canonicalize { file } => {

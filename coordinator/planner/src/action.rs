@@ -9,7 +9,7 @@ use drover_proto::names::RolloutId;
 use drover_proto::states::{HostRolloutState, RolloutState};
 use drover_proto::time::Time;
 
-use crate::input::{HostProgress, PlanInput, RolloutObserved};
+use crate::input::{Deferral, HostProgress, PlanInput, RolloutObserved};
 
 /// One decision for the executor to persist (and, for intents, sign and deliver).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -23,6 +23,32 @@ pub enum Action {
         channel: String,
         /// The sha256 of its manifest.
         manifest_sha256: String,
+        /// Why.
+        reason: String,
+    },
+    /// The channel's current ref cannot open a rollout yet: it is queued behind the channel's
+    /// own active rollout (`blocked_by` is the channel itself) or held by a channel edge
+    /// (`blocked_by` is the predecessor channel). Emitted once per change of ref or blocker;
+    /// recorded in [`PlanInput::last_deferrals`].
+    RolloutDeferred {
+        /// The held channel.
+        channel: String,
+        /// The ref that waits.
+        target_ref: String,
+        /// The channel it waits for.
+        blocked_by: String,
+        /// Why.
+        reason: String,
+    },
+    /// A deferred (queued) ref of the channel was overtaken by a newer ref before it rolled:
+    /// queue depth one, latest ref wins; the intermediate ref is never rolled.
+    RefSuperseded {
+        /// The channel.
+        channel: String,
+        /// The queued ref dropped.
+        superseded_ref: String,
+        /// The channel's ref now.
+        by_ref: String,
         /// Why.
         reason: String,
     },
@@ -86,6 +112,8 @@ impl Action {
     pub fn reason(&self) -> &str {
         match self {
             Action::OpenRollout { reason, .. }
+            | Action::RolloutDeferred { reason, .. }
+            | Action::RefSuperseded { reason, .. }
             | Action::RolloutTransition { reason, .. }
             | Action::HostTransition { reason, .. }
             | Action::Dispatch { reason, .. }
@@ -137,6 +165,17 @@ pub fn apply(input: &mut PlanInput, action: &Action, now: Time) {
                 },
             );
             input.last_rolled_ref.insert(channel.clone(), rollout_id.channel_ref().to_owned());
+            input.last_deferrals.remove(channel);
+        }
+        Action::RolloutDeferred { channel, target_ref, blocked_by, .. } => {
+            input
+                .last_deferrals
+                .insert(channel.clone(), Deferral { target_ref: target_ref.clone(), blocked_by: blocked_by.clone(), since: now });
+        }
+        Action::RefSuperseded { channel, superseded_ref, .. } => {
+            if input.last_deferrals.get(channel).is_some_and(|d| d.target_ref == *superseded_ref) {
+                input.last_deferrals.remove(channel);
+            }
         }
         Action::RolloutTransition { rollout_id, to, .. } => {
             if let Some(r) = input.rollouts.get_mut(rollout_id) {

@@ -25,6 +25,16 @@ pub fn is_live(state: RolloutState) -> bool {
     )
 }
 
+/// The live rollout other than `except` in which `host` is in flight, if any (a host has one
+/// owner of disruptive work at a time).
+pub fn in_flight_elsewhere<'a>(input: &'a PlanInput, except: &RolloutId, host: &str) -> Option<&'a RolloutId> {
+    input
+        .rollouts
+        .iter()
+        .find(|(id, r)| *id != except && is_live(r.state) && r.hosts.get(host).is_some_and(|p| is_in_flight_state(p.state)))
+        .map(|(id, _)| id)
+}
+
 /// Whether a host in `state` is in flight.
 pub fn is_in_flight_state(state: HostRolloutState) -> bool {
     matches!(state, HostRolloutState::Activating | HostRolloutState::Soaking)

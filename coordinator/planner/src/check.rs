@@ -1,13 +1,15 @@
 //! The invariant checker: replays a plan's actions over its input (with [`apply`]) and
 //! refuses any that break the planner's safety rules — a dispatch into a full budget (held
-//! hosts counted), a dispatch before the host's wave, a dispatch of a held host, or a
-//! transition the proto tables do not allow. Tests run it over every plan they make.
+//! hosts counted), a dispatch before the host's wave, a dispatch of a held host or of a host
+//! in flight in another rollout, a transition the proto tables do not allow, a rollout opened
+//! while a channel edge holds its channel ("no edge violated"), a second live rollout on a
+//! channel ("never two active rollouts on a channel"), or a deferral emitted twice. Tests run it over every plan they make.
 
 use drover_proto::states::HostRolloutState as H;
 use drover_proto::time::Time;
 
 use crate::action::{Action, Plan, apply};
-use crate::budget::{budget_members, in_flight_hosts};
+use crate::budget::{budget_members, in_flight_elsewhere, in_flight_hosts, is_live};
 use crate::engine::is_done_for_promotion;
 use crate::input::PlanInput;
 
@@ -46,6 +48,40 @@ fn check_action(work: &PlanInput, action: &Action) -> Result<(), String> {
             if work.rollouts.contains_key(rollout_id) {
                 return Err(format!("rollout {rollout_id} opened twice"));
             }
+            if let Some((other, r)) = work.rollouts.iter().find(|(id, r)| id.channel() == channel && is_live(r.state)) {
+                return Err(format!("two active rollouts on channel {channel}: {other} ({}) and {rollout_id}", r.state));
+            }
+            for e in work.channel_edges.iter().filter(|e| e.after == *channel && e.before != *channel) {
+                let b = e.before.as_str();
+                if let Some((other, r)) = work.rollouts.iter().find(|(id, r)| id.channel() == b && is_live(r.state)) {
+                    return Err(format!("channel edge {b} -> {channel} violated: {rollout_id} opened while {other} is {}", r.state));
+                }
+                if let Some(c) = work.channels.get(b) {
+                    let pending = &c.manifest.rollout_id;
+                    if work.last_rolled_ref.get(b).map(String::as_str) != Some(pending.channel_ref())
+                        && !work.rollouts.contains_key(pending)
+                    {
+                        return Err(format!("channel edge {b} -> {channel} violated: {rollout_id} opened before {pending} was"));
+                    }
+                }
+            }
+        }
+        Action::RolloutDeferred { channel, target_ref, blocked_by, .. } => {
+            let current = work.channels.get(channel).map(|c| c.manifest.rollout_id.channel_ref());
+            if current != Some(target_ref.as_str()) {
+                return Err(format!("deferred ref {target_ref} is not channel {channel}'s current ref"));
+            }
+            if work.last_deferrals.get(channel).is_some_and(|d| d.target_ref == *target_ref && d.blocked_by == *blocked_by) {
+                return Err(format!("deferral of {channel} ref {target_ref} by {blocked_by} emitted twice"));
+            }
+        }
+        Action::RefSuperseded { channel, superseded_ref, by_ref, .. } => {
+            if work.last_deferrals.get(channel).map(|d| d.target_ref.as_str()) != Some(superseded_ref.as_str()) {
+                return Err(format!("ref {superseded_ref} of {channel} superseded but not queued"));
+            }
+            if superseded_ref == by_ref {
+                return Err(format!("ref {superseded_ref} of {channel} superseded by itself"));
+            }
         }
         Action::RolloutTransition { rollout_id, from, to, .. } => {
             let actual = work.rollouts.get(rollout_id).map(|r| r.state).ok_or_else(|| format!("unknown rollout {rollout_id}"))?;
@@ -63,6 +99,9 @@ fn check_action(work: &PlanInput, action: &Action) -> Result<(), String> {
             from.transition(H::Activating).map_err(|e| e.to_string())?;
             if let Some(reason) = work.held.get(host) {
                 return Err(format!("{host} dispatched while held by {reason}"));
+            }
+            if let Some(other) = in_flight_elsewhere(work, rollout_id, host) {
+                return Err(format!("{host} dispatched in {rollout_id} while in flight in {other}"));
             }
             let m = work.manifest(rollout_id).ok_or_else(|| format!("no manifest for {rollout_id}"))?;
             let entry = m.host(host).ok_or_else(|| format!("{host} not in {rollout_id}"))?;

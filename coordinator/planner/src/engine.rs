@@ -5,6 +5,12 @@
 //! see earlier decisions — own dispatches count against budgets, a wave promoted in this tick
 //! lets the next wave dispatch. It repeats passes until a pass decides nothing; that last
 //! pass's waits are the report. Re-planning the applied result therefore yields no actions.
+//!
+//! Channels (RFC-0002 §4.3): at most one live rollout per channel; a new ref arriving while
+//! one is live waits (queue depth one: a newer ref supersedes the queued one, `RefSuperseded`);
+//! a channel edge `{before, after}` holds opening `after` while `before` has a live rollout
+//! (Halted included) or a ref not yet rolled. After the fixpoint, each held channel gets one
+//! `RolloutDeferred` per change of ref or blocker, recorded in `PlanInput::last_deferrals`.
 
 use drover_proto::artifacts::{HostSetEntry, RolloutManifest};
 use drover_proto::names::RolloutId;
@@ -34,6 +40,7 @@ pub fn plan(input: &PlanInput, now: Time) -> Plan {
             break;
         }
     }
+    record_deferrals(&mut work, &mut tick);
     let mut report = tick.waits;
     // Stable: within one host, waits keep the order the rules produced them in.
     report.sort_by(|a, b| (&a.channel, &a.rollout_id, &a.host).cmp(&(&b.channel, &b.rollout_id, &b.host)));
@@ -85,22 +92,92 @@ fn step(work: &mut PlanInput, tick: &mut Tick) {
     }
 }
 
-/// Step 2a: a channel whose current rollout id is not its last rolled ref opens a rollout.
+/// The channels in an order where every channel-edge predecessor comes before its successors
+/// (Kahn's algorithm, ties by name; channels on a cycle, which validation refuses, last by
+/// name), so a cascade from one push opens the predecessor before deciding its successors.
+fn channel_order(work: &PlanInput) -> Vec<String> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let names: BTreeSet<&str> = work.channels.keys().map(String::as_str).collect();
+    let mut preds: BTreeMap<&str, BTreeSet<&str>> = names.iter().map(|n| (*n, BTreeSet::new())).collect();
+    for e in &work.channel_edges {
+        if names.contains(e.before.as_str()) && e.before != e.after {
+            if let Some(p) = preds.get_mut(e.after.as_str()) {
+                p.insert(e.before.as_str());
+            }
+        }
+    }
+    let mut out: Vec<String> = Vec::new();
+    let mut done: BTreeSet<&str> = BTreeSet::new();
+    while let Some(next) = preds.iter().find(|(n, p)| !done.contains(*n) && p.iter().all(|b| done.contains(b))).map(|(n, _)| *n) {
+        done.insert(next);
+        out.push(next.to_owned());
+    }
+    out.extend(names.iter().filter(|n| !done.contains(*n)).map(|n| (*n).to_owned()));
+    out
+}
+
+/// What holds the opening of `channel`'s pending ref, if anything: `(blocked_by, reason)`.
+/// First the channel's own live rollout (one active rollout per channel; the ref queues), then
+/// each channel edge into it (RFC-0002 §4.3): a predecessor with a live rollout (Halted
+/// included) or a ref not yet rolled holds it; one with no rollout history is open.
+pub fn opening_blocker(work: &PlanInput, channel: &str, target_ref: &str) -> Option<(String, String)> {
+    if let Some((busy, r)) = work.rollouts.iter().find(|(rid, r)| rid.channel() == channel && blocks_next_ref(r.state)) {
+        return Some((channel.to_owned(), format!("ref {target_ref} queued behind rollout {busy} ({})", r.state)));
+    }
+    let mut edges: Vec<&drover_proto::spec::Edge> =
+        work.channel_edges.iter().filter(|e| e.after == channel && e.before != channel).collect();
+    edges.sort_by(|a, b| a.before.cmp(&b.before));
+    for e in edges {
+        let b = e.before.as_str();
+        let held = if let Some((rid, r)) = work.rollouts.iter().find(|(rid, r)| rid.channel() == b && crate::budget::is_live(r.state)) {
+            format!("rollout {rid} {}", r.state)
+        } else if let Some(pending) = pending_ref(work, b) {
+            format!("ref {pending} not yet rolled")
+        } else {
+            continue;
+        };
+        let why = if e.reason.is_empty() { String::new() } else { format!("; {}", e.reason) };
+        return Some((b.to_owned(), format!("channel edge: waits for channel {b} ({held}){why}")));
+    }
+    None
+}
+
+/// The channel's current ref when no rollout has been opened for it yet.
+pub fn pending_ref(work: &PlanInput, channel: &str) -> Option<String> {
+    let id = &work.channels.get(channel)?.manifest.rollout_id;
+    let rolled = work.last_rolled_ref.get(channel).map(String::as_str) == Some(id.channel_ref()) || work.rollouts.contains_key(id);
+    (!rolled).then(|| id.channel_ref().to_owned())
+}
+
+/// Step 2a: a channel whose current rollout id is not its last rolled ref opens a rollout —
+/// unless its own rollout is still active (the ref queues, depth one: a newer ref supersedes
+/// the queued one) or a channel edge holds it. A hold is reported every tick and emitted as
+/// `RolloutDeferred` once per change of ref or blocker.
 fn open_rollouts(work: &mut PlanInput, tick: &mut Tick) {
-    let channels: Vec<(String, RolloutId, String)> =
-        work.channels.iter().map(|(n, c)| (n.clone(), c.manifest.rollout_id.clone(), c.manifest_sha256.clone())).collect();
-    for (channel, id, sha) in channels {
+    for channel in channel_order(work) {
+        let Some((id, sha)) = work.channels.get(&channel).map(|c| (c.manifest.rollout_id.clone(), c.manifest_sha256.clone())) else {
+            continue;
+        };
+        if let Some(d) = work.last_deferrals.get(&channel).filter(|d| d.target_ref != id.channel_ref()).cloned() {
+            let reason = format!("queued ref {} superseded by ref {} (queue depth one, latest ref wins)", d.target_ref, id.channel_ref());
+            let by_ref = id.channel_ref().to_owned();
+            tick.emit(work, Action::RefSuperseded { channel: channel.clone(), superseded_ref: d.target_ref, by_ref, reason });
+        }
+        if pending_ref(work, &channel).is_none() {
+            continue;
+        }
         let last = work.last_rolled_ref.get(&channel).cloned();
-        if last.as_deref() == Some(id.channel_ref()) || work.rollouts.contains_key(&id) {
+        if let Some((_, reason)) = opening_blocker(work, &channel, id.channel_ref()) {
+            tick.wait(&id, None, reason);
             continue;
         }
-        let same_channel: Vec<(RolloutId, R)> =
-            work.rollouts.iter().filter(|(rid, _)| rid.channel() == channel).map(|(rid, r)| (rid.clone(), r.state)).collect();
-        if let Some((busy, state)) = same_channel.iter().find(|(_, s)| blocks_next_ref(*s)) {
-            tick.wait(&id, None, format!("ref {} queued behind rollout {busy} ({state})", id.channel_ref()));
-            continue;
-        }
-        for (old, state) in same_channel.iter().filter(|(_, s)| *s == R::Halted) {
+        let halted: Vec<(RolloutId, R)> = work
+            .rollouts
+            .iter()
+            .filter(|(rid, r)| rid.channel() == channel && r.state == R::Halted)
+            .map(|(rid, r)| (rid.clone(), r.state))
+            .collect();
+        for (old, state) in &halted {
             tick.rollout_to(work, old, *state, R::Superseded, format!("superseded by {id}"));
         }
         let reason = match last {
@@ -108,6 +185,20 @@ fn open_rollouts(work: &mut PlanInput, tick: &mut Tick) {
             None => format!("channel {channel} ref {} has never been rolled", id.channel_ref()),
         };
         tick.emit(work, Action::OpenRollout { rollout_id: id, channel, manifest_sha256: sha, reason });
+    }
+}
+
+/// After the fixpoint: every channel whose pending ref is still held gets a `RolloutDeferred`
+/// unless the same ref was already recorded deferred by the same blocker (debounce: once per
+/// change of ref or blocker). Done last so a hold that clears within the tick is not journaled.
+fn record_deferrals(work: &mut PlanInput, tick: &mut Tick) {
+    for channel in channel_order(work) {
+        let Some(target_ref) = pending_ref(work, &channel) else { continue };
+        let Some((blocked_by, reason)) = opening_blocker(work, &channel, &target_ref) else { continue };
+        let recorded = work.last_deferrals.get(&channel).is_some_and(|d| d.target_ref == target_ref && d.blocked_by == blocked_by);
+        if !recorded {
+            tick.emit(work, Action::RolloutDeferred { channel, target_ref, blocked_by, reason });
+        }
     }
 }
 
@@ -145,17 +236,28 @@ fn step_rollout(work: &mut PlanInput, tick: &mut Tick, id: &RolloutId) {
         tick.wait(id, None, format!("manifest of {id} missing; nothing can advance"));
         return;
     };
-    for entry in &manifest.host_set {
-        progress_host(work, tick, id, &manifest, entry);
+    // While reverting, the touched hosts' states are `revert`'s business (no soak or gate).
+    if state != R::Reverting {
+        for entry in &manifest.host_set {
+            progress_host(work, tick, id, &manifest, entry);
+        }
     }
     match state {
         R::Active | R::Converging => {
             if health_failure(work, tick, id, &manifest) {
                 return;
             }
-            let current = current_wave(work, id, &manifest);
-            for entry in &manifest.host_set {
+            let mut current = current_wave(work, id, &manifest);
+            // In wave order (hostname within a wave): a returning Skipped host of an earlier
+            // wave re-opens that wave, and later waves' hosts must then wait for it.
+            let mut order: Vec<&HostSetEntry> = manifest.host_set.iter().collect();
+            order.sort_by_key(|e| e.wave_index);
+            for entry in order {
+                let before = work.host_state(id, &entry.hostname);
                 consider_dispatch(work, tick, id, &manifest, entry, current);
+                if before == H::Skipped && work.host_state(id, &entry.hostname) != H::Skipped {
+                    current = current_wave(work, id, &manifest);
+                }
             }
             let state = work.rollouts.get(id).map_or(state, |r| r.state);
             if state == R::Active && current.is_none() {
@@ -208,7 +310,8 @@ fn progress_host(work: &mut PlanInput, tick: &mut Tick, id: &RolloutId, m: &Roll
             }
             Some((phase @ (ActivationPhase::Failed | ActivationPhase::RolledBack | ActivationPhase::NoBackend), msg)) => {
                 let phase = serde_json::to_value(phase).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
-                tick.host_to(work, id, h, H::Activating, H::Failed, format!("activation {phase}: {msg}"))
+                let msg = if msg.is_empty() { String::new() } else { format!(": {msg}") };
+                tick.host_to(work, id, h, H::Activating, H::Failed, format!("activation {phase}{msg}"))
             }
             _ => tick.wait(id, Some(h), format!("activating since {} (awaiting confirmation)", progress.since)),
         },
@@ -291,11 +394,18 @@ fn consider_dispatch(work: &mut PlanInput, tick: &mut Tick, id: &RolloutId, m: &
         if !is_current {
             return tick.wait(id, Some(h), "skipped; will take the channel's current rollout".to_owned());
         }
-    } else if current.is_some_and(|c| e.wave_index > c) {
-        return tick.wait(id, Some(h), format!("waiting for wave {} (wave {} in progress)", e.wave_index, current.unwrap_or(0)));
+    }
+    // A returning Skipped host too: an earlier wave may be in progress again (one of its own
+    // Skipped hosts came back), and waves never overlap.
+    if current.is_some_and(|c| e.wave_index > c) {
+        let skipped = if state == H::Skipped { "skipped; " } else { "" };
+        return tick.wait(id, Some(h), format!("{skipped}waiting for wave {} (wave {} in progress)", e.wave_index, current.unwrap_or(0)));
     }
     if let Some(reason) = work.held.get(h) {
         return tick.wait(id, Some(h), format!("held by {reason}"));
+    }
+    if let Some(other) = crate::budget::in_flight_elsewhere(work, id, h) {
+        return tick.wait(id, Some(h), format!("in flight in rollout {other}"));
     }
     if !online {
         return tick.host_to(work, id, h, H::Pending, H::Skipped, format!("offline when wave {} ran", e.wave_index));

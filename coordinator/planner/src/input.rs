@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use drover_proto::artifacts::{RevertableRollout, RolloutManifest};
 use drover_proto::names::RolloutId;
 use drover_proto::report::{ActivationStatus, ProbeOutcome};
+use drover_proto::spec::Edge;
 use drover_proto::states::{HostRolloutState, RolloutState};
 use drover_proto::time::Time;
 
@@ -45,6 +46,30 @@ pub struct PlanInput {
     /// every budget that selects them and are never dispatched.
     #[serde(default)]
     pub held: BTreeMap<String, String>,
+    /// fleet.resolved's `channelEdges` (RFC-0002 §4.3; `before`/`after` are channel names). The
+    /// rollout manifests do not carry them, so the caller copies them from the verified
+    /// fleet.resolved. An edge holds opening a rollout of `after` while `before` has a live
+    /// rollout (Halted included) or a ref not yet rolled; a `before` with no history is open.
+    #[serde(default)]
+    pub channel_edges: Vec<Edge>,
+    /// Per channel, the ref whose opening the planner last deferred (queued behind the
+    /// channel's own rollout, or held by a channel edge) and by what: the store's
+    /// `last_deferrals`. It debounces [`crate::Action::RolloutDeferred`] (emitted once per change
+    /// of ref or blocker) and is the queue of depth one a newer ref supersedes.
+    #[serde(default)]
+    pub last_deferrals: BTreeMap<String, Deferral>,
+}
+
+/// A channel's deferred ref, as the last [`crate::Action::RolloutDeferred`] recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Deferral {
+    /// The ref waiting to be rolled.
+    pub target_ref: String,
+    /// The channel it waits for (its own channel when queued behind its active rollout).
+    pub blocked_by: String,
+    /// Since when.
+    pub since: Time,
 }
 
 /// One channel's verified release parts.
@@ -139,6 +164,8 @@ impl PlanInput {
             hosts: BTreeMap::new(),
             last_rolled_ref: BTreeMap::new(),
             held: BTreeMap::new(),
+            channel_edges: Vec::new(),
+            last_deferrals: BTreeMap::new(),
         }
     }
 

@@ -12,6 +12,7 @@ pub mod budget;
 pub mod check;
 pub mod engine;
 pub mod input;
+pub mod observed;
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,189 @@
+//! [`Observed`]: the observed part of a [`PlanInput`] — everything it holds that does not come
+//! from the signed release (rollouts and their per-host states, hosts' check-ins, health,
+//! probes and activation reports, each channel's last rolled ref and last deferral, held
+//! hosts) — and
+//! [`plan_input`], which joins it with a verified release into the full snapshot.
+//!
+//! This is the format of `observed.json`, the input of `drover plan` (an offline dry run of the
+//! planner). It is serialised in camelCase with a `schemaVersion`, and unknown fields are
+//! refused, as in every Drover document:
+//!
+//! ```json
+//! {
+//!   "schemaVersion": 1,
+//!   "rollouts": {
+//!     "gpu@c0ffee": {
+//!       "state": "Active", "since": "2025-01-01T00:30:00Z", "manifestSha256": "…",
+//!       "hosts": { "gpu-a-01": { "state": "Soaking", "since": "2025-01-01T00:40:00Z", "intent": "/nix/store/…" } }
+//!     }
+//!   },
+//!   "hosts": {
+//!     "gpu-a-01": { "lastCheckin": "2025-01-01T00:59:30Z", "connectivity": "online", "failedUnits": 0,
+//!                   "probes": { "nvidia-persistenced": "passed" } }
+//!   },
+//!   "lastRolledRef": { "gpu": "c0ffee" },
+//!   "held": { "gpu-b-02": "maintenance job 7" },
+//!   "lastDeferrals": { "gpu": { "targetRef": "d00d", "blockedBy": "infra", "since": "2025-01-01T00:30:00Z" } }
+//! }
+//! ```
+//!
+//! Every field but `schemaVersion` may be left out (empty). The release side — per channel
+//! the current manifest, its sha256 and the timestamp's revertable list, the revertable
+//! manifests that travel with the release, and fleet.resolved's channel edges — is taken
+//! from the verified release only, never from this file.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use drover_proto::names::RolloutId;
+use drover_proto::release::VerifiedRelease;
+
+use crate::input::{ChannelInput, Deferral, HostObserved, PlanInput, RolloutObserved};
+
+/// The `schemaVersion` of [`Observed`] this crate reads and writes.
+pub const OBSERVED_SCHEMA_VERSION: u64 = 1;
+
+/// The observed fleet state: [`PlanInput`] less what the signed release provides.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Observed {
+    /// Always [`OBSERVED_SCHEMA_VERSION`].
+    pub schema_version: u64,
+    /// Rollouts known to the store (active and recent), by id.
+    #[serde(default)]
+    pub rollouts: BTreeMap<RolloutId, RolloutObserved>,
+    /// Observed hosts, by hostname. A host of a manifest missing here is offline and has
+    /// reported nothing.
+    #[serde(default)]
+    pub hosts: BTreeMap<String, HostObserved>,
+    /// Per channel, the ref of the last rollout opened for it. A channel missing here has
+    /// never been rolled.
+    #[serde(default)]
+    pub last_rolled_ref: BTreeMap<String, String>,
+    /// Hosts held by a job or maintenance request (hostname → reason).
+    #[serde(default)]
+    pub held: BTreeMap<String, String>,
+    /// Per channel, the ref whose opening the planner last deferred, by what and since when
+    /// (the store's `last_deferrals`).
+    #[serde(default)]
+    pub last_deferrals: BTreeMap<String, Deferral>,
+}
+
+/// Why an [`Observed`] cannot be joined with a release.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ObservedError {
+    /// The document is of a schema version this crate does not read.
+    #[error("observed schemaVersion {found} is not supported (this build reads {expected})")]
+    SchemaVersion {
+        /// The version found.
+        found: u64,
+        /// The version read.
+        expected: u64,
+    },
+}
+
+impl Observed {
+    /// Nothing observed yet: no rollouts, no hosts, nothing rolled, nothing held.
+    pub fn empty() -> Self {
+        Observed {
+            schema_version: OBSERVED_SCHEMA_VERSION,
+            rollouts: BTreeMap::new(),
+            hosts: BTreeMap::new(),
+            last_rolled_ref: BTreeMap::new(),
+            held: BTreeMap::new(),
+            last_deferrals: BTreeMap::new(),
+        }
+    }
+
+    /// The observed part of a full snapshot (the inverse of [`plan_input`]'s join).
+    pub fn of(input: &PlanInput) -> Self {
+        Observed {
+            schema_version: OBSERVED_SCHEMA_VERSION,
+            rollouts: input.rollouts.clone(),
+            hosts: input.hosts.clone(),
+            last_rolled_ref: input.last_rolled_ref.clone(),
+            held: input.held.clone(),
+            last_deferrals: input.last_deferrals.clone(),
+        }
+    }
+}
+
+/// Joins a verified release with the observed state into the planner's snapshot: per
+/// channel of the timestamp, the current manifest with its sha256 and the timestamp's
+/// revertable list (newest first); the revertable manifests the release directory carries
+/// go to [`PlanInput::manifests`]; fleet.resolved's `channelEdges` to
+/// [`PlanInput::channel_edges`]. A rollout whose manifest is in neither (opened from an
+/// older ref no longer carried) stays as observed: the planner reports it as waiting on a
+/// missing manifest.
+pub fn plan_input(release: &VerifiedRelease, observed: Observed) -> Result<PlanInput, ObservedError> {
+    if observed.schema_version != OBSERVED_SCHEMA_VERSION {
+        return Err(ObservedError::SchemaVersion { found: observed.schema_version, expected: OBSERVED_SCHEMA_VERSION });
+    }
+    let channels = release
+        .manifests
+        .iter()
+        .map(|(channel, m)| {
+            let revertable = release.timestamp.doc.channels.get(channel).map(|c| c.revertable.clone()).unwrap_or_default();
+            (channel.clone(), ChannelInput { manifest: m.manifest.clone(), manifest_sha256: m.sha256.clone(), revertable })
+        })
+        .collect();
+    let manifests = release.revertable.iter().map(|(id, m)| (id.clone(), m.manifest.clone())).collect();
+    let mut input = PlanInput::empty();
+    input.channels = channels;
+    input.manifests = manifests;
+    input.channel_edges = release.fleet.fleet.channel_edges.clone();
+    input.rollouts = observed.rollouts;
+    input.hosts = observed.hosts;
+    input.last_rolled_ref = observed.last_rolled_ref;
+    input.held = observed.held;
+    input.last_deferrals = observed.last_deferrals;
+    Ok(input)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The example shipped in the repository and shown in the README.
+    const EXAMPLE: &str = include_str!("../../../examples/observed.json");
+
+    #[test]
+    fn the_example_observed_json_parses_and_round_trips() {
+        let o: Observed = serde_json::from_str(EXAMPLE).expect("examples/observed.json is an Observed");
+        assert_eq!(o.schema_version, OBSERVED_SCHEMA_VERSION);
+        assert!(!o.hosts.is_empty(), "the example lists hosts");
+        let back: Observed = serde_json::from_value(serde_json::to_value(&o).expect("serialise")).expect("parse back");
+        assert_eq!(back, o);
+    }
+
+    #[test]
+    fn only_schema_version_is_required_and_unknown_fields_are_refused() {
+        let o: Observed = serde_json::from_str(r#"{"schemaVersion":1}"#).expect("minimal");
+        assert_eq!(o, Observed::empty());
+        assert!(serde_json::from_str::<Observed>(r#"{"schemaVersion":1,"channels":{}}"#).is_err(), "channels come from the release");
+        assert!(serde_json::from_str::<Observed>(r#"{"rollouts":{}}"#).is_err(), "schemaVersion is required");
+    }
+
+    /// Guards against drift: a field added to `PlanInput` must be either release-side (listed
+    /// here and filled by `plan_input`) or observed (a field of `Observed`).
+    #[test]
+    fn observed_holds_every_field_of_plan_input_not_taken_from_the_release() {
+        const FROM_RELEASE: [&str; 3] = ["channels", "manifests", "channelEdges"];
+        let keys = |v: serde_json::Value| -> Vec<String> { v.as_object().expect("an object").keys().cloned().collect() };
+        let mut input_keys = keys(serde_json::to_value(PlanInput::empty()).expect("serialise"));
+        input_keys.retain(|k| !FROM_RELEASE.contains(&k.as_str()));
+        assert_eq!(keys(serde_json::to_value(Observed::empty()).expect("serialise")), input_keys);
+    }
+
+    #[test]
+    fn the_observed_part_of_a_snapshot_is_everything_but_the_release() {
+        let mut input = PlanInput::empty();
+        input.last_rolled_ref.insert("gpu".to_owned(), "c0ffee".to_owned());
+        input.held.insert("gpu-a-01".to_owned(), "job 7".to_owned());
+        let o = Observed::of(&input);
+        assert_eq!(o.last_rolled_ref, input.last_rolled_ref);
+        assert_eq!(o.held, input.held);
+        assert_eq!(o.schema_version, OBSERVED_SCHEMA_VERSION);
+    }
+}
