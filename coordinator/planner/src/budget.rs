@@ -49,6 +49,13 @@ pub fn in_flight_hosts(input: &PlanInput) -> BTreeSet<String> {
     out
 }
 
+/// Whether `host` is held or in flight in any live rollout of `input` (one host's share of
+/// [`in_flight_hosts`]).
+pub fn in_flight_hosts_of(input: &PlanInput, host: &str) -> bool {
+    input.held.contains_key(host)
+        || input.rollouts.values().any(|r| is_live(r.state) && r.hosts.get(host).is_some_and(|p| is_in_flight_state(p.state)))
+}
+
 /// The hosts each canonical selector covers, unioned over the live rollouts' frozen budgets.
 pub fn budget_members(input: &PlanInput) -> BTreeMap<String, BTreeSet<String>> {
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -113,4 +120,76 @@ pub fn first_full_budget(input: &PlanInput, id: &RolloutId, host: &str) -> Optio
         }
     }
     None
+}
+
+/// The budget accounting of one planning pass, built once and kept current as dispatches are
+/// emitted, so asking "is a budget full for this host?" costs a few set look-ups instead of a
+/// walk over the fleet (which made a tick quadratic in the fleet's size).
+#[derive(Debug, Clone, Default)]
+pub struct BudgetIndex {
+    in_flight: BTreeSet<String>,
+    members: BTreeMap<String, BTreeSet<String>>,
+    counts: BTreeMap<String, usize>,
+    /// Per live rollout, per budget (by position in its manifest): the hosts it lists.
+    own: BTreeMap<RolloutId, Vec<BTreeSet<String>>>,
+}
+
+impl BudgetIndex {
+    /// The accounting of `input` as it stands.
+    pub fn build(input: &PlanInput) -> BudgetIndex {
+        let in_flight = in_flight_hosts(input);
+        let members = budget_members(input);
+        let counts = members.iter().map(|(k, m)| (k.clone(), m.iter().filter(|h| in_flight.contains(*h)).count())).collect();
+        let mut own = BTreeMap::new();
+        for (id, r) in &input.rollouts {
+            if let Some(m) = input.manifest(id).filter(|_| is_live(r.state)) {
+                own.insert(id.clone(), m.disruption_budgets.iter().map(|b| b.hosts.iter().cloned().collect()).collect());
+            }
+        }
+        BudgetIndex { in_flight, members, counts, own }
+    }
+
+    /// [`first_full_budget`], answered from the index.
+    pub fn first_full(&self, input: &PlanInput, id: &RolloutId, host: &str) -> Option<BudgetFull> {
+        let manifest = input.manifest(id)?;
+        let own = self.own.get(id)?;
+        for (b, listed) in manifest.disruption_budgets.iter().zip(own) {
+            if !listed.contains(host) {
+                continue;
+            }
+            let key = b.selector.canonical();
+            let members = self.members.get(&key);
+            let counted_self = self.in_flight.contains(host) && members.is_some_and(|m| m.contains(host));
+            let count = self.counts.get(&key).copied().unwrap_or(0) - usize::from(counted_self);
+            let allowed = b.allowed();
+            if count + 1 > allowed {
+                return Some(BudgetFull { name: budget_name(b), in_flight: count, allowed });
+            }
+        }
+        None
+    }
+
+    /// `host` is no longer in flight (landed, failed, skipped) and not held.
+    pub fn note_landed(&mut self, host: &str) {
+        if self.in_flight.remove(host) {
+            for (key, m) in &self.members {
+                if m.contains(host) {
+                    if let Some(c) = self.counts.get_mut(key) {
+                        *c = c.saturating_sub(1);
+                    }
+                }
+            }
+        }
+    }
+
+    /// `host` was just dispatched (it is in flight now).
+    pub fn note_dispatched(&mut self, host: &str) {
+        if self.in_flight.insert(host.to_owned()) {
+            for (key, m) in &self.members {
+                if m.contains(host) {
+                    *self.counts.entry(key.clone()).or_default() += 1;
+                }
+            }
+        }
+    }
 }

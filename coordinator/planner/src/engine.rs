@@ -20,7 +20,7 @@ use drover_proto::states::{HostRolloutState as H, RolloutState as R};
 use drover_proto::time::Time;
 
 use crate::action::{Action, Plan, Wait, apply};
-use crate::budget::first_full_budget;
+use crate::budget::BudgetIndex;
 use crate::input::PlanInput;
 
 /// More passes than any snapshot needs (each pass that acts moves some host or rollout
@@ -31,7 +31,7 @@ const MAX_PASSES: usize = 64;
 /// advance, why.
 pub fn plan(input: &PlanInput, now: Time) -> Plan {
     let mut work = input.clone();
-    let mut tick = Tick { now, actions: Vec::new(), waits: Vec::new() };
+    let mut tick = Tick { now, actions: Vec::new(), waits: Vec::new(), budgets: None };
     for _ in 0..MAX_PASSES {
         let before = tick.actions.len();
         tick.waits.clear();
@@ -52,12 +52,30 @@ struct Tick {
     now: Time,
     actions: Vec<Action>,
     waits: Vec<Wait>,
+    /// The budget accounting of `work`, built on first use; a dispatch updates it, any other
+    /// action drops it (it may change what is live or in flight).
+    budgets: Option<BudgetIndex>,
 }
 
 impl Tick {
     fn emit(&mut self, work: &mut PlanInput, action: Action) {
         apply(work, &action, self.now);
+        use crate::budget::{in_flight_hosts_of, is_in_flight_state};
+        match (&action, self.budgets.as_mut()) {
+            (Action::Dispatch { host, .. }, Some(index)) => index.note_dispatched(host),
+            // A host moving within a live rollout: in flight or not is all that changes.
+            (Action::HostTransition { host, from, to, .. }, Some(index)) => match (is_in_flight_state(*from), is_in_flight_state(*to)) {
+                (false, true) => index.note_dispatched(host),
+                (true, false) if !in_flight_hosts_of(work, host) => index.note_landed(host),
+                _ => {}
+            },
+            _ => self.budgets = None,
+        }
         self.actions.push(action);
+    }
+
+    fn first_full_budget(&mut self, work: &PlanInput, id: &RolloutId, host: &str) -> Option<crate::budget::BudgetFull> {
+        self.budgets.get_or_insert_with(|| BudgetIndex::build(work)).first_full(work, id, host)
     }
 
     fn wait(&mut self, id: &RolloutId, host: Option<&str>, reason: String) {
@@ -415,7 +433,7 @@ fn consider_dispatch(work: &mut PlanInput, tick: &mut Tick, id: &RolloutId, m: &
     {
         return tick.wait(id, Some(h), format!("edge predecessor {} not converged", edge.before));
     }
-    if let Some(full) = first_full_budget(work, id, h) {
+    if let Some(full) = tick.first_full_budget(work, id, h) {
         return tick.wait(id, Some(h), full.describe());
     }
     let reason = if state == H::Skipped {
