@@ -109,8 +109,9 @@ struct Sim {
     soak_max: u64,
     gate: HealthGate,
     on_failure: OnHealthFailure,
-    /// Let the known wave-order bug of returning Skipped hosts pass (see
-    /// `returning_host_early`), counting it in `known_bug_hits`.
+    /// Let the (fixed) wave-order bug of returning Skipped hosts pass (see
+    /// `returning_host_early`), counting it in `known_bug_hits`. Off in every test since the
+    /// planner fix; kept to tell that regression apart from others when diagnosing a seed.
     tolerate_known: bool,
     known_bug_hits: usize,
 }
@@ -593,7 +594,7 @@ fn run_cases(cases: u32, mode: Mode, check: impl Fn(&Outcome) -> Result<(), Test
     let config = Config { cases, failure_persistence: None, max_shrink_iters: 0, ..Config::default() };
     let mut runner = TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
     let result = runner.run(&proptest::num::u64::ANY, |seed| {
-        let out = simulate(seed, mode, true).map_err(|e| TestCaseError::fail(format!("seed {seed}: {e}")))?;
+        let out = simulate(seed, mode, false).map_err(|e| TestCaseError::fail(format!("seed {seed}: {e}")))?;
         ticks.set(ticks.get() + out.ticks);
         hits.set(hits.get() + out.known_bug_hits);
         check(&out).map_err(|e| TestCaseError::fail(format!("seed {seed}: {e}")))
@@ -606,9 +607,9 @@ fn run_cases(cases: u32, mode: Mode, check: impl Fn(&Outcome) -> Result<(), Test
 
 #[test]
 fn random_fleets_never_exceed_budgets_or_skip_waves() {
-    let (ticks, hits) = run_cases(24, Mode::Hostile, |_| Ok(()));
+    let (ticks, hits) = run_cases(56, Mode::Hostile, |_| Ok(()));
     eprintln!("hostile fleets: {ticks} ticks; known returning-host wave-order bug hit {hits} times");
-    assert!(ticks >= 4_000, "only {ticks} ticks simulated");
+    assert!(ticks >= 10_000, "only {ticks} ticks simulated");
 }
 
 #[test]
