@@ -18,7 +18,6 @@
 //! them and carries the agent's persisted floors into them. No I/O: the caller fetches and
 //! persists.
 
-use drover_proto::artifacts::RolloutManifest;
 use drover_proto::enroll::RolloutBundle;
 use drover_proto::intent::Intent;
 use drover_proto::names::RolloutId;
@@ -139,11 +138,6 @@ pub fn admit_intent(
     let cache =
         CachedManifest { rollout_id: rollout, sha256, manifest: bundle.manifest.clone(), manifest_sig: bundle.manifest_sig.clone() };
     Ok(Admitted { intent, manifest, timestamp, cache })
-}
-
-/// The probes this host runs for a manifest: the channel's signed probe list.
-pub fn manifest_probes(manifest: &RolloutManifest) -> &[drover_proto::spec::ProbeSpec] {
-    &manifest.probes
 }
 
 /// A task that passed the director's signature, host and window rules, and is not a replay.

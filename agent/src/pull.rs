@@ -349,7 +349,8 @@ impl Agent {
         seen.last_intent_id = Some(admitted.intent.intent_id.clone());
         seen.acted_intent_id = Some(admitted.intent.intent_id.clone());
         self.state.put_seen(&seen)?;
-        self.manifest_probes = admit::manifest_probes(&admitted.manifest.manifest).to_vec();
+        // The channel's signed probes: the only ones that may gate.
+        self.manifest_probes = admitted.manifest.manifest.probes.clone();
         let outcome = self.blocking(move |h| h.activate(&admitted)).await?;
         self.activation = Some(outcome.status);
         for e in outcome.events {

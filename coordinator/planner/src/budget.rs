@@ -106,22 +106,6 @@ impl BudgetFull {
     }
 }
 
-/// The first budget of rollout `id` covering `host` that has no free slot, if any.
-pub fn first_full_budget(input: &PlanInput, id: &RolloutId, host: &str) -> Option<BudgetFull> {
-    let manifest = input.manifest(id)?;
-    let in_flight = in_flight_hosts(input);
-    let members = budget_members(input);
-    for b in manifest.disruption_budgets.iter().filter(|b| b.hosts.iter().any(|h| h == host)) {
-        let key = b.selector.canonical();
-        let count = members.get(&key).map_or(0, |m| m.iter().filter(|h| *h != host && in_flight.contains(*h)).count());
-        let allowed = b.allowed();
-        if count + 1 > allowed {
-            return Some(BudgetFull { name: budget_name(b), in_flight: count, allowed });
-        }
-    }
-    None
-}
-
 /// The budget accounting of one planning pass, built once and kept current as dispatches are
 /// emitted, so asking "is a budget full for this host?" costs a few set look-ups instead of a
 /// walk over the fleet (which made a tick quadratic in the fleet's size).
@@ -149,7 +133,7 @@ impl BudgetIndex {
         BudgetIndex { in_flight, members, counts, own }
     }
 
-    /// [`first_full_budget`], answered from the index.
+    /// The first budget of rollout `id` covering `host` that has no free slot, if any.
     pub fn first_full(&self, input: &PlanInput, id: &RolloutId, host: &str) -> Option<BudgetFull> {
         let manifest = input.manifest(id)?;
         let own = self.own.get(id)?;

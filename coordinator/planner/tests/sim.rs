@@ -109,11 +109,6 @@ struct Sim {
     soak_max: u64,
     gate: HealthGate,
     on_failure: OnHealthFailure,
-    /// Let the (fixed) wave-order bug of returning Skipped hosts pass (see
-    /// `returning_host_early`), counting it in `known_bug_hits`. Off in every test since the
-    /// planner fix; kept to tell that regression apart from others when diagnosing a seed.
-    tolerate_known: bool,
-    known_bug_hits: usize,
 }
 
 const PROBE: &str = "ssh-reachable";
@@ -205,22 +200,7 @@ impl Sim {
                 },
             );
         }
-        let mut sim = Sim {
-            rng,
-            mode,
-            input,
-            now: time(0),
-            tick: 0,
-            chans,
-            budgets,
-            agents,
-            edges,
-            soak_max,
-            gate,
-            on_failure,
-            tolerate_known: true,
-            known_bug_hits: 0,
-        };
+        let mut sim = Sim { rng, mode, input, now: time(0), tick: 0, chans, budgets, agents, edges, soak_max, gate, on_failure };
         // Each channel starts with a converged rollout r0 (revertable) and a current ref r1.
         for c in 0..nchan {
             let m0 = sim.manifest(c, 0);
@@ -302,19 +282,12 @@ impl Sim {
         let p = plan(&self.input, now);
         let ctx = || format!("seed tick {} at {now}; plan: {:#?}", self.tick, p.actions);
         if let Err(v) = check_plan(&self.input, &p, now) {
-            let (known, unknown): (Vec<_>, Vec<_>) =
-                v.into_iter().partition(|v| self.tolerate_known && returning_host_early(&p.actions[v.index], &v.message));
-            if !unknown.is_empty() || !self.tolerate_known && !known.is_empty() {
-                return Err(TestCaseError::fail(format!("check_plan refused the plan: {unknown:?} {known:?}\n{}", ctx())));
-            }
+            return Err(TestCaseError::fail(format!("check_plan refused the plan: {v:?}\n{}", ctx())));
         }
         let mut work = self.input.clone();
         for a in &p.actions {
             if let Err(e) = self.oracle(&work, a) {
-                if !self.tolerate_known || !returning_host_early(a, &e) {
-                    return Err(TestCaseError::fail(format!("oracle: {e}\n{}", ctx())));
-                }
-                self.known_bug_hits += 1;
+                return Err(TestCaseError::fail(format!("oracle: {e}\n{}", ctx())));
             }
             apply(&mut work, a, now);
         }
@@ -500,15 +473,6 @@ impl Sim {
     }
 }
 
-/// The known planner bug (kept strict in `returning_skipped_host_jumps_the_wave_order`): a
-/// host Skipped while offline that comes back is dispatched without the wave check
-/// (`consider_dispatch` checks the wave for Pending hosts only), so once an earlier wave's
-/// returning host is Activating again, a later wave's returning host is dispatched before it
-/// is done — which `check_plan` (and the oracle here) refuse.
-fn returning_host_early(a: &Action, message: &str) -> bool {
-    matches!(a, Action::Dispatch { from: H::Skipped, .. }) && message.contains(") dispatched ")
-}
-
 fn sha(id: &RolloutId) -> String {
     format!("{:0>64x}", id.to_string().bytes().fold(0u64, |acc, b| acc.wrapping_mul(31).wrapping_add(b as u64)))
 }
@@ -538,9 +502,8 @@ const TICKS: usize = 120;
 const CALM_TICKS: usize = 150;
 
 /// Runs one fleet to the end of its calm phase.
-fn simulate(seed: u64, mode: Mode, tolerate_known: bool) -> Result<Outcome, TestCaseError> {
+fn simulate(seed: u64, mode: Mode) -> Result<Outcome, TestCaseError> {
     let mut sim = Sim::new(seed, mode);
-    sim.tolerate_known = tolerate_known;
     let mut last = Plan::default();
     for _ in 0..TICKS {
         last = sim.plan_tick()?;
@@ -574,7 +537,7 @@ fn simulate(seed: u64, mode: Mode, tolerate_known: bool) -> Result<Outcome, Test
             (id.clone(), r.state, why.join("; "))
         })
         .collect();
-    Ok(Outcome { ticks: sim.tick, states, known_bug_hits: sim.known_bug_hits })
+    Ok(Outcome { ticks: sim.tick, states })
 }
 
 /// What one simulated fleet came to.
@@ -582,44 +545,40 @@ struct Outcome {
     ticks: usize,
     /// Each rollout's final state and the first waits the last report gives for it.
     states: Vec<(RolloutId, R, String)>,
-    known_bug_hits: usize,
 }
 
-/// Runs `cases` seeds (deterministic) through `simulate`; returns the total ticks and hits
-/// of the known bug.
-fn run_cases(cases: u32, mode: Mode, check: impl Fn(&Outcome) -> Result<(), TestCaseError>) -> (usize, usize) {
+/// Runs `cases` seeds (deterministic) through `simulate`; returns the total ticks.
+fn run_cases(cases: u32, mode: Mode, check: impl Fn(&Outcome) -> Result<(), TestCaseError>) -> usize {
     let ticks = Cell::new(0usize);
-    let hits = Cell::new(0usize);
     // Seeds do not shrink meaningfully (a neighbouring seed is another fleet): no shrinking.
     let config = Config { cases, failure_persistence: None, max_shrink_iters: 0, ..Config::default() };
     let mut runner = TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
     let result = runner.run(&proptest::num::u64::ANY, |seed| {
-        let out = simulate(seed, mode, false).map_err(|e| TestCaseError::fail(format!("seed {seed}: {e}")))?;
+        let out = simulate(seed, mode).map_err(|e| TestCaseError::fail(format!("seed {seed}: {e}")))?;
         ticks.set(ticks.get() + out.ticks);
-        hits.set(hits.get() + out.known_bug_hits);
         check(&out).map_err(|e| TestCaseError::fail(format!("seed {seed}: {e}")))
     });
     if let Err(e) = result {
         panic!("{e}");
     }
-    (ticks.get(), hits.get())
+    ticks.get()
 }
 
 #[test]
 fn random_fleets_never_exceed_budgets_or_skip_waves() {
-    let (ticks, hits) = run_cases(56, Mode::Hostile, |_| Ok(()));
-    eprintln!("hostile fleets: {ticks} ticks; known returning-host wave-order bug hit {hits} times");
+    let ticks = run_cases(56, Mode::Hostile, |_| Ok(()));
+    eprintln!("hostile fleets: {ticks} ticks");
     assert!(ticks >= 10_000, "only {ticks} ticks simulated");
 }
 
 #[test]
 #[ignore = "liveness not established: seed 8118244811778989801 ends with ch0@r2 Active, wave 1 waiting on wave 0 after 150 calm ticks (planner or sim, not yet diagnosed)"]
 fn benign_random_fleets_converge_every_rollout() {
-    let (ticks, hits) = run_cases(24, Mode::Benign, |out| match out.states.iter().find(|(_, s, _)| !matches!(s, R::Converged)) {
+    let ticks = run_cases(24, Mode::Benign, |out| match out.states.iter().find(|(_, s, _)| !matches!(s, R::Converged)) {
         Some((id, s, why)) => Err(TestCaseError::fail(format!("benign fleet: rollout {id} ended {s}, not Converged: {why}"))),
         None => Ok(()),
     });
-    eprintln!("benign fleets: {ticks} ticks; known returning-host wave-order bug hit {hits} times");
+    eprintln!("benign fleets: {ticks} ticks");
     assert!(ticks >= 4_000, "only {ticks} ticks simulated");
 }
 
@@ -630,7 +589,7 @@ fn benign_random_fleets_converge_every_rollout() {
 /// wave check; the engine in the working tree passes it — kept as a regression test.)
 #[test]
 fn returning_skipped_host_waits_for_earlier_waves() {
-    if let Err(e) = simulate(1, Mode::Hostile, false) {
+    if let Err(e) = simulate(1, Mode::Hostile) {
         panic!("{e}");
     }
 }
