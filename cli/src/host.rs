@@ -81,7 +81,7 @@ struct HostState {
     schedulable: bool,
 }
 
-fn check_reason(reason: &str) -> Result<&str, CliError> {
+pub(crate) fn check_reason(reason: &str) -> Result<&str, CliError> {
     let reason = reason.trim();
     if reason.is_empty() {
         return Err(CliError::usage("--reason must say why (it is recorded in the events and the audit log)"));

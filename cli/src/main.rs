@@ -1,5 +1,5 @@
 //! `drover`: the CI side of Drover (keygen, trust, release, verify, plan, canonicalize) and
-//! the operator side against a coordinator (enroll).
+//! the operator side against a coordinator (enroll, host, rollout, plan --from-coordinator).
 //!
 //! Exit codes follow sysexits: 0 ok, 1 verification refused, 64 usage, 65 bad input data
 //! (or a 4xx from the coordinator), 66 missing input, 69 coordinator unreachable or failing,
@@ -17,6 +17,7 @@ mod host;
 mod keygen;
 mod plan;
 mod release;
+mod rollout;
 mod sign_cmd;
 mod trust;
 mod verify;
@@ -56,6 +57,8 @@ enum Command {
     /// Drive a host through its lifecycle: quarantine, unquarantine, retire, reactivate,
     /// remove, cordon, uncordon (admin).
     Host(Box<host::HostArgs>),
+    /// Act on a rollout: halt, resume, cancel, rollback (admin); or show its status.
+    Rollout(Box<rollout::RolloutArgs>),
     /// Print the RFC 8785 canonical form of a JSON file (or stdin).
     Canonicalize {
         /// The JSON file; stdin when absent or "-".
@@ -72,6 +75,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Plan(args) => plan::run(&args),
         Command::Enroll(args) => enroll::run(&args),
         Command::Host(args) => host::run(&args),
+        Command::Rollout(args) => rollout::run(&args),
         Command::Canonicalize { file } => {
             let (name, bytes) = fsio::read_input(file.as_deref())?;
             let out = drover_proto::canonical::canonicalize(&bytes).map_err(|e| CliError::data(format!("{name}: {e}")))?;

@@ -1,16 +1,26 @@
-//! `drover plan`: an offline dry run of the rollout planner. Verifies a release directory
-//! against trust roots at `--now` (exactly as `drover verify` does), joins it with an
-//! `observed.json` (the observed part of the planner's input, [`Observed`]) and prints the
-//! plan — `{"actions": […], "report": […]}` — as pretty JSON on stdout.
+//! `drover plan`: a dry run of the rollout planner. Verifies a release directory against
+//! trust roots at `--now` (exactly as `drover verify` does), joins it with an `observed.json`
+//! (the observed part of the planner's input, [`Observed`]) and prints the plan —
+//! `{"actions": […], "report": […]}` — as pretty JSON on stdout.
+//!
+//! With `--from-coordinator` the release and the observed state come from a live
+//! coordinator (`GET /v1/plan-input`, viewer role) instead of files, and `--now` defaults to
+//! the coordinator's clock at the snapshot. The release is verified here, against the
+//! operator's own `--trust`: nothing is believed for having been served.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
 use drover_planner::observed::{Observed, plan_input};
+use drover_proto::release::ReleaseFiles;
 use drover_proto::release::verify_release;
+use drover_proto::time::Time;
 use drover_proto::trust::TrustRoots;
 use drover_proto::verify::{VerifyContext, VerifyError};
+use serde::Deserialize;
 
+use crate::client::{self, ConnectArgs};
 use crate::clock;
 use crate::exit::{CliError, codes};
 use crate::fsio::{load_release, read_file, write_stdout};
@@ -19,17 +29,33 @@ use crate::fsio::{load_release, read_file, write_stdout};
 #[derive(Args)]
 pub struct PlanArgs {
     /// The release directory (as `drover release` writes it).
-    #[arg(long, value_name = "DIR")]
-    release: PathBuf,
+    #[arg(long, value_name = "DIR", required_unless_present = "from_coordinator", conflicts_with = "from_coordinator")]
+    release: Option<PathBuf>,
     /// Trust roots (`trust.json`) the release is verified against.
     #[arg(long, value_name = "FILE")]
     trust: PathBuf,
     /// The observed fleet state (`observed.json`: rollouts, hosts, lastRolledRef, held).
-    #[arg(long, value_name = "FILE")]
-    observed: PathBuf,
-    /// The instant to verify and plan at (RFC 3339).
-    #[arg(long, value_name = "RFC3339")]
-    now: String,
+    #[arg(long, value_name = "FILE", required_unless_present = "from_coordinator", conflicts_with = "from_coordinator")]
+    observed: Option<PathBuf>,
+    /// The instant to verify and plan at (RFC 3339); with `--from-coordinator`, the
+    /// coordinator's clock by default.
+    #[arg(long, value_name = "RFC3339", required_unless_present = "from_coordinator")]
+    now: Option<String>,
+    /// Take the release and the observed state from the coordinator (`GET /v1/plan-input`).
+    #[arg(long)]
+    from_coordinator: bool,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+/// `GET /v1/plan-input`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LivePlanInput {
+    now: Time,
+    observed: Observed,
+    release_version: u64,
+    release: BTreeMap<String, String>,
 }
 
 /// Parses `observed.json`, naming the JSON path of the first problem.
@@ -41,19 +67,49 @@ fn parse_observed(path: &Path, bytes: &[u8]) -> Result<Observed, CliError> {
     Ok(observed)
 }
 
+/// Fetches the coordinator's plan input.
+fn fetch(args: &PlanArgs) -> Result<LivePlanInput, CliError> {
+    let target = args.connect.resolve()?;
+    let client = client::connect(&target)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::new(codes::SOFTWARE, format!("cannot start the async runtime: {e}")))?;
+    Ok(runtime.block_on(client.get_json("/v1/plan-input"))?)
+}
+
 /// Runs `drover plan`.
 pub fn run(args: &PlanArgs) -> Result<(), CliError> {
-    let now = clock::given_or_now("--now", Some(&args.now))?;
     let trust_bytes = read_file(&args.trust)?;
     let trust = TrustRoots::from_json(&trust_bytes).map_err(|e| {
         let ve = VerifyError::from(e);
         CliError::new(codes::DATA, format!("{} ({}): {ve}", args.trust.display(), ve.rule()))
     })?;
-    let files = load_release(&args.release)?;
+    let (now, files, observed, what) = match (&args.release, &args.observed) {
+        (Some(dir), Some(obs)) => {
+            let now = clock::given_or_now("--now", args.now.as_deref())?;
+            let files = load_release(dir)?;
+            (now, files, parse_observed(obs, &read_file(obs)?)?, (dir.display().to_string(), obs.display().to_string()))
+        }
+        _ => {
+            let live = fetch(args)?;
+            let now = match &args.now {
+                Some(given) => clock::given_or_now("--now", Some(given))?,
+                None => live.now,
+            };
+            let files = ReleaseFiles { files: live.release.into_iter().map(|(p, t)| (p, t.into_bytes())).collect() };
+            let version = live.release_version;
+            (
+                now,
+                files,
+                live.observed,
+                (format!("the coordinator's release version {version}"), "the coordinator's observed state".to_owned()),
+            )
+        }
+    };
     let release = verify_release(&files, &trust, &VerifyContext::at(now))
-        .map_err(|e| CliError::refused(format!("REFUSED {} ({}): {e}", args.release.display(), e.rule())))?;
-    let observed = parse_observed(&args.observed, &read_file(&args.observed)?)?;
-    let input = plan_input(&release, observed).map_err(|e| CliError::data(format!("{}: {e}", args.observed.display())))?;
+        .map_err(|e| CliError::refused(format!("REFUSED {} ({}): {e}", what.0, e.rule())))?;
+    let input = plan_input(&release, observed).map_err(|e| CliError::data(format!("{}: {e}", what.1)))?;
     let plan = drover_planner::plan(&input, now);
     let mut out = serde_json::to_vec_pretty(&plan).map_err(|e| CliError::new(codes::SOFTWARE, format!("internal error: {e}")))?;
     out.push(b'\n');

@@ -119,6 +119,8 @@ pub struct AppState {
     pub pending_checkins: Mutex<HashMap<Uuid, store::Checkin>>,
     /// Event counters for `/metrics` (state gauges are read from the store at scrape time).
     pub metrics: crate::metrics::Metrics,
+    /// Wakes the rollout executor.
+    pub executor: crate::executor::Trigger,
 }
 
 /// Why the CRL could not be refreshed.

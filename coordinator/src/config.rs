@@ -18,6 +18,13 @@
 //!
 //! [hosts]
 //! offline_after_secs = 180   # an active host silent this long becomes `offline`
+//!
+//! [rollouts]
+//! interval_secs = 30           # the executor plans at least this often
+//! debounce_ms = 500            # triggers arriving within this window collapse into one tick
+//! confirm_window_secs = 120    # an agent confirms a switch within this (intent field)
+//! confirm_deadline_secs = 1800 # a host still Activating this long after dispatch is Reverted
+//! retention_secs = 604800      # finished rollouts are Pruned after this
 //! ```
 
 use std::net::SocketAddr;
@@ -104,6 +111,62 @@ impl Default for HostsConfig {
     }
 }
 
+/// Rollout executor settings.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RolloutsConfig {
+    /// The longest the executor goes without planning (RFC-0002 §6: periodic, default 30 s).
+    #[serde(default = "default_interval")]
+    pub interval_secs: u64,
+    /// Triggers arriving within this window collapse into one tick (RFC-0002 §6: 500 ms).
+    #[serde(default = "default_debounce")]
+    pub debounce_ms: u64,
+    /// The confirm window written into every intent: the agent confirms a live switch
+    /// within it or rolls back.
+    #[serde(default = "default_confirm_window")]
+    pub confirm_window_secs: u64,
+    /// A host still `Activating` this long after its dispatch is `Reverted`, and the
+    /// coordinator refuses its confirmation from then on (the agent rolls back). Covers
+    /// fetching the closure, the switch and the confirm window.
+    #[serde(default = "default_confirm_deadline")]
+    pub confirm_deadline_secs: u64,
+    /// Finished rollouts are `Pruned` from the planner's view after this long.
+    #[serde(default = "default_retention")]
+    pub retention_secs: u64,
+}
+
+impl Default for RolloutsConfig {
+    fn default() -> Self {
+        RolloutsConfig {
+            interval_secs: default_interval(),
+            debounce_ms: default_debounce(),
+            confirm_window_secs: default_confirm_window(),
+            confirm_deadline_secs: default_confirm_deadline(),
+            retention_secs: default_retention(),
+        }
+    }
+}
+
+fn default_interval() -> u64 {
+    30
+}
+
+fn default_debounce() -> u64 {
+    500
+}
+
+fn default_confirm_window() -> u64 {
+    120
+}
+
+fn default_confirm_deadline() -> u64 {
+    1800
+}
+
+fn default_retention() -> u64 {
+    7 * 86_400
+}
+
 fn default_offline_after() -> u64 {
     180
 }
@@ -143,6 +206,9 @@ pub struct Config {
     /// Host lifecycle.
     #[serde(default)]
     pub hosts: HostsConfig,
+    /// The rollout executor.
+    #[serde(default)]
+    pub rollouts: RolloutsConfig,
     /// A directory of release directories (each one as `drover release` writes it) that is
     /// polled and published from, through the same verification as `POST /v1/releases`.
     #[serde(default)]
@@ -198,6 +264,26 @@ impl Config {
                     config.agent.long_poll_secs
                 ),
             ));
+        }
+        let r = &config.rollouts;
+        if !(1..=3600).contains(&r.interval_secs) {
+            return Err(invalid("rollouts.interval_secs", "must be between 1 and 3600 seconds".to_owned()));
+        }
+        if r.debounce_ms > 10_000 {
+            return Err(invalid("rollouts.debounce_ms", "must be at most 10000 ms".to_owned()));
+        }
+        if !(10..=3600).contains(&r.confirm_window_secs) {
+            return Err(invalid("rollouts.confirm_window_secs", "must be between 10 and 3600 seconds".to_owned()));
+        }
+        // The deadline runs from dispatch; the window from the switch, which comes later.
+        if r.confirm_deadline_secs <= r.confirm_window_secs || r.confirm_deadline_secs > 7 * 86_400 {
+            return Err(invalid(
+                "rollouts.confirm_deadline_secs",
+                format!("must be more than rollouts.confirm_window_secs ({}) and at most 7 days", r.confirm_window_secs),
+            ));
+        }
+        if !(60..=366 * 86_400).contains(&r.retention_secs) {
+            return Err(invalid("rollouts.retention_secs", "must be between 60 seconds and 366 days".to_owned()));
         }
         if !(1..=3600).contains(&config.releases_poll_secs) {
             return Err(invalid("releases_poll_secs", "must be between 1 and 3600 seconds".to_owned()));
@@ -262,6 +348,12 @@ token_ttl_secs = 3600
         assert!(e.contains("key `hosts"), "{e}");
         let c = Config::parse(Path::new("coordinator.toml"), &format!("{GOOD}\n[hosts]\noffline_after_secs = 600\n")).expect("valid");
         assert_eq!(c.hosts.offline_after_secs, 600);
+        let e = err(&format!("{GOOD}\n[rollouts]\nconfirm_deadline_secs = 60\n"));
+        assert!(e.contains("key `rollouts.confirm_deadline_secs`"), "{e}");
+        let e = err(&format!("{GOOD}\n[rollouts]\ndebounce = 5\n"));
+        assert!(e.contains("key `rollouts"), "{e}");
+        let c = Config::parse(Path::new("coordinator.toml"), GOOD).expect("valid");
+        assert_eq!((c.rollouts.interval_secs, c.rollouts.debounce_ms), (30, 500));
         let e = err("listen = ");
         assert!(e.starts_with("coordinator.toml: "), "{e}");
     }

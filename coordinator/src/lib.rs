@@ -3,6 +3,7 @@
 //! - [`app`]: shared state, the clock, long-poll wake-ups, dispatch that wakes agents.
 //! - [`api`]: the error shape, route guards and routes.
 //! - [`config`]: `coordinator.toml`, parsed once, errors naming file and key.
+//! - [`executor`]: the rollout executor: store snapshot → planner → one transaction of actions.
 //! - [`identity`]: who a client certificate proves (host id and hostname, or operator role).
 //! - [`metrics`]: Prometheus counters and the `/metrics` text.
 //! - [`pki`]: the CA: server, host (from a CSR) and operator certificates, the CRL.
@@ -13,15 +14,16 @@
 //! - [`store`]: the `Store` trait, its SQLite backend and the backend conformance suite.
 //! - [`tls`]: TLS 1.3 only, optional client certificates checked against the CA and CRL.
 //!
-//! Being built (issue "Coordinator core"): PKI, the store, the mTLS server, enrollment and
-//! the agent routes. The coordinator holds no CI key: it verifies releases with the same
-//! `drover_proto::release::verify_release` the CLI and agents use.
+//! The coordinator holds no CI key: it verifies releases with the same
+//! `drover_proto::release::verify_release` the CLI and agents use, and signs only intents and
+//! tasks, with its director key.
 
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod app;
 pub mod config;
+pub mod executor;
 pub mod identity;
 pub mod metrics;
 pub mod pki;

@@ -111,6 +111,7 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
         crl_lock: Default::default(),
         pending_checkins: Default::default(),
         metrics: Default::default(),
+        executor: Default::default(),
     });
     // Revocations made before this start must bind from the first handshake.
     app.refresh_crl().await?;
@@ -141,6 +142,7 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
             }
         }
     });
+    tokio::spawn(crate::executor::trigger::run(app.clone()));
     let router = crate::api::router(app.clone());
     let task = tokio::spawn(crate::server::serve(listener, tls, router));
     tracing::info!(%addr, "coordinator listening (TLS 1.3 only)");

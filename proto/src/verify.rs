@@ -413,6 +413,19 @@ pub enum VersionFloor {
     Above(u64),
 }
 
+/// What [`verify_timestamp`] does with a timestamp older than a channel's freshness window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Freshness {
+    /// Refuse it (`Stale`): the safe default, for agents, `drover verify` and `drover plan`.
+    #[default]
+    Enforce,
+    /// Accept it and leave staleness to the caller: the coordinator, whose planner keeps a
+    /// stale channel from opening, dispatching or rolling back while soak, health gates and
+    /// confirm deadlines go on (RFC-0002 §4 step 0) — and raises the alert. Every other check
+    /// (signatures, canonical bytes, rejectBefore, future date, version floor) still applies.
+    ReportStale,
+}
+
 /// The time and version context of a verification.
 #[derive(Debug, Clone, Copy)]
 pub struct VerifyContext {
@@ -422,12 +435,24 @@ pub struct VerifyContext {
     pub max_future_skew_secs: u64,
     /// The timestamp version floor.
     pub version_floor: VersionFloor,
+    /// Whether a stale timestamp is refused ([`Freshness::Enforce`]) or reported.
+    pub freshness: Freshness,
 }
 
 impl VerifyContext {
-    /// `now`, default skew, no version floor.
+    /// `now`, default skew, no version floor, staleness refused.
     pub fn at(now: Time) -> Self {
-        VerifyContext { now, max_future_skew_secs: DEFAULT_MAX_FUTURE_SKEW_SECS, version_floor: VersionFloor::None }
+        VerifyContext {
+            now,
+            max_future_skew_secs: DEFAULT_MAX_FUTURE_SKEW_SECS,
+            version_floor: VersionFloor::None,
+            freshness: Freshness::Enforce,
+        }
+    }
+
+    /// The same context, accepting a stale timestamp ([`Freshness::ReportStale`]).
+    pub fn reporting_stale(self) -> Self {
+        VerifyContext { freshness: Freshness::ReportStale, ..self }
     }
 
     /// The same context with a version floor.
@@ -524,7 +549,7 @@ pub fn verify_timestamp(bytes: &[u8], sig: &[u8], trust: &TrustRoots, ctx: &Veri
     }
 
     // Every channel's window must hold; CI re-signs within the tightest one.
-    if let Some((channel, window)) = doc.tightest_window() {
+    if let Some((channel, window)) = doc.tightest_window().filter(|_| ctx.freshness == Freshness::Enforce) {
         if ctx.now.secs_since(doc.signed_at) > i64::try_from(window).unwrap_or(i64::MAX) {
             return Err(VerifyError::Stale {
                 artifact: A.to_owned(),
@@ -721,4 +746,54 @@ pub fn verify_task(env: &Envelope, director: &KeySet, host_id: &str, ctx: &Verif
     let task: Task = open_envelope(A, env, director, ctx.now)?;
     check_per_host(A, &task.host_id, host_id, task.issued_at, task.expires_at, ctx)?;
     Ok(task)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use ed25519_dalek::SigningKey;
+
+    use super::*;
+    use crate::artifacts::TimestampChannel;
+    use crate::keys::{KeySigner, Signer as _, verifying_key_to_pem};
+    use crate::trust::{KeySetDoc, TrustDoc, TrustKeyDoc};
+
+    #[test]
+    fn stale_timestamp_is_refused_unless_report_stale_is_asked() {
+        let signer = KeySigner::new(SigningKey::from_bytes(&[7; 32]));
+        let key = TrustKeyDoc {
+            key_id: signer.key_id().clone(),
+            alg: "ed25519".to_owned(),
+            public_key: verifying_key_to_pem(&signer.verifying_key()).expect("pem"),
+            not_before: None,
+            not_after: None,
+        };
+        let doc = TrustDoc { schema_version: 1, ci: KeySetDoc { threshold: 1, keys: vec![key], reject_before: None } };
+        let trust = TrustRoots::from_doc(&doc).expect("trust");
+        let signed_at = Time::from_unix(1_800_000_000).expect("time");
+        let id = RolloutId::new("gpu", "c0ffee").expect("id");
+        let channel = TimestampChannel { rollout_id: id, manifest_sha256: "0".repeat(64), freshness_window_secs: 3600, revertable: vec![] };
+        let ts = TimestampDoc {
+            schema_version: SCHEMA_VERSION,
+            version: 5,
+            signed_at,
+            fleet_resolved_sha256: "0".repeat(64),
+            channels: BTreeMap::from([("gpu".to_owned(), channel)]),
+        };
+        let bytes = canonical::to_vec_of(&ts).expect("canonical");
+        let sig = serde_json::to_vec(&crate::sig::sign_bytes(&bytes, &[signer]).expect("sign")).expect("sig json");
+        let stale = VerifyContext::at(signed_at.plus_secs(3601));
+        assert!(matches!(verify_timestamp(&bytes, &sig, &trust, &stale), Err(VerifyError::Stale { .. })));
+        assert_eq!(VerifyContext::at(signed_at).freshness, Freshness::Enforce, "enforcing is the default");
+        let reported = verify_timestamp(&bytes, &sig, &trust, &stale.reporting_stale()).expect("stale but reported");
+        assert_eq!(reported.doc.signed_at, signed_at);
+        // Only staleness is waived: a version rollback, a bad signature still refuse.
+        let floor = stale.reporting_stale().with_floor(VersionFloor::Above(5));
+        assert!(matches!(verify_timestamp(&bytes, &sig, &trust, &floor), Err(VerifyError::VersionRollback { .. })));
+        let mut tampered = bytes.clone();
+        let at = tampered.iter().position(|b| *b == b'5').expect("a digit");
+        tampered[at] = b'6';
+        assert!(verify_timestamp(&tampered, &sig, &trust, &stale.reporting_stale()).is_err());
+    }
 }

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod procs;
+pub mod sim_agent;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -12,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use drover_coordinator::app::Clock;
-use drover_coordinator::config::{AgentConfig, Config, EnrollmentConfig, HostsConfig};
+use drover_coordinator::config::{AgentConfig, Config, EnrollmentConfig, HostsConfig, RolloutsConfig};
 use drover_coordinator::identity::Role;
 use drover_coordinator::pki::San;
 use drover_coordinator::run::{Running, start_on};
@@ -147,6 +148,7 @@ impl Harness {
             releases_dir: None,
             releases_poll_secs: 10,
             hosts: HostsConfig::default(),
+            rollouts: RolloutsConfig::default(),
         };
         tweak(dir.path(), &mut config);
         drop(state);

@@ -23,8 +23,14 @@ impl Drop for Proc {
 }
 
 /// Starts `cmd` and waits (bounded) for its `listening on ADDR` line.
-pub fn start_server(mut cmd: Command) -> Proc {
-    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("server starts");
+pub fn start_server(cmd: Command) -> Proc {
+    start_server_with_stderr(cmd, Stdio::null())
+}
+
+/// Like [`start_server`], its standard error going to `stderr` (a log file, to show when a
+/// test fails).
+pub fn start_server_with_stderr(mut cmd: Command, stderr: Stdio) -> Proc {
+    let child = cmd.stdout(Stdio::piped()).stderr(stderr).spawn().expect("server starts");
     // Owned by a `Proc` from here on, so every exit path (panics included) reaps it.
     let mut server = Proc { child, url: String::new() };
     let mut lines = BufReader::new(server.child.stdout.take().expect("stdout")).lines();

@@ -275,3 +275,38 @@ async fn an_oversized_event_is_refused_and_records_nothing() {
     let events = h.running.app.store.list_events(&Default::default()).expect("events");
     assert!(!events.iter().any(|e| e.event.host_id == Some(host) && e.event.kind.starts_with("agent.")));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkin_report_is_stored_only_when_it_changes_and_flooding_it_is_refused() {
+    let h = Harness::start().await;
+    let (host, cert, _) = h.host_credentials("gpu-05");
+    let report = |outcome: &str| {
+        serde_json::json!({
+            "agentVersion": "t", "bootId": "b",
+            "probeResults": [{ "name": "nccl", "outcome": outcome, "mode": "enforce", "durationMs": 3, "observedAt": "2026-11-21T10:00:00Z" }]
+        })
+        .to_string()
+    };
+    let stored = || h.running.app.store.plan_snapshot().expect("snapshot").hosts.into_iter().find(|p| p.id == host).and_then(|p| p.report);
+    assert_eq!(stored(), None, "nothing reported yet");
+    let (code, text) = h.call(Some(&cert), "POST", "/v1/agent/checkin", Some(&report("failed"))).await;
+    assert_eq!(code, "200", "{text}");
+    let first = stored().expect("stored");
+    assert_eq!(first.probes["nccl"], drover_proto::report::ProbeOutcome::Failed);
+    let (code, _) = h.call(Some(&cert), "POST", "/v1/agent/checkin", Some(&report("passed"))).await;
+    assert_eq!(code, "200");
+    assert_eq!(stored().expect("stored").probes["nccl"], drover_proto::report::ProbeOutcome::Passed, "the latest result wins");
+
+    // A flood of probe results, or a probe name too long to be one, is refused whole.
+    let flood: Vec<serde_json::Value> = (0..65)
+        .map(|i| serde_json::json!({ "name": format!("p{i}"), "outcome": "failed", "mode": "enforce", "durationMs": 1, "observedAt": "2026-11-21T10:00:00Z" }))
+        .collect();
+    let body = serde_json::json!({ "agentVersion": "t", "bootId": "b", "probeResults": flood }).to_string();
+    let (code, text) = h.call(Some(&cert), "POST", "/v1/agent/checkin", Some(&body)).await;
+    assert_eq!(code, "400", "{text}");
+    let long = report("failed").replace("\"nccl\"", &format!("\"{}\"", "n".repeat(200)));
+    let (code, text) = h.call(Some(&cert), "POST", "/v1/agent/checkin", Some(&long)).await;
+    assert_eq!(code, "400", "{text}");
+    assert!(text.contains("probeResults.name"), "{text}");
+    assert_eq!(stored().expect("stored").probes.len(), 1, "nothing of a refused report is kept");
+}

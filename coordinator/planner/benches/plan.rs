@@ -156,6 +156,9 @@ fn fleet(hosts: usize) -> PlanInput {
                 manifest: cur,
                 manifest_sha256: sha,
                 revertable: vec![RevertableRollout { rollout_id: prev_id, manifest_sha256: format!("{:064x}", c + 100) }],
+                signed_at: t(-60),
+                freshness_window_secs: 3600,
+                compliance: Default::default(),
             },
         );
     }

@@ -3,6 +3,8 @@
 //! [`PlanInput`] — the same change the executor persists, which the planner also uses to
 //! see its own earlier decisions within one tick.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use drover_proto::names::RolloutId;
@@ -105,6 +107,17 @@ pub enum Action {
         /// Why.
         reason: String,
     },
+    /// Alert: the channel's timestamp is older than its freshness window, so the channel
+    /// opens, dispatches and rolls back nothing until CI re-signs. Emitted once per channel
+    /// and `signed_at`; recorded in [`PlanInput::stale_alerts`].
+    ReleaseStale {
+        /// The stale channel.
+        channel: String,
+        /// The stale timestamp's `signedAt`.
+        signed_at: Time,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl Action {
@@ -117,7 +130,8 @@ impl Action {
             | Action::RolloutTransition { reason, .. }
             | Action::HostTransition { reason, .. }
             | Action::Dispatch { reason, .. }
-            | Action::Rollback { reason, .. } => reason,
+            | Action::Rollback { reason, .. }
+            | Action::ReleaseStale { reason, .. } => reason,
         }
     }
 }
@@ -153,6 +167,27 @@ pub struct Plan {
 /// Unknown rollouts are ignored (the planner never emits such actions); state fields are
 /// overwritten without re-checking legality — that is the invariant checker's job.
 pub fn apply(input: &mut PlanInput, action: &Action, now: Time) {
+    let parts = Changed {
+        rollouts: &mut input.rollouts,
+        last_rolled_ref: &mut input.last_rolled_ref,
+        last_deferrals: &mut input.last_deferrals,
+        stale_alerts: &mut input.stale_alerts,
+    };
+    apply_to(parts, action, now);
+}
+
+/// The parts of a [`PlanInput`] an action changes; everything else (the release, hosts,
+/// holds, settings) an action never touches, which lets the planner's working copy borrow
+/// them from the caller's input instead of cloning them.
+pub(crate) struct Changed<'a> {
+    pub rollouts: &'a mut BTreeMap<RolloutId, RolloutObserved>,
+    pub last_rolled_ref: &'a mut BTreeMap<String, String>,
+    pub last_deferrals: &'a mut BTreeMap<String, Deferral>,
+    pub stale_alerts: &'a mut BTreeMap<String, Time>,
+}
+
+/// [`apply`] on the parts an action changes.
+pub(crate) fn apply_to(input: Changed<'_>, action: &Action, now: Time) {
     match action {
         Action::OpenRollout { rollout_id, channel, manifest_sha256, .. } => {
             input.rollouts.insert(
@@ -201,6 +236,9 @@ pub fn apply(input: &mut PlanInput, action: &Action, now: Time) {
                 let p = r.hosts.entry(host.clone()).or_insert(HostProgress { state: HostRolloutState::Pending, since: now, intent: None });
                 p.intent = Some(target.clone());
             }
+        }
+        Action::ReleaseStale { channel, signed_at, .. } => {
+            input.stale_alerts.insert(channel.clone(), *signed_at);
         }
     }
 }

@@ -13,7 +13,7 @@ use drover_proto::artifacts::FrozenBudget;
 use drover_proto::names::RolloutId;
 use drover_proto::states::{HostRolloutState, RolloutState};
 
-use crate::input::PlanInput;
+use crate::input::Snapshot;
 
 /// Whether a rollout in `state` is still live (not finished: Converged, Reverted, Failed,
 /// Superseded, Cancelled and Pruned are; the proto table lets most of them go on to Pruned,
@@ -27,9 +27,9 @@ pub fn is_live(state: RolloutState) -> bool {
 
 /// The live rollout other than `except` in which `host` is in flight, if any (a host has one
 /// owner of disruptive work at a time).
-pub fn in_flight_elsewhere<'a>(input: &'a PlanInput, except: &RolloutId, host: &str) -> Option<&'a RolloutId> {
+pub fn in_flight_elsewhere<'a, S: Snapshot + ?Sized>(input: &'a S, except: &RolloutId, host: &str) -> Option<&'a RolloutId> {
     input
-        .rollouts
+        .rollouts()
         .iter()
         .find(|(id, r)| *id != except && is_live(r.state) && r.hosts.get(host).is_some_and(|p| is_in_flight_state(p.state)))
         .map(|(id, _)| id)
@@ -41,9 +41,9 @@ pub fn is_in_flight_state(state: HostRolloutState) -> bool {
 }
 
 /// Every host in flight across the live rollouts of `input`, plus every held host.
-pub fn in_flight_hosts(input: &PlanInput) -> BTreeSet<String> {
-    let mut out: BTreeSet<String> = input.held.keys().cloned().collect();
-    for r in input.rollouts.values().filter(|r| is_live(r.state)) {
+pub fn in_flight_hosts<S: Snapshot + ?Sized>(input: &S) -> BTreeSet<String> {
+    let mut out: BTreeSet<String> = input.held().keys().cloned().collect();
+    for r in input.rollouts().values().filter(|r| is_live(r.state)) {
         out.extend(r.hosts.iter().filter(|(_, p)| is_in_flight_state(p.state)).map(|(h, _)| h.clone()));
     }
     out
@@ -51,19 +51,19 @@ pub fn in_flight_hosts(input: &PlanInput) -> BTreeSet<String> {
 
 /// Whether `host` is held or in flight in any live rollout of `input` (one host's share of
 /// [`in_flight_hosts`]).
-pub fn in_flight_hosts_of(input: &PlanInput, host: &str) -> bool {
-    input.held.contains_key(host)
-        || input.rollouts.values().any(|r| is_live(r.state) && r.hosts.get(host).is_some_and(|p| is_in_flight_state(p.state)))
+pub fn in_flight_hosts_of<S: Snapshot + ?Sized>(input: &S, host: &str) -> bool {
+    input.held().contains_key(host)
+        || input.rollouts().values().any(|r| is_live(r.state) && r.hosts.get(host).is_some_and(|p| is_in_flight_state(p.state)))
 }
 
 /// The hosts each canonical selector covers, unioned over the live rollouts' frozen budgets.
-pub fn budget_members(input: &PlanInput) -> BTreeMap<String, BTreeSet<String>> {
+pub fn budget_members<S: Snapshot + ?Sized>(input: &S) -> BTreeMap<String, BTreeSet<String>> {
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (id, r) in &input.rollouts {
+    for (id, r) in input.rollouts() {
         if !is_live(r.state) {
             continue;
         }
-        if let Some(m) = input.manifest(id) {
+        if let Some(m) = input.manifest_of(id) {
             for b in &m.disruption_budgets {
                 out.entry(b.selector.canonical()).or_default().extend(b.hosts.iter().cloned());
             }
@@ -120,13 +120,13 @@ pub struct BudgetIndex {
 
 impl BudgetIndex {
     /// The accounting of `input` as it stands.
-    pub fn build(input: &PlanInput) -> BudgetIndex {
+    pub fn build<S: Snapshot + ?Sized>(input: &S) -> BudgetIndex {
         let in_flight = in_flight_hosts(input);
         let members = budget_members(input);
         let counts = members.iter().map(|(k, m)| (k.clone(), m.iter().filter(|h| in_flight.contains(*h)).count())).collect();
         let mut own = BTreeMap::new();
-        for (id, r) in &input.rollouts {
-            if let Some(m) = input.manifest(id).filter(|_| is_live(r.state)) {
+        for (id, r) in input.rollouts() {
+            if let Some(m) = input.manifest_of(id).filter(|_| is_live(r.state)) {
                 own.insert(id.clone(), m.disruption_budgets.iter().map(|b| b.hosts.iter().cloned().collect()).collect());
             }
         }
@@ -134,8 +134,8 @@ impl BudgetIndex {
     }
 
     /// The first budget of rollout `id` covering `host` that has no free slot, if any.
-    pub fn first_full(&self, input: &PlanInput, id: &RolloutId, host: &str) -> Option<BudgetFull> {
-        let manifest = input.manifest(id)?;
+    pub fn first_full<S: Snapshot + ?Sized>(&self, input: &S, id: &RolloutId, host: &str) -> Option<BudgetFull> {
+        let manifest = input.manifest_of(id)?;
         let own = self.own.get(id)?;
         for (b, listed) in manifest.disruption_budgets.iter().zip(own) {
             if !listed.contains(host) {

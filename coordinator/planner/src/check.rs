@@ -3,14 +3,24 @@
 //! hosts counted), a dispatch before the host's wave, a dispatch of a held host or of a host
 //! in flight in another rollout, a transition the proto tables do not allow, a rollout opened
 //! while a channel edge holds its channel ("no edge violated"), a second live rollout on a
-//! channel ("never two active rollouts on a channel"), or a deferral emitted twice. Tests run it over every plan they make.
+//! channel ("never two active rollouts on a channel"), a deferral emitted twice, an opening,
+//! dispatch or rollback on a channel whose timestamp is stale, a stale alert emitted twice or
+//! for a fresh channel, a host reverted for a missed confirm deadline before it passed, or a
+//! rollout pruned before its retention ran out. Tests run it over every plan they make.
+//!
+//! It stays near-linear in the plan's length: the budget accounting and the per-wave count of
+//! hosts not yet done are built once (per rollout, on first use) and kept current as each
+//! action is applied, instead of being recomputed from the whole fleet for every dispatch.
 
-use drover_proto::states::HostRolloutState as H;
+use std::collections::{BTreeMap, BTreeSet};
+
+use drover_proto::names::RolloutId;
+use drover_proto::states::{HostRolloutState as H, RolloutState as R};
 use drover_proto::time::Time;
 
 use crate::action::{Action, Plan, apply};
-use crate::budget::{budget_members, in_flight_elsewhere, in_flight_hosts, is_live};
-use crate::engine::is_done_for_promotion;
+use crate::budget::{budget_members, in_flight_elsewhere, in_flight_hosts, in_flight_hosts_of, is_live};
+use crate::engine::{is_done_for_promotion, is_prunable};
 use crate::input::PlanInput;
 
 /// One broken invariant: the index of the offending action and what is wrong.
@@ -26,22 +36,109 @@ pub struct Violation {
 /// Checks every action of `plan` against `input` as the executor would apply them at `now`.
 pub fn check_plan(input: &PlanInput, plan: &Plan, now: Time) -> Result<(), Vec<Violation>> {
     let mut work = input.clone();
+    let mut cache = Cache::default();
     let mut out = Vec::new();
     for (index, action) in plan.actions.iter().enumerate() {
-        if let Err(message) = check_action(&work, action) {
+        if let Err(message) = check_action(&work, &mut cache, action, now) {
             out.push(Violation { index, message });
         }
+        let moved = match action {
+            Action::HostTransition { rollout_id, host, .. } | Action::Dispatch { rollout_id, host, .. } => {
+                Some((rollout_id, host, work.host_state(rollout_id, host)))
+            }
+            _ => None,
+        };
         apply(&mut work, action, now);
+        match moved {
+            Some((id, host, before)) => cache.host_moved(&work, id, host, before),
+            // A rollout opened or changing state changes what is live: budgets are re-counted.
+            None if matches!(action, Action::OpenRollout { .. } | Action::RolloutTransition { .. }) => cache.budgets = None,
+            None => {}
+        }
     }
     if out.is_empty() { Ok(()) } else { Err(out) }
 }
 
-fn check_action(work: &PlanInput, action: &Action) -> Result<(), String> {
+/// What the checker keeps current across one plan's actions.
+#[derive(Default)]
+struct Cache {
+    /// The budget accounting, built on first use: in-flight hosts (held counted), each
+    /// canonical selector's members across live rollouts, and how many are in flight.
+    budgets: Option<Budgets>,
+    /// Per rollout, per wave index, how many hosts are not done for promotion.
+    not_done: BTreeMap<RolloutId, Vec<usize>>,
+}
+
+struct Budgets {
+    in_flight: BTreeSet<String>,
+    members: BTreeMap<String, BTreeSet<String>>,
+    counts: BTreeMap<String, usize>,
+}
+
+impl Cache {
+    fn budgets(&mut self, work: &PlanInput) -> &Budgets {
+        self.budgets.get_or_insert_with(|| {
+            let in_flight = in_flight_hosts(work);
+            let members = budget_members(work);
+            let counts = members.iter().map(|(k, m)| (k.clone(), m.iter().filter(|h| in_flight.contains(*h)).count())).collect();
+            Budgets { in_flight, members, counts }
+        })
+    }
+
+    fn not_done(&mut self, work: &PlanInput, id: &RolloutId) -> &[usize] {
+        self.not_done.entry(id.clone()).or_insert_with(|| {
+            let mut counts = Vec::new();
+            for e in work.manifest(id).map_or(&[][..], |m| &m.host_set[..]) {
+                let w = e.wave_index as usize;
+                if counts.len() <= w {
+                    counts.resize(w + 1, 0);
+                }
+                counts[w] += usize::from(!is_done_for_promotion(work.host_state(id, &e.hostname)));
+            }
+            counts
+        })
+    }
+
+    /// `host` of rollout `id` went from `before` to its state in `work`.
+    fn host_moved(&mut self, work: &PlanInput, id: &RolloutId, host: &str, before: H) {
+        let after = work.host_state(id, host);
+        if let (Some(counts), Some(e)) = (self.not_done.get_mut(id), work.manifest(id).and_then(|m| m.host(host))) {
+            if let Some(c) = counts.get_mut(e.wave_index as usize) {
+                *c = *c + usize::from(!is_done_for_promotion(after)) - usize::from(!is_done_for_promotion(before));
+            }
+        }
+        if let Some(b) = self.budgets.as_mut() {
+            let now_in = in_flight_hosts_of(work, host);
+            let changed = if now_in { b.in_flight.insert(host.to_owned()) } else { b.in_flight.remove(host) };
+            if changed {
+                for (key, m) in &b.members {
+                    if m.contains(host) {
+                        let c = b.counts.entry(key.clone()).or_default();
+                        *c = if now_in { *c + 1 } else { c.saturating_sub(1) };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The stale reason of the channel at `now`, if its timestamp is stale.
+fn stale(work: &PlanInput, channel: &str, now: Time) -> Option<String> {
+    work.channels
+        .get(channel)
+        .filter(|c| c.is_stale(now))
+        .map(|c| format!("channel {channel}'s timestamp signed at {} is stale", c.signed_at))
+}
+
+fn check_action(work: &PlanInput, cache: &mut Cache, action: &Action, now: Time) -> Result<(), String> {
     if action.reason().is_empty() {
         return Err("action without a reason".to_owned());
     }
     match action {
         Action::OpenRollout { rollout_id, channel, .. } => {
+            if let Some(s) = stale(work, channel, now) {
+                return Err(format!("{rollout_id} opened while {s}"));
+            }
             if rollout_id.channel() != channel {
                 return Err(format!("rollout {rollout_id} opened for channel {channel}"));
             }
@@ -89,14 +186,40 @@ fn check_action(work: &PlanInput, action: &Action) -> Result<(), String> {
                 return Err(format!("rollout {rollout_id} is {actual}, not {from}"));
             }
             from.transition(*to).map_err(|e| e.to_string())?;
+            if *to == R::Pruned {
+                let r = &work.rollouts[rollout_id];
+                if !is_prunable(*from) || r.since.plus_secs(work.settings.retention_secs) > now {
+                    return Err(format!("{rollout_id} ({from} since {}) pruned before its retention ran out", r.since));
+                }
+            }
         }
         Action::HostTransition { rollout_id, host, from, to, .. } => {
             host_from(work, rollout_id, host, *from)?;
             from.transition(*to).map_err(|e| e.to_string())?;
+            // Outside a revert, Activating -> Reverted is the missed confirm deadline only.
+            let reverting = work.rollouts.get(rollout_id).is_some_and(|r| r.state == R::Reverting);
+            if (*from, *to) == (H::Activating, H::Reverted) && !reverting {
+                let since = work.rollouts[rollout_id].hosts.get(host).map_or(now, |p| p.since);
+                if since.plus_secs(work.settings.confirm_deadline_secs) >= now {
+                    return Err(format!("{host} in {rollout_id} reverted before its confirm deadline passed"));
+                }
+            }
+        }
+        Action::ReleaseStale { channel, signed_at, .. } => {
+            let c = work.channels.get(channel).ok_or_else(|| format!("stale alert for unknown channel {channel}"))?;
+            if c.signed_at != *signed_at || !c.is_stale(now) {
+                return Err(format!("stale alert for channel {channel} signed at {signed_at}, which is not its stale timestamp"));
+            }
+            if work.stale_alerts.get(channel) == Some(signed_at) {
+                return Err(format!("stale alert for channel {channel} signed at {signed_at} emitted twice"));
+            }
         }
         Action::Dispatch { rollout_id, host, wave_index, target, from, .. } => {
             host_from(work, rollout_id, host, *from)?;
             from.transition(H::Activating).map_err(|e| e.to_string())?;
+            if let Some(s) = stale(work, rollout_id.channel(), now) {
+                return Err(format!("{host} dispatched in {rollout_id} while {s}"));
+            }
             if let Some(reason) = work.held.get(host) {
                 return Err(format!("{host} dispatched while held by {reason}"));
             }
@@ -108,22 +231,29 @@ fn check_action(work: &PlanInput, action: &Action) -> Result<(), String> {
             if entry.wave_index != *wave_index || entry.target_closure != *target {
                 return Err(format!("{host} dispatched with wave/target not in the manifest"));
             }
-            if let Some(e) =
-                m.host_set.iter().find(|e| e.wave_index < *wave_index && !is_done_for_promotion(work.host_state(rollout_id, &e.hostname)))
-            {
-                return Err(format!("{host} (wave {wave_index}) dispatched before {} of wave {} is done", e.hostname, e.wave_index));
+            if let Some(w) = cache.not_done(work, rollout_id).iter().take(*wave_index as usize).position(|n| *n > 0) {
+                let e = m
+                    .host_set
+                    .iter()
+                    .find(|e| e.wave_index == w as u32 && !is_done_for_promotion(work.host_state(rollout_id, &e.hostname)));
+                let name = e.map_or("a host", |e| e.hostname.as_str());
+                return Err(format!("{host} (wave {wave_index}) dispatched before {name} of wave {w} is done"));
             }
-            let in_flight = in_flight_hosts(work);
-            let members = budget_members(work);
-            for b in m.disruption_budgets.iter().filter(|b| b.hosts.iter().any(|h| h == host)) {
-                let count =
-                    members.get(&b.selector.canonical()).map_or(0, |s| s.iter().filter(|h| *h != host && in_flight.contains(*h)).count());
+            let budgets = cache.budgets(work);
+            // Budget host lists are sorted (the manifest's canonical order).
+            for b in m.disruption_budgets.iter().filter(|b| b.hosts.binary_search_by(|h| h.as_str().cmp(host)).is_ok()) {
+                let key = b.selector.canonical();
+                let counted_self = budgets.in_flight.contains(host) && budgets.members.get(&key).is_some_and(|m| m.contains(host));
+                let count = budgets.counts.get(&key).copied().unwrap_or(0) - usize::from(counted_self);
                 if count + 1 > b.allowed() {
                     return Err(format!("{host} dispatched into a full budget ({count}/{} in flight)", b.allowed()));
                 }
             }
         }
         Action::Rollback { rollout_id, host, revert_to, target, .. } => {
+            if let Some(s) = stale(work, rollout_id.channel(), now) {
+                return Err(format!("{host} of {rollout_id} rolled back while {s}"));
+            }
             let m = work.manifest(revert_to).ok_or_else(|| format!("no manifest for {revert_to}"))?;
             if m.host(host).map(|e| &e.target_closure) != Some(target) {
                 return Err(format!("{host} rolled back to a target not in {revert_to}"));
@@ -136,7 +266,7 @@ fn check_action(work: &PlanInput, action: &Action) -> Result<(), String> {
     Ok(())
 }
 
-fn host_from(work: &PlanInput, id: &drover_proto::names::RolloutId, host: &str, from: H) -> Result<(), String> {
+fn host_from(work: &PlanInput, id: &RolloutId, host: &str, from: H) -> Result<(), String> {
     if !work.rollouts.contains_key(id) {
         return Err(format!("unknown rollout {id}"));
     }

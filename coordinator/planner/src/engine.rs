@@ -15,13 +15,14 @@
 use drover_proto::artifacts::{HostSetEntry, RolloutManifest};
 use drover_proto::names::RolloutId;
 use drover_proto::report::{ActivationPhase, ProbeOutcome};
-use drover_proto::spec::OnHealthFailure;
+use drover_proto::spec::{Mode, OnHealthFailure};
 use drover_proto::states::{HostRolloutState as H, RolloutState as R};
 use drover_proto::time::Time;
 
-use crate::action::{Action, Plan, Wait, apply};
+use crate::action::{Action, Plan, Wait};
 use crate::budget::BudgetIndex;
-use crate::input::PlanInput;
+use crate::input::{PlanInput, Snapshot};
+use crate::work::Work;
 
 /// More passes than any snapshot needs (each pass that acts moves some host or rollout
 /// strictly forward); a guard against a rule bug looping forever.
@@ -30,7 +31,7 @@ const MAX_PASSES: usize = 64;
 /// Plans one tick: the actions to take at `now` and, for everything that does not
 /// advance, why.
 pub fn plan(input: &PlanInput, now: Time) -> Plan {
-    let mut work = input.clone();
+    let mut work = Work::new(input);
     let mut tick = Tick { now, actions: Vec::new(), waits: Vec::new(), budgets: None };
     for _ in 0..MAX_PASSES {
         let before = tick.actions.len();
@@ -41,6 +42,7 @@ pub fn plan(input: &PlanInput, now: Time) -> Plan {
         }
     }
     record_deferrals(&mut work, &mut tick);
+    record_stale_alerts(&mut work, &mut tick);
     let mut report = tick.waits;
     // Stable: within one host, waits keep the order the rules produced them in.
     report.sort_by(|a, b| (&a.channel, &a.rollout_id, &a.host).cmp(&(&b.channel, &b.rollout_id, &b.host)));
@@ -58,8 +60,8 @@ struct Tick {
 }
 
 impl Tick {
-    fn emit(&mut self, work: &mut PlanInput, action: Action) {
-        apply(work, &action, self.now);
+    fn emit(&mut self, work: &mut Work<'_>, action: Action) {
+        work.apply(&action, self.now);
         use crate::budget::{in_flight_hosts_of, is_in_flight_state};
         match (&action, self.budgets.as_mut()) {
             (Action::Dispatch { host, .. }, Some(index)) => index.note_dispatched(host),
@@ -74,7 +76,7 @@ impl Tick {
         self.actions.push(action);
     }
 
-    fn first_full_budget(&mut self, work: &PlanInput, id: &RolloutId, host: &str) -> Option<crate::budget::BudgetFull> {
+    fn first_full_budget(&mut self, work: &Work<'_>, id: &RolloutId, host: &str) -> Option<crate::budget::BudgetFull> {
         self.budgets.get_or_insert_with(|| BudgetIndex::build(work)).first_full(work, id, host)
     }
 
@@ -82,11 +84,11 @@ impl Tick {
         self.waits.push(Wait { channel: id.channel().to_owned(), rollout_id: Some(id.clone()), host: host.map(str::to_owned), reason });
     }
 
-    fn host_to(&mut self, work: &mut PlanInput, id: &RolloutId, host: &str, from: H, to: H, reason: String) {
+    fn host_to(&mut self, work: &mut Work<'_>, id: &RolloutId, host: &str, from: H, to: H, reason: String) {
         self.emit(work, Action::HostTransition { rollout_id: id.clone(), host: host.to_owned(), from, to, reason });
     }
 
-    fn rollout_to(&mut self, work: &mut PlanInput, id: &RolloutId, from: R, to: R, reason: String) {
+    fn rollout_to(&mut self, work: &mut Work<'_>, id: &RolloutId, from: R, to: R, reason: String) {
         self.emit(work, Action::RolloutTransition { rollout_id: id.clone(), from, to, reason });
     }
 }
@@ -101,23 +103,81 @@ fn blocks_next_ref(state: R) -> bool {
     matches!(state, R::Opening | R::Active | R::Converging | R::Reverting)
 }
 
-/// One pass over every channel and every live rollout.
-fn step(work: &mut PlanInput, tick: &mut Tick) {
+/// One pass over every channel and every live rollout, then retention.
+fn step(work: &mut Work<'_>, tick: &mut Tick) {
     open_rollouts(work, tick);
     let ids: Vec<RolloutId> = work.rollouts.iter().filter(|(_, r)| crate::budget::is_live(r.state)).map(|(id, _)| id.clone()).collect();
     for id in ids {
         step_rollout(work, tick, &id);
     }
+    prune(work, tick);
+}
+
+/// Whether a rollout in `state` is finished and may be pruned once retained long enough.
+pub fn is_prunable(state: R) -> bool {
+    matches!(state, R::Converged | R::Reverted | R::Failed | R::Superseded | R::Cancelled)
+}
+
+/// Retention: a finished rollout kept `retentionSecs` is `Pruned` (the executor stops
+/// loading it). A channel's current rollout is pruned like any other: the channel's
+/// `lastRolledRef` — not the rollout record — is what keeps its ref from opening again.
+fn prune(work: &mut Work<'_>, tick: &mut Tick) {
+    let retention = work.base.settings.retention_secs;
+    let due: Vec<(RolloutId, R, Time)> = work
+        .rollouts
+        .iter()
+        .filter(|(_, r)| is_prunable(r.state) && r.since.plus_secs(retention) <= tick.now)
+        .map(|(id, r)| (id.clone(), r.state, r.since))
+        .collect();
+    for (id, state, since) in due {
+        tick.rollout_to(work, &id, state, R::Pruned, format!("{state} since {since}; retained {retention}s; pruned"));
+    }
+}
+
+/// The stale wait of `channel` at `now`, when its timestamp is older than its window.
+pub fn stale_reason<S: Snapshot + ?Sized>(work: &S, channel: &str, now: Time) -> Option<String> {
+    let c = work.channels().get(channel).filter(|c| c.is_stale(now))?;
+    Some(format!("timestamp signed at {} is stale (window {}s); no new dispatch until CI re-signs", c.signed_at, c.freshness_window_secs))
+}
+
+/// After the fixpoint: each stale channel gets one `ReleaseStale` alert per `signedAt`
+/// (debounced by `PlanInput::stale_alerts`) and, every tick, a channel-wide wait.
+fn record_stale_alerts(work: &mut Work<'_>, tick: &mut Tick) {
+    let stale: Vec<(String, Time, String)> = work
+        .base
+        .channels
+        .iter()
+        .filter_map(|(name, c)| stale_reason(work, name, tick.now).map(|r| (name.clone(), c.signed_at, r)))
+        .collect();
+    for (channel, signed_at, reason) in stale {
+        tick.waits.push(Wait { channel: channel.clone(), rollout_id: None, host: None, reason: reason.clone() });
+        if work.stale_alerts.get(&channel) != Some(&signed_at) {
+            tick.emit(work, Action::ReleaseStale { channel, signed_at, reason });
+        }
+    }
+}
+
+/// The required static controls of the channel's release that failed, when `id` is the
+/// channel's current rollout (the release's compliance results are about its manifest).
+fn failed_static_controls(work: &Work<'_>, id: &RolloutId) -> Vec<String> {
+    let Some(c) = work.base.channels.get(id.channel()).filter(|c| c.manifest.rollout_id == *id) else { return Vec::new() };
+    c.compliance.static_results.iter().filter(|r| r.required && !r.passed).map(|r| r.control.clone()).collect()
+}
+
+/// "required control X failed" / "required controls X, Y failed".
+fn describe_failed_controls(failed: &[String]) -> String {
+    let s = if failed.len() == 1 { "" } else { "s" };
+    format!("required control{s} {} failed", failed.join(", "))
 }
 
 /// The channels in an order where every channel-edge predecessor comes before its successors
 /// (Kahn's algorithm, ties by name; channels on a cycle, which validation refuses, last by
 /// name), so a cascade from one push opens the predecessor before deciding its successors.
-fn channel_order(work: &PlanInput) -> Vec<String> {
+fn channel_order(work: &Work<'_>) -> Vec<String> {
     use std::collections::{BTreeMap, BTreeSet};
-    let names: BTreeSet<&str> = work.channels.keys().map(String::as_str).collect();
+    let names: BTreeSet<&str> = work.base.channels.keys().map(String::as_str).collect();
     let mut preds: BTreeMap<&str, BTreeSet<&str>> = names.iter().map(|n| (*n, BTreeSet::new())).collect();
-    for e in &work.channel_edges {
+    for e in &work.base.channel_edges {
         if names.contains(e.before.as_str()) && e.before != e.after {
             if let Some(p) = preds.get_mut(e.after.as_str()) {
                 p.insert(e.before.as_str());
@@ -138,16 +198,16 @@ fn channel_order(work: &PlanInput) -> Vec<String> {
 /// First the channel's own live rollout (one active rollout per channel; the ref queues), then
 /// each channel edge into it (RFC-0002 §4.3): a predecessor with a live rollout (Halted
 /// included) or a ref not yet rolled holds it; one with no rollout history is open.
-pub fn opening_blocker(work: &PlanInput, channel: &str, target_ref: &str) -> Option<(String, String)> {
-    if let Some((busy, r)) = work.rollouts.iter().find(|(rid, r)| rid.channel() == channel && blocks_next_ref(r.state)) {
+pub fn opening_blocker<S: Snapshot + ?Sized>(work: &S, channel: &str, target_ref: &str) -> Option<(String, String)> {
+    if let Some((busy, r)) = work.rollouts().iter().find(|(rid, r)| rid.channel() == channel && blocks_next_ref(r.state)) {
         return Some((channel.to_owned(), format!("ref {target_ref} queued behind rollout {busy} ({})", r.state)));
     }
     let mut edges: Vec<&drover_proto::spec::Edge> =
-        work.channel_edges.iter().filter(|e| e.after == channel && e.before != channel).collect();
+        work.channel_edges().iter().filter(|e| e.after == channel && e.before != channel).collect();
     edges.sort_by(|a, b| a.before.cmp(&b.before));
     for e in edges {
         let b = e.before.as_str();
-        let held = if let Some((rid, r)) = work.rollouts.iter().find(|(rid, r)| rid.channel() == b && crate::budget::is_live(r.state)) {
+        let held = if let Some((rid, r)) = work.rollouts().iter().find(|(rid, r)| rid.channel() == b && crate::budget::is_live(r.state)) {
             format!("rollout {rid} {}", r.state)
         } else if let Some(pending) = pending_ref(work, b) {
             format!("ref {pending} not yet rolled")
@@ -161,9 +221,9 @@ pub fn opening_blocker(work: &PlanInput, channel: &str, target_ref: &str) -> Opt
 }
 
 /// The channel's current ref when no rollout has been opened for it yet.
-pub fn pending_ref(work: &PlanInput, channel: &str) -> Option<String> {
-    let id = &work.channels.get(channel)?.manifest.rollout_id;
-    let rolled = work.last_rolled_ref.get(channel).map(String::as_str) == Some(id.channel_ref()) || work.rollouts.contains_key(id);
+pub fn pending_ref<S: Snapshot + ?Sized>(work: &S, channel: &str) -> Option<String> {
+    let id = &work.channels().get(channel)?.manifest.rollout_id;
+    let rolled = work.last_rolled_ref().get(channel).map(String::as_str) == Some(id.channel_ref()) || work.rollouts().contains_key(id);
     (!rolled).then(|| id.channel_ref().to_owned())
 }
 
@@ -171,9 +231,9 @@ pub fn pending_ref(work: &PlanInput, channel: &str) -> Option<String> {
 /// unless its own rollout is still active (the ref queues, depth one: a newer ref supersedes
 /// the queued one) or a channel edge holds it. A hold is reported every tick and emitted as
 /// `RolloutDeferred` once per change of ref or blocker.
-fn open_rollouts(work: &mut PlanInput, tick: &mut Tick) {
+fn open_rollouts(work: &mut Work<'_>, tick: &mut Tick) {
     for channel in channel_order(work) {
-        let Some((id, sha)) = work.channels.get(&channel).map(|c| (c.manifest.rollout_id.clone(), c.manifest_sha256.clone())) else {
+        let Some((id, sha)) = work.base.channels.get(&channel).map(|c| (c.manifest.rollout_id.clone(), c.manifest_sha256.clone())) else {
             continue;
         };
         if let Some(d) = work.last_deferrals.get(&channel).filter(|d| d.target_ref != id.channel_ref()).cloned() {
@@ -185,6 +245,10 @@ fn open_rollouts(work: &mut PlanInput, tick: &mut Tick) {
             continue;
         }
         let last = work.last_rolled_ref.get(&channel).cloned();
+        if let Some(reason) = stale_reason(work, &channel, tick.now) {
+            tick.wait(&id, None, reason);
+            continue;
+        }
         if let Some((_, reason)) = opening_blocker(work, &channel, id.channel_ref()) {
             tick.wait(&id, None, reason);
             continue;
@@ -209,7 +273,7 @@ fn open_rollouts(work: &mut PlanInput, tick: &mut Tick) {
 /// After the fixpoint: every channel whose pending ref is still held gets a `RolloutDeferred`
 /// unless the same ref was already recorded deferred by the same blocker (debounce: once per
 /// change of ref or blocker). Done last so a hold that clears within the tick is not journaled.
-fn record_deferrals(work: &mut PlanInput, tick: &mut Tick) {
+fn record_deferrals(work: &mut Work<'_>, tick: &mut Tick) {
     for channel in channel_order(work) {
         let Some(target_ref) = pending_ref(work, &channel) else { continue };
         let Some((blocked_by, reason)) = opening_blocker(work, &channel, &target_ref) else { continue };
@@ -221,7 +285,7 @@ fn record_deferrals(work: &mut PlanInput, tick: &mut Tick) {
 }
 
 /// Why a manifest cannot be acted on, if it cannot.
-fn manifest_problem(work: &PlanInput, id: &RolloutId) -> Option<String> {
+fn manifest_problem(work: &Work<'_>, id: &RolloutId) -> Option<String> {
     let Some(m) = work.manifest(id) else {
         return Some(format!("manifest of {id} missing"));
     };
@@ -233,7 +297,7 @@ fn manifest_problem(work: &PlanInput, id: &RolloutId) -> Option<String> {
         return Some("manifest arrays out of canonical order".to_owned());
     }
     let recorded = work.rollouts.get(id).map(|r| r.manifest_sha256.as_str());
-    if let Some(c) = work.channels.get(id.channel()).filter(|c| c.manifest.rollout_id == *id) {
+    if let Some(c) = work.base.channels.get(id.channel()).filter(|c| c.manifest.rollout_id == *id) {
         if recorded != Some(c.manifest_sha256.as_str()) {
             return Some("manifest sha256 differs from the one the rollout was opened with".to_owned());
         }
@@ -241,46 +305,62 @@ fn manifest_problem(work: &PlanInput, id: &RolloutId) -> Option<String> {
     None
 }
 
-fn step_rollout(work: &mut PlanInput, tick: &mut Tick, id: &RolloutId) {
+fn step_rollout(work: &mut Work<'_>, tick: &mut Tick, id: &RolloutId) {
     let Some(state) = work.rollouts.get(id).map(|r| r.state) else { return };
     if state == R::Opening {
+        // Static compliance gate (RFC-0002 §4 step 2a): CI evaluated the static controls and
+        // signed the results into fleet.resolved; a failed required one blocks the rollout
+        // when the channel enforces (observe mode only reports it, see below).
+        let failed = failed_static_controls(work, id);
+        let enforce = work.base.channels.get(id.channel()).is_some_and(|c| c.compliance.mode == Mode::Enforce);
         match manifest_problem(work, id) {
             Some(p) => tick.rollout_to(work, id, state, R::Failed, p),
+            None if enforce && !failed.is_empty() => {
+                let why = format!("static compliance gate: {}", describe_failed_controls(&failed));
+                tick.rollout_to(work, id, state, R::Failed, why)
+            }
             None => tick.rollout_to(work, id, state, R::Active, "manifest verified; wave 0 starts".to_owned()),
         }
         return;
     }
-    let Some(manifest) = work.manifest(id).cloned() else {
+    let Some(manifest) = work.manifest(id) else {
         tick.wait(id, None, format!("manifest of {id} missing; nothing can advance"));
         return;
     };
     // While reverting, the touched hosts' states are `revert`'s business (no soak or gate).
     if state != R::Reverting {
         for entry in &manifest.host_set {
-            progress_host(work, tick, id, &manifest, entry);
+            progress_host(work, tick, id, manifest, entry);
         }
     }
     match state {
         R::Active | R::Converging => {
-            if health_failure(work, tick, id, &manifest) {
+            if health_failure(work, tick, id, manifest) {
                 return;
             }
-            let mut current = current_wave(work, id, &manifest);
+            let failed = failed_static_controls(work, id);
+            if !failed.is_empty() {
+                // Observe mode (enforce failed it at Opening): a notice for the channel, every
+                // tick, that does not stand in for any host's own wait.
+                let reason = format!("static compliance gate (observe, not enforced): {} in {id}", describe_failed_controls(&failed));
+                tick.waits.push(Wait { channel: id.channel().to_owned(), rollout_id: None, host: None, reason });
+            }
+            let mut current = current_wave(work, id, manifest);
             // In wave order (hostname within a wave): a returning Skipped host of an earlier
             // wave re-opens that wave, and later waves' hosts must then wait for it.
             let mut order: Vec<&HostSetEntry> = manifest.host_set.iter().collect();
             order.sort_by_key(|e| e.wave_index);
             for entry in order {
                 let before = work.host_state(id, &entry.hostname);
-                consider_dispatch(work, tick, id, &manifest, entry, current);
+                consider_dispatch(work, tick, id, manifest, entry, current);
                 if before == H::Skipped && work.host_state(id, &entry.hostname) != H::Skipped {
-                    current = current_wave(work, id, &manifest);
+                    current = current_wave(work, id, manifest);
                 }
             }
             let state = work.rollouts.get(id).map_or(state, |r| r.state);
             if state == R::Active && current.is_none() {
                 tick.rollout_to(work, id, state, R::Converging, "every wave promoted".to_owned());
-            } else if state == R::Converging && current.is_none() && !any_in_flight(work, id, &manifest) {
+            } else if state == R::Converging && current.is_none() && !any_in_flight(work, id, manifest) {
                 tick.rollout_to(work, id, state, R::Converged, "every host done; none in flight".to_owned());
             }
         }
@@ -288,35 +368,52 @@ fn step_rollout(work: &mut PlanInput, tick: &mut Tick, id: &RolloutId) {
             let since = work.rollouts.get(id).map_or(tick.now, |r| r.since);
             tick.wait(id, None, format!("rollout halted since {since}; operator must resume, cancel or roll back"));
         }
-        R::Reverting => revert(work, tick, id, &manifest),
+        R::Reverting => revert(work, tick, id, manifest),
         _ => {}
     }
 }
 
 /// The first wave with a host not yet done, or `None` when every wave is promoted.
-fn current_wave(work: &PlanInput, id: &RolloutId, m: &RolloutManifest) -> Option<u32> {
+fn current_wave(work: &Work<'_>, id: &RolloutId, m: &RolloutManifest) -> Option<u32> {
     m.waves
         .iter()
         .map(|w| w.index)
         .find(|&w| m.host_set.iter().any(|e| e.wave_index == w && !is_done_for_promotion(work.host_state(id, &e.hostname))))
 }
 
-fn any_in_flight(work: &PlanInput, id: &RolloutId, m: &RolloutManifest) -> bool {
+fn any_in_flight(work: &Work<'_>, id: &RolloutId, m: &RolloutManifest) -> bool {
     m.host_set.iter().any(|e| crate::budget::is_in_flight_state(work.host_state(id, &e.hostname)))
+}
+
+/// A host's state in a rollout and since when.
+struct Since {
+    state: H,
+    since: Time,
 }
 
 /// Moves a dispatched host along from what it reported: Activating → Soaking / Deferred /
 /// Failed; Soaking → Converged / Failed under the health gate; Deferred → Converged.
-fn progress_host(work: &mut PlanInput, tick: &mut Tick, id: &RolloutId, m: &RolloutManifest, e: &HostSetEntry) {
+fn progress_host(work: &mut Work<'_>, tick: &mut Tick, id: &RolloutId, m: &RolloutManifest, e: &HostSetEntry) {
     let h = e.hostname.as_str();
-    let Some(progress) = work.rollouts.get(id).and_then(|r| r.hosts.get(h)).cloned() else { return };
-    let obs = work.hosts.get(h).cloned().unwrap_or_else(|| crate::input::HostObserved {
-        last_checkin: None,
-        connectivity: crate::input::Connectivity::Offline,
-        failed_units: 0,
-        probes: Default::default(),
-        activation: None,
-    });
+    // Only the state and its time are needed: copied, not the whole progress record.
+    let Some(progress) = work.rollouts.get(id).and_then(|r| r.hosts.get(h)).map(|p| Since { state: p.state, since: p.since }) else {
+        return;
+    };
+    // Borrowed from the caller's input (no action changes hosts), so never cloned.
+    let missing;
+    let obs = match work.base.hosts.get(h) {
+        Some(o) => o,
+        None => {
+            missing = crate::input::HostObserved {
+                last_checkin: None,
+                connectivity: crate::input::Connectivity::Offline,
+                failed_units: 0,
+                probes: Default::default(),
+                activation: None,
+            };
+            &missing
+        }
+    };
     let act = obs.activation.as_ref().filter(|a| a.rollout_id == *id && a.target_closure == e.target_closure);
     match progress.state {
         H::Activating => match act.map(|a| (a.phase, a.message.as_str())) {
@@ -331,7 +428,22 @@ fn progress_host(work: &mut PlanInput, tick: &mut Tick, id: &RolloutId, m: &Roll
                 let msg = if msg.is_empty() { String::new() } else { format!(": {msg}") };
                 tick.host_to(work, id, h, H::Activating, H::Failed, format!("activation {phase}{msg}"))
             }
-            _ => tick.wait(id, Some(h), format!("activating since {} (awaiting confirmation)", progress.since)),
+            _ => {
+                // Step 4's ConfirmWindow: the intent carries the same deadline, the agent rolls
+                // back on its own once it passes and the coordinator answers 410 to a late
+                // confirmation, so the host is recorded as reverted.
+                let deadline = progress.since.plus_secs(work.base.settings.confirm_deadline_secs);
+                if deadline < tick.now {
+                    let r = format!("confirm deadline {deadline} passed without confirmation; the agent rolls back on its own");
+                    tick.host_to(work, id, h, H::Activating, H::Reverted, r)
+                } else {
+                    tick.wait(
+                        id,
+                        Some(h),
+                        format!("activating since {} (awaiting confirmation; confirm deadline {deadline})", progress.since),
+                    )
+                }
+            }
         },
         H::Soaking => {
             let gate = &m.health_gate;
@@ -367,11 +479,16 @@ fn progress_host(work: &mut PlanInput, tick: &mut Tick, id: &RolloutId, m: &Roll
 
 /// `onHealthFailure` (RFC-0002 §5.1) when a wave has more failed hosts than tolerated.
 /// Returns true when it fired.
-fn health_failure(work: &mut PlanInput, tick: &mut Tick, id: &RolloutId, m: &RolloutManifest) -> bool {
+fn health_failure(work: &mut Work<'_>, tick: &mut Tick, id: &RolloutId, m: &RolloutManifest) -> bool {
     let Some(state) = work.rollouts.get(id).map(|r| r.state) else { return false };
     let max = m.health_gate.max_failures as usize;
+    // A host that missed its confirm deadline (Reverted while the rollout runs) failed too.
     let over = m.waves.iter().find_map(|w| {
-        let failed = m.host_set.iter().filter(|e| e.wave_index == w.index && work.host_state(id, &e.hostname) == H::Failed).count();
+        let failed = m
+            .host_set
+            .iter()
+            .filter(|e| e.wave_index == w.index && matches!(work.host_state(id, &e.hostname), H::Failed | H::Reverted))
+            .count();
         (failed > max).then_some((w.index, failed))
     });
     let Some((wave, failed)) = over else { return false };
@@ -390,22 +507,22 @@ fn health_failure(work: &mut PlanInput, tick: &mut Tick, id: &RolloutId, m: &Rol
 
 /// The rollout to revert to: the newest revertable rollout of the channel whose manifest
 /// the input carries.
-pub fn revert_target<'a>(work: &'a PlanInput, id: &RolloutId) -> Option<&'a RolloutManifest> {
-    let c = work.channels.get(id.channel())?;
+pub(crate) fn revert_target<'a>(work: &Work<'a>, id: &RolloutId) -> Option<&'a RolloutManifest> {
+    let c = work.base.channels.get(id.channel())?;
     c.revertable.iter().filter(|r| r.rollout_id != *id).find_map(|r| work.manifest(&r.rollout_id))
 }
 
 /// Pending (or returning Skipped) hosts of the current wave: offline → Skipped, held, edge
 /// or budget → wait, else dispatch.
-fn consider_dispatch(work: &mut PlanInput, tick: &mut Tick, id: &RolloutId, m: &RolloutManifest, e: &HostSetEntry, current: Option<u32>) {
+fn consider_dispatch(work: &mut Work<'_>, tick: &mut Tick, id: &RolloutId, m: &RolloutManifest, e: &HostSetEntry, current: Option<u32>) {
     let h = e.hostname.as_str();
     let state = work.host_state(id, h);
     if !matches!(state, H::Pending | H::Skipped) {
         return;
     }
-    let online = work.hosts.get(h).is_some_and(|o| o.is_online());
+    let online = work.base.hosts.get(h).is_some_and(|o| o.is_online());
     if state == H::Skipped {
-        let is_current = work.channels.get(id.channel()).is_some_and(|c| c.manifest.rollout_id == *id);
+        let is_current = work.base.channels.get(id.channel()).is_some_and(|c| c.manifest.rollout_id == *id);
         if !online {
             return tick.wait(id, Some(h), "offline (skipped)".to_owned());
         }
@@ -419,7 +536,7 @@ fn consider_dispatch(work: &mut PlanInput, tick: &mut Tick, id: &RolloutId, m: &
         let skipped = if state == H::Skipped { "skipped; " } else { "" };
         return tick.wait(id, Some(h), format!("{skipped}waiting for wave {} (wave {} in progress)", e.wave_index, current.unwrap_or(0)));
     }
-    if let Some(reason) = work.held.get(h) {
+    if let Some(reason) = work.base.held.get(h) {
         return tick.wait(id, Some(h), format!("held by {reason}"));
     }
     if let Some(other) = crate::budget::in_flight_elsewhere(work, id, h) {
@@ -428,9 +545,22 @@ fn consider_dispatch(work: &mut PlanInput, tick: &mut Tick, id: &RolloutId, m: &
     if !online {
         return tick.host_to(work, id, h, H::Pending, H::Skipped, format!("offline when wave {} ran", e.wave_index));
     }
+    if let Some(reason) = stale_reason(work, id.channel(), tick.now) {
+        return tick.wait(id, Some(h), reason);
+    }
     if let Some(edge) =
         m.edges.iter().find(|ed| ed.after == h && m.host(&ed.before).is_some() && work.host_state(id, &ed.before) != H::Converged)
     {
+        // A predecessor skipped in a rollout that is no longer its channel's current one never
+        // converges here (it takes the current rollout when it returns, and that rollout
+        // cannot open before this one ends): waiting for it would hold this rollout — and the
+        // channel — forever. The successor follows it into the current rollout instead, where
+        // the edge holds again; it is never dispatched ahead of its predecessor.
+        let is_current = work.base.channels.get(id.channel()).is_some_and(|c| c.manifest.rollout_id == *id);
+        if state == H::Pending && !is_current && work.host_state(id, &edge.before) == H::Skipped {
+            let r = format!("edge predecessor {} skipped in a superseded ref; follows it to the channel's current rollout", edge.before);
+            return tick.host_to(work, id, h, H::Pending, H::Skipped, r);
+        }
         return tick.wait(id, Some(h), format!("edge predecessor {} not converged", edge.before));
     }
     if let Some(full) = tick.first_full_budget(work, id, h) {
@@ -457,8 +587,8 @@ fn consider_dispatch(work: &mut PlanInput, tick: &mut Tick, id: &RolloutId, m: &
 /// rollback-and-halt: every touched host gets a rollback intent to its closure in the
 /// revertable rollout; a host is Reverted once it confirms that closure; the rollout is
 /// Reverted once every touched host is.
-fn revert(work: &mut PlanInput, tick: &mut Tick, id: &RolloutId, m: &RolloutManifest) {
-    let Some(prev) = revert_target(work, id).cloned() else {
+fn revert(work: &mut Work<'_>, tick: &mut Tick, id: &RolloutId, m: &RolloutManifest) {
+    let Some(prev) = revert_target(work, id) else {
         return tick.rollout_to(work, id, R::Reverting, R::Halted, "no revertable rollout left; halting".to_owned());
     };
     let mut all_reverted = true;
@@ -474,6 +604,7 @@ fn revert(work: &mut PlanInput, tick: &mut Tick, id: &RolloutId, m: &RolloutMani
             continue;
         };
         let confirmed = work
+            .base
             .hosts
             .get(h)
             .and_then(|o| o.activation.as_ref())
@@ -481,6 +612,8 @@ fn revert(work: &mut PlanInput, tick: &mut Tick, id: &RolloutId, m: &RolloutMani
         let intent = work.rollouts.get(id).and_then(|r| r.hosts.get(h)).and_then(|p| p.intent.clone());
         if confirmed {
             tick.host_to(work, id, h, state, H::Reverted, format!("host confirmed revert target {target}"));
+        } else if let Some(reason) = stale_reason(work, id.channel(), tick.now).filter(|_| intent.as_deref() != Some(target.as_str())) {
+            tick.wait(id, Some(h), reason);
         } else if intent.as_deref() != Some(target.as_str()) {
             let reason = format!("rollback-and-halt: revert to {}", prev.rollout_id);
             tick.emit(

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use drover_proto::artifacts::{RevertableRollout, RolloutManifest};
 use drover_proto::names::RolloutId;
 use drover_proto::report::{ActivationStatus, ProbeOutcome};
-use drover_proto::spec::Edge;
+use drover_proto::spec::{Compliance, Edge};
 use drover_proto::states::{HostRolloutState, RolloutState};
 use drover_proto::time::Time;
 
@@ -58,6 +58,40 @@ pub struct PlanInput {
     /// of ref or blocker) and is the queue of depth one a newer ref supersedes.
     #[serde(default)]
     pub last_deferrals: BTreeMap<String, Deferral>,
+    /// The coordinator's planning settings (confirm deadline, retention).
+    #[serde(default)]
+    pub settings: PlanSettings,
+    /// Per channel, the timestamp `signedAt` a [`crate::Action::ReleaseStale`] alert was
+    /// already raised for: the debounce of that alert (once per channel and signing).
+    #[serde(default)]
+    pub stale_alerts: BTreeMap<String, Time>,
+}
+
+/// The coordinator's planning settings. Every field has a default, so `{}` (or leaving the
+/// object out) means the defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct PlanSettings {
+    /// How long after its dispatch a host may stay `Activating` without confirming before the
+    /// planner records it `Reverted` (RFC-0002 §4 step 4: the agent rolls back on its own once
+    /// the intent's deadline passes, and the coordinator answers 410 to a later confirmation).
+    pub confirm_deadline_secs: u64,
+    /// How long a finished rollout (Converged, Reverted, Failed, Superseded, Cancelled) is
+    /// kept before it is `Pruned`.
+    pub retention_secs: u64,
+}
+
+impl PlanSettings {
+    /// Default [`PlanSettings::confirm_deadline_secs`]: 30 minutes.
+    pub const DEFAULT_CONFIRM_DEADLINE_SECS: u64 = 1800;
+    /// Default [`PlanSettings::retention_secs`]: 7 days.
+    pub const DEFAULT_RETENTION_SECS: u64 = 7 * 24 * 3600;
+}
+
+impl Default for PlanSettings {
+    fn default() -> Self {
+        PlanSettings { confirm_deadline_secs: Self::DEFAULT_CONFIRM_DEADLINE_SECS, retention_secs: Self::DEFAULT_RETENTION_SECS }
+    }
 }
 
 /// A channel's deferred ref, as the last [`crate::Action::RolloutDeferred`] recorded it.
@@ -83,6 +117,23 @@ pub struct ChannelInput {
     /// The timestamp's revertable rollouts of the channel, newest first.
     #[serde(default)]
     pub revertable: Vec<RevertableRollout>,
+    /// The timestamp's `signedAt`: with [`ChannelInput::freshness_window_secs`] it says whether
+    /// the channel is stale (RFC-0002 §4 step 0; freshness lives in `timestamp.json`).
+    pub signed_at: Time,
+    /// The channel's freshness window: stale once `now - signedAt` exceeds it. A stale
+    /// channel opens, dispatches and rolls back nothing until CI re-signs.
+    pub freshness_window_secs: u64,
+    /// fleet.resolved's compliance settings of the channel, with CI's static results: the
+    /// static compliance gate (RFC-0002 §4 step 2a) of a rollout opened from this release.
+    #[serde(default)]
+    pub compliance: Compliance,
+}
+
+impl ChannelInput {
+    /// Whether the channel's timestamp is stale at `now` (`now - signedAt > window`).
+    pub fn is_stale(&self, now: Time) -> bool {
+        now.secs_since(self.signed_at) > i64::try_from(self.freshness_window_secs).unwrap_or(i64::MAX)
+    }
 }
 
 /// One rollout as the store records it.
@@ -153,6 +204,55 @@ impl HostObserved {
     }
 }
 
+/// Read access to a planning snapshot: a whole [`PlanInput`], or the planner's working copy
+/// (which clones only what a tick changes and reads the rest from the caller's input).
+pub trait Snapshot {
+    /// Rollouts by id.
+    fn rollouts(&self) -> &BTreeMap<RolloutId, RolloutObserved>;
+    /// The verified release, per channel.
+    fn channels(&self) -> &BTreeMap<String, ChannelInput>;
+    /// Earlier manifests still referenced, by rollout id.
+    fn manifests(&self) -> &BTreeMap<RolloutId, RolloutManifest>;
+    /// Held hosts (hostname → reason).
+    fn held(&self) -> &BTreeMap<String, String>;
+    /// Per channel, the ref of the last rollout opened for it.
+    fn last_rolled_ref(&self) -> &BTreeMap<String, String>;
+    /// fleet.resolved's channel edges.
+    fn channel_edges(&self) -> &[Edge];
+
+    /// The manifest of `id`: the channel's current one when it matches, else from
+    /// [`Snapshot::manifests`].
+    fn manifest_of(&self, id: &RolloutId) -> Option<&RolloutManifest> {
+        self.channels().get(id.channel()).map(|c| &c.manifest).filter(|m| m.rollout_id == *id).or_else(|| self.manifests().get(id))
+    }
+
+    /// The state of `host` in rollout `id` (`Pending` when unrecorded).
+    fn state_of(&self, id: &RolloutId, host: &str) -> HostRolloutState {
+        self.rollouts().get(id).and_then(|r| r.hosts.get(host)).map_or(HostRolloutState::Pending, |p| p.state)
+    }
+}
+
+impl Snapshot for PlanInput {
+    fn rollouts(&self) -> &BTreeMap<RolloutId, RolloutObserved> {
+        &self.rollouts
+    }
+    fn channels(&self) -> &BTreeMap<String, ChannelInput> {
+        &self.channels
+    }
+    fn manifests(&self) -> &BTreeMap<RolloutId, RolloutManifest> {
+        &self.manifests
+    }
+    fn held(&self) -> &BTreeMap<String, String> {
+        &self.held
+    }
+    fn last_rolled_ref(&self) -> &BTreeMap<String, String> {
+        &self.last_rolled_ref
+    }
+    fn channel_edges(&self) -> &[Edge] {
+        &self.channel_edges
+    }
+}
+
 impl PlanInput {
     /// An empty snapshot at the current schema version.
     pub fn empty() -> Self {
@@ -166,17 +266,19 @@ impl PlanInput {
             held: BTreeMap::new(),
             channel_edges: Vec::new(),
             last_deferrals: BTreeMap::new(),
+            settings: PlanSettings::default(),
+            stale_alerts: BTreeMap::new(),
         }
     }
 
     /// The manifest of `id`: the channel's current one when it matches, else from
     /// [`PlanInput::manifests`].
     pub fn manifest(&self, id: &RolloutId) -> Option<&RolloutManifest> {
-        self.channels.get(id.channel()).map(|c| &c.manifest).filter(|m| m.rollout_id == *id).or_else(|| self.manifests.get(id))
+        self.manifest_of(id)
     }
 
     /// The state of `host` in rollout `id` (`Pending` when unrecorded).
     pub fn host_state(&self, id: &RolloutId, host: &str) -> HostRolloutState {
-        self.rollouts.get(id).and_then(|r| r.hosts.get(host)).map_or(HostRolloutState::Pending, |p| p.state)
+        self.state_of(id, host)
     }
 }

@@ -13,6 +13,7 @@ pub mod check;
 pub mod engine;
 pub mod input;
 pub mod observed;
+mod work;
 
 #[cfg(test)]
 mod tests;
@@ -21,4 +22,6 @@ pub use action::{Action, Plan, Wait, apply};
 pub use check::{Violation, check_plan};
 pub use drover_proto::states::{HostRolloutState, RolloutState, WaveState};
 pub use engine::plan;
-pub use input::{ChannelInput, Connectivity, HostObserved, HostProgress, PLAN_INPUT_SCHEMA_VERSION, PlanInput, RolloutObserved};
+pub use input::{
+    ChannelInput, Connectivity, HostObserved, HostProgress, PLAN_INPUT_SCHEMA_VERSION, PlanInput, PlanSettings, RolloutObserved, Snapshot,
+};

@@ -23,12 +23,16 @@
 //!   },
 //!   "lastRolledRef": { "gpu": "c0ffee" },
 //!   "held": { "gpu-b-02": "maintenance job 7" },
-//!   "lastDeferrals": { "gpu": { "targetRef": "d00d", "blockedBy": "infra", "since": "2025-01-01T00:30:00Z" } }
+//!   "lastDeferrals": { "gpu": { "targetRef": "d00d", "blockedBy": "infra", "since": "2025-01-01T00:30:00Z" } },
+//!   "settings": { "confirmDeadlineSecs": 1800, "retentionSecs": 604800 },
+//!   "staleAlerts": { "gpu": "2025-01-01T00:00:00Z" }
 //! }
 //! ```
 //!
-//! Every field but `schemaVersion` may be left out (empty). The release side — per channel
-//! the current manifest, its sha256 and the timestamp's revertable list, the revertable
+//! Every field but `schemaVersion` may be left out (empty; `settings` then takes its
+//! defaults, 1800 s and 7 days). The release side — per channel
+//! the current manifest, its sha256, the timestamp's revertable list, `signedAt` and freshness
+//! window, and fleet.resolved's compliance settings, the revertable
 //! manifests that travel with the release, and fleet.resolved's channel edges — is taken
 //! from the verified release only, never from this file.
 
@@ -39,7 +43,9 @@ use serde::{Deserialize, Serialize};
 use drover_proto::names::RolloutId;
 use drover_proto::release::VerifiedRelease;
 
-use crate::input::{ChannelInput, Deferral, HostObserved, PlanInput, RolloutObserved};
+use drover_proto::time::Time;
+
+use crate::input::{ChannelInput, Deferral, HostObserved, PlanInput, PlanSettings, RolloutObserved};
 
 /// The `schemaVersion` of [`Observed`] this crate reads and writes.
 pub const OBSERVED_SCHEMA_VERSION: u64 = 1;
@@ -68,6 +74,12 @@ pub struct Observed {
     /// (the store's `last_deferrals`).
     #[serde(default)]
     pub last_deferrals: BTreeMap<String, Deferral>,
+    /// The coordinator's planning settings (`confirmDeadlineSecs`, `retentionSecs`).
+    #[serde(default)]
+    pub settings: PlanSettings,
+    /// Per channel, the timestamp `signedAt` a stale-release alert was already raised for.
+    #[serde(default)]
+    pub stale_alerts: BTreeMap<String, Time>,
 }
 
 /// Why an [`Observed`] cannot be joined with a release.
@@ -93,6 +105,8 @@ impl Observed {
             last_rolled_ref: BTreeMap::new(),
             held: BTreeMap::new(),
             last_deferrals: BTreeMap::new(),
+            settings: PlanSettings::default(),
+            stale_alerts: BTreeMap::new(),
         }
     }
 
@@ -105,13 +119,16 @@ impl Observed {
             last_rolled_ref: input.last_rolled_ref.clone(),
             held: input.held.clone(),
             last_deferrals: input.last_deferrals.clone(),
+            settings: input.settings,
+            stale_alerts: input.stale_alerts.clone(),
         }
     }
 }
 
 /// Joins a verified release with the observed state into the planner's snapshot: per
-/// channel of the timestamp, the current manifest with its sha256 and the timestamp's
-/// revertable list (newest first); the revertable manifests the release directory carries
+/// channel of the timestamp, the current manifest with its sha256, the timestamp's
+/// revertable list (newest first), its `signedAt` and the channel's freshness window, and
+/// fleet.resolved's compliance settings of the channel; the revertable manifests the release directory carries
 /// go to [`PlanInput::manifests`]; fleet.resolved's `channelEdges` to
 /// [`PlanInput::channel_edges`]. A rollout whose manifest is in neither (opened from an
 /// older ref no longer carried) stays as observed: the planner reports it as waiting on a
@@ -124,8 +141,21 @@ pub fn plan_input(release: &VerifiedRelease, observed: Observed) -> Result<PlanI
         .manifests
         .iter()
         .map(|(channel, m)| {
-            let revertable = release.timestamp.doc.channels.get(channel).map(|c| c.revertable.clone()).unwrap_or_default();
-            (channel.clone(), ChannelInput { manifest: m.manifest.clone(), manifest_sha256: m.sha256.clone(), revertable })
+            let ts = release.timestamp.doc.channels.get(channel);
+            let resolved = release.fleet.fleet.channels.get(channel);
+            let revertable = ts.map(|c| c.revertable.clone()).unwrap_or_default();
+            // The timestamp's window is the one CI signed for the channel; fleet.resolved's
+            // is the same number (release copies it), kept as the fallback.
+            let freshness_window_secs = ts.map(|c| c.freshness_window_secs).or(resolved.map(|c| c.freshness_window_secs)).unwrap_or(0);
+            let input = ChannelInput {
+                manifest: m.manifest.clone(),
+                manifest_sha256: m.sha256.clone(),
+                revertable,
+                signed_at: release.timestamp.doc.signed_at,
+                freshness_window_secs,
+                compliance: resolved.map(|c| c.compliance.clone()).unwrap_or_default(),
+            };
+            (channel.clone(), input)
         })
         .collect();
     let manifests = release.revertable.iter().map(|(id, m)| (id.clone(), m.manifest.clone())).collect();
@@ -138,6 +168,8 @@ pub fn plan_input(release: &VerifiedRelease, observed: Observed) -> Result<PlanI
     input.last_rolled_ref = observed.last_rolled_ref;
     input.held = observed.held;
     input.last_deferrals = observed.last_deferrals;
+    input.settings = observed.settings;
+    input.stale_alerts = observed.stale_alerts;
     Ok(input)
 }
 
@@ -185,5 +217,19 @@ mod tests {
         assert_eq!(o.last_rolled_ref, input.last_rolled_ref);
         assert_eq!(o.held, input.held);
         assert_eq!(o.schema_version, OBSERVED_SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn settings_default_to_a_30_minute_confirm_deadline_and_7_day_retention() {
+        let o: Observed = serde_json::from_str(r#"{"schemaVersion":1,"settings":{}}"#).expect("empty settings");
+        assert_eq!(o.settings, PlanSettings { confirm_deadline_secs: 1800, retention_secs: 604_800 });
+        let o: Observed = serde_json::from_str(r#"{"schemaVersion":1,"settings":{"confirmDeadlineSecs":60}}"#).expect("partial");
+        assert_eq!((o.settings.confirm_deadline_secs, o.settings.retention_secs), (60, 604_800));
+        assert!(serde_json::from_str::<Observed>(r#"{"schemaVersion":1,"settings":{"retention":1}}"#).is_err(), "unknown setting");
+        let mut input = PlanInput::empty();
+        input.settings.retention_secs = 5;
+        input.stale_alerts.insert("gpu".to_owned(), Time::from_unix(0).expect("time"));
+        let o = Observed::of(&input);
+        assert_eq!((o.settings, &o.stale_alerts), (input.settings, &input.stale_alerts));
     }
 }

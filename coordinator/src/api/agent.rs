@@ -20,7 +20,7 @@ use uuid::Uuid;
 use crate::api::auth::HostCaller;
 use crate::api::error::{ApiError, JsonBody};
 use crate::app::AppState;
-use crate::store::{self, CertKind, Checkin, CheckinView, IntentStatus, NewCert, StoreError};
+use crate::store::{self, CertKind, Checkin, CheckinView, HostReport, IntentStatus, NewCert, StoreError};
 
 /// How long a leased task is the host's before it is requeued.
 pub const TASK_LEASE_SECS: u64 = 300;
@@ -101,7 +101,42 @@ fn check_report(req: &CheckinRequest) -> Result<(), ApiError> {
     if req.task_results.len() > MAX_TASK_RESULTS_PER_CHECKIN {
         return Err(ApiError::bad_request(format!("at most {MAX_TASK_RESULTS_PER_CHECKIN} task results per check-in")));
     }
+    if req.probe_results.len() > MAX_PROBE_RESULTS_PER_CHECKIN {
+        return Err(ApiError::bad_request(format!("at most {MAX_PROBE_RESULTS_PER_CHECKIN} probe results per check-in")));
+    }
+    for p in &req.probe_results {
+        short("probeResults.name", &p.name, 128)?;
+    }
+    if let Some(a) = &req.activation {
+        short("activation.intentId", &a.intent_id, 64)?;
+        short("activation.targetClosure", &a.target_closure, 512)?;
+        if a.message.len() > MAX_EVENT_TEXT_BYTES {
+            return Err(ApiError::bad_request(format!("activation.message must be at most {MAX_EVENT_TEXT_BYTES} bytes")));
+        }
+    }
     Ok(())
+}
+
+/// Most probe results one check-in may carry.
+pub const MAX_PROBE_RESULTS_PER_CHECKIN: usize = 64;
+
+/// The host's report as the planner sees it after this check-in: the stored one, updated by
+/// what the check-in carries (health, new probe results, the activation status).
+fn merged_report(stored: Option<&HostReport>, req: &CheckinRequest) -> HostReport {
+    let mut report = stored.cloned().unwrap_or_default();
+    if let Some(h) = &req.health {
+        report.failed_units = u32::try_from(h.failed_units.len()).unwrap_or(u32::MAX);
+    }
+    // In the order the agent observed them: the latest result per probe wins.
+    let mut results: Vec<_> = req.probe_results.iter().collect();
+    results.sort_by_key(|p| p.observed_at);
+    for p in results {
+        report.probes.insert(p.name.clone(), p.outcome);
+    }
+    if let Some(a) = &req.activation {
+        report.activation = Some(a.clone());
+    }
+    report
 }
 
 /// The store event for a report event: kind `agent.<Type>`, the rollout when it names one,
@@ -142,16 +177,24 @@ pub async fn checkin(
     let now = app.clock.now();
     let mut seen = view(&app, host, now)?;
     let record = seen.host.take().ok_or_else(|| StoreError::NotFound { what: "host", id: host.to_string() })?;
+    // What the planner decides on is written only when it changed, and wakes the executor
+    // (RFC-0002 §6: a check-in with a status change).
+    let report = merged_report(seen.report.as_ref(), &req);
+    let changed = (seen.report.as_ref() != Some(&report) && (seen.report.is_some() || report != HostReport::default())).then_some(report);
     let checkin = Checkin { at: now, agent_version: req.agent_version, boot_id: req.boot_id, current_generation: req.current_generation };
     // First contact after enrollment, or back from silence: written now, with the
     // transition. A routine check-in only updates last-seen fields, which are buffered and
     // written in batches (see AppState::flush_checkins), so it writes nothing here.
     let returning = matches!(record.state, HostLifecycle::Enrolling | HostLifecycle::Offline);
-    if returning || !req.task_results.is_empty() || !req.events.is_empty() {
+    let wake_executor = returning || changed.is_some();
+    if returning || changed.is_some() || !req.task_results.is_empty() || !req.events.is_empty() {
         let results = req.task_results;
         let reported = req.events;
         let first = returning.then(|| checkin.clone());
         store::blocking(app.store.clone(), move |s| {
+            if let Some(report) = &changed {
+                s.record_host_report(host, report, now)?;
+            }
             if let Some(checkin) = first {
                 s.record_checkin(host, &checkin)?;
                 // Losing a race with another transition (the offline sweep) is fine: the
@@ -187,6 +230,9 @@ pub async fn checkin(
         .await?;
         // What was written may change what there is to hand out: look again.
         seen = view(&app, host, now)?;
+        if wake_executor {
+            app.executor.poke();
+        }
     }
     if !returning {
         app.note_checkin(host, checkin);

@@ -230,6 +230,8 @@ async fn apply(app: &Arc<AppState>, op: &OperatorCaller, host_id: Uuid, verb: Ve
         from = to;
     }
     tracing::info!(%host_id, operator = %op.name, action = verb.action(), prior = %prior, state = %current.state, %reason, "host lifecycle verb applied");
+    // A host leaving or re-entering service changes what a rollout may do with it.
+    app.executor.poke();
     Ok(current)
 }
 
@@ -440,8 +442,11 @@ pub fn spawn_offline_reconciler(app: Arc<AppState>) -> tokio::task::JoinHandle<(
         every.tick().await;
         loop {
             every.tick().await;
-            if let Err(e) = mark_silent_hosts_offline(&app).await {
-                tracing::error!(error = %e, "offline sweep failed; retrying at the next interval");
+            match mark_silent_hosts_offline(&app).await {
+                // An offline host no longer holds up its wave (it is Skipped).
+                Ok(moved) if moved > 0 => app.executor.poke(),
+                Ok(_) => {}
+                Err(e) => tracing::error!(error = %e, "offline sweep failed; retrying at the next interval"),
             }
         }
     })

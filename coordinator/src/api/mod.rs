@@ -7,6 +7,7 @@ pub mod error;
 pub mod lifecycle;
 pub mod operator;
 pub mod releases;
+pub mod rollouts;
 
 use std::sync::Arc;
 
@@ -55,6 +56,12 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/v1/agent/confirm", post(agent::confirm))
         .route("/v1/agent/renew", post(agent::renew))
         .route("/v1/rollouts/{id}", get(agent::rollout))
+        .route("/v1/rollouts/{id}/status", get(rollouts::status))
+        .route("/v1/rollouts/{id}/halt", post(rollouts::halt))
+        .route("/v1/rollouts/{id}/resume", post(rollouts::resume))
+        .route("/v1/rollouts/{id}/cancel", post(rollouts::cancel))
+        .route("/v1/rollouts/{id}/rollback", post(rollouts::rollback))
+        .route("/v1/plan-input", get(rollouts::plan_input))
         .route(RELEASES_PATH, post(releases::publish).layer(axum::extract::DefaultBodyLimit::max(releases::MAX_RELEASE_BODY_BYTES)))
         .fallback(error::no_such_route)
         .method_not_allowed_fallback(error::wrong_method)

@@ -124,6 +124,8 @@ pub async fn publish_release(app: &Arc<AppState>, files: ReleaseFiles, actor: Ac
     match outcome {
         Ok(published) => {
             tracing::info!(version = published.version, rollouts = ?published.rollouts, actor = %actor.name, "release published");
+            // A new ref for a channel: plan now (RFC-0002 §6).
+            app.executor.poke();
             Ok(published)
         }
         Err(refusal) => {

@@ -16,6 +16,7 @@
 //! messages, and a backend failure stays distinguishable from a refusal ([`StoreError::kind`]).
 
 pub mod conformance;
+pub mod plans;
 pub mod records;
 pub mod sqlite;
 
@@ -23,12 +24,13 @@ use std::sync::Arc;
 
 use drover_proto::names::RolloutId;
 use drover_proto::release::ReleaseFiles;
-use drover_proto::states::{HostLifecycle, HostRolloutState, JobState, RolloutState};
+use drover_proto::states::{HostLifecycle, JobState, RolloutState};
 use drover_proto::time::Time;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+pub use plans::*;
 pub use records::*;
 pub use sqlite::SqliteStore;
 
@@ -284,14 +286,21 @@ pub trait Store: Send + Sync {
         reason: &str,
         at: Time,
     ) -> Result<Rollout, StoreError>;
-    /// Sets one host's state in a rollout. `expected: None` creates the row (`Conflict` if it
-    /// exists); `Some(s)` requires the row in `s` (`StaleState`) and `s -> new.state` legal or
-    /// equal (an update of the wave only). A state change writes a `host_rollout.transition` event.
-    fn set_host_rollout(&self, new: &HostRollout, expected: Option<HostRolloutState>, reason: &str) -> Result<(), StoreError>;
-    /// One host's state in a rollout.
-    fn get_host_rollout(&self, rollout_id: &RolloutId, host_id: Uuid) -> Result<Option<HostRollout>, StoreError>;
-    /// Every host of a rollout, by wave then host id.
+    /// Every host with a recorded state in a rollout, by wave then hostname.
     fn list_host_rollouts(&self, rollout_id: &RolloutId) -> Result<Vec<HostRollout>, StoreError>;
+
+    // ---- the rollout executor ----------------------------------------------------------
+
+    /// What the planner decides over, from one read snapshot: hosts that are not deleted with
+    /// their last reports, rollouts that are not pruned with their hosts' states, channel
+    /// bookkeeping, and hosts held by unfinished jobs.
+    fn plan_snapshot(&self) -> Result<PlanSnapshot, StoreError>;
+    /// Applies one plan's ops in order, with their events and audit records, in one
+    /// transaction. Any op finding other than what it expects (`StaleState`,
+    /// `IllegalTransition`, `Conflict`, `NotFound`) fails the whole write: nothing is written.
+    fn apply_plan(&self, write: &PlanWrite, audits: &[NewAudit]) -> Result<(), StoreError>;
+    /// Replaces a host's last report (written only when it changed; see `checkin_view`).
+    fn record_host_report(&self, host_id: Uuid, report: &HostReport, at: Time) -> Result<(), StoreError>;
 
     // ---- intents -----------------------------------------------------------------------
 

@@ -298,19 +298,21 @@ pub struct RolloutFilter {
     pub channel: Option<String>,
 }
 
-/// One host's participation in one rollout.
+/// One host's participation in one rollout, keyed by hostname (as the manifest names it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostRollout {
     /// The rollout.
     pub rollout_id: RolloutId,
-    /// The host.
-    pub host_id: Uuid,
+    /// The host, as the manifest's host set names it (it may never have enrolled).
+    pub hostname: String,
     /// Its state in this rollout.
     pub state: HostRolloutState,
     /// Its wave in the manifest.
     pub wave_index: u32,
-    /// Last change.
-    pub updated_at: Time,
+    /// Since when it is in `state`.
+    pub since: Time,
+    /// The closure of the last intent issued to it for this rollout (dispatch or revert).
+    pub intent_target: Option<String>,
 }
 
 /// What an intent asks of the host now. Serves `POST /v1/agent/confirm`: only `Wanted` and
@@ -391,6 +393,8 @@ pub struct CheckinView {
     pub intent: Option<IntentRecord>,
     /// Whether it has a queued task, or one whose lease lapsed, to lease now.
     pub leasable: bool,
+    /// Its last report (what the planner decides on), if it sent one.
+    pub report: Option<super::plans::HostReport>,
 }
 
 /// A stored intent.

@@ -14,6 +14,10 @@ use crate::check::check_plan;
 use crate::engine::plan;
 use crate::input::{ChannelInput, Connectivity, HostObserved, PlanInput};
 
+/// The fixture channels' freshness window (signed at `t(-60)`): a day, so only tests about
+/// staleness see a stale channel.
+pub const FRESHNESS_WINDOW_SECS: u64 = 86_400;
+
 /// A fixed origin for test times.
 pub fn t(secs: i64) -> Time {
     Time::from_unix(1_800_000_000 + secs).expect("time")
@@ -99,7 +103,15 @@ pub fn add_channel(input: &mut PlanInput, m: RolloutManifest) {
         input.hosts.entry(e.hostname.clone()).or_insert_with(online);
     }
     let sha = sha(&m.rollout_id);
-    input.channels.insert(m.channel.clone(), ChannelInput { manifest: m, manifest_sha256: sha, revertable: vec![] });
+    let c = ChannelInput {
+        manifest: m,
+        manifest_sha256: sha,
+        revertable: vec![],
+        signed_at: t(-60),
+        freshness_window_secs: FRESHNESS_WINDOW_SECS,
+        compliance: Default::default(),
+    };
+    input.channels.insert(c.manifest.channel.clone(), c);
 }
 
 /// Makes `prev` the channel's newest revertable rollout (its manifest kept in `manifests`).

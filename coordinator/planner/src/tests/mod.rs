@@ -3,5 +3,6 @@
 
 mod channels;
 mod fixture;
+mod lifecycle;
 mod rules;
 mod safety;

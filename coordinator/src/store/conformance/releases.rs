@@ -159,36 +159,140 @@ pub fn rollout_state_cas_and_legality(make: Factory<'_>) {
     assert_eq!(halted.len(), 1);
 }
 
-/// Per-host rollout state: created once, then compare-and-set along legal transitions.
-pub fn host_rollout_state_cas_and_list(make: Factory<'_>) {
+fn host_op(id: &RolloutId, host: &str, from: HostRolloutState, to: HostRolloutState, target: Option<&str>) -> PlanOp {
+    PlanOp::HostState { rollout_id: id.clone(), hostname: host.into(), wave_index: 0, from, to, intent_target: target.map(str::to_owned) }
+}
+
+/// One plan is one transaction: ops apply in order with their events; an op finding another
+/// state than it expects (compare-and-set) or an illegal transition fails the whole write.
+pub fn plan_write_is_one_compare_and_set_transaction(make: Factory<'_>) {
+    use HostRolloutState as H;
     let s = make();
     let id = rid("prod@c1");
-    s.open_rollout(&NewRollout { rollout_id: id.clone(), state: RolloutState::Active, manifest_sha256: sha(b"m"), opened_at: t(0) })
-        .unwrap();
+    let event = |msg: &str| NewEvent {
+        at: t(1),
+        kind: "rollout.host".into(),
+        host_id: None,
+        rollout_id: Some(id.clone()),
+        job_id: None,
+        message: msg.into(),
+        data: serde_json::json!({}),
+    };
+    let open = PlanWrite {
+        at: t(1),
+        ops: vec![
+            PlanOp::OpenRollout { rollout_id: id.clone(), manifest_sha256: sha(b"m") },
+            PlanOp::RolloutState { rollout_id: id.clone(), from: RolloutState::Opening, to: RolloutState::Active },
+            host_op(&id, "gpu-a", H::Pending, H::Activating, Some("/nix/store/a")),
+            host_op(&id, "gpu-b", H::Pending, H::Skipped, None),
+        ],
+        events: vec![event("opened"), event("dispatched")],
+    };
+    s.apply_plan(&open, &[]).unwrap();
+    let rows: Vec<_> = s.list_host_rollouts(&id).unwrap().into_iter().map(|r| (r.hostname, r.state, r.intent_target)).collect();
+    assert_eq!(rows, vec![("gpu-a".into(), H::Activating, Some("/nix/store/a".into())), ("gpu-b".into(), H::Skipped, None)]);
+    assert_eq!(s.get_rollout(&id).unwrap().map(|r| r.state), Some(RolloutState::Active));
+    let snap = s.plan_snapshot().unwrap();
+    assert_eq!(snap.channels.get("prod").and_then(|c| c.last_rolled_ref.clone()), Some("c1".into()), "opening records the ref");
+    assert_eq!(all_events(&*s).iter().filter(|e| e.event.kind == "rollout.host").count(), 2);
+
+    // A stale expectation anywhere fails the whole write, the ops before it included.
+    let stale = PlanWrite {
+        at: t(2),
+        ops: vec![
+            host_op(&id, "gpu-a", H::Activating, H::Soaking, None),
+            host_op(&id, "gpu-b", H::Pending, H::Activating, Some("/nix/store/b")),
+        ],
+        events: vec![event("should not stay")],
+    };
+    let err = s.apply_plan(&stale, &[]).unwrap_err();
+    assert!(matches!(err, StoreError::StaleState { .. }), "{err:?}");
+    let illegal = PlanWrite { at: t(2), ops: vec![host_op(&id, "gpu-a", H::Activating, H::Pending, None)], events: vec![] };
+    assert!(matches!(s.apply_plan(&illegal, &[]), Err(StoreError::IllegalTransition { .. })));
+    let again =
+        PlanWrite { at: t(2), ops: vec![PlanOp::OpenRollout { rollout_id: id.clone(), manifest_sha256: sha(b"m") }], events: vec![] };
+    assert!(matches!(s.apply_plan(&again, &[]), Err(StoreError::Conflict { .. })), "a rollout opens once");
+    let rows: Vec<_> = s.list_host_rollouts(&id).unwrap().into_iter().map(|r| r.state).collect();
+    assert_eq!(rows, vec![H::Activating, H::Skipped], "nothing of a failed write stays");
+    assert!(all_events(&*s).iter().all(|e| e.event.message != "should not stay"));
+
+    // Recording a revert intent keeps the state and its `since`.
+    let before = s.list_host_rollouts(&id).unwrap()[0].since;
+    let revert =
+        PlanWrite { at: t(9), ops: vec![host_op(&id, "gpu-a", H::Activating, H::Activating, Some("/nix/store/old"))], events: vec![] };
+    s.apply_plan(&revert, &[]).unwrap();
+    let a = &s.list_host_rollouts(&id).unwrap()[0];
+    assert_eq!((a.state, a.since, a.intent_target.as_deref()), (H::Activating, before, Some("/nix/store/old")));
+}
+
+/// The snapshot carries hosts with their reports, live rollouts with their hosts, channel
+/// bookkeeping, and hosts held by unfinished jobs; pruned rollouts are left out.
+pub fn plan_snapshot_reads_what_the_planner_needs(make: Factory<'_>) {
+    use drover_proto::report::ProbeOutcome;
+    let s = make();
     let a = host(&*s, "gpu-a");
     let b = host(&*s, "gpu-b");
-    let row = |h: Uuid, state, wave, at| HostRollout { rollout_id: id.clone(), host_id: h, state, wave_index: wave, updated_at: t(at) };
-    s.set_host_rollout(&row(a.id, HostRolloutState::Pending, 1, 1), None, "planned").unwrap();
-    s.set_host_rollout(&row(b.id, HostRolloutState::Pending, 0, 1), None, "planned").unwrap();
-    let dup = s.set_host_rollout(&row(a.id, HostRolloutState::Pending, 1, 2), None, "again");
-    assert!(matches!(dup, Err(StoreError::Conflict { .. })), "{dup:?}");
-    s.set_host_rollout(&row(b.id, HostRolloutState::Activating, 0, 3), Some(HostRolloutState::Pending), "dispatched").unwrap();
-    let stale = s.set_host_rollout(&row(b.id, HostRolloutState::Skipped, 0, 4), Some(HostRolloutState::Pending), "offline");
-    assert!(matches!(stale, Err(StoreError::StaleState { .. })), "{stale:?}");
-    let illegal = s.set_host_rollout(&row(a.id, HostRolloutState::Converged, 1, 4), Some(HostRolloutState::Pending), "skip");
-    assert!(matches!(illegal, Err(StoreError::IllegalTransition { .. })), "{illegal:?}");
-    // Same state: a wave update only, no event.
-    s.set_host_rollout(&row(a.id, HostRolloutState::Pending, 2, 5), Some(HostRolloutState::Pending), "re-waved").unwrap();
-    assert_eq!(s.get_host_rollout(&id, a.id).unwrap(), Some(row(a.id, HostRolloutState::Pending, 2, 5)));
-    assert_eq!(s.get_host_rollout(&id, Uuid::new_v4()).unwrap(), None);
-    let listed: Vec<_> = s.list_host_rollouts(&id).unwrap().into_iter().map(|r| (r.host_id, r.state, r.wave_index)).collect();
-    assert_eq!(listed, vec![(b.id, HostRolloutState::Activating, 0), (a.id, HostRolloutState::Pending, 2)]);
-    let events = s.list_events(&EventFilter { kind: Some("host_rollout.transition".into()), limit: 10, ..Default::default() }).unwrap();
-    assert_eq!(events.len(), 1);
-    assert_eq!((events[0].event.host_id, events[0].event.rollout_id.as_ref()), (Some(b.id), Some(&id)));
-    let missing =
-        s.set_host_rollout(&HostRollout { rollout_id: rid("prod@none"), ..row(a.id, HostRolloutState::Pending, 0, 1) }, None, "x");
-    assert!(matches!(missing, Err(StoreError::NotFound { .. })), "{missing:?}");
-    let no_host = s.set_host_rollout(&row(Uuid::new_v4(), HostRolloutState::Pending, 0, 1), None, "x");
-    assert!(matches!(no_host, Err(StoreError::NotFound { .. })), "{no_host:?}");
+    let report = HostReport { failed_units: 2, probes: [("nccl".to_owned(), ProbeOutcome::Passed)].into(), activation: None };
+    s.record_host_report(a.id, &report, t(3)).unwrap();
+    assert!(matches!(s.record_host_report(Uuid::new_v4(), &report, t(3)), Err(StoreError::NotFound { .. })));
+    let job = s
+        .create_job(&NewJob {
+            job_id: Uuid::new_v4(),
+            kind: "soft_reset".into(),
+            host_id: Some(b.id),
+            input: serde_json::json!({}),
+            created_at: t(3),
+        })
+        .unwrap();
+    let old = rid("prod@c0");
+    let new = rid("prod@c1");
+    let ops = vec![
+        PlanOp::OpenRollout { rollout_id: old.clone(), manifest_sha256: sha(b"0") },
+        PlanOp::RolloutState { rollout_id: old.clone(), from: RolloutState::Opening, to: RolloutState::Failed },
+        PlanOp::RolloutState { rollout_id: old.clone(), from: RolloutState::Failed, to: RolloutState::Pruned },
+        PlanOp::OpenRollout { rollout_id: new.clone(), manifest_sha256: sha(b"1") },
+        PlanOp::Deferral { channel: "infra".into(), deferral: Some(serde_json::json!({"targetRef": "r9"})) },
+        PlanOp::StaleAlert { channel: "infra".into(), signed_at: t(2) },
+    ];
+    s.apply_plan(&PlanWrite { at: t(4), ops, events: vec![] }, &[]).unwrap();
+    let snap = s.plan_snapshot().unwrap();
+    let hosts: Vec<_> = snap.hosts.iter().map(|h| (h.hostname.as_str(), h.report.clone())).collect();
+    assert_eq!(hosts, vec![("gpu-a", Some(report)), ("gpu-b", None)]);
+    assert_eq!(snap.rollouts.iter().map(|r| r.rollout.rollout_id.clone()).collect::<Vec<_>>(), vec![new]);
+    assert_eq!(snap.held.keys().copied().collect::<Vec<_>>(), vec![b.id]);
+    assert!(snap.held[&b.id].contains(&job.job.job_id.to_string()));
+    let infra = &snap.channels["infra"];
+    assert_eq!((infra.deferral.clone(), infra.stale_alert), (Some(serde_json::json!({"targetRef": "r9"})), Some(t(2))));
+    s.set_job_state(job.job.job_id, JobState::Pending, JobState::Cancelled, "done", t(5)).unwrap();
+    assert!(s.plan_snapshot().unwrap().held.is_empty(), "a finished job holds nothing");
+}
+
+/// Cancelling a rollout's intents withdraws the wanted ones only.
+pub fn cancel_intents_withdraws_wanted_intents_of_the_rollout(make: Factory<'_>) {
+    let s = make();
+    let a = host(&*s, "gpu-a");
+    let id = rid("prod@c1");
+    let intent = NewIntent {
+        intent_id: Uuid::new_v4(),
+        host_id: a.id,
+        rollout_id: id.clone(),
+        envelope: b"{}".to_vec(),
+        confirm_deadline: None,
+        created_at: t(1),
+    };
+    s.apply_plan(&PlanWrite { at: t(1), ops: vec![PlanOp::Intent(intent.clone())], events: vec![] }, &[]).unwrap();
+    let audit = NewAudit {
+        at: t(2),
+        actor: "alice".into(),
+        role: "admin".into(),
+        action: "rollout.cancel".into(),
+        target: id.to_string(),
+        reason: "r".into(),
+        prior_state: None,
+        expected_state: None,
+    };
+    s.apply_plan(&PlanWrite { at: t(2), ops: vec![PlanOp::CancelIntents { rollout_id: id.clone() }], events: vec![] }, &[audit]).unwrap();
+    let stored = s.current_intent(a.id).unwrap().expect("intent");
+    assert_eq!(stored.status, IntentStatus::Cancelled);
+    assert_eq!(s.list_audit(&AuditFilter::default()).unwrap().len(), 1, "the audit record is written with the plan");
 }

@@ -38,7 +38,7 @@ pub fn checkin_view_reads_without_leasing(make: Factory<'_>) {
     let h = host(&*s, "gpu-01");
     let view = s.checkin_view(h.id, t(1)).unwrap();
     assert_eq!((view.host, view.intent, view.leasable), (Some(h.clone()), None, false));
-    assert_eq!(s.checkin_view(Uuid::new_v4(), t(1)).unwrap(), CheckinView { host: None, intent: None, leasable: false });
+    assert_eq!(s.checkin_view(Uuid::new_v4(), t(1)).unwrap(), CheckinView { host: None, intent: None, leasable: false, report: None });
     let i = s.put_intent(&intent(h.id, b"{}", 2)).unwrap();
     let queued = task(h.id, 3);
     s.enqueue_task(&queued).unwrap();

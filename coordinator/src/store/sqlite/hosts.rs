@@ -10,10 +10,10 @@ use serde_json::json;
 use super::log::insert_event;
 use super::*;
 
-const HOST_COLS: &str =
+pub(super) const HOST_COLS: &str =
     "id, hostname, state, schedulable, created_at, updated_at, last_checkin_at, agent_version, boot_id, current_generation";
 
-fn host_row(r: &Row<'_>) -> rusqlite::Result<Host> {
+pub(super) fn host_row(r: &Row<'_>) -> rusqlite::Result<Host> {
     let last_checkin = match opt_time_col(r, 6)? {
         Some(at) => Some(Checkin {
             at,

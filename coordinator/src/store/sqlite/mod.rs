@@ -16,6 +16,7 @@
 
 mod hosts;
 mod log;
+mod plans;
 mod releases;
 mod work;
 
@@ -38,10 +39,11 @@ use uuid::Uuid;
 use super::*;
 
 /// Migrations, in order; each runs once, in one transaction with its `schema_migrations` row.
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../migrations/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str)] =
+    &[(1, include_str!("../migrations/0001_init.sql")), (2, include_str!("../migrations/0002_rollout_engine.sql"))];
 
 /// The schema version this build writes; a file with a higher one is refused.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// How long a connection waits for another process's lock before failing: only a second
 /// process on the same file (an operator's `sqlite3` shell, a backup) ever holds one.
@@ -359,14 +361,18 @@ impl Store for SqliteStore {
     ) -> Result<Rollout, StoreError> {
         self.write(|tx| releases::set_rollout_state(tx, rollout_id, from, to, reason, at))
     }
-    fn set_host_rollout(&self, new: &HostRollout, expected: Option<HostRolloutState>, reason: &str) -> Result<(), StoreError> {
-        self.write(|tx| releases::set_host_rollout(tx, new, expected, reason))
-    }
-    fn get_host_rollout(&self, rollout_id: &RolloutId, host_id: Uuid) -> Result<Option<HostRollout>, StoreError> {
-        self.read(|c| releases::get_host_rollout(c, rollout_id, host_id))
-    }
     fn list_host_rollouts(&self, rollout_id: &RolloutId) -> Result<Vec<HostRollout>, StoreError> {
         self.read(|c| releases::list_host_rollouts(c, rollout_id))
+    }
+
+    fn plan_snapshot(&self) -> Result<PlanSnapshot, StoreError> {
+        self.read(|c| plans::plan_snapshot(c))
+    }
+    fn apply_plan(&self, write: &PlanWrite, audits: &[NewAudit]) -> Result<(), StoreError> {
+        self.write(|tx| plans::apply_plan(tx, write, audits))
+    }
+    fn record_host_report(&self, host_id: Uuid, report: &HostReport, at: Time) -> Result<(), StoreError> {
+        self.write(|tx| plans::record_host_report(tx, host_id, report, at))
     }
 
     fn put_intent(&self, new: &NewIntent) -> Result<IntentRecord, StoreError> {
@@ -381,6 +387,7 @@ impl Store for SqliteStore {
                 host: hosts::get_host(c, host_id)?,
                 intent: work::current_intent(c, host_id)?,
                 leasable: work::has_leasable_task(c, host_id, now)?,
+                report: plans::get_host_report(c, host_id)?,
             })
         })
     }

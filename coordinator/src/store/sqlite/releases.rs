@@ -111,9 +111,9 @@ pub(super) fn get_manifest(c: &Connection, id: &RolloutId) -> Result<Option<Mani
 
 // ---- rollouts -----------------------------------------------------------------------------
 
-const ROLLOUT_COLS: &str = "rollout_id, channel, state, manifest_sha256, opened_at, updated_at";
+pub(super) const ROLLOUT_COLS: &str = "rollout_id, channel, state, manifest_sha256, opened_at, updated_at";
 
-fn rollout_row(r: &Row<'_>) -> rusqlite::Result<Rollout> {
+pub(super) fn rollout_row(r: &Row<'_>) -> rusqlite::Result<Rollout> {
     Ok(Rollout {
         rollout_id: rollout_col(r, 0)?,
         channel: r.get(1)?,
@@ -174,6 +174,20 @@ pub(super) fn set_rollout_state(
     reason: &str,
     at: Time,
 ) -> Result<Rollout, StoreError> {
+    update_rollout_state(c, id, from, to, at)?;
+    insert_event(c, &rollout_event(id, at, "rollout.transition", reason, json!({ "from": from.as_str(), "to": to.as_str() })))?;
+    get_rollout(c, id)?.ok_or_else(|| StoreError::not_found("rollout", id))
+}
+
+/// Compare-and-set of a rollout's state along a legal transition, without an event (the
+/// caller writes the event it wants).
+pub(super) fn update_rollout_state(
+    c: &Connection,
+    id: &RolloutId,
+    from: RolloutState,
+    to: RolloutState,
+    at: Time,
+) -> Result<(), StoreError> {
     if !from.can_transition_to(to) {
         return Err(StoreError::IllegalTransition { what: "rollout", from: from.as_str().into(), to: to.as_str().into() });
     }
@@ -192,79 +206,32 @@ pub(super) fn set_rollout_state(
         id.as_str(),
         from.as_str()
     ])?;
-    insert_event(c, &rollout_event(id, at, "rollout.transition", reason, json!({ "from": from.as_str(), "to": to.as_str() })))?;
-    get_rollout(c, id)?.ok_or_else(|| StoreError::not_found("rollout", id))
+    Ok(())
 }
 
 // ---- per-host rollout state ---------------------------------------------------------------
 
-fn host_rollout_row(r: &Row<'_>) -> rusqlite::Result<HostRollout> {
+pub(super) const HOST_ROLLOUT_COLS: &str = "rollout_id, hostname, state, wave_index, since, intent_target";
+
+pub(super) fn host_rollout_row(r: &Row<'_>) -> rusqlite::Result<HostRollout> {
     Ok(HostRollout {
         rollout_id: rollout_col(r, 0)?,
-        host_id: uuid_col(r, 1)?,
+        hostname: r.get(1)?,
         state: parse_col(r, 2)?,
         wave_index: r.get(3)?,
-        updated_at: time_col(r, 4)?,
+        since: time_col(r, 4)?,
+        intent_target: r.get(5)?,
     })
 }
 
-pub(super) fn get_host_rollout(c: &Connection, rollout_id: &RolloutId, host_id: Uuid) -> Result<Option<HostRollout>, StoreError> {
-    let mut stmt = c.prepare_cached(
-        "SELECT rollout_id, host_id, state, wave_index, updated_at FROM host_rollouts WHERE rollout_id = ?1 AND host_id = ?2",
-    )?;
-    Ok(stmt.query_row(params![rollout_id.as_str(), host_id.to_string()], host_rollout_row).optional()?)
-}
-
-pub(super) fn set_host_rollout(
-    c: &Connection,
-    new: &HostRollout,
-    expected: Option<HostRolloutState>,
-    reason: &str,
-) -> Result<(), StoreError> {
-    let what = "host rollout";
-    let key = || format!("{}/{}", new.rollout_id, new.host_id);
-    if let Some(from) = expected.filter(|from| *from != new.state && !from.can_transition_to(new.state)) {
-        return Err(StoreError::IllegalTransition { what, from: from.as_str().into(), to: new.state.as_str().into() });
-    }
-    if get_rollout(c, &new.rollout_id)?.is_none() {
-        return Err(StoreError::not_found("rollout", &new.rollout_id));
-    }
-    if super::hosts::get_host(c, new.host_id)?.is_none() {
-        return Err(StoreError::not_found("host", new.host_id));
-    }
-    let args = params![new.rollout_id.as_str(), new.host_id.to_string(), new.state.as_str(), new.wave_index, new.updated_at.unix()];
-    match (expected, get_host_rollout(c, &new.rollout_id, new.host_id)?) {
-        (None, Some(_)) => Err(StoreError::conflict(what, key(), "already exists")),
-        (None, None) => {
-            c.prepare_cached("INSERT INTO host_rollouts (rollout_id, host_id, state, wave_index, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)")?
-                .execute(args)?;
-            Ok(())
-        }
-        (Some(_), None) => Err(StoreError::not_found(what, key())),
-        (Some(from), Some(stored)) if stored.state != from => {
-            Err(StoreError::StaleState { what, id: key(), expected: from.as_str().into(), actual: stored.state.as_str().into() })
-        }
-        (Some(from), Some(_)) => {
-            c.prepare_cached(
-                "UPDATE host_rollouts SET state = ?3, wave_index = ?4, updated_at = ?5 WHERE rollout_id = ?1 AND host_id = ?2",
-            )?
-            .execute(args)?;
-            if from != new.state {
-                let data = json!({ "from": from.as_str(), "to": new.state.as_str(), "waveIndex": new.wave_index });
-                let mut event = rollout_event(&new.rollout_id, new.updated_at, "host_rollout.transition", reason, data);
-                event.host_id = Some(new.host_id);
-                insert_event(c, &event)?;
-            }
-            Ok(())
-        }
-    }
+pub(super) fn get_host_rollout(c: &Connection, rollout_id: &RolloutId, hostname: &str) -> Result<Option<HostRollout>, StoreError> {
+    let sql = format!("SELECT {HOST_ROLLOUT_COLS} FROM host_rollouts WHERE rollout_id = ?1 AND hostname = ?2");
+    Ok(c.prepare_cached(&sql)?.query_row(params![rollout_id.as_str(), hostname], host_rollout_row).optional()?)
 }
 
 pub(super) fn list_host_rollouts(c: &Connection, rollout_id: &RolloutId) -> Result<Vec<HostRollout>, StoreError> {
-    let mut stmt = c.prepare_cached(
-        "SELECT rollout_id, host_id, state, wave_index, updated_at FROM host_rollouts WHERE rollout_id = ?1
-         ORDER BY wave_index, host_id",
-    )?;
+    let sql = format!("SELECT {HOST_ROLLOUT_COLS} FROM host_rollouts WHERE rollout_id = ?1 ORDER BY wave_index, hostname");
+    let mut stmt = c.prepare_cached(&sql)?;
     let rows = stmt.query_map([rollout_id.as_str()], host_rollout_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }

@@ -1,0 +1,103 @@
+//! `drover rollout VERB ROLLOUT_ID`: the operator's rollout actions against the coordinator's
+//! admin routes `POST /v1/rollouts/{id}/<verb>` — halt, resume, cancel, rollback (each with a
+//! required `--reason`, recorded in the events and the audit log) — and `status` (viewer),
+//! the rollout with every host's state.
+//!
+//! The coordinator decides legality and answers a refusal with a 409 naming the states the
+//! action needs (exit 65); a viewer certificate gets 403 (exit 77). On success an action
+//! prints one line, `ROLLOUT_ID STATE`; `status` prints the coordinator's JSON.
+
+use std::io::Write;
+
+use clap::{Args, ValueEnum};
+use drover_proto::names::RolloutId;
+use serde::{Deserialize, Serialize};
+
+use crate::client::{self, ConnectArgs};
+use crate::exit::{CliError, codes};
+use crate::host::check_reason;
+
+/// What to do with a rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Verb {
+    /// Active or Converging → Halted: nothing new is dispatched; in-flight hosts finish.
+    Halt,
+    /// Halted → Active (the health gate is evaluated again).
+    Resume,
+    /// Any live state → Cancelled; unconfirmed intents are withdrawn.
+    Cancel,
+    /// Active, Converging or Halted → Reverting: touched hosts go back to the channel's
+    /// newest revertable rollout.
+    Rollback,
+    /// Print the rollout and its hosts' states as JSON (viewer).
+    Status,
+}
+
+impl Verb {
+    fn path_segment(self) -> &'static str {
+        match self {
+            Verb::Halt => "halt",
+            Verb::Resume => "resume",
+            Verb::Cancel => "cancel",
+            Verb::Rollback => "rollback",
+            Verb::Status => "status",
+        }
+    }
+}
+
+/// Arguments of `drover rollout`.
+#[derive(Args)]
+pub struct RolloutArgs {
+    /// What to do.
+    #[arg(value_enum)]
+    verb: Verb,
+    /// The rollout, `CHANNEL@REF`.
+    rollout_id: String,
+    /// Why (required for every verb but `status`; recorded in the events and the audit log).
+    #[arg(long, value_name = "TEXT")]
+    reason: Option<String>,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+#[derive(Serialize)]
+struct ActionRequest<'a> {
+    reason: &'a str,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RolloutState {
+    rollout_id: String,
+    state: String,
+}
+
+/// Runs `drover rollout`.
+pub fn run(args: &RolloutArgs) -> Result<(), CliError> {
+    let id = RolloutId::parse(&args.rollout_id)
+        .map_err(|e| CliError::usage(format!("ROLLOUT_ID {:?} is not CHANNEL@REF: {e}", args.rollout_id)))?;
+    let reason = match (args.verb, args.reason.as_deref()) {
+        (Verb::Status, _) => None,
+        (_, Some(r)) => Some(check_reason(r)?),
+        (_, None) => return Err(CliError::usage("--reason must say why (it is recorded in the events and the audit log)")),
+    };
+    let target = args.connect.resolve()?;
+    let client = client::connect(&target)?;
+    let path = format!("/v1/rollouts/{id}/{}", args.verb.path_segment());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::new(codes::SOFTWARE, format!("cannot start the async runtime: {e}")))?;
+    let line = match reason {
+        None => {
+            let status: serde_json::Value = runtime.block_on(client.get_json(&path))?;
+            serde_json::to_string_pretty(&status).map_err(|e| CliError::new(codes::SOFTWARE, format!("internal error: {e}")))?
+        }
+        Some(reason) => {
+            let r: RolloutState = runtime.block_on(client.post_json(&path, &ActionRequest { reason }))?;
+            format!("{} {}", r.rollout_id, r.state)
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}").and_then(|()| out.flush()).map_err(|e| CliError::new(codes::IO, format!("cannot write stdout: {e}")))
+}

@@ -1,0 +1,99 @@
+//! The rollout executor: loads the planner's input from the store, plans, and applies the
+//! plan's actions in one store transaction with one event per transition (RFC-0002 §7);
+//! hosts that got an intent are woken from their long-poll.
+//!
+//! - [`input`]: the store's snapshot and the verified release → `PlanInput` (pure).
+//! - [`writes`]: a plan → the store ops, signed intents and events (pure but for signing).
+//! - [`trigger`]: when ticks run — periodic, on events, debounced, one at a time.
+//!
+//! The executor holds nothing between ticks that decides anything: a coordinator killed and
+//! started again plans from the same store and converges to the same outcome (RFC-0002 §2).
+//! A tick whose plan no longer fits the store (an operator acted between the read and the
+//! write) fails whole on the store's compare-and-set and the next tick plans again.
+
+pub mod input;
+pub mod trigger;
+pub mod writes;
+
+use std::sync::Arc;
+
+use drover_planner::Plan;
+use drover_proto::release::verify_release;
+use drover_proto::verify::VerifyContext;
+
+use crate::app::AppState;
+use crate::store::{self, StoreError};
+
+pub use trigger::Trigger;
+
+/// Why a tick did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    /// Reading or writing the store failed, or the plan no longer fit it.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// The stored release no longer verifies (a key expired, `rejectBefore` moved): the tick
+    /// is aborted and nothing is decided until a release that verifies is published.
+    #[error("the latest release no longer verifies ({rule}): {message}")]
+    Release {
+        /// The verification rule that refused it.
+        rule: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// An intent could not be signed or encoded.
+    #[error("cannot issue an intent: {0}")]
+    Intent(String),
+}
+
+/// What one tick did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TickOutcome {
+    /// The plan, as decided.
+    pub plan: Plan,
+    /// When the next tick is due for time's sake alone (a soak ending, a confirm deadline,
+    /// a retention period), if any.
+    pub next_due: Option<drover_proto::time::Time>,
+    /// The shortest `reconcileIntervalSecs` of the release's channels (RFC-0002 §6: periodic
+    /// per channel), if a release was planned.
+    pub channel_period_secs: Option<u64>,
+}
+
+/// Plans once and applies the plan. No release published yet: nothing to do.
+pub async fn tick(app: &Arc<AppState>) -> Result<TickOutcome, ExecutorError> {
+    let now = app.clock.now();
+    let loaded = store::blocking(app.store.clone(), |s| {
+        let Some(release) = s.latest_release()? else { return Ok(None) };
+        let snapshot = s.plan_snapshot()?;
+        let stored = input::stored_manifests(s, &snapshot)?;
+        Ok(Some((release, snapshot, stored)))
+    })
+    .await?;
+    let Some((release, snapshot, stored)) = loaded else { return Ok(TickOutcome::default()) };
+    // Staleness is reported, not refused: the planner stops new dispatch for a stale channel
+    // and raises an alert, while hosts already in flight finish (RFC-0002 §4 step 0).
+    let verified = verify_release(&release.files, &app.trust, &VerifyContext::at(now).reporting_stale())
+        .map_err(|e| ExecutorError::Release { rule: e.rule(), message: e.to_string() })?;
+    let channel_period_secs = verified.fleet.fleet.channels.values().map(|c| c.reconcile_interval_secs).filter(|s| *s > 0).min();
+    let settings = input::settings(&app.config.rollouts);
+    let built =
+        input::build(&verified, &snapshot, stored, settings).map_err(|e| ExecutorError::Release { rule: "observed", message: e })?;
+    let plan = drover_planner::plan(&built.input, now);
+    if plan.actions.is_empty() {
+        let next_due = input::next_due(&built.input, now);
+        return Ok(TickOutcome { plan, next_due, channel_period_secs });
+    }
+    let after = input::applied(&built.input, &plan, now);
+    let next_due = input::next_due(&after, now);
+    let signer = drover_proto::keys::KeySigner::new((*app.director).clone());
+    let issue = writes::IntentIssuer { signer: &signer, confirm_window_secs: app.config.rollouts.confirm_window_secs };
+    let (write, woken) = writes::plan_write(&built, &plan, &after, now, &issue)?;
+    store::blocking(app.store.clone(), move |s| s.apply_plan(&write, &[])).await?;
+    for host in woken {
+        app.hub.notify(host);
+    }
+    for a in &plan.actions {
+        tracing::info!(reason = a.reason(), action = ?a, "rollout action applied");
+    }
+    Ok(TickOutcome { plan, next_due, channel_period_secs })
+}

@@ -1,0 +1,99 @@
+//! When the executor ticks (RFC-0002 §6): at least every `rollouts.interval_secs` or every
+//! channel's `reconcileIntervalSecs`, whichever is shorter (one tick plans every channel, so the
+//! fastest channel sets the pace), earlier whenever the last plan said time alone will change
+//! a decision — a soak ending, a confirm deadline, a retention period — and on events — a check-in whose report changed, a
+//! release published, an operator's rollout action, a host going offline. Events arriving
+//! within `rollouts.debounce_ms` of the first collapse into one tick.
+//!
+//! One executor acts at a time: ticks run under one lock, whether the loop or a caller of
+//! [`Trigger::tick_now`] runs them, so two plans are never made from the same snapshot.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{Mutex, Notify};
+
+use super::{ExecutorError, TickOutcome, tick};
+use crate::app::AppState;
+
+/// The executor's trigger, shared by everything that may cause a tick.
+#[derive(Default)]
+pub struct Trigger {
+    notify: Notify,
+    dirty: AtomicBool,
+    lock: Mutex<()>,
+    ticks: AtomicU64,
+    failures: AtomicU64,
+}
+
+impl Trigger {
+    /// Asks for a tick soon (after the debounce window).
+    pub fn poke(&self) {
+        self.dirty.store(true, Ordering::SeqCst);
+        self.notify.notify_one();
+    }
+
+    /// Ticks completed so far (successful or not).
+    pub fn ticks(&self) -> u64 {
+        self.ticks.load(Ordering::SeqCst)
+    }
+
+    /// Ticks that failed so far.
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::SeqCst)
+    }
+
+    /// Runs one tick now, waiting for a running one to finish first.
+    pub async fn tick_now(&self, app: &Arc<AppState>) -> Result<TickOutcome, ExecutorError> {
+        let _one_at_a_time = self.lock.lock().await;
+        let out = tick(app).await;
+        self.ticks.fetch_add(1, Ordering::SeqCst);
+        if out.is_err() {
+            self.failures.fetch_add(1, Ordering::SeqCst);
+        }
+        out
+    }
+}
+
+/// Runs the executor until the process ends.
+pub async fn run(app: Arc<AppState>) {
+    let interval = Duration::from_secs(app.config.rollouts.interval_secs);
+    let debounce = Duration::from_millis(app.config.rollouts.debounce_ms);
+    let trigger = &app.executor;
+    // A start is an event: whatever the store holds is planned at once.
+    trigger.poke();
+    let mut wait = interval;
+    loop {
+        let _ = tokio::time::timeout(wait, trigger.notify.notified()).await;
+        if trigger.dirty.load(Ordering::SeqCst) {
+            tokio::time::sleep(debounce).await;
+        }
+        // Everything that arrived until now is covered by this tick: drop the stored wake-up
+        // (a zero timeout polls the notification once, taking a stored permit if there is one).
+        trigger.dirty.store(false, Ordering::SeqCst);
+        let _ = tokio::time::timeout(Duration::ZERO, trigger.notify.notified()).await;
+        wait = interval;
+        match trigger.tick_now(&app).await {
+            Ok(out) => {
+                if let Some(secs) = out.channel_period_secs {
+                    wait = wait.min(Duration::from_secs(secs));
+                }
+                if !out.plan.actions.is_empty() {
+                    tracing::info!(actions = out.plan.actions.len(), waits = out.plan.report.len(), "rollout plan applied");
+                }
+                if let Some(due) = out.next_due {
+                    let secs = u64::try_from(due.secs_since(app.clock.now())).unwrap_or(0);
+                    wait = wait.min(Duration::from_secs(secs.max(1)));
+                }
+            }
+            Err(ExecutorError::Store(e)) if e.kind() == crate::store::ErrorKind::Conflict => {
+                // The store moved between the read and the write (an operator action): plan
+                // again from what is there now.
+                tracing::info!(error = %e, "rollout plan no longer fits the store; planning again");
+                trigger.poke();
+            }
+            Err(e) => tracing::error!(error = %e, "rollout executor tick failed"),
+        }
+    }
+}

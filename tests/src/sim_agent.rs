@@ -1,0 +1,257 @@
+//! A simulated agent: speaks the real agent protocol over its own mTLS connection (check-in
+//! with long-poll, manifest bundle fetch, confirm) and runs the agent's own admission code
+//! (`drover_agent::admit::admit_intent`: timestamp, manifest, intent, wave membership) on
+//! every intent it is handed. Only the activation itself is simulated: a host "switches"
+//! instantly and reports what its script says — healthy, failing its required probes, or
+//! failing the switch.
+//!
+//! It is the building block of the executor's end-to-end tests and of the fleet simulator;
+//! nothing in the coordinator knows it is not a real agent.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use drover_agent::admit::{Anchors, admit_intent};
+use drover_agent::records::Seen;
+use drover_client::{ClientError, ClientIdentity, CoordinatorClient};
+use drover_proto::enroll::RolloutBundle;
+use drover_proto::report::{
+    ActivationPhase, ActivationStatus, CheckinRequest, CheckinResponse, ConfirmRequest, HealthReport, ProbeOutcome, ProbeResult,
+};
+use drover_proto::spec::Mode;
+use drover_proto::time::Time;
+use drover_proto::verify::HostIdentity;
+use uuid::Uuid;
+
+/// How a simulated host behaves when it is handed an intent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behaviour {
+    /// Switches, confirms, reports every required probe passed.
+    Healthy,
+    /// Switches and confirms, then reports its required probes failed.
+    FailsProbes,
+    /// Does not report at all (its check-ins stop): offline.
+    Offline,
+}
+
+/// What happened to one intent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handled {
+    /// The intent's rollout.
+    pub rollout_id: String,
+    /// Its target.
+    pub target: String,
+    /// Whether the coordinator accepted the confirmation (204) — else it answered 410.
+    pub confirmed: bool,
+}
+
+/// One simulated host.
+pub struct SimAgent {
+    /// Its hostname.
+    pub hostname: String,
+    /// Its host id.
+    pub host_id: Uuid,
+    /// Its behaviour.
+    pub behaviour: Behaviour,
+    /// Every intent it was handed and admitted, in order.
+    pub handled: Vec<Handled>,
+    /// Intents the admission code refused, with why.
+    pub refused: Vec<String>,
+    client: CoordinatorClient,
+    anchors: Anchors,
+    seen: Seen,
+    running: Option<String>,
+    activation: Option<ActivationStatus>,
+    probes: BTreeMap<String, ProbeOutcome>,
+    boot_id: String,
+    /// The CA, certificate and key files, to connect again ([`SimAgent::reconnect`]).
+    files: [PathBuf; 3],
+    /// An admitted intent whose confirmation has not been answered yet (the coordinator was
+    /// unreachable): sent again on the next step, as a real agent retries within its window.
+    pending: Option<PendingConfirm>,
+}
+
+/// A confirmation still to be delivered.
+struct PendingConfirm {
+    confirm: ConfirmRequest,
+    required_probes: Vec<String>,
+}
+
+/// A client for `url` presenting the certificate and key files, trusting the CA file.
+fn connect(url: &str, [ca, cert, key]: &[PathBuf; 3]) -> CoordinatorClient {
+    let read = |p: &Path| std::fs::read(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
+    let ca = drover_client::parse_certificates("ca", &read(ca)).expect("ca");
+    let chain = drover_client::parse_certificates("cert", &read(cert)).expect("cert");
+    let key = drover_client::parse_private_key("key", &read(key)).expect("key");
+    CoordinatorClient::new(
+        "drover-sim-agent",
+        &[url.to_owned()],
+        &ca,
+        Some(ClientIdentity { chain, key }),
+        std::time::Duration::from_secs(30),
+    )
+    .expect("client")
+}
+
+impl SimAgent {
+    /// An agent for `hostname` with the certificate and key files given, trusting `ca` for
+    /// the coordinator, `trust_json` for CI and `director_pem` for intents.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        url: &str,
+        ca: &Path,
+        (cert, key): (&Path, &Path),
+        hostname: &str,
+        host_id: Uuid,
+        trust_json: &[u8],
+        director_pem: &str,
+        behaviour: Behaviour,
+    ) -> SimAgent {
+        let files = [ca.to_path_buf(), cert.to_path_buf(), key.to_path_buf()];
+        let client = connect(url, &files);
+        let ci = drover_proto::trust::TrustRoots::from_json(trust_json).expect("trust");
+        let director = drover_proto::keys::verifying_key_from_text(director_pem).expect("director key");
+        SimAgent {
+            hostname: hostname.to_owned(),
+            host_id,
+            behaviour,
+            handled: Vec::new(),
+            refused: Vec::new(),
+            client,
+            anchors: Anchors { ci, director: drover_proto::trust::KeySet::single(director) },
+            seen: Seen::default(),
+            running: None,
+            activation: None,
+            probes: BTreeMap::new(),
+            boot_id: Uuid::new_v4().to_string(),
+            files,
+            pending: None,
+        }
+    }
+
+    /// Talks to the coordinator at `url` from now on (it restarted elsewhere), keeping
+    /// everything the agent has seen, runs and reports.
+    pub fn reconnect(&mut self, url: &str) {
+        self.client = connect(url, &self.files);
+    }
+
+    fn request(&self, now: Time) -> CheckinRequest {
+        let health = HealthReport {
+            collected_at: now,
+            uptime_secs: 1000,
+            load_avg_1m: 0.1,
+            mem_total_bytes: 1 << 30,
+            mem_available_bytes: 1 << 29,
+            cpu_usage_pct: None,
+            disks: Vec::new(),
+            failed_units: Vec::new(),
+            gpu: None,
+            hw_sync: None,
+            collect_errors: Vec::new(),
+        };
+        let probe_results = self
+            .probes
+            .iter()
+            .map(|(name, outcome)| ProbeResult {
+                name: name.clone(),
+                outcome: *outcome,
+                mode: Mode::Enforce,
+                message: String::new(),
+                duration_ms: 1,
+                observed_at: now,
+            })
+            .collect();
+        CheckinRequest {
+            agent_version: "sim".to_owned(),
+            boot_id: self.boot_id.clone(),
+            current_generation: self.running.clone(),
+            health: Some(health),
+            probe_results,
+            task_results: Vec::new(),
+            activation: self.activation.clone(),
+            events: Vec::new(),
+            known_intent_id: self.seen.last_intent_id.clone(),
+        }
+    }
+
+    /// One check-in (held by the coordinator's long-poll when there is nothing new), and,
+    /// when it brings an intent, admission, the simulated switch and the confirmation. `now`
+    /// is the time the agent's checks run at. Returns whether an intent was handled. A
+    /// confirmation the coordinator could not be reached for is retried by the next step
+    /// (which then only does that).
+    pub async fn step(&mut self, now: Time) -> Result<bool, ClientError> {
+        if self.behaviour == Behaviour::Offline {
+            return Ok(false);
+        }
+        if self.pending.is_some() {
+            self.deliver_confirm().await?;
+            return Ok(true);
+        }
+        let resp: CheckinResponse = self.client.post_json("/v1/agent/checkin", &self.request(now)).await?;
+        let Some(env) = resp.intent else { return Ok(false) };
+        let rollout = match drover_agent::admit::advertised_rollout(&env) {
+            Ok(r) => r,
+            Err(e) => {
+                self.refused.push(format!("{e:?}"));
+                return Ok(false);
+            }
+        };
+        let bundle: RolloutBundle = self.client.get_json(&format!("/v1/rollouts/{rollout}")).await?;
+        let host_id = self.host_id.to_string();
+        let host = HostIdentity { host_id: &host_id, hostname: &self.hostname };
+        let admitted = match admit_intent(&env, &bundle, &self.anchors, host, &self.seen, None, now) {
+            Ok(a) => a,
+            Err(e) => {
+                self.refused.push(format!("{e:?}"));
+                return Ok(false);
+            }
+        };
+        let intent = admitted.intent;
+        self.seen.highest_timestamp_version = admitted.timestamp.doc.version;
+        self.seen.last_intent_id = Some(intent.intent_id.clone());
+        // The switch, instantly; then the confirmation a real agent sends from the new system.
+        let confirm = ConfirmRequest {
+            intent_id: intent.intent_id.clone(),
+            rollout_id: intent.rollout_id.clone(),
+            closure: intent.target_closure.clone(),
+            boot_id: self.boot_id.clone(),
+        };
+        let required_probes = admitted.manifest.manifest.health_gate.required_probes.clone();
+        self.pending = Some(PendingConfirm { confirm, required_probes });
+        self.deliver_confirm().await?;
+        Ok(true)
+    }
+
+    /// Sends the pending confirmation; on an answer (204 confirmed, 410 roll back) records the
+    /// outcome. On a failure to reach the coordinator (a transient error) it stays pending for the
+    /// next step; any other error drops it.
+    async fn deliver_confirm(&mut self) -> Result<(), ClientError> {
+        let Some(p) = &self.pending else { return Ok(()) };
+        let confirmed = match self.client.post_for_status("/v1/agent/confirm", &p.confirm).await {
+            Ok(status) => status == 204,
+            Err(e) if e.status() == Some(410) => false,
+            Err(e) => {
+                if !e.is_transient() {
+                    self.pending = None;
+                }
+                return Err(e);
+            }
+        };
+        let Some(PendingConfirm { confirm, required_probes }) = self.pending.take() else { return Ok(()) };
+        let phase = if confirmed { ActivationPhase::Confirmed } else { ActivationPhase::RolledBack };
+        if confirmed {
+            self.running = Some(confirm.closure.clone());
+        }
+        self.activation = Some(ActivationStatus {
+            intent_id: confirm.intent_id.clone(),
+            rollout_id: confirm.rollout_id.clone(),
+            target_closure: confirm.closure.clone(),
+            phase,
+            message: String::new(),
+        });
+        let outcome = if self.behaviour == Behaviour::FailsProbes { ProbeOutcome::Failed } else { ProbeOutcome::Passed };
+        self.probes = required_probes.into_iter().map(|p| (p, outcome)).collect();
+        self.handled.push(Handled { rollout_id: confirm.rollout_id.to_string(), target: confirm.closure, confirmed });
+        Ok(())
+    }
+}

@@ -1,0 +1,212 @@
+//! The rollout executor end to end: a real coordinator (real TLS 1.3, real SQLite), a signed
+//! release published through the API, and simulated agents speaking the real protocol and
+//! running the agent's own admission code. Ticks are driven by hand against a manual clock,
+//! so soak times pass without waiting.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use drover_coordinator::app::Clock as _;
+use drover_coordinator::store::{AuditFilter, EventFilter, Store};
+use drover_proto::keys::KeySigner;
+use drover_proto::names::RolloutId;
+use drover_proto::publish::PublishRequest;
+use drover_proto::release::{ReleaseFiles, ReleaseParams, build_release};
+use drover_proto::resolve::ReleaseMeta;
+use drover_proto::spec::FleetSpec;
+use drover_proto::states::{HostLifecycle, HostRolloutState, RolloutState};
+use drover_proto::time::Time;
+use drover_tests::Harness;
+use drover_tests::sim_agent::{Behaviour, SimAgent};
+use ed25519_dalek::SigningKey;
+
+const FLEET: &[u8] = include_bytes!("../../examples/fleet.json");
+
+fn release(spec: &[u8], created_at: Time, version: u64, commit: &str) -> ReleaseFiles {
+    let spec = FleetSpec::from_json(spec).expect("spec");
+    let params = ReleaseParams { meta: ReleaseMeta { ci_commit: commit.into(), created_at }, version, previous: None };
+    build_release(&spec, &params, &[KeySigner::new(SigningKey::from_bytes(&[9u8; 32]))]).expect("release")
+}
+
+async fn publish(h: &Harness, files: &ReleaseFiles) {
+    let body = serde_json::to_string(&PublishRequest::from_files(files, Some("test".into())).expect("utf-8")).expect("json");
+    let (code, text) = h.call(Some(&h.admin), "POST", "/v1/releases", Some(&body)).await;
+    assert_eq!(code, "201", "{text}");
+}
+
+/// Every host of the example fleet as a simulated agent, its host enrolled (`enrolling`).
+fn agents(h: &Harness, behaviour: impl Fn(&str) -> Behaviour) -> Vec<SimAgent> {
+    let spec: serde_json::Value = serde_json::from_slice(FLEET).expect("json");
+    let trust = std::fs::read(&h.trust.0).expect("trust");
+    let director = std::fs::read_to_string(h.dir.path().join("state").join("director.pub")).expect("director.pub");
+    let mut out = Vec::new();
+    for hostname in spec["hosts"].as_object().expect("hosts").keys() {
+        let (id, (crt, key), _) = h.host_credentials(hostname);
+        let store = &h.running.app.store;
+        store.transition_host(id, HostLifecycle::BootstrapIssued, HostLifecycle::Enrolling, "enrolled", h.clock.now()).expect("enrolling");
+        out.push(SimAgent::new(&h.url, &h.ca, (&crt, &key), hostname, id, &trust, &director, behaviour(hostname)));
+    }
+    out
+}
+
+/// Every agent checks in once, concurrently (each check-in may be held for the long-poll).
+async fn step_all(h: &Harness, agents: Vec<SimAgent>) -> (Vec<SimAgent>, usize) {
+    let now = h.clock.now();
+    let mut set = tokio::task::JoinSet::new();
+    for mut a in agents {
+        set.spawn(async move {
+            let r = a.step(now).await;
+            (a, r)
+        });
+    }
+    let mut out = Vec::new();
+    let mut handled = 0;
+    while let Some(joined) = set.join_next().await {
+        let (a, r) = joined.expect("agent task");
+        if r.unwrap_or_else(|e| panic!("{}: check-in failed: {e}", a.hostname)) {
+            handled += 1;
+        }
+        out.push(a);
+    }
+    out.sort_by(|a, b| a.hostname.cmp(&b.hostname));
+    (out, handled)
+}
+
+fn rollout_states(store: &Arc<dyn Store>) -> BTreeMap<String, RolloutState> {
+    store.list_rollouts(&Default::default()).expect("rollouts").into_iter().map(|r| (r.rollout_id.to_string(), r.state)).collect()
+}
+
+/// Drives agents and ticks until `done` holds over the rollouts' states, advancing the clock
+/// by `step_secs` whenever a round changes nothing. Bounded.
+async fn drive(
+    h: &Harness,
+    mut agents: Vec<SimAgent>,
+    step_secs: i64,
+    done: impl Fn(&BTreeMap<String, RolloutState>) -> bool,
+) -> Vec<SimAgent> {
+    let app = h.running.app.clone();
+    for round in 0..200 {
+        let (next, handled) = step_all(h, agents).await;
+        agents = next;
+        let out = app.executor.tick_now(&app).await.unwrap_or_else(|e| panic!("tick failed in round {round}: {e}"));
+        if done(&rollout_states(&app.store)) {
+            return agents;
+        }
+        if handled == 0 && out.plan.actions.is_empty() {
+            h.clock.advance(step_secs);
+        }
+    }
+    panic!("not done after 200 rounds: {:?}", rollout_states(&app.store));
+}
+
+fn all_converged(states: &BTreeMap<String, RolloutState>) -> bool {
+    states.len() == 2 && states.values().all(|s| *s == RolloutState::Converged)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rollout_converges_wave_by_wave_through_the_executor() {
+    let h = Harness::start_with_long_poll(1).await;
+    let agents = agents(&h, |_| Behaviour::Healthy);
+    let files = release(FLEET, h.clock.now(), 1, "c0ffee");
+    publish(&h, &files).await;
+    let agents = drive(&h, agents, 300, all_converged).await;
+    let app = h.running.app.clone();
+
+    // Every host got exactly one intent, for its channel's rollout, with its manifest target.
+    let spec: serde_json::Value = serde_json::from_slice(FLEET).expect("json");
+    for a in &agents {
+        assert!(a.refused.is_empty(), "{}: the agent's admission refused an intent: {:?}", a.hostname, a.refused);
+        let host = &spec["hosts"][&a.hostname];
+        assert_eq!(a.handled.len(), 1, "{}: {:?}", a.hostname, a.handled);
+        let want = RolloutId::new(host["channel"].as_str().expect("channel"), "c0ffee").expect("id");
+        assert_eq!(a.handled[0].rollout_id, want.to_string());
+        assert_eq!(a.handled[0].target, host["closure"].as_str().expect("closure"));
+        assert!(a.handled[0].confirmed);
+    }
+    let gpu = RolloutId::new("gpu", "c0ffee").expect("id");
+    let hosts = app.store.list_host_rollouts(&gpu).expect("hosts");
+    assert_eq!(hosts.len(), 4);
+    assert!(hosts.iter().all(|h| h.state == HostRolloutState::Converged), "{hosts:?}");
+
+    // One event per transition, in RFC-0002 §7's shape, with the budgets of the rollout.
+    let events =
+        app.store.list_events(&EventFilter { kind: Some("rollout.host".into()), limit: 500, ..Default::default() }).expect("events");
+    let dispatches: Vec<_> = events.iter().filter(|e| e.event.data["transition"] == "Pending -> Activating").collect();
+    assert_eq!(dispatches.len(), 5, "one dispatch per host");
+    for e in &events {
+        let d = &e.event.data;
+        for key in ["ts", "rollout", "wave", "host", "transition", "reason", "budgets"] {
+            assert!(d.get(key).is_some(), "event lacks {key}: {d}");
+        }
+    }
+    let canary = dispatches.iter().find(|e| e.event.data["host"] == "gpu-a-01").expect("canary dispatched");
+    assert_eq!(canary.event.data["wave"], 0);
+    assert!(canary.event.data["budgets"]["gpu"].as_str().is_some_and(|b| b.ends_with("in flight")), "{}", canary.event.data);
+
+    // Order: the channel edge held gpu until infra converged; waves in order; the host edge
+    // gpu-b-01 → gpu-b-02.
+    let at = |host: &str, transition: &str| {
+        events
+            .iter()
+            .find(|e| e.event.data["host"] == host && e.event.data["transition"] == transition)
+            .map(|e| e.id)
+            .unwrap_or_else(|| panic!("no {transition} event for {host}"))
+    };
+    assert!(at("infra-01", "Soaking -> Converged") < at("gpu-a-01", "Pending -> Activating"), "channel edge infra → gpu");
+    assert!(at("gpu-a-01", "Soaking -> Converged") < at("gpu-a-02", "Pending -> Activating"), "wave 0 before wave 1");
+    assert!(at("gpu-b-01", "Soaking -> Converged") < at("gpu-b-02", "Pending -> Activating"), "host edge");
+    let deferred = app.store.list_events(&EventFilter { kind: Some("rollout.deferred".into()), ..Default::default() }).expect("events");
+    assert_eq!(deferred.len(), 1, "RolloutDeferred once per change, not per tick");
+
+    // Re-planning the converged fleet decides nothing.
+    let again = app.executor.tick_now(&app).await.expect("tick");
+    assert!(again.plan.actions.is_empty(), "{:?}", again.plan.actions);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failing_health_gate_halts_and_operator_actions_are_audited() {
+    let h = Harness::start_with_long_poll(1).await;
+    let agents = agents(&h, |name| if name == "gpu-a-01" { Behaviour::FailsProbes } else { Behaviour::Healthy });
+    publish(&h, &release(FLEET, h.clock.now(), 1, "c0ffee")).await;
+    let gpu = RolloutId::new("gpu", "c0ffee").expect("id");
+    let key = gpu.to_string();
+    let _agents = drive(&h, agents, 300, |s| s.get(&key) == Some(&RolloutState::Halted)).await;
+    let app = h.running.app.clone();
+    // No revertable rollout in the first release: rollback-and-halt halts.
+    let halted = app.store.list_events(&EventFilter {
+        rollout_id: Some(gpu.clone()),
+        kind: Some("rollout.transition".into()),
+        ..Default::default()
+    });
+    let halted = halted.expect("events");
+    assert!(
+        halted.iter().any(|e| e.event.message.contains("health gate") && e.event.data["transition"] == "Active -> Halted"),
+        "{halted:?}"
+    );
+    let hosts = app.store.list_host_rollouts(&gpu).expect("hosts");
+    assert!(hosts.iter().all(|h| h.hostname == "gpu-a-01" || h.state == HostRolloutState::Pending), "nothing past the canary: {hosts:?}");
+
+    // A viewer cannot act; a missing reason is refused; the admin can, and is audited.
+    let path = format!("/v1/rollouts/{gpu}/cancel");
+    let (code, _) = h.call(Some(&h.viewer), "POST", &path, Some(r#"{"reason":"x"}"#)).await;
+    assert_eq!(code, "403");
+    let (code, _) = h.call(Some(&h.admin), "POST", &path, Some("{}")).await;
+    assert_eq!(code, "400");
+    let (code, text) = h.call(Some(&h.admin), "POST", &format!("/v1/rollouts/{gpu}/halt"), Some(r#"{"reason":"again"}"#)).await;
+    assert_eq!(code, "409", "halting a halted rollout is refused: {text}");
+    let (code, text) = h.call(Some(&h.admin), "POST", "/v1/rollouts/not-an-id/halt", Some(r#"{"reason":"x"}"#)).await;
+    assert_eq!(code, "400", "{text}");
+    let (code, text) = h.call(Some(&h.admin), "POST", "/v1/rollouts/gpu@nosuch/halt", Some(r#"{"reason":"x"}"#)).await;
+    assert_eq!(code, "404", "{text}");
+    let (code, text) = h.call(Some(&h.admin), "POST", &path, Some(r#"{"reason":"bad canary"}"#)).await;
+    assert_eq!(code, "200", "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(v["state"], "Cancelled");
+    let audit = app.store.list_audit(&AuditFilter::default()).expect("audit");
+    let a = audit.iter().find(|a| a.audit.action == "rollout.cancel").expect("audited");
+    assert_eq!((a.audit.actor.as_str(), a.audit.reason.as_str()), ("alice", "bad canary"));
+    assert_eq!((a.audit.prior_state.as_deref(), a.audit.expected_state.as_deref()), (Some("Halted"), Some("Cancelled")));
+    // The executor leaves a cancelled rollout alone.
+    let out = app.executor.tick_now(&app).await.expect("tick");
+    assert!(out.plan.actions.iter().all(|a| !format!("{a:?}").contains("gpu@c0ffee")), "{:?}", out.plan.actions);
+}
