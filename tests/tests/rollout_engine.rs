@@ -210,3 +210,37 @@ async fn failing_health_gate_halts_and_operator_actions_are_audited() {
     let out = app.executor.tick_now(&app).await.expect("tick");
     assert!(out.plan.actions.iter().all(|a| !format!("{a:?}").contains("gpu@c0ffee")), "{:?}", out.plan.actions);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stale_timestamp_stops_new_dispatch_and_alerts_once_per_channel() {
+    let h = Harness::start_with_long_poll(1).await;
+    let agents = agents(&h, |_| Behaviour::Healthy);
+    let files = release(FLEET, h.clock.now(), 1, "c0ffee");
+    publish(&h, &files).await;
+    let app = h.running.app.clone();
+    let count = |kind: &'static str, transition: Option<&'static str>| {
+        let events = app.store.list_events(&EventFilter { kind: Some(kind.into()), limit: 500, ..Default::default() }).expect("events");
+        events.iter().filter(|e| transition.is_none_or(|t| e.event.data["transition"] == t)).count()
+    };
+    // CI stops re-signing: the timestamp (freshness window one day) goes stale before any
+    // host is online to be dispatched.
+    h.clock.advance(2 * 86_400);
+    let dispatched = count("rollout.host", Some("Pending -> Activating"));
+    let mut agents = agents;
+    for _ in 0..3 {
+        let out = app.executor.tick_now(&app).await.expect("a stale release is reported, not an error");
+        assert!(out.plan.actions.iter().all(|a| !matches!(a, drover_planner::Action::Dispatch { .. })), "{:?}", out.plan.actions);
+        (agents, _) = step_all(&h, agents).await;
+    }
+    assert_eq!(count("rollout.host", Some("Pending -> Activating")), dispatched, "nothing new dispatched while stale");
+    assert_eq!(count("alert.release_stale", None), 2, "one alert per channel, not one per tick");
+    let out = app.executor.tick_now(&app).await.expect("tick");
+    assert!(out.plan.report.iter().any(|w| w.reason.contains("stale")), "{:?}", out.plan.report);
+
+    // CI re-signs the timestamp (same artifacts): the rollout goes on.
+    let mut files = files;
+    let ci = [KeySigner::new(SigningKey::from_bytes(&[9u8; 32]))];
+    drover_proto::release::resign_timestamp(&mut files, None, h.clock.now(), &ci).expect("re-sign");
+    publish(&h, &files).await;
+    let _agents = drive(&h, agents, 300, all_converged).await;
+}

@@ -1,7 +1,7 @@
 //! Planner benchmark: one `plan()` tick over fleets of 1k, 10k and 100k hosts (3 channels of
 //! 4 waves, 20 fleet-wide disruption budgets, one active rollout per channel with 10 % of the
 //! hosts in flight), against a baseline measured in the same run: cloning the `PlanInput` — a
-//! walk over the same data that decides nothing (and the first thing `plan` itself does).
+//! walk over the same data that decides nothing (`plan` itself clones only the rollouts).
 //!
 //! Run: `cargo bench -p drover-planner --bench plan` (options after `--`: `--sizes 1000,10000`,
 //! `--iters K` (default 11; the largest size runs at least 3), `--max-secs S` (default 60: stop

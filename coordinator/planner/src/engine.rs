@@ -1,7 +1,8 @@
 //! The decision procedure of RFC-0002 §4 over a [`PlanInput`] snapshot.
 //!
-//! `plan` works on a private copy of the input: every action it decides is applied to that
-//! copy at once (with [`apply`], the executor's semantics), so later rules in the same tick
+//! `plan` works on a private working copy of the input (`work.rs`: it clones only what
+//! actions change and borrows the rest): every action it decides is applied to that
+//! copy at once (with [`apply`](crate::apply), the executor's semantics), so later rules in the same tick
 //! see earlier decisions — own dispatches count against budgets, a wave promoted in this tick
 //! lets the next wave dispatch. It repeats passes until a pass decides nothing; that last
 //! pass's waits are the report. Re-planning the applied result therefore yields no actions.
