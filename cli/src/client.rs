@@ -108,6 +108,16 @@ pub fn connect(target: &Target) -> Result<CoordinatorClient, CliError> {
     })
 }
 
+/// Runs one request future to completion on a single-threaded runtime: every `drover`
+/// operator verb makes one call and exits.
+pub fn block_on<T>(request: impl std::future::Future<Output = Result<T, ClientError>>) -> Result<T, CliError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::new(codes::SOFTWARE, format!("cannot start the async runtime: {e}")))?;
+    Ok(runtime.block_on(request)?)
+}
+
 fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, CliError> {
     Ok(drover_client::parse_certificates(&path.display().to_string(), &read_file(path)?)?)
 }

@@ -76,11 +76,7 @@ pub fn run(args: &EnrollArgs) -> Result<(), CliError> {
     let client = client::connect(&target)?;
     let request = CreateHostRequest { hostname: args.hostname.clone(), trust_sha256: hash, token_ttl_secs: args.token_ttl };
     // (the hash is kept: the command the coordinator returns must carry exactly it)
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::new(codes::SOFTWARE, format!("cannot start the async runtime: {e}")))?;
-    let resp: CreateHostResponse = runtime.block_on(client.post_json(HOSTS_PATH, &request))?;
+    let resp: CreateHostResponse = crate::client::block_on(client.post_json(HOSTS_PATH, &request))?;
     let command = checked_command(&resp, &request.trust_sha256)?;
     eprintln!(
         "host {} created as {}; its one-time enrollment token expires at {}. Run this on the host:",

@@ -99,11 +99,7 @@ pub fn run(args: &HostArgs) -> Result<(), CliError> {
     let target = args.connect.resolve()?;
     let client = client::connect(&target)?;
     let path = format!("/v1/hosts/{host_id}/{}", args.verb.path_segment());
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::new(codes::SOFTWARE, format!("cannot start the async runtime: {e}")))?;
-    let host: HostState = runtime.block_on(client.post_json(&path, &LifecycleRequest { reason }))?;
+    let host: HostState = crate::client::block_on(client.post_json(&path, &LifecycleRequest { reason }))?;
     let flag = if host.schedulable { "schedulable" } else { "cordoned" };
     let mut out = std::io::stdout().lock();
     writeln!(out, "{} {} {} {flag}", host.host_id, host.hostname, host.state)

@@ -71,11 +71,7 @@ fn parse_observed(path: &Path, bytes: &[u8]) -> Result<Observed, CliError> {
 fn fetch(args: &PlanArgs) -> Result<LivePlanInput, CliError> {
     let target = args.connect.resolve()?;
     let client = client::connect(&target)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::new(codes::SOFTWARE, format!("cannot start the async runtime: {e}")))?;
-    Ok(runtime.block_on(client.get_json("/v1/plan-input"))?)
+    crate::client::block_on(client.get_json("/v1/plan-input"))
 }
 
 /// Runs `drover plan`.

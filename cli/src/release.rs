@@ -257,11 +257,7 @@ fn run_publish(dir: &Path, reason: Option<String>, connect: &crate::client::Conn
     let request = drover_proto::publish::PublishRequest::from_files(&files, reason)
         .ok_or_else(|| CliError::data(format!("{}: a release file is not UTF-8 text", dir.display())))?;
     let client = crate::client::connect(&target)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::new(codes::SOFTWARE, format!("cannot start the async runtime: {e}")))?;
-    let resp: drover_proto::publish::PublishResponse = runtime.block_on(client.post_json(RELEASES_PATH, &request))?;
+    let resp: drover_proto::publish::PublishResponse = crate::client::block_on(client.post_json(RELEASES_PATH, &request))?;
     println!("published release version {} from {}", resp.version, dir.display());
     for id in &resp.rollouts {
         println!("  rollout {id}");

@@ -84,17 +84,13 @@ pub fn run(args: &RolloutArgs) -> Result<(), CliError> {
     let target = args.connect.resolve()?;
     let client = client::connect(&target)?;
     let path = format!("/v1/rollouts/{id}/{}", args.verb.path_segment());
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::new(codes::SOFTWARE, format!("cannot start the async runtime: {e}")))?;
     let line = match reason {
         None => {
-            let status: serde_json::Value = runtime.block_on(client.get_json(&path))?;
+            let status: serde_json::Value = crate::client::block_on(client.get_json(&path))?;
             serde_json::to_string_pretty(&status).map_err(|e| CliError::new(codes::SOFTWARE, format!("internal error: {e}")))?
         }
         Some(reason) => {
-            let r: RolloutState = runtime.block_on(client.post_json(&path, &ActionRequest { reason }))?;
+            let r: RolloutState = crate::client::block_on(client.post_json(&path, &ActionRequest { reason }))?;
             format!("{} {}", r.rollout_id, r.state)
         }
     };

@@ -52,6 +52,29 @@ pub fn wall_now() -> Time {
     Time::from_unix(i64::try_from(secs).unwrap_or(0)).unwrap_or(Time::EPOCH)
 }
 
+/// The CI key every test release is signed with.
+pub const CI_KEY: [u8; 32] = [9u8; 32];
+
+/// A canonical `trust.json` trusting [`CI_KEY`] alone (threshold 1, no windows).
+pub fn ci_trust_json() -> Vec<u8> {
+    let ci = SigningKey::from_bytes(&CI_KEY).verifying_key();
+    let doc = TrustDoc {
+        schema_version: 1,
+        ci: KeySetDoc {
+            threshold: 1,
+            keys: vec![TrustKeyDoc {
+                key_id: KeyId::of(&ci),
+                alg: "ed25519".into(),
+                public_key: verifying_key_to_pem(&ci).expect("pem"),
+                not_before: None,
+                not_after: None,
+            }],
+            reject_before: None,
+        },
+    };
+    drover_proto::canonical::to_vec_of(&doc).expect("canonical")
+}
+
 /// A binary of this workspace's build, next to the test executable's `deps/` directory.
 pub fn workspace_binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_default();
@@ -115,22 +138,7 @@ impl Harness {
             write(&key, cred.key_pem.as_bytes());
             creds.push((crt, key));
         }
-        let ci = SigningKey::from_bytes(&[9u8; 32]).verifying_key();
-        let trust_doc = TrustDoc {
-            schema_version: 1,
-            ci: KeySetDoc {
-                threshold: 1,
-                keys: vec![TrustKeyDoc {
-                    key_id: KeyId::of(&ci),
-                    alg: "ed25519".into(),
-                    public_key: verifying_key_to_pem(&ci).expect("pem"),
-                    not_before: None,
-                    not_after: None,
-                }],
-                reject_before: None,
-            },
-        };
-        let trust_bytes = drover_proto::canonical::to_vec_of(&trust_doc).expect("canonical");
+        let trust_bytes = ci_trust_json();
         let trust = dir.path().join("trust.json");
         write(&trust, &trust_bytes);
         let trust_sha = hex::encode(Sha256::digest(&trust_bytes));
@@ -189,6 +197,23 @@ impl Harness {
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
         (code.trim().to_owned(), body.to_owned())
+    }
+
+    /// Runs the `drover` binary with `args` against this coordinator, presenting `creds`.
+    pub async fn drover_as(&self, (cert, key): &(PathBuf, PathBuf), args: &[&str]) -> Output {
+        let mut full: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+        for (flag, value) in [
+            ("--coordinator", self.url.clone()),
+            ("--cert", cert.display().to_string()),
+            ("--key", key.display().to_string()),
+            ("--ca", self.ca.display().to_string()),
+        ] {
+            full.extend([flag.to_owned(), value]);
+        }
+        let bin = workspace_binary("drover");
+        tokio::task::spawn_blocking(move || Command::new(bin).args(&full).stdin(Stdio::null()).output().expect("drover runs"))
+            .await
+            .expect("blocking task")
     }
 
     /// Creates a host through the real API as the admin; returns the JSON response.

@@ -267,37 +267,18 @@ async fn silent_host_goes_offline_and_returns_on_checkin() {
 async fn drover_host_cli_drives_the_lifecycle() {
     let h = Harness::start().await;
     let (id, _) = active_host(&h, "gpu-cli");
-    let drover = drover_tests::workspace_binary("drover");
-    let run = |verb: &str, creds: &(PathBuf, PathBuf)| {
-        let args = vec![
-            "host".to_owned(),
-            verb.to_owned(),
-            id.to_string(),
-            "--reason".to_owned(),
-            "cli test".to_owned(),
-            "--coordinator".to_owned(),
-            h.url.clone(),
-            "--cert".to_owned(),
-            creds.0.display().to_string(),
-            "--key".to_owned(),
-            creds.1.display().to_string(),
-            "--ca".to_owned(),
-            h.ca.display().to_string(),
-        ];
-        let drover = drover.clone();
-        tokio::task::spawn_blocking(move || std::process::Command::new(drover).args(args).output().expect("drover"))
-    };
-    let out = run("quarantine", &h.admin).await.expect("join");
+    let id_text = id.to_string();
+    let out = h.drover_as(&h.admin, &["host", "quarantine", &id_text, "--reason", "cli test"]).await;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("{id} gpu-cli quarantined schedulable"));
-    let out = run("cordon", &h.admin).await.expect("join");
+    let out = h.drover_as(&h.admin, &["host", "cordon", &id_text, "--reason", "cli test"]).await;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("{id} gpu-cli quarantined cordoned"));
     // Refused: 409 is exit 65 with the guardrail; a viewer is exit 77.
-    let out = run("reactivate", &h.admin).await.expect("join");
+    let out = h.drover_as(&h.admin, &["host", "reactivate", &id_text, "--reason", "cli test"]).await;
     assert_eq!(out.status.code(), Some(65), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stderr).contains("409"), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = run("unquarantine", &h.viewer).await.expect("join");
+    let out = h.drover_as(&h.viewer, &["host", "unquarantine", &id_text, "--reason", "cli test"]).await;
     assert_eq!(out.status.code(), Some(77), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(state(&h, id), HostLifecycle::Quarantined);
 }

@@ -1,7 +1,6 @@
 //! `drover rollout …` and `drover plan --from-coordinator` as an operator runs them: the real
 //! `drover` binary against a real coordinator over mutual TLS.
 
-use std::path::PathBuf;
 use std::process::Output;
 
 use drover_coordinator::app::Clock as _;
@@ -11,24 +10,8 @@ use drover_proto::release::{ReleaseParams, build_release};
 use drover_proto::resolve::ReleaseMeta;
 use drover_proto::spec::FleetSpec;
 use drover_proto::states::HostLifecycle;
-use drover_tests::{Harness, run_blocking, workspace_binary};
+use drover_tests::Harness;
 use ed25519_dalek::SigningKey;
-
-async fn drover(h: &Harness, creds: &(PathBuf, PathBuf), args: &[&str]) -> Output {
-    let mut full: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
-    full.extend([
-        "--coordinator".to_owned(),
-        h.url.clone(),
-        "--cert".to_owned(),
-        creds.0.display().to_string(),
-        "--key".to_owned(),
-        creds.1.display().to_string(),
-        "--ca".to_owned(),
-        h.ca.display().to_string(),
-    ]);
-    let bin: &'static str = Box::leak(workspace_binary("drover").display().to_string().into_boxed_str());
-    run_blocking(bin, full, Vec::new()).await
-}
 
 fn text(out: &Output) -> String {
     format!("stdout: {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
@@ -60,7 +43,7 @@ async fn started() -> Harness {
 async fn plan_from_coordinator_shows_the_live_report_and_no_pending_actions() {
     let h = started().await;
     let trust = h.trust.0.display().to_string();
-    let out = drover(&h, &h.viewer, &["plan", "--from-coordinator", "--trust", &trust]).await;
+    let out = h.drover_as(&h.viewer, &["plan", "--from-coordinator", "--trust", &trust]).await;
     assert!(out.status.success(), "{}", text(&out));
     let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan JSON");
     // The executor planned this snapshot to its fixpoint: the operator's dry run agrees.
@@ -77,27 +60,27 @@ async fn plan_from_coordinator_shows_the_live_report_and_no_pending_actions() {
         "keyId": drover_proto::keys::KeyId::of(&ci).to_string(), "alg": "ed25519",
         "publicKey": drover_proto::keys::verifying_key_to_pem(&ci).expect("pem") }] } });
     std::fs::write(&other, doc.to_string()).expect("write");
-    let out = drover(&h, &h.viewer, &["plan", "--from-coordinator", "--trust", other.to_str().expect("utf8")]).await;
+    let out = h.drover_as(&h.viewer, &["plan", "--from-coordinator", "--trust", other.to_str().expect("utf8")]).await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("REFUSED"), "{}", text(&out));
     // Files and the coordinator are exclusive.
-    let out = drover(&h, &h.viewer, &["plan", "--from-coordinator", "--trust", &trust, "--observed", "x.json"]).await;
+    let out = h.drover_as(&h.viewer, &["plan", "--from-coordinator", "--trust", &trust, "--observed", "x.json"]).await;
     assert_eq!(out.status.code(), Some(64), "{}", text(&out));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollout_verbs_halt_resume_and_status_with_roles_and_exit_codes() {
     let h = started().await;
-    let out = drover(&h, &h.viewer, &["rollout", "halt", "infra@c0ffee", "--reason", "looks wrong"]).await;
+    let out = h.drover_as(&h.viewer, &["rollout", "halt", "infra@c0ffee", "--reason", "looks wrong"]).await;
     assert_eq!(out.status.code(), Some(77), "a viewer may not act: {}", text(&out));
-    let out = drover(&h, &h.admin, &["rollout", "halt", "infra@c0ffee"]).await;
+    let out = h.drover_as(&h.admin, &["rollout", "halt", "infra@c0ffee"]).await;
     assert_eq!(out.status.code(), Some(64), "a reason is required: {}", text(&out));
-    let out = drover(&h, &h.admin, &["rollout", "halt", "infra", "--reason", "x"]).await;
+    let out = h.drover_as(&h.admin, &["rollout", "halt", "infra", "--reason", "x"]).await;
     assert_eq!(out.status.code(), Some(64), "not CHANNEL@REF: {}", text(&out));
-    let out = drover(&h, &h.admin, &["rollout", "halt", "infra@c0ffee", "--reason", "looks wrong"]).await;
+    let out = h.drover_as(&h.admin, &["rollout", "halt", "infra@c0ffee", "--reason", "looks wrong"]).await;
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "infra@c0ffee Halted");
-    let out = drover(&h, &h.admin, &["rollout", "halt", "infra@c0ffee", "--reason", "again"]).await;
+    let out = h.drover_as(&h.admin, &["rollout", "halt", "infra@c0ffee", "--reason", "again"]).await;
     assert_eq!(out.status.code(), Some(65), "halting a halted rollout is a 409: {}", text(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs it in Active, Converging"), "{}", text(&out));
 
@@ -106,14 +89,14 @@ async fn rollout_verbs_halt_resume_and_status_with_roles_and_exit_codes() {
     let out = app.executor.tick_now(&app).await.expect("tick");
     assert!(out.plan.actions.is_empty(), "{:?}", out.plan.actions);
 
-    let out = drover(&h, &h.viewer, &["rollout", "status", "infra@c0ffee"]).await;
+    let out = h.drover_as(&h.viewer, &["rollout", "status", "infra@c0ffee"]).await;
     assert!(out.status.success(), "{}", text(&out));
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(status["state"], "Halted");
     assert_eq!(status["hosts"][0]["hostname"], "infra-01");
     assert_eq!(status["hosts"][0]["state"], "Activating");
 
-    let out = drover(&h, &h.admin, &["rollout", "resume", "infra@c0ffee", "--reason", "false alarm"]).await;
+    let out = h.drover_as(&h.admin, &["rollout", "resume", "infra@c0ffee", "--reason", "false alarm"]).await;
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "infra@c0ffee Active");
     let (code, body) = h.call(Some(&h.viewer), "GET", "/v1/audit", None).await;

@@ -17,12 +17,11 @@ use std::time::{Duration, Instant};
 
 use drover_client::{ClientIdentity, CoordinatorClient};
 use drover_proto::enroll::{CreateHostRequest, CreateHostResponse, EnrollRequest, EnrollResponse};
-use drover_proto::keys::{KeyId, KeySigner, verifying_key_to_pem};
+use drover_proto::keys::KeySigner;
 use drover_proto::publish::PublishRequest;
 use drover_proto::release::{ReleaseParams, build_release};
 use drover_proto::resolve::ReleaseMeta;
 use drover_proto::spec::FleetSpec;
-use drover_proto::trust::{KeySetDoc, TrustDoc, TrustKeyDoc};
 use drover_tests::procs::{Proc, start_server_with_stderr};
 use drover_tests::sim_agent::{Behaviour, SimAgent};
 use drover_tests::{key_and_csr, wall_now, workspace_binary};
@@ -130,22 +129,7 @@ impl Site {
             "--out",
             ops.to_str().expect("utf8"),
         ]);
-        let ci = SigningKey::from_bytes(&[9u8; 32]).verifying_key();
-        let doc = TrustDoc {
-            schema_version: 1,
-            ci: KeySetDoc {
-                threshold: 1,
-                keys: vec![TrustKeyDoc {
-                    key_id: KeyId::of(&ci),
-                    alg: "ed25519".into(),
-                    public_key: verifying_key_to_pem(&ci).expect("pem"),
-                    not_before: None,
-                    not_after: None,
-                }],
-                reject_before: None,
-            },
-        };
-        let trust = drover_proto::canonical::to_vec_of(&doc).expect("canonical");
+        let trust = drover_tests::ci_trust_json();
         std::fs::write(d.join("trust.json"), &trust).expect("trust");
         let config = format!(
             "listen = \"127.0.0.1:0\"\nstate_dir = \"{}\"\npublic_urls = [\"https://127.0.0.1:1\"]\ntrust_file = \"{}\"\nagent_binary = \"{}\"\n\n\
