@@ -244,3 +244,86 @@ async fn stale_timestamp_stops_new_dispatch_and_alerts_once_per_channel() {
     publish(&h, &files).await;
     let _agents = drive(&h, agents, 300, all_converged).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rollback_and_halt_sends_touched_hosts_back_to_the_revertable_rollout() {
+    let h = Harness::start_with_long_poll(1).await;
+    let agents = agents(&h, |_| Behaviour::Healthy);
+    let first = release(FLEET, h.clock.now(), 1, "c0ffee");
+    publish(&h, &first).await;
+    let mut agents = drive(&h, agents, 300, all_converged).await;
+
+    // The next commit changes every closure; its canary fails the required probe.
+    let spec = String::from_utf8(FLEET.to_vec()).expect("utf-8").replace("-25.05\"", "-25.11\"");
+    let previous: drover_proto::artifacts::TimestampDoc =
+        serde_json::from_slice(first.get(drover_proto::release::TIMESTAMP).expect("timestamp")).expect("timestamp doc");
+    let params =
+        ReleaseParams { meta: ReleaseMeta { ci_commit: "d00d".into(), created_at: h.clock.now() }, version: 2, previous: Some(previous) };
+    let ci = [KeySigner::new(SigningKey::from_bytes(&[9u8; 32]))];
+    let second = build_release(&FleetSpec::from_json(spec.as_bytes()).expect("spec"), &params, &ci).expect("release");
+    for a in agents.iter_mut().filter(|a| a.hostname == "gpu-a-01") {
+        a.behaviour = Behaviour::FailsProbes;
+    }
+    publish(&h, &second).await;
+    let agents = drive(&h, agents, 300, |s| s.get("gpu@d00d") == Some(&RolloutState::Reverted)).await;
+
+    let canary = agents.iter().find(|a| a.hostname == "gpu-a-01").expect("canary");
+    let seen: Vec<(&str, &str)> = canary.handled.iter().map(|i| (i.rollout_id.as_str(), i.target.as_str())).collect();
+    let old = "/nix/store/6cp643dzvlxxpkgbg5kzmwj47sam9zs2-nixos-system-gpu-a-01-25.05";
+    let new = "/nix/store/6cp643dzvlxxpkgbg5kzmwj47sam9zs2-nixos-system-gpu-a-01-25.11";
+    assert_eq!(
+        seen,
+        vec![("gpu@c0ffee", old), ("gpu@d00d", new), ("gpu@c0ffee", old)],
+        "dispatched, then reverted to the revertable rollout"
+    );
+    assert!(canary.refused.is_empty(), "the agent's admission accepted the rollback intent: {:?}", canary.refused);
+    for a in agents.iter().filter(|a| a.hostname.starts_with("gpu-") && a.hostname != "gpu-a-01") {
+        assert_eq!(a.handled.len(), 1, "{} never left the old rollout: {:?}", a.hostname, a.handled);
+    }
+    let app = h.running.app.clone();
+    let gpu = RolloutId::new("gpu", "d00d").expect("id");
+    let transitions: Vec<String> = app
+        .store
+        .list_events(&EventFilter { rollout_id: Some(gpu.clone()), kind: Some("rollout.transition".into()), ..Default::default() })
+        .expect("events")
+        .into_iter()
+        .map(|e| e.event.data["transition"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(transitions, ["Opening -> Active", "Active -> Reverting", "Reverting -> Reverted"]);
+    let hosts = app.store.list_host_rollouts(&gpu).expect("hosts");
+    let a01 = hosts.iter().find(|h| h.hostname == "gpu-a-01").expect("canary row");
+    assert_eq!((a01.state, a01.intent_target.as_deref()), (HostRolloutState::Reverted, Some(old)));
+}
+
+/// Polls `done` every 20 ms for at most 10 s.
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executor_runs_on_events_and_collapses_a_burst_into_one_tick() {
+    // The periodic tick is far away (30 s): whatever happens here is event-driven.
+    let h = Harness::start_with_long_poll(1).await;
+    let app = h.running.app.clone();
+    eventually("the start-up tick", || app.executor.ticks() >= 1).await;
+    let _agents = agents(&h, |_| Behaviour::Healthy);
+    publish(&h, &release(FLEET, h.clock.now(), 1, "c0ffee")).await;
+    // Publishing is an event: the executor opens the rollouts without being asked.
+    eventually("the rollouts opened by the publish event", || !rollout_states(&app.store).is_empty()).await;
+    // That tick is counted once it has finished (start-up tick + publish tick).
+    eventually("the publish tick to finish", || app.executor.ticks() >= 2).await;
+
+    let before = app.executor.ticks();
+    for _ in 0..100 {
+        app.executor.poke();
+    }
+    eventually("a tick after the burst", || app.executor.ticks() > before).await;
+    // Only the absence of a second tick is left to show: give it two debounce windows.
+    tokio::time::sleep(std::time::Duration::from_millis(2 * app.config.rollouts.debounce_ms)).await;
+    assert_eq!(app.executor.ticks(), before + 1, "100 triggers inside the debounce window are one tick");
+    assert_eq!(app.executor.failures(), 0);
+}
