@@ -327,3 +327,31 @@ async fn executor_runs_on_events_and_collapses_a_burst_into_one_tick() {
     assert_eq!(app.executor.ticks(), before + 1, "100 triggers inside the debounce window are one tick");
     assert_eq!(app.executor.failures(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_that_stops_verifying_aborts_ticks_with_one_alert() {
+    // The CI key is trusted for one day only.
+    let h = Harness::start_with_config(|dir, config| {
+        let ci = SigningKey::from_bytes(&[9u8; 32]).verifying_key();
+        let doc = serde_json::json!({ "schemaVersion": 1, "ci": { "threshold": 1, "keys": [{
+            "keyId": drover_proto::keys::KeyId::of(&ci).to_string(), "alg": "ed25519",
+            "publicKey": drover_proto::keys::verifying_key_to_pem(&ci).expect("pem"),
+            "notAfter": drover_tests::wall_now().plus_secs(86_400) }] } });
+        let path = dir.join("short-trust.json");
+        std::fs::write(&path, doc.to_string()).expect("write");
+        config.trust_file = path;
+        config.agent.long_poll_secs = 1;
+    })
+    .await;
+    let app = h.running.app.clone();
+    publish(&h, &release(FLEET, h.clock.now(), 1, "c0ffee")).await;
+    app.executor.tick_now(&app).await.expect("the release verifies today");
+    h.clock.advance(2 * 86_400);
+    for _ in 0..3 {
+        let err = app.executor.tick_now(&app).await.expect_err("the key has expired");
+        assert!(matches!(err, drover_coordinator::executor::ExecutorError::Release { .. }), "{err}");
+    }
+    let alerts =
+        app.store.list_events(&EventFilter { kind: Some("alert.release_unverified".into()), ..Default::default() }).expect("events");
+    assert_eq!(alerts.len(), 1, "one alert, not one per tick: {alerts:?}");
+}

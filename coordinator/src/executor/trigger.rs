@@ -25,6 +25,8 @@ pub struct Trigger {
     lock: Mutex<()>,
     ticks: AtomicU64,
     failures: AtomicU64,
+    /// The last release refusal alerted, so an unchanged one is not alerted every tick.
+    last_alert: std::sync::Mutex<Option<String>>,
 }
 
 impl Trigger {
@@ -48,6 +50,9 @@ impl Trigger {
     pub async fn tick_now(&self, app: &Arc<AppState>) -> Result<TickOutcome, ExecutorError> {
         let _one_at_a_time = self.lock.lock().await;
         let out = tick(app).await;
+        if let Err(e @ ExecutorError::Release { .. }) = &out {
+            alert_once(app, e.to_string()).await;
+        }
         self.ticks.fetch_add(1, Ordering::SeqCst);
         if out.is_err() {
             self.failures.fetch_add(1, Ordering::SeqCst);
@@ -93,7 +98,34 @@ pub async fn run(app: Arc<AppState>) {
                 tracing::info!(error = %e, "rollout plan no longer fits the store; planning again");
                 trigger.poke();
             }
+            Err(e @ ExecutorError::Release { .. }) => {
+                tracing::error!(error = %e, "rollout executor tick aborted: the latest release does not verify");
+            }
             Err(e) => tracing::error!(error = %e, "rollout executor tick failed"),
         }
+    }
+}
+
+/// Records an `alert.release_unverified` event (RFC-0002 §4 step 0: abort the tick, keep the
+/// last verified state, emit an alert) unless the same refusal was the last one alerted.
+async fn alert_once(app: &Arc<AppState>, message: String) {
+    {
+        let mut last = app.executor.last_alert.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if last.as_deref() == Some(message.as_str()) {
+            return;
+        }
+        *last = Some(message.clone());
+    }
+    let event = crate::store::NewEvent {
+        at: app.clock.now(),
+        kind: "alert.release_unverified".to_owned(),
+        host_id: None,
+        rollout_id: None,
+        job_id: None,
+        message: message.clone(),
+        data: serde_json::json!({ "reason": message }),
+    };
+    if let Err(e) = crate::store::blocking(app.store.clone(), move |s| s.append_event(&event)).await {
+        tracing::error!(error = %e, "cannot record the release alert");
     }
 }
