@@ -20,7 +20,7 @@ use crate::host::check_reason;
 /// What to do with a rollout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Verb {
-    /// Active or Converging → Halted: nothing new is dispatched; in-flight hosts finish.
+    /// Active, Converging or Reverting → Halted: nothing new is dispatched; in-flight hosts finish.
     Halt,
     /// Halted → Active (the health gate is evaluated again).
     Resume,

@@ -1,8 +1,9 @@
 //! Operator rollout routes: the actions halt, resume, cancel and rollback (admin, audited),
 //! one rollout with its hosts (viewer), and the planner's live input (viewer).
 //!
-//! - `POST /v1/rollouts/{id}/halt`: Active or Converging → Halted. In-flight hosts finish
-//!   their current step; nothing new is dispatched (RFC-0002 §5.1 `halt`).
+//! - `POST /v1/rollouts/{id}/halt`: Active, Converging or Reverting → Halted. In-flight hosts
+//!   finish their current step; nothing new is dispatched (RFC-0002 §5.1 `halt`). Halting a
+//!   revert that cannot finish (a touched host gone for good) lets it be cancelled.
 //! - `POST /v1/rollouts/{id}/resume`: Halted → Active. The health gate is evaluated again at
 //!   the next tick: a rollout halted by its gate halts again while its wave still has more
 //!   failed hosts than `maxFailures` — roll it back, cancel it, or publish a new ref.
@@ -62,7 +63,7 @@ impl RolloutAction {
     pub fn sources(self) -> &'static [RolloutState] {
         use RolloutState as R;
         match self {
-            RolloutAction::Halt => &[R::Active, R::Converging],
+            RolloutAction::Halt => &[R::Active, R::Converging, R::Reverting],
             RolloutAction::Resume => &[R::Halted],
             RolloutAction::Cancel => &[R::Opening, R::Active, R::Converging, R::Halted],
             RolloutAction::Rollback => &[R::Active, R::Converging, R::Halted],

@@ -46,8 +46,14 @@ struct IntentSpec<'a> {
 }
 
 impl IntentIssuer<'_> {
-    fn issue(&self, built: &Built, spec: &IntentSpec<'_>, now: Time) -> Result<NewIntent, ExecutorError> {
-        let host_id = *built.host_ids.get(spec.host).ok_or_else(|| ExecutorError::Intent(format!("host {} is not enrolled", spec.host)))?;
+    /// The signed intent, or `None` for a host the store no longer has (deleted since it was
+    /// touched): nobody can receive it, and refusing the whole plan for it would stall every
+    /// rollout. The state change is still recorded, so the planner does not ask again.
+    fn issue(&self, built: &Built, spec: &IntentSpec<'_>, now: Time) -> Result<Option<NewIntent>, ExecutorError> {
+        let Some(host_id) = built.host_ids.get(spec.host).copied() else {
+            tracing::warn!(host = spec.host, rollout = %spec.rollout_id, "no intent issued: the host is not enrolled (deleted?)");
+            return Ok(None);
+        };
         let manifest_sha256 = built
             .manifest_sha256
             .get(spec.rollout_id)
@@ -71,14 +77,14 @@ impl IntentIssuer<'_> {
         };
         let envelope = Envelope::seal(&intent, std::slice::from_ref(self.signer)).map_err(|e| ExecutorError::Intent(e.to_string()))?;
         let envelope = serde_json::to_vec(&envelope).map_err(|e| ExecutorError::Intent(e.to_string()))?;
-        Ok(NewIntent {
+        Ok(Some(NewIntent {
             intent_id,
             host_id,
             rollout_id: spec.rollout_id.clone(),
             envelope,
             confirm_deadline: Some(deadline),
             created_at: now,
-        })
+        }))
     }
 }
 
@@ -207,7 +213,6 @@ pub fn plan_write(
             Action::Dispatch { host, rollout_id, wave_index, target, from, .. } => {
                 let spec = IntentSpec { host, rollout_id, wave_index: *wave_index, target };
                 let intent = issuer.issue(built, &spec, now)?;
-                woken.push(intent.host_id);
                 ops.push(PlanOp::HostState {
                     rollout_id: rollout_id.clone(),
                     hostname: host.clone(),
@@ -216,7 +221,10 @@ pub fn plan_write(
                     to: HostRolloutState::Activating,
                     intent_target: Some(target.clone()),
                 });
-                ops.push(PlanOp::Intent(intent));
+                if let Some(intent) = intent {
+                    woken.push(intent.host_id);
+                    ops.push(PlanOp::Intent(intent));
+                }
                 let b = budgets.for_host(after, rollout_id, host);
                 let h = Some((host.as_str(), built.host_ids.get(host).copied()));
                 let t = format!("{from} -> Activating");
@@ -228,7 +236,6 @@ pub fn plan_write(
                 let wave = wave_of(input, revert_to, host).unwrap_or(0);
                 let spec = IntentSpec { host, rollout_id: revert_to, wave_index: wave, target };
                 let intent = issuer.issue(built, &spec, now)?;
-                woken.push(intent.host_id);
                 let state = work.host_state(rollout_id, host);
                 ops.push(PlanOp::HostState {
                     rollout_id: rollout_id.clone(),
@@ -238,7 +245,10 @@ pub fn plan_write(
                     to: state,
                     intent_target: Some(target.clone()),
                 });
-                ops.push(PlanOp::Intent(intent));
+                if let Some(intent) = intent {
+                    woken.push(intent.host_id);
+                    ops.push(PlanOp::Intent(intent));
+                }
                 let b = budgets.for_host(after, rollout_id, host);
                 let h = Some((host.as_str(), built.host_ids.get(host).copied()));
                 let t = format!("{state} -> revert to {revert_to}");
