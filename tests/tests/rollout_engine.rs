@@ -355,3 +355,37 @@ async fn release_that_stops_verifying_aborts_ticks_with_one_alert() {
         app.store.list_events(&EventFilter { kind: Some("alert.release_unverified".into()), ..Default::default() }).expect("events");
     assert_eq!(alerts.len(), 1, "one alert, not one per tick: {alerts:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn host_offline_during_the_rollout_gets_the_current_target_when_it_returns() {
+    let h = Harness::start_with_long_poll(1).await;
+    let agents = agents(&h, |name| if name == "gpu-a-02" { Behaviour::Offline } else { Behaviour::Healthy });
+    publish(&h, &release(FLEET, h.clock.now(), 1, "c0ffee")).await;
+    // The rollout does not wait for the silent host: it is Skipped, and the rollout converges.
+    let mut agents = drive(&h, agents, 300, all_converged).await;
+    let app = h.running.app.clone();
+    let gpu = RolloutId::new("gpu", "c0ffee").expect("id");
+    let state_of =
+        |host: &str| app.store.list_host_rollouts(&gpu).expect("hosts").into_iter().find(|r| r.hostname == host).map(|r| r.state);
+    assert_eq!(state_of("gpu-a-02"), Some(HostRolloutState::Skipped));
+
+    // It comes back: the converged rollout dispatches the channel's current target to it.
+    for a in agents.iter_mut().filter(|a| a.hostname == "gpu-a-02") {
+        a.behaviour = Behaviour::Healthy;
+    }
+    for _ in 0..40 {
+        (agents, _) = step_all(&h, agents).await;
+        let out = app.executor.tick_now(&app).await.expect("tick");
+        if state_of("gpu-a-02") == Some(HostRolloutState::Converged) {
+            break;
+        }
+        if out.plan.actions.is_empty() {
+            h.clock.advance(300);
+        }
+    }
+    assert_eq!(state_of("gpu-a-02"), Some(HostRolloutState::Converged));
+    let returned = agents.iter().find(|a| a.hostname == "gpu-a-02").expect("agent");
+    assert_eq!(returned.handled.len(), 1);
+    assert_eq!(returned.handled[0].rollout_id, "gpu@c0ffee");
+    assert_eq!(rollout_states(&app.store).get("gpu@c0ffee"), Some(&RolloutState::Converged), "the rollout stays converged");
+}

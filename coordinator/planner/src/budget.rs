@@ -1,11 +1,12 @@
 //! Disruption-budget accounting (RFC-0002 §4.2, DESIGN "Formats").
 //!
-//! A host is in flight when it is `Activating` or `Soaking` in any live rollout, or held by
-//! a job or maintenance request. Budgets are the frozen snapshots in each rollout's manifest
-//! and match across rollouts by equality of their canonical selector:
-//! the in-flight set of a budget is every in-flight host listed by any live rollout's budget
-//! with the same canonical selector. The cap is the dispatching rollout's own
-//! [`FrozenBudget::allowed`] (`floor(pct × n / 100)`, at least 1).
+//! A host is in flight when it is `Activating` or `Soaking` in any rollout not yet `Pruned`
+//! (a live one, or a finished one still landing a host: a straggler of a `Converged` rollout,
+//! RFC-0002 §5.2), or held by a job or maintenance request. Budgets are the frozen snapshots
+//! in each rollout's manifest and match across rollouts by equality of their canonical
+//! selector: the in-flight set of a budget is every in-flight host listed by the budget of
+//! any rollout that [takes part](shares_budgets) with the same canonical selector. The cap is
+//! the dispatching rollout's own [`FrozenBudget::allowed`] (`floor(pct × n / 100)`, at least 1).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -13,7 +14,7 @@ use drover_proto::artifacts::FrozenBudget;
 use drover_proto::names::RolloutId;
 use drover_proto::states::{HostRolloutState, RolloutState};
 
-use crate::input::Snapshot;
+use crate::input::{RolloutObserved, Snapshot};
 
 /// Whether a rollout in `state` is still live (not finished: Converged, Reverted, Failed,
 /// Superseded, Cancelled and Pruned are; the proto table lets most of them go on to Pruned,
@@ -25,13 +26,44 @@ pub fn is_live(state: RolloutState) -> bool {
     )
 }
 
-/// The live rollout other than `except` in which `host` is in flight, if any (a host has one
-/// owner of disruptive work at a time).
+/// Whether a rollout in `state` may have hosts in flight: every state but `Pruned` (a
+/// finished rollout may still be landing a host — a straggler dispatched after it converged,
+/// or a host caught in flight when it was superseded or cancelled).
+pub fn may_hold_in_flight(state: RolloutState) -> bool {
+    state != RolloutState::Pruned
+}
+
+/// Whether rollout `r` has a host in flight.
+pub fn has_in_flight(r: &RolloutObserved) -> bool {
+    r.hosts.values().any(|p| is_in_flight_state(p.state))
+}
+
+/// Whether rollout `id` is its channel's current rollout (the channel's current manifest's).
+pub fn is_current<S: Snapshot + ?Sized>(input: &S, id: &RolloutId) -> bool {
+    input.channels().get(id.channel()).is_some_and(|c| c.manifest.rollout_id == *id)
+}
+
+/// Whether rollout `id` may dispatch stragglers (RFC-0002 §5.2): it is `Converged`, its
+/// channel's current rollout, and has a `Skipped` host (one that was offline when its wave ran
+/// and gets the channel's current target when it returns).
+pub fn may_dispatch_stragglers<S: Snapshot + ?Sized>(input: &S, id: &RolloutId, r: &RolloutObserved) -> bool {
+    r.state == RolloutState::Converged && is_current(input, id) && r.hosts.values().any(|p| p.state == HostRolloutState::Skipped)
+}
+
+/// Whether the frozen budgets of rollout `id` take part in the accounting (the sharing by
+/// canonical selector): a live rollout's; a finished one's with a host in flight (until it
+/// lands); a `Converged` current rollout's that [may dispatch stragglers](may_dispatch_stragglers).
+pub fn shares_budgets<S: Snapshot + ?Sized>(input: &S, id: &RolloutId, r: &RolloutObserved) -> bool {
+    is_live(r.state) || (may_hold_in_flight(r.state) && (has_in_flight(r) || may_dispatch_stragglers(input, id, r)))
+}
+
+/// The rollout other than `except` (live, or finished and not pruned) in which `host` is in
+/// flight, if any (a host has one owner of disruptive work at a time).
 pub fn in_flight_elsewhere<'a, S: Snapshot + ?Sized>(input: &'a S, except: &RolloutId, host: &str) -> Option<&'a RolloutId> {
     input
         .rollouts()
         .iter()
-        .find(|(id, r)| *id != except && is_live(r.state) && r.hosts.get(host).is_some_and(|p| is_in_flight_state(p.state)))
+        .find(|(id, r)| *id != except && may_hold_in_flight(r.state) && r.hosts.get(host).is_some_and(|p| is_in_flight_state(p.state)))
         .map(|(id, _)| id)
 }
 
@@ -40,27 +72,28 @@ pub fn is_in_flight_state(state: HostRolloutState) -> bool {
     matches!(state, HostRolloutState::Activating | HostRolloutState::Soaking)
 }
 
-/// Every host in flight across the live rollouts of `input`, plus every held host.
+/// Every host in flight across the rollouts of `input` (any not pruned), plus every held host.
 pub fn in_flight_hosts<S: Snapshot + ?Sized>(input: &S) -> BTreeSet<String> {
     let mut out: BTreeSet<String> = input.held().keys().cloned().collect();
-    for r in input.rollouts().values().filter(|r| is_live(r.state)) {
+    for r in input.rollouts().values().filter(|r| may_hold_in_flight(r.state)) {
         out.extend(r.hosts.iter().filter(|(_, p)| is_in_flight_state(p.state)).map(|(h, _)| h.clone()));
     }
     out
 }
 
-/// Whether `host` is held or in flight in any live rollout of `input` (one host's share of
-/// [`in_flight_hosts`]).
+/// Whether `host` is held or in flight in any rollout of `input` not pruned (one host's
+/// share of [`in_flight_hosts`]).
 pub fn in_flight_hosts_of<S: Snapshot + ?Sized>(input: &S, host: &str) -> bool {
     input.held().contains_key(host)
-        || input.rollouts().values().any(|r| is_live(r.state) && r.hosts.get(host).is_some_and(|p| is_in_flight_state(p.state)))
+        || input.rollouts().values().any(|r| may_hold_in_flight(r.state) && r.hosts.get(host).is_some_and(|p| is_in_flight_state(p.state)))
 }
 
-/// The hosts each canonical selector covers, unioned over the live rollouts' frozen budgets.
+/// The hosts each canonical selector covers, unioned over the frozen budgets of the rollouts
+/// that [take part](shares_budgets).
 pub fn budget_members<S: Snapshot + ?Sized>(input: &S) -> BTreeMap<String, BTreeSet<String>> {
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (id, r) in input.rollouts() {
-        if !is_live(r.state) {
+        if !shares_budgets(input, id, r) {
             continue;
         }
         if let Some(m) = input.manifest_of(id) {
@@ -114,7 +147,8 @@ pub struct BudgetIndex {
     in_flight: BTreeSet<String>,
     members: BTreeMap<String, BTreeSet<String>>,
     counts: BTreeMap<String, usize>,
-    /// Per live rollout, per budget (by position in its manifest): the hosts it lists.
+    /// Per rollout that [takes part](shares_budgets), per budget (by position in its
+    /// manifest): the hosts it lists.
     own: BTreeMap<RolloutId, Vec<BTreeSet<String>>>,
 }
 
@@ -126,7 +160,7 @@ impl BudgetIndex {
         let counts = members.iter().map(|(k, m)| (k.clone(), m.iter().filter(|h| in_flight.contains(*h)).count())).collect();
         let mut own = BTreeMap::new();
         for (id, r) in input.rollouts() {
-            if let Some(m) = input.manifest_of(id).filter(|_| is_live(r.state)) {
+            if let Some(m) = input.manifest_of(id).filter(|_| shares_budgets(input, id, r)) {
                 own.insert(id.clone(), m.disruption_budgets.iter().map(|b| b.hosts.iter().cloned().collect()).collect());
             }
         }

@@ -5,8 +5,12 @@
 //! while a channel edge holds its channel ("no edge violated"), a second live rollout on a
 //! channel ("never two active rollouts on a channel"), a deferral emitted twice, an opening,
 //! dispatch or rollback on a channel whose timestamp is stale, a stale alert emitted twice or
-//! for a fresh channel, a host reverted for a missed confirm deadline before it passed, or a
-//! rollout pruned before its retention ran out. Tests run it over every plan they make.
+//! for a fresh channel, a host reverted for a missed confirm deadline before it passed, a
+//! dispatch by a rollout that is not running (a `Converged` one may dispatch only a returning
+//! `Skipped` host, and only while it is its channel's current rollout), or a rollout pruned
+//! before its retention ran out or while a host is in flight in it. Budgets count hosts in
+//! flight in every rollout not pruned — stragglers of converged rollouts included. Tests run
+//! it over every plan they make.
 //!
 //! It stays near-linear in the plan's length: the budget accounting and the per-wave count of
 //! hosts not yet done are built once (per rollout, on first use) and kept current as each
@@ -19,7 +23,7 @@ use drover_proto::states::{HostRolloutState as H, RolloutState as R};
 use drover_proto::time::Time;
 
 use crate::action::{Action, Plan, apply};
-use crate::budget::{budget_members, in_flight_elsewhere, in_flight_hosts, in_flight_hosts_of, is_live};
+use crate::budget::{budget_members, in_flight_elsewhere, in_flight_hosts, in_flight_hosts_of, is_current, is_in_flight_state, is_live};
 use crate::engine::{is_done_for_promotion, is_prunable};
 use crate::input::PlanInput;
 
@@ -63,7 +67,7 @@ pub fn check_plan(input: &PlanInput, plan: &Plan, now: Time) -> Result<(), Vec<V
 #[derive(Default)]
 struct Cache {
     /// The budget accounting, built on first use: in-flight hosts (held counted), each
-    /// canonical selector's members across live rollouts, and how many are in flight.
+    /// canonical selector's members across the rollouts that share budgets, and how many are in flight.
     budgets: Option<Budgets>,
     /// Per rollout, per wave index, how many hosts are not done for promotion.
     not_done: BTreeMap<RolloutId, Vec<usize>>,
@@ -191,6 +195,9 @@ fn check_action(work: &PlanInput, cache: &mut Cache, action: &Action, now: Time)
                 if !is_prunable(*from) || r.since.plus_secs(work.settings.retention_secs) > now {
                     return Err(format!("{rollout_id} ({from} since {}) pruned before its retention ran out", r.since));
                 }
+                if let Some((h, p)) = r.hosts.iter().find(|(_, p)| is_in_flight_state(p.state)) {
+                    return Err(format!("{rollout_id} pruned while {h} is still {} in it", p.state));
+                }
             }
         }
         Action::HostTransition { rollout_id, host, from, to, .. } => {
@@ -217,6 +224,16 @@ fn check_action(work: &PlanInput, cache: &mut Cache, action: &Action, now: Time)
         Action::Dispatch { rollout_id, host, wave_index, target, from, .. } => {
             host_from(work, rollout_id, host, *from)?;
             from.transition(H::Activating).map_err(|e| e.to_string())?;
+            // Only a running rollout dispatches — or a Converged one that is still its channel's
+            // current rollout, dispatching a returning Skipped host (a straggler, RFC-0002 §5.2).
+            match work.rollouts.get(rollout_id).map(|r| r.state) {
+                Some(R::Active | R::Converging) => {}
+                Some(R::Converged) if *from == H::Skipped && is_current(work, rollout_id) => {}
+                Some(R::Converged) => {
+                    return Err(format!("{host} dispatched from {from} by {rollout_id}, converged and not its channel's current rollout"));
+                }
+                state => return Err(format!("{host} dispatched by {rollout_id} in {state:?}")),
+            }
             if let Some(s) = stale(work, rollout_id.channel(), now) {
                 return Err(format!("{host} dispatched in {rollout_id} while {s}"));
             }

@@ -12,6 +12,12 @@
 //! a channel edge `{before, after}` holds opening `after` while `before` has a live rollout
 //! (Halted included) or a ref not yet rolled. After the fixpoint, each held channel gets one
 //! `RolloutDeferred` per change of ref or blocker, recorded in `PlanInput::last_deferrals`.
+//!
+//! Stragglers (RFC-0002 §5.2): a host Skipped by the channel's current rollout picks up its
+//! target when it returns even after that rollout `Converged` — dispatched by the converged
+//! rollout (which stays `Converged`) under every dispatch rule, landed like any host, counted
+//! in flight by every budget, and keeping its rollout from being pruned until it lands. See
+//! `step_finished`.
 
 use drover_proto::artifacts::{HostSetEntry, RolloutManifest};
 use drover_proto::names::RolloutId;
@@ -66,7 +72,7 @@ impl Tick {
         use crate::budget::{in_flight_hosts_of, is_in_flight_state};
         match (&action, self.budgets.as_mut()) {
             (Action::Dispatch { host, .. }, Some(index)) => index.note_dispatched(host),
-            // A host moving within a live rollout: in flight or not is all that changes.
+            // A host moving within a rollout: in flight or not is all that changes.
             (Action::HostTransition { host, from, to, .. }, Some(index)) => match (is_in_flight_state(*from), is_in_flight_state(*to)) {
                 (false, true) => index.note_dispatched(host),
                 (true, false) if !in_flight_hosts_of(work, host) => index.note_landed(host),
@@ -104,14 +110,100 @@ fn blocks_next_ref(state: R) -> bool {
     matches!(state, R::Opening | R::Active | R::Converging | R::Reverting)
 }
 
-/// One pass over every channel and every live rollout, then retention.
+/// One pass over every channel, every live rollout and every finished one with stragglers
+/// (see [`step_finished`]), in rollout id order, then retention.
 fn step(work: &mut Work<'_>, tick: &mut Tick) {
+    use crate::budget::{has_in_flight, is_live, may_dispatch_stragglers, may_hold_in_flight};
     open_rollouts(work, tick);
-    let ids: Vec<RolloutId> = work.rollouts.iter().filter(|(_, r)| crate::budget::is_live(r.state)).map(|(id, _)| id.clone()).collect();
-    for id in ids {
-        step_rollout(work, tick, &id);
+    let ids: Vec<(RolloutId, bool)> = work
+        .rollouts
+        .iter()
+        .filter_map(|(id, r)| {
+            if is_live(r.state) {
+                Some((id.clone(), true))
+            } else if may_hold_in_flight(r.state)
+                && (has_in_flight(r)
+                    || may_dispatch_stragglers(work, id, r)
+                    || (r.state == R::Converged && r.hosts.values().any(|p| p.state == H::Deferred)))
+            {
+                Some((id.clone(), false))
+            } else {
+                None
+            }
+        })
+        .collect();
+    for (id, live) in ids {
+        if live {
+            step_rollout(work, tick, &id);
+        } else {
+            step_finished(work, tick, &id);
+        }
     }
     prune(work, tick);
+}
+
+/// Stragglers of a finished rollout (RFC-0002 §5.2, DESIGN "Rollout states": a host offline
+/// when its wave ran is `Skipped` and picks up the channel's current target when it returns).
+///
+/// - A host still in flight (`Activating`/`Soaking`) in a finished rollout not pruned — a
+///   straggler dispatched after its rollout converged, or one caught in flight when its
+///   rollout was superseded or cancelled — is landed exactly as in a live rollout
+///   ([`progress_host`]: confirm, soak of its wave, the per-host health gate, the confirm
+///   deadline). A `Deferred` host of a `Converged` rollout goes on to `Converged` when it
+///   boots into its target.
+/// - When the rollout is `Converged` and still its channel's current rollout, each `Skipped`
+///   host that is online again is dispatched on the channel's current target under the same
+///   rules as any dispatch ([`consider_dispatch`]: wave order, held, in flight elsewhere,
+///   stale channel, host edges, the manifest's frozen budgets). A superseded rollout never
+///   does: the channel's newer rollout covers the host.
+///
+/// The rollout's own state stays `Converged` (Converged → Active is not a transition).
+/// The health gate's `maxFailures` / `onHealthFailure` are not applied to stragglers: a
+/// straggler that fails the gate, fails its activation or misses its confirm deadline is just
+/// `Failed` (or `Reverted`) — a converged rollout is not halted or rolled back for one host
+/// that was away, and the next ref rolls it again.
+fn step_finished(work: &mut Work<'_>, tick: &mut Tick, id: &RolloutId) {
+    let Some(r) = work.rollouts.get(id) else { return };
+    let converged = r.state == R::Converged;
+    let landing: Vec<String> = r
+        .hosts
+        .iter()
+        .filter(|(_, p)| crate::budget::is_in_flight_state(p.state) || (converged && p.state == H::Deferred))
+        .map(|(h, _)| h.clone())
+        .collect();
+    let returning: Vec<String> = if crate::budget::may_dispatch_stragglers(work, id, r) {
+        r.hosts
+            .iter()
+            .filter(|(h, p)| p.state == H::Skipped && work.base.hosts.get(h.as_str()).is_some_and(|o| o.is_online()))
+            .map(|(h, _)| h.clone())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if landing.is_empty() && returning.is_empty() {
+        return;
+    }
+    let Some(manifest) = work.manifest(id) else {
+        return tick.wait(id, None, format!("manifest of {id} missing; its stragglers cannot advance"));
+    };
+    for h in &landing {
+        if let Some(e) = manifest.host(h) {
+            progress_host(work, tick, id, manifest, e);
+        }
+    }
+    if returning.is_empty() {
+        return;
+    }
+    // Wave order holds for stragglers too: a returning host of an earlier wave goes first.
+    let mut order: Vec<&HostSetEntry> = returning.iter().filter_map(|h| manifest.host(h)).collect();
+    order.sort_by_key(|e| e.wave_index);
+    let mut current = current_wave(work, id, manifest);
+    for entry in order {
+        consider_dispatch(work, tick, id, manifest, entry, current);
+        if work.host_state(id, &entry.hostname) != H::Skipped {
+            current = current_wave(work, id, manifest);
+        }
+    }
 }
 
 /// Whether a rollout in `state` is finished and may be pruned once retained long enough.
@@ -120,14 +212,15 @@ pub fn is_prunable(state: R) -> bool {
 }
 
 /// Retention: a finished rollout kept `retentionSecs` is `Pruned` (the executor stops
-/// loading it). A channel's current rollout is pruned like any other: the channel's
+/// loading it) — unless a host is still in flight in it (a straggler): it is pruned once that
+/// host lands. A channel's current rollout is pruned like any other: the channel's
 /// `lastRolledRef` — not the rollout record — is what keeps its ref from opening again.
 fn prune(work: &mut Work<'_>, tick: &mut Tick) {
     let retention = work.base.settings.retention_secs;
     let due: Vec<(RolloutId, R, Time)> = work
         .rollouts
         .iter()
-        .filter(|(_, r)| is_prunable(r.state) && r.since.plus_secs(retention) <= tick.now)
+        .filter(|(_, r)| is_prunable(r.state) && r.since.plus_secs(retention) <= tick.now && !crate::budget::has_in_flight(r))
         .map(|(id, r)| (id.clone(), r.state, r.since))
         .collect();
     for (id, state, since) in due {
@@ -567,7 +660,10 @@ fn consider_dispatch(work: &mut Work<'_>, tick: &mut Tick, id: &RolloutId, m: &R
     if let Some(full) = tick.first_full_budget(work, id, h) {
         return tick.wait(id, Some(h), full.describe());
     }
-    let reason = if state == H::Skipped {
+    let converged = work.rollouts.get(id).is_some_and(|r| r.state == R::Converged);
+    let reason = if state == H::Skipped && converged {
+        format!("back online after rollout converged; dispatching the channel's current target (wave {}, budgets permit)", e.wave_index)
+    } else if state == H::Skipped {
         format!("back online; wave {} dispatch, budgets permit", e.wave_index)
     } else {
         format!("wave {} active; budgets permit", e.wave_index)

@@ -13,6 +13,14 @@
 //! be finished, halted, or waiting for a reason the report gives — and in benign fleets (no
 //! health failures) every rollout must converge once every host is back and unheld.
 //!
+//! Stragglers (RFC-0002 §5.2): a host Skipped by a rollout that has since converged, back
+//! online, is dispatched by that rollout while it is its channel's current one; the oracle
+//! counts hosts in flight in every rollout not pruned (stragglers included) against the
+//! budgets, refuses pruning a rollout with a host in flight, and every straggler in flight or
+//! back online and still Skipped must be explained by the report. Benign fleets end with no
+//! Skipped host left in a channel's current converged rollout; hostile ones run with short
+//! retentions too (a converged rollout past its retention with a straggler in flight).
+//!
 //! Randomness is a splitmix64 seeded by proptest (deterministic: the same seeds on every run).
 
 use std::cell::Cell;
@@ -122,6 +130,23 @@ const PROBE: &str = "ssh-reachable";
 /// (the hostile test asserts the rule is exercised).
 static MISSED_DEADLINES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+/// Skipped hosts dispatched by their converged rollout (stragglers), over every fleet of this
+/// process.
+static STRAGGLER_DISPATCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Ticks at which a finished rollout past its retention was kept for a host in flight in it.
+static PRUNE_HELD_BY_STRAGGLER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A host state that is in flight.
+fn in_flight_state(s: H) -> bool {
+    matches!(s, H::Activating | H::Soaking)
+}
+
+/// Whether `id` is its channel's current rollout.
+fn is_current(input: &PlanInput, id: &RolloutId) -> bool {
+    input.channels.get(id.channel()).is_some_and(|c| c.manifest.rollout_id == *id)
+}
+
 fn time(secs: i64) -> Time {
     Time::from_unix(1_800_000_000 + secs).expect("time")
 }
@@ -201,6 +226,11 @@ impl Sim {
         // 2 min miss a short one); benign ones, where everything eventually succeeds, get a
         // deadline longer than any outage.
         input.settings.confirm_deadline_secs = if hostile { *rng.pick(&[600, 1800]) } else { 86_400 };
+        // Hostile fleets also prune finished rollouts soon (a converged rollout past its
+        // retention while a straggler is in flight in it must wait for it to land).
+        if hostile {
+            input.settings.retention_secs = *rng.pick(&[900, 3600, 7 * 86_400]);
+        }
         for h in &names {
             input.hosts.insert(
                 h.clone(),
@@ -337,6 +367,20 @@ impl Sim {
             .filter(|a| matches!(a, Action::HostTransition { to: H::Reverted, reason, .. } if reason.contains("confirm deadline")))
             .count();
         MISSED_DEADLINES.fetch_add(missed, std::sync::atomic::Ordering::Relaxed);
+        let stragglers = p
+            .actions
+            .iter()
+            .filter(|a| matches!(a, Action::Dispatch { from: H::Skipped, reason, .. } if reason.contains("after rollout converged")))
+            .count();
+        STRAGGLER_DISPATCHES.fetch_add(stragglers, std::sync::atomic::Ordering::Relaxed);
+        let retention = self.input.settings.retention_secs;
+        let held = self.input.rollouts.values().any(|r| {
+            !is_live(r.state)
+                && r.state != R::Pruned
+                && r.since.plus_secs(retention) <= now
+                && r.hosts.values().any(|p| in_flight_state(p.state))
+        });
+        PRUNE_HELD_BY_STRAGGLER.fetch_add(usize::from(held), std::sync::atomic::Ordering::Relaxed);
         for a in &p.actions {
             self.deliver(a);
         }
@@ -357,6 +401,10 @@ impl Sim {
                 let since = work.rollouts.get(rollout_id).map(|r| r.since);
                 if *to == R::Pruned && since.is_some_and(|t| t.plus_secs(work.settings.retention_secs) > self.now) {
                     return Err(format!("rollout {rollout_id} pruned before its retention ran out"));
+                }
+                let landing = work.rollouts.get(rollout_id).and_then(|r| r.hosts.iter().find(|(_, p)| in_flight_state(p.state)));
+                if let (R::Pruned, Some((h, p))) = (*to, landing) {
+                    return Err(format!("rollout {rollout_id} pruned while {h} is {} in it", p.state));
                 }
             }
             Action::HostTransition { rollout_id, host, from, to, .. } => {
@@ -384,7 +432,10 @@ impl Sim {
                     return Err(format!("{host} dispatched while held"));
                 }
                 let r = work.rollouts.get(rollout_id).map(|r| r.state);
-                if !matches!(r, Some(R::Active | R::Converging)) {
+                // A converged rollout dispatches a returning Skipped host (a straggler) only
+                // while it is its channel's current rollout.
+                let straggler = r == Some(R::Converged) && *from == H::Skipped && is_current(work, rollout_id);
+                if !matches!(r, Some(R::Active | R::Converging)) && !straggler {
                     return Err(format!("{host} dispatched by rollout {rollout_id} in {r:?}"));
                 }
                 let m = work.manifest(rollout_id).ok_or("no manifest")?;
@@ -410,9 +461,9 @@ impl Sim {
                     return Err(format!("{host} dispatched while offline"));
                 }
                 // Budgets: the sim's own fleet-wide definitions; in flight = Activating or
-                // Soaking in a live rollout, or held.
+                // Soaking in any rollout not pruned (stragglers of converged ones too), or held.
                 let mut in_flight: BTreeSet<&str> = work.held.keys().map(String::as_str).collect();
-                for r in work.rollouts.values().filter(|r| is_live(r.state)) {
+                for r in work.rollouts.values().filter(|r| r.state != R::Pruned) {
                     in_flight
                         .extend(r.hosts.iter().filter(|(_, p)| matches!(p.state, H::Activating | H::Soaking)).map(|(h, _)| h.as_str()));
                 }
@@ -551,8 +602,24 @@ fn sha(id: &RolloutId) -> String {
 }
 
 /// Every host of a live rollout still Pending, Activating or Soaking is explained by the
-/// report (a wait of its own, or one for its whole rollout).
+/// report (a wait of its own, or one for its whole rollout); so is every straggler: a host in
+/// flight in a finished rollout not pruned, or a Skipped host of a channel's current converged
+/// rollout that is online again.
 fn explained(input: &PlanInput, p: &Plan) -> Result<(), String> {
+    for (id, r) in input.rollouts.iter().filter(|(_, r)| !is_live(r.state) && r.state != R::Pruned) {
+        let current = r.state == R::Converged && is_current(input, id);
+        for (h, progress) in &r.hosts {
+            let online = input.hosts.get(h).is_some_and(|o| o.connectivity == Connectivity::Online);
+            let straggler = in_flight_state(progress.state) || (current && progress.state == H::Skipped && online);
+            let waits = p.report.iter().any(|w| w.rollout_id.as_ref() == Some(id) && w.host.as_deref().is_none_or(|x| x == h));
+            if straggler && !waits {
+                return Err(format!(
+                    "straggler {h} ({}) in {id} ({}) is stuck and not explained: {:#?}",
+                    progress.state, r.state, p.report
+                ));
+            }
+        }
+    }
     for (id, r) in input.rollouts.iter().filter(|(_, r)| is_live(r.state)) {
         let Some(m) = input.manifest(id) else { continue };
         if p.report.iter().any(|w| w.rollout_id.as_ref() == Some(id) && w.host.is_none()) {
@@ -590,7 +657,7 @@ fn simulate(seed: u64, mode: Mode) -> Result<Outcome, TestCaseError> {
     }
     for _ in 0..CALM_TICKS {
         last = sim.plan_tick()?;
-        if !sim.input.rollouts.values().any(|r| is_live(r.state) && r.state != R::Halted) {
+        if !sim.input.rollouts.values().any(|r| is_live(r.state) && r.state != R::Halted) && stragglers_left(&sim.input).is_none() {
             break;
         }
         if sim.now.secs_since(sim.last_action_at) > STALL_SECS {
@@ -604,6 +671,7 @@ fn simulate(seed: u64, mode: Mode) -> Result<Outcome, TestCaseError> {
             return Err(TestCaseError::fail(format!("rollout {id} is {} with no reason in the report", r.state)));
         }
     }
+    let straggler = stragglers_left(&sim.input);
     let states = sim
         .input
         .rollouts
@@ -620,7 +688,20 @@ fn simulate(seed: u64, mode: Mode) -> Result<Outcome, TestCaseError> {
             (id.clone(), r.state, why.join("; "))
         })
         .collect();
-    Ok(Outcome { ticks: sim.tick, states })
+    Ok(Outcome { ticks: sim.tick, states, straggler })
+}
+
+/// A straggler left in `input`, if any: a host in flight in a finished rollout not pruned, or
+/// a Skipped host of a channel's current converged rollout (every host is online by the end
+/// of the calm phase).
+fn stragglers_left(input: &PlanInput) -> Option<String> {
+    input.rollouts.iter().filter(|(_, r)| !is_live(r.state) && r.state != R::Pruned).find_map(|(id, r)| {
+        let current = r.state == R::Converged && is_current(input, id);
+        r.hosts
+            .iter()
+            .find(|(_, p)| in_flight_state(p.state) || (current && p.state == H::Skipped))
+            .map(|(h, p)| format!("{h} ({}) in {id} ({})", p.state, r.state))
+    })
 }
 
 /// What one simulated fleet came to.
@@ -628,6 +709,8 @@ struct Outcome {
     ticks: usize,
     /// Each rollout's final state and the first waits the last report gives for it.
     states: Vec<(RolloutId, R, String)>,
+    /// A straggler left at the end, if any (see [`stragglers_left`]).
+    straggler: Option<String>,
 }
 
 /// Runs `cases` seeds (deterministic) through `simulate`; returns the total ticks.
@@ -653,6 +736,11 @@ fn random_fleets_never_exceed_budgets_or_skip_waves() {
     let missed = MISSED_DEADLINES.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!("hostile fleets: {ticks} ticks, {missed} missed confirm deadlines");
     assert!(missed > 0, "no host missed its confirm deadline: the rule went unexercised");
+    let stragglers = STRAGGLER_DISPATCHES.load(std::sync::atomic::Ordering::Relaxed);
+    let held = PRUNE_HELD_BY_STRAGGLER.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("hostile fleets: {stragglers} stragglers dispatched after convergence, {held} prunes held by one in flight");
+    assert!(stragglers > 0, "no Skipped host was dispatched after its rollout converged: the rule went unexercised");
+    assert!(held > 0, "no converged rollout past its retention had a straggler in flight: the rule went unexercised");
     assert!(ticks >= 10_000, "only {ticks} ticks simulated");
 }
 
@@ -663,9 +751,15 @@ fn random_fleets_never_exceed_budgets_or_skip_waves() {
 fn benign_random_fleets_converge_every_rollout() {
     let ticks = run_cases(24, Mode::Benign, |out| match out.states.iter().find(|(_, s, _)| !matches!(s, R::Converged)) {
         Some((id, s, why)) => Err(TestCaseError::fail(format!("benign fleet: rollout {id} ended {s}, not Converged: {why}"))),
-        None => Ok(()),
+        // Every host back: none is left Skipped in its channel's current rollout.
+        None => match &out.straggler {
+            Some(s) => Err(TestCaseError::fail(format!("benign fleet: straggler left at the end: {s}"))),
+            None => Ok(()),
+        },
     });
     eprintln!("benign fleets: {ticks} ticks");
+    let stragglers = STRAGGLER_DISPATCHES.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(stragglers > 0, "no Skipped host was dispatched after its rollout converged: the rule went unexercised");
     assert!(ticks >= 4_000, "only {ticks} ticks simulated");
 }
 

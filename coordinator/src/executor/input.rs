@@ -55,14 +55,16 @@ pub fn settings(config: &RolloutsConfig) -> PlanSettings {
 
 /// Reads the manifests the release may not carry: those of the snapshot's rollouts and of
 /// the revertable rollouts the latest timestamp lists (checked against it in [`build`]).
-pub fn stored_manifests(store: &dyn Store, snapshot: &PlanSnapshot) -> Result<BTreeMap<RolloutId, StoredManifest>, StoreError> {
+pub fn stored_manifests(
+    store: &dyn Store,
+    release: &crate::store::Release,
+    snapshot: &PlanSnapshot,
+) -> Result<BTreeMap<RolloutId, StoredManifest>, StoreError> {
     let mut ids: Vec<RolloutId> = snapshot.rollouts.iter().map(|r| r.rollout.rollout_id.clone()).collect();
-    if let Some(release) = store.latest_release()? {
-        // Unverified here, only to know which ids to read; `build` checks each against the
-        // verified timestamp before the planner sees it.
-        if let Some(ts) = release.files.get(TIMESTAMP).and_then(|b| serde_json::from_slice::<TimestampDoc>(b).ok()) {
-            ids.extend(ts.channels.values().flat_map(|c| c.revertable.iter().map(|r| r.rollout_id.clone())));
-        }
+    // Unverified here, only to know which ids to read; `build` checks each against the
+    // verified timestamp before the planner sees it.
+    if let Some(ts) = release.files.get(TIMESTAMP).and_then(|b| serde_json::from_slice::<TimestampDoc>(b).ok()) {
+        ids.extend(ts.channels.values().flat_map(|c| c.revertable.iter().map(|r| r.rollout_id.clone())));
     }
     let mut out = BTreeMap::new();
     for id in ids {
@@ -198,7 +200,9 @@ pub fn next_due(after: &PlanInput, now: Time) -> Option<Time> {
         }
     };
     for (id, r) in &after.rollouts {
-        if drover_planner::budget::is_live(r.state) {
+        // Hosts in flight in any rollout that is not pruned (a straggler of a converged one
+        // included) soak and have deadlines.
+        if drover_planner::budget::may_hold_in_flight(r.state) {
             let Some(m) = after.manifest(id) else { continue };
             for (host, p) in &r.hosts {
                 match p.state {
@@ -211,7 +215,8 @@ pub fn next_due(after: &PlanInput, now: Time) -> Option<Time> {
                     _ => {}
                 }
             }
-        } else if r.state != RolloutState::Pruned {
+        }
+        if !drover_planner::budget::is_live(r.state) && r.state != RolloutState::Pruned {
             note(r.since.plus_secs(after.settings.retention_secs));
         }
     }

@@ -65,7 +65,7 @@ pub async fn tick(app: &Arc<AppState>) -> Result<TickOutcome, ExecutorError> {
     let loaded = store::blocking(app.store.clone(), |s| {
         let Some(release) = s.latest_release()? else { return Ok(None) };
         let snapshot = s.plan_snapshot()?;
-        let stored = input::stored_manifests(s, &snapshot)?;
+        let stored = input::stored_manifests(s, &release, &snapshot)?;
         Ok(Some((release, snapshot, stored)))
     })
     .await?;

@@ -135,8 +135,20 @@ pub fn run(input: &PlanInput, now: Time) -> Plan {
 }
 
 /// Every host of a live rollout that is still Pending, Activating or Soaking has a wait in
-/// the report (its own, or one for its whole rollout).
+/// the report (its own, or one for its whole rollout); so does every straggler (a host in
+/// flight in a finished rollout not pruned, or a Skipped host of its channel's current
+/// converged rollout that is online again).
 pub fn assert_every_stuck_host_explained(input: &PlanInput, p: &Plan) {
+    for (id, r) in input.rollouts.iter().filter(|(_, r)| !crate::budget::is_live(r.state) && r.state != RolloutState::Pruned) {
+        let current = r.state == RolloutState::Converged && crate::budget::is_current(input, id);
+        for (h, progress) in &r.hosts {
+            let online = input.hosts.get(h).is_some_and(|o| o.is_online());
+            let stuck =
+                crate::budget::is_in_flight_state(progress.state) || (current && progress.state == HostRolloutState::Skipped && online);
+            let explained = p.report.iter().any(|w| w.rollout_id.as_ref() == Some(id) && w.host.as_deref().is_none_or(|x| x == h));
+            assert!(!stuck || explained, "straggler {h} ({}) in {id} ({}) not explained: {:#?}", progress.state, r.state, p.report);
+        }
+    }
     for (id, r) in input.rollouts.iter().filter(|(_, r)| crate::budget::is_live(r.state)) {
         let Some(m) = input.manifest(id) else { continue };
         let rollout_wide = p.report.iter().any(|w| w.rollout_id.as_ref() == Some(id) && w.host.is_none());

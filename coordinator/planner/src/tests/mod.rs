@@ -6,3 +6,4 @@ mod fixture;
 mod lifecycle;
 mod rules;
 mod safety;
+mod stragglers;
