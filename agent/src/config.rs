@@ -105,6 +105,9 @@ pub struct Config {
     /// private bus).
     #[serde(default)]
     pub systemd_bus: Option<String>,
+    /// `[tasks]`: what maintenance tasks may touch (see `tasks::settings`).
+    #[serde(default)]
+    pub tasks: crate::tasks::TaskSettings,
 }
 
 impl Config {
@@ -157,6 +160,7 @@ impl Config {
                 return Err(invalid("probes", format!("probe name {:?} is used twice", p.name)));
             }
         }
+        config.tasks.validate().map_err(|(key, message)| invalid(key, message))?;
         let base = file.parent().unwrap_or(Path::new(""));
         config.state_dir = base.join(&config.state_dir);
         config.ca_file = base.join(&config.ca_file);

@@ -1,5 +1,6 @@
 //! GPUs as the agent sees them: inventory, compute processes and a health summary, behind the
-//! [`GpuTool`] trait (the vendor tool; `gpu_scrub` will add reset, persistence mode and kill).
+//! [`GpuTool`] trait (the vendor tool). Reset, persistence mode and AMD's tools are
+//! `node.gpu_scrub`'s, in `tasks::gpu_tools` and `tasks::amd`.
 //!
 //! [`NvidiaSmi`] is the NVIDIA implementation. It runs `nvidia-smi` through a
 //! [`CommandRunner`] (no shell, bounded wait) and parses its CSV form
@@ -301,7 +302,7 @@ impl<R: CommandRunner> GpuTool for NvidiaSmi<R> {
 }
 
 /// What the tool said: stderr, else stdout, trimmed.
-fn tool_message(out: &CommandOutput) -> String {
+pub fn tool_message(out: &CommandOutput) -> String {
     let err = out.stderr.trim();
     if err.is_empty() { out.stdout.trim().to_owned() } else { err.to_owned() }
 }

@@ -28,8 +28,9 @@ use crate::systemd::{Systemd, SystemdError};
 
 /// Where MAAS keeps the machine's hardware-sync credentials.
 pub const DEFAULT_MAAS_CREDS_FILE: &str = "/etc/maas/maas-machine-creds.yml";
-/// The MAAS hardware-sync timer.
-pub const DEFAULT_HW_SYNC_TIMER: &str = "maas-hardware-sync.timer";
+/// The MAAS hardware-sync timer (MAAS installs `/lib/systemd/system/maas_hardware_sync.timer`;
+/// the same unit `node.hw_sync_reseed` restarts, `[tasks].hw_sync_timer`).
+pub const DEFAULT_HW_SYNC_TIMER: &str = "maas_hardware_sync.timer";
 
 /// The configurable parts of health collection (the `[health]` table of `agent.toml`).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -70,7 +71,7 @@ pub enum HealthError {
     /// A systemd query failed.
     #[error("{what}: {source}")]
     Systemd {
-        /// What was asked (`failed units`, `hardware-sync timer maas-hardware-sync.timer`).
+        /// What was asked (`failed units`, `hardware-sync timer maas_hardware_sync.timer`).
         what: String,
         /// The failure.
         #[source]
@@ -342,7 +343,7 @@ mod tests {
         assert_eq!(r.gpu.map(|g| g.count), Some(0));
         assert_eq!(r.collect_errors.len(), 2, "{:?}", r.collect_errors);
         assert!(r.collect_errors[0].starts_with("failed units: cannot reach systemd"), "{:?}", r.collect_errors);
-        assert!(r.collect_errors[1].starts_with("hardware-sync timer maas-hardware-sync.timer: "), "{:?}", r.collect_errors);
+        assert!(r.collect_errors[1].starts_with("hardware-sync timer maas_hardware_sync.timer: "), "{:?}", r.collect_errors);
     }
 
     #[test]
@@ -407,7 +408,7 @@ mod tests {
         let s: HealthSettings = toml::from_str("").expect("empty");
         assert_eq!(s, HealthSettings::default());
         assert_eq!(s.maas_creds_file, PathBuf::from("/etc/maas/maas-machine-creds.yml"));
-        assert_eq!((s.hw_sync_timer.as_str(), s.nvidia_smi.as_path()), ("maas-hardware-sync.timer", Path::new("nvidia-smi")));
+        assert_eq!((s.hw_sync_timer.as_str(), s.nvidia_smi.as_path()), ("maas_hardware_sync.timer", Path::new("nvidia-smi")));
         let s: HealthSettings =
             toml::from_str("nvidia_smi = \"/run/current-system/sw/bin/nvidia-smi\"\ndisks = [\"/\", \"/scratch\"]").expect("parse");
         assert_eq!(s.disks.len(), 2);

@@ -36,6 +36,8 @@ pub mod records;
 pub mod run;
 pub mod state;
 pub mod systemd;
+pub mod task_worker;
+pub mod tasks;
 pub mod timekeeping;
 
 pub use drover_client as client;

@@ -22,8 +22,7 @@ use std::time::Duration;
 use drover_client::{ClientError, ClientIdentity, CoordinatorClient};
 use drover_proto::enroll::{RenewRequest, RenewResponse, RolloutBundle};
 use drover_proto::report::{
-    ActivationStatus, CheckinRequest, CheckinResponse, HealthReport, MAX_EVENTS_PER_CHECKIN, ProbeResult, ReportEvent, StepOutcome,
-    StepResult, TaskOutcome, TaskResult,
+    ActivationStatus, CheckinRequest, CheckinResponse, HealthReport, MAX_EVENTS_PER_CHECKIN, ProbeResult, ReportEvent, TaskResult,
 };
 use drover_proto::sig::Envelope;
 use drover_proto::spec::ProbeSpec;
@@ -68,6 +67,11 @@ pub trait HostOps: Send + Sync + 'static {
     fn activate(&self, admitted: &Admitted) -> ActivationOutcome;
     /// Resolves an activation a previous run left pending (at start-up).
     fn resume(&self) -> Option<ActivationOutcome>;
+    /// Runs an admitted maintenance task (plan, then execute); may take minutes.
+    fn run_task(&self, task: &drover_proto::task::Task) -> TaskResult;
+    /// The last act of `node.uninstall`, once its result was reported: stop the agent's own
+    /// unit. An error means the caller must exit by itself.
+    fn finish_uninstall(&self) -> Result<(), String>;
 }
 
 /// Loop settings (the `[checkin]` table of `agent.toml`).
@@ -143,6 +147,12 @@ pub struct Agent {
     events: Vec<ReportEvent>,
     activation: Option<ActivationStatus>,
     renew_at: Option<Time>,
+    tasks: crate::task_worker::TaskWorker,
+    /// A completed `node.uninstall`'s result, held in memory (its task may have purged the
+    /// state dir): reported by [`Agent::report_uninstall`], then the agent stops.
+    uninstalled: Option<TaskResult>,
+    /// Set once the uninstall was reported: the loop ends.
+    stopping: bool,
 }
 
 impl Agent {
@@ -176,6 +186,9 @@ impl Agent {
             events: Vec::new(),
             activation: None,
             renew_at: None,
+            tasks: Default::default(),
+            uninstalled: None,
+            stopping: false,
         })
     }
 
@@ -206,8 +219,16 @@ impl Agent {
                 self.push_event(e);
             }
         }
+        // Tasks a previous process left queued or running are reported, never run again.
+        let mut journal = self.state.journal()?;
+        let interrupted = journal.interrupted(self.clock.now());
+        if interrupted > 0 {
+            tracing::warn!(interrupted, "tasks interrupted by the last stop are reported failed");
+            self.state.put_journal(&journal)?;
+        }
+        let task_done = self.tasks.done();
         let mut failures: u32 = 0;
-        while !*stop.borrow() {
+        while !*stop.borrow() && !self.stopping {
             let wait = tokio::select! {
                 r = self.pass() => match r {
                     Ok(wait) => {
@@ -226,8 +247,14 @@ impl Agent {
                         wait
                     }
                 },
+                // A finished task is reported at once: the held check-in is dropped (nothing it
+                // carried is lost: results and events go only after a check-in succeeded).
+                _ = task_done.notified() => Duration::ZERO,
                 _ = stop.changed() => break,
             };
+            if self.stopping {
+                break;
+            }
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = stop.changed() => break,
@@ -239,6 +266,9 @@ impl Agent {
     /// One pass: clock, renewal, check-in, then the intent and tasks it returned. Returns how
     /// long to wait before the next.
     pub async fn pass(&mut self) -> Result<Duration, PullError> {
+        if self.uninstalled.is_some() {
+            return self.report_uninstall().await;
+        }
         let mut seen = self.state.seen()?;
         let reading = read_clock(seen.latest_time, self.clock.now());
         if let Some(e) = reading.stepped_back.clone() {
@@ -258,6 +288,15 @@ impl Agent {
             .blocking(move |h| (h.health(), h.current_generation(), if probes.is_empty() { Vec::new() } else { h.probes(&probes) }))
             .await?;
         let mut journal = self.state.journal()?;
+        if let Some((task, result)) = self.tasks.finished(&self.host, now).await {
+            if crate::task_worker::is_completed_uninstall(&task, &result) {
+                // The agent's files and secrets are gone: report from memory, then stop.
+                self.uninstalled = Some(result);
+                return self.report_uninstall().await;
+            }
+            journal.finish(result);
+            self.state.put_journal(&journal)?;
+        }
         let task_results = journal.unacknowledged();
         let take = self.events.len().min(MAX_EVENTS_PER_CHECKIN);
         let events: Vec<ReportEvent> = self.events.drain(..take).collect();
@@ -292,6 +331,32 @@ impl Agent {
             self.handle_task(env, now)?;
         }
         Ok(Duration::from_secs(resp.next_checkin_secs.min(MAX_NEXT_CHECKIN_SECS)))
+    }
+
+    /// The last check-in of an uninstalled agent: only the uninstall's result (its state dir
+    /// may be gone; the HTTP client still holds the identity in memory). Once it is
+    /// acknowledged, the agent's own unit is stopped and the loop ends; an error stopping it
+    /// just ends the loop (the unit is already disabled, so nothing starts the agent again).
+    async fn report_uninstall(&mut self) -> Result<Duration, PullError> {
+        let Some(result) = self.uninstalled.clone() else { return Ok(Duration::ZERO) };
+        let req = CheckinRequest {
+            agent_version: env!("CARGO_PKG_VERSION").to_owned(),
+            boot_id: self.boot_id.clone(),
+            current_generation: None,
+            health: None,
+            probe_results: Vec::new(),
+            task_results: vec![result.clone()],
+            activation: None,
+            events: Vec::new(),
+            known_intent_id: None,
+        };
+        let _: CheckinResponse = self.client.get().post_json(CHECKIN_PATH, &req).await?;
+        tracing::warn!(task_id = %result.task_id, "uninstall reported; stopping the agent for good");
+        if let Err(e) = self.blocking(|h| h.finish_uninstall()).await? {
+            tracing::error!(error = %e, "cannot stop the agent's unit; exiting instead");
+        }
+        self.stopping = true;
+        Ok(Duration::ZERO)
     }
 
     fn mark_handled(&self, intent_id: Option<String>) -> Result<(), StateError> {
@@ -368,21 +433,11 @@ impl Agent {
                 return Ok(());
             }
         };
-        // Journaled before anything runs, so a crash can never make a task run twice.
-        let result = TaskResult {
-            task_id: task.task_id.clone(),
-            outcome: TaskOutcome::Refused,
-            steps: vec![StepResult {
-                name: task.kind.type_name().to_owned(),
-                outcome: StepOutcome::Error,
-                message: format!("this agent version does not run {} tasks", task.kind.type_name()),
-                data: serde_json::Value::Null,
-            }],
-            started_at: now,
-            finished_at: now,
-        };
-        journal.tasks.insert(task.task_id.clone(), JournalEntry { expires_at: task.expires_at, unacknowledged: Some(result) });
+        // Journaled as taken before anything runs, so a crash can never make it run twice.
+        journal.tasks.insert(task.task_id.clone(), JournalEntry { expires_at: task.expires_at, unacknowledged: None, running: true });
         self.state.put_journal(&journal)?;
+        tracing::info!(task_id = %task.task_id, kind = task.kind.type_name(), "task admitted");
+        self.tasks.push(task, &self.host);
         Ok(())
     }
 

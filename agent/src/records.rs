@@ -75,6 +75,11 @@ pub struct JournalEntry {
     /// succeeded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unacknowledged: Option<TaskResult>,
+    /// Taken and not finished: queued or running. An entry still running when the agent
+    /// starts was interrupted by a crash or a kill ([`Journal::interrupted`]); it is never run
+    /// again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub running: bool,
 }
 
 /// `journal.json`: every task id taken, so a replayed task is refused.
@@ -105,10 +110,44 @@ impl Journal {
         }
     }
 
+    /// Turns every entry left running by a previous process into a failed result saying so:
+    /// the task may have done part of its work, and running it again could do harm (a second
+    /// GPU reset, a second cleanup racing a new tenant). Returns how many.
+    pub fn interrupted(&mut self, now: Time) -> usize {
+        let mut n = 0;
+        for (id, e) in self.tasks.iter_mut().filter(|(_, e)| e.running) {
+            e.running = false;
+            e.unacknowledged = Some(TaskResult {
+                task_id: id.clone(),
+                outcome: drover_proto::report::TaskOutcome::Failed,
+                steps: vec![drover_proto::report::StepResult {
+                    name: "interrupted".to_owned(),
+                    outcome: drover_proto::report::StepOutcome::Error,
+                    message: "the agent stopped while this task was queued or running; it is not run again (its effects are unknown)"
+                        .to_owned(),
+                    data: serde_json::Value::Null,
+                }],
+                started_at: now,
+                finished_at: now,
+            });
+            n += 1;
+        }
+        n
+    }
+
+    /// Records a finished task's result.
+    pub fn finish(&mut self, result: TaskResult) {
+        if let Some(e) = self.tasks.get_mut(&result.task_id) {
+            e.running = false;
+            e.unacknowledged = Some(result);
+        }
+    }
+
     /// Drops entries expired before `now - grace_secs` whose results were acknowledged.
     pub fn prune(&mut self, now: Time, grace_secs: u64) {
-        self.tasks
-            .retain(|_, e| e.unacknowledged.is_some() || now.secs_since(e.expires_at) <= i64::try_from(grace_secs).unwrap_or(i64::MAX));
+        self.tasks.retain(|_, e| {
+            e.running || e.unacknowledged.is_some() || now.secs_since(e.expires_at) <= i64::try_from(grace_secs).unwrap_or(i64::MAX)
+        });
     }
 }
 
@@ -272,14 +311,30 @@ mod tests {
             finished_at: t(0),
         };
         let mut j = Journal::default();
-        j.tasks.insert("old-acked".into(), JournalEntry { expires_at: t(0), unacknowledged: None });
-        j.tasks.insert("old-pending".into(), JournalEntry { expires_at: t(0), unacknowledged: Some(result("old-pending")) });
-        j.tasks.insert("live".into(), JournalEntry { expires_at: t(1000), unacknowledged: Some(result("live")) });
+        j.tasks.insert("old-acked".into(), JournalEntry { expires_at: t(0), unacknowledged: None, running: false });
+        j.tasks
+            .insert("old-pending".into(), JournalEntry { expires_at: t(0), unacknowledged: Some(result("old-pending")), running: false });
+        j.tasks.insert("live".into(), JournalEntry { expires_at: t(1000), unacknowledged: Some(result("live")), running: false });
         j.prune(t(500), 60);
         assert!(!j.contains("old-acked") && j.contains("old-pending") && j.contains("live"));
         j.acknowledge(&[result("old-pending")]);
         assert_eq!(j.unacknowledged().len(), 1);
         j.prune(t(500), 60);
         assert!(!j.contains("old-pending"), "acknowledged and expired: pruned");
+    }
+
+    #[test]
+    fn a_task_left_running_by_a_crash_is_reported_interrupted_and_never_rerun() {
+        let mut j = Journal::default();
+        j.tasks.insert("scrub".into(), JournalEntry { expires_at: t(0), unacknowledged: None, running: true });
+        j.prune(t(999_999), 60);
+        assert!(j.contains("scrub"), "a running entry is never pruned: its id must stay taken");
+        assert_eq!(j.interrupted(t(10)), 1);
+        let r = j.unacknowledged();
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].outcome, drover_proto::report::TaskOutcome::Failed);
+        assert!(r[0].steps[0].message.contains("not run again"), "{:?}", r[0].steps);
+        assert!(j.contains("scrub"), "still taken: a replay is refused");
+        assert_eq!(j.interrupted(t(11)), 0);
     }
 }

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use drover_client::{ClientError, ClientIdentity, CoordinatorClient};
-use drover_proto::report::{ActivationPhase, ActivationStatus, ConfirmRequest, HealthReport, ProbeOutcome, ProbeResult};
+use drover_proto::report::{ActivationPhase, ActivationStatus, ConfirmRequest, HealthReport, ProbeOutcome, ProbeResult, TaskResult};
 use drover_proto::spec::{Mode, ProbeSpec};
 use tokio::sync::watch;
 
@@ -120,6 +120,15 @@ impl Systemd for LazySystemd {
     fn restart_unit(&self, unit: &str) -> Result<(), SystemdError> {
         self.with(|s| s.restart_unit(unit))
     }
+    fn start_unit(&self, unit: &str) -> Result<(), SystemdError> {
+        self.with(|s| s.start_unit(unit))
+    }
+    fn stop_unit(&self, unit: &str) -> Result<(), SystemdError> {
+        self.with(|s| s.stop_unit(unit))
+    }
+    fn disable_unit_files(&self, units: &[&str]) -> Result<Vec<String>, SystemdError> {
+        self.with(|s| s.disable_unit_files(units))
+    }
 }
 
 /// Confirms over the agent's client, from the blocking thread the activation runs on.
@@ -172,9 +181,20 @@ pub struct RealHost {
     systemd: LazySystemd,
     runner: SystemRunner,
     confirmer: ClientConfirmer,
+    tasks: crate::tasks::TaskSettings,
 }
 
 impl RealHost {
+    fn task_env(&self) -> crate::tasks::TaskEnv<'_> {
+        crate::tasks::TaskEnv {
+            settings: &self.tasks,
+            runner: &self.runner,
+            systemd: &self.systemd,
+            clock: &activation::SystemClock,
+            state_dir: self.state.path(),
+        }
+    }
+
     fn activator<'a>(&'a self, gate: &'a dyn HealthGate) -> Activator<'a> {
         Activator {
             settings: &self.activation,
@@ -248,6 +268,14 @@ impl HostOps for RealHost {
             Err(e) => Some(Self::outcome(Err(e), None)),
         }
     }
+
+    fn run_task(&self, task: &drover_proto::task::Task) -> TaskResult {
+        crate::tasks::run_task(task, &self.task_env())
+    }
+
+    fn finish_uninstall(&self) -> Result<(), String> {
+        crate::tasks::uninstall::finish(&self.task_env())
+    }
 }
 
 /// Runs the agent until SIGTERM or SIGINT.
@@ -271,6 +299,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         systemd: LazySystemd { address: config.systemd_bus.clone(), bus: Mutex::new(None) },
         runner: SystemRunner,
         confirmer: ClientConfirmer { client: client.clone(), handle: tokio::runtime::Handle::current() },
+        tasks: config.tasks.clone(),
     });
     let local = crate::probes::observe_only(config.probes.clone());
     let agent = Agent::new(state, client, make_client, host, Arc::new(SystemClock), config.checkin.clone(), boot_id, local)?;

@@ -26,7 +26,7 @@ confirm_retry_secs = 5
 
 [health]
 maas_creds_file = "/etc/maas/maas-machine-creds.yml"
-hw_sync_timer = "maas-hardware-sync.timer"
+hw_sync_timer = "maas_hardware_sync.timer"
 nvidia_smi = "nvidia-smi"
 disks = ["/"]
 

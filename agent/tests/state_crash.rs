@@ -40,9 +40,9 @@ fn write_round(state: &StateDir, n: u64) {
             started_at: t(i),
             finished_at: t(i),
         };
-        journal.tasks.insert(format!("task-{i}"), JournalEntry { expires_at: t(n + 3600), unacknowledged: Some(result) });
+        journal.tasks.insert(format!("task-{i}"), JournalEntry { expires_at: t(n + 3600), unacknowledged: Some(result), running: false });
     }
-    journal.tasks.insert(format!("round-{n}"), JournalEntry { expires_at: t(n), unacknowledged: None });
+    journal.tasks.insert(format!("round-{n}"), JournalEntry { expires_at: t(n), unacknowledged: None, running: false });
     state.put_journal(&journal).expect("journal");
     let id = RolloutId::new("gpu", &format!("c{}", n % 4)).expect("id");
     let manifest = format!("{{\"round\":{n},\"pad\":\"{}\"}}", "x".repeat((n % 97) as usize * 100));

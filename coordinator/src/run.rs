@@ -61,6 +61,9 @@ pub enum StartError {
 /// [`crate::app::CRL_VALIDITY_SECS`]).
 pub const CRL_REFRESH_SECS: u64 = 86_400;
 
+/// How often lapsed task leases are put back in the queue.
+pub const TASK_REQUEUE_SECS: u64 = 30;
+
 /// A started coordinator.
 pub struct Running {
     /// Where it listens (the real port when the config said 0).
@@ -143,6 +146,21 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
         }
     });
     tokio::spawn(crate::executor::trigger::run(app.clone()));
+    // Lapsed task leases are leasable again at once; the sweep also puts them back in the
+    // queue so listings show them queued, not leased by a host that went quiet.
+    let sweeper = app.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(TASK_REQUEUE_SECS));
+        loop {
+            every.tick().await;
+            let now = sweeper.clock.now();
+            match crate::store::blocking(sweeper.store.clone(), move |s| s.requeue_expired(now)).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(requeued = n, "lapsed task leases requeued"),
+                Err(e) => tracing::error!(error = %e, "requeuing lapsed task leases failed"),
+            }
+        }
+    });
     let router = crate::api::router(app.clone());
     let task = tokio::spawn(crate::server::serve(listener, tls, router));
     tracing::info!(%addr, "coordinator listening (TLS 1.3 only)");

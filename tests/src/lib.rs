@@ -242,7 +242,48 @@ impl Harness {
     }
 }
 
+/// A `drover-agent run` process, killed and reaped when dropped.
+pub struct AgentProcess(pub std::process::Child);
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `drover-agent run --config CONFIG` with `DROVER_LOG=log` and its stderr going to
+/// `stderr` (a file the test may read back, e.g. to prove a secret never reached a log line).
+pub fn start_agent(config: &Path, log: &str, stderr: Stdio) -> AgentProcess {
+    let child = Command::new(workspace_binary("drover-agent"))
+        .args(["run", "--config"])
+        .arg(config)
+        .env("DROVER_LOG", log)
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("agent starts");
+    AgentProcess(child)
+}
+
 impl Harness {
+    /// Enrolls `hostname` with the real bootstrap command into `root` and sandboxes its
+    /// config: no system bus (a bus address that is not there), the activation backend's
+    /// root inside `root`, then `extra` appended (e.g. a `[tasks]` table). Returns the host
+    /// id and the config file.
+    pub async fn enroll_sandboxed(&self, hostname: &str, root: &Path, extra: &str) -> (Uuid, PathBuf) {
+        let host = self.bootstrap_host(hostname, root).await;
+        let config = root.join("etc/drover/agent.toml");
+        let mut text = std::fs::read_to_string(&config).expect("config");
+        text.push_str(&format!(
+            "systemd_bus = \"unix:path={}\"\n\n[activation]\nroot = \"{}\"\n\n{extra}",
+            root.join("no-bus").display(),
+            root.display()
+        ));
+        std::fs::write(&config, text).expect("config");
+        (host, config)
+    }
+
     /// A host in the store and a certificate for it from the CA, as enrollment would make:
     /// its id, its certificate and key files, and the certificate's serial.
     pub fn host_credentials(&self, hostname: &str) -> (Uuid, (PathBuf, PathBuf), String) {

@@ -34,6 +34,12 @@ impl HostOps for Idle {
     fn resume(&self) -> Option<ActivationOutcome> {
         None
     }
+    fn run_task(&self, _: &drover_proto::task::Task) -> drover_proto::report::TaskResult {
+        panic!("nothing was queued: no task may run")
+    }
+    fn finish_uninstall(&self) -> Result<(), String> {
+        panic!("no uninstall ran")
+    }
 }
 
 /// The agent's clock, set by the test.

@@ -12,20 +12,9 @@ use std::time::{Duration, Instant};
 use drover_tests::{Harness, workspace_binary};
 use uuid::Uuid;
 
-/// Enrolls `hostname` with the bootstrap command into `root`; returns its host id and config.
+/// Enrolls `hostname` with the bootstrap command into `root`, sandboxed; its id and config.
 async fn enroll(h: &Harness, hostname: &str, root: &Path) -> (Uuid, PathBuf) {
-    let host = h.bootstrap_host(hostname, root).await;
-    let config = root.join("etc/drover/agent.toml");
-    // No system bus in a test: point the agent at a bus that is not there (health then
-    // reports without failed units), and keep the activation backend's root in the sandbox.
-    let mut text = std::fs::read_to_string(&config).expect("config");
-    text.push_str(&format!(
-        "systemd_bus = \"unix:path={}\"\n\n[activation]\nroot = \"{}\"\n",
-        root.join("no-bus").display(),
-        root.display()
-    ));
-    std::fs::write(&config, text).expect("config");
-    (host, config)
+    h.enroll_sandboxed(hostname, root, "").await
 }
 
 struct Agent(Child);

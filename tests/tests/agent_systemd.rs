@@ -2,7 +2,8 @@
 //! `fake-systemd` test service on it: transient units really run, their final state is seen
 //! through D-Bus signals, failed units are listed, restarts re-run, a taken name is refused —
 //! and a switch started in a transient unit finishes even when the agent that started it is
-//! killed with SIGKILL.
+//! killed with SIGKILL. Units with unit files (a oneshot, a timer, a long-running service)
+//! take start/stop/restart jobs that are waited for with a bound, and `DisableUnitFiles`.
 //!
 //! These tests need `/usr/bin/dbus-daemon` (CI installs it) and fail loudly without it.
 
@@ -14,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use drover_agent::systemd::dbus::DbusSystemd;
+use drover_agent::systemd::dbus::{DESTINATION, DbusSystemd, MANAGER_INTERFACE, MANAGER_PATH, UNIT_INTERFACE};
 use drover_agent::systemd::{Systemd, SystemdError};
 use drover_tests::workspace_binary;
 
@@ -61,6 +62,11 @@ fn wait_for_line(lines: &mpsc::Receiver<String>, what: &str, want: impl Fn(&str)
 
 impl Bus {
     fn start() -> Bus {
+        Bus::start_with(&[])
+    }
+
+    /// With units that have unit files: `NAME;TYPE;STATE[;SCRIPT]` (see fake-systemd).
+    fn start_with(units: &[String]) -> Bus {
         assert!(Path::new(DBUS_DAEMON).is_file(), "{DBUS_DAEMON} is missing: install dbus-daemon (Debian: apt-get install dbus-daemon)");
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("bus.conf");
@@ -86,6 +92,7 @@ impl Bus {
         let address = wait_for_line(&daemon_out, "bus address from dbus-daemon", |l| l.starts_with("unix:")).trim().to_owned();
         let mut fake = Command::new(workspace_binary("fake-systemd"))
             .args(["--address", &address])
+            .args(units.iter().flat_map(|u| ["--unit", u.as_str()]))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
@@ -93,6 +100,42 @@ impl Bus {
         let fake_out = lines_of(fake.stdout.take().expect("fake stdout"));
         wait_for_line(&fake_out, "`ready` from fake-systemd", |l| l == "ready");
         Bus { dir, address, daemon, fake }
+    }
+
+    /// A raw connection, for what the agent's client does not read.
+    fn raw(&self) -> zbus::blocking::Connection {
+        zbus::blocking::connection::Builder::address(self.address.as_str()).expect("address").build().expect("connect")
+    }
+
+    /// `GetUnitFileState`.
+    fn unit_file_state(&self, unit: &str) -> String {
+        let reply = self
+            .raw()
+            .call_method(Some(DESTINATION), MANAGER_PATH, Some(MANAGER_INTERFACE), "GetUnitFileState", &(unit,))
+            .expect("GetUnitFileState");
+        reply.body().deserialize::<String>().expect("state")
+    }
+
+    /// `Unit.ActiveEnterTimestamp` (µs).
+    fn active_enter_timestamp(&self, unit: &str) -> u64 {
+        let conn = self.raw();
+        let path: zbus::zvariant::OwnedObjectPath = conn
+            .call_method(Some(DESTINATION), MANAGER_PATH, Some(MANAGER_INTERFACE), "GetUnit", &(unit,))
+            .expect("GetUnit")
+            .body()
+            .deserialize()
+            .expect("path");
+        let reply = conn
+            .call_method(
+                Some(DESTINATION),
+                &path,
+                Some("org.freedesktop.DBus.Properties"),
+                "Get",
+                &(UNIT_INTERFACE, "ActiveEnterTimestamp"),
+            )
+            .expect("Get");
+        let value: zbus::zvariant::OwnedValue = reply.body().deserialize().expect("value");
+        u64::try_from(value).expect("u64")
     }
 
     fn systemd(&self) -> DbusSystemd {
@@ -310,4 +353,176 @@ async fn calls_work_from_the_agents_blocking_pool() {
     .await
     .expect("blocking task");
     assert!(status.succeeded(), "{status:?}");
+}
+
+fn unit(spec: &str) -> String {
+    spec.to_owned()
+}
+
+fn state(sd: &DbusSystemd, unit: &str) -> (String, String, String) {
+    let st = sd.unit_status(unit).expect("status").expect("the unit is loaded");
+    (st.active_state, st.sub_state, st.result)
+}
+
+fn triple(a: &str, b: &str, c: &str) -> (String, String, String) {
+    (a.to_owned(), b.to_owned(), c.to_owned())
+}
+
+#[test]
+fn start_waits_for_a_oneshot_and_reports_its_failure() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runs = dir.path().join("runs");
+    let bus = Bus::start_with(&[
+        unit(&format!("sync.service;oneshot;inactive;sleep 0.2; echo run >> '{}'", runs.display())),
+        unit("broken.service;oneshot;inactive;exit 4"),
+    ]);
+    let sd = bus.systemd();
+    assert_eq!(state(&sd, "sync.service"), triple("inactive", "dead", "success"));
+    // The job ends when the command did: the file is there as soon as the call returns.
+    sd.start_unit("sync.service").expect("start");
+    assert_eq!(std::fs::read_to_string(&runs).expect("the oneshot ran"), "run\n");
+    assert_eq!(state(&sd, "sync.service"), triple("inactive", "dead", "success"));
+    // A oneshot's unit stays loaded (it has a unit file), and runs again on the next start.
+    sd.restart_unit("sync.service").expect("restart");
+    assert_eq!(std::fs::read_to_string(&runs).expect("runs"), "run\nrun\n");
+    match sd.start_unit("broken.service") {
+        Err(SystemdError::Call { method: "StartUnit", unit, message }) => {
+            assert_eq!((unit.as_str(), message.as_str()), ("broken.service", "job failed"))
+        }
+        other => panic!("expected a failed job, got {other:?}"),
+    }
+    assert_eq!(state(&sd, "broken.service"), triple("failed", "failed", "exit-code"));
+    assert_eq!(sd.failed_units().expect("failed units"), vec!["broken.service".to_owned()]);
+}
+
+#[test]
+fn a_job_wait_is_bounded() {
+    // A oneshot that blocks until released: its start job outlasts a short bound.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo2 = dir.path().join("go");
+    nix::unistd::mkfifo(&fifo2, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+    let bus = Bus::start_with(&[unit(&format!("slow.service;oneshot;inactive;read line < '{}'", fifo2.display()))]);
+    let sd = bus.systemd().with_job_timeout(Duration::from_millis(300));
+    match sd.start_unit("slow.service") {
+        Err(SystemdError::Timeout { unit, state, .. }) => {
+            assert_eq!(unit, "slow.service");
+            assert!(state.starts_with("activating/start"), "{state}");
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    release(&fifo2);
+    assert!(sd.wait_finished("slow.service", WAIT).expect("finishes").succeeded());
+}
+
+#[test]
+fn timers_restart_and_stop() {
+    let bus = Bus::start_with(&[unit("maas_hardware_sync.timer;timer;inactive")]);
+    let sd = bus.systemd();
+    assert_eq!(state(&sd, "maas_hardware_sync.timer"), triple("inactive", "dead", "success"));
+    sd.restart_unit("maas_hardware_sync.timer").expect("restart");
+    let st = sd.unit_status("maas_hardware_sync.timer").expect("status").expect("loaded");
+    assert!(st.is_active(), "{st:?}");
+    assert_eq!((st.sub_state.as_str(), st.result.as_str()), ("waiting", "success"));
+    let first = bus.active_enter_timestamp("maas_hardware_sync.timer");
+    sd.restart_unit("maas_hardware_sync.timer").expect("restart again");
+    assert!(bus.active_enter_timestamp("maas_hardware_sync.timer") > first, "a restart re-enters the active state");
+    // Starting an active timer is a no-op job.
+    let second = bus.active_enter_timestamp("maas_hardware_sync.timer");
+    sd.start_unit("maas_hardware_sync.timer").expect("start");
+    assert_eq!(bus.active_enter_timestamp("maas_hardware_sync.timer"), second);
+    sd.stop_unit("maas_hardware_sync.timer").expect("stop");
+    assert_eq!(state(&sd, "maas_hardware_sync.timer"), triple("inactive", "dead", "success"));
+}
+
+#[test]
+fn stop_ends_a_running_service_and_waits_for_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pidfile = dir.path().join("pid");
+    let bus = Bus::start_with(&[unit(&format!("drover-agent.service;simple;active;echo $$ > '{}'; exec sleep 600", pidfile.display()))]);
+    let sd = bus.systemd();
+    assert_eq!(state(&sd, "drover-agent.service"), triple("active", "running", "success"));
+    let deadline = Instant::now() + WAIT;
+    let pid = loop {
+        if let Ok(text) = std::fs::read_to_string(&pidfile)
+            && let Ok(pid) = text.trim().parse::<i32>()
+        {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the service never wrote its pid");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    sd.stop_unit("drover-agent.service").expect("stop");
+    // The job ended when the process did.
+    assert_eq!(state(&sd, "drover-agent.service"), triple("inactive", "dead", "success"));
+    assert!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err(), "the process is gone");
+    // Stopping a stopped unit is a no-op job; starting it runs it again.
+    sd.stop_unit("drover-agent.service").expect("stop again");
+    sd.start_unit("drover-agent.service").expect("start");
+    assert_eq!(state(&sd, "drover-agent.service"), triple("active", "running", "success"));
+}
+
+#[test]
+fn disable_unit_files_unlinks_once_and_unknown_units_are_no_such_unit() {
+    let bus = Bus::start_with(&[unit("drover-agent.service;simple;inactive;true"), unit("maas_hardware_sync.timer;timer;inactive")]);
+    let sd = bus.systemd();
+    assert_eq!(bus.unit_file_state("drover-agent.service"), "enabled");
+    assert_eq!(
+        sd.disable_unit_files(&["drover-agent.service"]).expect("disable"),
+        vec!["unlink /etc/systemd/system/multi-user.target.wants/drover-agent.service".to_owned()]
+    );
+    assert_eq!(bus.unit_file_state("drover-agent.service"), "disabled");
+    assert!(sd.disable_unit_files(&["drover-agent.service"]).expect("again").is_empty(), "already disabled: no changes");
+    assert_eq!(bus.unit_file_state("maas_hardware_sync.timer"), "enabled");
+    let no_such = |r: Result<(), SystemdError>, method: &str| match r {
+        Err(SystemdError::Call { method: m, message, .. }) => {
+            assert_eq!(m, method);
+            assert!(message.starts_with("org.freedesktop.systemd1.NoSuchUnit"), "{message}");
+        }
+        other => panic!("expected NoSuchUnit from {method}, got {other:?}"),
+    };
+    no_such(sd.start_unit("nothing.service"), "StartUnit");
+    no_such(sd.stop_unit("nothing.service"), "StopUnit");
+    no_such(sd.restart_unit("nothing.timer"), "RestartUnit");
+    no_such(sd.disable_unit_files(&["nothing.service"]).map(|_| ()), "DisableUnitFiles");
+}
+
+/// `node.uninstall` over D-Bus: the task disables the agent's unit and removes its files and
+/// secrets while the unit keeps running; `finish` then stops it.
+#[test]
+fn uninstall_disables_the_agent_unit_and_finish_stops_it() {
+    use drover_agent::tasks::{TaskEnv, TaskSettings, uninstall};
+    use drover_proto::report::StepOutcome;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bus = Bus::start_with(&[unit("drover-agent.service;simple;active;exec sleep 600")]);
+    let sd = bus.systemd();
+    let paths: Vec<PathBuf> = ["drover-agent.service", "drover-agent", "agent.toml"].iter().map(|f| dir.path().join(f)).collect();
+    for p in &paths {
+        std::fs::write(p, "x").expect("write");
+    }
+    let state_dir = dir.path().join("state");
+    std::fs::create_dir(&state_dir).expect("mkdir");
+    for f in uninstall::SECRET_FILES {
+        std::fs::write(state_dir.join(f), "secret").expect("write");
+    }
+    let settings = TaskSettings { uninstall_paths: paths.clone(), ..TaskSettings::default() };
+    let env = TaskEnv {
+        settings: &settings,
+        runner: &drover_agent::exec::SystemRunner,
+        systemd: &sd,
+        clock: &drover_agent::timekeeping::SystemClock,
+        state_dir: &state_dir,
+    };
+    let steps = uninstall::run(false, &env);
+    let outcomes: Vec<StepOutcome> = steps.iter().map(|s| s.outcome).collect();
+    let mut want = vec![StepOutcome::Ok; 7];
+    want.push(StepOutcome::Skipped);
+    assert_eq!(outcomes, want, "{steps:#?}");
+    assert_eq!(steps[7].name, "stop-unit drover-agent.service");
+    assert_eq!(bus.unit_file_state("drover-agent.service"), "disabled");
+    assert!(paths.iter().all(|p| !p.exists()));
+    assert!(uninstall::SECRET_FILES.iter().all(|f| !state_dir.join(f).exists()));
+    assert_eq!(state(&sd, "drover-agent.service"), triple("active", "running", "success"), "still running to report");
+    uninstall::finish(&env).expect("stop");
+    assert_eq!(state(&sd, "drover-agent.service"), triple("inactive", "dead", "success"));
 }

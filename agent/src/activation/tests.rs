@@ -455,6 +455,15 @@ impl crate::systemd::Systemd for KillAfterSwitchStarts<'_> {
     fn restart_unit(&self, unit: &str) -> Result<(), crate::systemd::SystemdError> {
         self.inner.restart_unit(unit)
     }
+    fn start_unit(&self, unit: &str) -> Result<(), crate::systemd::SystemdError> {
+        self.inner.start_unit(unit)
+    }
+    fn stop_unit(&self, unit: &str) -> Result<(), crate::systemd::SystemdError> {
+        self.inner.stop_unit(unit)
+    }
+    fn disable_unit_files(&self, units: &[&str]) -> Result<Vec<String>, crate::systemd::SystemdError> {
+        self.inner.disable_unit_files(units)
+    }
 }
 
 /// Kills the process right after `nix-env --set` succeeded (before the switch unit starts).

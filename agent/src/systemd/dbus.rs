@@ -5,6 +5,11 @@
 //! runs its async body on a short-lived current-thread runtime of its own, so the waits can
 //! be bounded with a timer; call these methods off the agent's async runtime (they block).
 //!
+//! [`Systemd::start_unit`], [`Systemd::stop_unit`] and [`Systemd::restart_unit`] queue a job
+//! (mode `replace`) and wait for its `JobRemoved` signal, bounded by
+//! [`JOB_TIMEOUT`](super::JOB_TIMEOUT); [`Systemd::disable_unit_files`] is
+//! `DisableUnitFiles(runtime=false)` followed by `Reload`.
+//!
 //! Transient services are started with `RemainAfterExit=true`, so their final state stays
 //! queryable after the command exits (active/exited on success, failed/failed otherwise).
 //! The flip side, as with systemd itself: the name stays taken until the unit is stopped or
@@ -21,7 +26,7 @@ use zbus::message::Type as MessageType;
 use zbus::zvariant::{OwnedObjectPath, OwnedValue, Value};
 use zbus::{AsyncDrop, MatchRule, MessageStream};
 
-use super::{Systemd, SystemdError, UnitStatus};
+use super::{JOB_TIMEOUT, Systemd, SystemdError, UnitStatus};
 
 /// systemd's bus name.
 pub const DESTINATION: &str = "org.freedesktop.systemd1";
@@ -49,6 +54,8 @@ pub struct DbusSystemd {
     /// Whether `Subscribe` was called on this connection (systemd only sends unit and job
     /// signals once some client subscribed).
     subscribed: AtomicBool,
+    /// The bound on a unit job's wait ([`JOB_TIMEOUT`] unless set).
+    job_timeout: Duration,
 }
 
 /// A method call's failure as text: the D-Bus error name and its message.
@@ -125,7 +132,13 @@ impl DbusSystemd {
             .method_timeout(METHOD_TIMEOUT)
             .build()
             .map_err(|e| SystemdError::Connect { address: address.into(), message: e.to_string() })?;
-        Ok(DbusSystemd { conn, address: address.to_owned(), subscribed: AtomicBool::new(false) })
+        Ok(DbusSystemd { conn, address: address.to_owned(), subscribed: AtomicBool::new(false), job_timeout: JOB_TIMEOUT })
+    }
+
+    /// The same, with another bound on waiting for a unit job (start, stop, restart).
+    pub fn with_job_timeout(mut self, timeout: Duration) -> Self {
+        self.job_timeout = timeout;
+        self
     }
 
     /// The bus address this talks to.
@@ -269,6 +282,66 @@ impl DbusSystemd {
     }
 }
 
+impl DbusSystemd {
+    /// Queues a job with `method(unit, "replace")` and waits (bounded by `timeout`) for its
+    /// `JobRemoved`. The signal stream is registered before the call, so a job that finishes
+    /// before the reply arrives is still seen. A result other than `done` (`failed`,
+    /// `timeout`, `canceled`, `dependency`, `skipped`) is an error naming it.
+    async fn job(&self, method: &'static str, unit: &str, timeout: Duration) -> Result<(), SystemdError> {
+        let deadline = Instant::now() + timeout;
+        let call_err = |e: &zbus::Error| SystemdError::Call { method, unit: unit.to_owned(), message: describe(e) };
+        self.subscribe(unit).await?;
+        let jobs_rule = MatchRule::builder()
+            .msg_type(MessageType::Signal)
+            .sender(DESTINATION)
+            .and_then(|b| b.path(MANAGER_PATH))
+            .and_then(|b| b.interface(MANAGER_INTERFACE))
+            .and_then(|b| b.member("JobRemoved"))
+            .and_then(|b| b.arg(2, unit))
+            .map(|b| b.build());
+        let mut jobs = self.signal_stream(unit, jobs_rule).await?;
+        let outcome = async {
+            let reply = self.manager_call(method, &(unit, "replace")).await.map_err(|e| call_err(&e))?;
+            let job: OwnedObjectPath = reply.body().deserialize().map_err(|e| call_err(&e))?;
+            loop {
+                let next = std::future::poll_fn(|cx| Pin::new(&mut jobs).poll_next(cx));
+                match tokio::time::timeout_at(deadline.into(), next).await {
+                    Err(_) => {
+                        let state = match self.unit_path(unit).await {
+                            Ok(Some(path)) => match self.status_at(unit, &path).await {
+                                Ok(st) => format!("{}/{} (job {} pending)", st.active_state, st.sub_state, job.as_str()),
+                                Err(_) => format!("job {} pending", job.as_str()),
+                            },
+                            _ => format!("job {} pending", job.as_str()),
+                        };
+                        return Err(SystemdError::Timeout { unit: unit.to_owned(), state, secs: timeout.as_secs() });
+                    }
+                    Ok(None) => {
+                        return Err(SystemdError::Call { method, unit: unit.to_owned(), message: "the D-Bus connection closed".into() });
+                    }
+                    Ok(Some(Ok(msg))) => {
+                        let Ok((_id, path, _unit, result)) = msg.body().deserialize::<(u32, OwnedObjectPath, String, String)>() else {
+                            continue;
+                        };
+                        if path != job {
+                            continue;
+                        }
+                        return if result == "done" {
+                            Ok(())
+                        } else {
+                            Err(SystemdError::Call { method, unit: unit.to_owned(), message: format!("job {result}") })
+                        };
+                    }
+                    Ok(Some(Err(_))) => {}
+                }
+            }
+        }
+        .await;
+        jobs.async_drop().await;
+        outcome
+    }
+}
+
 impl Systemd for DbusSystemd {
     fn start_transient_service(&self, unit: &str, description: &str, argv: &[String]) -> Result<(), SystemdError> {
         let Some(program) = argv.first() else {
@@ -332,13 +405,26 @@ impl Systemd for DbusSystemd {
     }
 
     fn restart_unit(&self, unit: &str) -> Result<(), SystemdError> {
+        run(self.job("RestartUnit", unit, self.job_timeout))?
+    }
+
+    fn start_unit(&self, unit: &str) -> Result<(), SystemdError> {
+        run(self.job("StartUnit", unit, self.job_timeout))?
+    }
+
+    fn stop_unit(&self, unit: &str) -> Result<(), SystemdError> {
+        run(self.job("StopUnit", unit, self.job_timeout))?
+    }
+
+    fn disable_unit_files(&self, units: &[&str]) -> Result<Vec<String>, SystemdError> {
+        let joined = units.join(" ");
         run(async {
-            let reply = self.manager_call("RestartUnit", &(unit, "replace")).await;
-            reply.and_then(|r| r.body().deserialize::<OwnedObjectPath>()).map(|_job| ()).map_err(|e| SystemdError::Call {
-                method: "RestartUnit",
-                unit: unit.to_owned(),
-                message: describe(&e),
-            })
+            let call_err =
+                |method: &'static str, e: &zbus::Error| SystemdError::Call { method, unit: joined.clone(), message: describe(e) };
+            let reply = self.manager_call("DisableUnitFiles", &(units, false)).await.map_err(|e| call_err("DisableUnitFiles", &e))?;
+            let changes: Vec<(String, String, String)> = reply.body().deserialize().map_err(|e| call_err("DisableUnitFiles", &e))?;
+            self.manager_call("Reload", &()).await.map_err(|e| call_err("Reload", &e))?;
+            Ok(changes.into_iter().map(|(kind, file, _dest)| format!("{kind} {file}")).collect())
         })?
     }
 }
@@ -350,7 +436,7 @@ mod tests {
     #[test]
     fn result_interfaces_by_unit_type() {
         assert_eq!(result_interface("nixos-switch-7.service"), Some("org.freedesktop.systemd1.Service"));
-        assert_eq!(result_interface("maas-hardware-sync.timer"), Some("org.freedesktop.systemd1.Timer"));
+        assert_eq!(result_interface("maas_hardware_sync.timer"), Some("org.freedesktop.systemd1.Timer"));
         assert_eq!(result_interface("multi-user.target"), None);
         assert_eq!(result_interface("nosuffix"), None);
     }

@@ -7,11 +7,13 @@
 //! implements the subset used here.
 
 pub mod dbus;
+pub mod fake;
 pub mod notify;
 
 use std::time::Duration;
 
-/// A unit's state as systemd reports it.
+/// A unit's state as systemd reports it. A timer that is armed is `active`/`waiting`
+/// ([`UnitStatus::is_active`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnitStatus {
     /// `ActiveState`: active, reloading, inactive, failed, activating, deactivating.
@@ -26,6 +28,12 @@ impl UnitStatus {
     /// Still starting or running.
     pub fn is_running(&self) -> bool {
         matches!(self.active_state.as_str(), "active" | "activating" | "reloading" | "deactivating") && self.sub_state != "exited"
+    }
+
+    /// `ActiveState` is `active` (an armed timer, a running service, a oneshot with
+    /// `RemainAfterExit`).
+    pub fn is_active(&self) -> bool {
+        self.active_state == "active"
     }
 
     /// Finished, and successfully.
@@ -80,6 +88,35 @@ pub trait Systemd: Send + Sync {
     fn wait_finished(&self, unit: &str, timeout: Duration) -> Result<UnitStatus, SystemdError>;
     /// Units in the failed state, by name.
     fn failed_units(&self) -> Result<Vec<String>, SystemdError>;
-    /// Restarts `unit` and returns once systemd accepted the job.
+    /// Restarts `unit` (`RestartUnit`, mode `replace`) and waits, bounded by
+    /// [`JOB_TIMEOUT`], until systemd finished the job: an error unless the job's result is
+    /// `done` (for a oneshot service that is once its command ran and succeeded).
     fn restart_unit(&self, unit: &str) -> Result<(), SystemdError>;
+    /// Starts `unit` (`StartUnit`, mode `replace`) and waits for its job like
+    /// [`Systemd::restart_unit`]. An unknown unit is systemd's `NoSuchUnit`.
+    fn start_unit(&self, unit: &str) -> Result<(), SystemdError> {
+        Err(unsupported("StartUnit", unit))
+    }
+    /// Stops `unit` (`StopUnit`, mode `replace`) and waits for its job like
+    /// [`Systemd::restart_unit`]. Stopping the agent's own unit kills the caller: the call
+    /// then never returns.
+    fn stop_unit(&self, unit: &str) -> Result<(), SystemdError> {
+        Err(unsupported("StopUnit", unit))
+    }
+    /// Disables the unit files `units` (`DisableUnitFiles`, `runtime=false`: the symlinks
+    /// under `/etc`), then reloads the manager (`Reload`). Returns systemd's changes, one
+    /// `"<type> <path>"` each (`unlink /etc/systemd/system/multi-user.target.wants/x.service`);
+    /// none when the units were already disabled.
+    fn disable_unit_files(&self, units: &[&str]) -> Result<Vec<String>, SystemdError> {
+        Err(unsupported("DisableUnitFiles", &units.join(" ")))
+    }
+}
+
+/// The bound on waiting for one job of [`Systemd::start_unit`], [`Systemd::stop_unit`] and
+/// [`Systemd::restart_unit`] (a oneshot service's job lasts as long as its command).
+pub const JOB_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The error of a [`Systemd`] double that does not implement a method.
+fn unsupported(method: &'static str, unit: &str) -> SystemdError {
+    SystemdError::Call { method, unit: unit.to_owned(), message: "not supported by this Systemd implementation".to_owned() }
 }

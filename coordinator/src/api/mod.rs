@@ -8,6 +8,7 @@ pub mod lifecycle;
 pub mod operator;
 pub mod releases;
 pub mod rollouts;
+pub mod tasks;
 
 use std::sync::Arc;
 
@@ -62,6 +63,9 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/v1/rollouts/{id}/cancel", post(rollouts::cancel))
         .route("/v1/rollouts/{id}/rollback", post(rollouts::rollback))
         .route("/v1/plan-input", get(rollouts::plan_input))
+        .route("/v1/hosts/{id}/tasks", post(tasks::issue_route))
+        .route("/v1/tasks", get(tasks::list))
+        .route("/v1/tasks/{id}", get(tasks::get))
         .route(RELEASES_PATH, post(releases::publish).layer(axum::extract::DefaultBodyLimit::max(releases::MAX_RELEASE_BODY_BYTES)))
         .fallback(error::no_such_route)
         .method_not_allowed_fallback(error::wrong_method)

@@ -16,6 +16,7 @@
 //! messages, and a backend failure stays distinguishable from a refusal ([`StoreError::kind`]).
 
 pub mod conformance;
+pub mod erase;
 pub mod plans;
 pub mod records;
 pub mod sqlite;
@@ -330,7 +331,8 @@ pub trait Store: Send + Sync {
     /// goes to the blocking pool only when something must be written.
     fn checkin_view(&self, host_id: Uuid, now: Time) -> Result<CheckinView, StoreError>;
     /// Records the host's result. Another host's task is `NotFound`. Completing again with the
-    /// same result is a no-op; with another result a `Conflict`.
+    /// same result is a no-op; with another result a `Conflict`. Secrets the task carried (a
+    /// MAAS token) are erased from the stored envelope in the same transaction ([`erase`]).
     fn complete_task(&self, host_id: Uuid, task_id: Uuid, result: &Value, now: Time) -> Result<TaskRecord, StoreError>;
     /// Returns every lapsed lease to the queue; how many.
     fn requeue_expired(&self, now: Time) -> Result<u64, StoreError>;

@@ -12,6 +12,20 @@
 //! `AlreadySubscribed`, `PropertyReadOnly` for unknown properties). A unit whose command
 //! exits non-zero ends failed/failed/exit-code; one without `RemainAfterExit` that succeeds
 //! is garbage-collected like systemd does with inactive units.
+//!
+//! Units with a unit file are configured with `--unit 'NAME;TYPE;STATE[;SCRIPT]'` (repeatable):
+//! TYPE is `oneshot` or `simple` (a service running `/bin/sh -c SCRIPT`) or `timer` (no
+//! script), STATE `active` (a simple service is started at once, a timer armed) or
+//! `inactive`. They are enabled, stay loaded, and take `StartUnit`, `StopUnit`,
+//! `RestartUnit` (mode `replace`), whose jobs end as systemd's do: a timer is
+//! `active`/`waiting` at once; a oneshot is `activating`/`start` while its command runs and
+//! its job ends `done` when the command succeeded (`inactive`/`dead`, result `success`) or
+//! `failed` (`failed`/`failed`, `exit-code`); a simple service is `active`/`running` at once;
+//! a stop sends SIGTERM to the process group, is `deactivating`/`stop-sigterm` until it
+//! exited, and ends `inactive`/`dead`. `DisableUnitFiles` (the `unlink` changes of the
+//! `.wants/` symlinks, none when already disabled), `GetUnitFileState` and `Reload` work on
+//! them; an unknown name is `NoSuchUnit` everywhere. `Unit.ActiveEnterTimestamp` (µs) moves
+//! on every activation, so a test sees a restart.
 
 #![forbid(unsafe_code)]
 
@@ -32,6 +46,8 @@ const BUS_NAME: &str = "org.freedesktop.systemd1";
 const MANAGER_PATH: &str = "/org/freedesktop/systemd1";
 const UNIT_INTERFACE: &str = "org.freedesktop.systemd1.Unit";
 const SERVICE_INTERFACE: &str = "org.freedesktop.systemd1.Service";
+const TIMER_INTERFACE: &str = "org.freedesktop.systemd1.Timer";
+const JOB_MODES: [&str; 5] = ["replace", "fail", "isolate", "ignore-dependencies", "ignore-requirements"];
 
 /// The errors systemd answers with (names as systemd spells them).
 #[derive(Debug, zbus::DBusError)]
@@ -60,8 +76,30 @@ enum SdError {
     PropertyReadOnly(String),
 }
 
+/// What a unit is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A transient service from `StartTransientUnit` (`Type=exec`), collected when inactive.
+    Transient,
+    /// `Type=oneshot` with a unit file.
+    Oneshot,
+    /// `Type=simple` with a unit file.
+    Simple,
+    /// A timer with a unit file.
+    Timer,
+}
+
 /// One unit's state.
 struct Unit {
+    kind: Kind,
+    /// `UnitFileState` is `enabled` (transient units have no unit file).
+    enabled: bool,
+    /// A job that ends when the unit's process exits (a oneshot's start, a stop).
+    pending_job: Option<(u32, OwnedObjectPath)>,
+    /// A stop sent SIGTERM: the exit ends the unit cleanly.
+    stopping: bool,
+    /// `ActiveEnterTimestamp`, µs since the epoch.
+    active_enter_usec: u64,
     description: String,
     /// `(path, argv)` from `ExecStart`.
     exec: (String, Vec<String>),
@@ -120,7 +158,117 @@ fn valid_service_name(name: &str) -> bool {
         && !prefix.starts_with('@')
 }
 
+fn now_usec() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}
+
+impl Unit {
+    fn new(kind: Kind, description: String, exec: (String, Vec<String>), remain_after_exit: bool, path: OwnedObjectPath) -> Unit {
+        Unit {
+            kind,
+            enabled: kind != Kind::Transient,
+            pending_job: None,
+            stopping: false,
+            active_enter_usec: 0,
+            description,
+            exec,
+            remain_after_exit,
+            active_state: "inactive".into(),
+            sub_state: "dead".into(),
+            result: "success".into(),
+            main_pid: 0,
+            exec_main_status: 0,
+            generation: 0,
+            path,
+        }
+    }
+
+    /// Sets the state, stamping `ActiveEnterTimestamp` when the unit becomes active.
+    fn set_state(&mut self, active: &str, sub: &str) {
+        if active == "active" && self.active_state != "active" {
+            // Strictly increasing, so two activations within a microsecond still differ.
+            self.active_enter_usec = now_usec().max(self.active_enter_usec + 1);
+        }
+        self.active_state = active.into();
+        self.sub_state = sub.into();
+    }
+}
+
+/// A job's verb.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verb {
+    Start,
+    Stop,
+    Restart,
+}
+
+/// What a job did at once: the unit's path and state for `PropertiesChanged`, and the
+/// job's result if it ended at once (`None`: it ends when the unit's process exits).
+struct Begun {
+    path: OwnedObjectPath,
+    status: (String, String, String, u32),
+    result: Option<&'static str>,
+}
+
 impl Shared {
+    /// Queues `verb` on `name` as job `job` and does what can be done at once.
+    fn begin(&self, name: &str, verb: Verb, job: &(u32, OwnedObjectPath)) -> Result<Begun, SdError> {
+        let mut units = lock(&self.units);
+        let Some(unit) = units.get_mut(name) else {
+            return Err(SdError::NoSuchUnit(format!("Unit {name} not found.")));
+        };
+        let result = match (unit.kind, verb) {
+            (Kind::Timer, Verb::Stop) => {
+                unit.set_state("inactive", "dead");
+                Some("done")
+            }
+            (Kind::Timer, Verb::Start | Verb::Restart) => {
+                if verb == Verb::Restart {
+                    unit.set_state("inactive", "dead");
+                }
+                unit.set_state("active", "waiting");
+                unit.result = "success".into();
+                Some("done")
+            }
+            (_, Verb::Stop) => {
+                if unit.main_pid != 0 {
+                    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(unit.main_pid as i32), nix::sys::signal::Signal::SIGTERM);
+                    unit.stopping = true;
+                    unit.set_state("deactivating", "stop-sigterm");
+                    unit.pending_job = Some(job.clone());
+                    None
+                } else {
+                    if unit.active_state != "failed" {
+                        unit.set_state("inactive", "dead");
+                    }
+                    Some("done")
+                }
+            }
+            (_, Verb::Start) if unit.main_pid != 0 || unit.active_state == "active" => {
+                // Already started (or starting): nothing to do, as systemd.
+                Some("done")
+            }
+            (kind, Verb::Start | Verb::Restart) => {
+                if unit.main_pid != 0 {
+                    // Stop the running one first (its exit is then stale: the generation moves on).
+                    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(unit.main_pid as i32), nix::sys::signal::Signal::SIGTERM);
+                    unit.set_state("inactive", "dead");
+                }
+                unit.stopping = false;
+                if !self.spawn(name, unit) {
+                    Some("failed")
+                } else if kind == Kind::Oneshot {
+                    unit.set_state("activating", "start");
+                    unit.pending_job = Some(job.clone());
+                    None
+                } else {
+                    Some("done")
+                }
+            }
+        };
+        Ok(Begun { path: unit.path.clone(), status: status_of(unit), result })
+    }
+
     fn subscribed(&self) -> bool {
         !lock(&self.subscribers).is_empty()
     }
@@ -150,8 +298,7 @@ impl Shared {
         match cmd.spawn() {
             Ok(mut child) => {
                 unit.main_pid = child.id();
-                unit.active_state = "active".into();
-                unit.sub_state = "running".into();
+                unit.set_state("active", "running");
                 unit.result = "success".into();
                 let (tx, unit_name, generation) = (self.exits.clone(), name.to_owned(), unit.generation);
                 std::thread::spawn(move || {
@@ -164,8 +311,7 @@ impl Shared {
                 eprintln!("fake-systemd: {name}: cannot run {program}: {e}");
                 unit.main_pid = 0;
                 unit.exec_main_status = 203;
-                unit.active_state = "failed".into();
-                unit.sub_state = "failed".into();
+                unit.set_state("failed", "failed");
                 unit.result = "exit-code".into();
                 false
             }
@@ -187,6 +333,11 @@ async fn unit_changed(
     let (active, sub, result, pid) = status;
     let unit: HashMap<&str, Value<'_>> = HashMap::from([("ActiveState", Value::from(active)), ("SubState", Value::from(sub))]);
     zbus::fdo::Properties::properties_changed(&emitter, UNIT_INTERFACE.try_into()?, unit, (&[] as &[&str]).into()).await?;
+    let timer = lock(&shared.units).values().any(|u| u.path.as_ref() == *path && u.kind == Kind::Timer);
+    if timer {
+        let changed: HashMap<&str, Value<'_>> = HashMap::from([("Result", Value::from(result))]);
+        return zbus::fdo::Properties::properties_changed(&emitter, TIMER_INTERFACE.try_into()?, changed, (&[] as &[&str]).into()).await;
+    }
     let service: HashMap<&str, Value<'_>> = HashMap::from([("Result", Value::from(result)), ("MainPID", Value::from(pid))]);
     zbus::fdo::Properties::properties_changed(&emitter, SERVICE_INTERFACE.try_into()?, service, (&[] as &[&str]).into()).await
 }
@@ -199,6 +350,39 @@ async fn job_done(conn: &Connection, shared: &Shared, job: &(u32, OwnedObjectPat
     let emitter = SignalEmitter::new(conn, MANAGER_PATH)?;
     Manager::job_new(&emitter, job.0, job.1.as_ref(), unit).await?;
     Manager::job_removed(&emitter, job.0, job.1.as_ref(), unit, result).await
+}
+
+/// Emits `JobNew` for a job that is still running, if anyone subscribed.
+async fn job_queued(conn: &Connection, shared: &Shared, job: &(u32, OwnedObjectPath), unit: &str) -> zbus::Result<()> {
+    if !shared.subscribed() {
+        return Ok(());
+    }
+    let emitter = SignalEmitter::new(conn, MANAGER_PATH)?;
+    Manager::job_new(&emitter, job.0, job.1.as_ref(), unit).await
+}
+
+/// Emits `JobRemoved` for a job that ended, if anyone subscribed.
+async fn job_ended(conn: &Connection, shared: &Shared, job: &(u32, OwnedObjectPath), unit: &str, result: &str) -> zbus::Result<()> {
+    if !shared.subscribed() {
+        return Ok(());
+    }
+    let emitter = SignalEmitter::new(conn, MANAGER_PATH)?;
+    Manager::job_removed(&emitter, job.0, job.1.as_ref(), unit, result).await
+}
+
+/// Runs a job of `verb` on `name` and answers with its path, like systemd's manager methods.
+async fn unit_job(shared: &Shared, conn: &Connection, name: &str, mode: &str, verb: Verb) -> Result<OwnedObjectPath, SdError> {
+    if !JOB_MODES.contains(&mode) {
+        return Err(SdError::InvalidArgs(format!("Job mode {mode} invalid")));
+    }
+    let job = shared.job();
+    let begun = shared.begin(name, verb, &job)?;
+    unit_changed(conn, shared, &begun.path.as_ref(), begun.status).await?;
+    match begun.result {
+        Some(result) => job_done(conn, shared, &job, name, result).await?,
+        None => job_queued(conn, shared, &job, name).await?,
+    }
+    Ok(job.1)
 }
 
 fn status_of(unit: &Unit) -> (String, String, String, u32) {
@@ -323,18 +507,7 @@ mod manager {
                 if units.contains_key(name) {
                     return Err(SdError::UnitExists(format!("Unit {name} was already loaded or has a fragment file.")));
                 }
-                let mut unit = Unit {
-                    description,
-                    exec,
-                    remain_after_exit,
-                    active_state: "inactive".into(),
-                    sub_state: "dead".into(),
-                    result: "success".into(),
-                    main_pid: 0,
-                    exec_main_status: 0,
-                    generation: 0,
-                    path: path.clone(),
-                };
+                let mut unit = Unit::new(Kind::Transient, description, exec, remain_after_exit, path.clone());
                 let started = self.shared.spawn(name, &mut unit);
                 let status = status_of(&unit);
                 units.insert(name.to_owned(), unit);
@@ -349,26 +522,46 @@ mod manager {
         }
 
         async fn restart_unit(&self, name: &str, mode: &str, #[zbus(connection)] conn: &Connection) -> Result<OwnedObjectPath, SdError> {
-            if !["replace", "fail", "isolate", "ignore-dependencies", "ignore-requirements"].contains(&mode) {
-                return Err(SdError::InvalidArgs(format!("Job mode {mode} invalid")));
-            }
-            let job = self.shared.job();
-            let (started, path, status) = {
-                let mut units = lock(&self.shared.units);
-                let Some(unit) = units.get_mut(name) else {
-                    return Err(SdError::NoSuchUnit(format!("Unit {name} not found.")));
-                };
-                if unit.main_pid != 0 {
-                    // Stop the running one first (its exit is then stale: the generation moves on).
-                    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(unit.main_pid as i32), nix::sys::signal::Signal::SIGTERM);
-                }
-                let started = self.shared.spawn(name, unit);
-                (started, unit.path.clone(), status_of(unit))
-            };
-            unit_changed(conn, &self.shared, &path.as_ref(), status).await?;
-            job_done(conn, &self.shared, &job, name, if started { "done" } else { "failed" }).await?;
-            Ok(job.1)
+            unit_job(&self.shared, conn, name, mode, Verb::Restart).await
         }
+
+        async fn start_unit(&self, name: &str, mode: &str, #[zbus(connection)] conn: &Connection) -> Result<OwnedObjectPath, SdError> {
+            unit_job(&self.shared, conn, name, mode, Verb::Start).await
+        }
+
+        async fn stop_unit(&self, name: &str, mode: &str, #[zbus(connection)] conn: &Connection) -> Result<OwnedObjectPath, SdError> {
+            unit_job(&self.shared, conn, name, mode, Verb::Stop).await
+        }
+
+        /// `DisableUnitFiles(as files, b runtime) -> a(sss) changes`.
+        async fn disable_unit_files(&self, files: Vec<String>, runtime: bool) -> Result<Vec<(String, String, String)>, SdError> {
+            let mut units = lock(&self.shared.units);
+            if let Some(missing) = files.iter().find(|f| units.get(f.as_str()).is_none_or(|u| u.kind == Kind::Transient)) {
+                return Err(SdError::NoSuchUnit(format!("Unit file {missing} does not exist.")));
+            }
+            let root = if runtime { "/run/systemd/system" } else { "/etc/systemd/system" };
+            let mut changes = Vec::new();
+            for file in &files {
+                let unit = units.get_mut(file.as_str()).expect("checked above");
+                if std::mem::take(&mut unit.enabled) {
+                    let wants = if unit.kind == Kind::Timer { "timers.target.wants" } else { "multi-user.target.wants" };
+                    changes.push(("unlink".to_owned(), format!("{root}/{wants}/{file}"), String::new()));
+                }
+            }
+            Ok(changes)
+        }
+
+        /// `GetUnitFileState(s file) -> s`.
+        async fn get_unit_file_state(&self, file: &str) -> Result<String, SdError> {
+            match lock(&self.shared.units).get(file) {
+                Some(u) if u.kind == Kind::Transient => Ok("transient".into()),
+                Some(u) => Ok(if u.enabled { "enabled" } else { "disabled" }.into()),
+                None => Err(SdError::NoSuchUnit(format!("Unit file {file} does not exist."))),
+            }
+        }
+
+        /// `Reload()`: nothing to re-read here.
+        async fn reload(&self) {}
 
         /// `JobNew(u id, o job, s unit)`.
         #[zbus(signal)]
@@ -425,6 +618,25 @@ impl UnitObject {
     async fn sub_state(&self) -> String {
         self.read(|u| u.sub_state.clone(), "dead".into())
     }
+
+    #[zbus(property)]
+    async fn active_enter_timestamp(&self) -> u64 {
+        self.read(|u| u.active_enter_usec, 0)
+    }
+}
+
+/// `org.freedesktop.systemd1.Timer` of one timer.
+struct TimerObject {
+    shared: Arc<Shared>,
+    name: String,
+}
+
+#[interface(name = "org.freedesktop.systemd1.Timer")]
+impl TimerObject {
+    #[zbus(property)]
+    async fn result(&self) -> String {
+        lock(&self.shared.units).get(&self.name).map_or_else(|| "success".into(), |u| u.result.clone())
+    }
 }
 
 /// `org.freedesktop.systemd1.Service` of one unit.
@@ -460,7 +672,7 @@ impl ServiceObject {
 /// Applies children's exits: new state, signals, garbage collection of inactive units.
 async fn reap(conn: Connection, shared: Arc<Shared>, mut exits: tokio::sync::mpsc::UnboundedReceiver<Exit>) {
     while let Some(exit) = exits.recv().await {
-        let (path, status, collect) = {
+        let (path, status, collect, ended) = {
             let mut units = lock(&shared.units);
             let Some(unit) = units.get_mut(&exit.unit).filter(|u| u.generation == exit.generation) else { continue };
             unit.main_pid = 0;
@@ -473,6 +685,8 @@ async fn reap(conn: Connection, shared: Arc<Shared>, mut exits: tokio::sync::mps
                 },
                 Err(_) => ("exit-code", 1),
             };
+            // A process stopped by a stop job ends the unit cleanly, whatever its status.
+            let result = if std::mem::take(&mut unit.stopping) { "success" } else { result };
             unit.result = result.into();
             unit.exec_main_status = code;
             let (active, sub) = match (result, unit.remain_after_exit) {
@@ -480,13 +694,18 @@ async fn reap(conn: Connection, shared: Arc<Shared>, mut exits: tokio::sync::mps
                 ("success", false) => ("inactive", "dead"),
                 _ => ("failed", "failed"),
             };
-            unit.active_state = active.into();
-            unit.sub_state = sub.into();
-            let collect = active == "inactive";
-            (unit.path.clone(), status_of(unit), collect)
+            unit.set_state(active, sub);
+            let collect = active == "inactive" && unit.kind == Kind::Transient;
+            let ended = unit.pending_job.take().map(|job| (job, if result == "success" { "done" } else { "failed" }));
+            (unit.path.clone(), status_of(unit), collect, ended)
         };
         if let Err(e) = unit_changed(&conn, &shared, &path.as_ref(), status).await {
             eprintln!("fake-systemd: PropertiesChanged for {}: {e}", exit.unit);
+        }
+        if let Some((job, result)) = ended
+            && let Err(e) = job_ended(&conn, &shared, &job, &exit.unit, result).await
+        {
+            eprintln!("fake-systemd: JobRemoved for {}: {e}", exit.unit);
         }
         if collect {
             lock(&shared.units).remove(&exit.unit);
@@ -496,21 +715,85 @@ async fn reap(conn: Connection, shared: Arc<Shared>, mut exits: tokio::sync::mps
     }
 }
 
-fn address_from_args() -> Result<String, String> {
+/// A `--unit 'NAME;TYPE;STATE[;SCRIPT]'` (see the module docs).
+struct UnitSpec {
+    name: String,
+    kind: Kind,
+    active: bool,
+    script: Option<String>,
+}
+
+fn parse_unit(spec: &str) -> Result<UnitSpec, String> {
+    let mut parts = spec.splitn(4, ';');
+    let (Some(name), Some(kind), Some(state)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(format!("--unit {spec:?}: expected NAME;TYPE;STATE[;SCRIPT]"));
+    };
+    let script = parts.next().map(str::to_owned);
+    let kind = match (kind, name.rsplit_once('.').map(|(_, s)| s)) {
+        ("oneshot", Some("service")) => Kind::Oneshot,
+        ("simple", Some("service")) => Kind::Simple,
+        ("timer", Some("timer")) => Kind::Timer,
+        _ => return Err(format!("--unit {spec:?}: TYPE must be oneshot or simple for a .service, timer for a .timer")),
+    };
+    if (kind == Kind::Timer) != script.is_none() {
+        return Err(format!("--unit {spec:?}: a service needs a SCRIPT, a timer has none"));
+    }
+    let active = match state {
+        "active" => true,
+        "inactive" => false,
+        _ => return Err(format!("--unit {spec:?}: STATE must be active or inactive")),
+    };
+    Ok(UnitSpec { name: name.to_owned(), kind, active, script })
+}
+
+fn args() -> Result<(String, Vec<UnitSpec>), String> {
     let mut args = std::env::args().skip(1);
     let mut address = None;
+    let mut units = Vec::new();
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--address" => address = Some(args.next().ok_or("--address needs a value")?),
+            "--unit" => units.push(parse_unit(&args.next().ok_or("--unit needs a value")?)?),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    address.ok_or_else(|| "usage: fake-systemd --address ADDR".to_owned())
+    let address = address.ok_or_else(|| "usage: fake-systemd --address ADDR [--unit 'NAME;TYPE;STATE[;SCRIPT]']...".to_owned())?;
+    Ok((address, units))
+}
+
+/// Loads the configured units and exports their objects.
+async fn load_units(conn: &Connection, shared: &Arc<Shared>, specs: Vec<UnitSpec>) -> zbus::Result<()> {
+    for spec in specs {
+        let path = OwnedObjectPath::try_from(format!("{MANAGER_PATH}/unit/{}", escape_label(&spec.name)))?;
+        let exec = match &spec.script {
+            Some(script) => ("/bin/sh".to_owned(), vec!["/bin/sh".to_owned(), "-c".to_owned(), script.clone()]),
+            None => (String::new(), Vec::new()),
+        };
+        let mut unit = Unit::new(spec.kind, spec.name.clone(), exec, false, path.clone());
+        if spec.active {
+            match spec.kind {
+                Kind::Timer => unit.set_state("active", "waiting"),
+                Kind::Simple => {
+                    shared.spawn(&spec.name, &mut unit);
+                }
+                Kind::Oneshot | Kind::Transient => {}
+            }
+        }
+        lock(&shared.units).insert(spec.name.clone(), unit);
+        let server = conn.object_server();
+        server.at(&path, UnitObject { shared: shared.clone(), name: spec.name.clone() }).await?;
+        if spec.kind == Kind::Timer {
+            server.at(&path, TimerObject { shared: shared.clone(), name: spec.name.clone() }).await?;
+        } else {
+            server.at(&path, ServiceObject { shared: shared.clone(), name: spec.name.clone() }).await?;
+        }
+    }
+    Ok(())
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let address = match address_from_args() {
+    let (address, specs) = match args() {
         Ok(a) => a,
         Err(e) => {
             eprintln!("fake-systemd: {e}");
@@ -538,6 +821,10 @@ async fn main() {
             std::process::exit(1);
         }
     };
+    if let Err(e) = load_units(&conn, &shared, specs).await {
+        eprintln!("fake-systemd: cannot load the configured units: {e}");
+        std::process::exit(1);
+    }
     let mut stdout = std::io::stdout();
     let _ = writeln!(stdout, "ready");
     let _ = stdout.flush();

@@ -90,6 +90,7 @@ macro_rules! __drover_store_checks {
             task_lease_order_and_max,
             task_host_isolation,
             task_complete_records_result,
+            completed_task_secrets_are_erased,
             job_create_get_list,
             job_state_cas_and_legality,
             events_filter_and_page_stable,

@@ -259,6 +259,28 @@ pub fn task_complete_records_result(make: Factory<'_>) {
     assert_eq!(events[0].event.job_id, Some(job.job.job_id));
 }
 
+/// A completed task's secrets (the MAAS token of `node.hw_sync_reseed`) are erased from the
+/// stored envelope; until then it is served byte-exact.
+pub fn completed_task_secrets_are_erased(make: Factory<'_>) {
+    let s = make();
+    let h = host(&*s, "gpu-01");
+    let envelope = json!({
+        "signed": { "taskId": "x", "kind": { "type": "node.hw_sync_reseed", "maasUrl": "http://maas:5240/MAAS", "systemId": "abc123",
+            "consumerKey": "CK-SECRET", "tokenKey": "TK-SECRET", "tokenSecret": "TS-SECRET" } },
+        "signatures": []
+    })
+    .to_string()
+    .into_bytes();
+    let tk = NewTask { envelope: envelope.clone(), ..task(h.id, 1) };
+    s.enqueue_task(&tk).unwrap();
+    let leased = s.lease_tasks(h.id, t(10), 60, 10).unwrap();
+    assert_eq!(leased[0].task.envelope, envelope, "served byte-exact while live");
+    s.complete_task(h.id, tk.task_id, &json!({"outcome": "succeeded"}), t(20)).unwrap();
+    let stored = String::from_utf8(s.get_task(tk.task_id).unwrap().unwrap().task.envelope).unwrap();
+    assert!(!stored.contains("SECRET"), "{stored}");
+    assert!(stored.contains("abc123"), "only the secrets go: {stored}");
+}
+
 /// Jobs are created once (a retry returns the same job) and listed by host, state and kind.
 pub fn job_create_get_list(make: Factory<'_>) {
     let s = make();

@@ -221,6 +221,10 @@ pub(super) fn complete_task(c: &Connection, host_id: Uuid, task_id: Uuid, result
     // outcome, so it is accepted from either live state.
     c.prepare_cached("UPDATE tasks SET state = 'completed', lease_expires_at = NULL, result = ?1, completed_at = ?2 WHERE task_id = ?3")?
         .execute(params![result.to_string(), now.unix(), task_id.to_string()])?;
+    // Acknowledged: secrets the task carried (a MAAS token) are not kept any longer.
+    if let Some(erased) = crate::store::erase::erase_task_secrets(&stored.task.envelope) {
+        c.prepare_cached("UPDATE tasks SET envelope = ?1 WHERE task_id = ?2")?.execute(params![erased, task_id.to_string()])?;
+    }
     insert_event(
         c,
         &NewEvent {

@@ -1,0 +1,313 @@
+//! AMD GPUs for `node.gpu_scrub`: `amd-smi` (ROCm 6 and later), else `rocm-smi` (older
+//! stacks). Kept modest: inventory, compute processes, reset by index, and a verification of
+//! processes, memory used and (with `amd-smi`) uncorrectable ECC errors. AMD GPUs have no
+//! persistence mode to handle.
+//!
+//! `amd-smi` (JSON; ROCm 7 wraps the list in `{"gpu_data": [...]}`, both are read):
+//!
+//! - `amd-smi list --json` → `[{"gpu": 0, "bdf": "0000:0c:00.0", "uuid": "…", …}, …]`
+//! - `amd-smi process --json` → `[{"gpu": 0, "process_list": [{"process_info": {"name": "python3",
+//!   "pid": 1234, "mem_usage": {"value": …, "unit": "B"}, …}}]}, …]`; no process:
+//!   `"process_list": []` or `[{"process_info": "No running processes detected"}]`
+//! - `amd-smi metric --mem-usage --ecc --json` → `[{"gpu": 0, "mem_usage": {"used_vram":
+//!   {"value": 283, "unit": "MB"}, …}, "ecc": {"total_uncorrectable_count": 0, …}}, …]`
+//! - `amd-smi reset --gpureset -g N`
+//!
+//! `rocm-smi` (fallback): `--showbus --json` (`{"card0": {"PCI Bus": "0000:0C:00.0"}}`),
+//! `--showpids --json` (`{"system": {"PID1234": "python3, 1, 4096, 0, 0"}}`, or the line "No KFD
+//! PIDs currently running"), `--showmeminfo vram --json` (`{"card0": {"VRAM Total Used Memory
+//! (B)": "11087872", …}}`), `--resetgpu -d N`. It has no ECC verification here (its RAS output
+//! is not stable across versions); the step's data says so.
+
+use serde_json::Value;
+
+use super::gpu_tools::{GpuState, ScrubApp, ScrubGpu, ToolError, Tools};
+use super::steps::Done;
+use crate::exec::{CommandOutput, ExecError};
+use crate::gpu::tool_message;
+
+fn run_json(tools: &Tools<'_>, program: &std::path::Path, args: &[&str]) -> Result<String, ToolError> {
+    let command = std::iter::once(program.display().to_string()).chain(args.iter().map(|a| (*a).to_owned())).collect::<Vec<_>>().join(" ");
+    match tools.call(program, args) {
+        Ok(out) if out.success() => Ok(out.stdout),
+        Ok(out) => Err(ToolError::Failed(format!("{command} failed (exit {}): {}", code(&out), tool_message(&out)))),
+        Err(ExecError::NotFound { program }) => Err(ToolError::NotInstalled(program)),
+        Err(e) => Err(ToolError::Failed(e.to_string())),
+    }
+}
+
+fn code(out: &CommandOutput) -> String {
+    out.code.map_or("by signal".to_owned(), |c| c.to_string())
+}
+
+fn parse(text: &str, what: &str) -> Result<Value, String> {
+    serde_json::from_str(text.trim()).map_err(|e| format!("cannot parse {what} JSON: {e}"))
+}
+
+/// The per-GPU array: the top-level array, or ROCm 7's `{"gpu_data": [...]}`.
+fn gpu_array<'v>(v: &'v Value, what: &str) -> Result<&'v Vec<Value>, String> {
+    v.as_array().or_else(|| v.get("gpu_data").and_then(Value::as_array)).ok_or_else(|| format!("{what}: expected a JSON array of GPUs"))
+}
+
+fn as_u64(v: &Value) -> Option<u64> {
+    v.as_u64().or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+}
+
+/// A size in MiB from `{"value": N, "unit": "B"|"KB"|"MB"|"GB"}` or a bare number of MB
+/// (amd-smi's "MB" are MiB). `None` for `"N/A"`.
+fn mib(v: &Value) -> Option<u64> {
+    let (value, unit) = match v.get("value") {
+        Some(value) => (as_u64(value)?, v.get("unit").and_then(Value::as_str).unwrap_or("MB")),
+        None => (as_u64(v)?, "MB"),
+    };
+    match unit {
+        "B" => Some(value / (1024 * 1024)),
+        "KB" | "KiB" => Some(value / 1024),
+        "MB" | "MiB" => Some(value),
+        "GB" | "GiB" => value.checked_mul(1024),
+        _ => None,
+    }
+}
+
+fn gpu_index(item: &Value, what: &str) -> Result<u32, String> {
+    item.get("gpu").and_then(as_u64).and_then(|n| u32::try_from(n).ok()).ok_or_else(|| format!("{what}: an entry has no \"gpu\" index"))
+}
+
+/// Parses `amd-smi list --json`.
+pub fn parse_amd_list(text: &str) -> Result<Vec<ScrubGpu>, String> {
+    let v = parse(text, "amd-smi list")?;
+    gpu_array(&v, "amd-smi list")?
+        .iter()
+        .map(|item| {
+            let index = gpu_index(item, "amd-smi list")?;
+            let bus_id = item.get("bdf").and_then(Value::as_str).unwrap_or_default().to_owned();
+            Ok(ScrubGpu { index, bus_id, persistence_mode: None })
+        })
+        .collect()
+}
+
+/// Parses `amd-smi process --json`.
+pub fn parse_amd_processes(text: &str) -> Result<Vec<ScrubApp>, String> {
+    let v = parse(text, "amd-smi process")?;
+    let mut apps: Vec<ScrubApp> = Vec::new();
+    for item in gpu_array(&v, "amd-smi process")? {
+        let Some(list) = item.get("process_list").and_then(Value::as_array) else { continue };
+        for entry in list {
+            let info = entry.get("process_info").unwrap_or(entry);
+            if info.is_string() {
+                continue; // "No running processes detected"
+            }
+            let pid = info
+                .get("pid")
+                .and_then(as_u64)
+                .and_then(|p| u32::try_from(p).ok())
+                .ok_or_else(|| format!("amd-smi process: an entry has no pid: {info}"))?;
+            if !apps.iter().any(|a| a.pid == pid) {
+                apps.push(ScrubApp { pid, name: info.get("name").and_then(Value::as_str).unwrap_or_default().to_owned() });
+            }
+        }
+    }
+    Ok(apps)
+}
+
+/// Parses `amd-smi metric --mem-usage --ecc --json`.
+pub fn parse_amd_metrics(text: &str) -> Result<Vec<GpuState>, String> {
+    let v = parse(text, "amd-smi metric")?;
+    gpu_array(&v, "amd-smi metric")?
+        .iter()
+        .map(|item| {
+            let index = gpu_index(item, "amd-smi metric")?;
+            let memory_used_mib = item.get("mem_usage").and_then(|m| m.get("used_vram")).and_then(mib);
+            let mut problems = Vec::new();
+            match item.get("ecc").and_then(|e| e.get("total_uncorrectable_count")).map(as_u64) {
+                Some(Some(0)) => {}
+                Some(Some(n)) => problems.push(format!("{n} uncorrectable ECC error(s)")),
+                Some(None) | None => {} // N/A: a GPU without ECC
+            }
+            Ok(GpuState { label: format!("GPU {index}"), memory_used_mib, problems })
+        })
+        .collect()
+}
+
+/// Parses `rocm-smi --showbus --json`.
+pub fn parse_rocm_bus(text: &str) -> Result<Vec<ScrubGpu>, String> {
+    let v = parse(text, "rocm-smi --showbus")?;
+    let obj = v.as_object().ok_or("rocm-smi --showbus: expected a JSON object")?;
+    let mut gpus: Vec<ScrubGpu> = obj
+        .iter()
+        .filter_map(|(card, fields)| {
+            let index = card.strip_prefix("card")?.parse().ok()?;
+            let bus_id = fields.get("PCI Bus").and_then(Value::as_str).unwrap_or_default().to_owned();
+            Some(ScrubGpu { index, bus_id, persistence_mode: None })
+        })
+        .collect();
+    gpus.sort_by_key(|g| g.index);
+    Ok(gpus)
+}
+
+/// Parses `rocm-smi --showpids --json`.
+pub fn parse_rocm_pids(text: &str) -> Result<Vec<ScrubApp>, String> {
+    if text.contains("No KFD PIDs currently running") {
+        return Ok(Vec::new());
+    }
+    let v = parse(text, "rocm-smi --showpids")?;
+    let Some(system) = v.get("system").and_then(Value::as_object) else { return Ok(Vec::new()) };
+    system
+        .iter()
+        .filter_map(|(key, value)| key.strip_prefix("PID").map(|pid| (pid, value)))
+        .map(|(pid, value)| {
+            let pid = pid.parse().map_err(|_| format!("rocm-smi --showpids: bad pid key PID{pid}"))?;
+            let name = value.as_str().and_then(|s| s.split(", ").next()).unwrap_or_default().to_owned();
+            Ok(ScrubApp { pid, name })
+        })
+        .collect()
+}
+
+/// Parses `rocm-smi --showmeminfo vram --json`.
+pub fn parse_rocm_vram(text: &str) -> Result<Vec<GpuState>, String> {
+    let v = parse(text, "rocm-smi --showmeminfo")?;
+    let obj = v.as_object().ok_or("rocm-smi --showmeminfo: expected a JSON object")?;
+    let mut states: Vec<(u32, GpuState)> = obj
+        .iter()
+        .filter_map(|(card, fields)| {
+            let index: u32 = card.strip_prefix("card")?.parse().ok()?;
+            let used = fields.get("VRAM Total Used Memory (B)").and_then(as_u64).map(|b| b / (1024 * 1024));
+            Some((index, GpuState { label: format!("GPU {index}"), memory_used_mib: used, problems: Vec::new() }))
+        })
+        .collect();
+    states.sort_by_key(|(i, _)| *i);
+    Ok(states.into_iter().map(|(_, s)| s).collect())
+}
+
+fn judge_reset(tool: &str, gpu: &ScrubGpu, result: Result<CommandOutput, ExecError>) -> Done {
+    match result {
+        Ok(out) if out.success() && !out.stdout.contains("AMDSMI_STATUS_") && !out.stdout.contains("ERROR") => {
+            Done::ok(format!("GPU {} ({}) reset", gpu.index, gpu.bus_id))
+        }
+        Ok(out) => Done::error(format!("{tool} reset of GPU {} failed (exit {}): {}", gpu.index, code(&out), tool_message(&out))),
+        Err(e) => Done::error(e.to_string()),
+    }
+}
+
+/// `amd-smi`.
+pub struct AmdSmi<'t, 'a> {
+    tools: &'t Tools<'a>,
+}
+
+impl<'t, 'a> AmdSmi<'t, 'a> {
+    /// Through `tools`.
+    pub fn new(tools: &'t Tools<'a>) -> Self {
+        AmdSmi { tools }
+    }
+
+    fn program(&self) -> &std::path::Path {
+        &self.tools.settings().amd_smi
+    }
+
+    /// The GPUs.
+    pub fn gpus(&self) -> Result<Vec<ScrubGpu>, ToolError> {
+        parse_amd_list(&run_json(self.tools, self.program(), &["list", "--json"])?).map_err(ToolError::Failed)
+    }
+
+    /// The compute processes.
+    pub fn apps(&self) -> Result<Vec<ScrubApp>, ToolError> {
+        parse_amd_processes(&run_json(self.tools, self.program(), &["process", "--json"])?).map_err(ToolError::Failed)
+    }
+
+    /// Memory used and ECC per GPU.
+    pub fn states(&self) -> Result<Vec<GpuState>, String> {
+        let text = run_json(self.tools, self.program(), &["metric", "--mem-usage", "--ecc", "--json"]).map_err(|e| e.to_string())?;
+        parse_amd_metrics(&text)
+    }
+
+    /// `amd-smi reset --gpureset -g N`.
+    pub fn reset(&self, gpu: &ScrubGpu) -> Done {
+        let index = gpu.index.to_string();
+        judge_reset("amd-smi", gpu, self.tools.call(self.program(), &["reset", "--gpureset", "-g", &index]))
+    }
+}
+
+/// `rocm-smi`.
+pub struct RocmSmi<'t, 'a> {
+    tools: &'t Tools<'a>,
+}
+
+impl<'t, 'a> RocmSmi<'t, 'a> {
+    /// Through `tools`.
+    pub fn new(tools: &'t Tools<'a>) -> Self {
+        RocmSmi { tools }
+    }
+
+    fn program(&self) -> &std::path::Path {
+        &self.tools.settings().rocm_smi
+    }
+
+    /// The GPUs.
+    pub fn gpus(&self) -> Result<Vec<ScrubGpu>, ToolError> {
+        parse_rocm_bus(&run_json(self.tools, self.program(), &["--showbus", "--json"])?).map_err(ToolError::Failed)
+    }
+
+    /// The compute processes.
+    pub fn apps(&self) -> Result<Vec<ScrubApp>, ToolError> {
+        parse_rocm_pids(&run_json(self.tools, self.program(), &["--showpids", "--json"])?).map_err(ToolError::Failed)
+    }
+
+    /// Memory used per GPU (no ECC through rocm-smi).
+    pub fn states(&self) -> Result<Vec<GpuState>, String> {
+        let text = run_json(self.tools, self.program(), &["--showmeminfo", "vram", "--json"]).map_err(|e| e.to_string())?;
+        parse_rocm_vram(&text)
+    }
+
+    /// `rocm-smi --resetgpu -d N`.
+    pub fn reset(&self, gpu: &ScrubGpu) -> Done {
+        let index = gpu.index.to_string();
+        judge_reset("rocm-smi", gpu, self.tools.call(self.program(), &["--resetgpu", "-d", &index]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amd_smi_list_and_rocm7_gpu_data_wrapper_parse() {
+        let list = r#"[{"gpu": 0, "bdf": "0000:0c:00.0", "uuid": "6cff74a1-0000-1000-80b6-e9d4c53e3c8e", "kfd_id": 45412, "node_id": 2, "partition_id": 0},
+                      {"gpu": 1, "bdf": "0000:22:00.0", "uuid": "a1ff74a1-0000-1000-8092-5ab5d1c7a2b4", "kfd_id": 9462, "node_id": 3, "partition_id": 0}]"#;
+        let gpus = parse_amd_list(list).expect("parses");
+        assert_eq!((gpus[1].index, gpus[1].bus_id.as_str()), (1, "0000:22:00.0"));
+        let wrapped = format!(r#"{{"gpu_data": {list}}}"#);
+        assert_eq!(parse_amd_list(&wrapped).expect("parses"), gpus);
+    }
+
+    #[test]
+    fn amd_smi_processes_parse_and_the_none_marker_is_no_process() {
+        let text = r#"[{"gpu": 0, "process_list": [{"process_info": {"name": "python3", "pid": 41872,
+            "memory_usage": {"gtt_mem": {"value": 2097152, "unit": "B"}, "cpu_mem": {"value": 0, "unit": "B"}, "vram_mem": {"value": 1073741824, "unit": "B"}},
+            "mem_usage": {"value": 1075838976, "unit": "B"}, "usage": {"gfx": {"value": 0, "unit": "ns"}, "enc": {"value": 0, "unit": "ns"}}}}]},
+            {"gpu": 1, "process_list": [{"process_info": "No running processes detected"}]}]"#;
+        assert_eq!(parse_amd_processes(text).expect("parses"), vec![ScrubApp { pid: 41872, name: "python3".into() }]);
+        assert!(parse_amd_processes(r#"[{"gpu": 0, "process_list": []}]"#).expect("parses").is_empty());
+    }
+
+    #[test]
+    fn amd_smi_metrics_give_memory_in_mib_and_uncorrectable_ecc() {
+        let text = r#"[{"gpu": 0, "mem_usage": {"total_vram": {"value": 196592, "unit": "MB"}, "used_vram": {"value": 283, "unit": "MB"}, "free_vram": {"value": 196309, "unit": "MB"}},
+                        "ecc": {"total_correctable_count": 4, "total_uncorrectable_count": 2, "total_deferred_count": 0, "cache_correctable_count": 0, "cache_uncorrectable_count": 0}},
+                       {"gpu": 1, "mem_usage": {"used_vram": "N/A"}, "ecc": {"total_uncorrectable_count": "N/A"}}]"#;
+        let s = parse_amd_metrics(text).expect("parses");
+        assert_eq!((s[0].memory_used_mib, s[0].problems.clone()), (Some(283), vec!["2 uncorrectable ECC error(s)".to_owned()]));
+        assert_eq!((s[1].memory_used_mib, s[1].problems.len()), (None, 0));
+    }
+
+    #[test]
+    fn rocm_smi_fallback_outputs_parse() {
+        let bus = parse_rocm_bus(r#"{"card1": {"PCI Bus": "0000:22:00.0"}, "card0": {"PCI Bus": "0000:0C:00.0"}}"#).expect("parses");
+        assert_eq!(bus.iter().map(|g| g.index).collect::<Vec<_>>(), vec![0, 1]);
+        let pids = parse_rocm_pids(r#"{"system": {"PID41872": "python3, 1, 1073741824, 0, 0"}}"#).expect("parses");
+        assert_eq!(pids, vec![ScrubApp { pid: 41872, name: "python3".into() }]);
+        assert!(parse_rocm_pids("No KFD PIDs currently running\n").expect("none").is_empty());
+        let vram = parse_rocm_vram(r#"{"card0": {"VRAM Total Memory (B)": "68702699520", "VRAM Total Used Memory (B)": "11087872"}}"#)
+            .expect("parses");
+        assert_eq!(vram[0].memory_used_mib, Some(10));
+    }
+}
