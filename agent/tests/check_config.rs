@@ -55,6 +55,30 @@ fn the_documented_configuration_passes() {
     assert!(out.trim_end().ends_with("agent.toml: ok"), "{out}");
 }
 
+/// The README's `agent.toml` block (everything beyond enrollment), with enrollment's keys.
+fn readme_config() -> String {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).expect("README.md");
+    let start = readme.find("```toml\nsystemd_bus = ").expect("the README documents agent.toml") + "```toml\n".len();
+    let block = &readme[start..];
+    let block = &block[..block.find("```").expect("block end")];
+    format!("coordinator_urls = [\"https://coord-1.example:8443\"]\nstate_dir = \"/var/lib/drover\"\nca_file = \"/etc/drover/ca.crt\"\n{block}")
+}
+
+#[test]
+fn the_readme_configuration_passes_and_lists_every_table() {
+    let text = readme_config();
+    let (code, out, err) = check(Some(&text));
+    assert_eq!(code, 0, "{err}\n{text}");
+    assert!(out.trim_end().ends_with("agent.toml: ok"), "{out}");
+    for table in ["[checkin]", "[activation]", "[health]", "[tasks]", "[[probes]]"] {
+        assert!(text.contains(table), "the README's agent.toml lacks {table}");
+    }
+    // A key misspelt in the documented [tasks] table is named, not ignored.
+    let (code, _, err) = check(Some(&text.replace("tenant_uid_min", "tenant_uid_minimum")));
+    assert_eq!(code, 65, "{err}");
+    assert!(err.contains("tenant_uid_minimum"), "{err}");
+}
+
 #[test]
 fn a_misspelt_key_is_named_with_the_file_and_refused() {
     let (code, _, err) = check(Some(&FULL.replace("quarantine_secs", "quarantine_sec")));
