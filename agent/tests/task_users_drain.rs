@@ -10,34 +10,16 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use drover_agent::exec::SystemRunner;
-use drover_agent::systemd::{Systemd, SystemdError, UnitStatus};
+use drover_agent::systemd::fake::FakeSystemd;
 use drover_agent::tasks::{TaskEnv, TaskSettings, drain, steps, users};
 use drover_agent::timekeeping::SystemClock;
 use drover_proto::report::{StepOutcome, StepResult, TaskOutcome};
 
-/// No task here talks to systemd.
-struct NoSystemd;
-
-impl Systemd for NoSystemd {
-    fn start_transient_service(&self, unit: &str, _: &str, _: &[String]) -> Result<(), SystemdError> {
-        Err(SystemdError::Call { method: "StartTransientUnit", unit: unit.to_owned(), message: "not in this test".into() })
-    }
-    fn unit_status(&self, _: &str) -> Result<Option<UnitStatus>, SystemdError> {
-        Ok(None)
-    }
-    fn wait_finished(&self, unit: &str, _: Duration) -> Result<UnitStatus, SystemdError> {
-        Err(SystemdError::Call { method: "wait", unit: unit.to_owned(), message: "not in this test".into() })
-    }
-    fn failed_units(&self) -> Result<Vec<String>, SystemdError> {
-        Ok(Vec::new())
-    }
-    fn restart_unit(&self, unit: &str) -> Result<(), SystemdError> {
-        Err(SystemdError::Call { method: "RestartUnit", unit: unit.to_owned(), message: "not in this test".into() })
-    }
-}
+/// No task here talks to systemd: a manager with no units (every call is `NoSuchUnit`).
+static NO_SYSTEMD: std::sync::LazyLock<FakeSystemd> = std::sync::LazyLock::new(FakeSystemd::new);
 
 fn env<'a>(settings: &'a TaskSettings, state: &'a Path) -> TaskEnv<'a> {
-    TaskEnv { settings, runner: &SystemRunner, systemd: &NoSystemd, clock: &SystemClock, state_dir: state }
+    TaskEnv { settings, runner: &SystemRunner, systemd: &*NO_SYSTEMD, clock: &SystemClock, state_dir: state }
 }
 
 /// An executable written by a `cp` child (never through a descriptor of this process, which a

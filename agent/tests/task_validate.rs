@@ -4,38 +4,19 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use drover_agent::exec::SystemRunner;
-use drover_agent::systemd::{Systemd, SystemdError, UnitStatus};
+use drover_agent::systemd::fake::FakeSystemd;
 use drover_agent::tasks::{TaskEnv, TaskSettings, host_facts, steps, users, validate};
 use drover_agent::timekeeping::SystemClock;
 use drover_proto::report::{StepOutcome, StepResult, TaskOutcome};
 use serde_json::Value;
 
-/// No task here talks to systemd.
-struct NoSystemd;
-
-impl Systemd for NoSystemd {
-    fn start_transient_service(&self, unit: &str, _: &str, _: &[String]) -> Result<(), SystemdError> {
-        Err(SystemdError::Call { method: "StartTransientUnit", unit: unit.to_owned(), message: "not in this test".into() })
-    }
-    fn unit_status(&self, _: &str) -> Result<Option<UnitStatus>, SystemdError> {
-        Ok(None)
-    }
-    fn wait_finished(&self, unit: &str, _: Duration) -> Result<UnitStatus, SystemdError> {
-        Err(SystemdError::Call { method: "wait", unit: unit.to_owned(), message: "not in this test".into() })
-    }
-    fn failed_units(&self) -> Result<Vec<String>, SystemdError> {
-        Ok(Vec::new())
-    }
-    fn restart_unit(&self, unit: &str) -> Result<(), SystemdError> {
-        Err(SystemdError::Call { method: "RestartUnit", unit: unit.to_owned(), message: "not in this test".into() })
-    }
-}
+/// No task here talks to systemd: a manager with no units (every call is `NoSuchUnit`).
+static NO_SYSTEMD: std::sync::LazyLock<FakeSystemd> = std::sync::LazyLock::new(FakeSystemd::new);
 
 fn run_validate(settings: &TaskSettings, check_gpu: bool, state: &Path) -> Vec<StepResult> {
-    let env = TaskEnv { settings, runner: &SystemRunner, systemd: &NoSystemd, clock: &SystemClock, state_dir: state };
+    let env = TaskEnv { settings, runner: &SystemRunner, systemd: &*NO_SYSTEMD, clock: &SystemClock, state_dir: state };
     validate::run(check_gpu, &env)
 }
 
@@ -225,7 +206,7 @@ fn malformed_passwd_line_is_reported_not_a_panic() {
     let env = TaskEnv {
         settings: &TaskSettings { userdel: root.join("no-userdel"), loginctl: root.join("no-loginctl"), ..settings.clone() },
         runner: &SystemRunner,
-        systemd: &NoSystemd,
+        systemd: &*NO_SYSTEMD,
         clock: &SystemClock,
         state_dir: root,
     };

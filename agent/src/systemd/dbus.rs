@@ -231,14 +231,7 @@ impl DbusSystemd {
             .and_then(|b| b.member("PropertiesChanged"))
             .map(|b| b.build());
         let mut props = self.signal_stream(unit, props_rule).await?;
-        let jobs_rule = MatchRule::builder()
-            .msg_type(MessageType::Signal)
-            .sender(DESTINATION)
-            .and_then(|b| b.path(MANAGER_PATH))
-            .and_then(|b| b.interface(MANAGER_INTERFACE))
-            .and_then(|b| b.member("JobRemoved"))
-            .and_then(|b| b.arg(2, unit))
-            .map(|b| b.build());
+        let jobs_rule = job_removed_rule(unit);
         let mut jobs = match self.signal_stream(unit, jobs_rule).await {
             Ok(s) => s,
             Err(e) => {
@@ -282,6 +275,18 @@ impl DbusSystemd {
     }
 }
 
+/// The match rule for the manager's `JobRemoved` signals about `unit` (its third argument).
+fn job_removed_rule(unit: &str) -> zbus::Result<MatchRule<'_>> {
+    MatchRule::builder()
+        .msg_type(MessageType::Signal)
+        .sender(DESTINATION)
+        .and_then(|b| b.path(MANAGER_PATH))
+        .and_then(|b| b.interface(MANAGER_INTERFACE))
+        .and_then(|b| b.member("JobRemoved"))
+        .and_then(|b| b.arg(2, unit))
+        .map(|b| b.build())
+}
+
 impl DbusSystemd {
     /// Queues a job with `method(unit, "replace")` and waits (bounded by `timeout`) for its
     /// `JobRemoved`. The signal stream is registered before the call, so a job that finishes
@@ -291,14 +296,7 @@ impl DbusSystemd {
         let deadline = Instant::now() + timeout;
         let call_err = |e: &zbus::Error| SystemdError::Call { method, unit: unit.to_owned(), message: describe(e) };
         self.subscribe(unit).await?;
-        let jobs_rule = MatchRule::builder()
-            .msg_type(MessageType::Signal)
-            .sender(DESTINATION)
-            .and_then(|b| b.path(MANAGER_PATH))
-            .and_then(|b| b.interface(MANAGER_INTERFACE))
-            .and_then(|b| b.member("JobRemoved"))
-            .and_then(|b| b.arg(2, unit))
-            .map(|b| b.build());
+        let jobs_rule = job_removed_rule(unit);
         let mut jobs = self.signal_stream(unit, jobs_rule).await?;
         let outcome = async {
             let reply = self.manager_call(method, &(unit, "replace")).await.map_err(|e| call_err(&e))?;
