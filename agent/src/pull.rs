@@ -269,6 +269,18 @@ impl Agent {
         if self.uninstalled.is_some() {
             return self.report_uninstall().await;
         }
+        // A finished task first, before anything touches the state dir: a `node.uninstall`
+        // may have purged it. Other results are journaled at once (no await in between), so
+        // a pass dropped for the next wake-up never loses one.
+        if let Some((task, result)) = self.tasks.finished(&self.host, self.clock.now()) {
+            if crate::task_worker::is_completed_uninstall(&task, &result) {
+                self.uninstalled = Some(result);
+                return self.report_uninstall().await;
+            }
+            let mut journal = self.state.journal()?;
+            journal.finish(result);
+            self.state.put_journal(&journal)?;
+        }
         let mut seen = self.state.seen()?;
         let reading = read_clock(seen.latest_time, self.clock.now());
         if let Some(e) = reading.stepped_back.clone() {
@@ -288,15 +300,6 @@ impl Agent {
             .blocking(move |h| (h.health(), h.current_generation(), if probes.is_empty() { Vec::new() } else { h.probes(&probes) }))
             .await?;
         let mut journal = self.state.journal()?;
-        if let Some((task, result)) = self.tasks.finished(&self.host, now).await {
-            if crate::task_worker::is_completed_uninstall(&task, &result) {
-                // The agent's files and secrets are gone: report from memory, then stop.
-                self.uninstalled = Some(result);
-                return self.report_uninstall().await;
-            }
-            journal.finish(result);
-            self.state.put_journal(&journal)?;
-        }
         let task_results = journal.unacknowledged();
         let take = self.events.len().min(MAX_EVENTS_PER_CHECKIN);
         let events: Vec<ReportEvent> = self.events.drain(..take).collect();

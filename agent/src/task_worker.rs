@@ -13,8 +13,7 @@ use std::sync::Arc;
 
 use drover_proto::report::{TaskOutcome, TaskResult};
 use drover_proto::task::{Task, TaskKind};
-use tokio::sync::Notify;
-use tokio::task::JoinHandle;
+use tokio::sync::{Notify, oneshot};
 
 use crate::pull::HostOps;
 
@@ -22,7 +21,8 @@ use crate::pull::HostOps;
 #[derive(Default)]
 pub struct TaskWorker {
     queue: VecDeque<Task>,
-    running: Option<(Task, JoinHandle<TaskResult>)>,
+    /// The task in progress and where its result will arrive.
+    running: Option<(Task, oneshot::Receiver<TaskResult>)>,
     done: Arc<Notify>,
 }
 
@@ -51,28 +51,28 @@ impl TaskWorker {
         let host = host.clone();
         let done = self.done.clone();
         let run = task.clone();
-        let handle = tokio::task::spawn_blocking(move || {
-            let result = host.run_task(&run);
+        let (tx, rx) = oneshot::channel();
+        // The result is sent before the wake-up, so the check-in that wakes always finds it.
+        tokio::task::spawn_blocking(move || {
+            let _ = tx.send(host.run_task(&run));
             done.notify_one();
-            result
         });
-        self.running = Some((task, handle));
+        self.running = Some((task, rx));
     }
 
     /// The result of the task in progress if it has finished (then the next one starts).
     /// A task whose thread panicked is reported failed, never silently lost.
-    pub async fn finished(&mut self, host: &Arc<dyn HostOps>, now: drover_proto::time::Time) -> Option<(Task, TaskResult)> {
-        if !self.running.as_ref().is_some_and(|(_, h)| h.is_finished()) {
-            return None;
-        }
-        let (task, handle) = self.running.take()?;
-        let result = match handle.await {
+    pub fn finished(&mut self, host: &Arc<dyn HostOps>, now: drover_proto::time::Time) -> Option<(Task, TaskResult)> {
+        let (task, rx) = self.running.as_mut()?;
+        let result = match rx.try_recv() {
             Ok(r) => r,
-            Err(e) => {
-                tracing::error!(task_id = %task.task_id, error = %e, "task thread failed");
-                crashed(&task, &e.to_string(), now)
+            Err(oneshot::error::TryRecvError::Empty) => return None,
+            Err(oneshot::error::TryRecvError::Closed) => {
+                tracing::error!(task_id = %task.task_id, "task thread ended without a result");
+                crashed(task, "the task's thread ended without a result (it panicked)", now)
             }
         };
+        let (task, _) = self.running.take()?;
         self.start_next(host);
         Some((task, result))
     }

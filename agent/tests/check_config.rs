@@ -61,7 +61,9 @@ fn readme_config() -> String {
     let start = readme.find("```toml\nsystemd_bus = ").expect("the README documents agent.toml") + "```toml\n".len();
     let block = &readme[start..];
     let block = &block[..block.find("```").expect("block end")];
-    format!("coordinator_urls = [\"https://coord-1.example:8443\"]\nstate_dir = \"/var/lib/drover\"\nca_file = \"/etc/drover/ca.crt\"\n{block}")
+    format!(
+        "coordinator_urls = [\"https://coord-1.example:8443\"]\nstate_dir = \"/var/lib/drover\"\nca_file = \"/etc/drover/ca.crt\"\n{block}"
+    )
 }
 
 #[test]

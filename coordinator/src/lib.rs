@@ -4,6 +4,7 @@
 //! - [`api`]: the error shape, route guards and routes.
 //! - [`config`]: `coordinator.toml`, parsed once, errors naming file and key.
 //! - [`executor`]: the rollout executor: store snapshot → planner → one transaction of actions.
+//! - [`jobs`]: the pure decision core of jobs (soft reset, storage cleanup, decommission, maintenance) and operator actions.
 //! - [`identity`]: who a client certificate proves (host id and hostname, or operator role).
 //! - [`metrics`]: Prometheus counters and the `/metrics` text.
 //! - [`pki`]: the CA: server, host (from a CSR) and operator certificates, the CRL.
@@ -25,6 +26,7 @@ pub mod app;
 pub mod config;
 pub mod executor;
 pub mod identity;
+pub mod jobs;
 pub mod metrics;
 pub mod pki;
 pub mod releases_dir;

@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod bus;
 pub mod procs;
 pub mod sim_agent;
 

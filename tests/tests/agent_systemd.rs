@@ -9,160 +9,18 @@
 
 #![forbid(unsafe_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use drover_agent::systemd::dbus::{DESTINATION, DbusSystemd, MANAGER_INTERFACE, MANAGER_PATH, UNIT_INTERFACE};
+use drover_agent::systemd::dbus::DbusSystemd;
 use drover_agent::systemd::{Systemd, SystemdError};
-use drover_tests::workspace_binary;
+use drover_tests::bus::{TestBus, WAIT, lines_of, wait_for_line};
 
-const DBUS_DAEMON: &str = "/usr/bin/dbus-daemon";
 /// Set in the re-executed test process that plays the agent to be killed.
 const CHILD_ENV: &str = "DROVER_TEST_SYSTEMD_AGENT_CHILD";
-/// The bound on every wait in these tests.
-const WAIT: Duration = Duration::from_secs(20);
-
-/// A private bus with fake-systemd serving on it; both are killed on drop.
-struct Bus {
-    dir: tempfile::TempDir,
-    address: String,
-    daemon: Child,
-    fake: Child,
-}
-
-/// Lines of a child's stdout, read on a thread, so the test can wait for one with a bound.
-fn lines_of(from: impl Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(from).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
-/// Waits (bounded) for a line satisfying `want`.
-fn wait_for_line(lines: &mpsc::Receiver<String>, what: &str, want: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match lines.recv_timeout(left) {
-            Ok(line) if want(&line) => return line,
-            Ok(_) => {}
-            Err(e) => panic!("no {what} within {WAIT:?}: {e}"),
-        }
-    }
-}
-
-impl Bus {
-    fn start() -> Bus {
-        Bus::start_with(&[])
-    }
-
-    /// With units that have unit files: `NAME;TYPE;STATE[;SCRIPT]` (see fake-systemd).
-    fn start_with(units: &[String]) -> Bus {
-        assert!(Path::new(DBUS_DAEMON).is_file(), "{DBUS_DAEMON} is missing: install dbus-daemon (Debian: apt-get install dbus-daemon)");
-        let dir = tempfile::tempdir().expect("tempdir");
-        let config = dir.path().join("bus.conf");
-        let socket = dir.path().join("bus.sock");
-        let text = format!(
-            "<!DOCTYPE busconfig PUBLIC \"-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN\" \
-             \"http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd\">\n\
-             <busconfig><type>session</type><listen>unix:path={}</listen>\
-             <policy context=\"default\"><allow send_destination=\"*\" eavesdrop=\"true\"/><allow eavesdrop=\"true\"/><allow own=\"*\"/></policy>\
-             </busconfig>\n",
-            socket.display()
-        );
-        std::fs::write(&config, text).expect("write bus config");
-        let mut daemon = Command::new(DBUS_DAEMON)
-            .arg("--config-file")
-            .arg(&config)
-            .args(["--nofork", "--print-address"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {DBUS_DAEMON}: {e}"));
-        let daemon_out = lines_of(daemon.stdout.take().expect("daemon stdout"));
-        let address = wait_for_line(&daemon_out, "bus address from dbus-daemon", |l| l.starts_with("unix:")).trim().to_owned();
-        let mut fake = Command::new(workspace_binary("fake-systemd"))
-            .args(["--address", &address])
-            .args(units.iter().flat_map(|u| ["--unit", u.as_str()]))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start fake-systemd");
-        let fake_out = lines_of(fake.stdout.take().expect("fake stdout"));
-        wait_for_line(&fake_out, "`ready` from fake-systemd", |l| l == "ready");
-        Bus { dir, address, daemon, fake }
-    }
-
-    /// A raw connection, for what the agent's client does not read.
-    fn raw(&self) -> zbus::blocking::Connection {
-        zbus::blocking::connection::Builder::address(self.address.as_str()).expect("address").build().expect("connect")
-    }
-
-    /// `GetUnitFileState`.
-    fn unit_file_state(&self, unit: &str) -> String {
-        let reply = self
-            .raw()
-            .call_method(Some(DESTINATION), MANAGER_PATH, Some(MANAGER_INTERFACE), "GetUnitFileState", &(unit,))
-            .expect("GetUnitFileState");
-        reply.body().deserialize::<String>().expect("state")
-    }
-
-    /// `Unit.ActiveEnterTimestamp` (µs).
-    fn active_enter_timestamp(&self, unit: &str) -> u64 {
-        let conn = self.raw();
-        let path: zbus::zvariant::OwnedObjectPath = conn
-            .call_method(Some(DESTINATION), MANAGER_PATH, Some(MANAGER_INTERFACE), "GetUnit", &(unit,))
-            .expect("GetUnit")
-            .body()
-            .deserialize()
-            .expect("path");
-        let reply = conn
-            .call_method(
-                Some(DESTINATION),
-                &path,
-                Some("org.freedesktop.DBus.Properties"),
-                "Get",
-                &(UNIT_INTERFACE, "ActiveEnterTimestamp"),
-            )
-            .expect("Get");
-        let value: zbus::zvariant::OwnedValue = reply.body().deserialize().expect("value");
-        u64::try_from(value).expect("u64")
-    }
-
-    fn systemd(&self) -> DbusSystemd {
-        DbusSystemd::at_address(&self.address).expect("connect to the test bus")
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    /// A FIFO: a unit's `read line < fifo` blocks until [`Bus::release`] writes to it.
-    fn fifo(&self, name: &str) -> PathBuf {
-        let path = self.path(name);
-        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
-        path
-    }
-}
-
-impl Drop for Bus {
-    fn drop(&mut self) {
-        // SIGTERM: fake-systemd then kills the units' processes it still runs.
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.fake.id() as i32), nix::sys::signal::Signal::SIGTERM);
-        let _ = self.fake.wait();
-        let _ = self.daemon.kill();
-        let _ = self.daemon.wait();
-    }
-}
 
 /// Writes `go` into the FIFO a unit is reading; the open blocks until the unit opened its
 /// end, so it runs on a thread and is bounded.
@@ -190,7 +48,7 @@ fn waits_then_marks(fifo: &Path, marker: &Path) -> Vec<String> {
 
 #[test]
 fn a_transient_unit_runs_and_its_final_state_is_observed() {
-    let bus = Bus::start();
+    let bus = TestBus::start();
     let sd = bus.systemd();
     let (fifo, marker) = (bus.fifo("go"), bus.path("marker"));
     sd.start_transient_service("drover-t1.service", "test unit", &waits_then_marks(&fifo, &marker)).expect("start");
@@ -219,7 +77,7 @@ fn a_transient_unit_runs_and_its_final_state_is_observed() {
 
 #[test]
 fn a_failing_unit_reports_failure_and_is_listed() {
-    let bus = Bus::start();
+    let bus = TestBus::start();
     let sd = bus.systemd();
     sd.start_transient_service("drover-fails.service", "fails", &sh("exit 3")).expect("start");
     let status = sd.wait_finished("drover-fails.service", WAIT).expect("finishes");
@@ -237,7 +95,7 @@ fn a_failing_unit_reports_failure_and_is_listed() {
 
 #[test]
 fn unknown_units_are_none_and_errors_carry_systemds_names() {
-    let bus = Bus::start();
+    let bus = TestBus::start();
     let sd = bus.systemd();
     assert_eq!(sd.unit_status("nothing-here.service").expect("status"), None);
     match sd.wait_finished("nothing-here.service", WAIT) {
@@ -255,7 +113,7 @@ fn unknown_units_are_none_and_errors_carry_systemds_names() {
 
 #[test]
 fn restart_reruns_the_units_command() {
-    let bus = Bus::start();
+    let bus = TestBus::start();
     let sd = bus.systemd();
     let runs = bus.path("runs");
     sd.start_transient_service("drover-rerun.service", "counts runs", &sh(&format!("echo run >> '{}'", runs.display()))).expect("start");
@@ -268,7 +126,7 @@ fn restart_reruns_the_units_command() {
 
 #[test]
 fn a_running_unit_name_cannot_be_started_twice() {
-    let bus = Bus::start();
+    let bus = TestBus::start();
     let sd = bus.systemd();
     let (fifo, marker) = (bus.fifo("go"), bus.path("marker"));
     sd.start_transient_service("drover-once.service", "first", &waits_then_marks(&fifo, &marker)).expect("start");
@@ -306,12 +164,12 @@ fn the_switch_survives_the_agent() {
         play_the_agent(&address);
         return;
     }
-    let bus = Bus::start();
+    let bus = TestBus::start();
     let (fifo, marker) = (bus.fifo("go"), bus.path("marker"));
     let unit = "nixos-switch-test.service";
     let mut agent = Command::new(std::env::current_exe().expect("current exe"))
         .args(["--exact", "the_switch_survives_the_agent", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, &bus.address)
+        .env(CHILD_ENV, bus.address())
         .env("DROVER_TEST_UNIT", unit)
         .env("DROVER_TEST_FIFO", &fifo)
         .env("DROVER_TEST_MARKER", &marker)
@@ -340,8 +198,8 @@ fn the_switch_survives_the_agent() {
 /// call runs its own short-lived runtime, which tokio refuses inside a runtime's worker).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_work_from_the_agents_blocking_pool() {
-    let bus = Bus::start();
-    let address = bus.address.clone();
+    let bus = TestBus::start();
+    let address = bus.address().to_owned();
     let status = tokio::task::spawn_blocking(move || {
         let sd = DbusSystemd::at_address(&address).expect("connect");
         sd.start_transient_service("drover-pool.service", "from the pool", &sh("true")).expect("start");
@@ -372,7 +230,7 @@ fn triple(a: &str, b: &str, c: &str) -> (String, String, String) {
 fn start_waits_for_a_oneshot_and_reports_its_failure() {
     let dir = tempfile::tempdir().expect("tempdir");
     let runs = dir.path().join("runs");
-    let bus = Bus::start_with(&[
+    let bus = TestBus::start_with(&[
         unit(&format!("sync.service;oneshot;inactive;sleep 0.2; echo run >> '{}'", runs.display())),
         unit("broken.service;oneshot;inactive;exit 4"),
     ]);
@@ -401,7 +259,7 @@ fn a_job_wait_is_bounded() {
     let dir = tempfile::tempdir().expect("tempdir");
     let fifo2 = dir.path().join("go");
     nix::unistd::mkfifo(&fifo2, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
-    let bus = Bus::start_with(&[unit(&format!("slow.service;oneshot;inactive;read line < '{}'", fifo2.display()))]);
+    let bus = TestBus::start_with(&[unit(&format!("slow.service;oneshot;inactive;read line < '{}'", fifo2.display()))]);
     let sd = bus.systemd().with_job_timeout(Duration::from_millis(300));
     match sd.start_unit("slow.service") {
         Err(SystemdError::Timeout { unit, state, .. }) => {
@@ -416,7 +274,7 @@ fn a_job_wait_is_bounded() {
 
 #[test]
 fn timers_restart_and_stop() {
-    let bus = Bus::start_with(&[unit("maas_hardware_sync.timer;timer;inactive")]);
+    let bus = TestBus::start_with(&[unit("maas_hardware_sync.timer;timer;inactive")]);
     let sd = bus.systemd();
     assert_eq!(state(&sd, "maas_hardware_sync.timer"), triple("inactive", "dead", "success"));
     sd.restart_unit("maas_hardware_sync.timer").expect("restart");
@@ -438,7 +296,8 @@ fn timers_restart_and_stop() {
 fn stop_ends_a_running_service_and_waits_for_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pidfile = dir.path().join("pid");
-    let bus = Bus::start_with(&[unit(&format!("drover-agent.service;simple;active;echo $$ > '{}'; exec sleep 600", pidfile.display()))]);
+    let bus =
+        TestBus::start_with(&[unit(&format!("drover-agent.service;simple;active;echo $$ > '{}'; exec sleep 600", pidfile.display()))]);
     let sd = bus.systemd();
     assert_eq!(state(&sd, "drover-agent.service"), triple("active", "running", "success"));
     let deadline = Instant::now() + WAIT;
@@ -463,7 +322,7 @@ fn stop_ends_a_running_service_and_waits_for_it() {
 
 #[test]
 fn disable_unit_files_unlinks_once_and_unknown_units_are_no_such_unit() {
-    let bus = Bus::start_with(&[unit("drover-agent.service;simple;inactive;true"), unit("maas_hardware_sync.timer;timer;inactive")]);
+    let bus = TestBus::start_with(&[unit("drover-agent.service;simple;inactive;true"), unit("maas_hardware_sync.timer;timer;inactive")]);
     let sd = bus.systemd();
     assert_eq!(bus.unit_file_state("drover-agent.service"), "enabled");
     assert_eq!(
@@ -494,7 +353,7 @@ fn uninstall_disables_the_agent_unit_and_finish_stops_it() {
     use drover_proto::report::StepOutcome;
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let bus = Bus::start_with(&[unit("drover-agent.service;simple;active;exec sleep 600")]);
+    let bus = TestBus::start_with(&[unit("drover-agent.service;simple;active;exec sleep 600")]);
     let sd = bus.systemd();
     let paths: Vec<PathBuf> = ["drover-agent.service", "drover-agent", "agent.toml"].iter().map(|f| dir.path().join(f)).collect();
     for p in &paths {

@@ -1,5 +1,5 @@
 //! `node.hw_sync_reseed` end to end over systemd's D-Bus API: the real task code with the
-//! real [`DbusSystemd`] against the `fake-systemd` test service on a private `dbus-daemon`
+//! real [`DbusSystemd`](drover_agent::systemd::dbus::DbusSystemd) against the `fake-systemd` test service on a private `dbus-daemon`
 //! (units `maas_hardware_sync.timer` and a oneshot `maas_hardware_sync.service`), writing
 //! the credentials into a temporary directory.
 //!
@@ -7,108 +7,19 @@
 
 #![forbid(unsafe_code)]
 
-use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
 
 use drover_agent::exec::SystemRunner;
 use drover_agent::systemd::Systemd;
-use drover_agent::systemd::dbus::DbusSystemd;
 use drover_agent::tasks::{TaskEnv, TaskSettings, hw_sync};
 use drover_agent::timekeeping::SystemClock;
 use drover_proto::report::{StepOutcome, StepResult};
 use drover_proto::task::Secret;
-use drover_tests::workspace_binary;
+use drover_tests::bus::TestBus;
 
-const DBUS_DAEMON: &str = "/usr/bin/dbus-daemon";
-const WAIT: Duration = Duration::from_secs(20);
 const TIMER: &str = "maas_hardware_sync.timer";
 const SERVICE: &str = "maas_hardware_sync.service";
-
-/// A private bus with fake-systemd serving the given units on it; both are killed on drop.
-struct Bus {
-    address: String,
-    daemon: Child,
-    fake: Child,
-    _dir: tempfile::TempDir,
-}
-
-fn lines_of(from: impl Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(from).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
-fn wait_for_line(lines: &mpsc::Receiver<String>, what: &str, want: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(line) if want(&line) => return line,
-            Ok(_) => {}
-            Err(e) => panic!("no {what} within {WAIT:?}: {e}"),
-        }
-    }
-}
-
-impl Bus {
-    fn start(units: &[String]) -> Bus {
-        assert!(Path::new(DBUS_DAEMON).is_file(), "{DBUS_DAEMON} is missing: install dbus-daemon (Debian: apt-get install dbus-daemon)");
-        let dir = tempfile::tempdir().expect("tempdir");
-        let config = dir.path().join("bus.conf");
-        let text = format!(
-            "<!DOCTYPE busconfig PUBLIC \"-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN\" \
-             \"http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd\">\n\
-             <busconfig><type>session</type><listen>unix:path={}</listen>\
-             <policy context=\"default\"><allow send_destination=\"*\" eavesdrop=\"true\"/><allow eavesdrop=\"true\"/><allow own=\"*\"/></policy>\
-             </busconfig>\n",
-            dir.path().join("bus.sock").display()
-        );
-        std::fs::write(&config, text).expect("write bus config");
-        let mut daemon = Command::new(DBUS_DAEMON)
-            .arg("--config-file")
-            .arg(&config)
-            .args(["--nofork", "--print-address"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {DBUS_DAEMON}: {e}"));
-        let out = lines_of(daemon.stdout.take().expect("daemon stdout"));
-        let address = wait_for_line(&out, "bus address", |l| l.starts_with("unix:")).trim().to_owned();
-        let mut fake = Command::new(workspace_binary("fake-systemd"))
-            .args(["--address", &address])
-            .args(units.iter().flat_map(|u| ["--unit", u.as_str()]))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start fake-systemd");
-        let out = lines_of(fake.stdout.take().expect("fake stdout"));
-        wait_for_line(&out, "`ready` from fake-systemd", |l| l == "ready");
-        Bus { address, daemon, fake, _dir: dir }
-    }
-
-    fn systemd(&self) -> DbusSystemd {
-        DbusSystemd::at_address(&self.address).expect("connect to the test bus")
-    }
-}
-
-impl Drop for Bus {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.fake.id() as i32), nix::sys::signal::Signal::SIGTERM);
-        let _ = self.fake.wait();
-        let _ = self.daemon.kill();
-        let _ = self.daemon.wait();
-    }
-}
 
 /// The MAAS units: the timer (stopped), and the oneshot sync running `script`.
 fn maas_units(script: &str) -> Vec<String> {
@@ -164,7 +75,7 @@ impl Creds {
 #[test]
 fn reseed_writes_the_creds_restarts_the_timer_and_runs_the_sync() {
     let fx = Fixture::new();
-    let bus = Bus::start(&maas_units(&format!("echo synced >> '{}'", fx.marker().display())));
+    let bus = TestBus::start_with(&maas_units(&format!("echo synced >> '{}'", fx.marker().display())));
     let sd = bus.systemd();
     let creds = Creds::new();
     let steps = fx.run(&sd, &creds.params("http://10.20.0.2:5240/MAAS", "4y3h7r"));
@@ -198,7 +109,7 @@ fn reseed_writes_the_creds_restarts_the_timer_and_runs_the_sync() {
 #[test]
 fn a_failing_sync_fails_its_step_and_verify_is_not_run() {
     let fx = Fixture::new();
-    let bus = Bus::start(&maas_units("exit 1"));
+    let bus = TestBus::start_with(&maas_units("exit 1"));
     let sd = bus.systemd();
     let creds = Creds::new();
     let steps = fx.run(&sd, &creds.params("https://maas.example/MAAS", "abc123"));
@@ -211,7 +122,7 @@ fn a_failing_sync_fails_its_step_and_verify_is_not_run() {
 #[test]
 fn a_host_without_the_timer_fails_with_no_such_unit() {
     let fx = Fixture::new();
-    let bus = Bus::start(&[format!("{SERVICE};oneshot;inactive;true")]);
+    let bus = TestBus::start_with(&[format!("{SERVICE};oneshot;inactive;true")]);
     let creds = Creds::new();
     let steps = fx.run(&bus.systemd(), &creds.params("http://maas/MAAS", "abc123"));
     assert_eq!(outcomes(&steps), [StepOutcome::Ok, StepOutcome::Error, StepOutcome::Skipped, StepOutcome::Skipped], "{steps:#?}");
@@ -221,7 +132,7 @@ fn a_host_without_the_timer_fails_with_no_such_unit() {
 #[test]
 fn injection_attempts_are_refused_before_anything_is_written_or_started() {
     let fx = Fixture::new();
-    let bus = Bus::start(&maas_units(&format!("echo synced >> '{}'", fx.marker().display())));
+    let bus = TestBus::start_with(&maas_units(&format!("echo synced >> '{}'", fx.marker().display())));
     let sd = bus.systemd();
     let creds = Creds::new();
     for (url, id) in [

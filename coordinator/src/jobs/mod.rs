@@ -1,0 +1,26 @@
+//! The pure decision core of coordinator jobs (soft reset, storage cleanup, full decommission,
+//! on-demand maintenance): durable staged workflows, `node-state-model.md` §4–§8 and
+//! `bare-metal-lifecycle.md` §5.
+//!
+//! Like the rollout planner, nothing here does I/O, reads a clock or touches the store:
+//!
+//! - [`model`]: what a job is ([`JobKind`]), its stage catalog ([`Stage`], [`stages`]), and
+//!   the progress read model stored as the job's `progress` JSON ([`Progress`]).
+//! - [`plan`]: [`decide`] — one job, one snapshot of what is observed, `now` and the policy in;
+//!   one [`Decision`] with a human reason out — and [`apply`], the progress it leaves behind.
+//! - [`actions`]: the operator actions of §8 (`retry_stage`, `resume`, `rerun`,
+//!   `restart_clean`, `cancel`, `adopt_observed_state`, `mark_manual_intervention_required`),
+//!   idempotent: a queued or live task is never duplicated, an expired one is requeued.
+//!
+//! The executor that persists decisions (store writes, task signing, audit) lives elsewhere.
+
+pub mod actions;
+pub mod model;
+pub mod plan;
+
+pub use actions::{ActionOutcome, ActionRefused, OperatorAction, TaskDirective, act};
+pub use model::{
+    Activity, FailureClass, HwSyncCreds, JobKind, MissingSetting, Progress, Stage, StageEvent, StageStatus, StorageChoice, TaskSettings,
+    stages,
+};
+pub use plan::{Decision, JobView, Observed, Policy, TaskObs, apply, decide};

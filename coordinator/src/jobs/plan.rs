@@ -1,0 +1,798 @@
+//! [`decide`]: the next step of one job from a snapshot; [`apply`]: the state and progress
+//! that step leaves behind. Pure: time is a parameter, nothing is read or written.
+
+use drover_proto::report::TaskOutcome;
+use drover_proto::states::{HostLifecycle, HostRolloutState, JobState};
+use drover_proto::task::TaskKind;
+use drover_proto::time::Time;
+use serde_json::Value;
+
+use super::model::{FailureClass, JobKind, Progress, Stage, StageStatus, TaskSettings, stages};
+use crate::store::records::{Job, TaskRecord, TaskState};
+
+/// The job as decided on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobView {
+    /// What it does.
+    pub kind: JobKind,
+    /// Where it stands.
+    pub state: JobState,
+    /// Its progress read model.
+    pub progress: Progress,
+}
+
+impl JobView {
+    /// From a stored job: `input` is the [`JobKind`], `progress` the [`Progress`] (`null` at first).
+    pub fn from_job(job: &Job) -> Result<JobView, serde_json::Error> {
+        let kind: JobKind = serde_json::from_value(job.job.input.clone())?;
+        let progress = Progress::from_value(&kind, &job.progress)?;
+        Ok(JobView { kind, state: job.state, progress })
+    }
+}
+
+/// The current stage's task, as observed in the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskObs {
+    /// Its id.
+    pub task_id: String,
+    /// Queued, leased or completed.
+    pub state: TaskState,
+    /// While leased: when the lease lapses (and the task becomes leasable again).
+    pub lease_expires_at: Option<Time>,
+    /// How many times it was leased.
+    pub lease_attempts: u32,
+    /// Once completed: the reported outcome (`None` when the result has none we know).
+    pub outcome: Option<TaskOutcome>,
+    /// Once completed: a summary of the failed steps' messages.
+    pub detail: String,
+}
+
+impl TaskObs {
+    /// From a stored task record and its result JSON
+    /// (`{"outcome": "succeeded"|"failed"|"refused", "steps": [...]}`).
+    pub fn from_record(r: &TaskRecord) -> TaskObs {
+        let result = r.result.as_ref();
+        let outcome = result.and_then(|v| serde_json::from_value::<TaskOutcome>(v.get("outcome")?.clone()).ok());
+        let detail = result.map(summarize_steps).unwrap_or_default();
+        TaskObs {
+            task_id: r.task.task_id.to_string(),
+            state: r.state,
+            lease_expires_at: r.lease_expires_at,
+            lease_attempts: r.attempts,
+            outcome,
+            detail,
+        }
+    }
+
+    /// Neither completed nor past its lease: the agent has it or will lease it.
+    pub fn is_live(&self, now: Time) -> bool {
+        match self.state {
+            TaskState::Queued => true,
+            TaskState::Leased => self.lease_expires_at.is_some_and(|t| t > now),
+            TaskState::Completed => false,
+        }
+    }
+}
+
+fn summarize_steps(v: &Value) -> String {
+    let Some(steps) = v.get("steps").and_then(Value::as_array) else { return String::new() };
+    let failed: Vec<String> = steps
+        .iter()
+        .filter(|s| s.get("outcome").and_then(Value::as_str) == Some("error"))
+        .map(|s| {
+            let name = s.get("name").and_then(Value::as_str).unwrap_or("?");
+            match s.get("message").and_then(Value::as_str) {
+                Some(m) if !m.is_empty() => format!("{name}: {m}"),
+                _ => name.to_owned(),
+            }
+        })
+        .collect();
+    failed.join("; ")
+}
+
+/// What is observed about the job's host, read from one store snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    /// The host's coarse lifecycle.
+    pub lifecycle: HostLifecycle,
+    /// Whether it accepts new allocations / rollout selection (false once cordoned).
+    pub schedulable: bool,
+    /// Its state in the current rollout, if it takes part in one.
+    pub rollout: Option<HostRolloutState>,
+    /// Whether it runs its desired generation (the `activate` stage's goal).
+    pub on_desired_generation: bool,
+    /// Whether allocations are still attached (the `force_release` stage's goal is none).
+    pub allocations_attached: bool,
+    /// Another job that holds the host, if any (one owner at a time).
+    pub held_by_other_job: Option<String>,
+    /// The record of `progress.task_id`, when there is one.
+    pub task: Option<TaskObs>,
+}
+
+impl Observed {
+    /// Activating or soaking in a rollout.
+    pub fn activation_in_flight(&self) -> bool {
+        matches!(self.rollout, Some(HostRolloutState::Activating | HostRolloutState::Soaking))
+    }
+}
+
+/// Tunables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// Attempts per stage before automatic retry stops (task re-issues, lease lapses, local
+    /// actions that did not take).
+    pub max_attempts: u32,
+    /// What the task stages are built from.
+    pub tasks: TaskSettings,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy { max_attempts: 3, tasks: TaskSettings::default() }
+    }
+}
+
+/// The one next step for a job. Every variant carries a human reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// `pending → running`.
+    Start {
+        /// Why.
+        reason: String,
+    },
+    /// Sign and queue a task for the host (attempt `attempt` of the stage).
+    IssueTask {
+        /// The stage.
+        stage: Stage,
+        /// The task.
+        kind: TaskKind,
+        /// Which attempt this is (1-based).
+        attempt: u32,
+        /// The previous attempt's task (completed or lost), which this one replaces.
+        supersedes: Option<String>,
+        /// Why.
+        reason: String,
+    },
+    /// The executor performs a local stage itself (cordon, uncordon, force_release, activate,
+    /// retire, remove, delete); the next decision observes whether it took.
+    RunLocal {
+        /// The stage.
+        stage: Stage,
+        /// Which attempt this is (1-based).
+        attempt: u32,
+        /// Why.
+        reason: String,
+    },
+    /// The current stage is done; move to the next.
+    Advance {
+        /// The stage done.
+        from: Stage,
+        /// The next stage.
+        to_stage: Stage,
+        /// Why.
+        reason: String,
+    },
+    /// The last stage is done: `running → completed`.
+    Complete {
+        /// Why.
+        reason: String,
+    },
+    /// Stop the job.
+    Fail {
+        /// Why, as a class.
+        class: FailureClass,
+        /// `failed_retryable` or `failed_manual_intervention`.
+        state: JobState,
+        /// Why, for a human.
+        message: String,
+        /// Quarantine the host (a failed validation).
+        quarantine: bool,
+        /// Move the host's lifecycle here too (`quarantined`; `retired` after a failed uninstall).
+        host_to: Option<HostLifecycle>,
+    },
+    /// Compensation is over: `compensating → pending | cancelled`.
+    FinishCompensation {
+        /// The state it ends in.
+        to: JobState,
+        /// Why.
+        reason: String,
+    },
+    /// Nothing to do now.
+    Wait {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Decision {
+    /// The human reason.
+    pub fn reason(&self) -> &str {
+        match self {
+            Decision::Start { reason }
+            | Decision::IssueTask { reason, .. }
+            | Decision::RunLocal { reason, .. }
+            | Decision::Advance { reason, .. }
+            | Decision::Complete { reason }
+            | Decision::FinishCompensation { reason, .. }
+            | Decision::Wait { reason } => reason,
+            Decision::Fail { message, .. } => message,
+        }
+    }
+}
+
+fn wait(reason: impl Into<String>) -> Decision {
+    Decision::Wait { reason: reason.into() }
+}
+
+fn fail(class: FailureClass, state: JobState, message: impl Into<String>) -> Decision {
+    Decision::Fail { class, state, message: message.into(), quarantine: false, host_to: None }
+}
+
+fn manual(class: FailureClass, message: impl Into<String>) -> Decision {
+    fail(class, JobState::FailedManualIntervention, message)
+}
+
+/// The next step for `job`, given what is observed at `now`. Deciding the same snapshot again
+/// yields the same decision.
+pub fn decide(job: &JobView, observed: &Observed, now: Time, policy: &Policy) -> Decision {
+    match job.state {
+        JobState::Pending => decide_pending(job, observed),
+        JobState::Running => decide_running(job, observed, now, policy),
+        JobState::Compensating => decide_compensating(job, observed),
+        JobState::FailedRetryable | JobState::FailedManualIntervention => {
+            wait(format!("job is {}: it waits for an operator action (retry_stage, resume, rerun, cancel, …)", job.state))
+        }
+        JobState::Completed | JobState::Cancelled | JobState::Reconciled => wait(format!("job is {}: nothing left to do", job.state)),
+    }
+}
+
+fn decide_pending(job: &JobView, observed: &Observed) -> Decision {
+    if let Some(other) = &observed.held_by_other_job {
+        return wait(format!("host is held by job {other}; one job owns a host at a time"));
+    }
+    if observed.activation_in_flight() {
+        return wait("waits for an in-flight activation to settle");
+    }
+    if observed.lifecycle == HostLifecycle::Deleted {
+        return manual(FailureClass::OwnershipConflict, "host is deleted; a job cannot run on it");
+    }
+    Decision::Start { reason: format!("{} job starts at stage {}", job.kind.name(), job.progress.stage) }
+}
+
+fn decide_running(job: &JobView, obs: &Observed, now: Time, policy: &Policy) -> Decision {
+    let p = &job.progress;
+    let plan = stages(&job.kind);
+    if let Some(other) = &obs.held_by_other_job {
+        return manual(FailureClass::OwnershipConflict, format!("host is also held by job {other}; ownership is ambiguous"));
+    }
+    let Some(&stage) = plan.get(p.stage_index) else {
+        return manual(FailureClass::Ambiguous, format!("progress is at stage index {} but the plan has {}", p.stage_index, plan.len()));
+    };
+    if stage != p.stage {
+        return manual(
+            FailureClass::Ambiguous,
+            format!("progress names stage {} at index {} but the plan has {stage} there", p.stage, p.stage_index),
+        );
+    }
+    if obs.lifecycle == HostLifecycle::Deleted && stage != Stage::Delete {
+        return manual(FailureClass::OwnershipConflict, format!("host was deleted out of band during stage {stage}"));
+    }
+    let done = |why: String| next_or_complete(&plan, p.stage_index, why);
+    if stage.is_local() { decide_local(job, obs, stage, policy, done) } else { decide_task(job, obs, stage, now, policy, done) }
+}
+
+fn next_or_complete(plan: &[Stage], index: usize, why: String) -> Decision {
+    match plan.get(index + 1) {
+        Some(&next) => Decision::Advance { from: plan[index], to_stage: next, reason: why },
+        None => Decision::Complete { reason: format!("{why}; every stage is done") },
+    }
+}
+
+fn decide_local(job: &JobView, obs: &Observed, stage: Stage, policy: &Policy, done: impl Fn(String) -> Decision) -> Decision {
+    use HostLifecycle as L;
+    let achieved = match stage {
+        Stage::Cordon => (!obs.schedulable).then(|| "host is cordoned".to_owned()),
+        Stage::Uncordon => obs.schedulable.then(|| "host is schedulable again".to_owned()),
+        Stage::ForceRelease => (!obs.allocations_attached).then(|| "no allocation is attached".to_owned()),
+        Stage::Activate => {
+            if obs.activation_in_flight() {
+                return wait("activation in flight; waiting for it to settle");
+            }
+            obs.on_desired_generation.then(|| "host runs its desired generation".to_owned())
+        }
+        Stage::Retire => matches!(obs.lifecycle, L::Retired | L::Removing | L::Deleted).then(|| "host is retired".to_owned()),
+        Stage::Remove => matches!(obs.lifecycle, L::Removing | L::Deleted).then(|| "host is removing".to_owned()),
+        Stage::Delete => (obs.lifecycle == L::Deleted).then(|| "host is deleted".to_owned()),
+        _ => None,
+    };
+    if let Some(why) = achieved {
+        return done(why);
+    }
+    // Preconditions the executor cannot satisfy on its own.
+    match stage {
+        Stage::ForceRelease if !matches!(job.kind, JobKind::FullDecommission { force_release: true, .. }) => {
+            return manual(FailureClass::OwnershipConflict, "allocations remain attached and forceRelease is false");
+        }
+        Stage::Retire if !matches!(obs.lifecycle, L::Active | L::Offline | L::Quarantined | L::Draining) => {
+            return manual(FailureClass::Ambiguous, format!("cannot retire a host that is {}", obs.lifecycle));
+        }
+        Stage::Remove if obs.lifecycle != L::Retired => {
+            return manual(FailureClass::Ambiguous, format!("cannot remove a host that is {} (expected retired)", obs.lifecycle));
+        }
+        Stage::Delete if obs.lifecycle != L::Removing => {
+            return manual(FailureClass::Ambiguous, format!("cannot delete a host that is {} (expected removing)", obs.lifecycle));
+        }
+        _ => {}
+    }
+    if stage != Stage::Activate && obs.activation_in_flight() {
+        return wait(format!("stage {stage} waits for an in-flight activation to settle"));
+    }
+    let attempt = job.progress.attempt;
+    if attempt >= policy.max_attempts {
+        return fail(
+            FailureClass::Transient,
+            JobState::FailedRetryable,
+            format!("stage {stage} did not take effect after {attempt} attempts"),
+        );
+    }
+    Decision::RunLocal { stage, attempt: attempt + 1, reason: format!("stage {stage}: attempt {} of {}", attempt + 1, policy.max_attempts) }
+}
+
+fn decide_task(job: &JobView, obs: &Observed, stage: Stage, now: Time, policy: &Policy, done: impl Fn(String) -> Decision) -> Decision {
+    let p = &job.progress;
+    let Some(task_id) = &p.task_id else {
+        return issue(job, obs, stage, policy, None, format!("stage {stage} starts"));
+    };
+    let Some(t) = &obs.task else {
+        return retry_or_fail(
+            job,
+            obs,
+            stage,
+            policy,
+            FailureClass::Transient,
+            Some(task_id),
+            format!("task {task_id} is missing from the store"),
+        );
+    };
+    if &t.task_id != task_id {
+        return manual(FailureClass::Ambiguous, format!("observed task {} is not the stage's task {task_id}", t.task_id));
+    }
+    match t.state {
+        TaskState::Queued => wait(format!("task {task_id} ({stage}) is queued for the host")),
+        TaskState::Leased if t.is_live(now) => {
+            let until = t.lease_expires_at.map(|x| x.to_string()).unwrap_or_default();
+            wait(format!("task {task_id} ({stage}) is leased to the host until {until}"))
+        }
+        TaskState::Leased => {
+            if t.lease_attempts >= policy.max_attempts {
+                fail(
+                    FailureClass::Transient,
+                    JobState::FailedRetryable,
+                    format!("task {task_id} ({stage}) lost its lease {} times: the agent looks unreachable", t.lease_attempts),
+                )
+            } else {
+                wait(format!(
+                    "task {task_id} ({stage}) lost its lease (lease {} of {}); it is leasable again",
+                    t.lease_attempts, policy.max_attempts
+                ))
+            }
+        }
+        TaskState::Completed => match t.outcome {
+            Some(TaskOutcome::Succeeded) => done(format!("task {task_id} ({stage}) succeeded")),
+            Some(TaskOutcome::Refused) => {
+                manual(FailureClass::Refused, format!("the agent refused task {task_id} ({stage}): {}", or_none(&t.detail)))
+            }
+            Some(TaskOutcome::Failed) if stage == Stage::ValidateClean => Decision::Fail {
+                class: FailureClass::ValidationFailed,
+                state: JobState::FailedManualIntervention,
+                message: format!("validation found residue, host quarantined: {}", or_none(&t.detail)),
+                quarantine: true,
+                host_to: Some(HostLifecycle::Quarantined),
+            },
+            Some(TaskOutcome::Failed) => retry_or_fail(
+                job,
+                obs,
+                stage,
+                policy,
+                FailureClass::TaskFailed,
+                Some(task_id),
+                format!("task {task_id} ({stage}) failed: {}", or_none(&t.detail)),
+            ),
+            None => manual(FailureClass::Ambiguous, format!("task {task_id} ({stage}) completed without a known outcome")),
+        },
+    }
+}
+
+fn or_none(s: &str) -> &str {
+    if s.is_empty() { "no detail" } else { s }
+}
+
+fn retry_or_fail(
+    job: &JobView,
+    obs: &Observed,
+    stage: Stage,
+    policy: &Policy,
+    class: FailureClass,
+    prior: Option<&String>,
+    why: String,
+) -> Decision {
+    let attempt = job.progress.attempt;
+    if attempt < policy.max_attempts {
+        return issue(job, obs, stage, policy, prior.cloned(), format!("{why}; retrying"));
+    }
+    let state = if stage == Stage::Drain && class == FailureClass::TaskFailed {
+        JobState::FailedManualIntervention
+    } else {
+        JobState::FailedRetryable
+    };
+    let host_to = (stage == Stage::Uninstall && obs.lifecycle == HostLifecycle::Removing).then_some(HostLifecycle::Retired);
+    Decision::Fail { class, state, message: format!("{why}; gave up after {attempt} attempts"), quarantine: false, host_to }
+}
+
+fn issue(job: &JobView, obs: &Observed, stage: Stage, policy: &Policy, supersedes: Option<String>, why: String) -> Decision {
+    if obs.activation_in_flight() {
+        return wait(format!("stage {stage} waits for an in-flight activation to settle"));
+    }
+    let attempt = job.progress.attempt;
+    if attempt >= policy.max_attempts {
+        return fail(FailureClass::Transient, JobState::FailedRetryable, format!("stage {stage} used all {attempt} attempts"));
+    }
+    match stage.task(&job.kind, &policy.tasks) {
+        Ok(Some(kind)) => Decision::IssueTask {
+            stage,
+            kind,
+            attempt: attempt + 1,
+            supersedes,
+            reason: format!("{why} (attempt {} of {})", attempt + 1, policy.max_attempts),
+        },
+        Ok(None) => manual(FailureClass::Ambiguous, format!("stage {stage} has no task")),
+        Err(e) => manual(FailureClass::Configuration, format!("stage {stage}: {e}")),
+    }
+}
+
+fn decide_compensating(job: &JobView, obs: &Observed) -> Decision {
+    if let (Some(id), Some(t)) = (&job.progress.task_id, &obs.task)
+        && &t.task_id == id
+        && t.state != TaskState::Completed
+    {
+        return wait(format!(
+            "compensation waits for task {id} ({}) to finish; a queued or leased task cannot be withdrawn",
+            job.progress.stage
+        ));
+    }
+    let to = job.progress.after_compensation.unwrap_or(JobState::Cancelled);
+    Decision::FinishCompensation { to, reason: format!("nothing of the job is in flight any more; it ends {to}") }
+}
+
+/// The job state and progress `decision` leaves behind, once the executor has carried it out
+/// (`issued_task_id`: the id of the task it queued for [`Decision::IssueTask`]). A
+/// [`Decision::Wait`] changes nothing.
+pub fn apply(job: &JobView, decision: &Decision, now: Time, issued_task_id: Option<&str>) -> (JobState, Progress) {
+    let mut p = job.progress.clone();
+    let stage = p.stage;
+    let state = match decision {
+        Decision::Wait { .. } => return (job.state, p),
+        Decision::Start { reason } => {
+            p.message = reason.clone();
+            JobState::Running
+        }
+        Decision::IssueTask { attempt, supersedes, reason, .. } => {
+            if supersedes.is_some() || *attempt > 1 {
+                p.push(stage, p.attempt, StageStatus::Failed, reason, now);
+            }
+            p.attempt = *attempt;
+            p.task_id = issued_task_id.map(str::to_owned);
+            p.push(stage, *attempt, StageStatus::Started, reason, now);
+            job.state
+        }
+        Decision::RunLocal { attempt, reason, .. } => {
+            p.attempt = *attempt;
+            p.push(stage, *attempt, StageStatus::Started, reason, now);
+            job.state
+        }
+        Decision::Advance { to_stage, reason, .. } => {
+            p.push(stage, p.attempt, StageStatus::Succeeded, reason, now);
+            p.stage_index += 1;
+            p.stage = *to_stage;
+            p.attempt = 0;
+            p.task_id = None;
+            p.failure_class = None;
+            job.state
+        }
+        Decision::Complete { reason } => {
+            p.push(stage, p.attempt, StageStatus::Succeeded, reason, now);
+            p.failure_class = None;
+            JobState::Completed
+        }
+        Decision::Fail { class, state, message, .. } => {
+            p.failure_class = Some(*class);
+            p.push(stage, p.attempt, StageStatus::Failed, message, now);
+            *state
+        }
+        Decision::FinishCompensation { to, reason } => {
+            p.push(stage, p.attempt, StageStatus::Compensated, reason, now);
+            p.after_compensation = None;
+            if *to == JobState::Pending {
+                let history = std::mem::take(&mut p.history);
+                p = Progress { history, message: reason.clone(), ..Progress::initial(&job.kind) };
+            }
+            *to
+        }
+    };
+    (state, p)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::super::model::{StageEvent, StorageChoice};
+    use super::*;
+
+    pub(crate) fn t(secs: i64) -> Time {
+        Time::from_unix(1_800_000_000 + secs).expect("time")
+    }
+
+    pub(crate) fn observed() -> Observed {
+        Observed {
+            lifecycle: HostLifecycle::Active,
+            schedulable: true,
+            rollout: None,
+            on_desired_generation: true,
+            allocations_attached: false,
+            held_by_other_job: None,
+            task: None,
+        }
+    }
+
+    pub(crate) fn task(id: &str, state: TaskState, lease: Option<Time>, leases: u32, outcome: Option<TaskOutcome>) -> TaskObs {
+        TaskObs { task_id: id.into(), state, lease_expires_at: lease, lease_attempts: leases, outcome, detail: String::new() }
+    }
+
+    fn job(kind: JobKind) -> JobView {
+        let progress = Progress::initial(&kind);
+        JobView { kind, state: JobState::Pending, progress }
+    }
+
+    /// Drives a job to the end, simulating a well-behaved executor and agent: returns the
+    /// stages in the order their work was issued.
+    fn drive(mut j: JobView, mut obs: Observed) -> (JobView, Vec<Stage>) {
+        let policy = Policy::default();
+        let mut issued = Vec::new();
+        for i in 0..200 {
+            let now = t(i);
+            let d = decide(&j, &obs, now, &policy);
+            let mut task_id = None;
+            match &d {
+                Decision::IssueTask { stage, .. } => {
+                    issued.push(*stage);
+                    let id = format!("task-{i}");
+                    obs.task = Some(task(&id, TaskState::Completed, None, 1, Some(TaskOutcome::Succeeded)));
+                    task_id = Some(id);
+                }
+                Decision::RunLocal { stage, .. } => {
+                    issued.push(*stage);
+                    match stage {
+                        Stage::Cordon => obs.schedulable = false,
+                        Stage::Uncordon => obs.schedulable = true,
+                        Stage::ForceRelease => obs.allocations_attached = false,
+                        Stage::Activate => obs.on_desired_generation = true,
+                        Stage::Retire => obs.lifecycle = HostLifecycle::Retired,
+                        Stage::Remove => obs.lifecycle = HostLifecycle::Removing,
+                        Stage::Delete => obs.lifecycle = HostLifecycle::Deleted,
+                        _ => unreachable!(),
+                    }
+                }
+                Decision::Advance { .. } => obs.task = None,
+                Decision::Complete { .. } => {
+                    let (s, p) = apply(&j, &d, now, None);
+                    return (JobView { state: s, progress: p, ..j }, issued);
+                }
+                Decision::Start { .. } => {}
+                other => panic!("unexpected {other:?}"),
+            }
+            let (s, p) = apply(&j, &d, now, task_id.as_deref());
+            j = JobView { state: s, progress: p, ..j };
+        }
+        panic!("did not finish")
+    }
+
+    #[test]
+    fn soft_reset_runs_its_stages_in_order() {
+        use Stage::*;
+        let (done, issued) = drive(job(JobKind::SoftReset { storage: StorageChoice::Local }), observed());
+        assert_eq!(issued, vec![Cordon, Drain, RevokeUsers, CleanupStorage, ScrubGpu, ValidateClean, Uncordon]);
+        assert_eq!(done.state, JobState::Completed);
+        let succeeded: Vec<Stage> = done.progress.history.iter().filter(|e| e.status == StageStatus::Succeeded).map(|e| e.stage).collect();
+        assert_eq!(succeeded, issued);
+    }
+
+    #[test]
+    fn storage_none_skips_cleanup() {
+        let (_, issued) = drive(job(JobKind::SoftReset { storage: StorageChoice::None }), observed());
+        assert!(!issued.contains(&Stage::CleanupStorage), "{issued:?}");
+        assert_eq!(issued.len(), 6);
+    }
+
+    #[test]
+    fn full_decommission_issues_its_stages_in_order_and_deletes_the_host() {
+        use Stage::*;
+        let mut obs = observed();
+        obs.allocations_attached = true;
+        let (done, issued) = drive(job(JobKind::FullDecommission { storage: None, force_release: true }), obs);
+        assert_eq!(issued, vec![Cordon, ForceRelease, Drain, RevokeUsers, Retire, Remove, Uninstall, Delete]);
+        assert_eq!(done.state, JobState::Completed);
+    }
+
+    #[test]
+    fn attached_allocations_without_force_release_need_an_operator() {
+        let mut j = job(JobKind::FullDecommission { storage: None, force_release: false });
+        j.state = JobState::Running;
+        j.progress.stage_index = 1;
+        j.progress.stage = Stage::ForceRelease;
+        let mut obs = observed();
+        obs.allocations_attached = true;
+        let d = decide(&j, &obs, t(0), &Policy::default());
+        assert!(
+            matches!(d, Decision::Fail { class: FailureClass::OwnershipConflict, state: JobState::FailedManualIntervention, .. }),
+            "{d:?}"
+        );
+    }
+
+    fn at_stage(kind: JobKind, stage: Stage, attempt: u32, task_id: Option<&str>) -> JobView {
+        let index = stages(&kind).iter().position(|s| *s == stage).expect("stage in plan");
+        let mut j = job(kind);
+        j.state = JobState::Running;
+        j.progress.stage_index = index;
+        j.progress.stage = stage;
+        j.progress.attempt = attempt;
+        j.progress.task_id = task_id.map(str::to_owned);
+        j
+    }
+
+    #[test]
+    fn failed_validation_quarantines_and_needs_an_operator() {
+        let j = at_stage(JobKind::SoftReset { storage: StorageChoice::All }, Stage::ValidateClean, 1, Some("v1"));
+        let mut obs = observed();
+        obs.schedulable = false;
+        let mut tk = task("v1", TaskState::Completed, None, 1, Some(TaskOutcome::Failed));
+        tk.detail = "tenant_mounts: /mnt/weka/t1".into();
+        obs.task = Some(tk);
+        let d = decide(&j, &obs, t(0), &Policy::default());
+        let Decision::Fail { class, state, message, quarantine, host_to } = &d else { panic!("{d:?}") };
+        assert_eq!(*class, FailureClass::ValidationFailed);
+        assert_eq!(*state, JobState::FailedManualIntervention);
+        assert!(*quarantine);
+        assert_eq!(*host_to, Some(HostLifecycle::Quarantined));
+        assert!(message.contains("/mnt/weka/t1"), "{message}");
+        let (s, p) = apply(&j, &d, t(0), None);
+        assert_eq!(s, JobState::FailedManualIntervention);
+        assert_eq!(p.failure_class, Some(FailureClass::ValidationFailed));
+        assert!(JobState::Running.can_transition_to(s));
+    }
+
+    #[test]
+    fn transient_task_failure_is_retried_up_to_the_bound() {
+        let policy = Policy::default();
+        let kind = JobKind::StorageCleanup { scope: drover_proto::task::StorageScope::Local };
+        // A step error: re-issued, superseding the failed task, while attempts remain.
+        let j = at_stage(kind.clone(), Stage::CleanupStorage, 1, Some("c1"));
+        let mut obs = observed();
+        obs.task = Some(task("c1", TaskState::Completed, None, 1, Some(TaskOutcome::Failed)));
+        let d = decide(&j, &obs, t(0), &policy);
+        let Decision::IssueTask { attempt: 2, supersedes: Some(prior), .. } = &d else { panic!("{d:?}") };
+        assert_eq!(prior, "c1");
+        // At the bound: failed_retryable, with the class.
+        let j3 = at_stage(kind.clone(), Stage::CleanupStorage, 3, Some("c3"));
+        obs.task = Some(task("c3", TaskState::Completed, None, 1, Some(TaskOutcome::Failed)));
+        let d = decide(&j3, &obs, t(0), &policy);
+        assert!(matches!(d, Decision::Fail { class: FailureClass::TaskFailed, state: JobState::FailedRetryable, .. }), "{d:?}");
+        // A lapsed lease: the same task is leasable again (no duplicate) until the bound.
+        let j = at_stage(kind.clone(), Stage::CleanupStorage, 1, Some("c1"));
+        obs.task = Some(task("c1", TaskState::Leased, Some(t(-10)), 1, None));
+        let d = decide(&j, &obs, t(0), &policy);
+        assert!(matches!(&d, Decision::Wait { reason } if reason.contains("lost its lease")), "{d:?}");
+        obs.task = Some(task("c1", TaskState::Leased, Some(t(-10)), 3, None));
+        let d = decide(&j, &obs, t(0), &policy);
+        assert!(matches!(d, Decision::Fail { class: FailureClass::Transient, state: JobState::FailedRetryable, .. }), "{d:?}");
+        // A lost record: re-issued.
+        obs.task = None;
+        let d = decide(&j, &obs, t(0), &policy);
+        assert!(matches!(d, Decision::IssueTask { attempt: 2, .. }), "{d:?}");
+    }
+
+    #[test]
+    fn refused_task_needs_an_operator() {
+        let j = at_stage(JobKind::SoftReset { storage: StorageChoice::None }, Stage::Drain, 1, Some("d1"));
+        let mut obs = observed();
+        obs.schedulable = false;
+        obs.task = Some(task("d1", TaskState::Completed, None, 1, Some(TaskOutcome::Refused)));
+        let d = decide(&j, &obs, t(0), &Policy::default());
+        assert!(matches!(d, Decision::Fail { class: FailureClass::Refused, state: JobState::FailedManualIntervention, .. }), "{d:?}");
+    }
+
+    #[test]
+    fn failed_uninstall_returns_the_host_to_retired() {
+        let kind = JobKind::FullDecommission { storage: None, force_release: true };
+        let j = at_stage(kind, Stage::Uninstall, 3, Some("u3"));
+        let mut obs = observed();
+        obs.schedulable = false;
+        obs.lifecycle = HostLifecycle::Removing;
+        obs.task = Some(task("u3", TaskState::Completed, None, 1, Some(TaskOutcome::Failed)));
+        let d = decide(&j, &obs, t(0), &Policy::default());
+        assert!(matches!(d, Decision::Fail { host_to: Some(HostLifecycle::Retired), state: JobState::FailedRetryable, .. }), "{d:?}");
+    }
+
+    #[test]
+    fn job_waits_for_an_in_flight_activation() {
+        let j = job(JobKind::SoftReset { storage: StorageChoice::None });
+        for r in [HostRolloutState::Activating, HostRolloutState::Soaking] {
+            let mut obs = observed();
+            obs.rollout = Some(r);
+            let d = decide(&j, &obs, t(0), &Policy::default());
+            assert_eq!(d, Decision::Wait { reason: "waits for an in-flight activation to settle".into() });
+        }
+        let mut obs = observed();
+        obs.rollout = Some(HostRolloutState::Converged);
+        assert!(matches!(decide(&j, &obs, t(0), &Policy::default()), Decision::Start { .. }));
+    }
+
+    #[test]
+    fn a_second_job_on_the_same_host_waits() {
+        let j = job(JobKind::StorageCleanup { scope: drover_proto::task::StorageScope::All });
+        let mut obs = observed();
+        obs.held_by_other_job = Some("job-1".into());
+        let d = decide(&j, &obs, t(0), &Policy::default());
+        assert!(matches!(&d, Decision::Wait { reason } if reason.contains("job-1")), "{d:?}");
+    }
+
+    #[test]
+    fn deciding_twice_yields_the_same_decision() {
+        let policy = Policy::default();
+        let kind = JobKind::Maintenance { activities: vec![], storage: drover_proto::task::StorageScope::All };
+        let mut snapshots = vec![(job(kind.clone()), observed())];
+        let mut obs = observed();
+        obs.schedulable = false;
+        for (stage, tk) in [
+            (Stage::ScrubGpu, None),
+            (Stage::ScrubGpu, Some(task("s1", TaskState::Queued, None, 0, None))),
+            (Stage::ScrubGpu, Some(task("s1", TaskState::Leased, Some(t(60)), 1, None))),
+            (Stage::ScrubGpu, Some(task("s1", TaskState::Completed, None, 1, Some(TaskOutcome::Failed)))),
+            (Stage::ValidateClean, Some(task("s1", TaskState::Completed, None, 1, Some(TaskOutcome::Failed)))),
+        ] {
+            let j = at_stage(kind.clone(), stage, u32::from(tk.is_some()), tk.as_ref().map(|x| x.task_id.as_str()));
+            snapshots.push((j, Observed { task: tk, ..obs.clone() }));
+        }
+        for (j, o) in &snapshots {
+            let first = decide(j, o, t(0), &policy);
+            assert_eq!(first, decide(j, o, t(0), &policy));
+            assert!(!first.reason().is_empty(), "{first:?}");
+            assert_eq!(apply(j, &first, t(0), Some("x")), apply(j, &first, t(0), Some("x")));
+        }
+    }
+
+    #[test]
+    fn terminal_and_failed_jobs_wait_with_a_reason() {
+        for s in [JobState::Completed, JobState::Cancelled, JobState::Reconciled, JobState::FailedRetryable] {
+            let mut j = job(JobKind::SoftReset { storage: StorageChoice::None });
+            j.state = s;
+            let d = decide(&j, &observed(), t(0), &Policy::default());
+            assert!(matches!(&d, Decision::Wait { reason } if reason.contains(s.as_str())), "{d:?}");
+        }
+    }
+
+    #[test]
+    fn compensation_waits_for_a_live_task_then_ends_where_it_was_asked() {
+        let mut j = at_stage(JobKind::SoftReset { storage: StorageChoice::None }, Stage::Drain, 1, Some("d1"));
+        j.state = JobState::Compensating;
+        j.progress.after_compensation = Some(JobState::Pending);
+        let mut obs = observed();
+        obs.task = Some(task("d1", TaskState::Leased, Some(t(30)), 1, None));
+        assert!(matches!(decide(&j, &obs, t(0), &Policy::default()), Decision::Wait { .. }));
+        obs.task = Some(task("d1", TaskState::Completed, None, 1, Some(TaskOutcome::Succeeded)));
+        let d = decide(&j, &obs, t(0), &Policy::default());
+        assert!(matches!(d, Decision::FinishCompensation { to: JobState::Pending, .. }), "{d:?}");
+        let (s, p) = apply(&j, &d, t(0), None);
+        assert_eq!(s, JobState::Pending);
+        assert_eq!((p.stage_index, p.stage, p.attempt, p.task_id.clone()), (0, Stage::Cordon, 0, None));
+        assert!(matches!(p.history.last(), Some(StageEvent { status: StageStatus::Compensated, .. })));
+    }
+}
