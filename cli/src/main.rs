@@ -1,5 +1,6 @@
 //! `drover`: the CI side of Drover (keygen, trust, release, verify, plan, canonicalize) and
-//! the operator side against a coordinator (enroll, host, rollout, plan --from-coordinator).
+//! the operator side against a coordinator (enroll, host, rollout, decommission, maintenance,
+//! job, plan --from-coordinator).
 //!
 //! Exit codes follow sysexits: 0 ok, 1 verification refused, 64 usage, 65 bad input data
 //! (or a 4xx from the coordinator), 66 missing input, 69 coordinator unreachable or failing,
@@ -10,11 +11,14 @@
 
 mod client;
 mod clock;
+mod decommission;
 mod enroll;
 mod exit;
 mod fsio;
 mod host;
+mod job;
 mod keygen;
+mod maintenance;
 mod plan;
 mod release;
 mod rollout;
@@ -59,6 +63,13 @@ enum Command {
     Host(Box<host::HostArgs>),
     /// Act on a rollout: halt, resume, cancel, rollback (admin); or show its status.
     Rollout(Box<rollout::RolloutArgs>),
+    /// Start a decommission job for a host: soft reset, storage cleanup or full (admin).
+    Decommission(Box<decommission::DecommissionArgs>),
+    /// Request maintenance on a group of hosts or given hosts (admin); get or list requests.
+    Maintenance(Box<maintenance::MaintenanceArgs>),
+    /// Show jobs (get, describe) or act on one: retry, resume, rerun, restart-clean, cancel,
+    /// adopt, mark-manual (admin).
+    Job(Box<job::JobArgs>),
     /// Print the RFC 8785 canonical form of a JSON file (or stdin).
     Canonicalize {
         /// The JSON file; stdin when absent or "-".
@@ -76,6 +87,9 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Enroll(args) => enroll::run(&args),
         Command::Host(args) => host::run(&args),
         Command::Rollout(args) => rollout::run(&args),
+        Command::Decommission(args) => decommission::run(&args),
+        Command::Maintenance(args) => maintenance::run(&args),
+        Command::Job(args) => job::run(&args),
         Command::Canonicalize { file } => {
             let (name, bytes) = fsio::read_input(file.as_deref())?;
             let out = drover_proto::canonical::canonicalize(&bytes).map_err(|e| CliError::data(format!("{name}: {e}")))?;

@@ -147,6 +147,99 @@ impl Default for RolloutsConfig {
     }
 }
 
+/// Coordinator jobs (soft reset, storage cleanup, decommission, on-demand maintenance).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobsConfig {
+    /// Attempts per stage before a job stops for an operator (`failed_retryable`).
+    #[serde(default = "default_job_attempts")]
+    pub max_attempts: u32,
+    /// Lifetime of each task a job issues (the agent refuses it after).
+    #[serde(default = "default_job_task_ttl")]
+    pub task_ttl_secs: u64,
+    /// The most hosts one maintenance request may list (a request over it is refused whole).
+    #[serde(default = "default_max_hosts_per_request")]
+    pub max_hosts_per_request: usize,
+    /// `node.drain` gives up after this long.
+    #[serde(default = "default_drain_timeout")]
+    pub drain_timeout_secs: u64,
+    /// GPU vendor for `node.gpu_scrub`: auto | nvidia | amd.
+    #[serde(default)]
+    pub gpu_vendor: drover_proto::task::GpuVendor,
+    /// What a scrub does about compute processes still running: refuse | stop-tenant.
+    #[serde(default)]
+    pub compute_processes: drover_proto::task::ComputeProcessPolicy,
+    /// Scrub verification threshold: MiB a GPU may still use.
+    #[serde(default = "default_memory_threshold")]
+    pub memory_used_threshold_mib: u64,
+    /// Run `dcgmi diag -r N` after a scrub (1–4), when set.
+    #[serde(default)]
+    pub dcgm_diag_level: Option<u8>,
+    /// `node.validate_clean` also checks GPU allocations and memory.
+    #[serde(default = "default_true")]
+    pub validate_check_gpu: bool,
+    /// A decommissioned host's agent also deletes its state dir.
+    #[serde(default = "default_true")]
+    pub uninstall_purge_state: bool,
+    /// Directory of per-host MAAS machine credentials for `hw_sync_reseed`:
+    /// `<hostname>.toml` with `maas_url`, `system_id`, `consumer_key`, `token_key`,
+    /// `token_secret` (keep it 0600; the secrets never reach the store but in the signed task,
+    /// which is erased when the result arrives).
+    #[serde(default)]
+    pub maas_creds_dir: Option<PathBuf>,
+    /// The scheduler's webhook the `force_release` stage of a decommission POSTs to (JSON
+    /// `{event, hostId, hostname, jobId, reason}`); the stage retries until it answers 2xx.
+    #[serde(default)]
+    pub scheduler_webhook_url: Option<String>,
+    /// CA certificate (PEM) the webhook's HTTPS server is verified against.
+    #[serde(default)]
+    pub scheduler_webhook_ca: Option<PathBuf>,
+}
+
+impl Default for JobsConfig {
+    fn default() -> Self {
+        JobsConfig {
+            max_attempts: default_job_attempts(),
+            task_ttl_secs: default_job_task_ttl(),
+            max_hosts_per_request: default_max_hosts_per_request(),
+            drain_timeout_secs: default_drain_timeout(),
+            gpu_vendor: Default::default(),
+            compute_processes: Default::default(),
+            memory_used_threshold_mib: default_memory_threshold(),
+            dcgm_diag_level: None,
+            validate_check_gpu: true,
+            uninstall_purge_state: true,
+            maas_creds_dir: None,
+            scheduler_webhook_url: None,
+            scheduler_webhook_ca: None,
+        }
+    }
+}
+
+fn default_job_attempts() -> u32 {
+    3
+}
+
+fn default_job_task_ttl() -> u64 {
+    3600
+}
+
+fn default_max_hosts_per_request() -> usize {
+    500
+}
+
+fn default_drain_timeout() -> u64 {
+    900
+}
+
+fn default_memory_threshold() -> u64 {
+    64
+}
+
+fn default_true() -> bool {
+    true
+}
+
 fn default_interval() -> u64 {
     30
 }
@@ -209,6 +302,9 @@ pub struct Config {
     /// The rollout executor.
     #[serde(default)]
     pub rollouts: RolloutsConfig,
+    /// Coordinator jobs.
+    #[serde(default)]
+    pub jobs: JobsConfig,
     /// A directory of release directories (each one as `drover release` writes it) that is
     /// polled and published from, through the same verification as `POST /v1/releases`.
     #[serde(default)]
@@ -249,6 +345,27 @@ impl Config {
         }
         if config.enrollment.token_ttl_secs == 0 || config.enrollment.token_ttl_secs > 7 * 86_400 {
             return Err(invalid("enrollment.token_ttl_secs", "must be between 1 second and 7 days".to_owned()));
+        }
+        let jobs = &config.jobs;
+        if !(1..=20).contains(&jobs.max_attempts) {
+            return Err(invalid("jobs.max_attempts", "must be between 1 and 20".to_owned()));
+        }
+        if jobs.task_ttl_secs == 0 || jobs.task_ttl_secs > 7 * 86_400 {
+            return Err(invalid("jobs.task_ttl_secs", "must be between 1 second and 7 days".to_owned()));
+        }
+        if jobs.max_hosts_per_request == 0 || jobs.max_hosts_per_request > 100_000 {
+            return Err(invalid("jobs.max_hosts_per_request", "must be between 1 and 100000".to_owned()));
+        }
+        if jobs.dcgm_diag_level.is_some_and(|l| !(1..=4).contains(&l)) {
+            return Err(invalid("jobs.dcgm_diag_level", "must be 1, 2, 3 or 4".to_owned()));
+        }
+        if let Some(url) = &jobs.scheduler_webhook_url
+            && !(url.starts_with("https://")
+                || url.starts_with("http://127.")
+                || url.starts_with("http://[::1]")
+                || url.starts_with("http://localhost"))
+        {
+            return Err(invalid("jobs.scheduler_webhook_url", format!("{url:?} must be https:// (plain http only on loopback)")));
         }
         if !(1..=300).contains(&config.agent.long_poll_secs) {
             return Err(invalid("agent.long_poll_secs", "must be between 1 and 300 seconds".to_owned()));

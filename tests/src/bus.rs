@@ -113,6 +113,26 @@ impl TestBus {
         bus
     }
 
+    /// Points a sandboxed agent's config (from `Harness::enroll_sandboxed`, which names a bus
+    /// that is not there) at this bus.
+    pub fn point_agent_at(&self, config: &std::path::Path) {
+        let text = std::fs::read_to_string(config).expect("config");
+        let mut replaced = 0;
+        let lines: Vec<String> = text
+            .lines()
+            .map(|l| {
+                if l.starts_with("systemd_bus = ") {
+                    replaced += 1;
+                    format!("systemd_bus = \"{}\"", self.address())
+                } else {
+                    l.to_owned()
+                }
+            })
+            .collect();
+        assert_eq!(replaced, 1, "one systemd_bus line in {text}");
+        std::fs::write(config, lines.join("\n") + "\n").expect("config");
+    }
+
     /// The bus address (`unix:path=…,guid=…`), for `DbusSystemd::at_address` or an agent's
     /// `systemd_bus`.
     pub fn address(&self) -> &str {

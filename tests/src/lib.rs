@@ -6,6 +6,7 @@
 
 pub mod bus;
 pub mod procs;
+pub mod sandbox;
 pub mod sim_agent;
 
 use std::path::{Path, PathBuf};
@@ -158,6 +159,7 @@ impl Harness {
             releases_poll_secs: 10,
             hosts: HostsConfig::default(),
             rollouts: RolloutsConfig::default(),
+            jobs: Default::default(),
         };
         tweak(dir.path(), &mut config);
         drop(state);
@@ -186,18 +188,7 @@ impl Harness {
     /// One request with `curl`, as `creds` (or anonymous), with an optional JSON body;
     /// returns the HTTP status (`"000"` when no response came back at all) and the body.
     pub async fn call(&self, creds: Option<&(PathBuf, PathBuf)>, method: &str, path: &str, body: Option<&str>) -> (String, String) {
-        let mut args = vec!["-X".to_owned(), method.to_owned(), "-w".to_owned(), "\n%{http_code}".to_owned()];
-        if let Some(b) = body {
-            args.extend(["-H".to_owned(), "content-type: application/json".to_owned(), "--data-binary".to_owned(), b.to_owned()]);
-        }
-        args.push(format!("{}{path}", self.url));
-        let out = match creds {
-            Some(c) => self.curl_as(c, args).await,
-            None => self.curl(args).await,
-        };
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
-        (code.trim().to_owned(), body.to_owned())
+        self.endpoint().call(creds, method, path, body).await
     }
 
     /// Runs the `drover` binary with `args` against this coordinator, presenting `creds`.
@@ -219,10 +210,7 @@ impl Harness {
 
     /// Creates a host through the real API as the admin; returns the JSON response.
     pub async fn create_host(&self, hostname: &str) -> serde_json::Value {
-        let body = serde_json::json!({ "hostname": hostname, "trustSha256": self.trust.1 }).to_string();
-        let (code, text) = self.call(Some(&self.admin), "POST", "/v1/hosts", Some(&body)).await;
-        assert_eq!(code, "201", "create host failed: {text}");
-        serde_json::from_str(&text).expect("create host response is JSON")
+        self.endpoint().create_host(hostname).await
     }
 
     /// Creates `hostname` through the API and runs the bootstrap command it returns (real
@@ -230,16 +218,93 @@ impl Harness {
     /// id. The agent's state is then under `root/var/lib/drover`, its config at
     /// `root/etc/drover/agent.toml`.
     pub async fn bootstrap_host(&self, hostname: &str, root: &Path) -> Uuid {
+        self.endpoint().bootstrap_host(hostname, root).await
+    }
+
+    /// This coordinator as an [`Endpoint`]: its URL, CA, admin and trust hash.
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint {
+            url: self.url.clone(),
+            ca: self.ca.clone(),
+            admin: self.admin.clone(),
+            trust_sha256: self.trust.1.clone(),
+            tmp: self.dir.path().to_path_buf(),
+        }
+    }
+}
+
+/// A coordinator as its clients reach it — in this process ([`Harness::endpoint`]) or a
+/// `drover-coordinator serve` process: where it answers, the CA that signed its certificate,
+/// an admin operator's certificate and key, the sha256 of the trust.json hosts are created
+/// with, and a directory for the bootstrap's temporary files.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// `https://ADDR`.
+    pub url: String,
+    /// The CA certificate (PEM file).
+    pub ca: PathBuf,
+    /// An admin operator's certificate and key.
+    pub admin: (PathBuf, PathBuf),
+    /// The operator's trust.json's sha256 (hex).
+    pub trust_sha256: String,
+    /// `TMPDIR` for the bootstrap command.
+    pub tmp: PathBuf,
+}
+
+impl Endpoint {
+    /// One request with `curl` (TLS 1.3, the CA), as `creds` (or anonymous), with an optional
+    /// JSON body; returns the HTTP status (`"000"` when no response came back at all) and the
+    /// body. Runs on the blocking pool so an in-process server keeps serving.
+    pub async fn call(&self, creds: Option<&(PathBuf, PathBuf)>, method: &str, path: &str, body: Option<&str>) -> (String, String) {
+        let mut args = vec!["-sS".to_owned(), "--tlsv1.3".to_owned(), "--cacert".to_owned(), self.ca.display().to_string()];
+        if let Some((cert, key)) = creds {
+            args.extend(["--cert".to_owned(), cert.display().to_string(), "--key".to_owned(), key.display().to_string()]);
+        }
+        args.extend(["-X".to_owned(), method.to_owned(), "-w".to_owned(), "\n%{http_code}".to_owned()]);
+        if let Some(b) = body {
+            args.extend(["-H".to_owned(), "content-type: application/json".to_owned(), "--data-binary".to_owned(), b.to_owned()]);
+        }
+        args.push(format!("{}{path}", self.url));
+        let out = run_blocking("curl", args, Vec::new()).await;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        (code.trim().to_owned(), body.to_owned())
+    }
+
+    /// Creates a host through the real API as the admin; returns the JSON response.
+    pub async fn create_host(&self, hostname: &str) -> serde_json::Value {
+        let body = serde_json::json!({ "hostname": hostname, "trustSha256": self.trust_sha256 }).to_string();
+        let (code, text) = self.call(Some(&self.admin), "POST", "/v1/hosts", Some(&body)).await;
+        assert_eq!(code, "201", "create host failed: {text}");
+        serde_json::from_str(&text).expect("create host response is JSON")
+    }
+
+    /// Like [`Harness::bootstrap_host`].
+    pub async fn bootstrap_host(&self, hostname: &str, root: &Path) -> Uuid {
         let created = self.create_host(hostname).await;
         let command = created["command"].as_str().expect("command").replace("| sudo sh -c ", "| sh -c ");
         let env = vec![
             ("DROVER_BOOTSTRAP_ROOT".to_owned(), root.display().to_string()),
             ("DROVER_BOOTSTRAP_SKIP_SYSTEMD".to_owned(), "1".to_owned()),
-            ("TMPDIR".to_owned(), self.dir.path().display().to_string()),
+            ("TMPDIR".to_owned(), self.tmp.display().to_string()),
         ];
         let out = sh(command, env).await;
         assert!(out.status.success(), "bootstrap failed: {}", String::from_utf8_lossy(&out.stderr));
         Uuid::parse_str(created["hostId"].as_str().expect("id")).expect("uuid")
+    }
+
+    /// Like [`Harness::enroll_sandboxed`].
+    pub async fn enroll_sandboxed(&self, hostname: &str, root: &Path, extra: &str) -> (Uuid, PathBuf) {
+        let host = self.bootstrap_host(hostname, root).await;
+        let config = root.join("etc/drover/agent.toml");
+        let mut text = std::fs::read_to_string(&config).expect("config");
+        text.push_str(&format!(
+            "systemd_bus = \"unix:path={}\"\n\n[activation]\nroot = \"{}\"\n\n{extra}",
+            root.join("no-bus").display(),
+            root.display()
+        ));
+        std::fs::write(&config, text).expect("config");
+        (host, config)
     }
 }
 
@@ -273,16 +338,7 @@ impl Harness {
     /// root inside `root`, then `extra` appended (e.g. a `[tasks]` table). Returns the host
     /// id and the config file.
     pub async fn enroll_sandboxed(&self, hostname: &str, root: &Path, extra: &str) -> (Uuid, PathBuf) {
-        let host = self.bootstrap_host(hostname, root).await;
-        let config = root.join("etc/drover/agent.toml");
-        let mut text = std::fs::read_to_string(&config).expect("config");
-        text.push_str(&format!(
-            "systemd_bus = \"unix:path={}\"\n\n[activation]\nroot = \"{}\"\n\n{extra}",
-            root.join("no-bus").display(),
-            root.display()
-        ));
-        std::fs::write(&config, text).expect("config");
-        (host, config)
+        self.endpoint().enroll_sandboxed(hostname, root, extra).await
     }
 
     /// A host in the store and a certificate for it from the CA, as enrollment would make:

@@ -129,6 +129,12 @@ impl SimAgent {
         }
     }
 
+    /// The agent runs `closure` before any intent (a host installed earlier, off target).
+    pub fn running(mut self, closure: &str) -> SimAgent {
+        self.running = Some(closure.to_owned());
+        self
+    }
+
     /// Talks to the coordinator at `url` from now on (it restarted elsewhere), keeping
     /// everything the agent has seen, runs and reports.
     pub fn reconnect(&mut self, url: &str) {

@@ -28,26 +28,6 @@ use uuid::Uuid;
 /// The bound on every wait in these tests.
 const WAIT: Duration = Duration::from_secs(60);
 
-/// Points the sandboxed agent's config (from [`Harness::enroll_sandboxed`], which names a bus
-/// that is not there) at `bus`.
-fn use_bus(config: &Path, bus: &TestBus) {
-    let text = std::fs::read_to_string(config).expect("config");
-    let mut replaced = 0;
-    let lines: Vec<String> = text
-        .lines()
-        .map(|l| {
-            if l.starts_with("systemd_bus = ") {
-                replaced += 1;
-                format!("systemd_bus = \"{}\"", bus.address())
-            } else {
-                l.to_owned()
-            }
-        })
-        .collect();
-    assert_eq!(replaced, 1, "one systemd_bus line in {text}");
-    std::fs::write(config, lines.join("\n") + "\n").expect("config");
-}
-
 async fn issue(h: &Harness, host: Uuid, task: Value) -> Uuid {
     let body = json!({ "task": task, "reason": "decommission" }).to_string();
     let (code, text) = h.call(Some(&h.admin), "POST", &format!("/v1/hosts/{host}/tasks"), Some(&body)).await;
@@ -122,7 +102,7 @@ async fn hw_sync_reseed_runs_through_the_real_agent_over_dbus() {
     let creds_file = root.join("etc/maas/maas-machine-creds.yml");
     let extra = format!("[tasks]\nmaas_creds_file = \"{}\"\n", creds_file.display());
     let (host, config) = h.enroll_sandboxed("hw-sync-01", &root, &extra).await;
-    use_bus(&config, &bus);
+    bus.point_agent_at(&config);
     let log = h.dir.path().join("agent.log");
     let _agent = start_agent(&config, "info", Stdio::from(std::fs::File::create(&log).expect("log")));
 
@@ -199,7 +179,7 @@ async fn uninstall_reports_then_stops_the_agent_for_good() {
     );
     let (host, config) = h.enroll_sandboxed("uninstall-01", &root, &extra).await;
     assert_eq!(config, config_path);
-    use_bus(&config, &bus);
+    bus.point_agent_at(&config);
     if !binary.exists() {
         touch(&binary, "#!/bin/sh\n");
     }

@@ -389,3 +389,75 @@ async fn host_offline_during_the_rollout_gets_the_current_target_when_it_returns
     assert_eq!(returned.handled[0].rollout_id, "gpu@c0ffee");
     assert_eq!(rollout_states(&app.store).get("gpu@c0ffee"), Some(&RolloutState::Converged), "the rollout stays converged");
 }
+
+/// The hosts out of service now: in flight in any rollout, or held by a started job.
+fn disrupted(store: &Arc<dyn Store>) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for r in store.list_rollouts(&Default::default()).expect("rollouts") {
+        for hr in store.list_host_rollouts(&r.rollout_id).expect("hosts") {
+            if matches!(hr.state, HostRolloutState::Activating | HostRolloutState::Soaking) {
+                out.insert(hr.hostname);
+            }
+        }
+    }
+    let jobs = store.list_jobs(&drover_coordinator::store::JobFilter { unfinished: true, ..Default::default() }).expect("jobs");
+    for j in jobs.iter().filter(|j| j.state != drover_proto::states::JobState::Pending) {
+        let host = store.get_host(j.job.host_id.expect("host")).expect("store").expect("host");
+        out.insert(host.hostname);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn maintenance_and_a_rollout_on_the_same_hosts_never_exceed_a_budget_together() {
+    let h = Harness::start_with_long_poll(1).await;
+    // Every host runs an older system, so re-applying the channel's target is real work.
+    let agents: Vec<SimAgent> = agents(&h, |_| Behaviour::Healthy)
+        .into_iter()
+        .map(|a| {
+            let old = format!("/nix/store/{:0>32}-nixos-system-{}-old", 0, a.hostname);
+            a.running(&old)
+        })
+        .collect();
+    let (mut agents, _) = step_all(&h, agents).await;
+    let files = release(FLEET, h.clock.now(), 1, "c0ffee");
+    publish(&h, &files).await;
+    let fleet: drover_proto::artifacts::FleetResolved =
+        serde_json::from_slice(files.get("fleet.resolved.json").expect("fleet")).expect("fleet json");
+    assert!(!fleet.disruption_budgets.is_empty());
+    // Maintenance on every gpu host, re-applying their target, while the rollout runs.
+    let body = serde_json::json!({ "group": "gpu", "activities": ["activate"], "reason": "re-apply after repair" }).to_string();
+    let (code, text) = h.call(Some(&h.admin), "POST", "/v1/maintenance", Some(&body)).await;
+    assert_eq!(code, "201", "{text}");
+    let app = h.running.app.clone();
+    let mut max_seen = 0;
+    for round in 0..300 {
+        let (next, handled) = step_all(&h, agents).await;
+        agents = next;
+        let out = app.executor.tick_now(&app).await.unwrap_or_else(|e| panic!("tick failed in round {round}: {e}"));
+        // The invariant, after every tick: no budget has more hosts out of service than it allows.
+        let now_out = disrupted(&app.store);
+        for b in &fleet.disruption_budgets {
+            let n = b.hosts.iter().filter(|x| now_out.contains(*x)).count();
+            max_seen = max_seen.max(n);
+            assert!(
+                n <= b.allowed(),
+                "round {round}: {n} hosts of budget {:?} out of service (allowed {}): {now_out:?}",
+                b.selector,
+                b.allowed()
+            );
+        }
+        let jobs = app.store.list_jobs(&Default::default()).expect("jobs");
+        let jobs_done = jobs.iter().all(|j| j.state == drover_proto::states::JobState::Completed);
+        if jobs_done && all_converged(&rollout_states(&app.store)) {
+            assert_eq!(jobs.len(), 4);
+            assert!(max_seen >= 1, "hosts were taken out of service under the budgets: {max_seen}");
+            return;
+        }
+        if handled == 0 && out.plan.actions.is_empty() {
+            h.clock.advance(300);
+        }
+    }
+    let jobs: Vec<_> = app.store.list_jobs(&Default::default()).expect("jobs").into_iter().map(|j| (j.state, j.progress)).collect();
+    panic!("not done after 300 rounds: {:?} {jobs:?}", rollout_states(&app.store));
+}

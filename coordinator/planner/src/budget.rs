@@ -2,7 +2,7 @@
 //!
 //! A host is in flight when it is `Activating` or `Soaking` in any rollout not yet `Pruned`
 //! (a live one, or a finished one still landing a host: a straggler of a `Converged` rollout,
-//! RFC-0002 §5.2), or held by a job or maintenance request. Budgets are the frozen snapshots
+//! RFC-0002 §5.2), or held by a job or maintenance request (or lent by one for activation). Budgets are the frozen snapshots
 //! in each rollout's manifest and match across rollouts by equality of their canonical
 //! selector: the in-flight set of a budget is every in-flight host listed by the budget of
 //! any rollout that [takes part](shares_budgets) with the same canonical selector. The cap is
@@ -75,6 +75,7 @@ pub fn is_in_flight_state(state: HostRolloutState) -> bool {
 /// Every host in flight across the rollouts of `input` (any not pruned), plus every held host.
 pub fn in_flight_hosts<S: Snapshot + ?Sized>(input: &S) -> BTreeSet<String> {
     let mut out: BTreeSet<String> = input.held().keys().cloned().collect();
+    out.extend(input.lent().iter().cloned());
     for r in input.rollouts().values().filter(|r| may_hold_in_flight(r.state)) {
         out.extend(r.hosts.iter().filter(|(_, p)| is_in_flight_state(p.state)).map(|(h, _)| h.clone()));
     }
@@ -85,6 +86,7 @@ pub fn in_flight_hosts<S: Snapshot + ?Sized>(input: &S) -> BTreeSet<String> {
 /// share of [`in_flight_hosts`]).
 pub fn in_flight_hosts_of<S: Snapshot + ?Sized>(input: &S, host: &str) -> bool {
     input.held().contains_key(host)
+        || input.lent().contains(host)
         || input.rollouts().values().any(|r| may_hold_in_flight(r.state) && r.hosts.get(host).is_some_and(|p| is_in_flight_state(p.state)))
 }
 

@@ -46,6 +46,10 @@ pub struct PlanInput {
     /// every budget that selects them and are never dispatched.
     #[serde(default)]
     pub held: BTreeMap<String, String>,
+    /// Hosts a job lends to the rollout engine for its `activate` stage: they count against
+    /// every budget that selects them, like held hosts, but may be dispatched.
+    #[serde(default)]
+    pub lent: std::collections::BTreeSet<String>,
     /// fleet.resolved's `channelEdges` (RFC-0002 §4.3; `before`/`after` are channel names). The
     /// rollout manifests do not carry them, so the caller copies them from the verified
     /// fleet.resolved. An edge holds opening a rollout of `after` while `before` has a live
@@ -215,6 +219,8 @@ pub trait Snapshot {
     fn manifests(&self) -> &BTreeMap<RolloutId, RolloutManifest>;
     /// Held hosts (hostname → reason).
     fn held(&self) -> &BTreeMap<String, String>;
+    /// Hosts lent by jobs for activation (counted in budgets, dispatchable).
+    fn lent(&self) -> &std::collections::BTreeSet<String>;
     /// Per channel, the ref of the last rollout opened for it.
     fn last_rolled_ref(&self) -> &BTreeMap<String, String>;
     /// fleet.resolved's channel edges.
@@ -245,6 +251,9 @@ impl Snapshot for PlanInput {
     fn held(&self) -> &BTreeMap<String, String> {
         &self.held
     }
+    fn lent(&self) -> &std::collections::BTreeSet<String> {
+        &self.lent
+    }
     fn last_rolled_ref(&self) -> &BTreeMap<String, String> {
         &self.last_rolled_ref
     }
@@ -264,6 +273,7 @@ impl PlanInput {
             hosts: BTreeMap::new(),
             last_rolled_ref: BTreeMap::new(),
             held: BTreeMap::new(),
+            lent: Default::default(),
             channel_edges: Vec::new(),
             last_deferrals: BTreeMap::new(),
             settings: PlanSettings::default(),

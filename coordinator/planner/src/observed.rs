@@ -70,6 +70,9 @@ pub struct Observed {
     /// Hosts held by a job or maintenance request (hostname → reason).
     #[serde(default)]
     pub held: BTreeMap<String, String>,
+    /// Hosts a job lends to the rollout engine for its `activate` stage (counted, dispatchable).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub lent: std::collections::BTreeSet<String>,
     /// Per channel, the ref whose opening the planner last deferred, by what and since when
     /// (the store's `last_deferrals`).
     #[serde(default)]
@@ -104,6 +107,7 @@ impl Observed {
             hosts: BTreeMap::new(),
             last_rolled_ref: BTreeMap::new(),
             held: BTreeMap::new(),
+            lent: Default::default(),
             last_deferrals: BTreeMap::new(),
             settings: PlanSettings::default(),
             stale_alerts: BTreeMap::new(),
@@ -118,6 +122,7 @@ impl Observed {
             hosts: input.hosts.clone(),
             last_rolled_ref: input.last_rolled_ref.clone(),
             held: input.held.clone(),
+            lent: input.lent.clone(),
             last_deferrals: input.last_deferrals.clone(),
             settings: input.settings,
             stale_alerts: input.stale_alerts.clone(),
@@ -167,6 +172,7 @@ pub fn plan_input(release: &VerifiedRelease, observed: Observed) -> Result<PlanI
     input.hosts = observed.hosts;
     input.last_rolled_ref = observed.last_rolled_ref;
     input.held = observed.held;
+    input.lent = observed.lent;
     input.last_deferrals = observed.last_deferrals;
     input.settings = observed.settings;
     input.stale_alerts = observed.stale_alerts;

@@ -78,6 +78,9 @@ impl Snapshot for Work<'_> {
     fn held(&self) -> &BTreeMap<String, String> {
         &self.base.held
     }
+    fn lent(&self) -> &std::collections::BTreeSet<String> {
+        &self.base.lent
+    }
     fn last_rolled_ref(&self) -> &BTreeMap<String, String> {
         &self.last_rolled_ref
     }

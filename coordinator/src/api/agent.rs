@@ -186,7 +186,8 @@ pub async fn checkin(
     // transition. A routine check-in only updates last-seen fields, which are buffered and
     // written in batches (see AppState::flush_checkins), so it writes nothing here.
     let returning = matches!(record.state, HostLifecycle::Enrolling | HostLifecycle::Offline);
-    let wake_executor = returning || changed.is_some();
+    // A task result may finish a job's stage: the job executor acts on it at once.
+    let wake_executor = returning || changed.is_some() || !req.task_results.is_empty();
     if returning || changed.is_some() || !req.task_results.is_empty() || !req.events.is_empty() {
         let results = req.task_results;
         let reported = req.events;

@@ -4,7 +4,9 @@ pub mod agent;
 pub mod auth;
 pub mod enroll;
 pub mod error;
+pub mod jobs;
 pub mod lifecycle;
+pub mod maintenance;
 pub mod operator;
 pub mod releases;
 pub mod rollouts;
@@ -64,6 +66,12 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/v1/rollouts/{id}/rollback", post(rollouts::rollback))
         .route("/v1/plan-input", get(rollouts::plan_input))
         .route("/v1/hosts/{id}/tasks", post(tasks::issue_route))
+        .route("/v1/hosts/{id}/decommission", post(jobs::decommission))
+        .route("/v1/jobs", get(jobs::list))
+        .route("/v1/jobs/{id}", get(jobs::get))
+        .route("/v1/jobs/{id}/{action}", post(jobs::action))
+        .route("/v1/maintenance", post(maintenance::request).get(maintenance::list))
+        .route("/v1/maintenance/{id}", get(maintenance::get))
         .route("/v1/tasks", get(tasks::list))
         .route("/v1/tasks/{id}", get(tasks::get))
         .route(RELEASES_PATH, post(releases::publish).layer(axum::extract::DefaultBodyLimit::max(releases::MAX_RELEASE_BODY_BYTES)))

@@ -75,7 +75,7 @@ where
     value.map(|v| v.parse::<T>().map_err(|e| ApiError::bad_request(format!("{what}: {e}")))).transpose()
 }
 
-fn parse_uuid(what: &str, value: &str) -> Result<Uuid, ApiError> {
+pub(crate) fn parse_uuid(what: &str, value: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(value).map_err(|_| ApiError::bad_request(format!("{what} is not a UUID")))
 }
 
@@ -342,6 +342,21 @@ pub struct EventView {
     data: Value,
 }
 
+impl From<crate::store::Event> for EventView {
+    fn from(e: crate::store::Event) -> Self {
+        EventView {
+            id: e.id,
+            at: e.event.at,
+            kind: e.event.kind,
+            host_id: e.event.host_id.map(|h| h.to_string()),
+            rollout_id: e.event.rollout_id.map(|r| r.to_string()),
+            job_id: e.event.job_id.map(|j| j.to_string()),
+            message: e.event.message,
+            data: e.event.data,
+        }
+    }
+}
+
 /// `GET /v1/events?host=&rollout=&kind=&after=&limit=`: events by id, paged by id.
 pub async fn list_events(
     State(app): State<Arc<AppState>>,
@@ -363,19 +378,7 @@ pub async fn list_events(
     };
     let events = store::blocking(app.store.clone(), move |s| s.list_events(&filter)).await?;
     let next = if events.len() as u64 >= u64::from(limit) { events.last().map(|e| e.id) } else { None };
-    let items = events
-        .into_iter()
-        .map(|e| EventView {
-            id: e.id,
-            at: e.event.at,
-            kind: e.event.kind,
-            host_id: e.event.host_id.map(|h| h.to_string()),
-            rollout_id: e.event.rollout_id.map(|r| r.to_string()),
-            job_id: e.event.job_id.map(|j| j.to_string()),
-            message: e.event.message,
-            data: e.event.data,
-        })
-        .collect();
+    let items = events.into_iter().map(EventView::from).collect();
     Ok(Json(Page { items, next }))
 }
 

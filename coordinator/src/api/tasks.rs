@@ -99,11 +99,14 @@ impl From<&TaskRecord> for TaskView {
     }
 }
 
-/// Signs `kind` for `host_id` and queues it; wakes the host. Shared with jobs later.
-pub async fn issue(app: &Arc<AppState>, host_id: Uuid, job_id: Option<Uuid>, kind: TaskKind, ttl_secs: u64) -> Result<Task, ApiError> {
+/// Signs `kind` for `host_id` (director key) and returns the task and the store row that
+/// queues it. Shared by the task route and the job executor, which queues it inside the job's
+/// own transaction.
+pub fn seal(app: &AppState, host_id: Uuid, job_id: Option<Uuid>, kind: TaskKind, ttl_secs: u64) -> Result<(Task, NewTask), String> {
     let now = app.clock.now();
+    let task_id = Uuid::new_v4();
     let task = Task {
-        task_id: Uuid::new_v4().to_string(),
+        task_id: task_id.to_string(),
         host_id: host_id.to_string(),
         job_id: job_id.map(|j| j.to_string()),
         issued_at: now,
@@ -111,13 +114,18 @@ pub async fn issue(app: &Arc<AppState>, host_id: Uuid, job_id: Option<Uuid>, kin
         kind,
     };
     let signer = KeySigner::new((*app.director).clone());
-    let envelope = Envelope::seal(&task, std::slice::from_ref(&signer)).map_err(|e| {
+    let envelope = Envelope::seal(&task, std::slice::from_ref(&signer)).map_err(|e| e.to_string())?;
+    let bytes = serde_json::to_vec(&envelope).map_err(|e| e.to_string())?;
+    Ok((task, NewTask { task_id, host_id, job_id, envelope: bytes, created_at: now }))
+}
+
+/// Signs `kind` for `host_id` and queues it; wakes the host.
+pub async fn issue(app: &Arc<AppState>, host_id: Uuid, job_id: Option<Uuid>, kind: TaskKind, ttl_secs: u64) -> Result<Task, ApiError> {
+    let (task, row) = seal(app, host_id, job_id, kind, ttl_secs).map_err(|e| {
         tracing::error!(error = %e, "cannot sign a task");
         ApiError::internal()
     })?;
-    let bytes = serde_json::to_vec(&envelope).map_err(|_| ApiError::internal())?;
-    let task_id = Uuid::parse_str(&task.task_id).map_err(|_| ApiError::internal())?;
-    app.dispatch_task(NewTask { task_id, host_id, job_id, envelope: bytes, created_at: now }).await?;
+    app.dispatch_task(row).await?;
     Ok(task)
 }
 

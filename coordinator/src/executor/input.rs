@@ -4,7 +4,8 @@
 //! - a host is online when its lifecycle state is `active`; every other state (offline,
 //!   quarantined, draining, retired, …) is offline to a rollout: its wave does not wait for
 //!   it (`Skipped`), and it takes the channel's current target when it is active again;
-//! - a host held by an unfinished job is held (counted against budgets, never dispatched);
+//! - a host held by a started job is held (counted against budgets, never dispatched); one a
+//!   job lends for its `activate` stage is counted but dispatchable;
 //! - a rollout's `since` is its last state change; a host's is its last state change.
 //!
 //! Manifests: the release carries each channel's current manifest and the revertable ones
@@ -108,6 +109,7 @@ pub fn observed(snapshot: &PlanSnapshot, settings: PlanSettings) -> Observed {
             o.held.insert((*name).to_owned(), reason.clone());
         }
     }
+    o.lent = snapshot.lent.iter().filter_map(|id| names.get(id).map(|n| (*n).to_owned())).collect();
     for r in &snapshot.rollouts {
         let hosts = r
             .hosts

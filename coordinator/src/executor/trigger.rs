@@ -53,6 +53,13 @@ impl Trigger {
         if let Err(e @ ExecutorError::Release { .. }) = &out {
             alert_once(app, e.to_string()).await;
         }
+        // Jobs act after the rollouts, under the same lock: one owner of a host decides at a
+        // time, and a release that stopped verifying does not stop maintenance.
+        let jobs = crate::jobs::exec::tick(app).await;
+        if let Err(e) = &jobs {
+            tracing::warn!(error = %e, "job tick failed");
+            self.failures.fetch_add(1, Ordering::SeqCst);
+        }
         self.ticks.fetch_add(1, Ordering::SeqCst);
         if out.is_err() {
             self.failures.fetch_add(1, Ordering::SeqCst);

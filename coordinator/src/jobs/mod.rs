@@ -12,10 +12,15 @@
 //!   `restart_clean`, `cancel`, `adopt_observed_state`, `mark_manual_intervention_required`),
 //!   idempotent: a queued or live task is never duplicated, an expired one is requeued.
 //!
-//! The executor that persists decisions (store writes, task signing, audit) lives elsewhere.
+//! - [`pacing`]: which pending jobs may start under the disruption budgets (pure).
+//! - [`exec`]: the executor that persists decisions — one store transaction per step —
+//!   and [`local`]: the host changes, webhook and credentials of the local stages.
 
 pub mod actions;
+pub mod exec;
+pub mod local;
 pub mod model;
+pub mod pacing;
 pub mod plan;
 
 pub use actions::{ActionOutcome, ActionRefused, OperatorAction, TaskDirective, act};
@@ -23,4 +28,4 @@ pub use model::{
     Activity, FailureClass, HwSyncCreds, JobKind, MissingSetting, Progress, Stage, StageEvent, StageStatus, StorageChoice, TaskSettings,
     stages,
 };
-pub use plan::{Decision, JobView, Observed, Policy, TaskObs, apply, decide};
+pub use plan::{Decision, JobView, Observed, Policy, TaskObs, apply, decide, local_stage_done};

@@ -281,6 +281,12 @@ fn decide_running(job: &JobView, obs: &Observed, now: Time, policy: &Policy) -> 
     if stage.is_local() { decide_local(job, obs, stage, policy, done) } else { decide_task(job, obs, stage, now, policy, done) }
 }
 
+/// The decision for a local stage the executor performed and saw succeed at once (the
+/// force-release: an event and the scheduler webhook, nothing the store observes later).
+pub fn local_stage_done(job: &JobView, why: String) -> Decision {
+    next_or_complete(&stages(&job.kind), job.progress.stage_index, why)
+}
+
 fn next_or_complete(plan: &[Stage], index: usize, why: String) -> Decision {
     match plan.get(index + 1) {
         Some(&next) => Decision::Advance { from: plan[index], to_stage: next, reason: why },
@@ -293,12 +299,28 @@ fn decide_local(job: &JobView, obs: &Observed, stage: Stage, policy: &Policy, do
     let achieved = match stage {
         Stage::Cordon => (!obs.schedulable).then(|| "host is cordoned".to_owned()),
         Stage::Uncordon => obs.schedulable.then(|| "host is schedulable again".to_owned()),
+        // With forceRelease the release is always sent (event + scheduler webhook): the
+        // executor reports the stage done once it was; without, the stage only checks.
+        Stage::ForceRelease if matches!(job.kind, JobKind::FullDecommission { force_release: true, .. }) => None,
         Stage::ForceRelease => (!obs.allocations_attached).then(|| "no allocation is attached".to_owned()),
         Stage::Activate => {
             if obs.activation_in_flight() {
                 return wait("activation in flight; waiting for it to settle");
             }
-            obs.on_desired_generation.then(|| "host runs its desired generation".to_owned())
+            // A host the channel's rollout has not reached yet is brought to its target by
+            // that rollout's wave: the job does not jump the wave order (nor wait for it —
+            // holding budget slots while waiting for a wave that needs them would deadlock).
+            match obs.rollout {
+                _ if obs.on_desired_generation => Some("host runs its channel's current target".to_owned()),
+                None => Some("no rollout lists the host yet: its channel's next rollout brings it to the target".to_owned()),
+                Some(HostRolloutState::Pending) => {
+                    Some("its channel's rollout has not reached the host's wave: that wave brings it to the target".to_owned())
+                }
+                Some(HostRolloutState::Skipped) if job.progress.attempt > 0 => {
+                    return wait("waits for the rollout engine to dispatch the channel's current target");
+                }
+                _ => None,
+            }
         }
         Stage::Retire => matches!(obs.lifecycle, L::Retired | L::Removing | L::Deleted).then(|| "host is retired".to_owned()),
         Stage::Remove => matches!(obs.lifecycle, L::Removing | L::Deleted).then(|| "host is removing".to_owned()),
@@ -573,7 +595,15 @@ pub(crate) mod tests {
                     match stage {
                         Stage::Cordon => obs.schedulable = false,
                         Stage::Uncordon => obs.schedulable = true,
-                        Stage::ForceRelease => obs.allocations_attached = false,
+                        Stage::ForceRelease => {
+                            obs.allocations_attached = false;
+                            let (s, p) = apply(&j, &d, now, None);
+                            j = JobView { state: s, progress: p, ..j };
+                            let done = local_stage_done(&j, "released".into());
+                            let (s, p) = apply(&j, &done, now, None);
+                            j = JobView { state: s, progress: p, ..j };
+                            continue;
+                        }
                         Stage::Activate => obs.on_desired_generation = true,
                         Stage::Retire => obs.lifecycle = HostLifecycle::Retired,
                         Stage::Remove => obs.lifecycle = HostLifecycle::Removing,

@@ -1,7 +1,7 @@
 //! The coordinator's durable state behind one [`Store`] trait.
 //!
 //! - [`records`]: the rows (hosts, tokens, certificates, releases, rollouts, intents, tasks,
-//!   jobs, events, audit), re-exported here.
+//!   jobs, maintenance requests, events, audit), re-exported here.
 //! - [`sqlite`]: the default backend, one WAL-mode SQLite file in the state dir.
 //! - [`conformance`]: the checks every backend must pass (SQLite now, PostgreSQL later).
 //!
@@ -294,7 +294,8 @@ pub trait Store: Send + Sync {
 
     /// What the planner decides over, from one read snapshot: hosts that are not deleted with
     /// their last reports, rollouts that are not pruned with their hosts' states, channel
-    /// bookkeeping, and hosts held by unfinished jobs.
+    /// bookkeeping, and hosts held by jobs (started, unfinished, and not in the rollout-owned
+    /// `activate` stage).
     fn plan_snapshot(&self) -> Result<PlanSnapshot, StoreError>;
     /// Applies one plan's ops in order, with their events and audit records, in one
     /// transaction. Any op finding other than what it expects (`StaleState`,
@@ -346,14 +347,41 @@ pub trait Store: Send + Sync {
     /// Creates a job in `pending` (with a `job.created` event). The same job again is a
     /// no-op returning it; the same id with other content a `Conflict`.
     fn create_job(&self, new: &NewJob) -> Result<Job, StoreError>;
+    /// Creates a job on a host that is free for it, in one transaction: the host exists
+    /// (`NotFound`), is in one of `allowed` (`Conflict` naming host and state), and no
+    /// unfinished job holds it (`Conflict` naming the holding job, its kind and state); then
+    /// [`Store::create_job`] and `audits`. Retrying with a job already stored answers as
+    /// [`Store::create_job`] does and writes nothing.
+    fn create_job_checked(&self, new: &NewJob, allowed: &[HostLifecycle], audits: &[NewAudit]) -> Result<Job, StoreError>;
     /// One job.
     fn get_job(&self, job_id: Uuid) -> Result<Option<Job>, StoreError>;
     /// Compare-and-set `from -> to` on a legal transition, with a `job.transition` event.
     fn set_job_state(&self, job_id: Uuid, from: JobState, to: JobState, reason: &str, at: Time) -> Result<Job, StoreError>;
     /// Replaces the job's progress read model.
     fn set_job_progress(&self, job_id: Uuid, progress: &Value, at: Time) -> Result<Job, StoreError>;
+    /// Applies one step of a job in one write transaction: the compare-and-set on its state and
+    /// progress (`StaleState`), a legal transition with its event (`IllegalTransition`), the
+    /// task it enqueues or requeues, its host changes in order, events and audits. Any error
+    /// rolls back all of it. Returns the job after the step.
+    fn apply_job_step(&self, step: &JobStep) -> Result<Job, StoreError>;
     /// Jobs by creation time, then id.
     fn list_jobs(&self, filter: &JobFilter) -> Result<Vec<Job>, StoreError>;
+
+    // ---- maintenance requests ----------------------------------------------------------
+
+    /// Creates a maintenance request and its jobs (one per host) all-or-nothing, in one
+    /// transaction: every host passes [`Store::create_job_checked`]'s checks, except that an
+    /// unfinished `maintenance` job in `failed_retryable` or `failed_manual_intervention` does
+    /// not hold its host — it is superseded (moved to `cancelled` with its event), since the
+    /// new request is how an operator clears a failed one. Any refusal names the first
+    /// offending host (id and hostname) and writes nothing. The same request again (same
+    /// content and job ids) returns what is stored; the same id with other content is a
+    /// `Conflict`.
+    fn create_maintenance(&self, new: &NewMaintenance, allowed: &[HostLifecycle]) -> Result<(MaintenanceRecord, Vec<Job>), StoreError>;
+    /// One maintenance request.
+    fn get_maintenance(&self, request_id: Uuid) -> Result<Option<MaintenanceRecord>, StoreError>;
+    /// Every maintenance request, oldest first.
+    fn list_maintenance(&self) -> Result<Vec<MaintenanceRecord>, StoreError>;
 
     // ---- events and audit --------------------------------------------------------------
 

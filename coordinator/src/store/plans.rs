@@ -73,8 +73,11 @@ pub struct PlanSnapshot {
     pub rollouts: Vec<PlanRollout>,
     /// Channel bookkeeping, by channel.
     pub channels: BTreeMap<String, ChannelRecord>,
-    /// Hosts held by an unfinished job: host id → reason.
+    /// Hosts held by a job (started, unfinished, not in its `activate` stage): host id → reason.
     pub held: BTreeMap<Uuid, String>,
+    /// Hosts a running job lends to the rollout engine for its `activate` stage: counted
+    /// against budgets, dispatchable.
+    pub lent: std::collections::BTreeSet<Uuid>,
 }
 
 /// One change of a plan, with the state it expects.

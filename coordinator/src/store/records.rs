@@ -500,6 +500,8 @@ pub struct NewJob {
     pub input: Value,
     /// When it was created.
     pub created_at: Time,
+    /// The maintenance request it was created for, if any ([`NewMaintenance`]).
+    pub request_id: Option<Uuid>,
 }
 
 /// A stored job.
@@ -524,6 +526,124 @@ pub struct JobFilter {
     pub state: Option<JobState>,
     /// Only jobs of this kind.
     pub kind: Option<String>,
+    /// Only jobs of this maintenance request.
+    pub request_id: Option<Uuid>,
+    /// Only jobs that have not finished (whose state is not terminal).
+    pub unfinished: bool,
+}
+
+/// One step of a job, applied in one transaction ([`Store::apply_job_step`](super::Store::apply_job_step)):
+/// the job's new state and progress together with the task, host changes, events and audit
+/// records that step decided on, so a crash never leaves a host changed by a step the job
+/// does not remember taking (or the reverse).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobStep {
+    /// The job.
+    pub job_id: Uuid,
+    /// Compare-and-set: the state as the caller read it; a mismatch is
+    /// [`StoreError::StaleState`](super::StoreError::StaleState) and nothing is written.
+    pub expected_state: JobState,
+    /// Compare-and-set: the progress JSON as the caller read it; a mismatch is
+    /// [`StoreError::StaleState`](super::StoreError::StaleState) and nothing is written.
+    pub expected_progress: Value,
+    /// The state after the step. May equal `expected_state` (no transition); otherwise the
+    /// move must be legal ([`JobState::can_transition_to`]) and writes a `job.transition`
+    /// event `{from, to}` with `reason` as its message.
+    pub new_state: JobState,
+    /// The progress read model after the step.
+    pub new_progress: Value,
+    /// Why, for the transition event.
+    pub reason: String,
+    /// A task to enqueue in the same transaction; its `job_id` must be `Some(job_id)`.
+    pub task: Option<NewTask>,
+    /// A task of this job to make leasable again: a `leased` one becomes `queued` with no
+    /// lease (attempts unchanged); a `queued` one stays as it is; a completed one, or one
+    /// that is not this job's, is a conflict.
+    pub requeue_task: Option<Uuid>,
+    /// Host changes, applied in order with the semantics of
+    /// [`Store::transition_host`](super::Store::transition_host) and
+    /// [`Store::set_schedulable`](super::Store::set_schedulable).
+    pub host_ops: Vec<HostOp>,
+    /// Further events to append.
+    pub events: Vec<NewEvent>,
+    /// Audit records to append.
+    pub audits: Vec<NewAudit>,
+    /// When the step happens.
+    pub at: Time,
+}
+
+/// A host change made by a [`JobStep`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum HostOp {
+    /// Compare-and-set `from -> to` on a legal lifecycle transition, with a `host.transition`
+    /// event.
+    Transition {
+        /// The host.
+        host_id: Uuid,
+        /// The state the caller expects it in.
+        from: HostLifecycle,
+        /// The state to move it to.
+        to: HostLifecycle,
+        /// Why, for the event.
+        reason: String,
+    },
+    /// Cordons (`false`) or uncordons the host, with a `host.schedulable` event when it changes.
+    SetSchedulable {
+        /// The host.
+        host_id: Uuid,
+        /// The flag to set.
+        schedulable: bool,
+        /// Why, for the event.
+        reason: String,
+    },
+    /// Asks the rollout engine to bring `hostname` onto its channel's current target again:
+    /// its row for `rollout_id` becomes `Skipped` (since the step's time) unless it is
+    /// `Activating` or `Soaking` (the engine owns it then: nothing changes). No row: nothing.
+    Redispatch {
+        /// The rollout whose per-host row is reset.
+        rollout_id: RolloutId,
+        /// The host, by the name the rollout's manifest uses.
+        hostname: String,
+    },
+}
+
+/// A maintenance request and its jobs, created all-or-nothing
+/// ([`Store::create_maintenance`](super::Store::create_maintenance)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewMaintenance {
+    /// The request's id.
+    pub request_id: Uuid,
+    /// Who asked (the operator certificate's name).
+    pub initiator: String,
+    /// The operator's stated reason.
+    pub reason: String,
+    /// The hosts (or selector) the request named, as given.
+    pub scope: Value,
+    /// The activities each job runs.
+    pub activities: Value,
+    /// When it was made.
+    pub created_at: Time,
+    /// One job per host; each with `request_id == Some(request_id)` and a `host_id`.
+    pub jobs: Vec<NewJob>,
+    /// Audit records to append with it.
+    pub audits: Vec<NewAudit>,
+}
+
+/// A stored maintenance request (its jobs are listed with [`JobFilter::request_id`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MaintenanceRecord {
+    /// The request's id.
+    pub request_id: Uuid,
+    /// Who asked.
+    pub initiator: String,
+    /// The operator's stated reason.
+    pub reason: String,
+    /// The hosts (or selector) the request named.
+    pub scope: Value,
+    /// The activities each job runs.
+    pub activities: Value,
+    /// When it was made.
+    pub created_at: Time,
 }
 
 /// A structured event to append.

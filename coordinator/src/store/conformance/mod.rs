@@ -17,9 +17,12 @@
 //! - [`hosts`]: hosts and lifecycle, enrollment tokens, certificates.
 //! - [`releases`]: releases, manifests, rollouts, per-host rollout state.
 //! - [`work`]: intents, tasks with leases, jobs, host isolation.
+//! - [`jobs`]: job steps as one transaction, checked job creation, maintenance requests,
+//!   which jobs hold their hosts.
 //! - [`log`]: events, audit, and calls through [`super::blocking`].
 
 pub mod hosts;
+pub mod jobs;
 pub mod log;
 pub mod releases;
 pub mod work;
@@ -30,6 +33,7 @@ use drover_proto::states::HostLifecycle;
 use drover_proto::time::Time;
 
 pub use hosts::*;
+pub use jobs::*;
 pub use log::*;
 pub use releases::*;
 pub use work::*;
@@ -93,6 +97,16 @@ macro_rules! __drover_store_checks {
             completed_task_secrets_are_erased,
             job_create_get_list,
             job_state_cas_and_legality,
+            job_step_stale_state_or_progress_writes_nothing,
+            job_step_illegal_transition_refused,
+            job_step_enqueues_and_requeues_tasks,
+            job_step_host_ops_apply_with_events,
+            job_step_failing_host_op_rolls_back_everything,
+            job_checked_create_refuses_held_host_naming_the_job,
+            maintenance_all_or_nothing_refusal_leaves_no_host_changed,
+            maintenance_supersedes_failed_maintenance_job,
+            maintenance_refuses_running_maintenance_job,
+            plan_snapshot_held_excludes_pending_and_activate,
             events_filter_and_page_stable,
             audit_append_filter_page,
             blocking_runs_off_the_runtime_thread,

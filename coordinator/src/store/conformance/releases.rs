@@ -226,7 +226,7 @@ pub fn plan_write_is_one_compare_and_set_transaction(make: Factory<'_>) {
 }
 
 /// The snapshot carries hosts with their reports, live rollouts with their hosts, channel
-/// bookkeeping, and hosts held by unfinished jobs; pruned rollouts are left out.
+/// bookkeeping, and hosts held by started, unfinished jobs; pruned rollouts are left out.
 pub fn plan_snapshot_reads_what_the_planner_needs(make: Factory<'_>) {
     use drover_proto::report::ProbeOutcome;
     let s = make();
@@ -242,8 +242,11 @@ pub fn plan_snapshot_reads_what_the_planner_needs(make: Factory<'_>) {
             host_id: Some(b.id),
             input: serde_json::json!({}),
             created_at: t(3),
+            request_id: None,
         })
         .unwrap();
+    // A pending job does not hold its host yet (see plan_snapshot_held_excludes_pending_and_activate).
+    s.set_job_state(job.job.job_id, JobState::Pending, JobState::Running, "started", t(3)).unwrap();
     let old = rid("prod@c0");
     let new = rid("prod@c1");
     let ops = vec![
@@ -263,7 +266,7 @@ pub fn plan_snapshot_reads_what_the_planner_needs(make: Factory<'_>) {
     assert!(snap.held[&b.id].contains(&job.job.job_id.to_string()));
     let infra = &snap.channels["infra"];
     assert_eq!((infra.deferral.clone(), infra.stale_alert), (Some(serde_json::json!({"targetRef": "r9"})), Some(t(2))));
-    s.set_job_state(job.job.job_id, JobState::Pending, JobState::Cancelled, "done", t(5)).unwrap();
+    s.set_job_state(job.job.job_id, JobState::Running, JobState::Cancelled, "done", t(5)).unwrap();
     assert!(s.plan_snapshot().unwrap().held.is_empty(), "a finished job holds nothing");
 }
 

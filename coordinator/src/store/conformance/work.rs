@@ -233,6 +233,7 @@ pub fn task_complete_records_result(make: Factory<'_>) {
         host_id: Some(h.id),
         input: json!({}),
         created_at: t(0),
+        request_id: None,
     });
     let job = job.unwrap();
     let tk = NewTask { job_id: Some(job.job.job_id), ..task(h.id, 1) };
@@ -291,6 +292,7 @@ pub fn job_create_get_list(make: Factory<'_>) {
         host_id: Some(h.id),
         input: json!({"mode": "full"}),
         created_at: t(5),
+        request_id: None,
     };
     let job = s.create_job(&new).unwrap();
     assert_eq!((&job.job, job.state, &job.progress, job.updated_at), (&new, JobState::Pending, &json!(null), t(5)));
@@ -299,7 +301,14 @@ pub fn job_create_get_list(make: Factory<'_>) {
     assert!(matches!(clash, Err(StoreError::Conflict { .. })), "{clash:?}");
     let ghost = s.create_job(&NewJob { job_id: Uuid::new_v4(), host_id: Some(Uuid::new_v4()), ..new.clone() });
     assert!(matches!(ghost, Err(StoreError::NotFound { .. })), "{ghost:?}");
-    let fleetwide = NewJob { job_id: Uuid::new_v4(), kind: "maintenance".into(), host_id: None, input: json!([1, 2]), created_at: t(6) };
+    let fleetwide = NewJob {
+        job_id: Uuid::new_v4(),
+        kind: "maintenance".into(),
+        host_id: None,
+        input: json!([1, 2]),
+        created_at: t(6),
+        request_id: None,
+    };
     s.create_job(&fleetwide).unwrap();
     assert_eq!(s.get_job(fleetwide.job_id).unwrap().map(|j| j.job), Some(fleetwide.clone()));
     assert_eq!(s.get_job(Uuid::new_v4()).unwrap(), None);
@@ -316,7 +325,8 @@ pub fn job_create_get_list(make: Factory<'_>) {
 pub fn job_state_cas_and_legality(make: Factory<'_>) {
     let s = make();
     let id = Uuid::new_v4();
-    s.create_job(&NewJob { job_id: id, kind: "maintenance".into(), host_id: None, input: json!({}), created_at: t(0) }).unwrap();
+    s.create_job(&NewJob { job_id: id, kind: "maintenance".into(), host_id: None, input: json!({}), created_at: t(0), request_id: None })
+        .unwrap();
     let illegal = s.set_job_state(id, JobState::Pending, JobState::Completed, "skip", t(1));
     assert!(matches!(illegal, Err(StoreError::IllegalTransition { .. })), "{illegal:?}");
     let running = s.set_job_state(id, JobState::Pending, JobState::Running, "started", t(2)).unwrap();

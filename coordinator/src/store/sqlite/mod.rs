@@ -11,10 +11,11 @@
 //! re-derives actions from state (DESIGN: a cold start converges to the same actions).
 //!
 //! Private submodules hold the SQL by concern: `hosts` (hosts, tokens, certificates),
-//! `releases` (releases, manifests, rollouts, per-host rollout state), `work` (intents, tasks,
-//! jobs), `log` (events, audit).
+//! `releases` (releases, manifests, rollouts, per-host rollout state), `work` (intents, tasks),
+//! `jobs` (jobs, job steps, maintenance requests), `log` (events, audit).
 
 mod hosts;
+mod jobs;
 mod log;
 mod plans;
 mod releases;
@@ -39,11 +40,14 @@ use uuid::Uuid;
 use super::*;
 
 /// Migrations, in order; each runs once, in one transaction with its `schema_migrations` row.
-const MIGRATIONS: &[(i64, &str)] =
-    &[(1, include_str!("../migrations/0001_init.sql")), (2, include_str!("../migrations/0002_rollout_engine.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../migrations/0001_init.sql")),
+    (2, include_str!("../migrations/0002_rollout_engine.sql")),
+    (3, include_str!("../migrations/0003_maintenance.sql")),
+];
 
 /// The schema version this build writes; a file with a higher one is refused.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// How long a connection waits for another process's lock before failing: only a second
 /// process on the same file (an operator's `sqlite3` shell, a backup) ever holds one.
@@ -423,19 +427,35 @@ impl Store for SqliteStore {
     }
 
     fn create_job(&self, new: &NewJob) -> Result<Job, StoreError> {
-        self.write(|tx| work::create_job(tx, new))
+        self.write(|tx| jobs::create_job(tx, new))
+    }
+    fn create_job_checked(&self, new: &NewJob, allowed: &[HostLifecycle], audits: &[NewAudit]) -> Result<Job, StoreError> {
+        self.write(|tx| jobs::create_job_checked(tx, new, allowed, audits))
     }
     fn get_job(&self, job_id: Uuid) -> Result<Option<Job>, StoreError> {
-        self.read(|c| work::get_job(c, job_id))
+        self.read(|c| jobs::get_job(c, job_id))
     }
     fn set_job_state(&self, job_id: Uuid, from: JobState, to: JobState, reason: &str, at: Time) -> Result<Job, StoreError> {
-        self.write(|tx| work::set_job_state(tx, job_id, from, to, reason, at))
+        self.write(|tx| jobs::set_job_state(tx, job_id, from, to, reason, at))
     }
     fn set_job_progress(&self, job_id: Uuid, progress: &Value, at: Time) -> Result<Job, StoreError> {
-        self.write(|tx| work::set_job_progress(tx, job_id, progress, at))
+        self.write(|tx| jobs::set_job_progress(tx, job_id, progress, at))
+    }
+    fn apply_job_step(&self, step: &JobStep) -> Result<Job, StoreError> {
+        self.write(|tx| jobs::apply_job_step(tx, step))
     }
     fn list_jobs(&self, filter: &JobFilter) -> Result<Vec<Job>, StoreError> {
-        self.read(|c| work::list_jobs(c, filter))
+        self.read(|c| jobs::list_jobs(c, filter))
+    }
+
+    fn create_maintenance(&self, new: &NewMaintenance, allowed: &[HostLifecycle]) -> Result<(MaintenanceRecord, Vec<Job>), StoreError> {
+        self.write(|tx| jobs::create_maintenance(tx, new, allowed))
+    }
+    fn get_maintenance(&self, request_id: Uuid) -> Result<Option<MaintenanceRecord>, StoreError> {
+        self.read(|c| jobs::get_maintenance(c, request_id))
+    }
+    fn list_maintenance(&self) -> Result<Vec<MaintenanceRecord>, StoreError> {
+        self.read(|c| jobs::list_maintenance(c))
     }
 
     fn append_event(&self, event: &NewEvent) -> Result<i64, StoreError> {

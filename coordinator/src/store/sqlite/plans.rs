@@ -89,18 +89,28 @@ pub(super) fn plan_snapshot(c: &Connection) -> Result<PlanSnapshot, StoreError> 
         })?
         .collect::<Result<BTreeMap<_, _>, _>>()?;
 
-    // A job that has not finished owns its host (DESIGN: one owner of disruptive work).
-    let finished: Vec<&str> = JobState::ALL.iter().filter(|s| s.is_terminal()).map(|s| s.as_str()).collect();
+    // A started, unfinished job owns its host (DESIGN: one owner of disruptive work), and
+    // counts against the budgets that select it. Two exceptions: a `pending` job has not taken
+    // the host out of service yet — counting it would let queued jobs eat the budget their
+    // own pacing waits on, a deadlock — and during a job's `activate` stage the host is *lent*
+    // to the rollout engine: still counted against budgets (it is out of service), but
+    // dispatchable, since the job waits for exactly that intent.
     let mut stmt =
-        c.prepare_cached("SELECT job_id, kind, host_id, state FROM jobs WHERE host_id IS NOT NULL ORDER BY created_at, job_id")?;
+        c.prepare_cached("SELECT job_id, kind, host_id, state, progress FROM jobs WHERE host_id IS NOT NULL ORDER BY created_at, job_id")?;
     let mut held = BTreeMap::new();
-    for row in stmt.query_map([], |r| Ok((uuid_col(r, 0)?, r.get::<_, String>(1)?, uuid_col(r, 2)?, r.get::<_, String>(3)?)))? {
-        let (job, kind, host, state) = row?;
-        if !finished.contains(&state.as_str()) {
+    let mut lent = std::collections::BTreeSet::new();
+    let rows = stmt
+        .query_map([], |r| Ok((uuid_col(r, 0)?, r.get::<_, String>(1)?, uuid_col(r, 2)?, parse_col::<JobState>(r, 3)?, json_col(r, 4)?)))?;
+    for row in rows {
+        let (job, kind, host, state, progress) = row?;
+        let activating = state == JobState::Running && progress.get("stage").and_then(Value::as_str) == Some("activate");
+        if activating {
+            lent.insert(host);
+        } else if !state.is_terminal() && state != JobState::Pending {
             held.entry(host).or_insert_with(|| format!("job {job} ({kind}, {state})"));
         }
     }
-    Ok(PlanSnapshot { hosts, rollouts, channels, held })
+    Ok(PlanSnapshot { hosts, rollouts, channels, held, lent })
 }
 
 fn upsert_channel(c: &Connection, channel: &str, at: Time) -> Result<(), StoreError> {

@@ -1,4 +1,4 @@
-//! Intents, tasks with leases, and jobs in SQLite.
+//! Intents and tasks with leases in SQLite (jobs are in `jobs`).
 //!
 //! Everything a host may read or write here is looked up by (host id, record id): a record of
 //! another host is "not found", never "forbidden", so one host cannot even learn another's
@@ -154,7 +154,7 @@ pub(super) fn enqueue_task(c: &Connection, new: &NewTask) -> Result<bool, StoreE
     }
     require_host(c, new.host_id)?;
     if let Some(job_id) = new.job_id {
-        get_job(c, job_id)?.ok_or_else(|| StoreError::not_found("job", job_id))?;
+        super::jobs::get_job(c, job_id)?.ok_or_else(|| StoreError::not_found("job", job_id))?;
     }
     c.prepare_cached(
         "INSERT INTO tasks (task_id, host_id, job_id, envelope, state, created_at, attempts) VALUES (?1, ?2, ?3, ?4, 'queued', ?5, 0)",
@@ -255,116 +255,5 @@ pub(super) fn list_tasks(c: &Connection, f: &TaskFilter) -> Result<Vec<TaskRecor
     let mut stmt = c.prepare_cached(&sql)?;
     let rows = stmt
         .query_map(params![f.host_id.map(|h| h.to_string()), f.job_id.map(|j| j.to_string()), f.state.map(TaskState::as_str)], task_row)?;
-    Ok(rows.collect::<Result<_, _>>()?)
-}
-
-// ---- jobs ---------------------------------------------------------------------------------
-
-const JOB_COLS: &str = "job_id, kind, host_id, input, created_at, state, progress, updated_at";
-
-fn job_row(r: &Row<'_>) -> rusqlite::Result<Job> {
-    Ok(Job {
-        job: NewJob {
-            job_id: uuid_col(r, 0)?,
-            kind: r.get(1)?,
-            host_id: opt_uuid_col(r, 2)?,
-            input: json_col(r, 3)?,
-            created_at: time_col(r, 4)?,
-        },
-        state: parse_col(r, 5)?,
-        progress: json_col(r, 6)?,
-        updated_at: time_col(r, 7)?,
-    })
-}
-
-pub(super) fn get_job(c: &Connection, job_id: Uuid) -> Result<Option<Job>, StoreError> {
-    let sql = format!("SELECT {JOB_COLS} FROM jobs WHERE job_id = ?1");
-    Ok(c.prepare_cached(&sql)?.query_row([job_id.to_string()], job_row).optional()?)
-}
-
-fn job_event(job: &Job, at: Time, kind: &str, message: &str, data: Value) -> NewEvent {
-    NewEvent {
-        at,
-        kind: kind.into(),
-        host_id: job.job.host_id,
-        rollout_id: None,
-        job_id: Some(job.job.job_id),
-        message: message.into(),
-        data,
-    }
-}
-
-pub(super) fn create_job(c: &Connection, new: &NewJob) -> Result<Job, StoreError> {
-    if let Some(stored) = get_job(c, new.job_id)? {
-        let j = &stored.job;
-        if j.kind == new.kind && j.host_id == new.host_id && j.input == new.input {
-            return Ok(stored);
-        }
-        return Err(StoreError::conflict("job", new.job_id, "already exists with other content"));
-    }
-    if new.kind.is_empty() {
-        return Err(StoreError::invalid("job kind", "must not be empty"));
-    }
-    if let Some(h) = new.host_id {
-        require_host(c, h)?;
-    }
-    c.prepare_cached(
-        "INSERT INTO jobs (job_id, kind, host_id, state, input, progress, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, 'null', ?6, ?6)",
-    )?
-    .execute(params![
-        new.job_id.to_string(),
-        new.kind,
-        new.host_id.map(|h| h.to_string()),
-        JobState::Pending.as_str(),
-        new.input.to_string(),
-        new.created_at.unix()
-    ])?;
-    let job = get_job(c, new.job_id)?.ok_or_else(|| StoreError::not_found("job", new.job_id))?;
-    insert_event(c, &job_event(&job, new.created_at, "job.created", &format!("{} job created", new.kind), json!({ "kind": new.kind })))?;
-    Ok(job)
-}
-
-pub(super) fn set_job_state(c: &Connection, job_id: Uuid, from: JobState, to: JobState, reason: &str, at: Time) -> Result<Job, StoreError> {
-    if !from.can_transition_to(to) {
-        return Err(StoreError::IllegalTransition { what: "job", from: from.as_str().into(), to: to.as_str().into() });
-    }
-    let job = get_job(c, job_id)?.ok_or_else(|| StoreError::not_found("job", job_id))?;
-    if job.state != from {
-        return Err(StoreError::StaleState {
-            what: "job",
-            id: job_id.to_string(),
-            expected: from.as_str().into(),
-            actual: job.state.as_str().into(),
-        });
-    }
-    c.prepare_cached("UPDATE jobs SET state = ?1, updated_at = ?2 WHERE job_id = ?3 AND state = ?4")?.execute(params![
-        to.as_str(),
-        at.unix(),
-        job_id.to_string(),
-        from.as_str()
-    ])?;
-    insert_event(c, &job_event(&job, at, "job.transition", reason, json!({ "from": from.as_str(), "to": to.as_str() })))?;
-    get_job(c, job_id)?.ok_or_else(|| StoreError::not_found("job", job_id))
-}
-
-pub(super) fn set_job_progress(c: &Connection, job_id: Uuid, progress: &Value, at: Time) -> Result<Job, StoreError> {
-    let n = c.prepare_cached("UPDATE jobs SET progress = ?1, updated_at = ?2 WHERE job_id = ?3")?.execute(params![
-        progress.to_string(),
-        at.unix(),
-        job_id.to_string()
-    ])?;
-    if n == 0 {
-        return Err(StoreError::not_found("job", job_id));
-    }
-    get_job(c, job_id)?.ok_or_else(|| StoreError::not_found("job", job_id))
-}
-
-pub(super) fn list_jobs(c: &Connection, f: &JobFilter) -> Result<Vec<Job>, StoreError> {
-    let sql = format!(
-        "SELECT {JOB_COLS} FROM jobs WHERE (?1 IS NULL OR host_id = ?1) AND (?2 IS NULL OR state = ?2) AND (?3 IS NULL OR kind = ?3)
-         ORDER BY created_at, job_id"
-    );
-    let mut stmt = c.prepare_cached(&sql)?;
-    let rows = stmt.query_map(params![f.host_id.map(|h| h.to_string()), f.state.map(JobState::as_str), f.kind], job_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }

@@ -1,0 +1,197 @@
+//! `drover decommission HOST_ID --mode soft-reset|storage-cleanup|full [--storage
+//! none|local|weka|all] [--force-release] --reason TEXT`: start a decommission job for one host
+//! through the coordinator's admin route `POST /v1/hosts/{id}/decommission`.
+//!
+//! `--mode storage-cleanup` needs a storage other than `none`; `--force-release` only applies to
+//! `--mode full`; both are refused here (64) before any request. The coordinator refuses an
+//! unknown host (404) and a host that is deleted or held by another unfinished job (409, the
+//! message names the job), both exit 65. On success stdout carries `JOB_ID KIND STATE`, or the
+//! job's JSON with `-o json`; follow it with `drover job describe JOB_ID`.
+
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+
+use crate::client::ConnectArgs;
+use crate::exit::CliError;
+use crate::host::check_reason;
+use crate::job::{self, JobJson, Output, OutputArgs};
+
+/// What a decommission does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// Reset the host's software state; the host stays in the fleet.
+    #[value(alias = "soft_reset")]
+    SoftReset,
+    /// Clean the host's storage (needs --storage local, weka or all).
+    #[value(alias = "storage_cleanup")]
+    StorageCleanup,
+    /// Take the host out of service entirely.
+    Full,
+}
+
+impl Mode {
+    fn wire(self) -> &'static str {
+        match self {
+            Mode::SoftReset => "soft_reset",
+            Mode::StorageCleanup => "storage_cleanup",
+            Mode::Full => "full",
+        }
+    }
+}
+
+/// Which storage a decommission cleans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Storage {
+    /// No storage.
+    None,
+    /// The host's local disks.
+    Local,
+    /// The host's WEKA data.
+    Weka,
+    /// Local and WEKA.
+    All,
+}
+
+impl Storage {
+    /// The wire name.
+    pub fn wire(self) -> &'static str {
+        match self {
+            Storage::None => "none",
+            Storage::Local => "local",
+            Storage::Weka => "weka",
+            Storage::All => "all",
+        }
+    }
+}
+
+/// Arguments of `drover decommission`.
+#[derive(Args)]
+pub struct DecommissionArgs {
+    /// The host's id (as `drover enroll` printed it).
+    host_id: String,
+    /// What to do.
+    #[arg(long, value_enum)]
+    mode: Mode,
+    /// Which storage to clean (the coordinator's default: none, except that storage-cleanup
+    /// needs one).
+    #[arg(long, value_enum)]
+    storage: Option<Storage>,
+    /// Release the host even where a holder has not let go of it (--mode full only).
+    #[arg(long)]
+    force_release: bool,
+    /// Why (required; recorded in the job's events and the audit log).
+    #[arg(long, value_name = "TEXT")]
+    reason: String,
+    #[command(flatten)]
+    output: OutputArgs,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+/// The body of `POST /v1/hosts/{id}/decommission`.
+#[derive(Serialize, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DecommissionRequest<'a> {
+    /// soft_reset, storage_cleanup or full.
+    pub mode: &'static str,
+    /// none, local, weka or all; the coordinator's default when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub storage: Option<&'static str>,
+    /// Sent only when set.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub force_release: bool,
+    /// Why.
+    pub reason: &'a str,
+}
+
+/// The path and body of the request, or the usage error (64) that stops it.
+fn request(args: &DecommissionArgs) -> Result<(String, DecommissionRequest<'_>), CliError> {
+    let host_id = job::parse_host_id("HOST_ID", &args.host_id)?;
+    if args.mode == Mode::StorageCleanup && matches!(args.storage, None | Some(Storage::None)) {
+        return Err(CliError::usage("--mode storage-cleanup needs --storage local, weka or all"));
+    }
+    if args.force_release && args.mode != Mode::Full {
+        return Err(CliError::usage("--force-release only applies to --mode full"));
+    }
+    let reason = check_reason(&args.reason)?;
+    let body =
+        DecommissionRequest { mode: args.mode.wire(), storage: args.storage.map(Storage::wire), force_release: args.force_release, reason };
+    Ok((format!("/v1/hosts/{host_id}/decommission"), body))
+}
+
+/// The line `drover decommission` prints: `JOB_ID KIND STATE`.
+fn render(job: &JobJson) -> String {
+    format!("{} {} {}\n", job::clean(&job.job_id, 64), job::clean(&job.kind, 32), job::clean(&job.state, 32))
+}
+
+/// Runs `drover decommission`.
+pub fn run(args: &DecommissionArgs) -> Result<(), CliError> {
+    let (path, body) = request(args)?;
+    let value = job::post(&args.connect, &path, &body)?;
+    let created: JobJson = job::decode(&path, &value)?;
+    job::print(&match args.output.output {
+        Output::Json => job::pretty(&value)?,
+        Output::Text => render(&created),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::exit::codes;
+
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: DecommissionArgs,
+    }
+
+    const HOST: &str = "7f0c6a56-1d51-4bb4-9a5e-3c8f1d2f9a10";
+
+    fn parse(extra: &[&str]) -> DecommissionArgs {
+        let argv = ["decommission", HOST].into_iter().chain(extra.iter().copied());
+        Wrap::try_parse_from(argv).expect("parse").args
+    }
+
+    #[test]
+    fn modes_and_storage_go_on_the_wire_in_snake_case() {
+        let a = parse(&["--mode", "soft-reset", "--reason", " reimage "]);
+        let (path, body) = request(&a).expect("ok");
+        assert_eq!(path, format!("/v1/hosts/{HOST}/decommission"));
+        assert_eq!(serde_json::to_value(&body).expect("json"), serde_json::json!({"mode": "soft_reset", "reason": "reimage"}));
+        let a = parse(&["--mode", "storage-cleanup", "--storage", "weka", "--reason", "r"]);
+        let body = serde_json::to_value(request(&a).expect("ok").1).expect("json");
+        assert_eq!(body, serde_json::json!({"mode": "storage_cleanup", "storage": "weka", "reason": "r"}));
+        let a = parse(&["--mode", "full", "--storage", "all", "--force-release", "--reason", "r"]);
+        let body = serde_json::to_value(request(&a).expect("ok").1).expect("json");
+        assert_eq!(body, serde_json::json!({"mode": "full", "storage": "all", "forceRelease": true, "reason": "r"}));
+        let a = parse(&["--mode", "full", "--storage", "none", "--reason", "r"]);
+        let body = serde_json::to_value(request(&a).expect("ok").1).expect("json");
+        assert_eq!(body, serde_json::json!({"mode": "full", "storage": "none", "reason": "r"}));
+    }
+
+    #[test]
+    fn bad_combinations_are_refused_before_connecting() {
+        for extra in [
+            &["--mode", "storage-cleanup", "--reason", "r"][..],
+            &["--mode", "storage-cleanup", "--storage", "none", "--reason", "r"],
+            &["--mode", "soft-reset", "--force-release", "--reason", "r"],
+            &["--mode", "full", "--reason", "  "],
+        ] {
+            let e = run(&parse(extra)).expect_err("refused");
+            assert_eq!(e.code(), codes::USAGE, "{extra:?}: {e}");
+        }
+        let a = Wrap::try_parse_from(["decommission", "gpu-a-01", "--mode", "full", "--reason", "r"]).expect("parse").args;
+        assert!(run(&a).expect_err("not a uuid").to_string().contains("HOST_ID"));
+        assert!(Wrap::try_parse_from(["decommission", HOST, "--mode", "full"]).is_err(), "--reason is required");
+        assert!(Wrap::try_parse_from(["decommission", HOST, "--mode", "nuke", "--reason", "r"]).is_err());
+    }
+
+    #[test]
+    fn prints_job_kind_state() {
+        let job: JobJson = job::decode("/", &crate::job::tests::sample_job()).expect("decode");
+        assert_eq!(render(&job), "job-7 full_decommission failed_retryable\n");
+    }
+}

@@ -1,0 +1,807 @@
+//! `drover job`: the coordinator's jobs (decommissions and maintenance, one per host), read
+//! and acted on.
+//!
+//! - `drover job get [JOB_ID] [--host HOST_ID] [--state STATE] [--kind KIND]` (viewer):
+//!   `GET /v1/jobs/{id}` or `GET /v1/jobs?host=…&state=…&kind=…`, printed as a table
+//!   (`JOB KIND HOST STATE STAGE ATTEMPT MESSAGE`).
+//! - `drover job describe JOB_ID` (viewer): the job with its stages (the current one marked),
+//!   attempt, task, failure class, message, history and events, one field a line.
+//! - `drover job retry|resume|rerun|restart-clean|cancel|adopt|mark-manual JOB_ID --reason
+//!   TEXT` (admin): `POST /v1/jobs/{id}/{retry_stage|resume|rerun|restart_clean|cancel|
+//!   adopt_observed_state|mark_manual_intervention_required}`; prints `JOB_ID STATE
+//!   (PROGRESS_CHANGE; task TASK)`.
+//!
+//! Every verb takes `-o json` to print the coordinator's JSON instead, unchanged. The
+//! coordinator decides legality: an action the job's state does not allow is a 409 naming the
+//! allowed states (exit 65); a viewer certificate gets 403 (exit 77).
+//!
+//! The JSON shapes here ([`JobJson`], …) and the rendering helpers are shared with
+//! `drover decommission` and `drover maintenance`. They are lenient: only what is rendered is
+//! decoded, everything else is kept as the coordinator sent it for `-o json`.
+
+use std::io::Write;
+
+use clap::{Args, Subcommand, ValueEnum};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::client::{self, ConnectArgs};
+use crate::exit::{CliError, codes};
+use crate::host::check_reason;
+
+/// How many characters of a message a table shows.
+const TABLE_MESSAGE_CHARS: usize = 60;
+/// How many characters of any one coordinator string a human view shows.
+const TEXT_CHARS: usize = 300;
+
+/// How a verb prints its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum Output {
+    /// Lines and tables for people (one-line answers stay easy to script).
+    #[default]
+    Text,
+    /// The coordinator's JSON, pretty-printed, unchanged.
+    Json,
+}
+
+/// The `-o/--output` option every coordinator-reading verb takes.
+#[derive(Args, Debug, Clone, Copy, Default)]
+pub struct OutputArgs {
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}
+
+/// A job's kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum JobKind {
+    /// `drover decommission --mode soft-reset`.
+    #[value(name = "soft_reset", alias = "soft-reset")]
+    SoftReset,
+    /// `drover decommission --mode storage-cleanup`.
+    #[value(name = "storage_cleanup", alias = "storage-cleanup")]
+    StorageCleanup,
+    /// `drover decommission --mode full`.
+    #[value(name = "full_decommission", alias = "full-decommission")]
+    FullDecommission,
+    /// One host's share of a `drover maintenance request`.
+    #[value(name = "maintenance")]
+    Maintenance,
+}
+
+impl JobKind {
+    fn wire(self) -> &'static str {
+        match self {
+            JobKind::SoftReset => "soft_reset",
+            JobKind::StorageCleanup => "storage_cleanup",
+            JobKind::FullDecommission => "full_decommission",
+            JobKind::Maintenance => "maintenance",
+        }
+    }
+}
+
+/// A job's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum JobState {
+    /// Not started yet.
+    #[value(name = "pending")]
+    Pending,
+    /// A stage is in progress.
+    #[value(name = "running")]
+    Running,
+    /// Every stage is done.
+    #[value(name = "completed")]
+    Completed,
+    /// A stage failed; it may be retried.
+    #[value(name = "failed_retryable", alias = "failed-retryable")]
+    FailedRetryable,
+    /// A stage failed in a way that needs a person.
+    #[value(name = "failed_manual_intervention", alias = "failed-manual-intervention")]
+    FailedManualIntervention,
+    /// Cancelled by an operator.
+    #[value(name = "cancelled")]
+    Cancelled,
+    /// Compensating (undoing) what the job did.
+    #[value(name = "compensating")]
+    Compensating,
+    /// Closed by reconciliation with the host's observed state.
+    #[value(name = "reconciled")]
+    Reconciled,
+}
+
+impl JobState {
+    fn wire(self) -> &'static str {
+        match self {
+            JobState::Pending => "pending",
+            JobState::Running => "running",
+            JobState::Completed => "completed",
+            JobState::FailedRetryable => "failed_retryable",
+            JobState::FailedManualIntervention => "failed_manual_intervention",
+            JobState::Cancelled => "cancelled",
+            JobState::Compensating => "compensating",
+            JobState::Reconciled => "reconciled",
+        }
+    }
+}
+
+/// Arguments of `drover job`.
+#[derive(Args)]
+pub struct JobArgs {
+    #[command(subcommand)]
+    command: JobCommand,
+}
+
+#[derive(Subcommand)]
+enum JobCommand {
+    /// List jobs (filtered by host, state, kind) or show one, as a table (viewer).
+    Get(GetArgs),
+    /// Show one job in full: stages, attempt, task, failure, history and events (viewer).
+    Describe(DescribeArgs),
+    /// Rerun the current stage with a fresh retry budget (retry_stage).
+    Retry(ActionArgs),
+    /// Continue from the current stage, reusing what is still valid (resume).
+    Resume(ActionArgs),
+    /// Re-enter the workflow from the top; stages already achieved advance at once (rerun).
+    Rerun(ActionArgs),
+    /// Compensate, then start again from pending (restart_clean).
+    RestartClean(ActionArgs),
+    /// Stop the job, compensating where possible (cancel).
+    Cancel(ActionArgs),
+    /// Accept the externally advanced state: the current stage counts as done
+    /// (adopt_observed_state).
+    Adopt(ActionArgs),
+    /// Freeze the job until a person resolves it (mark_manual_intervention_required).
+    MarkManual(ActionArgs),
+}
+
+/// An operator action on a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// `retry_stage`.
+    RetryStage,
+    /// `resume`.
+    Resume,
+    /// `rerun`.
+    Rerun,
+    /// `restart_clean`.
+    RestartClean,
+    /// `cancel`.
+    Cancel,
+    /// `adopt_observed_state`.
+    AdoptObservedState,
+    /// `mark_manual_intervention_required`.
+    MarkManualInterventionRequired,
+}
+
+impl Action {
+    fn path_segment(self) -> &'static str {
+        match self {
+            Action::RetryStage => "retry_stage",
+            Action::Resume => "resume",
+            Action::Rerun => "rerun",
+            Action::RestartClean => "restart_clean",
+            Action::Cancel => "cancel",
+            Action::AdoptObservedState => "adopt_observed_state",
+            Action::MarkManualInterventionRequired => "mark_manual_intervention_required",
+        }
+    }
+}
+
+/// Arguments of `drover job get`.
+#[derive(Args)]
+struct GetArgs {
+    /// One job; all jobs (matching the filters) when absent.
+    job_id: Option<String>,
+    /// Only this host's jobs.
+    #[arg(long, value_name = "HOST_ID", conflicts_with = "job_id")]
+    host: Option<String>,
+    /// Only jobs in this state.
+    #[arg(long, value_enum, conflicts_with = "job_id")]
+    state: Option<JobState>,
+    /// Only jobs of this kind.
+    #[arg(long, value_enum, conflicts_with = "job_id")]
+    kind: Option<JobKind>,
+    #[command(flatten)]
+    output: OutputArgs,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+/// Arguments of `drover job describe`.
+#[derive(Args)]
+struct DescribeArgs {
+    /// The job.
+    job_id: String,
+    #[command(flatten)]
+    output: OutputArgs,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+/// Arguments of the job actions.
+#[derive(Args)]
+struct ActionArgs {
+    /// The job.
+    job_id: String,
+    /// Why (required; recorded in the job's events and the audit log).
+    #[arg(long, value_name = "TEXT")]
+    reason: String,
+    #[command(flatten)]
+    output: OutputArgs,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+/// The body of every admin POST on jobs.
+#[derive(Serialize, Debug, PartialEq, Eq)]
+pub struct ReasonBody<'a> {
+    /// Why.
+    pub reason: &'a str,
+}
+
+/// One line of a job's history.
+#[derive(Deserialize, Debug, Clone, Default)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HistoryJson {
+    /// The stage.
+    pub stage: String,
+    /// The attempt.
+    pub attempt: u64,
+    /// What happened (started, succeeded, failed, …).
+    pub status: String,
+    /// The coordinator's note.
+    pub message: String,
+    /// When (RFC 3339).
+    pub at: String,
+}
+
+/// One of a job's events.
+#[derive(Deserialize, Debug, Clone, Default)]
+#[serde(rename_all = "camelCase", default)]
+pub struct EventJson {
+    /// When (RFC 3339).
+    pub at: String,
+    /// What kind of event.
+    pub kind: String,
+    /// The coordinator's note.
+    pub message: String,
+}
+
+/// A job as the coordinator describes it (the fields `drover` renders).
+#[derive(Deserialize, Debug, Clone)]
+#[serde(rename_all = "camelCase")]
+pub struct JobJson {
+    /// The job's id.
+    pub job_id: String,
+    /// soft_reset, storage_cleanup, full_decommission or maintenance.
+    pub kind: String,
+    /// The host's id.
+    #[serde(default)]
+    pub host_id: String,
+    /// The host's name.
+    #[serde(default)]
+    pub hostname: String,
+    /// The job's state.
+    pub state: String,
+    /// The maintenance request it belongs to.
+    #[serde(default)]
+    pub request_id: Option<String>,
+    /// Every stage, in order.
+    #[serde(default)]
+    pub stages: Vec<String>,
+    /// The current stage.
+    #[serde(default)]
+    pub stage: Option<String>,
+    /// The current stage's index in `stages`.
+    #[serde(default)]
+    pub stage_index: Option<usize>,
+    /// The current stage's attempt.
+    #[serde(default)]
+    pub attempt: u64,
+    /// The task carrying the current stage.
+    #[serde(default)]
+    pub task_id: Option<String>,
+    /// How the last failure was classified.
+    #[serde(default)]
+    pub failure_class: Option<String>,
+    /// The coordinator's note on where the job stands.
+    #[serde(default)]
+    pub message: String,
+    /// What each stage attempt did.
+    #[serde(default)]
+    pub history: Vec<HistoryJson>,
+    /// The job's events (only on `GET /v1/jobs/{id}`).
+    #[serde(default)]
+    pub events: Vec<EventJson>,
+    /// Created at (RFC 3339).
+    #[serde(default)]
+    pub created_at: String,
+    /// Last changed at (RFC 3339).
+    #[serde(default)]
+    pub updated_at: String,
+}
+
+#[derive(Deserialize)]
+struct JobList {
+    jobs: Vec<JobJson>,
+}
+
+/// What an action did.
+#[derive(Deserialize, Debug, Clone, Default)]
+#[serde(rename_all = "camelCase", default)]
+pub struct OutcomeJson {
+    /// The action.
+    pub action: String,
+    /// The job's state before.
+    pub prior_state: String,
+    /// The job's state after.
+    pub new_state: String,
+    /// How the job's progress changed.
+    pub progress_change: String,
+    /// `reused ID`, `requeued ID`, `issued ID` or `none`.
+    pub task: String,
+}
+
+/// The answer to an action.
+#[derive(Deserialize, Debug, Clone)]
+pub struct ActionResponse {
+    /// The job after the action.
+    pub job: JobJson,
+    /// What the action did.
+    pub outcome: OutcomeJson,
+}
+
+/// Checks a job id before it goes into a URL path (64 otherwise).
+pub fn check_job_id(id: &str) -> Result<&str, CliError> {
+    let ok = !id.is_empty() && id.len() <= 128 && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
+    if ok { Ok(id) } else { Err(CliError::usage(format!("JOB_ID {:?} is not a job id", clean(id, 80)))) }
+}
+
+/// Parses a host id (64 otherwise), `what` naming the argument.
+pub fn parse_host_id(what: &str, id: &str) -> Result<Uuid, CliError> {
+    Uuid::parse_str(id).map_err(|_| CliError::usage(format!("{what} {:?} is not a UUID", clean(id, 80))))
+}
+
+/// The path of `drover job get`: one job, or the list with its filters.
+fn get_path(args: &GetArgs) -> Result<String, CliError> {
+    if let Some(id) = &args.job_id {
+        return Ok(format!("/v1/jobs/{}", check_job_id(id)?));
+    }
+    let host = args.host.as_deref().map(|h| parse_host_id("--host", h)).transpose()?;
+    Ok(list_path(host, args.state, args.kind))
+}
+
+/// `GET /v1/jobs` with its filters (every value is URL-safe as validated).
+pub fn list_path(host: Option<Uuid>, state: Option<JobState>, kind: Option<JobKind>) -> String {
+    let mut query = Vec::new();
+    if let Some(h) = host {
+        query.push(format!("host={h}"));
+    }
+    if let Some(s) = state {
+        query.push(format!("state={}", s.wire()));
+    }
+    if let Some(k) = kind {
+        query.push(format!("kind={}", k.wire()));
+    }
+    if query.is_empty() { "/v1/jobs".to_owned() } else { format!("/v1/jobs?{}", query.join("&")) }
+}
+
+/// The path of an action.
+pub fn action_path(job_id: &str, action: Action) -> Result<String, CliError> {
+    Ok(format!("/v1/jobs/{}/{}", check_job_id(job_id)?, action.path_segment()))
+}
+
+/// `s` with control characters replaced by spaces and at most `max` characters (then `…`):
+/// a coordinator's text must not drive the terminal.
+pub fn clean(s: &str, max: usize) -> String {
+    let mut out: String = s.chars().take(max).map(|c| if c.is_control() { ' ' } else { c }).collect();
+    if s.chars().count() > max {
+        out.push('…');
+    }
+    out
+}
+
+fn or_dash(s: Option<&str>) -> &str {
+    match s {
+        Some(s) if !s.is_empty() => s,
+        _ => "-",
+    }
+}
+
+/// Rows as columns, two spaces apart, the last column unpadded.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let header: Vec<String> = header.iter().map(|h| (*h).to_owned()).collect();
+    for row in std::iter::once(&header).chain(rows) {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                let pad = widths[i].saturating_sub(cell.chars().count());
+                line.push_str(cell);
+                line.push_str(&" ".repeat(pad + 2));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// The host column: the hostname, else the id.
+fn host_of(job: &JobJson) -> String {
+    clean(if job.hostname.is_empty() { &job.host_id } else { &job.hostname }, 64)
+}
+
+/// The jobs table of `drover job get`.
+pub fn render_job_table(jobs: &[JobJson]) -> String {
+    let rows: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|j| {
+            vec![
+                clean(&j.job_id, 64),
+                clean(&j.kind, 32),
+                host_of(j),
+                clean(&j.state, 32),
+                clean(or_dash(j.stage.as_deref()), 32),
+                j.attempt.to_string(),
+                clean(or_dash(Some(&j.message)), TABLE_MESSAGE_CHARS),
+            ]
+        })
+        .collect();
+    table(&["JOB", "KIND", "HOST", "STATE", "STAGE", "ATTEMPT", "MESSAGE"], &rows)
+}
+
+/// The index of the current stage: `stageIndex` when it is in range, else where `stage` is.
+fn current_stage(job: &JobJson) -> Option<usize> {
+    job.stage_index.filter(|i| *i < job.stages.len()).or_else(|| job.stage.as_ref().and_then(|s| job.stages.iter().position(|x| x == s)))
+}
+
+/// The human view of `drover job describe`.
+pub fn render_describe(job: &JobJson) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let t = |s: &str| clean(s, TEXT_CHARS);
+    let mut field = |name: &str, value: String| {
+        let _ = writeln!(out, "{:<15}{value}", format!("{name}:"));
+    };
+    field("Job", t(&job.job_id));
+    field("Kind", t(&job.kind));
+    let host = match (job.hostname.is_empty(), job.host_id.is_empty()) {
+        (false, false) => format!("{} ({})", t(&job.hostname), t(&job.host_id)),
+        (false, true) => t(&job.hostname),
+        _ => t(or_dash(Some(&job.host_id))),
+    };
+    field("Host", host);
+    field("State", t(&job.state));
+    if let Some(r) = &job.request_id {
+        field("Request", t(r));
+    }
+    field("Attempt", job.attempt.to_string());
+    field("Task", t(or_dash(job.task_id.as_deref())));
+    field("Failure class", t(or_dash(job.failure_class.as_deref())));
+    field("Message", t(or_dash(Some(&job.message))));
+    field("Created", t(or_dash(Some(&job.created_at))));
+    field("Updated", t(or_dash(Some(&job.updated_at))));
+    out.push_str("Stages:\n");
+    if job.stages.is_empty() {
+        out.push_str("  (none)\n");
+    }
+    let current = current_stage(job);
+    for (i, stage) in job.stages.iter().enumerate() {
+        let marker = if Some(i) == current { "->" } else { "  " };
+        let _ = writeln!(out, "  {marker} {}. {}", i + 1, t(stage));
+    }
+    out.push_str("History:\n");
+    if job.history.is_empty() {
+        out.push_str("  (none)\n");
+    } else {
+        let rows: Vec<Vec<String>> = job
+            .history
+            .iter()
+            .map(|h| vec![t(or_dash(Some(&h.at))), t(&h.stage), h.attempt.to_string(), t(&h.status), t(or_dash(Some(&h.message)))])
+            .collect();
+        for line in table(&["AT", "STAGE", "ATTEMPT", "STATUS", "MESSAGE"], &rows).lines() {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
+    out.push_str("Events:\n");
+    if job.events.is_empty() {
+        out.push_str("  (none)\n");
+    } else {
+        let rows: Vec<Vec<String>> =
+            job.events.iter().map(|e| vec![t(or_dash(Some(&e.at))), t(&e.kind), t(or_dash(Some(&e.message)))]).collect();
+        for line in table(&["AT", "KIND", "MESSAGE"], &rows).lines() {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
+    out
+}
+
+/// The one line an action prints: `JOB_ID STATE (PROGRESS_CHANGE; task TASK)`.
+pub fn render_action(resp: &ActionResponse) -> String {
+    let progress = if resp.outcome.progress_change.is_empty() { "no change" } else { &resp.outcome.progress_change };
+    let task = if resp.outcome.task.is_empty() { "none" } else { &resp.outcome.task };
+    format!("{} {} ({}; task {})\n", clean(&resp.job.job_id, 64), clean(&resp.job.state, 32), clean(progress, 80), clean(task, 80))
+}
+
+/// Decodes a coordinator answer already read as JSON (76 when it is not the API's).
+pub fn decode<T: DeserializeOwned>(path: &str, value: &Value) -> Result<T, CliError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let at = e.path().to_string();
+        CliError::new(codes::PROTOCOL, format!("{path}: unexpected answer: {} (at {at})", clean(&e.inner().to_string(), 200)))
+    })
+}
+
+/// The coordinator's JSON, pretty-printed, with a final newline.
+pub fn pretty(value: &Value) -> Result<String, CliError> {
+    serde_json::to_string_pretty(value).map(|s| s + "\n").map_err(|e| CliError::new(codes::SOFTWARE, format!("internal error: {e}")))
+}
+
+/// Writes `text` to stdout.
+pub fn print(text: &str) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes()).and_then(|()| out.flush()).map_err(|e| CliError::new(codes::IO, format!("cannot write stdout: {e}")))
+}
+
+/// `GET path` as JSON.
+pub fn get(connect: &ConnectArgs, path: &str) -> Result<Value, CliError> {
+    let target = connect.resolve()?;
+    let client = client::connect(&target)?;
+    client::block_on(client.get_json(path))
+}
+
+/// `POST path` with `body`, the answer as JSON.
+pub fn post<B: Serialize>(connect: &ConnectArgs, path: &str, body: &B) -> Result<Value, CliError> {
+    let target = connect.resolve()?;
+    let client = client::connect(&target)?;
+    client::block_on(client.post_json(path, body))
+}
+
+/// Runs `drover job`.
+pub fn run(args: &JobArgs) -> Result<(), CliError> {
+    let (action, a) = match &args.command {
+        JobCommand::Get(a) => return run_get(a),
+        JobCommand::Describe(a) => return run_describe(a),
+        JobCommand::Retry(a) => (Action::RetryStage, a),
+        JobCommand::Resume(a) => (Action::Resume, a),
+        JobCommand::Rerun(a) => (Action::Rerun, a),
+        JobCommand::RestartClean(a) => (Action::RestartClean, a),
+        JobCommand::Cancel(a) => (Action::Cancel, a),
+        JobCommand::Adopt(a) => (Action::AdoptObservedState, a),
+        JobCommand::MarkManual(a) => (Action::MarkManualInterventionRequired, a),
+    };
+    let path = action_path(&a.job_id, action)?;
+    let reason = check_reason(&a.reason)?;
+    let value = post(&a.connect, &path, &ReasonBody { reason })?;
+    let resp: ActionResponse = decode(&path, &value)?;
+    print(&match a.output.output {
+        Output::Json => pretty(&value)?,
+        Output::Text => render_action(&resp),
+    })
+}
+
+fn run_get(args: &GetArgs) -> Result<(), CliError> {
+    let path = get_path(args)?;
+    let value = get(&args.connect, &path)?;
+    let jobs = if args.job_id.is_some() { vec![decode::<JobJson>(&path, &value)?] } else { decode::<JobList>(&path, &value)?.jobs };
+    print(&match args.output.output {
+        Output::Json => pretty(&value)?,
+        Output::Text if jobs.is_empty() => String::new(),
+        Output::Text => render_job_table(&jobs),
+    })?;
+    if jobs.is_empty() && args.output.output == Output::Text {
+        eprintln!("no jobs");
+    }
+    Ok(())
+}
+
+fn run_describe(args: &DescribeArgs) -> Result<(), CliError> {
+    let path = format!("/v1/jobs/{}", check_job_id(&args.job_id)?);
+    let value = get(&args.connect, &path)?;
+    let job: JobJson = decode(&path, &value)?;
+    print(&match args.output.output {
+        Output::Json => pretty(&value)?,
+        Output::Text => render_describe(&job),
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    /// A job as `GET /v1/jobs/{id}` answers it.
+    pub(crate) fn sample_job() -> Value {
+        serde_json::json!({
+            "jobId": "job-7",
+            "kind": "full_decommission",
+            "hostId": "7f0c6a56-1d51-4bb4-9a5e-3c8f1d2f9a10",
+            "hostname": "gpu-a-01",
+            "state": "failed_retryable",
+            "input": {"mode": "full", "storage": "all"},
+            "stages": ["cordon", "drain", "wipe", "release"],
+            "stage": "drain",
+            "stageIndex": 1,
+            "attempt": 2,
+            "taskId": "task-9",
+            "failureClass": "transient",
+            "message": format!("drain timed out \x1b[2J after 600s {}", "x".repeat(100)),
+            "history": [
+                {"stage": "cordon", "attempt": 1, "status": "succeeded", "message": "ok", "at": "2030-01-01T00:00:00Z"},
+                {"stage": "drain", "attempt": 1, "status": "failed", "message": "timeout", "at": "2030-01-01T00:10:00Z"}
+            ],
+            "events": [{"id": 3, "at": "2030-01-01T00:10:01Z", "kind": "stage_failed", "message": "drain failed", "data": {}}],
+            "createdAt": "2030-01-01T00:00:00Z",
+            "updatedAt": "2030-01-01T00:10:01Z",
+            "somethingNew": true
+        })
+    }
+
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(subcommand)]
+        command: JobCommand,
+    }
+
+    fn parse(args: &[&str]) -> Result<JobCommand, clap::Error> {
+        Wrap::try_parse_from(std::iter::once("job").chain(args.iter().copied())).map(|w| w.command)
+    }
+
+    #[test]
+    fn get_paths_carry_the_filters() {
+        let JobCommand::Get(a) = parse(&["get", "job-7"]).expect("parse") else { panic!("get") };
+        assert_eq!(get_path(&a).expect("path"), "/v1/jobs/job-7");
+        let JobCommand::Get(a) = parse(&["get"]).expect("parse") else { panic!("get") };
+        assert_eq!(get_path(&a).expect("path"), "/v1/jobs");
+        let args = ["get", "--host", "7f0c6a56-1d51-4bb4-9a5e-3c8f1d2f9a10", "--state", "failed-retryable", "--kind", "soft_reset"];
+        let JobCommand::Get(a) = parse(&args).expect("parse") else { panic!("get") };
+        assert_eq!(
+            get_path(&a).expect("path"),
+            "/v1/jobs?host=7f0c6a56-1d51-4bb4-9a5e-3c8f1d2f9a10&state=failed_retryable&kind=soft_reset"
+        );
+        let JobCommand::Get(a) = parse(&["get", "--kind", "maintenance"]).expect("parse") else { panic!("get") };
+        assert_eq!(get_path(&a).expect("path"), "/v1/jobs?kind=maintenance");
+        let JobCommand::Get(a) = parse(&["get", "--host", "gpu-a-01"]).expect("parse") else { panic!("get") };
+        assert_eq!(get_path(&a).expect_err("not a uuid").code(), codes::USAGE);
+        assert!(parse(&["get", "job-7", "--state", "running"]).is_err(), "a job id and filters conflict");
+        assert!(parse(&["get", "--state", "sleeping"]).is_err());
+    }
+
+    #[test]
+    fn job_ids_are_checked_before_they_go_into_a_path() {
+        assert_eq!(check_job_id("job-7").expect("ok"), "job-7");
+        assert_eq!(check_job_id("0d9e1c7a-2b3c-4d5e-8f90-123456789abc").expect("ok"), "0d9e1c7a-2b3c-4d5e-8f90-123456789abc");
+        for bad in ["", "../hosts", "a/b", "a?b=1", "a b", "a%2f"] {
+            assert_eq!(check_job_id(bad).expect_err(bad).code(), codes::USAGE, "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_action_has_its_route() {
+        let cases = [
+            ("retry", "retry_stage"),
+            ("resume", "resume"),
+            ("rerun", "rerun"),
+            ("restart-clean", "restart_clean"),
+            ("cancel", "cancel"),
+            ("adopt", "adopt_observed_state"),
+            ("mark-manual", "mark_manual_intervention_required"),
+        ];
+        for (verb, segment) in cases {
+            let cmd = parse(&[verb, "job-7", "--reason", "disk swap"]).expect(verb);
+            let action = match cmd {
+                JobCommand::Retry(_) => Action::RetryStage,
+                JobCommand::Resume(_) => Action::Resume,
+                JobCommand::Rerun(_) => Action::Rerun,
+                JobCommand::RestartClean(_) => Action::RestartClean,
+                JobCommand::Cancel(_) => Action::Cancel,
+                JobCommand::Adopt(_) => Action::AdoptObservedState,
+                JobCommand::MarkManual(_) => Action::MarkManualInterventionRequired,
+                JobCommand::Get(_) | JobCommand::Describe(_) => panic!("{verb}"),
+            };
+            assert_eq!(action_path("job-7", action).expect("path"), format!("/v1/jobs/job-7/{segment}"));
+            assert!(parse(&[verb, "job-7"]).is_err(), "{verb} needs --reason");
+        }
+        assert_eq!(action_path("a/b", Action::Cancel).expect_err("bad id").code(), codes::USAGE);
+        let body = serde_json::to_value(ReasonBody { reason: "disk swap" }).expect("json");
+        assert_eq!(body, serde_json::json!({"reason": "disk swap"}));
+    }
+
+    #[test]
+    fn a_blank_reason_is_refused_before_connecting() {
+        let cmd = parse(&["cancel", "job-7", "--reason", "  "]).expect("parse");
+        // No credentials are given: a refusal for anything but the reason would be about them.
+        let e = run(&JobArgs { command: cmd }).expect_err("blank reason");
+        assert_eq!(e.code(), codes::USAGE);
+        assert!(e.to_string().contains("--reason"), "{e}");
+        let e = run(&JobArgs { command: parse(&["cancel", "../x", "--reason", "r"]).expect("parse") }).expect_err("bad id");
+        assert!(e.to_string().contains("JOB_ID"), "{e}");
+    }
+
+    #[test]
+    fn the_table_has_one_row_per_job_and_truncates_messages() {
+        let job: JobJson = decode("/v1/jobs/job-7", &sample_job()).expect("decode");
+        let mut pending = job.clone();
+        pending.job_id = "job-8".to_owned();
+        pending.state = "pending".to_owned();
+        pending.stage = None;
+        pending.message = String::new();
+        pending.hostname = String::new();
+        let out = render_job_table(&[job, pending]);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "{out}");
+        assert!(lines[0].starts_with("JOB    KIND               HOST "), "{out}");
+        assert!(lines[0].ends_with("STAGE  ATTEMPT  MESSAGE"), "{out}");
+        assert!(lines[1].starts_with("job-7  full_decommission  gpu-a-01 "), "{out}");
+        assert!(lines[1].contains("failed_retryable  drain  2        drain timed out "), "{out}");
+        assert!(lines[1].ends_with("x…") && !lines[1].contains('\x1b'), "{out}");
+        let message = lines[1].split_once("  2        ").map(|(_, m)| m).unwrap_or_default();
+        assert_eq!(message.chars().count(), TABLE_MESSAGE_CHARS + 1, "{out}");
+        assert!(lines[2].starts_with("job-8  full_decommission  7f0c6a56-1d51-4bb4-9a5e-3c8f1d2f9a10  pending "), "{out}");
+        assert!(lines[2].ends_with("  pending           -      2        -"), "{out}");
+    }
+
+    #[test]
+    fn describe_marks_the_current_stage_and_lists_history_and_events() {
+        let job: JobJson = decode("/v1/jobs/job-7", &sample_job()).expect("decode");
+        let out = render_describe(&job);
+        for needle in [
+            "Job:           job-7\n",
+            "Kind:          full_decommission\n",
+            "Host:          gpu-a-01 (7f0c6a56-1d51-4bb4-9a5e-3c8f1d2f9a10)\n",
+            "State:         failed_retryable\n",
+            "Attempt:       2\n",
+            "Task:          task-9\n",
+            "Failure class: transient\n",
+            "Stages:\n     1. cordon\n  -> 2. drain\n     3. wipe\n     4. release\n",
+            "History:\n  AT                    STAGE   ATTEMPT  STATUS     MESSAGE\n",
+            "  2030-01-01T00:10:00Z  drain   1        failed     timeout\n",
+            "Events:\n  AT                    KIND          MESSAGE\n  2030-01-01T00:10:01Z  stage_failed  drain failed\n",
+        ] {
+            assert!(out.contains(needle), "{needle:?} in\n{out}");
+        }
+        assert!(!out.contains('\x1b'), "{out}");
+        assert!(!out.contains("Request:"), "{out}");
+        // Without a stage index, the current stage is found by name.
+        let mut v = sample_job();
+        v.as_object_mut().expect("object").remove("stageIndex");
+        v["stage"] = "wipe".into();
+        let out = render_describe(&decode("/v1/jobs/job-7", &v).expect("decode"));
+        assert!(out.contains("  -> 3. wipe\n") && out.contains("     2. drain\n"), "{out}");
+    }
+
+    #[test]
+    fn a_minimal_job_decodes_and_renders() {
+        let v = serde_json::json!({"jobId": "j", "kind": "soft_reset", "state": "pending"});
+        let job: JobJson = decode("/v1/jobs/j", &v).expect("lenient");
+        let out = render_describe(&job);
+        assert!(out.contains("Task:          -\n") && out.contains("Stages:\n  (none)\n") && out.contains("Events:\n  (none)\n"), "{out}");
+        let e = decode::<JobJson>("/v1/jobs/j", &serde_json::json!({"kind": "x"})).expect_err("no id");
+        assert_eq!(e.code(), codes::PROTOCOL);
+    }
+
+    #[test]
+    fn an_action_prints_the_state_progress_and_task() {
+        let v = serde_json::json!({
+            "job": sample_job(),
+            "outcome": {"action": "retry_stage", "priorState": "failed_retryable", "newState": "running",
+                        "expectedState": "failed_retryable", "progressChange": "stage drain retried", "task": "requeued task-9"}
+        });
+        let mut resp: ActionResponse = decode("/v1/jobs/job-7/retry_stage", &v).expect("decode");
+        resp.job.state = "running".to_owned();
+        assert_eq!(render_action(&resp), "job-7 running (stage drain retried; task requeued task-9)\n");
+        let json = pretty(&v).expect("pretty");
+        assert!(json.contains("\"expectedState\"") && json.contains("\"somethingNew\""), "unknown fields pass through: {json}");
+    }
+}

@@ -1,0 +1,237 @@
+//! `drover decommission`, `drover maintenance` and `drover job` as processes: bad input exits
+//! 64 before any network traffic, and against a fake coordinator over real mutual TLS 1.3 each
+//! verb sends its route and body, prints its line or table (or the coordinator's JSON with
+//! `-o json`), and a 409 exits 65 with the coordinator's message.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use common::{Run, Scratch, drover_env};
+use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const HOST: &str = "7f0c6a56-1d51-4bb4-9a5e-3c8f1d2f9a10";
+
+/// A CA and certificates of it for either end.
+struct Pki {
+    ca: rcgen::Certificate,
+    ca_key: KeyPair,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let ca_key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.distinguished_name.push(DnType::CommonName, "test drover CA");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+        Pki { ca: params.self_signed(&ca_key).expect("ca"), ca_key }
+    }
+
+    fn issue(&self, names: &[&str], eku: ExtendedKeyUsagePurpose) -> (rcgen::Certificate, KeyPair) {
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).expect("params");
+        params.extended_key_usages = vec![eku];
+        (params.signed_by(&key, &self.ca, &self.ca_key).expect("issue"), key)
+    }
+
+    fn write_operator(&self, sc: &Scratch) {
+        let (cert, key) = self.issue(&["admin.operator"], ExtendedKeyUsagePurpose::ClientAuth);
+        sc.write("ca.crt", self.ca.pem());
+        sc.write("op.crt", cert.pem());
+        sc.write("op.key", key.serialize_pem());
+    }
+}
+
+fn job(id: &str, state: &str) -> Value {
+    json!({
+        "jobId": id, "kind": "full_decommission", "hostId": HOST, "hostname": "gpu-a-01", "state": state,
+        "input": {"mode": "full"}, "stages": ["cordon", "drain", "wipe"], "stage": "drain", "stageIndex": 1,
+        "attempt": 1, "message": "draining", "history": [], "createdAt": "2030-01-01T00:00:00Z", "updatedAt": "2030-01-01T00:00:00Z"
+    })
+}
+
+/// A fake coordinator: mutual TLS 1.3, the job and maintenance routes, recording every
+/// request line and body.
+struct Fake {
+    seen: Mutex<Vec<(String, Value)>>,
+}
+
+impl Fake {
+    async fn start(self: &Arc<Self>, pki: &Pki) -> SocketAddr {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let (cert, key) = pki.issue(&["127.0.0.1"], ExtendedKeyUsagePurpose::ServerAuth);
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(pki.ca.der().clone()).expect("root");
+        let verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build().expect("verifier");
+        let tls = rustls::ServerConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .expect("tls13")
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(vec![cert.der().clone()], rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()))
+            .expect("config");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, me) = (acceptor.clone(), Arc::clone(&me));
+                tokio::spawn(async move {
+                    if let Ok(mut tls) = acceptor.accept(tcp).await {
+                        me.handle(&mut tls).await;
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    fn answer(&self, line: &str, body: &Value) -> (u16, Value) {
+        let conflict = |m: &str| (409, json!({"error": {"code": "conflict", "message": m}}));
+        match line {
+            l if l == format!("POST /v1/hosts/{HOST}/decommission") => (201, job("job-1", "pending")),
+            "POST /v1/maintenance" if body.get("group") == Some(&json!("busy")) => conflict("host gpu-a-01 is held by job job-1"),
+            "POST /v1/maintenance" => (
+                201,
+                json!({"requestId": "mr-1", "initiator": "admin.operator", "reason": "scrub", "group": "rack-a1",
+                       "activities": [], "state": "running", "createdAt": "2030-01-01T00:00:00Z", "jobs": [job("job-2", "pending")]}),
+            ),
+            "GET /v1/maintenance" => (200, json!({"requests": []})),
+            "GET /v1/jobs?state=running" => (200, json!({"jobs": [job("job-1", "running")]})),
+            "GET /v1/jobs/job-1" => {
+                let mut j = job("job-1", "running");
+                j["events"] = json!([{"id": 1, "at": "2030-01-01T00:00:01Z", "kind": "created", "message": "by admin", "data": {}}]);
+                (200, j)
+            }
+            "POST /v1/jobs/job-1/retry_stage" => conflict("retry_stage needs failed_retryable; job-1 is running"),
+            "POST /v1/jobs/job-1/cancel" => (
+                200,
+                json!({"job": job("job-1", "compensating"), "outcome": {"action": "cancel", "priorState": "running",
+                       "newState": "compensating", "expectedState": "running", "progressChange": "cancelled at drain", "task": "issued t-3"}}),
+            ),
+            _ => (404, json!({"error": {"code": "not_found", "message": "no such route"}})),
+        }
+    }
+
+    async fn handle<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(&self, io: &mut S) {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let head_end = loop {
+            match io.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+        let lower = head.to_ascii_lowercase();
+        let len: usize = lower.lines().find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0))).unwrap_or(0);
+        while buf.len() < head_end + len {
+            match io.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let first = head.lines().next().unwrap_or_default();
+        let line = first.rsplit_once(' ').map(|(l, _)| l).unwrap_or(first).to_owned();
+        let body: Value = if len == 0 { Value::Null } else { serde_json::from_slice(&buf[head_end..head_end + len]).expect("json body") };
+        let (status, answer) = self.answer(&line, &body);
+        self.seen.lock().expect("lock").push((line, body));
+        let answer = serde_json::to_vec(&answer).expect("json");
+        let head = format!(
+            "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            answer.len()
+        );
+        let _ = io.write_all(head.as_bytes()).await;
+        let _ = io.write_all(&answer).await;
+        let _ = io.shutdown().await;
+    }
+}
+
+/// Runs `drover ARGS` with the operator credentials for `url`, off the runtime's threads.
+async fn drover(dir: &Path, url: &str, args: &[&str]) -> Run {
+    let dir = dir.to_owned();
+    let mut argv: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    argv.extend(["--coordinator", url, "--cert", "op.crt", "--key", "op.key", "--ca", "ca.crt"].map(str::to_owned));
+    tokio::task::spawn_blocking(move || drover_env(&dir, &argv.iter().map(String::as_str).collect::<Vec<_>>(), b"", &[]))
+        .await
+        .expect("join")
+}
+
+#[test]
+fn bad_input_exits_64_before_any_request() {
+    let sc = Scratch::new();
+    let creds = ["--coordinator", "https://127.0.0.1:1", "--cert", "op.crt", "--key", "op.key", "--ca", "ca.crt"];
+    let run = |args: &[&str]| {
+        let mut argv = args.to_vec();
+        argv.extend(creds);
+        drover_env(sc.path(), &argv, b"", &[])
+    };
+    // Credentials are not even read: these are refused first (the files do not exist).
+    run(&["maintenance", "request", "--activity", "gpu_scrub", "--reason", "r"]).fails_with(64).stderr_has(&["--group", "--host"]);
+    run(&["maintenance", "request", "--group", "g", "--reason", " "]).fails_with(64).stderr_has(&["--reason"]);
+    run(&["decommission", HOST, "--mode", "storage-cleanup", "--reason", "r"]).fails_with(64).stderr_has(&["--storage"]);
+    run(&["decommission", "gpu-a-01", "--mode", "full", "--reason", "r"]).fails_with(64).stderr_has(&["HOST_ID"]);
+    run(&["job", "cancel", "../x", "--reason", "r"]).fails_with(64).stderr_has(&["JOB_ID"]);
+    assert_eq!(run(&["job", "cancel", "job-1"]).code, 64, "--reason is required");
+    assert_eq!(run(&["job", "get", "--state", "sleeping"]).code, 64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn against_a_fake_coordinator_each_verb_sends_its_route_and_prints_its_answer() {
+    let sc = Scratch::new();
+    let pki = Pki::new();
+    pki.write_operator(&sc);
+    let fake = Arc::new(Fake { seen: Mutex::new(Vec::new()) });
+    let url = format!("https://{}", fake.start(&pki).await);
+    let dir = sc.path();
+
+    let run = drover(dir, &url, &["decommission", HOST, "--mode", "full", "--storage", "all", "--reason", "retire rack"]).await;
+    assert_eq!(run.ok().stdout, "job-1 full_decommission pending\n");
+
+    let run = drover(dir, &url, &["maintenance", "request", "--group", "rack-a1", "--activity", "gpu_scrub", "--reason", "scrub"]).await;
+    assert_eq!(run.ok().stdout, "mr-1 admin.operator running\njob-2 gpu-a-01 pending\n");
+    drover(dir, &url, &["maintenance", "request", "--group", "busy", "--reason", "scrub"])
+        .await
+        .fails_with(65)
+        .stderr_has(&["409", "held by job job-1"]);
+    let run = drover(dir, &url, &["maintenance", "list", "-o", "json"]).await;
+    assert_eq!(serde_json::from_str::<Value>(&run.ok().stdout).expect("json"), json!({"requests": []}));
+
+    let run = drover(dir, &url, &["job", "get", "--state", "running"]).await;
+    run.ok();
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", run.stdout);
+    assert!(lines[0].starts_with("JOB ") && lines[1].starts_with("job-1  full_decommission  gpu-a-01  running  drain "), "{}", run.stdout);
+    let run = drover(dir, &url, &["job", "describe", "job-1"]).await;
+    run.ok().stdout_has("  -> 2. drain\n").stdout_has("created");
+    let run = drover(dir, &url, &["job", "get", "job-1", "-o", "json"]).await;
+    let v: Value = serde_json::from_str(&run.ok().stdout).expect("json");
+    assert_eq!(v["input"], json!({"mode": "full"}), "the coordinator's JSON passes through");
+
+    let run = drover(dir, &url, &["job", "cancel", "job-1", "--reason", "wrong host"]).await;
+    assert_eq!(run.ok().stdout, "job-1 compensating (cancelled at drain; task issued t-3)\n");
+    drover(dir, &url, &["job", "retry", "job-1", "--reason", "again"]).await.fails_with(65).stderr_has(&["409", "needs failed_retryable"]);
+
+    let seen = fake.seen.lock().expect("lock").clone();
+    let expected = vec![
+        (format!("POST /v1/hosts/{HOST}/decommission"), json!({"mode": "full", "storage": "all", "reason": "retire rack"})),
+        ("POST /v1/maintenance".to_owned(), json!({"group": "rack-a1", "activities": ["gpu_scrub"], "reason": "scrub"})),
+        ("POST /v1/maintenance".to_owned(), json!({"group": "busy", "reason": "scrub"})),
+        ("GET /v1/maintenance".to_owned(), Value::Null),
+        ("GET /v1/jobs?state=running".to_owned(), Value::Null),
+        ("GET /v1/jobs/job-1".to_owned(), Value::Null),
+        ("GET /v1/jobs/job-1".to_owned(), Value::Null),
+        ("POST /v1/jobs/job-1/cancel".to_owned(), json!({"reason": "wrong host"})),
+        ("POST /v1/jobs/job-1/retry_stage".to_owned(), json!({"reason": "again"})),
+    ];
+    assert_eq!(seen, expected);
+}

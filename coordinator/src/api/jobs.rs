@@ -1,0 +1,365 @@
+//! Job routes: `POST /v1/hosts/{id}/decommission` (admin) starts a soft reset, a storage
+//! cleanup or a full decommission; `GET /v1/jobs`, `GET /v1/jobs/{id}` (viewer) show them;
+//! `POST /v1/jobs/{id}/{action}` (admin) takes an operator action of `node-state-model.md`
+//! §8 — retry_stage, resume, rerun, restart_clean, cancel, adopt_observed_state,
+//! mark_manual_intervention_required.
+//!
+//! Every accepted action is one store transaction: the job's new state and progress
+//! (compare-and-set on what was read), the task the action re-issues or requeues (never a
+//! duplicate of a live one), a `job.action` event and the audit row (actor, role, reason,
+//! prior state, action, expected state). A refused action writes nothing and answers 409
+//! naming the states it is allowed from.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use drover_proto::states::{HostLifecycle, JobState};
+use drover_proto::task::StorageScope;
+use drover_proto::time::Time;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::api::auth::{Admin, OperatorCaller, Reader};
+use crate::api::error::{ApiError, JsonBody};
+use crate::api::lifecycle::check_reason;
+use crate::api::operator::{EventView, QueryParams, parse_uuid};
+use crate::app::AppState;
+use crate::jobs::exec::event;
+use crate::jobs::{JobKind, JobView, OperatorAction, Progress, StorageChoice, TaskDirective, TaskObs, act, stages};
+use crate::store::{self, EventFilter, Job, JobFilter, JobStep, NewAudit, NewJob};
+
+/// A job as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobJson {
+    /// Its id.
+    pub job_id: String,
+    /// soft_reset | storage_cleanup | full_decommission | maintenance.
+    pub kind: String,
+    /// The host.
+    pub host_id: Option<String>,
+    /// The host's name (when it still has a record).
+    pub hostname: Option<String>,
+    /// The job state.
+    pub state: JobState,
+    /// What it was asked to do.
+    pub input: Value,
+    /// The maintenance request it belongs to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// Its stages, in order.
+    pub stages: Vec<String>,
+    /// The current stage.
+    pub stage: String,
+    /// Its index in `stages`.
+    pub stage_index: usize,
+    /// Attempts of the current stage.
+    pub attempt: u32,
+    /// The current stage's task.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// Why it failed, as a class.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure_class: Option<String>,
+    /// The latest status line.
+    pub message: String,
+    /// Every stage event, oldest first.
+    pub history: Value,
+    /// Created.
+    pub created_at: Time,
+    /// Last change.
+    pub updated_at: Time,
+}
+
+impl JobJson {
+    /// From a stored job and its host's name.
+    pub fn new(job: &Job, hostname: Option<String>) -> JobJson {
+        let parsed = JobView::from_job(job).ok();
+        let kind_stages = parsed.as_ref().map(|v| stages(&v.kind).iter().map(|s| s.as_str().to_owned()).collect()).unwrap_or_default();
+        let p = parsed.as_ref().map(|v| v.progress.clone());
+        JobJson {
+            job_id: job.job.job_id.to_string(),
+            kind: job.job.kind.clone(),
+            host_id: job.job.host_id.map(|h| h.to_string()),
+            hostname,
+            state: job.state,
+            input: job.job.input.clone(),
+            request_id: job.job.request_id.map(|r| r.to_string()),
+            stages: kind_stages,
+            stage: p.as_ref().map(|p| p.stage.as_str().to_owned()).unwrap_or_default(),
+            stage_index: p.as_ref().map_or(0, |p| p.stage_index),
+            attempt: p.as_ref().map_or(0, |p| p.attempt),
+            task_id: p.as_ref().and_then(|p| p.task_id.clone()),
+            failure_class: p.as_ref().and_then(|p| p.failure_class).map(|c| c.as_str().to_owned()),
+            message: p.as_ref().map(|p| p.message.clone()).unwrap_or_default(),
+            history: p.map(|p| serde_json::to_value(&p.history).unwrap_or(Value::Null)).unwrap_or(Value::Array(Vec::new())),
+            created_at: job.job.created_at,
+            updated_at: job.updated_at,
+        }
+    }
+}
+
+/// Jobs with their hosts' names, read in one blocking call.
+pub async fn with_hostnames(app: &Arc<AppState>, jobs: Vec<Job>) -> Result<Vec<JobJson>, ApiError> {
+    Ok(store::blocking(app.store.clone(), move |s| {
+        jobs.iter()
+            .map(|j| {
+                let name = j.job.host_id.map(|h| s.get_host(h)).transpose()?.flatten().map(|h| h.hostname);
+                Ok(JobJson::new(j, name))
+            })
+            .collect::<Result<Vec<_>, store::StoreError>>()
+    })
+    .await?)
+}
+
+/// `POST /v1/hosts/{id}/decommission` body.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DecommissionRequest {
+    /// soft_reset | storage_cleanup | full.
+    pub mode: String,
+    /// none | local | weka | all.
+    #[serde(default)]
+    pub storage: Option<StorageChoice>,
+    /// Full decommission: tell the scheduler to end allocations still attached.
+    #[serde(default)]
+    pub force_release: bool,
+    /// Why (required).
+    pub reason: Option<String>,
+}
+
+/// The job a decommission request asks for, and the host states it may start from.
+pub fn decommission_kind(req: &DecommissionRequest) -> Result<(JobKind, &'static [HostLifecycle]), ApiError> {
+    use HostLifecycle as L;
+    if req.force_release && req.mode != "full" {
+        return Err(ApiError::bad_request("forceRelease only applies to mode full"));
+    }
+    match req.mode.as_str() {
+        "soft_reset" => Ok((JobKind::SoftReset { storage: req.storage.unwrap_or_default() }, &[L::Active, L::Quarantined])),
+        "storage_cleanup" => {
+            let scope = match req.storage {
+                Some(StorageChoice::Local) => StorageScope::Local,
+                Some(StorageChoice::Weka) => StorageScope::Weka,
+                Some(StorageChoice::All) => StorageScope::All,
+                None | Some(StorageChoice::None) => {
+                    return Err(ApiError::bad_request("mode storage_cleanup needs storage: local, weka or all"));
+                }
+            };
+            Ok((JobKind::StorageCleanup { scope }, &[L::Active, L::Quarantined]))
+        }
+        "full" => Ok((
+            JobKind::FullDecommission { storage: req.storage, force_release: req.force_release },
+            &[L::Active, L::Offline, L::Quarantined, L::Draining, L::Retired],
+        )),
+        other => Err(ApiError::bad_request(format!("mode {other:?} is not one of soft_reset, storage_cleanup, full"))),
+    }
+}
+
+/// `POST /v1/hosts/{id}/decommission` (admin): creates the job (201); the executor runs it.
+pub async fn decommission(
+    State(app): State<Arc<AppState>>,
+    Admin(op): Admin,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<DecommissionRequest>,
+) -> Result<(StatusCode, Json<JobJson>), ApiError> {
+    let host_id = parse_uuid("host id", &id)?;
+    let reason = check_reason(req.reason.as_deref())?;
+    let (kind, allowed) = decommission_kind(&req)?;
+    let now = app.clock.now();
+    let job_id = Uuid::new_v4();
+    let new = NewJob {
+        job_id,
+        kind: kind.name().to_owned(),
+        host_id: Some(host_id),
+        input: serde_json::to_value(&kind).map_err(|_| ApiError::internal())?,
+        created_at: now,
+        request_id: None,
+    };
+    let audit = audit(&op, now, &format!("job.{}", kind.name()), &job_id.to_string(), &reason, None, JobState::Pending);
+    let job = store::blocking(app.store.clone(), move |s| s.create_job_checked(&new, allowed, &[audit])).await?;
+    tracing::info!(%job_id, %host_id, kind = kind.name(), operator = %op.name, %reason, "job created");
+    app.executor.poke();
+    let mut out = with_hostnames(&app, vec![job]).await?;
+    Ok((StatusCode::CREATED, Json(out.remove(0))))
+}
+
+/// An audit row for a job action.
+pub fn audit(
+    op: &OperatorCaller,
+    at: Time,
+    action: &str,
+    target: &str,
+    reason: &str,
+    prior: Option<JobState>,
+    expected: JobState,
+) -> NewAudit {
+    NewAudit {
+        at,
+        actor: op.name.clone(),
+        role: op.role.as_str().to_owned(),
+        action: action.to_owned(),
+        target: target.to_owned(),
+        reason: reason.to_owned(),
+        prior_state: prior.map(|p| p.as_str().to_owned()),
+        expected_state: Some(expected.as_str().to_owned()),
+    }
+}
+
+/// `GET /v1/jobs` query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobsQuery {
+    host: Option<String>,
+    state: Option<String>,
+    kind: Option<String>,
+}
+
+/// `GET /v1/jobs?host=&state=&kind=` (viewer).
+pub async fn list(State(app): State<Arc<AppState>>, _r: Reader, QueryParams(q): QueryParams<JobsQuery>) -> Result<Json<Value>, ApiError> {
+    let state = q
+        .state
+        .as_deref()
+        .map(|s| {
+            JobState::ALL
+                .iter()
+                .copied()
+                .find(|x| x.as_str() == s)
+                .ok_or_else(|| ApiError::bad_request(format!("state {s:?} is not a job state")))
+        })
+        .transpose()?;
+    let filter =
+        JobFilter { host_id: q.host.as_deref().map(|h| parse_uuid("host", h)).transpose()?, state, kind: q.kind, ..Default::default() };
+    let jobs = store::blocking(app.store.clone(), move |s| s.list_jobs(&filter)).await?;
+    Ok(Json(json!({ "jobs": with_hostnames(&app, jobs).await? })))
+}
+
+/// `GET /v1/jobs/{id}` (viewer): the job and its events.
+pub async fn get(State(app): State<Arc<AppState>>, _r: Reader, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let job_id = parse_uuid("job id", &id)?;
+    let (job, events) = store::blocking(app.store.clone(), move |s| {
+        let job = s.get_job(job_id)?;
+        let events = s.list_events(&EventFilter { job_id: Some(job_id), ..Default::default() })?;
+        Ok((job, events))
+    })
+    .await?;
+    let job = job.ok_or_else(|| ApiError::not_found(format!("job {job_id} not found")))?;
+    let mut v = serde_json::to_value(with_hostnames(&app, vec![job]).await?.remove(0)).map_err(|_| ApiError::internal())?;
+    v["events"] = serde_json::to_value(events.into_iter().map(EventView::from).collect::<Vec<_>>()).map_err(|_| ApiError::internal())?;
+    Ok(Json(v))
+}
+
+/// `POST /v1/jobs/{id}/{action}` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActionRequest {
+    /// Why (required).
+    pub reason: Option<String>,
+}
+
+/// `POST /v1/jobs/{id}/{action}` (admin).
+pub async fn action(
+    State(app): State<Arc<AppState>>,
+    Admin(op): Admin,
+    Path((id, action)): Path<(String, String)>,
+    JsonBody(req): JsonBody<ActionRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let job_id = parse_uuid("job id", &id)?;
+    let action: OperatorAction = serde_json::from_value(Value::String(action.clone())).map_err(|_| {
+        ApiError::not_found(format!(
+            "no job action {action:?}: retry_stage, resume, rerun, restart_clean, cancel, adopt_observed_state, mark_manual_intervention_required"
+        ))
+    })?;
+    let reason = check_reason(req.reason.as_deref())?;
+    let (job, task, host) = store::blocking(app.store.clone(), move |s| {
+        let Some(job) = s.get_job(job_id)? else { return Ok((None, None, None)) };
+        let task_id = JobView::from_job(&job).ok().and_then(|v| v.progress.task_id).and_then(|t| Uuid::parse_str(&t).ok());
+        let task = task_id.map(|t| s.get_task(t)).transpose()?.flatten();
+        let host = job.job.host_id.map(|h| s.get_host(h)).transpose()?.flatten();
+        Ok((Some(job), task, host))
+    })
+    .await?;
+    let job = job.ok_or_else(|| ApiError::not_found(format!("job {job_id} not found")))?;
+    let view = JobView::from_job(&job).map_err(|e| ApiError::conflict(format!("job {job_id} does not parse: {e}")))?;
+    let now = app.clock.now();
+    let creds = match &host {
+        Some(h) => crate::jobs::local::maas_creds(app.config.jobs.maas_creds_dir.as_deref(), &h.hostname)
+            .map_err(|e| ApiError::conflict(e.to_string()))?,
+        None => None,
+    };
+    let policy = crate::jobs::local::policy(&app.config.jobs, creds);
+    let obs = task.as_ref().map(TaskObs::from_record);
+    let outcome = act(action, &view, obs.as_ref(), now, &policy.tasks).map_err(|e| ApiError::conflict(e.to_string()))?;
+    let mut progress: Progress = outcome.progress.clone();
+    let (mut task_row, mut requeue, mut task_note) = (None, None, "none".to_owned());
+    match &outcome.task {
+        TaskDirective::Reuse(id) => task_note = format!("reused {id}"),
+        TaskDirective::Requeue(id) => {
+            requeue = Uuid::parse_str(id).ok();
+            task_note = format!("requeued {id}");
+        }
+        TaskDirective::Issue(kind) => {
+            let host_id = job.job.host_id.ok_or_else(|| ApiError::conflict("job names no host"))?;
+            let (task, row) =
+                crate::api::tasks::seal(&app, host_id, Some(job_id), kind.clone(), app.config.jobs.task_ttl_secs).map_err(|e| {
+                    tracing::error!(error = %e, "cannot sign a job's task");
+                    ApiError::internal()
+                })?;
+            progress.bind_task(task.task_id.clone());
+            task_note = format!("issued {}", task.task_id);
+            task_row = Some(row);
+        }
+        TaskDirective::None => {}
+    }
+    let host_id = job.job.host_id.unwrap_or_default();
+    let message = format!("{} by {}: {reason} ({}; task {task_note})", action.as_str(), op.name, outcome.progress_change);
+    let step = JobStep {
+        job_id,
+        expected_state: job.state,
+        expected_progress: job.progress.clone(),
+        new_state: outcome.new_state,
+        new_progress: progress.to_value(),
+        reason: message.clone(),
+        task: task_row,
+        requeue_task: requeue,
+        host_ops: Vec::new(),
+        events: vec![event(
+            now,
+            "job.action",
+            host_id,
+            job_id,
+            &message,
+            json!({ "action": action.as_str(), "prior": job.state.as_str(), "state": outcome.new_state.as_str(), "task": task_note }),
+        )],
+        audits: vec![audit(
+            &op,
+            now,
+            &format!("job.{}", action.as_str()),
+            &job_id.to_string(),
+            &reason,
+            Some(outcome.audit_prior),
+            outcome.audit_expected,
+        )],
+        at: now,
+    };
+    let after = store::blocking(app.store.clone(), move |s| s.apply_job_step(&step)).await?;
+    tracing::info!(%job_id, action = action.as_str(), operator = %op.name, prior = %job.state, state = %after.state, task = %task_note, "job action");
+    if job.job.host_id.is_some() {
+        app.hub.notify(host_id);
+    }
+    app.executor.poke();
+    let json_job = with_hostnames(&app, vec![after]).await?.remove(0);
+    Ok(Json(json!({
+        "job": json_job,
+        "outcome": {
+            "action": action.as_str(),
+            "priorState": outcome.audit_prior.as_str(),
+            "newState": outcome.new_state.as_str(),
+            "expectedState": outcome.audit_expected.as_str(),
+            "progressChange": outcome.progress_change,
+            "task": task_note,
+        }
+    })))
+}

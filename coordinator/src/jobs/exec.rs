@@ -1,0 +1,410 @@
+//! The job executor: one tick reads every unfinished job, paces the pending ones against the
+//! disruption budgets, and drives each job through its decisions ([`decide`]) until it has
+//! to wait — for a task result, an in-flight activation, a budget slot or an operator.
+//!
+//! Every decision is persisted as one store transaction ([`Store::apply_job_step`]): the
+//! job's new state and progress (compare-and-set on what was read), the task it queues, the
+//! host changes of a local stage, and a `job.stage` event. A coordinator killed at any point
+//! restarts from what is stored: a step either happened whole or not at all, a queued task is
+//! found again by its id in the progress, so a restarted executor never issues a stage's task
+//! twice. Jobs tick after the rollout executor, under the same lock.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use drover_proto::names::RolloutId;
+use drover_proto::release::{VerifiedRelease, verify_release};
+use drover_proto::states::{HostLifecycle, HostRolloutState, JobState};
+use drover_proto::time::Time;
+use drover_proto::verify::VerifyContext;
+use serde_json::json;
+use uuid::Uuid;
+
+use super::local::{self, ReleaseNotice};
+use super::model::Stage;
+use super::pacing::{self, PaceBudget};
+use super::plan::{Decision, JobView, Observed, TaskObs, apply, decide, local_stage_done};
+use crate::app::AppState;
+use crate::store::{self, Host, HostOp, Job, JobFilter, JobStep, NewEvent, PlanSnapshot, StoreError};
+
+/// Most decisions one job makes in one tick (local stages take effect at once, so a job can
+/// cross several stages in a tick; the bound keeps one tick short).
+const MAX_STEPS_PER_TICK: usize = 16;
+
+/// Why a job tick did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum JobExecError {
+    /// Reading or writing the store failed.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// What one tick did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobsTick {
+    /// Decisions persisted.
+    pub steps: usize,
+    /// Jobs that wait, with why.
+    pub waiting: BTreeMap<Uuid, String>,
+    /// Jobs whose step failed this tick (the next tick tries again), with why.
+    pub errors: BTreeMap<Uuid, String>,
+}
+
+/// What the latest release says that jobs need: budgets, each host's channel's current
+/// rollout and target, each host's tags (the maintenance request's group labels).
+#[derive(Debug, Clone, Default)]
+pub struct FleetView {
+    /// The release's disruption budgets.
+    pub budgets: Vec<PaceBudget>,
+    /// hostname → (its channel's current rollout, the closure it should run).
+    pub targets: BTreeMap<String, (Option<RolloutId>, String)>,
+    /// hostname → tags.
+    pub tags: BTreeMap<String, Vec<String>>,
+}
+
+impl FleetView {
+    /// From a verified release.
+    pub fn from_release(v: &VerifiedRelease) -> FleetView {
+        let fleet = &v.fleet.fleet;
+        let mut targets: BTreeMap<String, (Option<RolloutId>, String)> =
+            fleet.hosts.iter().map(|(h, spec)| (h.clone(), (None, spec.closure.clone()))).collect();
+        for m in v.manifests.values() {
+            for e in &m.manifest.host_set {
+                targets.insert(e.hostname.clone(), (Some(m.manifest.rollout_id.clone()), e.target_closure.clone()));
+            }
+        }
+        FleetView {
+            budgets: pacing::budgets_of(&fleet.disruption_budgets),
+            targets,
+            tags: fleet.hosts.iter().map(|(h, spec)| (h.clone(), spec.tags.clone())).collect(),
+        }
+    }
+
+    /// The latest stored release, verified (a stale timestamp is fine: budgets and targets
+    /// still hold). No release, or one that does not verify: an empty view (no budgets, no
+    /// targets), logged.
+    pub async fn load(app: &Arc<AppState>) -> FleetView {
+        let now = app.clock.now();
+        let release = match store::blocking(app.store.clone(), |s| s.latest_release()).await {
+            Ok(Some(r)) => r,
+            Ok(None) => return FleetView::default(),
+            Err(e) => {
+                tracing::warn!(error = %e, "jobs: cannot read the latest release; no budgets this tick");
+                return FleetView::default();
+            }
+        };
+        match verify_release(&release.files, &app.trust, &VerifyContext::at(now).reporting_stale()) {
+            Ok(v) => FleetView::from_release(&v),
+            Err(e) => {
+                tracing::warn!(rule = e.rule(), error = %e, "jobs: the latest release does not verify; no budgets this tick");
+                FleetView::default()
+            }
+        }
+    }
+}
+
+/// Runs one job tick.
+pub async fn tick(app: &Arc<AppState>) -> Result<JobsTick, JobExecError> {
+    let (jobs, snapshot) = store::blocking(app.store.clone(), |s| {
+        let jobs = s.list_jobs(&JobFilter { unfinished: true, ..Default::default() })?;
+        if jobs.is_empty() {
+            return Ok((jobs, PlanSnapshot::default()));
+        }
+        Ok((jobs, s.plan_snapshot()?))
+    })
+    .await?;
+    let mut out = JobsTick::default();
+    if jobs.is_empty() {
+        return Ok(out);
+    }
+    let fleet = FleetView::load(app).await;
+    let mut rollouts = RolloutView::new(&snapshot);
+    let names: BTreeMap<Uuid, String> = snapshot.hosts.iter().map(|h| (h.id, h.hostname.clone())).collect();
+
+    // Pacing: a pending job starts only while every budget listing its host has room.
+    let mut disrupted = rollouts.in_flight.clone();
+    disrupted.extend(snapshot.held.keys().chain(&snapshot.lent).filter_map(|id| names.get(id).cloned()));
+    let mut candidates = Vec::new();
+    for j in &jobs {
+        let Some(host) = j.job.host_id.and_then(|h| names.get(&h)) else { continue };
+        match j.state {
+            JobState::Pending => candidates.push((j.job.job_id, host.clone())),
+            // During `activate` the job does not hold the host for the planner, but the host
+            // is still out of service: the pacer counts it.
+            _ => {
+                disrupted.insert(host.clone());
+            }
+        }
+    }
+    let admission = pacing::admit(&candidates, &disrupted, &fleet.budgets);
+    let admitted: BTreeSet<Uuid> = admission.admitted.iter().copied().collect();
+    for (id, why) in admission.waiting {
+        out.waiting.insert(id, format!("waits for a disruption-budget slot: {why}"));
+    }
+
+    for j in jobs {
+        let id = j.job.job_id;
+        if j.state == JobState::Pending && !admitted.contains(&id) {
+            continue;
+        }
+        match drive(app, j, &fleet, &mut rollouts, &mut out.steps).await {
+            Ok(Some(why)) => {
+                out.waiting.insert(id, why);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(job_id = %id, error = %e, "job step failed; the next tick tries again");
+                out.errors.insert(id, e.to_string());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Host states in the rollouts of one snapshot, kept current as jobs re-dispatch hosts.
+struct RolloutView {
+    /// (rollout, hostname) → state.
+    states: BTreeMap<(RolloutId, String), HostRolloutState>,
+    /// hostname → the rollout it is in flight in.
+    in_flight_in: BTreeMap<String, HostRolloutState>,
+    in_flight: BTreeSet<String>,
+}
+
+impl RolloutView {
+    fn new(s: &PlanSnapshot) -> RolloutView {
+        let mut v = RolloutView { states: BTreeMap::new(), in_flight_in: BTreeMap::new(), in_flight: BTreeSet::new() };
+        for r in &s.rollouts {
+            for h in &r.hosts {
+                v.states.insert((h.rollout_id.clone(), h.hostname.clone()), h.state);
+                if matches!(h.state, HostRolloutState::Activating | HostRolloutState::Soaking) {
+                    v.in_flight_in.insert(h.hostname.clone(), h.state);
+                    v.in_flight.insert(h.hostname.clone());
+                }
+            }
+        }
+        v
+    }
+
+    /// The host's state that matters to a job: in flight anywhere, else in its channel's
+    /// current rollout.
+    fn state_of(&self, hostname: &str, current: Option<&RolloutId>) -> Option<HostRolloutState> {
+        if let Some(s) = self.in_flight_in.get(hostname) {
+            return Some(*s);
+        }
+        current.and_then(|r| self.states.get(&(r.clone(), hostname.to_owned())).copied())
+    }
+
+    fn redispatched(&mut self, rollout: &RolloutId, hostname: &str) {
+        if let Some(s) = self.states.get_mut(&(rollout.clone(), hostname.to_owned()))
+            && !matches!(s, HostRolloutState::Activating | HostRolloutState::Soaking)
+        {
+            *s = HostRolloutState::Skipped;
+        }
+    }
+}
+
+/// What the executor observes about `host` for a job.
+fn observe(host: &Host, task: Option<TaskObs>, fleet: &FleetView, rollouts: &RolloutView) -> Observed {
+    let target = fleet.targets.get(&host.hostname);
+    let current = target.and_then(|(r, _)| r.as_ref());
+    let running = host.last_checkin.as_ref().and_then(|c| c.current_generation.as_deref());
+    // No target (the host is in no release) or no activation backend (a host enrolled by
+    // curl on a distribution without a system profile): there is nothing to re-apply.
+    let on_desired_generation = match (target, running) {
+        (Some((_, closure)), Some(gen_now)) => closure == gen_now,
+        _ => true,
+    };
+    Observed {
+        lifecycle: host.state,
+        schedulable: host.schedulable,
+        rollout: rollouts.state_of(&host.hostname, current),
+        on_desired_generation,
+        // Drover does not track tenant allocations (the scheduler owns them): cordoning stops
+        // new ones, and a decommission with forceRelease tells the scheduler to end the rest.
+        allocations_attached: false,
+        held_by_other_job: None,
+        task,
+    }
+}
+
+/// Drives one job until it waits; returns the wait reason (`None`: it finished).
+async fn drive(
+    app: &Arc<AppState>,
+    mut job: Job,
+    fleet: &FleetView,
+    rollouts: &mut RolloutView,
+    steps: &mut usize,
+) -> Result<Option<String>, JobExecError> {
+    let job_id = job.job.job_id;
+    let Some(host_id) = job.job.host_id else { return Ok(Some("job names no host".into())) };
+    for _ in 0..MAX_STEPS_PER_TICK {
+        if job.state.is_terminal() {
+            return Ok(None);
+        }
+        let view = match JobView::from_job(&job) {
+            Ok(v) => v,
+            Err(e) => return Ok(Some(format!("stored job does not parse ({e}); an operator must cancel it"))),
+        };
+        let task_id = view.progress.task_id.as_deref().and_then(|t| Uuid::parse_str(t).ok());
+        let (host, task, other) = store::blocking(app.store.clone(), move |s| {
+            let host = s.get_host(host_id)?.ok_or_else(|| StoreError::not_found("host", host_id))?;
+            let task = task_id.map(|t| s.get_task(t)).transpose()?.flatten();
+            let others = s.list_jobs(&JobFilter { host_id: Some(host_id), unfinished: true, ..Default::default() })?;
+            let other = others.into_iter().find(|o| o.job.job_id != job_id && o.state != JobState::Pending);
+            Ok((host, task, other))
+        })
+        .await?;
+        let mut obs = observe(&host, task.as_ref().map(TaskObs::from_record), fleet, rollouts);
+        obs.held_by_other_job = other.map(|o| format!("{} ({}, {})", o.job.job_id, o.job.kind, o.state));
+        let creds = if view.progress.stage == Stage::HwSyncReseed {
+            match local::maas_creds(app.config.jobs.maas_creds_dir.as_deref(), &host.hostname) {
+                Ok(c) => c,
+                Err(e) => return Ok(Some(e.to_string())),
+            }
+        } else {
+            None
+        };
+        let policy = local::policy(&app.config.jobs, creds);
+        let now = app.clock.now();
+        let decision = decide(&view, &obs, now, &policy);
+        if let Decision::Wait { reason } = decision {
+            return Ok(Some(reason));
+        }
+        job = execute(app, &job, &view, &host, decision, fleet, rollouts).await?;
+        *steps += 1;
+    }
+    Ok(Some("step limit for this tick reached; continues next tick".into()))
+}
+
+/// Carries out one decision and persists it in one transaction; returns the job after.
+async fn execute(
+    app: &Arc<AppState>,
+    job: &Job,
+    view: &JobView,
+    host: &Host,
+    decision: Decision,
+    fleet: &FleetView,
+    rollouts: &mut RolloutView,
+) -> Result<Job, JobExecError> {
+    let now = app.clock.now();
+    let job_id = job.job.job_id;
+    let stage = view.progress.stage;
+    let mut task_row = None;
+    let mut host_ops = Vec::new();
+    let mut events = Vec::new();
+    let why = format!("job {job_id} ({}), stage {stage}: {}", view.kind.name(), decision.reason());
+    let (mut state, mut progress) = match &decision {
+        Decision::IssueTask { kind, .. } => {
+            match crate::api::tasks::seal(app, host.id, Some(job_id), kind.clone(), app.config.jobs.task_ttl_secs) {
+                Ok((task, row)) => {
+                    task_row = Some(row);
+                    apply(view, &decision, now, Some(&task.task_id))
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, %job_id, "cannot sign a job's task");
+                    return Ok(job.clone());
+                }
+            }
+        }
+        _ => apply(view, &decision, now, None),
+    };
+    match &decision {
+        Decision::RunLocal { stage: Stage::ForceRelease, .. } => {
+            let notice = ReleaseNotice {
+                event: "host.force_release",
+                host_id: host.id.to_string(),
+                hostname: host.hostname.clone(),
+                job_id: job_id.to_string(),
+                reason: decision.reason().to_owned(),
+            };
+            match local::notify_scheduler(&app.config.jobs, &notice).await {
+                Ok(()) => {
+                    events.push(event(now, "host.force_release", host.id, job_id, "allocations force-released", json!(notice)));
+                    let after = JobView { state, progress, kind: view.kind.clone() };
+                    let done = local_stage_done(&after, "allocations force-released (event sent, scheduler notified)".into());
+                    (state, progress) = apply(&after, &done, now, None);
+                }
+                Err(e) => progress.message = format!("force release not delivered: {e}"),
+            }
+        }
+        Decision::RunLocal { stage: Stage::Delete, .. } => {
+            // Certificates first, then the CRL every handshake checks, then the state: a
+            // deleted host can never again connect (the lifecycle verb's order).
+            if let Err(e) = app.revoke_host(host.id, format!("decommissioned by job {job_id}")).await {
+                progress.message = format!("revoking the host's certificates failed: {e}");
+                tracing::warn!(error = %e, %job_id, "revocation failed during delete; retried");
+            } else {
+                host_ops = local::host_ops(Stage::Delete, host.id, &host.hostname, host.state, None, &why);
+            }
+        }
+        Decision::RunLocal { stage, .. } => {
+            let rollout = fleet.targets.get(&host.hostname).and_then(|(r, _)| r.as_ref());
+            host_ops = local::host_ops(*stage, host.id, &host.hostname, host.state, rollout, &why);
+            if let (Stage::Activate, Some(r)) = (stage, rollout) {
+                rollouts.redispatched(r, &host.hostname);
+            }
+        }
+        Decision::Fail { host_to: Some(to), .. } if host.state != *to && host.state.can_transition_to(*to) => {
+            host_ops.push(HostOp::Transition { host_id: host.id, from: host.state, to: *to, reason: why.clone() });
+        }
+        _ => {}
+    }
+    let kind = decision_name(&decision);
+    events.push(event(
+        now,
+        "job.stage",
+        host.id,
+        job_id,
+        &why,
+        json!({ "stage": stage.as_str(), "decision": kind, "attempt": progress.attempt, "state": state.as_str() }),
+    ));
+    let notify = task_row.is_some();
+    let step = JobStep {
+        job_id,
+        expected_state: job.state,
+        expected_progress: job.progress.clone(),
+        new_state: state,
+        new_progress: progress.to_value(),
+        reason: why.clone(),
+        task: task_row,
+        requeue_task: None,
+        host_ops,
+        events,
+        audits: Vec::new(),
+        at: now,
+    };
+    let after = store::blocking(app.store.clone(), move |s| s.apply_job_step(&step)).await?;
+    tracing::info!(%job_id, host = %host.hostname, decision = kind, stage = %stage, state = %after.state, reason = decision.reason(), "job step");
+    if notify {
+        app.hub.notify(host.id);
+    }
+    if matches!(decision, Decision::RunLocal { .. } | Decision::Complete { .. } | Decision::Fail { .. }) {
+        // A host leaving or re-entering service, or a job releasing it, changes what a
+        // rollout may do.
+        app.executor.poke();
+    }
+    Ok(after)
+}
+
+fn decision_name(d: &Decision) -> &'static str {
+    match d {
+        Decision::Start { .. } => "start",
+        Decision::IssueTask { .. } => "issue_task",
+        Decision::RunLocal { .. } => "run_local",
+        Decision::Advance { .. } => "advance",
+        Decision::Complete { .. } => "complete",
+        Decision::Fail { .. } => "fail",
+        Decision::FinishCompensation { .. } => "finish_compensation",
+        Decision::Wait { .. } => "wait",
+    }
+}
+
+/// A job event.
+pub fn event(at: Time, kind: &str, host: Uuid, job: Uuid, message: &str, data: serde_json::Value) -> NewEvent {
+    NewEvent { at, kind: kind.into(), host_id: Some(host), rollout_id: None, job_id: Some(job), message: message.into(), data }
+}
+
+/// Whether a host's lifecycle lets a maintenance request start on it.
+pub fn maintainable(state: HostLifecycle) -> bool {
+    matches!(state, HostLifecycle::Active | HostLifecycle::Quarantined)
+}
