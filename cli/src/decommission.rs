@@ -14,7 +14,7 @@ use serde::Serialize;
 use crate::client::ConnectArgs;
 use crate::exit::CliError;
 use crate::host::check_reason;
-use crate::job::{self, JobJson, Output, OutputArgs};
+use crate::job::{self, JobJson, OutputArgs};
 
 /// What a decommission does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -128,11 +128,7 @@ fn render(job: &JobJson) -> String {
 pub fn run(args: &DecommissionArgs) -> Result<(), CliError> {
     let (path, body) = request(args)?;
     let value = job::post(&args.connect, &path, &body)?;
-    let created: JobJson = job::decode(&path, &value)?;
-    job::print(&match args.output.output {
-        Output::Json => job::pretty(&value)?,
-        Output::Text => render(&created),
-    })
+    job::print_answer(args.output.output, &path, &value, render)
 }
 
 #[cfg(test)]

@@ -355,8 +355,14 @@ pub struct ActionResponse {
 
 /// Checks a job id before it goes into a URL path (64 otherwise).
 pub fn check_job_id(id: &str) -> Result<&str, CliError> {
+    check_id("JOB_ID", "job id", id)
+}
+
+/// Checks a coordinator id (1 to 128 of `A-Za-z0-9-_.:`) before it goes into a URL path (64
+/// otherwise, `what` naming the argument and `noun` what it should be).
+pub fn check_id<'a>(what: &str, noun: &str, id: &'a str) -> Result<&'a str, CliError> {
     let ok = !id.is_empty() && id.len() <= 128 && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
-    if ok { Ok(id) } else { Err(CliError::usage(format!("JOB_ID {:?} is not a job id", clean(id, 80)))) }
+    if ok { Ok(id) } else { Err(CliError::usage(format!("{what} {:?} is not a {noun}", clean(id, 80)))) }
 }
 
 /// Parses a host id (64 otherwise), `what` naming the argument.
@@ -547,6 +553,22 @@ pub fn pretty(value: &Value) -> Result<String, CliError> {
     serde_json::to_string_pretty(value).map(|s| s + "\n").map_err(|e| CliError::new(codes::SOFTWARE, format!("internal error: {e}")))
 }
 
+/// Prints a coordinator answer `value` (from `path`) as `output` asks: the JSON unchanged, or
+/// `render` of it decoded as `T`. It is decoded either way, so an answer that is not the API's
+/// exits 76 even with `-o json`.
+pub fn print_answer<T: DeserializeOwned>(
+    output: Output,
+    path: &str,
+    value: &Value,
+    render: impl FnOnce(&T) -> String,
+) -> Result<(), CliError> {
+    let decoded: T = decode(path, value)?;
+    print(&match output {
+        Output::Json => pretty(value)?,
+        Output::Text => render(&decoded),
+    })
+}
+
 /// Writes `text` to stdout.
 pub fn print(text: &str) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
@@ -583,11 +605,7 @@ pub fn run(args: &JobArgs) -> Result<(), CliError> {
     let path = action_path(&a.job_id, action)?;
     let reason = check_reason(&a.reason)?;
     let value = post(&a.connect, &path, &ReasonBody { reason })?;
-    let resp: ActionResponse = decode(&path, &value)?;
-    print(&match a.output.output {
-        Output::Json => pretty(&value)?,
-        Output::Text => render_action(&resp),
-    })
+    print_answer(a.output.output, &path, &value, render_action)
 }
 
 fn run_get(args: &GetArgs) -> Result<(), CliError> {
@@ -608,11 +626,7 @@ fn run_get(args: &GetArgs) -> Result<(), CliError> {
 fn run_describe(args: &DescribeArgs) -> Result<(), CliError> {
     let path = format!("/v1/jobs/{}", check_job_id(&args.job_id)?);
     let value = get(&args.connect, &path)?;
-    let job: JobJson = decode(&path, &value)?;
-    print(&match args.output.output {
-        Output::Json => pretty(&value)?,
-        Output::Text => render_describe(&job),
-    })
+    print_answer(args.output.output, &path, &value, render_describe)
 }
 
 #[cfg(test)]

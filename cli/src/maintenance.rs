@@ -233,13 +233,7 @@ fn request_body(args: &RequestArgs) -> Result<MaintenanceRequest<'_>, CliError> 
 
 /// The path of `drover maintenance get`.
 fn get_path(request_id: &str) -> Result<String, CliError> {
-    let ok = !request_id.is_empty()
-        && request_id.len() <= 128
-        && request_id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
-    if !ok {
-        return Err(CliError::usage(format!("REQUEST_ID {:?} is not a request id", clean(request_id, 80))));
-    }
-    Ok(format!("/v1/maintenance/{request_id}"))
+    Ok(format!("/v1/maintenance/{}", job::check_id("REQUEST_ID", "request id", request_id)?))
 }
 
 /// What `drover maintenance request` prints: `REQUEST_ID INITIATOR STATE`, then `JOB_ID
@@ -308,20 +302,12 @@ pub fn run(args: &MaintenanceArgs) -> Result<(), CliError> {
             let body = request_body(a)?;
             let path = "/v1/maintenance";
             let value = job::post(&a.connect, path, &body)?;
-            let m: MaintenanceJson = job::decode(path, &value)?;
-            job::print(&match a.output.output {
-                Output::Json => job::pretty(&value)?,
-                Output::Text => render_created(&m),
-            })
+            job::print_answer(a.output.output, path, &value, render_created)
         }
         MaintenanceCommand::Get(a) => {
             let path = get_path(&a.request_id)?;
             let value = job::get(&a.connect, &path)?;
-            let m: MaintenanceJson = job::decode(&path, &value)?;
-            job::print(&match a.output.output {
-                Output::Json => job::pretty(&value)?,
-                Output::Text => render_get(&m),
-            })
+            job::print_answer(a.output.output, &path, &value, render_get)
         }
         MaintenanceCommand::List(a) => {
             let path = "/v1/maintenance";

@@ -9,45 +9,12 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use common::mtls::{self, Pki, drover_blocking, operator_flags};
 use common::{Run, Scratch, drover_env, sha256_hex};
 use drover_proto::enroll::{CreateHostRequest, CreateHostResponse};
 use drover_proto::task::Secret;
 use drover_proto::time::Time;
-use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// A CA, and a certificate of it for either end.
-struct Pki {
-    ca: rcgen::Certificate,
-    ca_key: KeyPair,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let ca_key = KeyPair::generate().expect("key");
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.distinguished_name.push(DnType::CommonName, "test drover CA");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
-        Pki { ca: params.self_signed(&ca_key).expect("ca"), ca_key }
-    }
-
-    /// A certificate for `names` with `eku`; returns it and its key.
-    fn issue(&self, names: &[&str], eku: ExtendedKeyUsagePurpose) -> (rcgen::Certificate, KeyPair) {
-        let key = KeyPair::generate().expect("key");
-        let mut params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).expect("params");
-        params.extended_key_usages = vec![eku];
-        (params.signed_by(&key, &self.ca, &self.ca_key).expect("issue"), key)
-    }
-
-    /// Writes `ca.crt`, `op.crt` and `op.key` (an operator identity) into `sc`.
-    fn write_operator(&self, sc: &Scratch) {
-        let (cert, key) = self.issue(&["admin.operator"], ExtendedKeyUsagePurpose::ClientAuth);
-        sc.write("ca.crt", self.ca.pem());
-        sc.write("op.crt", cert.pem());
-        sc.write("op.key", key.serialize_pem());
-    }
-}
+use rcgen::ExtendedKeyUsagePurpose;
 
 /// A port nothing listens on.
 fn dead_port() -> u16 {
@@ -55,7 +22,7 @@ fn dead_port() -> u16 {
 }
 
 fn creds(url: &str) -> Vec<String> {
-    ["--coordinator", url, "--cert", "op.crt", "--key", "op.key", "--ca", "ca.crt"].map(str::to_owned).to_vec()
+    operator_flags(url).map(str::to_owned).to_vec()
 }
 
 fn enroll(sc: &Scratch, extra: &[String], env: &[(&str, &str)]) -> Run {
@@ -148,98 +115,43 @@ struct Fake {
 
 impl Fake {
     async fn start(self: &Arc<Self>, pki: &Pki) -> SocketAddr {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let (cert, key) = pki.issue(&["127.0.0.1"], ExtendedKeyUsagePurpose::ServerAuth);
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(pki.ca.der().clone()).expect("root");
-        let verifier =
-            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build().expect("verifier");
-        let tls = rustls::ServerConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .expect("tls13")
-            .with_client_cert_verifier(verifier)
-            .with_single_cert(vec![cert.der().clone()], rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()))
-            .expect("config");
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
         let me = Arc::clone(self);
-        tokio::spawn(async move {
-            while let Ok((tcp, _)) = listener.accept().await {
-                let (acceptor, me) = (acceptor.clone(), Arc::clone(&me));
-                tokio::spawn(async move {
-                    if let Ok(mut tls) = acceptor.accept(tcp).await {
-                        me.handle(&mut tls).await;
-                    }
-                });
-            }
-        });
-        addr
+        mtls::serve(pki, move |head, body| me.respond(head, body)).await
     }
 
-    async fn handle<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(&self, io: &mut S) {
-        let mut buf = Vec::new();
-        let mut chunk = [0u8; 4096];
-        let head_end = loop {
-            match io.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            }
-            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break i + 4;
-            }
-        };
-        let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
-        let len: usize = head.lines().find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0))).unwrap_or(0);
-        while buf.len() < head_end + len {
-            match io.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+    fn respond(&self, head: &str, body: &[u8]) -> (u16, Vec<u8>) {
+        if !head.to_ascii_lowercase().starts_with("post /v1/hosts ") {
+            return (404, br#"{"error":{"code":"not_found","message":"no such route"}}"#.to_vec());
+        }
+        let req: CreateHostRequest = serde_json::from_slice(body).expect("create host request");
+        self.seen.lock().expect("lock").push(req.clone());
+        match req.hostname.as_str() {
+            "denied-01" => (403, br#"{"error":{"code":"forbidden","message":"role viewer may not create hosts"}}"#.to_vec()),
+            "taken-01" => (409, br#"{"error":{"code":"conflict","message":"host taken-01 already exists"}}"#.to_vec()),
+            _ => {
+                let resp = CreateHostResponse {
+                    host_id: FAKE_HOST_ID.to_owned(),
+                    hostname: req.hostname.clone(),
+                    token: Secret::new("tok-123"),
+                    expires_at: Time::parse_strict("2030-01-01T02:00:00Z").expect("time"),
+                    command: Secret::new(if req.hostname == "tampered-01" {
+                        // A coordinator that swaps the operator's trust hash.
+                        drover_proto::enroll::bootstrap_command(FAKE_URL, FAKE_PIN, FAKE_HOST_ID, "tok-123", &"0".repeat(64))
+                    } else {
+                        drover_proto::enroll::bootstrap_command(FAKE_URL, FAKE_PIN, FAKE_HOST_ID, "tok-123", &req.trust_sha256)
+                    }),
+                };
+                (200, serde_json::to_vec(&resp).expect("json"))
             }
         }
-        let (status, body) = if head.starts_with("post /v1/hosts ") {
-            let req: CreateHostRequest = serde_json::from_slice(&buf[head_end..head_end + len]).expect("create host request");
-            self.seen.lock().expect("lock").push(req.clone());
-            match req.hostname.as_str() {
-                "denied-01" => (403, br#"{"error":{"code":"forbidden","message":"role viewer may not create hosts"}}"#.to_vec()),
-                "taken-01" => (409, br#"{"error":{"code":"conflict","message":"host taken-01 already exists"}}"#.to_vec()),
-                _ => {
-                    let resp = CreateHostResponse {
-                        host_id: FAKE_HOST_ID.to_owned(),
-                        hostname: req.hostname.clone(),
-                        token: Secret::new("tok-123"),
-                        expires_at: Time::parse_strict("2030-01-01T02:00:00Z").expect("time"),
-                        command: Secret::new(if req.hostname == "tampered-01" {
-                            // A coordinator that swaps the operator's trust hash.
-                            drover_proto::enroll::bootstrap_command(FAKE_URL, FAKE_PIN, FAKE_HOST_ID, "tok-123", &"0".repeat(64))
-                        } else {
-                            drover_proto::enroll::bootstrap_command(FAKE_URL, FAKE_PIN, FAKE_HOST_ID, "tok-123", &req.trust_sha256)
-                        }),
-                    };
-                    (200, serde_json::to_vec(&resp).expect("json"))
-                }
-            }
-        } else {
-            (404, br#"{"error":{"code":"not_found","message":"no such route"}}"#.to_vec())
-        };
-        let head =
-            format!("HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len());
-        let _ = io.write_all(head.as_bytes()).await;
-        let _ = io.write_all(&body).await;
-        let _ = io.shutdown().await;
     }
 }
 
 /// Runs `drover enroll HOST …` off the runtime's threads.
 async fn enroll_host(dir: &Path, host: &str, extra: Vec<String>) -> Run {
-    let (dir, host) = (dir.to_owned(), host.to_owned());
-    tokio::task::spawn_blocking(move || {
-        let mut args = vec!["enroll", host.as_str(), "--trust", "trust.json"];
-        args.extend(extra.iter().map(String::as_str));
-        drover_env(&dir, &args, b"", &[])
-    })
-    .await
-    .expect("join")
+    let mut args: Vec<String> = ["enroll", host, "--trust", "trust.json"].map(str::to_owned).to_vec();
+    args.extend(extra);
+    drover_blocking(dir, args).await
 }
 
 const FAKE_URL: &str = "https://coord.example:8443";

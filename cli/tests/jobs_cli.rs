@@ -9,43 +9,11 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use common::mtls::{self, Pki, drover_blocking, operator_flags};
 use common::{Run, Scratch, drover_env};
-use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const HOST: &str = "7f0c6a56-1d51-4bb4-9a5e-3c8f1d2f9a10";
-
-/// A CA and certificates of it for either end.
-struct Pki {
-    ca: rcgen::Certificate,
-    ca_key: KeyPair,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let ca_key = KeyPair::generate().expect("key");
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.distinguished_name.push(DnType::CommonName, "test drover CA");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
-        Pki { ca: params.self_signed(&ca_key).expect("ca"), ca_key }
-    }
-
-    fn issue(&self, names: &[&str], eku: ExtendedKeyUsagePurpose) -> (rcgen::Certificate, KeyPair) {
-        let key = KeyPair::generate().expect("key");
-        let mut params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).expect("params");
-        params.extended_key_usages = vec![eku];
-        (params.signed_by(&key, &self.ca, &self.ca_key).expect("issue"), key)
-    }
-
-    fn write_operator(&self, sc: &Scratch) {
-        let (cert, key) = self.issue(&["admin.operator"], ExtendedKeyUsagePurpose::ClientAuth);
-        sc.write("ca.crt", self.ca.pem());
-        sc.write("op.crt", cert.pem());
-        sc.write("op.key", key.serialize_pem());
-    }
-}
 
 fn job(id: &str, state: &str) -> Value {
     json!({
@@ -63,33 +31,8 @@ struct Fake {
 
 impl Fake {
     async fn start(self: &Arc<Self>, pki: &Pki) -> SocketAddr {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let (cert, key) = pki.issue(&["127.0.0.1"], ExtendedKeyUsagePurpose::ServerAuth);
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(pki.ca.der().clone()).expect("root");
-        let verifier =
-            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build().expect("verifier");
-        let tls = rustls::ServerConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .expect("tls13")
-            .with_client_cert_verifier(verifier)
-            .with_single_cert(vec![cert.der().clone()], rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()))
-            .expect("config");
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
         let me = Arc::clone(self);
-        tokio::spawn(async move {
-            while let Ok((tcp, _)) = listener.accept().await {
-                let (acceptor, me) = (acceptor.clone(), Arc::clone(&me));
-                tokio::spawn(async move {
-                    if let Ok(mut tls) = acceptor.accept(tcp).await {
-                        me.handle(&mut tls).await;
-                    }
-                });
-            }
-        });
-        addr
+        mtls::serve(pki, move |head, body| me.respond(head, body)).await
     }
 
     fn answer(&self, line: &str, body: &Value) -> (u16, Value) {
@@ -119,57 +62,26 @@ impl Fake {
         }
     }
 
-    async fn handle<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(&self, io: &mut S) {
-        let mut buf = Vec::new();
-        let mut chunk = [0u8; 4096];
-        let head_end = loop {
-            match io.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            }
-            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break i + 4;
-            }
-        };
-        let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-        let lower = head.to_ascii_lowercase();
-        let len: usize = lower.lines().find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0))).unwrap_or(0);
-        while buf.len() < head_end + len {
-            match io.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            }
-        }
+    /// Records the request line (without the HTTP version) and the JSON body, and answers.
+    fn respond(&self, head: &str, body: &[u8]) -> (u16, Vec<u8>) {
         let first = head.lines().next().unwrap_or_default();
         let line = first.rsplit_once(' ').map(|(l, _)| l).unwrap_or(first).to_owned();
-        let body: Value = if len == 0 { Value::Null } else { serde_json::from_slice(&buf[head_end..head_end + len]).expect("json body") };
+        let body: Value = if body.is_empty() { Value::Null } else { serde_json::from_slice(body).expect("json body") };
         let (status, answer) = self.answer(&line, &body);
         self.seen.lock().expect("lock").push((line, body));
-        let answer = serde_json::to_vec(&answer).expect("json");
-        let head = format!(
-            "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-            answer.len()
-        );
-        let _ = io.write_all(head.as_bytes()).await;
-        let _ = io.write_all(&answer).await;
-        let _ = io.shutdown().await;
+        (status, serde_json::to_vec(&answer).expect("json"))
     }
 }
 
 /// Runs `drover ARGS` with the operator credentials for `url`, off the runtime's threads.
 async fn drover(dir: &Path, url: &str, args: &[&str]) -> Run {
-    let dir = dir.to_owned();
-    let mut argv: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    argv.extend(["--coordinator", url, "--cert", "op.crt", "--key", "op.key", "--ca", "ca.crt"].map(str::to_owned));
-    tokio::task::spawn_blocking(move || drover_env(&dir, &argv.iter().map(String::as_str).collect::<Vec<_>>(), b"", &[]))
-        .await
-        .expect("join")
+    drover_blocking(dir, args.iter().chain(&operator_flags(url)).map(|a| (*a).to_owned()).collect()).await
 }
 
 #[test]
 fn bad_input_exits_64_before_any_request() {
     let sc = Scratch::new();
-    let creds = ["--coordinator", "https://127.0.0.1:1", "--cert", "op.crt", "--key", "op.key", "--ca", "ca.crt"];
+    let creds = operator_flags("https://127.0.0.1:1");
     let run = |args: &[&str]| {
         let mut argv = args.to_vec();
         argv.extend(creds);

@@ -340,6 +340,28 @@ impl Harness {
     pub async fn enroll_sandboxed(&self, hostname: &str, root: &Path, extra: &str) -> (Uuid, PathBuf) {
         self.endpoint().enroll_sandboxed(hostname, root, extra).await
     }
+    /// A simulated agent per hostname, each host created with its certificate and enrolling
+    /// (its first check-in makes it active).
+    pub fn sim_agents(&self, hostnames: &[String], behaviour: impl Fn(&str) -> sim_agent::Behaviour) -> Vec<sim_agent::SimAgent> {
+        let trust = std::fs::read(&self.trust.0).expect("trust");
+        let director = std::fs::read_to_string(self.dir.path().join("state").join("director.pub")).expect("director.pub");
+        let mut out = Vec::new();
+        for hostname in hostnames {
+            let (id, (crt, key), _) = self.host_credentials(hostname);
+            let store = &self.running.app.store;
+            store
+                .transition_host(
+                    id,
+                    drover_proto::states::HostLifecycle::BootstrapIssued,
+                    drover_proto::states::HostLifecycle::Enrolling,
+                    "enrolled",
+                    self.clock.now(),
+                )
+                .expect("enrolling");
+            out.push(sim_agent::SimAgent::new(&self.url, &self.ca, (&crt, &key), hostname, id, &trust, &director, behaviour(hostname)));
+        }
+        out
+    }
 
     /// A host in the store and a certificate for it from the CA, as enrollment would make:
     /// its id, its certificate and key files, and the certificate's serial.

@@ -1,6 +1,7 @@
-//! Server and agent processes for benchmarks: start one and wait for its `listening on ADDR`
-//! line, find a release binary beside the bench, and read a process's CPU time and memory
-//! from `/proc`.
+//! Server and agent processes for benchmarks and tests: start one and wait for its `listening
+//! on ADDR` line, set up a coordinator's site (state dir, admin credential, trust file,
+//! config) with the real `drover-coordinator`, find a release binary beside the bench, and
+//! read a process's CPU time and memory from `/proc`.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -47,6 +48,69 @@ pub fn start_server_with_stderr(mut cmd: Command, stderr: Stdio) -> Proc {
         }
     }
     server
+}
+
+/// Runs `drover-coordinator ARGS` to the end; panics with its stderr unless it succeeds.
+pub fn coordinator(args: &[&str]) {
+    let out = Command::new(crate::workspace_binary("drover-coordinator")).args(args).output().expect("drover-coordinator runs");
+    assert!(out.status.success(), "drover-coordinator {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A coordinator's site, all under one directory: what [`init_site`] made there.
+pub struct SitePaths {
+    /// The directory.
+    pub dir: PathBuf,
+    /// `DIR/state`, from `drover-coordinator init --san 127.0.0.1`.
+    pub state: PathBuf,
+    /// `DIR/ops`, from `operator-cert --role admin --name alice`: `ca.crt`, `alice.crt`,
+    /// `alice.key`.
+    pub ops: PathBuf,
+    /// The CI trust file ([`crate::ci_trust_json`]), as written to `DIR/trust.json`.
+    pub trust: Vec<u8>,
+}
+
+/// Sets up a coordinator's site in `dir`: a state dir from `init`, an admin credential from
+/// `operator-cert` and the CI trust file (see [`SitePaths`]); the config is
+/// [`SitePaths::write_config`]'s.
+pub fn init_site(dir: &Path) -> SitePaths {
+    let state = dir.join("state");
+    let state_arg = state.to_str().expect("utf8");
+    coordinator(&["init", "--state-dir", state_arg, "--san", "127.0.0.1"]);
+    let ops = dir.join("ops");
+    coordinator(&["operator-cert", "--state-dir", state_arg, "--role", "admin", "--name", "alice", "--out", ops.to_str().expect("utf8")]);
+    let trust = crate::ci_trust_json();
+    std::fs::write(dir.join("trust.json"), &trust).expect("trust");
+    SitePaths { dir: dir.to_path_buf(), state, ops, trust }
+}
+
+impl SitePaths {
+    /// Writes `DIR/coordinator.toml`: listening on `listen`, announcing `public_url`, the
+    /// site's state dir and trust file, the workspace's agent binary, then `sections` (TOML
+    /// tables: intervals and the like).
+    pub fn write_config(&self, listen: &str, public_url: &str, sections: &str) {
+        let config = format!(
+            "listen = \"{listen}\"\nstate_dir = \"{}\"\npublic_urls = [\"{public_url}\"]\ntrust_file = \"{}\"\nagent_binary = \"{}\"\n\n{sections}",
+            self.state.display(),
+            self.dir.join("trust.json").display(),
+            crate::workspace_binary("drover-agent").display()
+        );
+        std::fs::write(self.dir.join("coordinator.toml"), config).expect("config");
+    }
+
+    /// `serve --config DIR/coordinator.toml`, its log appended to `DIR/coordinator.log`.
+    pub fn serve(&self) -> Proc {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("coordinator.log")).expect("log");
+        let mut cmd = Command::new(crate::workspace_binary("drover-coordinator"));
+        cmd.arg("serve").arg("--config").arg(self.dir.join("coordinator.toml"));
+        start_server_with_stderr(cmd, Stdio::from(log))
+    }
+}
+
+/// The last `lines` lines of a log file, for failure messages (empty when it cannot be read).
+pub fn log_tail(path: &Path, lines: usize) -> String {
+    let log = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = log.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// A binary of this build's profile (the directory above the running bench's `deps/`).

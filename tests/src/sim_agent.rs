@@ -1,9 +1,10 @@
 //! A simulated agent: speaks the real agent protocol over its own mTLS connection (check-in
 //! with long-poll, manifest bundle fetch, confirm) and runs the agent's own admission code
 //! (`drover_agent::admit::admit_intent`: timestamp, manifest, intent, wave membership) on
-//! every intent it is handed. Only the activation itself is simulated: a host "switches"
-//! instantly and reports what its script says — healthy, failing its required probes, or
-//! failing the switch.
+//! every intent it is handed, and the director-signature, host, window and replay rules on
+//! every task. Only the work itself is simulated: a host "switches" instantly and reports
+//! what its script says — healthy, failing its required probes, or failing the switch — and
+//! a task "runs" instantly and succeeds.
 //!
 //! It is the building block of the executor's end-to-end tests and of the fleet simulator;
 //! nothing in the coordinator knows it is not a real agent.
@@ -17,6 +18,7 @@ use drover_client::{ClientError, ClientIdentity, CoordinatorClient};
 use drover_proto::enroll::RolloutBundle;
 use drover_proto::report::{
     ActivationPhase, ActivationStatus, CheckinRequest, CheckinResponse, ConfirmRequest, HealthReport, ProbeOutcome, ProbeResult,
+    StepOutcome, StepResult, TaskOutcome, TaskResult,
 };
 use drover_proto::spec::Mode;
 use drover_proto::time::Time;
@@ -69,6 +71,11 @@ pub struct SimAgent {
     /// An admitted intent whose confirmation has not been answered yet (the coordinator was
     /// unreachable): sent again on the next step, as a real agent retries within its window.
     pending: Option<PendingConfirm>,
+    /// Every task it was handed and admitted (director signature, host, window, not a replay),
+    /// by id, in order. Tasks "run" instantly and succeed.
+    pub tasks_run: Vec<String>,
+    /// Results not yet delivered: sent with the next check-in.
+    task_results: Vec<TaskResult>,
 }
 
 /// A confirmation still to be delivered.
@@ -126,6 +133,8 @@ impl SimAgent {
             boot_id: Uuid::new_v4().to_string(),
             files,
             pending: None,
+            tasks_run: Vec::new(),
+            task_results: Vec::new(),
         }
     }
 
@@ -173,7 +182,7 @@ impl SimAgent {
             current_generation: self.running.clone(),
             health: Some(health),
             probe_results,
-            task_results: Vec::new(),
+            task_results: self.task_results.clone(),
             activation: self.activation.clone(),
             events: Vec::new(),
             known_intent_id: self.seen.last_intent_id.clone(),
@@ -194,6 +203,9 @@ impl SimAgent {
             return Ok(true);
         }
         let resp: CheckinResponse = self.client.post_json("/v1/agent/checkin", &self.request(now)).await?;
+        // Delivered: the coordinator has them now.
+        self.task_results.clear();
+        self.take_tasks(&resp.tasks, now);
         let Some(env) = resp.intent else { return Ok(false) };
         let rollout = match drover_agent::admit::advertised_rollout(&env) {
             Ok(r) => r,
@@ -228,6 +240,34 @@ impl SimAgent {
         Ok(true)
     }
 
+    /// Admits the tasks a check-in handed over with the director's signature, host and window
+    /// rules of the real agent (and its replay rule), and "runs" each at once: a successful
+    /// result with one step, delivered with the next check-in.
+    fn take_tasks(&mut self, tasks: &[drover_proto::sig::Envelope], now: Time) {
+        let host_id = self.host_id.to_string();
+        for env in tasks {
+            match drover_proto::verify::verify_task(env, &self.anchors.director, &host_id, &drover_proto::verify::VerifyContext::at(now)) {
+                Ok(task) if self.tasks_run.contains(&task.task_id) => self.refused.push(format!("replayed task {}", task.task_id)),
+                Ok(task) => {
+                    self.tasks_run.push(task.task_id.clone());
+                    self.task_results.push(TaskResult {
+                        task_id: task.task_id,
+                        outcome: TaskOutcome::Succeeded,
+                        steps: vec![StepResult {
+                            name: task.kind.type_name().to_owned(),
+                            outcome: StepOutcome::Ok,
+                            message: "simulated".to_owned(),
+                            data: serde_json::Value::Null,
+                        }],
+                        started_at: now,
+                        finished_at: now,
+                    });
+                }
+                Err(e) => self.refused.push(format!("task refused: {e}")),
+            }
+        }
+    }
+
     /// Sends the pending confirmation; on an answer (204 confirmed, 410 roll back) records the
     /// outcome. On a failure to reach the coordinator (a transient error) it stays pending for the
     /// next step; any other error drops it.
@@ -260,4 +300,47 @@ impl SimAgent {
         self.handled.push(Handled { rollout_id: confirm.rollout_id.to_string(), target: confirm.closure, confirmed });
         Ok(())
     }
+}
+
+/// Every agent checks in once, concurrently (each check-in may be held for the long-poll);
+/// returns them sorted by hostname, and how many handled an intent.
+pub async fn step_all(agents: Vec<SimAgent>, now: Time) -> (Vec<SimAgent>, usize) {
+    let mut set = tokio::task::JoinSet::new();
+    for mut a in agents {
+        set.spawn(async move {
+            let r = a.step(now).await;
+            (a, r)
+        });
+    }
+    let mut out = Vec::new();
+    let mut handled = 0;
+    while let Some(joined) = set.join_next().await {
+        let (a, r) = joined.expect("agent task");
+        if r.unwrap_or_else(|e| panic!("{}: check-in failed: {e}", a.hostname)) {
+            handled += 1;
+        }
+        out.push(a);
+    }
+    out.sort_by(|a, b| a.hostname.cmp(&b.hostname));
+    (out, handled)
+}
+
+/// The hosts out of service now, by name: in flight in any rollout, or held by a started job
+/// (the set every disruption budget counts).
+pub fn disrupted(store: &dyn drover_coordinator::store::Store) -> std::collections::BTreeSet<String> {
+    use drover_proto::states::{HostRolloutState, JobState};
+    let mut out = std::collections::BTreeSet::new();
+    for r in store.list_rollouts(&Default::default()).expect("rollouts") {
+        for hr in store.list_host_rollouts(&r.rollout_id).expect("hosts") {
+            if matches!(hr.state, HostRolloutState::Activating | HostRolloutState::Soaking) {
+                out.insert(hr.hostname);
+            }
+        }
+    }
+    let jobs = store.list_jobs(&drover_coordinator::store::JobFilter { unfinished: true, ..Default::default() }).expect("jobs");
+    for j in jobs.iter().filter(|j| j.state != JobState::Pending) {
+        let host = store.get_host(j.job.host_id.expect("host")).expect("store").expect("host");
+        out.insert(host.hostname);
+    }
+    out
 }

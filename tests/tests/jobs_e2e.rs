@@ -170,8 +170,10 @@ async fn failed_validation_quarantines_and_repeated_retries_never_duplicate_task
     let (code, first) = post(&h, &format!("/v1/jobs/{id}/retry_stage"), json!({ "reason": "residue removed" })).await;
     assert_eq!(code, "200", "{first}");
     assert!(first["outcome"]["task"].as_str().unwrap_or_default().starts_with("issued "), "{first}");
-    let (code, second) = post(&h, &format!("/v1/jobs/{id}/retry_stage"), json!({ "reason": "residue removed" })).await;
-    assert_eq!(code, "200", "{second}");
+    // The second one through the real `drover` binary, as an operator types it.
+    let out = h.drover_as(&h.admin, &["job", "retry", &id, "--reason", "residue removed", "-o", "json"]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let second: Value = serde_json::from_slice(&out.stdout).expect("json");
     let done = job_until(&h, &id, &["completed", "failed_retryable", "failed_manual_intervention"]).await;
     assert_eq!(done["state"], "completed", "{done}");
     let types = task_types(&h, &id).await;
@@ -193,6 +195,12 @@ async fn failed_validation_quarantines_and_repeated_retries_never_duplicate_task
     assert_eq!(audits, 2);
     let (code, refused) = post(&h, &format!("/v1/jobs/{id}/cancel"), json!({ "reason": "too late" })).await;
     assert_eq!(code, "409", "{refused}");
+    let out = h.drover_as(&h.admin, &["job", "cancel", &id, "--reason", "too late"]).await;
+    assert_eq!(out.status.code(), Some(65), "a refused action exits 65: {}", String::from_utf8_lossy(&out.stderr));
+    let out = h.drover_as(&h.viewer, &["job", "describe", &id]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("validate_clean") && text.contains("completed"), "{text}");
     let (code, _) = post(&h, &format!("/v1/jobs/{id}/retry_stage"), json!({})).await;
     assert_eq!(code, "400", "a reason is required");
 }
@@ -318,9 +326,18 @@ async fn maintenance_request_is_all_or_nothing_and_completes_on_real_results() {
     assert_eq!(code, "400", "malformed ids are refused");
     let (code, _) = post(&h, "/v1/maintenance", json!({ "reason": "x" })).await;
     assert_eq!(code, "400", "a request needs a scope");
+    let (code, _) = h.call(Some(&h.viewer), "POST", "/v1/maintenance", Some(&body(&ids).to_string())).await;
+    assert_eq!(code, "403", "maintenance is admin only");
 
-    let (code, req) = post(&h, "/v1/maintenance", body(&ids)).await;
-    assert_eq!(code, "201", "{req}");
+    let mut args =
+        vec!["maintenance", "request", "--activity", "gpu_scrub", "--activity", "storage_cleanup", "--activity", "validate_clean"];
+    for id in &ids {
+        args.extend(["--host", id.as_str()]);
+    }
+    args.extend(["--storage", "local", "--reference", "OPS-7", "--reason", "quarterly scrub", "-o", "json"]);
+    let out = h.drover_as(&h.admin, &args).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let req: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert!(req["initiator"].as_str().unwrap_or_default().ends_with(" (OPS-7)"), "{req}");
     let rid = req["requestId"].as_str().expect("id").to_owned();
     // Maintenance pending on a host: a second request including it is refused.

@@ -11,98 +11,64 @@
 //! one task per task stage (the kill issues no duplicate), the host active and schedulable,
 //! the tenant's scratch emptied.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use drover_tests::procs::{Proc, start_server_with_stderr};
+use drover_tests::procs::{Proc, SitePaths, init_site, log_tail};
 use drover_tests::sandbox::{gpu_tools, sandbox};
-use drover_tests::{Endpoint, start_agent, workspace_binary};
+use drover_tests::{Endpoint, start_agent};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 const STAGES: [&str; 7] = ["cordon", "drain", "revoke_users", "cleanup_storage", "scrub_gpu", "validate_clean", "uncordon"];
 
-fn coordinator(args: &[&str]) {
-    let out = Command::new(workspace_binary("drover-coordinator")).args(args).output().expect("drover-coordinator runs");
-    assert!(out.status.success(), "drover-coordinator {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// The last lines of a log file, for failure messages.
-fn tail(path: &Path) -> String {
-    let log = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = log.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
-}
-
 /// A state dir from `init`, an admin credential from `operator-cert`, the CI trust file and a
 /// `coordinator.toml` listening on a fixed port (so the agent finds the restarted process
 /// where it left the first), all under one directory.
 struct Site {
-    dir: tempfile::TempDir,
+    _dir: tempfile::TempDir,
+    paths: SitePaths,
     endpoint: Endpoint,
 }
 
 impl Site {
     fn new() -> Site {
         let dir = tempfile::tempdir().expect("tempdir");
-        let d = dir.path();
-        let state = d.join("state");
-        let state_arg = state.to_str().expect("utf8");
-        coordinator(&["init", "--state-dir", state_arg, "--san", "127.0.0.1"]);
-        let ops = d.join("ops");
-        coordinator(&[
-            "operator-cert",
-            "--state-dir",
-            state_arg,
-            "--role",
-            "admin",
-            "--name",
-            "alice",
-            "--out",
-            ops.to_str().expect("utf8"),
-        ]);
-        let trust = drover_tests::ci_trust_json();
-        std::fs::write(d.join("trust.json"), &trust).expect("trust");
+        let paths = init_site(dir.path());
         // A port free now; the coordinator binds it with SO_REUSEADDR, both times.
         let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
         let url = format!("https://127.0.0.1:{port}");
-        let config = format!(
-            "listen = \"127.0.0.1:{port}\"\nstate_dir = \"{}\"\npublic_urls = [\"{url}\"]\ntrust_file = \"{}\"\nagent_binary = \"{}\"\n\n\
-             [agent]\nlong_poll_secs = 2\n\n[rollouts]\ninterval_secs = 1\ndebounce_ms = 50\n",
-            state.display(),
-            d.join("trust.json").display(),
-            workspace_binary("drover-agent").display()
+        paths.write_config(
+            &format!("127.0.0.1:{port}"),
+            &url,
+            "[agent]\nlong_poll_secs = 2\n\n[rollouts]\ninterval_secs = 1\ndebounce_ms = 50\n",
         );
-        std::fs::write(d.join("coordinator.toml"), config).expect("config");
         let endpoint = Endpoint {
             url,
-            ca: ops.join("ca.crt"),
-            admin: (ops.join("alice.crt"), ops.join("alice.key")),
-            trust_sha256: hex::encode(Sha256::digest(&trust)),
-            tmp: d.to_path_buf(),
+            ca: paths.ops.join("ca.crt"),
+            admin: (paths.ops.join("alice.crt"), paths.ops.join("alice.key")),
+            trust_sha256: hex::encode(Sha256::digest(&paths.trust)),
+            tmp: paths.dir.clone(),
         };
-        Site { dir, endpoint }
+        Site { _dir: dir, paths, endpoint }
     }
 
     fn path(&self, rel: &str) -> PathBuf {
-        self.dir.path().join(rel)
+        self.paths.dir.join(rel)
     }
 
     /// `serve --config`, its log appended to `coordinator.log`; it must answer on the
     /// configured port.
     fn serve(&self) -> Proc {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.path("coordinator.log")).expect("log");
-        let mut cmd = Command::new(workspace_binary("drover-coordinator"));
-        cmd.arg("serve").arg("--config").arg(self.path("coordinator.toml"));
-        let server = start_server_with_stderr(cmd, Stdio::from(log));
+        let server = self.paths.serve();
         assert_eq!(server.url, self.endpoint.url, "the coordinator listens where the agent was told");
         server
     }
 
     /// Both processes' last log lines.
     fn logs(&self) -> String {
-        format!("coordinator log:\n{}\nagent log:\n{}", tail(&self.path("coordinator.log")), tail(&self.path("agent.log")))
+        format!("coordinator log:\n{}\nagent log:\n{}", log_tail(&self.path("coordinator.log"), 30), log_tail(&self.path("agent.log"), 30))
     }
 
     /// `GET path` as the admin; `None` while the coordinator does not answer 200 (it may be

@@ -14,7 +14,7 @@ use drover_proto::publish::PublishRequest;
 use drover_proto::release::{ReleaseFiles, ReleaseParams, build_release};
 use drover_proto::resolve::ReleaseMeta;
 use drover_proto::spec::FleetSpec;
-use drover_proto::states::{HostLifecycle, HostRolloutState, RolloutState};
+use drover_proto::states::{HostRolloutState, RolloutState};
 use drover_proto::time::Time;
 use drover_tests::Harness;
 use drover_tests::sim_agent::{Behaviour, SimAgent};
@@ -37,39 +37,13 @@ async fn publish(h: &Harness, files: &ReleaseFiles) {
 /// Every host of the example fleet as a simulated agent, its host enrolled (`enrolling`).
 fn agents(h: &Harness, behaviour: impl Fn(&str) -> Behaviour) -> Vec<SimAgent> {
     let spec: serde_json::Value = serde_json::from_slice(FLEET).expect("json");
-    let trust = std::fs::read(&h.trust.0).expect("trust");
-    let director = std::fs::read_to_string(h.dir.path().join("state").join("director.pub")).expect("director.pub");
-    let mut out = Vec::new();
-    for hostname in spec["hosts"].as_object().expect("hosts").keys() {
-        let (id, (crt, key), _) = h.host_credentials(hostname);
-        let store = &h.running.app.store;
-        store.transition_host(id, HostLifecycle::BootstrapIssued, HostLifecycle::Enrolling, "enrolled", h.clock.now()).expect("enrolling");
-        out.push(SimAgent::new(&h.url, &h.ca, (&crt, &key), hostname, id, &trust, &director, behaviour(hostname)));
-    }
-    out
+    let names: Vec<String> = spec["hosts"].as_object().expect("hosts").keys().cloned().collect();
+    h.sim_agents(&names, behaviour)
 }
 
-/// Every agent checks in once, concurrently (each check-in may be held for the long-poll).
+/// Every agent checks in once, concurrently.
 async fn step_all(h: &Harness, agents: Vec<SimAgent>) -> (Vec<SimAgent>, usize) {
-    let now = h.clock.now();
-    let mut set = tokio::task::JoinSet::new();
-    for mut a in agents {
-        set.spawn(async move {
-            let r = a.step(now).await;
-            (a, r)
-        });
-    }
-    let mut out = Vec::new();
-    let mut handled = 0;
-    while let Some(joined) = set.join_next().await {
-        let (a, r) = joined.expect("agent task");
-        if r.unwrap_or_else(|e| panic!("{}: check-in failed: {e}", a.hostname)) {
-            handled += 1;
-        }
-        out.push(a);
-    }
-    out.sort_by(|a, b| a.hostname.cmp(&b.hostname));
-    (out, handled)
+    drover_tests::sim_agent::step_all(agents, h.clock.now()).await
 }
 
 fn rollout_states(store: &Arc<dyn Store>) -> BTreeMap<String, RolloutState> {
@@ -390,24 +364,6 @@ async fn host_offline_during_the_rollout_gets_the_current_target_when_it_returns
     assert_eq!(rollout_states(&app.store).get("gpu@c0ffee"), Some(&RolloutState::Converged), "the rollout stays converged");
 }
 
-/// The hosts out of service now: in flight in any rollout, or held by a started job.
-fn disrupted(store: &Arc<dyn Store>) -> std::collections::BTreeSet<String> {
-    let mut out = std::collections::BTreeSet::new();
-    for r in store.list_rollouts(&Default::default()).expect("rollouts") {
-        for hr in store.list_host_rollouts(&r.rollout_id).expect("hosts") {
-            if matches!(hr.state, HostRolloutState::Activating | HostRolloutState::Soaking) {
-                out.insert(hr.hostname);
-            }
-        }
-    }
-    let jobs = store.list_jobs(&drover_coordinator::store::JobFilter { unfinished: true, ..Default::default() }).expect("jobs");
-    for j in jobs.iter().filter(|j| j.state != drover_proto::states::JobState::Pending) {
-        let host = store.get_host(j.job.host_id.expect("host")).expect("store").expect("host");
-        out.insert(host.hostname);
-    }
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn maintenance_and_a_rollout_on_the_same_hosts_never_exceed_a_budget_together() {
     let h = Harness::start_with_long_poll(1).await;
@@ -436,7 +392,7 @@ async fn maintenance_and_a_rollout_on_the_same_hosts_never_exceed_a_budget_toget
         agents = next;
         let out = app.executor.tick_now(&app).await.unwrap_or_else(|e| panic!("tick failed in round {round}: {e}"));
         // The invariant, after every tick: no budget has more hosts out of service than it allows.
-        let now_out = disrupted(&app.store);
+        let now_out = drover_tests::sim_agent::disrupted(app.store.as_ref());
         for b in &fleet.disruption_budgets {
             let n = b.hosts.iter().filter(|x| now_out.contains(*x)).count();
             max_seen = max_seen.max(n);

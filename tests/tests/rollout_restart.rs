@@ -10,7 +10,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -22,9 +21,9 @@ use drover_proto::publish::PublishRequest;
 use drover_proto::release::{ReleaseParams, build_release};
 use drover_proto::resolve::ReleaseMeta;
 use drover_proto::spec::FleetSpec;
-use drover_tests::procs::{Proc, start_server_with_stderr};
+use drover_tests::procs::{Proc, SitePaths, init_site, log_tail};
 use drover_tests::sim_agent::{Behaviour, SimAgent};
-use drover_tests::{key_and_csr, wall_now, workspace_binary};
+use drover_tests::{key_and_csr, wall_now};
 use ed25519_dalek::SigningKey;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -101,65 +100,35 @@ fn publish_request() -> PublishRequest {
 /// A state dir from `drover-coordinator init`, an admin credential from `operator-cert`, the
 /// CI trust file and a `coordinator.toml` with short intervals, all under one directory.
 struct Site {
-    dir: tempfile::TempDir,
-    trust: Vec<u8>,
-}
-
-fn coordinator(args: &[&str]) {
-    let out = Command::new(workspace_binary("drover-coordinator")).args(args).output().expect("drover-coordinator runs");
-    assert!(out.status.success(), "drover-coordinator {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    _dir: tempfile::TempDir,
+    paths: SitePaths,
 }
 
 impl Site {
     fn new() -> Site {
         let dir = tempfile::tempdir().expect("tempdir");
-        let d = dir.path();
-        let state = d.join("state");
-        let state_arg = state.to_str().expect("utf8");
-        coordinator(&["init", "--state-dir", state_arg, "--san", "127.0.0.1"]);
-        let ops = d.join("ops");
-        coordinator(&[
-            "operator-cert",
-            "--state-dir",
-            state_arg,
-            "--role",
-            "admin",
-            "--name",
-            "alice",
-            "--out",
-            ops.to_str().expect("utf8"),
-        ]);
-        let trust = drover_tests::ci_trust_json();
-        std::fs::write(d.join("trust.json"), &trust).expect("trust");
-        let config = format!(
-            "listen = \"127.0.0.1:0\"\nstate_dir = \"{}\"\npublic_urls = [\"https://127.0.0.1:1\"]\ntrust_file = \"{}\"\nagent_binary = \"{}\"\n\n\
-             [agent]\nlong_poll_secs = 1\n\n[hosts]\noffline_after_secs = 30\n\n\
+        let paths = init_site(dir.path());
+        paths.write_config(
+            "127.0.0.1:0",
+            "https://127.0.0.1:1",
+            "[agent]\nlong_poll_secs = 1\n\n[hosts]\noffline_after_secs = 30\n\n\
              [rollouts]\ninterval_secs = 1\ndebounce_ms = 50\nconfirm_window_secs = 10\nconfirm_deadline_secs = 120\n",
-            state.display(),
-            d.join("trust.json").display(),
-            workspace_binary("drover-agent").display()
         );
-        std::fs::write(d.join("coordinator.toml"), config).expect("config");
-        Site { dir, trust }
+        Site { _dir: dir, paths }
     }
 
     fn path(&self, rel: &str) -> PathBuf {
-        self.dir.path().join(rel)
+        self.paths.dir.join(rel)
     }
 
     /// `serve --config`, its log appended to `coordinator.log`.
     fn serve(&self) -> Proc {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.path("coordinator.log")).expect("log");
-        let mut cmd = Command::new(workspace_binary("drover-coordinator"));
-        cmd.arg("serve").arg("--config").arg(self.path("coordinator.toml"));
-        start_server_with_stderr(cmd, Stdio::from(log))
+        self.paths.serve()
     }
 
     /// The last lines of the coordinator's log, for failure messages.
     fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.path("coordinator.log")).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
+        log_tail(&self.path("coordinator.log"), 40)
     }
 
     fn client(&self, url: &str, identity: bool) -> CoordinatorClient {
@@ -176,7 +145,7 @@ impl Site {
     async fn enroll_all(&self, url: &str) -> Vec<SimAgent> {
         let admin = self.client(url, true);
         let anonymous = self.client(url, false);
-        let trust_sha256 = hex::encode(Sha256::digest(&self.trust));
+        let trust_sha256 = hex::encode(Sha256::digest(&self.paths.trust));
         let mut agents = Vec::new();
         for hostname in std::iter::once("infra-01").chain(GPU_HOSTS) {
             let req = CreateHostRequest { hostname: hostname.into(), trust_sha256: trust_sha256.clone(), token_ttl_secs: None };
@@ -195,7 +164,7 @@ impl Site {
                 (&crt, &key),
                 hostname,
                 id,
-                &self.trust,
+                &self.paths.trust,
                 &enrolled.director_public_key,
                 Behaviour::Healthy,
             ));

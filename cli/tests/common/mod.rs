@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod mtls;
+
 use std::fs;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

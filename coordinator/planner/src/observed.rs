@@ -71,7 +71,7 @@ pub struct Observed {
     #[serde(default)]
     pub held: BTreeMap<String, String>,
     /// Hosts a job lends to the rollout engine for its `activate` stage (counted, dispatchable).
-    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    #[serde(default)]
     pub lent: std::collections::BTreeSet<String>,
     /// Per channel, the ref whose opening the planner last deferred, by what and since when
     /// (the store's `last_deferrals`).

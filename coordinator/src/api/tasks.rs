@@ -189,10 +189,11 @@ pub async fn issue_route(
 #[serde(deny_unknown_fields)]
 pub struct TasksQuery {
     host: Option<String>,
+    job: Option<String>,
     state: Option<String>,
 }
 
-/// `GET /v1/tasks?host=&state=` (viewer): tasks by creation time.
+/// `GET /v1/tasks?host=&job=&state=` (viewer): tasks by creation time.
 pub async fn list(
     State(app): State<Arc<AppState>>,
     _caller: Reader,
@@ -200,7 +201,8 @@ pub async fn list(
 ) -> Result<Json<Value>, ApiError> {
     let host_id = q.host.as_deref().map(|h| Uuid::parse_str(h).map_err(|_| ApiError::bad_request("host is not a UUID"))).transpose()?;
     let state = q.state.as_deref().map(|s| s.parse::<TaskState>().map_err(|e| ApiError::bad_request(format!("state: {e}")))).transpose()?;
-    let filter = TaskFilter { host_id, job_id: None, state };
+    let job_id = q.job.as_deref().map(|j| crate::api::operator::parse_uuid("job", j)).transpose()?;
+    let filter = TaskFilter { host_id, job_id, state };
     let tasks = store::blocking(app.store.clone(), move |s| s.list_tasks(&filter)).await?;
     let items: Vec<TaskView> = tasks.iter().map(TaskView::from).collect();
     Ok(Json(json!({ "items": items, "next": null })))
