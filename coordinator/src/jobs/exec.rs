@@ -25,11 +25,17 @@ use super::model::Stage;
 use super::pacing::{self, PaceBudget};
 use super::plan::{Decision, JobView, Observed, TaskObs, apply, decide, local_stage_done};
 use crate::app::AppState;
-use crate::store::{self, Host, HostOp, Job, JobFilter, JobStep, NewEvent, PlanSnapshot, StoreError};
+use crate::store::{self, Host, HostOp, Job, JobFilter, JobStep, NewEvent, PlanSnapshot, Store, StoreError, TaskRecord};
 
 /// Most decisions one job makes in one tick (local stages take effect at once, so a job can
 /// cross several stages in a tick; the bound keeps one tick short).
 const MAX_STEPS_PER_TICK: usize = 16;
+
+/// Most decisions persisted in one tick across all jobs (about a second of transactions):
+/// a request over the whole fleet with no budget to pace it must not hold the executor's
+/// lock — and so the rollouts — for many seconds. The rest continues in the next tick, which
+/// is asked for at once.
+const MAX_STEPS_PER_TICK_ALL: usize = 4000;
 
 /// Why a job tick did not complete.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +54,8 @@ pub struct JobsTick {
     pub waiting: BTreeMap<Uuid, String>,
     /// Jobs whose step failed this tick (the next tick tries again), with why.
     pub errors: BTreeMap<Uuid, String>,
+    /// The tick stopped at [`MAX_STEPS_PER_TICK_ALL`]; another was asked for.
+    pub capped: bool,
 }
 
 /// What the latest release says that jobs need: budgets, each host's channel's current
@@ -105,12 +113,20 @@ impl FleetView {
 
 /// Runs one job tick.
 pub async fn tick(app: &Arc<AppState>) -> Result<JobsTick, JobExecError> {
-    let (jobs, snapshot) = store::blocking(app.store.clone(), |s| {
+    // One read for the whole tick: the jobs, the rollout snapshot, and each job's host and
+    // current task. A job re-reads only after it has acted (most jobs, most ticks, wait).
+    let (jobs, snapshot, mut seen) = store::blocking(app.store.clone(), |s| {
         let jobs = s.list_jobs(&JobFilter { unfinished: true, ..Default::default() })?;
         if jobs.is_empty() {
-            return Ok((jobs, PlanSnapshot::default()));
+            return Ok((jobs, PlanSnapshot::default(), BTreeMap::new()));
         }
-        Ok((jobs, s.plan_snapshot()?))
+        let mut seen = BTreeMap::new();
+        for j in &jobs {
+            if let Some(h) = j.job.host_id {
+                seen.insert(j.job.job_id, read_host_and_task(s, h, &j.progress)?);
+            }
+        }
+        Ok((jobs, s.plan_snapshot()?, seen))
     })
     .await?;
     let mut out = JobsTick::default();
@@ -125,8 +141,14 @@ pub async fn tick(app: &Arc<AppState>) -> Result<JobsTick, JobExecError> {
     let mut disrupted = rollouts.in_flight.clone();
     disrupted.extend(snapshot.held.keys().chain(&snapshot.lent).filter_map(|id| names.get(id).cloned()));
     let mut candidates = Vec::new();
+    // A pending job whose host is gone (deleted since) disrupts nothing: it is decided on at
+    // once, and the decision names the problem.
+    let mut unpaced = BTreeSet::new();
     for j in &jobs {
-        let Some(host) = j.job.host_id.and_then(|h| names.get(&h)) else { continue };
+        let Some(host) = j.job.host_id.and_then(|h| names.get(&h)) else {
+            unpaced.insert(j.job.job_id);
+            continue;
+        };
         match j.state {
             JobState::Pending => candidates.push((j.job.job_id, host.clone())),
             // During `activate` the job does not hold the host for the planner, but the host
@@ -137,17 +159,33 @@ pub async fn tick(app: &Arc<AppState>) -> Result<JobsTick, JobExecError> {
         }
     }
     let admission = pacing::admit(&candidates, &disrupted, &fleet.budgets);
-    let admitted: BTreeSet<Uuid> = admission.admitted.iter().copied().collect();
+    let admitted: BTreeSet<Uuid> = admission.admitted.iter().copied().chain(unpaced).collect();
     for (id, why) in admission.waiting {
         out.waiting.insert(id, format!("waits for a disruption-budget slot: {why}"));
     }
 
+    // One owner at a time: the store refuses a second unfinished job on a host, so another
+    // started job on the same host means something moved out of band.
+    let mut started_on: BTreeMap<Uuid, Vec<String>> = BTreeMap::new();
+    for j in jobs.iter().filter(|j| j.state != JobState::Pending) {
+        if let Some(h) = j.job.host_id {
+            started_on.entry(h).or_default().push(format!("{} ({}, {})", j.job.job_id, j.job.kind, j.state));
+        }
+    }
     for j in jobs {
         let id = j.job.job_id;
+        if out.steps >= MAX_STEPS_PER_TICK_ALL {
+            out.waiting.insert(id, format!("this tick made {} decisions; continues in the next", out.steps));
+            out.capped = true;
+            continue;
+        }
+        let other =
+            j.job.host_id.and_then(|h| started_on.get(&h)).and_then(|v| v.iter().find(|o| !o.starts_with(&id.to_string())).cloned());
         if j.state == JobState::Pending && !admitted.contains(&id) {
             continue;
         }
-        match drive(app, j, &fleet, &mut rollouts, &mut out.steps).await {
+        let first = seen.remove(&id);
+        match drive(app, j, first, other, &fleet, &mut rollouts, &mut out.steps).await {
             Ok(Some(why)) => {
                 out.waiting.insert(id, why);
             }
@@ -157,6 +195,9 @@ pub async fn tick(app: &Arc<AppState>) -> Result<JobsTick, JobExecError> {
                 out.errors.insert(id, e.to_string());
             }
         }
+    }
+    if out.capped {
+        app.executor.poke();
     }
     Ok(out)
 }
@@ -227,15 +268,24 @@ fn observe(host: &Host, task: Option<TaskObs>, fleet: &FleetView, rollouts: &Rol
     }
 }
 
+/// A job's host and the record of the task its progress names.
+fn read_host_and_task(s: &dyn Store, host_id: Uuid, progress: &serde_json::Value) -> Result<(Host, Option<TaskRecord>), StoreError> {
+    let host = s.get_host(host_id)?.ok_or_else(|| StoreError::not_found("host", host_id))?;
+    let task_id = progress.get("taskId").and_then(serde_json::Value::as_str).and_then(|t| Uuid::parse_str(t).ok());
+    let task = task_id.map(|t| s.get_task(t)).transpose()?.flatten();
+    Ok((host, task))
+}
+
 /// Drives one job until it waits; returns the wait reason (`None`: it finished).
 async fn drive(
     app: &Arc<AppState>,
     mut job: Job,
+    mut first: Option<(Host, Option<TaskRecord>)>,
+    other: Option<String>,
     fleet: &FleetView,
     rollouts: &mut RolloutView,
     steps: &mut usize,
 ) -> Result<Option<String>, JobExecError> {
-    let job_id = job.job.job_id;
     let Some(host_id) = job.job.host_id else { return Ok(Some("job names no host".into())) };
     for _ in 0..MAX_STEPS_PER_TICK {
         if job.state.is_terminal() {
@@ -245,17 +295,15 @@ async fn drive(
             Ok(v) => v,
             Err(e) => return Ok(Some(format!("stored job does not parse ({e}); an operator must cancel it"))),
         };
-        let task_id = view.progress.task_id.as_deref().and_then(|t| Uuid::parse_str(t).ok());
-        let (host, task, other) = store::blocking(app.store.clone(), move |s| {
-            let host = s.get_host(host_id)?.ok_or_else(|| StoreError::not_found("host", host_id))?;
-            let task = task_id.map(|t| s.get_task(t)).transpose()?.flatten();
-            let others = s.list_jobs(&JobFilter { host_id: Some(host_id), unfinished: true, ..Default::default() })?;
-            let other = others.into_iter().find(|o| o.job.job_id != job_id && o.state != JobState::Pending);
-            Ok((host, task, other))
-        })
-        .await?;
+        let (host, task) = match first.take() {
+            Some(read) => read,
+            None => {
+                let progress = job.progress.clone();
+                store::blocking(app.store.clone(), move |s| read_host_and_task(s, host_id, &progress)).await?
+            }
+        };
         let mut obs = observe(&host, task.as_ref().map(TaskObs::from_record), fleet, rollouts);
-        obs.held_by_other_job = other.map(|o| format!("{} ({}, {})", o.job.job_id, o.job.kind, o.state));
+        obs.held_by_other_job = other.clone();
         let creds = if view.progress.stage == Stage::HwSyncReseed {
             match local::maas_creds(app.config.jobs.maas_creds_dir.as_deref(), &host.hostname) {
                 Ok(c) => c,

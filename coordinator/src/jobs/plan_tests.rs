@@ -1,0 +1,279 @@
+//! Unit tests of [`decide`](super::decide) and [`apply`](super::apply): every job kind driven to
+//! its end by a well-behaved executor and agent, and each failure and wait rule.
+
+use super::super::model::{StageEvent, StorageChoice};
+use super::*;
+
+pub(crate) fn t(secs: i64) -> Time {
+    Time::from_unix(1_800_000_000 + secs).expect("time")
+}
+
+pub(crate) fn observed() -> Observed {
+    Observed {
+        lifecycle: HostLifecycle::Active,
+        schedulable: true,
+        rollout: None,
+        on_desired_generation: true,
+        allocations_attached: false,
+        held_by_other_job: None,
+        task: None,
+    }
+}
+
+pub(crate) fn task(id: &str, state: TaskState, lease: Option<Time>, leases: u32, outcome: Option<TaskOutcome>) -> TaskObs {
+    TaskObs { task_id: id.into(), state, lease_expires_at: lease, lease_attempts: leases, outcome, detail: String::new() }
+}
+
+fn job(kind: JobKind) -> JobView {
+    let progress = Progress::initial(&kind);
+    JobView { kind, state: JobState::Pending, progress }
+}
+
+/// Drives a job to the end, simulating a well-behaved executor and agent: returns the
+/// stages in the order their work was issued.
+fn drive(mut j: JobView, mut obs: Observed) -> (JobView, Vec<Stage>) {
+    let policy = Policy::default();
+    let mut issued = Vec::new();
+    for i in 0..200 {
+        let now = t(i);
+        let d = decide(&j, &obs, now, &policy);
+        let mut task_id = None;
+        match &d {
+            Decision::IssueTask { stage, .. } => {
+                issued.push(*stage);
+                let id = format!("task-{i}");
+                obs.task = Some(task(&id, TaskState::Completed, None, 1, Some(TaskOutcome::Succeeded)));
+                task_id = Some(id);
+            }
+            Decision::RunLocal { stage, .. } => {
+                issued.push(*stage);
+                match stage {
+                    Stage::Cordon => obs.schedulable = false,
+                    Stage::Uncordon => obs.schedulable = true,
+                    Stage::ForceRelease => {
+                        obs.allocations_attached = false;
+                        let (s, p) = apply(&j, &d, now, None);
+                        j = JobView { state: s, progress: p, ..j };
+                        let done = local_stage_done(&j, "released".into());
+                        let (s, p) = apply(&j, &done, now, None);
+                        j = JobView { state: s, progress: p, ..j };
+                        continue;
+                    }
+                    Stage::Activate => obs.on_desired_generation = true,
+                    Stage::Retire => obs.lifecycle = HostLifecycle::Retired,
+                    Stage::Remove => obs.lifecycle = HostLifecycle::Removing,
+                    Stage::Delete => obs.lifecycle = HostLifecycle::Deleted,
+                    _ => unreachable!(),
+                }
+            }
+            Decision::Advance { .. } => obs.task = None,
+            Decision::Complete { .. } => {
+                let (s, p) = apply(&j, &d, now, None);
+                return (JobView { state: s, progress: p, ..j }, issued);
+            }
+            Decision::Start { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+        let (s, p) = apply(&j, &d, now, task_id.as_deref());
+        j = JobView { state: s, progress: p, ..j };
+    }
+    panic!("did not finish")
+}
+
+#[test]
+fn soft_reset_runs_its_stages_in_order() {
+    use Stage::*;
+    let (done, issued) = drive(job(JobKind::SoftReset { storage: StorageChoice::Local }), observed());
+    assert_eq!(issued, vec![Cordon, Drain, RevokeUsers, CleanupStorage, ScrubGpu, ValidateClean, Uncordon]);
+    assert_eq!(done.state, JobState::Completed);
+    let succeeded: Vec<Stage> = done.progress.history.iter().filter(|e| e.status == StageStatus::Succeeded).map(|e| e.stage).collect();
+    assert_eq!(succeeded, issued);
+}
+
+#[test]
+fn storage_none_skips_cleanup() {
+    let (_, issued) = drive(job(JobKind::SoftReset { storage: StorageChoice::None }), observed());
+    assert!(!issued.contains(&Stage::CleanupStorage), "{issued:?}");
+    assert_eq!(issued.len(), 6);
+}
+
+#[test]
+fn full_decommission_issues_its_stages_in_order_and_deletes_the_host() {
+    use Stage::*;
+    let mut obs = observed();
+    obs.allocations_attached = true;
+    let (done, issued) = drive(job(JobKind::FullDecommission { storage: None, force_release: true }), obs);
+    assert_eq!(issued, vec![Cordon, ForceRelease, Drain, RevokeUsers, Retire, Remove, Uninstall, Delete]);
+    assert_eq!(done.state, JobState::Completed);
+}
+
+#[test]
+fn attached_allocations_without_force_release_need_an_operator() {
+    let mut j = job(JobKind::FullDecommission { storage: None, force_release: false });
+    j.state = JobState::Running;
+    j.progress.stage_index = 1;
+    j.progress.stage = Stage::ForceRelease;
+    let mut obs = observed();
+    obs.allocations_attached = true;
+    let d = decide(&j, &obs, t(0), &Policy::default());
+    assert!(matches!(d, Decision::Fail { class: FailureClass::OwnershipConflict, state: JobState::FailedManualIntervention, .. }), "{d:?}");
+}
+
+fn at_stage(kind: JobKind, stage: Stage, attempt: u32, task_id: Option<&str>) -> JobView {
+    let index = stages(&kind).iter().position(|s| *s == stage).expect("stage in plan");
+    let mut j = job(kind);
+    j.state = JobState::Running;
+    j.progress.stage_index = index;
+    j.progress.stage = stage;
+    j.progress.attempt = attempt;
+    j.progress.task_id = task_id.map(str::to_owned);
+    j
+}
+
+#[test]
+fn failed_validation_quarantines_and_needs_an_operator() {
+    let j = at_stage(JobKind::SoftReset { storage: StorageChoice::All }, Stage::ValidateClean, 1, Some("v1"));
+    let mut obs = observed();
+    obs.schedulable = false;
+    let mut tk = task("v1", TaskState::Completed, None, 1, Some(TaskOutcome::Failed));
+    tk.detail = "tenant_mounts: /mnt/weka/t1".into();
+    obs.task = Some(tk);
+    let d = decide(&j, &obs, t(0), &Policy::default());
+    let Decision::Fail { class, state, message, quarantine, host_to } = &d else { panic!("{d:?}") };
+    assert_eq!(*class, FailureClass::ValidationFailed);
+    assert_eq!(*state, JobState::FailedManualIntervention);
+    assert!(*quarantine);
+    assert_eq!(*host_to, Some(HostLifecycle::Quarantined));
+    assert!(message.contains("/mnt/weka/t1"), "{message}");
+    let (s, p) = apply(&j, &d, t(0), None);
+    assert_eq!(s, JobState::FailedManualIntervention);
+    assert_eq!(p.failure_class, Some(FailureClass::ValidationFailed));
+    assert!(JobState::Running.can_transition_to(s));
+}
+
+#[test]
+fn transient_task_failure_is_retried_up_to_the_bound() {
+    let policy = Policy::default();
+    let kind = JobKind::StorageCleanup { scope: drover_proto::task::StorageScope::Local };
+    // A step error: re-issued, superseding the failed task, while attempts remain.
+    let j = at_stage(kind.clone(), Stage::CleanupStorage, 1, Some("c1"));
+    let mut obs = observed();
+    obs.task = Some(task("c1", TaskState::Completed, None, 1, Some(TaskOutcome::Failed)));
+    let d = decide(&j, &obs, t(0), &policy);
+    let Decision::IssueTask { attempt: 2, supersedes: Some(prior), .. } = &d else { panic!("{d:?}") };
+    assert_eq!(prior, "c1");
+    // At the bound: failed_retryable, with the class.
+    let j3 = at_stage(kind.clone(), Stage::CleanupStorage, 3, Some("c3"));
+    obs.task = Some(task("c3", TaskState::Completed, None, 1, Some(TaskOutcome::Failed)));
+    let d = decide(&j3, &obs, t(0), &policy);
+    assert!(matches!(d, Decision::Fail { class: FailureClass::TaskFailed, state: JobState::FailedRetryable, .. }), "{d:?}");
+    // A lapsed lease: the same task is leasable again (no duplicate) until the bound.
+    let j = at_stage(kind.clone(), Stage::CleanupStorage, 1, Some("c1"));
+    obs.task = Some(task("c1", TaskState::Leased, Some(t(-10)), 1, None));
+    let d = decide(&j, &obs, t(0), &policy);
+    assert!(matches!(&d, Decision::Wait { reason } if reason.contains("lost its lease")), "{d:?}");
+    obs.task = Some(task("c1", TaskState::Leased, Some(t(-10)), 3, None));
+    let d = decide(&j, &obs, t(0), &policy);
+    assert!(matches!(d, Decision::Fail { class: FailureClass::Transient, state: JobState::FailedRetryable, .. }), "{d:?}");
+    // A lost record: re-issued.
+    obs.task = None;
+    let d = decide(&j, &obs, t(0), &policy);
+    assert!(matches!(d, Decision::IssueTask { attempt: 2, .. }), "{d:?}");
+}
+
+#[test]
+fn refused_task_needs_an_operator() {
+    let j = at_stage(JobKind::SoftReset { storage: StorageChoice::None }, Stage::Drain, 1, Some("d1"));
+    let mut obs = observed();
+    obs.schedulable = false;
+    obs.task = Some(task("d1", TaskState::Completed, None, 1, Some(TaskOutcome::Refused)));
+    let d = decide(&j, &obs, t(0), &Policy::default());
+    assert!(matches!(d, Decision::Fail { class: FailureClass::Refused, state: JobState::FailedManualIntervention, .. }), "{d:?}");
+}
+
+#[test]
+fn failed_uninstall_returns_the_host_to_retired() {
+    let kind = JobKind::FullDecommission { storage: None, force_release: true };
+    let j = at_stage(kind, Stage::Uninstall, 3, Some("u3"));
+    let mut obs = observed();
+    obs.schedulable = false;
+    obs.lifecycle = HostLifecycle::Removing;
+    obs.task = Some(task("u3", TaskState::Completed, None, 1, Some(TaskOutcome::Failed)));
+    let d = decide(&j, &obs, t(0), &Policy::default());
+    assert!(matches!(d, Decision::Fail { host_to: Some(HostLifecycle::Retired), state: JobState::FailedRetryable, .. }), "{d:?}");
+}
+
+#[test]
+fn job_waits_for_an_in_flight_activation() {
+    let j = job(JobKind::SoftReset { storage: StorageChoice::None });
+    for r in [HostRolloutState::Activating, HostRolloutState::Soaking] {
+        let mut obs = observed();
+        obs.rollout = Some(r);
+        let d = decide(&j, &obs, t(0), &Policy::default());
+        assert_eq!(d, Decision::Wait { reason: "waits for an in-flight activation to settle".into() });
+    }
+    let mut obs = observed();
+    obs.rollout = Some(HostRolloutState::Converged);
+    assert!(matches!(decide(&j, &obs, t(0), &Policy::default()), Decision::Start { .. }));
+}
+
+#[test]
+fn a_second_job_on_the_same_host_waits() {
+    let j = job(JobKind::StorageCleanup { scope: drover_proto::task::StorageScope::All });
+    let mut obs = observed();
+    obs.held_by_other_job = Some("job-1".into());
+    let d = decide(&j, &obs, t(0), &Policy::default());
+    assert!(matches!(&d, Decision::Wait { reason } if reason.contains("job-1")), "{d:?}");
+}
+
+#[test]
+fn deciding_twice_yields_the_same_decision() {
+    let policy = Policy::default();
+    let kind = JobKind::Maintenance { activities: vec![], storage: drover_proto::task::StorageScope::All };
+    let mut snapshots = vec![(job(kind.clone()), observed())];
+    let mut obs = observed();
+    obs.schedulable = false;
+    for (stage, tk) in [
+        (Stage::ScrubGpu, None),
+        (Stage::ScrubGpu, Some(task("s1", TaskState::Queued, None, 0, None))),
+        (Stage::ScrubGpu, Some(task("s1", TaskState::Leased, Some(t(60)), 1, None))),
+        (Stage::ScrubGpu, Some(task("s1", TaskState::Completed, None, 1, Some(TaskOutcome::Failed)))),
+        (Stage::ValidateClean, Some(task("s1", TaskState::Completed, None, 1, Some(TaskOutcome::Failed)))),
+    ] {
+        let j = at_stage(kind.clone(), stage, u32::from(tk.is_some()), tk.as_ref().map(|x| x.task_id.as_str()));
+        snapshots.push((j, Observed { task: tk, ..obs.clone() }));
+    }
+    for (j, o) in &snapshots {
+        let first = decide(j, o, t(0), &policy);
+        assert_eq!(first, decide(j, o, t(0), &policy));
+        assert!(!first.reason().is_empty(), "{first:?}");
+        assert_eq!(apply(j, &first, t(0), Some("x")), apply(j, &first, t(0), Some("x")));
+    }
+}
+
+#[test]
+fn terminal_and_failed_jobs_wait_with_a_reason() {
+    for s in [JobState::Completed, JobState::Cancelled, JobState::Reconciled, JobState::FailedRetryable] {
+        let mut j = job(JobKind::SoftReset { storage: StorageChoice::None });
+        j.state = s;
+        let d = decide(&j, &observed(), t(0), &Policy::default());
+        assert!(matches!(&d, Decision::Wait { reason } if reason.contains(s.as_str())), "{d:?}");
+    }
+}
+
+#[test]
+fn compensation_waits_for_a_live_task_then_ends_where_it_was_asked() {
+    let mut j = at_stage(JobKind::SoftReset { storage: StorageChoice::None }, Stage::Drain, 1, Some("d1"));
+    j.state = JobState::Compensating;
+    j.progress.after_compensation = Some(JobState::Pending);
+    let mut obs = observed();
+    obs.task = Some(task("d1", TaskState::Leased, Some(t(30)), 1, None));
+    assert!(matches!(decide(&j, &obs, t(0), &Policy::default()), Decision::Wait { .. }));
+    obs.task = Some(task("d1", TaskState::Completed, None, 1, Some(TaskOutcome::Succeeded)));
+    let d = decide(&j, &obs, t(0), &Policy::default());
+    assert!(matches!(d, Decision::FinishCompensation { to: JobState::Pending, .. }), "{d:?}");
+    let (s, p) = apply(&j, &d, t(0), None);
+    assert_eq!(s, JobState::Pending);
+    assert_eq!((p.stage_index, p.stage, p.attempt, p.task_id.clone()), (0, Stage::Cordon, 0, None));
+    assert!(matches!(p.history.last(), Some(StageEvent { status: StageStatus::Compensated, .. })));
+}
