@@ -8,7 +8,7 @@
 //! - `list_jobs(unfinished)` alone;
 //! - **starting every job**: each starts, cordons its host and queues its signed task — four
 //!   decisions, each its own transaction, per host — over as many ticks as the per-tick cap
-//!   of 4,000 decisions takes (the longest tick is reported too);
+//!   of 1,000 decisions takes (the longest tick is reported too);
 //! - a **steady tick**: every job waits on its queued task (two point reads and a decision
 //!   per job, nothing written).
 //!

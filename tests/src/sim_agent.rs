@@ -34,6 +34,9 @@ pub enum Behaviour {
     FailsProbes,
     /// Does not report at all (its check-ins stop): offline.
     Offline,
+    /// Checks in, but the tasks handed over never arrive (the answer is lost on the way): their
+    /// leases lapse.
+    LosesTasks,
 }
 
 /// What happened to one intent.
@@ -244,6 +247,9 @@ impl SimAgent {
     /// rules of the real agent (and its replay rule), and "runs" each at once: a successful
     /// result with one step, delivered with the next check-in.
     fn take_tasks(&mut self, tasks: &[drover_proto::sig::Envelope], now: Time) {
+        if self.behaviour == Behaviour::LosesTasks {
+            return;
+        }
         let host_id = self.host_id.to_string();
         for env in tasks {
             match drover_proto::verify::verify_task(env, &self.anchors.director, &host_id, &drover_proto::verify::VerifyContext::at(now)) {

@@ -209,6 +209,19 @@ pub fn act(
                 return Ok(outcome(prior, p, "already cancelled".into(), TaskDirective::None, prior));
             }
             let in_flight = task.filter(|t| t.state != TaskState::Completed);
+            // Already compensating with the task still out: a repeated cancel changes nothing
+            // (and a cancel during restart_clean's compensation ends cancelled instead).
+            if let (Some(t), JobState::Compensating) = (in_flight, prior) {
+                let change = if p.after_compensation == Some(JobState::Cancelled) {
+                    format!("already cancelling: waits for task {} to finish", t.task_id)
+                } else {
+                    p.after_compensation = Some(JobState::Cancelled);
+                    let change = format!("cancelling instead of restarting: waits for task {} to finish", t.task_id);
+                    p.push(stage, p.attempt, StageStatus::Compensated, &format!("{action}: {change}"), now);
+                    change
+                };
+                return Ok(outcome(prior, p, change, TaskDirective::Reuse(t.task_id.clone()), JobState::Cancelled));
+            }
             if let (Some(t), true) = (in_flight, job.state.can_transition_to(JobState::Compensating)) {
                 let state = to(JobState::Compensating)?;
                 p.after_compensation = Some(JobState::Cancelled);
@@ -431,6 +444,23 @@ mod tests {
         assert_eq!(out.progress.after_compensation, Some(JobState::Cancelled));
         let out = cancel(&at(JobState::Pending, Stage::Cordon, 0, None), None, t(0), &s()).expect("allowed");
         assert_eq!(out.new_state, JobState::Cancelled);
+    }
+
+    #[test]
+    fn repeated_cancel_while_compensating_changes_nothing() {
+        let j = at(JobState::Running, Stage::Drain, 1, Some("d1"));
+        let leased = task("d1", TaskState::Leased, Some(t(300)), 1, None);
+        let first = cancel(&j, Some(&leased), t(0), &s()).expect("allowed");
+        let compensating = JobView { state: first.new_state, progress: first.progress.clone(), kind: j.kind.clone() };
+        let again = cancel(&compensating, Some(&leased), t(1), &s()).expect("allowed");
+        assert_eq!(again.new_state, JobState::Compensating, "still waiting for the task");
+        assert_eq!(again.progress, first.progress, "nothing recorded twice");
+        assert_eq!(again.task, TaskDirective::Reuse("d1".into()));
+        // A cancel during restart_clean's compensation ends cancelled instead of pending.
+        let restarting = restart_clean(&at(JobState::FailedRetryable, Stage::Drain, 1, Some("d1")), Some(&leased), t(0), &s()).expect("ok");
+        let view = JobView { state: restarting.new_state, progress: restarting.progress, kind: j.kind.clone() };
+        let out = cancel(&view, Some(&leased), t(1), &s()).expect("allowed");
+        assert_eq!((out.new_state, out.progress.after_compensation), (JobState::Compensating, Some(JobState::Cancelled)));
     }
 
     #[test]

@@ -31,11 +31,11 @@ use crate::store::{self, Host, HostOp, Job, JobFilter, JobStep, NewEvent, PlanSn
 /// cross several stages in a tick; the bound keeps one tick short).
 const MAX_STEPS_PER_TICK: usize = 16;
 
-/// Most decisions persisted in one tick across all jobs (about a second of transactions):
+/// Most decisions persisted in one tick across all jobs (under a second of transactions):
 /// a request over the whole fleet with no budget to pace it must not hold the executor's
 /// lock — and so the rollouts — for many seconds. The rest continues in the next tick, which
 /// is asked for at once.
-const MAX_STEPS_PER_TICK_ALL: usize = 4000;
+const MAX_STEPS_PER_TICK_ALL: usize = 1000;
 
 /// Why a job tick did not complete.
 #[derive(Debug, thiserror::Error)]
