@@ -11,14 +11,7 @@ let
     inherit (cfg) package listen publicUrls san trustFile agentBinary releasesDir extraConfig;
     configFile = "/etc/drover/coordinator.toml";
   };
-  toSystemd = unit: {
-    description = unit.Unit.Description;
-    wants = lib.splitString " " (unit.Unit.Wants or "");
-    after = lib.splitString " " (unit.Unit.After or "");
-    requires = lib.optional ((unit.Unit.Requires or null) != null) unit.Unit.Requires;
-    unitConfig = lib.filterAttrs (n: _: n == "ConditionPathExists") unit.Unit;
-    serviceConfig = unit.Service;
-  };
+  toSystemd = import ./lib/nixos-unit.nix lib;
 in
 {
   options.services.drover-coordinator = {
