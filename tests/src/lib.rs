@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod api;
 pub mod bus;
 pub mod procs;
 pub mod sandbox;

@@ -9,41 +9,22 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use drover_coordinator::app::Clock as _;
-use drover_coordinator::store::{EventFilter, NewTask, TaskState};
+use drover_coordinator::store::{EventFilter, NewTask};
 use drover_proto::keys::KeySigner;
 use drover_proto::sig::Envelope;
 use drover_proto::task::{Task, TaskKind};
+use drover_tests::api::assert_task_succeeded;
 use drover_tests::sandbox::{gpu_tools, sandbox};
 use drover_tests::{Harness, start_agent};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 async fn issue(h: &Harness, host: Uuid, task: Value) -> Uuid {
-    let body = json!({ "task": task, "reason": "tenant turnover" }).to_string();
-    let (code, text) = h.call(Some(&h.admin), "POST", &format!("/v1/hosts/{host}/tasks"), Some(&body)).await;
-    assert_eq!(code, "201", "{text}");
-    let v: Value = serde_json::from_str(&text).expect("json");
-    Uuid::parse_str(v["taskId"].as_str().expect("taskId")).expect("uuid")
+    h.issue_task(host, task, "tenant turnover").await
 }
 
-/// Waits (bounded) for the task's result, read through the operator API.
 async fn result_of(h: &Harness, task: Uuid) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let record = h.running.app.store.get_task(task).expect("store").expect("task");
-        if record.state == TaskState::Completed {
-            let (code, text) = h.call(Some(&h.viewer), "GET", &format!("/v1/tasks/{task}"), None).await;
-            assert_eq!(code, "200", "{text}");
-            return serde_json::from_str(&text).expect("json");
-        }
-        assert!(Instant::now() < deadline, "task {task} never completed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn assert_succeeded(view: &Value) {
-    assert_eq!(view["state"], "completed", "{view}");
-    assert_eq!(view["result"]["outcome"], "succeeded", "{}", serde_json::to_string_pretty(view).unwrap_or_default());
+    h.task_result(task, None).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,19 +37,19 @@ async fn soft_reset_tasks_run_end_to_end_through_a_real_agent() {
 
     let drain = issue(&h, host, json!({ "type": "node.drain", "timeoutSecs": 30 })).await;
     let view = result_of(&h, drain).await;
-    assert_succeeded(&view);
+    assert_task_succeeded(&view);
     assert_eq!(view["type"], "node.drain");
     assert!(root.join("run/drover/cordoned").is_file(), "cordoned locally");
     assert!(root.join("drained").is_file(), "the drain hook ran");
 
     let revoke = issue(&h, host, json!({ "type": "allocation.revoke_user" })).await;
-    assert_succeeded(&result_of(&h, revoke).await);
+    assert_task_succeeded(&result_of(&h, revoke).await);
     let passwd = std::fs::read_to_string(root.join("etc/passwd")).expect("passwd");
     assert!(!passwd.contains("alice") && passwd.contains("root:") && passwd.contains("syslog:"), "{passwd}");
 
     let cleanup = issue(&h, host, json!({ "type": "node.storage_cleanup", "scope": "local" })).await;
     let view = result_of(&h, cleanup).await;
-    assert_succeeded(&view);
+    assert_task_succeeded(&view);
     let scratch = root.join("scratch");
     assert!(scratch.is_dir(), "the root itself is kept");
     assert_eq!(std::fs::read_dir(&scratch).expect("scratch").count(), 0, "everything inside is gone");
@@ -78,7 +59,7 @@ async fn soft_reset_tasks_run_end_to_end_through_a_real_agent() {
     assert_eq!((emptied["data"]["freedBytes"].as_u64(), emptied["data"]["entries"].as_u64()), (Some(4107), Some(4)), "{emptied}");
 
     let validate = issue(&h, host, json!({ "type": "node.validate_clean", "checkGpu": false })).await;
-    assert_succeeded(&result_of(&h, validate).await);
+    assert_task_succeeded(&result_of(&h, validate).await);
 
     // A residue makes validation fail with the residue listed.
     std::fs::write(scratch.join("left-behind.txt"), b"x").expect("write");
@@ -198,7 +179,7 @@ async fn gpu_scrub_runs_through_a_real_agent_against_a_fake_nvidia_smi() {
 
     let scrub = issue(&h, host, json!({ "type": "node.gpu_scrub", "memoryUsedThresholdMib": 64 })).await;
     let view = result_of(&h, scrub).await;
-    assert_succeeded(&view);
+    assert_task_succeeded(&view);
     let names: Vec<&str> = view["result"]["steps"].as_array().expect("steps").iter().filter_map(|s| s["name"].as_str()).collect();
     assert!(names.iter().any(|n| n.starts_with("reset ")) && names.contains(&"verify"), "{names:?}");
     let log = std::fs::read_to_string(state.join("log")).expect("the fake was called");

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use drover_agent::systemd::Systemd as _;
 use drover_coordinator::store::TaskState;
+use drover_tests::api::assert_task_succeeded;
 use drover_tests::bus::TestBus;
 use drover_tests::{AgentProcess, Harness, start_agent};
 use serde_json::{Value, json};
@@ -29,37 +30,11 @@ use uuid::Uuid;
 const WAIT: Duration = Duration::from_secs(60);
 
 async fn issue(h: &Harness, host: Uuid, task: Value) -> Uuid {
-    let body = json!({ "task": task, "reason": "decommission" }).to_string();
-    let (code, text) = h.call(Some(&h.admin), "POST", &format!("/v1/hosts/{host}/tasks"), Some(&body)).await;
-    assert_eq!(code, "201", "{text}");
-    let v: Value = serde_json::from_str(&text).expect("json");
-    Uuid::parse_str(v["taskId"].as_str().expect("taskId")).expect("uuid")
+    h.issue_task(host, task, "decommission").await
 }
 
-/// Waits (bounded) for the task's result, read through the operator API; the agent's `log`
-/// goes into the panic message when none came.
 async fn result_of(h: &Harness, task: Uuid, log: &Path) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let record = h.running.app.store.get_task(task).expect("store").expect("task");
-        if record.state == TaskState::Completed {
-            let (code, text) = h.call(Some(&h.viewer), "GET", &format!("/v1/tasks/{task}"), None).await;
-            assert_eq!(code, "200", "{text}");
-            return serde_json::from_str(&text).expect("json");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "task {task} never completed ({:?}); the agent's log:\n{}",
-            record.state,
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn assert_succeeded(view: &Value) {
-    assert_eq!(view["state"], "completed", "{view}");
-    assert_eq!(view["result"]["outcome"], "succeeded", "{}", serde_json::to_string_pretty(view).unwrap_or_default());
+    h.task_result(task, Some(log)).await
 }
 
 /// The step names of a task view, in order, with their outcomes.
@@ -111,7 +86,7 @@ async fn hw_sync_reseed_runs_through_the_real_agent_over_dbus() {
         "consumerKey": ck, "tokenKey": tk, "tokenSecret": ts });
     let id = issue(&h, host, task).await;
     let view = result_of(&h, id, &log).await;
-    assert_succeeded(&view);
+    assert_task_succeeded(&view);
     assert_eq!(view["type"], "node.hw_sync_reseed");
     let ok = |name: String| (name, "ok".to_owned());
     assert_eq!(
@@ -199,7 +174,7 @@ async fn uninstall_reports_then_stops_the_agent_for_good() {
     let id = issue(&h, host, json!({ "type": "node.uninstall", "purgeState": true })).await;
     let view = result_of(&h, id, &log).await;
     let agent_log = || std::fs::read_to_string(&log).unwrap_or_default();
-    assert_succeeded(&view);
+    assert_task_succeeded(&view);
     assert_eq!(view["type"], "node.uninstall");
     let want: Vec<(String, String)> = [
         (format!("disable-unit {UNIT}"), "ok"),

@@ -17,14 +17,11 @@ use uuid::Uuid;
 const WAIT: Duration = Duration::from_secs(90);
 
 async fn post(h: &Harness, path: &str, body: Value) -> (String, Value) {
-    let (code, text) = h.call(Some(&h.admin), "POST", path, Some(&body.to_string())).await;
-    (code, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    h.post_json(path, &body).await
 }
 
 async fn get(h: &Harness, path: &str) -> Value {
-    let (code, text) = h.call(Some(&h.viewer), "GET", path, None).await;
-    assert_eq!(code, "200", "{path}: {text}");
-    serde_json::from_str(&text).expect("json")
+    h.get_json(path).await
 }
 
 /// Waits (bounded) until the job reaches one of `states`.
@@ -60,19 +57,6 @@ async fn task_types(h: &Harness, job: &str) -> Vec<String> {
     out
 }
 
-/// Waits (bounded) until the host has checked in and is active.
-async fn active(h: &Harness, host: Uuid) {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let v = get(h, &format!("/v1/hosts/{host}")).await;
-        if v["state"] == "active" {
-            return;
-        }
-        assert!(Instant::now() < deadline, "host {host} never became active: {v}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soft_reset_job_runs_every_stage_through_a_real_agent() {
     let h = Harness::start().await;
@@ -81,7 +65,7 @@ async fn soft_reset_job_runs_every_stage_through_a_real_agent() {
     let gpu = gpu_tools(&root, &mut extra);
     let (host, config) = h.enroll_sandboxed("gpu-job-01", &root, &extra).await;
     let _agent = start_agent(&config, "warn", Stdio::null());
-    active(&h, host).await;
+    h.until_active(host).await;
 
     let (code, job) = post(
         &h,
@@ -147,7 +131,7 @@ async fn failed_validation_quarantines_and_repeated_retries_never_duplicate_task
     gpu_tools(&root, &mut extra);
     let (host, config) = h.enroll_sandboxed("gpu-job-02", &root, &extra).await;
     let _agent = start_agent(&config, "warn", Stdio::null());
-    active(&h, host).await;
+    h.until_active(host).await;
 
     // The tenant user is still there: cleanup succeeds, validation finds the residue.
     let (code, job) = post(
@@ -255,7 +239,7 @@ async fn full_decommission_releases_retires_uninstalls_and_deletes_the_host() {
     let (host, config) = h.enroll_sandboxed("gpu-job-03", &root, &extra).await;
     bus.point_agent_at(&config);
     let mut agent = start_agent(&config, "warn", Stdio::null());
-    active(&h, host).await;
+    h.until_active(host).await;
 
     let (code, job) = post(
         &h,
@@ -304,7 +288,7 @@ async fn maintenance_request_is_all_or_nothing_and_completes_on_real_results() {
         without_tenant(&root);
         let (host, config) = h.enroll_sandboxed(&format!("gpu-mnt-0{i}"), &root, &extra).await;
         agents.push(start_agent(&config, "warn", Stdio::null()));
-        active(&h, host).await;
+        h.until_active(host).await;
         hosts.push(host);
     }
     // A third host that never enrolled: not active, so the whole request is refused.

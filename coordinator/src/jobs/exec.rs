@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use drover_proto::names::RolloutId;
 use drover_proto::release::{VerifiedRelease, verify_release};
-use drover_proto::states::{HostLifecycle, HostRolloutState, JobState};
+use drover_proto::states::{HostRolloutState, JobState};
 use drover_proto::time::Time;
 use drover_proto::verify::VerifyContext;
 use serde_json::json;
@@ -138,7 +138,7 @@ pub async fn tick(app: &Arc<AppState>) -> Result<JobsTick, JobExecError> {
     let names: BTreeMap<Uuid, String> = snapshot.hosts.iter().map(|h| (h.id, h.hostname.clone())).collect();
 
     // Pacing: a pending job starts only while every budget listing its host has room.
-    let mut disrupted = rollouts.in_flight.clone();
+    let mut disrupted: BTreeSet<String> = rollouts.in_flight_in.keys().cloned().collect();
     disrupted.extend(snapshot.held.keys().chain(&snapshot.lent).filter_map(|id| names.get(id).cloned()));
     let mut candidates = Vec::new();
     // A pending job whose host is gone (deleted since) disrupts nothing: it is decided on at
@@ -206,20 +206,18 @@ pub async fn tick(app: &Arc<AppState>) -> Result<JobsTick, JobExecError> {
 struct RolloutView {
     /// (rollout, hostname) → state.
     states: BTreeMap<(RolloutId, String), HostRolloutState>,
-    /// hostname → the rollout it is in flight in.
+    /// hostname → its state where it is in flight (Activating or Soaking).
     in_flight_in: BTreeMap<String, HostRolloutState>,
-    in_flight: BTreeSet<String>,
 }
 
 impl RolloutView {
     fn new(s: &PlanSnapshot) -> RolloutView {
-        let mut v = RolloutView { states: BTreeMap::new(), in_flight_in: BTreeMap::new(), in_flight: BTreeSet::new() };
+        let mut v = RolloutView { states: BTreeMap::new(), in_flight_in: BTreeMap::new() };
         for r in &s.rollouts {
             for h in &r.hosts {
                 v.states.insert((h.rollout_id.clone(), h.hostname.clone()), h.state);
                 if matches!(h.state, HostRolloutState::Activating | HostRolloutState::Soaking) {
                     v.in_flight_in.insert(h.hostname.clone(), h.state);
-                    v.in_flight.insert(h.hostname.clone());
                 }
             }
         }
@@ -450,9 +448,4 @@ fn decision_name(d: &Decision) -> &'static str {
 /// A job event.
 pub fn event(at: Time, kind: &str, host: Uuid, job: Uuid, message: &str, data: serde_json::Value) -> NewEvent {
     NewEvent { at, kind: kind.into(), host_id: Some(host), rollout_id: None, job_id: Some(job), message: message.into(), data }
-}
-
-/// Whether a host's lifecycle lets a maintenance request start on it.
-pub fn maintainable(state: HostLifecycle) -> bool {
-    matches!(state, HostLifecycle::Active | HostLifecycle::Quarantined)
 }

@@ -84,8 +84,7 @@ pub async fn notify_scheduler(config: &JobsConfig, notice: &ReleaseNotice) -> Re
     let err = |message: String| LocalError::Webhook { url: url.clone(), message };
     let mut roots = rustls::RootCertStore::empty();
     if let Some(ca) = &config.scheduler_webhook_ca {
-        let pem = std::fs::read(ca).map_err(|e| err(format!("cannot read CA {}: {e}", ca.display())))?;
-        for cert in rustls_pemfile_certs(&pem).map_err(|e| err(format!("CA {}: {e}", ca.display())))? {
+        for cert in drover_client::load_ca(ca).map_err(|e| err(e.to_string()))? {
             roots.add(cert).map_err(|e| err(format!("CA {}: {e}", ca.display())))?;
         }
     }
@@ -103,15 +102,6 @@ pub async fn notify_scheduler(config: &JobsConfig, notice: &ReleaseNotice) -> Re
         .map_err(|e| err(e.to_string()))?;
     let resp = client.post(url).json(notice).send().await.map_err(|e| err(e.to_string()))?;
     if resp.status().is_success() { Ok(()) } else { Err(err(format!("answered {}", resp.status()))) }
-}
-
-fn rustls_pemfile_certs(pem: &[u8]) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
-    use rustls::pki_types::pem::PemObject;
-    let certs: Vec<_> = rustls::pki_types::CertificateDer::pem_slice_iter(pem).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
-    if certs.is_empty() {
-        return Err("no certificate in the file".into());
-    }
-    Ok(certs)
 }
 
 /// One host's MAAS credentials file.
