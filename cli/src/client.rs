@@ -4,7 +4,9 @@
 //! Mutual TLS, TLS 1.3 only (rustls with ring): the coordinator's certificate must chain to
 //! the CA from `--ca` (no system roots), and the operator authenticates with the certificate
 //! and key `drover-coordinator operator-cert` issued. Where to connect and with what comes from
-//! flags or the environment ([`ConnectArgs`]); a CLI config file is a later addition.
+//! flags, the environment or `drover`'s config file ([`ConnectArgs`], [`crate::cliconfig`]),
+//! in that order of precedence. [`Session`] is one connection and one runtime for the verbs
+//! that make several requests (listings that page, `describe`, `events --follow`, `--watch`).
 //!
 //! Errors map to sysexits ([`ClientErrorExit`]): a refused connection or a 5xx is 69 (EX_UNAVAILABLE), a 401/403 is
 //! 77 (EX_NOPERM), any other 4xx is 65 (EX_DATAERR) with the server's `{"error":{"code",
@@ -22,10 +24,14 @@ use crate::fsio::read_file;
 /// The `User-Agent` `drover` sends.
 const USER_AGENT: &str = concat!("drover/", env!("CARGO_PKG_VERSION"));
 
-/// Where the coordinator is and the operator credentials to present, from flags or the
-/// environment.
+/// Where the coordinator is and the operator credentials to present, from flags, the
+/// environment or the config file.
 #[derive(Args, Debug, Clone, Default)]
 pub struct ConnectArgs {
+    /// drover's config file (TOML: coordinator, cert, key, ca); by default
+    /// $XDG_CONFIG_HOME/drover/config.toml when it exists. Flags and variables win over it.
+    #[arg(long, value_name = "FILE", env = "DROVER_CONFIG")]
+    pub config: Option<PathBuf>,
     /// The coordinator's URL (https://HOST:PORT).
     #[arg(long, value_name = "URL", env = "DROVER_COORDINATOR")]
     pub coordinator: Option<String>,
@@ -54,11 +60,32 @@ pub struct Target {
 }
 
 impl ConnectArgs {
-    /// Checks that everything is given (64, naming each missing flag and its variable) and
-    /// that the URL is `https://`; reads no file.
+    /// Fills what flags and variables left out from the config file (`--config`, else the
+    /// default file when it exists and something is missing), then checks that everything is given (64, naming each
+    /// missing flag and its variable) and that the URL is `https://`. Reads only the config
+    /// file: the credentials are read by [`connect`].
     pub fn resolve(&self) -> Result<Target, CliError> {
+        self.resolve_with(crate::cliconfig::default_path_from_env().as_deref())
+    }
+
+    /// [`ConnectArgs::resolve`] with the default config file given (tests pass `None`).
+    pub fn resolve_with(&self, default_config: Option<&Path>) -> Result<Target, CliError> {
+        let mut args = self.clone();
+        // The default file is not even read when flags and variables give everything: a
+        // broken file in the home directory must not break a fully specified command.
+        let complete = self.coordinator.is_some() && self.cert.is_some() && self.key.is_some() && self.ca.is_some();
+        let default_config = if complete { None } else { default_config };
+        let file = crate::cliconfig::CliConfig::load(self.config.as_deref(), default_config)?;
+        if let Some((_, config)) = &file {
+            config.fill(&mut args.coordinator, &mut args.cert, &mut args.key, &mut args.ca);
+        }
+        let where_from = file.as_ref().map(|(p, _)| format!(" (config file {} read)", p.display())).unwrap_or_default();
+        args.resolve_given().map_err(|e| if e.code() == codes::USAGE { CliError::usage(format!("{e}{where_from}")) } else { e })
+    }
+
+    fn resolve_given(&self) -> Result<Target, CliError> {
         let missing: Vec<&str> = [
-            (self.coordinator.is_none(), "--coordinator URL (or DROVER_COORDINATOR)"),
+            (self.coordinator.is_none(), "--coordinator URL (or DROVER_COORDINATOR, or `coordinator` in the config file)"),
             (self.cert.is_none(), "--cert FILE (or DROVER_CERT)"),
             (self.key.is_none(), "--key FILE (or DROVER_KEY)"),
             (self.ca.is_none(), "--ca FILE (or DROVER_CA)"),
@@ -108,14 +135,75 @@ pub fn connect(target: &Target) -> Result<CoordinatorClient, CliError> {
     })
 }
 
+/// One connection to the coordinator and the runtime its requests run on.
+pub struct Session {
+    /// The mTLS client.
+    pub client: CoordinatorClient,
+    /// A current-thread runtime: `drover` makes its requests one after another.
+    pub runtime: tokio::runtime::Runtime,
+}
+
+impl Session {
+    /// Resolves `connect`, reads the credentials and builds the runtime.
+    pub fn open(connect: &ConnectArgs) -> Result<Session, CliError> {
+        let target = connect.resolve()?;
+        let client = self::connect(&target)?;
+        Ok(Session { client, runtime: runtime()? })
+    }
+
+    /// `GET path` as JSON.
+    pub fn get(&self, path: &str) -> Result<serde_json::Value, CliError> {
+        Ok(self.runtime.block_on(self.client.get_json(path))?)
+    }
+
+    /// `GET path` as raw bytes.
+    pub fn get_bytes(&self, path: &str) -> Result<Vec<u8>, CliError> {
+        Ok(self.runtime.block_on(self.client.get_bytes(path))?)
+    }
+}
+
+/// A current-thread runtime with timers and I/O.
+pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::new(codes::SOFTWARE, format!("cannot start the async runtime: {e}")))
+}
+
+/// SIGINT, for the verbs that poll (`events --follow`, `--watch`): Ctrl-C ends them cleanly
+/// (exit 0). Listened for from creation on, so a Ctrl-C pressed while a request is in flight
+/// is not lost; once created, SIGINT no longer kills the process by default.
+pub struct Interrupt(Option<tokio::signal::unix::Signal>);
+
+impl Interrupt {
+    /// Starts listening (on `rt`'s signal driver). Where that fails, SIGINT keeps its default
+    /// action, which ends the process anyway.
+    pub fn new(rt: &tokio::runtime::Runtime) -> Interrupt {
+        let _guard = rt.enter();
+        Interrupt(tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok())
+    }
+
+    /// Sleeps for `pause`; `true` when SIGINT arrived (before or during it).
+    pub fn sleep(&mut self, rt: &tokio::runtime::Runtime, pause: std::time::Duration) -> bool {
+        rt.block_on(async {
+            match &mut self.0 {
+                Some(sigint) => tokio::select! {
+                    () = tokio::time::sleep(pause) => false,
+                    got = sigint.recv() => got.is_some(),
+                },
+                None => {
+                    tokio::time::sleep(pause).await;
+                    false
+                }
+            }
+        })
+    }
+}
+
 /// Runs one request future to completion on a single-threaded runtime: every `drover`
 /// operator verb makes one call and exits.
 pub fn block_on<T>(request: impl std::future::Future<Output = Result<T, ClientError>>) -> Result<T, CliError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::new(codes::SOFTWARE, format!("cannot start the async runtime: {e}")))?;
-    Ok(runtime.block_on(request)?)
+    Ok(runtime()?.block_on(request)?)
 }
 
 fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, CliError> {
@@ -240,15 +328,51 @@ mod tests {
 
     #[test]
     fn missing_pieces_are_named_with_their_variables() {
-        let e = ConnectArgs::default().resolve().expect_err("missing");
+        let e = ConnectArgs::default().resolve_with(None).expect_err("missing");
         assert_eq!(e.code(), codes::USAGE);
         for needle in ["--coordinator", "DROVER_COORDINATOR", "--cert", "DROVER_CERT", "--key", "DROVER_KEY", "--ca", "DROVER_CA"] {
             assert!(e.to_string().contains(needle), "{needle}: {e}");
         }
-        let args =
-            ConnectArgs { coordinator: Some("http://c:1".into()), cert: Some("c".into()), key: Some("k".into()), ca: Some("a".into()) };
-        assert_eq!(args.resolve().expect_err("http").code(), codes::USAGE);
-        let ok = ConnectArgs { coordinator: Some("https://c:1/".into()), ..args }.resolve().expect("ok");
+        let args = ConnectArgs {
+            coordinator: Some("http://c:1".into()),
+            cert: Some("c".into()),
+            key: Some("k".into()),
+            ca: Some("a".into()),
+            config: None,
+        };
+        assert_eq!(args.resolve_with(None).expect_err("http").code(), codes::USAGE);
+        let ok = ConnectArgs { coordinator: Some("https://c:1/".into()), ..args }.resolve_with(None).expect("ok");
         assert_eq!(ok.url, "https://c:1");
+    }
+
+    #[test]
+    fn the_config_file_fills_what_flags_leave_out() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("config.toml");
+        std::fs::write(&file, "coordinator = \"https://file:1\"\ncert = \"op.crt\"\nkey = \"op.key\"\nca = \"ca.crt\"\n").expect("write");
+        let flags = ConnectArgs { coordinator: Some("https://flag:2".into()), ..ConnectArgs::default() };
+        // The default file is used when present; an explicit one wins over it.
+        let t = flags.resolve_with(Some(&file)).expect("resolves");
+        assert_eq!((t.url.as_str(), t.cert, t.ca), ("https://flag:2", dir.path().join("op.crt"), dir.path().join("ca.crt")));
+        let other = dir.path().join("other.toml");
+        std::fs::write(&other, "coordinator = \"https://other:3\"\n").expect("write");
+        let e = ConnectArgs { config: Some(other.clone()), ..ConnectArgs::default() }.resolve_with(Some(&file)).expect_err("incomplete");
+        assert_eq!(e.code(), codes::USAGE);
+        assert!(e.to_string().contains("--cert") && e.to_string().contains(&other.display().to_string()), "{e}");
+        std::fs::write(&other, "coordinator = \"http://plain:3\"\ncert = \"a\"\nkey = \"b\"\nca = \"c\"\n").expect("write");
+        let e = ConnectArgs { config: Some(other), ..ConnectArgs::default() }.resolve_with(None).expect_err("http");
+        assert_eq!(e.code(), codes::USAGE);
+        // A broken default file is not read when nothing is missing; an explicit one is.
+        std::fs::write(&file, "nonsense = 1\n").expect("write");
+        let full = ConnectArgs {
+            coordinator: Some("https://c:1".into()),
+            cert: Some("c".into()),
+            key: Some("k".into()),
+            ca: Some("a".into()),
+            config: None,
+        };
+        assert_eq!(full.resolve_with(Some(&file)).expect("not read").url, "https://c:1");
+        let e = ConnectArgs { config: Some(file.clone()), ..full }.resolve_with(None).expect_err("read");
+        assert_eq!(e.code(), codes::DATA);
     }
 }

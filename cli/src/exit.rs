@@ -27,6 +27,8 @@ pub mod codes {
     pub const CANT_CREATE: u8 = 73;
     /// EX_IOERR.
     pub const IO: u8 = 74;
+    /// EX_TEMPFAIL: a `--watch` timed out before what it watched finished.
+    pub const TEMP_FAIL: u8 = 75;
     /// EX_PROTOCOL: the coordinator answered with something that is not its API.
     pub const PROTOCOL: u8 = 76;
     /// EX_NOPERM: the coordinator refused the operator's credentials (401, 403).

@@ -19,8 +19,6 @@
 //! `drover decommission` and `drover maintenance`. They are lenient: only what is rendered is
 //! decoded, everything else is kept as the coordinator sent it for `-o json`.
 
-use std::io::Write;
-
 use clap::{Args, Subcommand, ValueEnum};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -36,23 +34,7 @@ const TABLE_MESSAGE_CHARS: usize = 60;
 /// How many characters of any one coordinator string a human view shows.
 const TEXT_CHARS: usize = 300;
 
-/// How a verb prints its answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
-pub enum Output {
-    /// Lines and tables for people (one-line answers stay easy to script).
-    #[default]
-    Text,
-    /// The coordinator's JSON, pretty-printed, unchanged.
-    Json,
-}
-
-/// The `-o/--output` option every coordinator-reading verb takes.
-#[derive(Args, Debug, Clone, Copy, Default)]
-pub struct OutputArgs {
-    /// Output format.
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
-    pub output: Output,
-}
+pub use crate::output::{Output, OutputArgs, pretty, print, table};
 
 /// A job's kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -72,7 +54,7 @@ pub enum JobKind {
 }
 
 impl JobKind {
-    fn wire(self) -> &'static str {
+    pub fn wire(self) -> &'static str {
         match self {
             JobKind::SoftReset => "soft_reset",
             JobKind::StorageCleanup => "storage_cleanup",
@@ -112,7 +94,7 @@ pub enum JobState {
 }
 
 impl JobState {
-    fn wire(self) -> &'static str {
+    pub fn wire(self) -> &'static str {
         match self {
             JobState::Pending => "pending",
             JobState::Running => "running",
@@ -416,33 +398,6 @@ fn or_dash(s: Option<&str>) -> &str {
     }
 }
 
-/// Rows as columns, two spaces apart, the last column unpadded.
-pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let header: Vec<String> = header.iter().map(|h| (*h).to_owned()).collect();
-    for row in std::iter::once(&header).chain(rows) {
-        let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            if i + 1 == row.len() {
-                line.push_str(cell);
-            } else {
-                let pad = widths[i].saturating_sub(cell.chars().count());
-                line.push_str(cell);
-                line.push_str(&" ".repeat(pad + 2));
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
-}
-
 /// The host column: the hostname, else the id.
 fn host_of(job: &JobJson) -> String {
     clean(if job.hostname.is_empty() { &job.host_id } else { &job.hostname }, 64)
@@ -548,11 +503,6 @@ pub fn decode<T: DeserializeOwned>(path: &str, value: &Value) -> Result<T, CliEr
     })
 }
 
-/// The coordinator's JSON, pretty-printed, with a final newline.
-pub fn pretty(value: &Value) -> Result<String, CliError> {
-    serde_json::to_string_pretty(value).map(|s| s + "\n").map_err(|e| CliError::new(codes::SOFTWARE, format!("internal error: {e}")))
-}
-
 /// Prints a coordinator answer `value` (from `path`) as `output` asks: the JSON unchanged, or
 /// `render` of it decoded as `T`. It is decoded either way, so an answer that is not the API's
 /// exits 76 even with `-o json`.
@@ -565,14 +515,8 @@ pub fn print_answer<T: DeserializeOwned>(
     let decoded: T = decode(path, value)?;
     print(&match output {
         Output::Json => pretty(value)?,
-        Output::Text => render(&decoded),
+        Output::Table | Output::Wide => render(&decoded),
     })
-}
-
-/// Writes `text` to stdout.
-pub fn print(text: &str) -> Result<(), CliError> {
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes()).and_then(|()| out.flush()).map_err(|e| CliError::new(codes::IO, format!("cannot write stdout: {e}")))
 }
 
 /// `GET path` as JSON.
@@ -614,10 +558,10 @@ fn run_get(args: &GetArgs) -> Result<(), CliError> {
     let jobs = if args.job_id.is_some() { vec![decode::<JobJson>(&path, &value)?] } else { decode::<JobList>(&path, &value)?.jobs };
     print(&match args.output.output {
         Output::Json => pretty(&value)?,
-        Output::Text if jobs.is_empty() => String::new(),
-        Output::Text => render_job_table(&jobs),
+        Output::Table | Output::Wide if jobs.is_empty() => String::new(),
+        Output::Table | Output::Wide => render_job_table(&jobs),
     })?;
-    if jobs.is_empty() && args.output.output == Output::Text {
+    if jobs.is_empty() && !args.output.output.is_json() {
         eprintln!("no jobs");
     }
     Ok(())

@@ -1,30 +1,44 @@
 //! `drover`: the CI side of Drover (keygen, trust, release, verify, plan, canonicalize) and
-//! the operator side against a coordinator (enroll, host, rollout, decommission, maintenance,
-//! job, plan --from-coordinator).
+//! the operator side against a coordinator: kubectl-like reads (`get hosts|rollouts|jobs|tasks|
+//! events`, `describe host|rollout|job`, `events --follow`, `explain host`, `--watch` live
+//! rollout progress), each with `-o table|wide|json`, and the actions (enroll, host, rollout,
+//! decommission, maintenance, job, plan --from-coordinator).
+//!
+//! Where the coordinator is and which operator credentials to present come from flags, then
+//! `DROVER_*` variables, then the config file (`--config`, `$DROVER_CONFIG`, or
+//! `$XDG_CONFIG_HOME/drover/config.toml`; see [`cliconfig`]).
 //!
 //! Exit codes follow sysexits: 0 ok, 1 verification refused, 64 usage, 65 bad input data
 //! (or a 4xx from the coordinator), 66 missing input, 69 coordinator unreachable or failing,
-//! 70 internal, 73 cannot create output, 74 I/O error, 76 a coordinator answer that is not the
-//! API's, 77 credentials refused (401/403).
+//! 70 internal, 73 cannot create output, 74 I/O error, 75 a `--watch` timed out, 76 a
+//! coordinator answer that is not the API's, 77 credentials refused (401/403).
 
 #![forbid(unsafe_code)]
 
+mod cliconfig;
 mod client;
 mod clock;
 mod decommission;
+mod describe;
+mod dev;
 mod enroll;
+mod events;
 mod exit;
+mod explain;
 mod fsio;
+mod get;
 mod host;
 mod job;
 mod keygen;
 mod maintenance;
+mod output;
 mod plan;
 mod release;
 mod rollout;
 mod sign_cmd;
 mod trust;
 mod verify;
+mod watch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -70,6 +84,17 @@ enum Command {
     /// Show jobs (get, describe) or act on one: retry, resume, rerun, restart-clean, cancel,
     /// adopt, mark-manual (admin).
     Job(Box<job::JobArgs>),
+    /// The local demo (NOT for production): a coordinator and sandboxed agents on loopback,
+    /// a signed release rolled out in waves, a soft reset; serves until Ctrl-C.
+    Dev(Box<dev::DevArgs>),
+    /// List hosts, rollouts, jobs, tasks or events (-o table|wide|json).
+    Get(Box<get::GetArgs>),
+    /// Show one host, rollout or job in full (-o json for the coordinator's JSON).
+    Describe(Box<describe::DescribeArgs>),
+    /// Print the coordinator's events; --follow keeps printing new ones.
+    Events(Box<events::EventsArgs>),
+    /// Explain why a host is or is not on its channel's target, from the planner's report.
+    Explain(Box<explain::ExplainArgs>),
     /// Print the RFC 8785 canonical form of a JSON file (or stdin).
     Canonicalize {
         /// The JSON file; stdin when absent or "-".
@@ -90,6 +115,11 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Decommission(args) => decommission::run(&args),
         Command::Maintenance(args) => maintenance::run(&args),
         Command::Job(args) => job::run(&args),
+        Command::Dev(args) => dev::run(&args),
+        Command::Get(args) => get::run(&args),
+        Command::Describe(args) => describe::run(&args),
+        Command::Events(args) => events::run(&args),
+        Command::Explain(args) => explain::run(&args),
         Command::Canonicalize { file } => {
             let (name, bytes) = fsio::read_input(file.as_deref())?;
             let out = drover_proto::canonical::canonicalize(&bytes).map_err(|e| CliError::data(format!("{name}: {e}")))?;

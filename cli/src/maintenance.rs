@@ -315,11 +315,11 @@ pub fn run(args: &MaintenanceArgs) -> Result<(), CliError> {
             let list: MaintenanceList = job::decode(path, &value)?;
             match a.output.output {
                 Output::Json => job::print(&job::pretty(&value)?),
-                Output::Text if list.requests.is_empty() => {
+                Output::Table | Output::Wide if list.requests.is_empty() => {
                     eprintln!("no maintenance requests");
                     Ok(())
                 }
-                Output::Text => job::print(&render_list(&list.requests)),
+                Output::Table | Output::Wide => job::print(&render_list(&list.requests)),
             }
         }
     }

@@ -51,11 +51,11 @@ pub struct PlanArgs {
 /// `GET /v1/plan-input`.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct LivePlanInput {
-    now: Time,
-    observed: Observed,
-    release_version: u64,
-    release: BTreeMap<String, String>,
+pub(crate) struct LivePlanInput {
+    pub(crate) now: Time,
+    pub(crate) observed: Observed,
+    pub(crate) release_version: u64,
+    pub(crate) release: BTreeMap<String, String>,
 }
 
 /// Parses `observed.json`, naming the JSON path of the first problem.

@@ -5,7 +5,8 @@
 //!
 //! The coordinator decides legality and answers a refusal with a 409 naming the states the
 //! action needs (exit 65); a viewer certificate gets 403 (exit 77). On success an action
-//! prints one line, `ROLLOUT_ID STATE`; `status` prints the coordinator's JSON.
+//! prints one line, `ROLLOUT_ID STATE`; `status` prints the coordinator's JSON, or with
+//! `--watch` the live progress view of [`crate::watch`].
 
 use std::io::Write;
 
@@ -56,6 +57,13 @@ pub struct RolloutArgs {
     /// Why (required for every verb but `status`; recorded in the events and the audit log).
     #[arg(long, value_name = "TEXT")]
     reason: Option<String>,
+    /// With `status`: the live progress view (waves, hosts per state) until the rollout
+    /// finishes or --timeout passes.
+    #[arg(short = 'w', long)]
+    watch: bool,
+    /// With --watch: give up after this many seconds (exit 75).
+    #[arg(long, value_name = "SECS", default_value_t = 3600, requires = "watch")]
+    timeout: u64,
     #[command(flatten)]
     connect: ConnectArgs,
 }
@@ -81,6 +89,14 @@ pub fn run(args: &RolloutArgs) -> Result<(), CliError> {
         (_, Some(r)) => Some(check_reason(r)?),
         (_, None) => return Err(CliError::usage("--reason must say why (it is recorded in the events and the audit log)")),
     };
+    if args.watch {
+        if args.verb != Verb::Status {
+            return Err(CliError::usage("--watch goes with `status` only"));
+        }
+        let session = client::Session::open(&args.connect)?;
+        let opts = crate::watch::WatchOptions::new(Some(id), true, std::time::Duration::from_secs(args.timeout));
+        return crate::watch::watch_stdout(&session, &opts);
+    }
     let target = args.connect.resolve()?;
     let client = client::connect(&target)?;
     let path = format!("/v1/rollouts/{id}/{}", args.verb.path_segment());

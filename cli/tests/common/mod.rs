@@ -104,17 +104,21 @@ pub fn drover_in(cwd: &Path, args: &[&str], stdin: &[u8]) -> Run {
     drover_env(cwd, args, stdin, &[])
 }
 
-/// The environment variables `drover` reads its coordinator and operator credentials from;
-/// cleared for every test run so the caller's environment cannot leak in.
-pub const DROVER_ENV: [&str; 4] = ["DROVER_COORDINATOR", "DROVER_CERT", "DROVER_KEY", "DROVER_CA"];
+/// The environment variables `drover` reads its coordinator and operator credentials from
+/// (and its config file's path); cleared for every test run so the caller's environment
+/// cannot leak in.
+pub const DROVER_ENV: [&str; 5] = ["DROVER_COORDINATOR", "DROVER_CERT", "DROVER_KEY", "DROVER_CA", "DROVER_CONFIG"];
 
-/// Like [`drover_in`], with [`DROVER_ENV`] cleared and then `env` set.
+/// Like [`drover_in`], with [`DROVER_ENV`] cleared, the default config file pointed inside
+/// `cwd` (so the caller's `~/.config/drover/config.toml` cannot leak in either), and then
+/// `env` set.
 pub fn drover_env(cwd: &Path, args: &[&str], stdin: &[u8], env: &[(&str, &str)]) -> Run {
     let what = describe("drover", args);
     let mut command = Command::new(env!("CARGO_BIN_EXE_drover"));
     for var in DROVER_ENV {
         command.env_remove(var);
     }
+    command.env("XDG_CONFIG_HOME", cwd.join(".config"));
     command.envs(env.iter().copied());
     let mut child = command
         .args(args)

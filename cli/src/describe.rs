@@ -1,0 +1,295 @@
+//! `drover describe host H | rollout R | job J`: one object in full, in sections, like
+//! `kubectl describe` (viewer role); `-o json` prints the coordinator's JSON for the object
+//! unchanged (`GET /v1/hosts/{id}`, `GET /v1/rollouts/{id}/status`, `GET /v1/jobs/{id}`).
+//!
+//! - host (hostname or id): identity, lifecycle, last check-in, certificates, its jobs and
+//!   its latest events (`GET /v1/events?host=`).
+//! - rollout (`CHANNEL@REF`): state, per-wave progress with the bars of the `--watch` view,
+//!   every host's state and target, the latest events (`GET /v1/events?rollout=`);
+//!   `--watch` turns it into the live view of that rollout ([`crate::watch`]).
+//! - job: the view of `drover job describe` (stages, history, events).
+
+use std::fmt::Write as _;
+
+use clap::{Args, Subcommand};
+use drover_proto::names::RolloutId;
+use serde_json::Value;
+
+use crate::client::{ConnectArgs, Session};
+use crate::exit::CliError;
+use crate::get::{encode, list_all, resolve_host};
+use crate::job::{check_job_id, clean};
+use crate::output::{OutputArgs, age, dash, field, indented_table, pretty, print};
+
+/// Arguments of `drover describe`.
+#[derive(Args)]
+pub struct DescribeArgs {
+    #[command(subcommand)]
+    what: DescribeWhat,
+}
+
+#[derive(Subcommand)]
+enum DescribeWhat {
+    /// A host: lifecycle, last check-in, certificates, jobs, latest events.
+    Host(HostArgs),
+    /// A rollout: state, per-wave progress, every host's state, latest events.
+    Rollout(RolloutArgs),
+    /// A job: stages, attempt, task, failure, history, events.
+    Job(JobArgs),
+}
+
+/// Arguments of `drover describe host`.
+#[derive(Args)]
+struct HostArgs {
+    /// The host: its hostname or its id.
+    host: String,
+    /// How many of the latest events to show.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    events: usize,
+    #[command(flatten)]
+    output: OutputArgs,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+/// Arguments of `drover describe rollout`.
+#[derive(Args)]
+struct RolloutArgs {
+    /// The rollout, `CHANNEL@REF`.
+    rollout: String,
+    /// How many of the latest events to show.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    events: usize,
+    /// Live progress of this rollout until it finishes or --timeout passes.
+    #[arg(short = 'w', long)]
+    watch: bool,
+    /// With --watch: give up after this many seconds (exit 75).
+    #[arg(long, value_name = "SECS", default_value_t = 3600, requires = "watch")]
+    timeout: u64,
+    #[command(flatten)]
+    output: OutputArgs,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+/// Arguments of `drover describe job`.
+#[derive(Args)]
+struct JobArgs {
+    /// The job's id.
+    job: String,
+    #[command(flatten)]
+    output: OutputArgs,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+/// One `Name:  value` line.
+fn line(out: &mut String, name: &str, value: &str) {
+    let _ = writeln!(out, "{:<15}{}", format!("{name}:"), clean(dash(value), 300));
+}
+
+/// The latest `n` events, as a section.
+fn events_section(out: &mut String, events: &[Value], n: usize) {
+    let _ = writeln!(out, "Events (latest {}):", n.min(events.len()));
+    let start = events.len().saturating_sub(n);
+    let rows: Vec<Vec<String>> = events[start..]
+        .iter()
+        .map(|e| {
+            vec![
+                e.get("id").and_then(Value::as_i64).map_or_else(|| "-".to_owned(), |i| i.to_string()),
+                clean(field(e, "at"), 40),
+                clean(field(e, "kind"), 48),
+                clean(dash(field(e, "message")), 120),
+            ]
+        })
+        .collect();
+    out.push_str(&indented_table(&["ID", "AT", "KIND", "MESSAGE"], &rows));
+}
+
+/// The human view of a host (`GET /v1/hosts/{id}`), its jobs and events.
+pub fn render_host(now: drover_proto::time::Time, host: &Value, jobs: &[Value], events: &[Value], n: usize) -> String {
+    let mut out = String::new();
+    line(&mut out, "Name", field(host, "hostname"));
+    line(&mut out, "ID", field(host, "id"));
+    line(&mut out, "State", field(host, "state"));
+    let schedulable = host.get("schedulable").and_then(Value::as_bool).unwrap_or(false);
+    line(&mut out, "Schedulable", if schedulable { "yes" } else { "no (cordoned)" });
+    line(&mut out, "Created", field(host, "createdAt"));
+    line(&mut out, "Updated", field(host, "updatedAt"));
+    match host.get("lastCheckin").filter(|c| !c.is_null()) {
+        None => line(&mut out, "Last check-in", "never"),
+        Some(c) => {
+            let at = field(c, "at");
+            line(&mut out, "Last check-in", &format!("{at} ({} ago)", age(now, Some(at))));
+            line(&mut out, "  Agent", field(c, "agentVersion"));
+            line(&mut out, "  Boot ID", field(c, "bootId"));
+            line(&mut out, "  Generation", field(c, "currentGeneration"));
+        }
+    }
+    out.push_str("Certificates:\n");
+    let certs: Vec<Vec<String>> = host
+        .get("certificates")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let revoked = if c.get("revoked").and_then(Value::as_bool).unwrap_or(false) {
+                format!("yes {}", field(c, "revokedAt"))
+            } else {
+                "no".to_owned()
+            };
+            vec![
+                clean(field(c, "serial"), 64),
+                clean(field(c, "kind"), 16),
+                clean(field(c, "notBefore"), 40),
+                clean(field(c, "notAfter"), 40),
+                clean(revoked.trim(), 60),
+            ]
+        })
+        .collect();
+    out.push_str(&indented_table(&["SERIAL", "KIND", "NOT-BEFORE", "NOT-AFTER", "REVOKED"], &certs));
+    out.push_str("Jobs:\n");
+    let jobs: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|j| {
+            vec![
+                clean(field(j, "jobId"), 40),
+                clean(field(j, "kind"), 32),
+                clean(field(j, "state"), 32),
+                clean(dash(field(j, "stage")), 32),
+            ]
+        })
+        .collect();
+    out.push_str(&indented_table(&["JOB", "KIND", "STATE", "STAGE"], &jobs));
+    events_section(&mut out, events, n);
+    out
+}
+
+/// The human view of a rollout's `/status`, its manifest's hosts (hostname → wave, when
+/// known) and its events.
+pub fn render_rollout(status: &Value, manifest: Option<&std::collections::BTreeMap<String, u32>>, events: &[Value], n: usize) -> String {
+    let mut out = String::new();
+    line(&mut out, "Rollout", field(status, "rolloutId"));
+    line(&mut out, "Channel", field(status, "channel"));
+    line(&mut out, "State", field(status, "state"));
+    line(&mut out, "Manifest", field(status, "manifestSha256"));
+    line(&mut out, "Opened", field(status, "openedAt"));
+    line(&mut out, "Updated", field(status, "updatedAt"));
+    out.push_str("Waves:\n");
+    let progress = crate::watch::progress_of(status, manifest);
+    if progress.waves.is_empty() {
+        out.push_str("  (none)\n");
+    }
+    for l in crate::watch::render(&crate::watch::Snapshot { at: String::new(), rollouts: vec![progress] }).lines().skip(2) {
+        let _ = writeln!(out, "{l}");
+    }
+    out.push_str("Hosts:\n");
+    let mut rows: Vec<Vec<String>> = status
+        .get("hosts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|h| {
+            vec![
+                clean(field(h, "hostname"), 64),
+                h.get("waveIndex").and_then(Value::as_u64).map_or_else(|| "-".to_owned(), |w| w.to_string()),
+                clean(field(h, "state"), 32),
+                clean(field(h, "since"), 40),
+                clean(dash(field(h, "intentTarget")), 120),
+            ]
+        })
+        .collect();
+    let recorded: std::collections::BTreeSet<String> = rows.iter().map(|r| r[0].clone()).collect();
+    for (host, wave) in manifest.into_iter().flatten() {
+        if !recorded.contains(host) {
+            rows.push(vec![clean(host, 64), wave.to_string(), "Pending".to_owned(), "-".to_owned(), "-".to_owned()]);
+        }
+    }
+    rows.sort_by(|a, b| (a[1].parse::<u32>().unwrap_or(u32::MAX), &a[0]).cmp(&(b[1].parse::<u32>().unwrap_or(u32::MAX), &b[0])));
+    out.push_str(&indented_table(&["HOST", "WAVE", "STATE", "SINCE", "TARGET"], &rows));
+    events_section(&mut out, events, n);
+    out
+}
+
+/// Runs `drover describe`.
+pub fn run(args: &DescribeArgs) -> Result<(), CliError> {
+    match &args.what {
+        DescribeWhat::Host(a) => {
+            let s = Session::open(&a.connect)?;
+            let (id, _) = resolve_host(&s, &a.host)?;
+            let host = s.get(&format!("/v1/hosts/{id}"))?;
+            if a.output.output.is_json() {
+                return print(&pretty(&host)?);
+            }
+            let jobs = list_all(&s, "/v1/jobs", &[("host", id.to_string())], "jobs", None)?;
+            let events = list_all(&s, "/v1/events", &[("host", id.to_string()), ("limit", "500".into())], "items", None)?;
+            print(&render_host(crate::clock::now()?, &host, &jobs, &events, a.events))
+        }
+        DescribeWhat::Rollout(a) => {
+            let id = RolloutId::parse(&a.rollout)
+                .map_err(|e| CliError::usage(format!("ROLLOUT {:?} is not CHANNEL@REF: {e}", clean(&a.rollout, 80))))?;
+            let s = Session::open(&a.connect)?;
+            if a.watch {
+                let opts = crate::watch::WatchOptions::new(Some(id), true, std::time::Duration::from_secs(a.timeout));
+                return crate::watch::watch_stdout(&s, &opts);
+            }
+            let status = s.get(&format!("/v1/rollouts/{}/status", encode(&id.to_string())))?;
+            if a.output.output.is_json() {
+                return print(&pretty(&status)?);
+            }
+            let events = list_all(&s, "/v1/events", &[("rollout", id.to_string()), ("limit", "500".into())], "items", None)?;
+            let manifests = crate::watch::manifests(&s.client, &s.runtime);
+            print(&render_rollout(&status, manifests.get(&id.to_string()), &events, a.events))
+        }
+        DescribeWhat::Job(a) => {
+            let path = format!("/v1/jobs/{}", check_job_id(&a.job)?);
+            let s = Session::open(&a.connect)?;
+            let value = s.get(&path)?;
+            crate::job::print_answer(a.output.output, &path, &value, crate::job::render_describe)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_host_is_described_in_sections() {
+        let now = drover_proto::time::Time::parse_lenient("2025-01-01T01:00:00Z").expect("time");
+        let host = json!({"id": "h1", "hostname": "gpu-a-01", "state": "active", "schedulable": true,
+            "createdAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:10:00Z",
+            "lastCheckin": {"at": "2025-01-01T00:59:00Z", "agentVersion": "0.1.0", "bootId": "b1", "currentGeneration": "/nix/store/x"},
+            "certificates": [{"serial": "0a", "kind": "host", "notBefore": "2025-01-01T00:00:00Z", "notAfter": "2025-02-01T00:00:00Z", "revoked": false}]});
+        let events: Vec<Value> =
+            (1..=3).map(|i| json!({"id": i, "at": "2025-01-01T00:00:00Z", "kind": "host.state", "message": format!("m{i}")})).collect();
+        let out = render_host(now, &host, &[], &events, 2);
+        for needle in [
+            "Name:          gpu-a-01\n",
+            "Last check-in: 2025-01-01T00:59:00Z (60s ago)\n",
+            "  Generation:  /nix/store/x\n",
+            "  0a      host",
+            "Jobs:\n  (none)\n",
+            "Events (latest 2):\n",
+            "  3   2025-01-01T00:00:00Z  host.state  m3\n",
+        ] {
+            assert!(out.contains(needle), "{needle:?} in\n{out}");
+        }
+        assert!(!out.contains("m1"), "{out}");
+    }
+
+    #[test]
+    fn a_rollout_lists_pending_manifest_hosts_by_wave() {
+        let status = json!({"rolloutId": "gpu@c0ffee", "channel": "gpu", "state": "Active", "manifestSha256": "ab",
+            "openedAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:00:00Z",
+            "hosts": [{"hostname": "gpu-a-01", "waveIndex": 0, "state": "Activating", "since": "2025-01-01T00:01:00Z", "intentTarget": "/nix/store/t"}]});
+        let manifest = std::collections::BTreeMap::from([("gpu-a-01".to_owned(), 0), ("gpu-b-01".to_owned(), 1)]);
+        let out = render_rollout(&status, Some(&manifest), &[], 20);
+        assert!(out.contains("  wave 0  [~~~~~~~~~~~~~~~~~~~~]  0/1  Activating 1\n"), "{out}");
+        assert!(out.contains("  wave 1  [--------------------]  0/1  Pending 1\n"), "{out}");
+        assert!(out.contains("  gpu-a-01  0     Activating  2025-01-01T00:01:00Z  /nix/store/t\n  gpu-b-01  1     Pending     -"), "{out}");
+        assert!(out.contains("Events (latest 0):\n  (none)\n"), "{out}");
+    }
+}

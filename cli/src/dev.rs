@@ -1,0 +1,312 @@
+//! `drover dev`: the one-command local demo, like `vault server -dev`. Never for production.
+//!
+//! On loopback only, in a temporary directory removed at exit: a CI key and trust roots made
+//! on the spot, a real `drover-coordinator serve` (its CA and an admin credential from
+//! `init` and `operator-cert`), and a few (default 5) real `drover-agent run` processes,
+//! each enrolled through the real bootstrap script and `curl` into its own sandbox root
+//! with a fake Nix toolchain, fake GPU tools and a private D-Bus (`drover-devkit`), and each
+//! proved confined to its sandbox before it starts. Then a demo release — 2 channels, 3
+//! waves, a disruption budget of 2 hosts — is signed and published, and rolled out live
+//! with the progress view; then a `soft_reset` job runs on one host; then a summary with
+//! the commands to poke at the fleet. It serves until Ctrl-C, or exits with
+//! `--exit-when-done`.
+//!
+//! The binaries it runs (`drover-coordinator`, `drover-agent`, `fake-systemd`) are taken
+//! from the directory `drover` itself is in: `cargo build --release --bins` puts them there.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use drover_devkit::DevkitError;
+use drover_devkit::fleet::{Binaries, FleetOptions, LocalFleet};
+use drover_devkit::spec::{self, CiKey, FleetHost, Policy};
+use serde_json::{Value, json};
+
+use crate::exit::{CliError, codes};
+
+/// Arguments of `drover dev`.
+#[derive(Args, Debug)]
+pub struct DevArgs {
+    /// How many local agents to run (1–20).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=20))]
+    agents: u16,
+    /// Exit once the demo is done instead of serving until Ctrl-C.
+    #[arg(long)]
+    exit_when_done: bool,
+    /// Keep everything in DIR (created, must be empty) and leave it there at exit, instead
+    /// of a temporary directory that is removed.
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Seconds each wave soaks before the next starts.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=600))]
+    soak_secs: u64,
+}
+
+const BANNER: &str = "\
+==================================================================================
+ WARNING: drover dev is a DEMO. NOT FOR PRODUCTION.
+ Throwaway CA, CI key and state on loopback; fake Nix, GPU tools and systemd inside
+ sandbox directories. Nothing here touches this machine's system.
+==================================================================================";
+
+fn dev_error(e: DevkitError) -> CliError {
+    let code = match &e {
+        DevkitError::MissingBinary { .. } => codes::NO_INPUT,
+        DevkitError::Io { .. } => codes::IO,
+        DevkitError::Api(_) => codes::UNAVAILABLE,
+        _ => codes::SOFTWARE,
+    };
+    CliError::new(code, format!("dev: {e}"))
+}
+
+fn say(line: impl AsRef<str>) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{}", line.as_ref());
+    let _ = out.flush();
+}
+
+/// The working directory: the one given (kept) or a fresh temporary one (removed at exit).
+enum WorkDir {
+    Kept(PathBuf),
+    Temporary(PathBuf),
+}
+
+impl WorkDir {
+    fn path(&self) -> &Path {
+        match self {
+            WorkDir::Kept(p) | WorkDir::Temporary(p) => p,
+        }
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if let WorkDir::Temporary(p) = self {
+            let _ = std::fs::remove_dir_all(p);
+        }
+    }
+}
+
+fn work_dir(given: Option<&Path>) -> Result<WorkDir, CliError> {
+    let cant = |p: &Path, e: std::io::Error| CliError::new(codes::CANT_CREATE, format!("{}: {e}", p.display()));
+    match given {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|e| cant(dir, e))?;
+            if std::fs::read_dir(dir).map_err(|e| cant(dir, e))?.next().is_some() {
+                return Err(CliError::usage(format!("--dir {}: not empty (drover dev starts from nothing)", dir.display())));
+            }
+            Ok(WorkDir::Kept(std::path::absolute(dir).map_err(|e| cant(dir, e))?))
+        }
+        None => {
+            let dir = std::env::temp_dir().join(format!("drover-dev-{}", uuid::Uuid::new_v4().simple()));
+            std::fs::create_dir(&dir).map_err(|e| cant(&dir, e))?;
+            Ok(WorkDir::Temporary(dir))
+        }
+    }
+}
+
+/// Runs `drover dev`.
+pub fn run(args: &DevArgs) -> Result<(), CliError> {
+    let started = Instant::now();
+    eprintln!("{BANNER}");
+    let exe = std::env::current_exe().map_err(|e| CliError::new(codes::SOFTWARE, format!("cannot find drover's own path: {e}")))?;
+    let binaries = Binaries::in_dir(exe.parent().unwrap_or(Path::new("."))).map_err(dev_error)?;
+    let work = work_dir(args.dir.as_deref())?;
+    let dir = work.path().to_path_buf();
+    say(format!("state in {} ({})", dir.display(), if matches!(work, WorkDir::Kept(_)) { "kept" } else { "removed at exit" }));
+
+    let ci = CiKey::create(&dir.join("ci")).map_err(dev_error)?;
+    say(format!("CI key {} and trust roots {} made", ci.key_file.display(), ci.trust_file.display()));
+    let options = FleetOptions {
+        dir: dir.clone(),
+        binaries,
+        trust_file: ci.trust_file.clone(),
+        coordinator_sections: "[agent]\nlong_poll_secs = 10\n\n[rollouts]\ninterval_secs = 1\ndebounce_ms = 50\n".to_owned(),
+        agent_log: "info".to_owned(),
+    };
+    let mut fleet = LocalFleet::start(options).map_err(dev_error)?;
+    say(format!("coordinator listening on {} (mutual TLS 1.3, loopback only)", fleet.coordinator.url));
+
+    let hosts = spec::layout("dev", usize::from(args.agents));
+    for h in &hosts {
+        let (g1, g2) = (spec::closure(&h.hostname, 1), spec::closure(&h.hostname, 2));
+        let agent = fleet
+            .add_agent(&h.hostname, |nix| {
+                nix.closure(&g1, None)?;
+                nix.closure(&g2, None)?;
+                nix.install_running(&g1)
+            })
+            .map_err(dev_error)?;
+        say(format!(
+            "  {:<8} enrolled via bootstrap.sh + curl; sandbox {} (confined: ok); channel {}, wave {}",
+            h.hostname,
+            agent.root.root.display(),
+            h.channel,
+            h.wave() - 1
+        ));
+    }
+    let n = hosts.len();
+    fleet
+        .wait_until("every agent's first check-in", 60, |f| Ok(f.hosts()?.iter().filter(|h| h["state"] == "active").count() == n))
+        .map_err(dev_error)?;
+    say(format!("{n} agents active ({:.1} s)", started.elapsed().as_secs_f64()));
+
+    let policy = Policy { soak_secs: args.soak_secs, on_health_failure: "rollback-and-halt", max_in_flight: 2 };
+    let release = ci.sign(&spec::fleet_spec(&hosts, 2, &policy), "demo0002", 1, crate::clock::now()?, None).map_err(dev_error)?;
+    fleet.publish(&release, "drover dev: the demo release").map_err(dev_error)?;
+    say("release 1 signed by the CI key and published: channels training and inference, 3 waves, at most 2 hosts at once");
+    let rollout_started = Instant::now();
+    let ids: Vec<String> = spec::CHANNELS.iter().map(|c| format!("{c}@demo0002")).collect();
+    progress(&mut fleet, &hosts, &ids, Duration::from_secs(120 + 3 * args.soak_secs * 2))?;
+    let rollout_secs = rollout_started.elapsed().as_secs_f64();
+    for h in &hosts {
+        let running = fleet.agent(&h.hostname).and_then(|a| a.nix.running());
+        if running.as_deref() != Some(spec::closure(&h.hostname, 2).as_str()) {
+            return Err(CliError::new(codes::SOFTWARE, format!("dev: {} does not run its new closure", h.hostname)));
+        }
+    }
+    say(format!("rollout done in {rollout_secs:.1} s: every host switched to its new closure and passed node-check"));
+
+    let target = &hosts[hosts.len() - 1];
+    let job = soft_reset(&mut fleet, target)?;
+    say(format!("soft_reset of {} completed: {}", target.hostname, job));
+
+    summary(&fleet, &hosts, started.elapsed())?;
+    if args.exit_when_done {
+        say("--exit-when-done: stopping the agents and the coordinator");
+        return Ok(());
+    }
+    say("serving until Ctrl-C");
+    wait_for_ctrl_c()?;
+    say("stopping");
+    Ok(())
+}
+
+fn wait_for_ctrl_c() -> Result<(), CliError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::new(codes::SOFTWARE, format!("cannot start the async runtime: {e}")))?;
+    rt.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|e| CliError::new(codes::SOFTWARE, format!("cannot wait for signals: {e}")))?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.map_err(|e| CliError::new(codes::SOFTWARE, format!("cannot wait for Ctrl-C: {e}"))),
+            _ = term.recv() => Ok(()),
+        }
+    })
+}
+
+/// Prints the rollouts' progress (per wave, hosts per state: the `--watch` view's line form)
+/// on every change until all of `ids` are Converged; any other end state is an error.
+fn progress(fleet: &mut LocalFleet, hosts: &[FleetHost], ids: &[String], bound: Duration) -> Result<(), CliError> {
+    // The manifests' wave membership, so hosts not reached yet show as Pending.
+    let manifest = |channel: &str| -> std::collections::BTreeMap<String, u32> {
+        hosts.iter().filter(|h| h.channel == channel).map(|h| (h.hostname.clone(), h.wave() - 1)).collect()
+    };
+    let deadline = Instant::now() + bound;
+    let mut last = String::new();
+    loop {
+        let mut lines = Vec::new();
+        let mut done = 0;
+        for id in ids {
+            let status = match fleet.get(&format!("/v1/rollouts/{id}/status")) {
+                Ok(s) => s,
+                // Not opened yet: the executor picks the release up on its next tick.
+                Err(DevkitError::Api(e)) if e.status() == Some(404) => json!({"rolloutId": id, "state": "Opening", "hosts": []}),
+                Err(e) => return Err(dev_error(e)),
+            };
+            let state = status["state"].as_str().unwrap_or("?").to_owned();
+            let channel = id.split('@').next().unwrap_or_default();
+            lines.push(format!("  {}", crate::watch::summary_line(&crate::watch::progress_of(&status, Some(&manifest(channel))))));
+            match state.as_str() {
+                "Converged" => done += 1,
+                "Halted" | "Reverting" | "Reverted" | "Failed" | "Cancelled" => {
+                    return Err(CliError::new(codes::SOFTWARE, format!("dev: rollout {id} ended {state}")));
+                }
+                _ => {}
+            }
+        }
+        let frame = lines.join("\n");
+        if frame != last {
+            say(&frame);
+            last = frame;
+        }
+        if done == ids.len() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(CliError::new(codes::SOFTWARE, format!("dev: the rollouts did not converge within {} s", bound.as_secs())));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn soft_reset(fleet: &mut LocalFleet, host: &FleetHost) -> Result<String, CliError> {
+    let id = fleet.agent(&host.hostname).map(|a| a.host_id).ok_or_else(|| CliError::new(codes::SOFTWARE, "dev: no such agent"))?;
+    say(format!("soft_reset of {}: cordon, drain, revoke tenant users, clean scratch, scrub GPUs, validate, uncordon", host.hostname));
+    let job = fleet
+        .post(
+            &format!("/v1/hosts/{id}/decommission"),
+            &json!({"mode": "soft_reset", "storage": "local", "reason": "drover dev: tenant turnover"}),
+        )
+        .map_err(dev_error)?;
+    let job_id = job["jobId"].as_str().unwrap_or_default().to_owned();
+    let mut seen = String::new();
+    let mut result = Value::Null;
+    fleet
+        .wait_until("the soft_reset job", 120, |f| {
+            let v = f.get(&format!("/v1/jobs/{job_id}"))?;
+            let now = format!("{} {}", v["state"].as_str().unwrap_or("?"), v["stage"].as_str().unwrap_or(""));
+            if now != seen {
+                say(format!("  job {job_id}: {now}"));
+                seen = now;
+            }
+            let end = matches!(v["state"].as_str(), Some("completed" | "failed" | "cancelled"));
+            result = v;
+            Ok(end)
+        })
+        .map_err(dev_error)?;
+    if result["state"] != "completed" {
+        return Err(CliError::new(codes::SOFTWARE, format!("dev: the soft_reset job ended {}: {}", result["state"], result["message"])));
+    }
+    Ok(format!(
+        "job {job_id}, stages {}",
+        result["stages"].as_array().map(|s| s.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" → ")).unwrap_or_default()
+    ))
+}
+
+fn summary(fleet: &LocalFleet, hosts: &[FleetHost], took: Duration) -> Result<(), CliError> {
+    let listed = fleet.hosts().map_err(dev_error)?;
+    say("");
+    say(format!("{:<8}  {:<9}  {:<4}  {:<7}  {:<11}  {}", "HOST", "CHANNEL", "WAVE", "STATE", "SCHEDULABLE", "RUNNING"));
+    for h in hosts {
+        let row = listed.iter().find(|r| r["hostname"] == h.hostname.as_str()).cloned().unwrap_or(Value::Null);
+        // The closure's name without its hash: `nixos-system-dev-01-g2`.
+        let running = fleet.agents.iter().find(|a| a.hostname == h.hostname).and_then(|a| a.nix.running()).unwrap_or_default();
+        let running = running.rsplit('/').next().and_then(|b| b.split_once('-')).map(|(_, name)| name.to_owned()).unwrap_or(running);
+        say(format!(
+            "{:<8}  {:<9}  {:<4}  {:<7}  {:<11}  {running}",
+            h.hostname,
+            h.channel,
+            h.wave() - 1,
+            row["state"].as_str().unwrap_or("?"),
+            row["schedulable"].as_bool().map_or("?", |b| if b { "yes" } else { "no" }),
+        ));
+    }
+    let c = &fleet.coordinator;
+    say("");
+    say(format!("demo done in {:.1} s. Poke at it from another shell:", took.as_secs_f64()));
+    say(format!("  export DROVER_COORDINATOR={}", c.url));
+    say(format!("  export DROVER_CA={} DROVER_CERT={} DROVER_KEY={}", c.ca.display(), c.admin.0.display(), c.admin.1.display()));
+    say("  drover get hosts -o wide");
+    say("  drover get rollouts");
+    say("  drover describe rollout training@demo0002");
+    say(format!("  drover explain host {}", hosts[0].hostname));
+    say("  drover get jobs; drover get tasks");
+    say("  drover events --follow");
+    say(format!("  logs: {} and {}/hosts/*/agent.log", c.log.display(), fleet.options.dir.display()));
+    Ok(())
+}

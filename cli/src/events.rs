@@ -1,0 +1,264 @@
+//! `drover events [--follow] [--since ID] [--host H] [--rollout R] [--kind K] [--limit N]`
+//! (also `drover get events`): the coordinator's event log, `GET /v1/events`, paged by event
+//! id.
+//!
+//! Without `--follow` it prints every matching event (or the first `--limit`) as a table, or
+//! with `-o json` as one JSON array. With `--follow` it prints what exists, then polls every
+//! `--interval` seconds (default 1) for events after the last one seen, printing each on its
+//! own line as it arrives (fixed columns, no header re-alignment; `-o json` prints one JSON
+//! object a line) and flushing per line, until SIGINT (exit 0) or stdout closes. A coordinator
+//! briefly unreachable while following is reported on stderr and retried, not fatal: a
+//! follower should survive a coordinator restart.
+
+use std::io::Write;
+use std::time::Duration;
+
+use clap::Args;
+use drover_proto::names::RolloutId;
+use serde_json::Value;
+
+use crate::client::{ConnectArgs, Session};
+use crate::exit::{CliError, codes};
+use crate::get::{hostnames, list_all, resolve_host};
+use crate::job::clean;
+use crate::output::{Output, OutputArgs, dash, field, pretty, print, table};
+
+/// The page size asked for.
+const PAGE: usize = 500;
+
+/// Arguments of `drover events` and `drover get events`.
+#[derive(Args)]
+pub struct EventsArgs {
+    /// Keep printing new events as they happen (until interrupted).
+    #[arg(short = 'f', long, visible_alias = "watch")]
+    follow: bool,
+    /// Only events after this event id.
+    #[arg(long, value_name = "ID")]
+    since: Option<i64>,
+    /// Only this host's events (hostname or id).
+    #[arg(long, value_name = "HOST")]
+    host: Option<String>,
+    /// Only this rollout's events (CHANNEL@REF).
+    #[arg(long, value_name = "ROLLOUT")]
+    rollout: Option<String>,
+    /// Only events of this kind (e.g. rollout.opened, host.state).
+    #[arg(long, value_name = "KIND")]
+    kind: Option<String>,
+    /// Without --follow: show at most this many events.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    limit: Option<u32>,
+    /// With --follow: seconds between polls (1 to 60).
+    #[arg(long, value_name = "SECS", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=60))]
+    interval: u64,
+    /// Events asked for per request (tests use it to exercise paging).
+    #[arg(long, hide = true, default_value_t = PAGE as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    page_size: u32,
+    #[command(flatten)]
+    output: OutputArgs,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+/// The query filters of the arguments (host resolved to its id).
+fn filters(s: &Session, args: &EventsArgs) -> Result<Vec<(&'static str, String)>, CliError> {
+    let mut q = vec![("limit", args.page_size.to_string())];
+    if let Some(h) = &args.host {
+        q.push(("host", resolve_host(s, h)?.0.to_string()));
+    }
+    if let Some(r) = &args.rollout {
+        let id = RolloutId::parse(r).map_err(|e| CliError::usage(format!("--rollout {:?} is not CHANNEL@REF: {e}", clean(r, 80))))?;
+        q.push(("rollout", id.to_string()));
+    }
+    if let Some(k) = &args.kind {
+        q.push(("kind", k.clone()));
+    }
+    Ok(q)
+}
+
+/// What an event is about: its host (by name when known), rollout or job.
+fn object(e: &Value, names: &std::collections::BTreeMap<String, String>) -> String {
+    let host = field(e, "hostId");
+    let host = names.get(host).map_or(host, String::as_str);
+    let parts: Vec<String> = [("host/", host), ("rollout/", field(e, "rolloutId")), ("job/", field(e, "jobId"))]
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| format!("{k}{}", clean(v, 64)))
+        .collect();
+    if parts.is_empty() { "-".to_owned() } else { parts.join(",") }
+}
+
+/// The events table.
+pub fn render_events(events: &[Value], names: &std::collections::BTreeMap<String, String>, wide: bool) -> String {
+    let rows: Vec<Vec<String>> = events.iter().map(|e| row(e, names, wide)).collect();
+    let mut header = vec!["ID", "AT", "KIND", "OBJECT", "MESSAGE"];
+    if wide {
+        header.push("DATA");
+    }
+    table(&header, &rows)
+}
+
+fn row(e: &Value, names: &std::collections::BTreeMap<String, String>, wide: bool) -> Vec<String> {
+    let mut row = vec![
+        e.get("id").and_then(Value::as_i64).map_or_else(|| "-".to_owned(), |i| i.to_string()),
+        clean(dash(field(e, "at")), 40),
+        clean(field(e, "kind"), 48),
+        object(e, names),
+        clean(dash(field(e, "message")), if wide { 300 } else { 100 }),
+    ];
+    if wide {
+        row.push(clean(&e.get("data").map(Value::to_string).unwrap_or_default(), 300));
+    }
+    row
+}
+
+/// One followed event as a line: the table's columns at fixed widths (a stream cannot
+/// re-align earlier lines).
+pub fn follow_line(e: &Value, names: &std::collections::BTreeMap<String, String>, output: Output) -> Result<String, CliError> {
+    if output.is_json() {
+        return serde_json::to_string(e).map(|s| s + "\n").map_err(|err| CliError::new(codes::SOFTWARE, format!("internal error: {err}")));
+    }
+    Ok(fixed(&row(e, names, output == Output::Wide)))
+}
+
+/// Cells at the fixed widths of a followed stream.
+fn fixed(r: &[String]) -> String {
+    let cell = |i: usize| r.get(i).map_or("", String::as_str);
+    let mut line = format!("{:<6}  {:<20}  {:<22}  {:<28}  {}", cell(0), cell(1), cell(2), cell(3), cell(4));
+    if let Some(data) = r.get(5) {
+        line.push_str("  ");
+        line.push_str(data);
+    }
+    line.trim_end().to_owned() + "\n"
+}
+
+/// The id of the last event of `events`.
+fn last_id(events: &[Value]) -> Option<i64> {
+    events.iter().filter_map(|e| e.get("id").and_then(Value::as_i64)).max()
+}
+
+/// Runs `drover events`.
+pub fn run(args: &EventsArgs) -> Result<(), CliError> {
+    let s = Session::open(&args.connect)?;
+    let mut q = filters(&s, args)?;
+    if let Some(since) = args.since {
+        q.push(("after", since.to_string()));
+    }
+    let output = args.output.output;
+    // Host names make the OBJECT column readable; JSON keeps the coordinator's ids.
+    let names = if output.is_json() { Default::default() } else { hostnames(&s)? };
+    if !args.follow {
+        let events = list_all(&s, "/v1/events", &q, "items", args.limit.map(|l| l as usize))?;
+        if output.is_json() {
+            return print(&pretty(&Value::Array(events))?);
+        }
+        if events.is_empty() {
+            eprintln!("no events");
+            return Ok(());
+        }
+        return print(&render_events(&events, &names, output == Output::Wide));
+    }
+    follow(&s, args, q, names)
+}
+
+/// `--follow`: print, then poll for newer events until SIGINT or a closed stdout.
+fn follow(
+    s: &Session,
+    args: &EventsArgs,
+    base: Vec<(&'static str, String)>,
+    mut names: std::collections::BTreeMap<String, String>,
+) -> Result<(), CliError> {
+    let output = args.output.output;
+    let mut after = args.since;
+    let mut stdout = std::io::stdout().lock();
+    if !output.is_json() {
+        let mut cols: Vec<String> = ["ID", "AT", "KIND", "OBJECT", "MESSAGE"].map(str::to_owned).to_vec();
+        if output == Output::Wide {
+            cols.push("DATA".to_owned());
+        }
+        let header = fixed(&cols);
+        if !write_line(&mut stdout, &header)? {
+            return Ok(());
+        }
+    }
+    let interval = Duration::from_secs(args.interval);
+    let mut sigint = crate::client::Interrupt::new(&s.runtime);
+    loop {
+        let mut q: Vec<(&str, String)> = base.iter().filter(|(k, _)| *k != "after").cloned().collect();
+        if let Some(a) = after {
+            q.push(("after", a.to_string()));
+        }
+        match list_all(s, "/v1/events", &q, "items", None) {
+            Ok(events) => {
+                // A host enrolled since the start: learn its name (best effort).
+                let unknown = |e: &Value| !field(e, "hostId").is_empty() && !names.contains_key(field(e, "hostId"));
+                if !output.is_json() && events.iter().any(unknown) {
+                    names = hostnames(s).unwrap_or(names);
+                }
+                for e in &events {
+                    if !write_line(&mut stdout, &follow_line(e, &names, output)?)? {
+                        return Ok(());
+                    }
+                }
+                after = last_id(&events).or(after);
+            }
+            // A coordinator restarting or briefly unreachable: keep following.
+            Err(e) if e.code() == codes::UNAVAILABLE => eprintln!("drover: {e} (retrying)"),
+            Err(e) => return Err(e),
+        }
+        if sigint.sleep(&s.runtime, interval) {
+            return Ok(());
+        }
+    }
+}
+
+/// Writes and flushes one line; `false` when stdout is closed (a reader like `head` left).
+fn write_line(out: &mut dyn Write, line: &str) -> Result<bool, CliError> {
+    match out.write_all(line.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(CliError::new(codes::IO, format!("cannot write stdout: {e}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn events() -> Vec<Value> {
+        vec![
+            json!({"id": 7, "at": "2025-01-01T00:00:00Z", "kind": "rollout.opened", "hostId": null, "rolloutId": "gpu@c0ffee",
+                   "jobId": null, "message": "opened", "data": {"a": 1}}),
+            json!({"id": 9, "at": "2025-01-01T00:01:00Z", "kind": "host.state", "hostId": "h1", "rolloutId": null,
+                   "jobId": null, "message": "active\nnow", "data": null}),
+        ]
+    }
+
+    #[test]
+    fn events_render_with_objects_by_name() {
+        let names = BTreeMap::from([("h1".to_owned(), "gpu-a-01".to_owned())]);
+        let t = render_events(&events(), &names, false);
+        assert_eq!(
+            t,
+            "ID  AT                    KIND            OBJECT              MESSAGE\n\
+             7   2025-01-01T00:00:00Z  rollout.opened  rollout/gpu@c0ffee  opened\n\
+             9   2025-01-01T00:01:00Z  host.state      host/gpu-a-01       active now\n"
+        );
+        assert!(render_events(&events(), &names, true).contains("{\"a\":1}"));
+        assert_eq!(last_id(&events()), Some(9));
+    }
+
+    #[test]
+    fn followed_events_are_one_line_each() {
+        let names = BTreeMap::new();
+        let line = follow_line(&events()[1], &names, Output::Table).expect("line");
+        assert!(line.starts_with("9       2025-01-01T00:01:00Z  host.state") && line.ends_with("active now\n"), "{line:?}");
+        assert_eq!(line.matches('\n').count(), 1);
+        let json = follow_line(&events()[0], &names, Output::Json).expect("json");
+        assert_eq!(serde_json::from_str::<Value>(&json).expect("parses")["id"], 7);
+        assert_eq!(json.matches('\n').count(), 1);
+    }
+}

@@ -1,0 +1,128 @@
+//! `drover dev`, the README's main command, run as a process the way a newcomer runs it:
+//! it must bring up the coordinator and sandboxed agents, roll the demo release out, run a
+//! soft reset, print the commands to poke at the fleet (which must work against it), serve
+//! until Ctrl-C, and leave nothing behind.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use drover_tests::workspace_binary;
+
+/// Kills the demo if the test fails half-way.
+struct Demo(Child);
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn drover(env: &[(String, String)], args: &[&str]) -> std::process::Output {
+    Command::new(workspace_binary("drover"))
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env_remove("DROVER_CONFIG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("drover runs")
+}
+
+#[test]
+fn drover_dev_rolls_out_resets_a_host_serves_and_cleans_up() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut demo = Demo(
+        Command::new(workspace_binary("drover"))
+            .args(["dev", "--agents", "3", "--soak-secs", "1"])
+            .env("TMPDIR", tmp.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("drover dev starts"),
+    );
+    let stderr = demo.0.stderr.take().expect("stderr");
+    let banner = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+    let (tx, lines) = mpsc::channel();
+    let stdout = demo.0.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let mut out = Vec::new();
+    while out.last().is_none_or(|l: &String| l != "serving until Ctrl-C") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => out.push(line),
+            Err(_) => panic!("drover dev never got to serving:\n{}", out.join("\n")),
+        }
+    }
+    let text = out.join("\n");
+    for needle in [
+        "coordinator listening on https://127.0.0.1:",
+        "dev-01   enrolled via bootstrap.sh + curl",
+        "(confined: ok)",
+        "3 agents active",
+        "every host switched to its new closure and passed node-check",
+        "soft_reset of dev-03 completed",
+        "cordon → drain → revoke_users → cleanup_storage → scrub_gpu → validate_clean → uncordon",
+    ] {
+        assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
+    }
+    // Every host on the new generation, active, schedulable again after the reset.
+    for host in ["dev-01", "dev-02", "dev-03"] {
+        let row = out.iter().find(|l| l.starts_with(host) && l.contains("-g2")).unwrap_or_else(|| panic!("{host} row in:\n{text}"));
+        assert!(row.contains(" active ") && row.contains(" yes "), "{row}");
+    }
+
+    // The printed commands work against the running demo.
+    let env: Vec<(String, String)> = out
+        .iter()
+        .filter_map(|l| l.trim().strip_prefix("export "))
+        .flat_map(|l| l.split(' ').filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_owned(), v.to_owned())))
+        .collect();
+    assert_eq!(env.len(), 4, "{text}");
+    let hosts = drover(&env, &["get", "hosts", "-o", "json"]);
+    assert!(hosts.status.success(), "{}", String::from_utf8_lossy(&hosts.stderr));
+    let hosts: serde_json::Value = serde_json::from_slice(&hosts.stdout).expect("json");
+    assert_eq!(hosts.as_array().map(Vec::len), Some(3), "{hosts}");
+    let rollout = drover(&env, &["describe", "rollout", "training@demo0002"]);
+    assert!(rollout.status.success(), "{}", String::from_utf8_lossy(&rollout.stderr));
+    assert!(String::from_utf8_lossy(&rollout.stdout).contains("Converged"), "{}", String::from_utf8_lossy(&rollout.stdout));
+
+    // Ctrl-C stops everything and removes the temporary state.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(demo.0.id() as i32), nix::sys::signal::Signal::SIGINT).expect("signal");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = demo.0.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "drover dev did not stop on Ctrl-C");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    let banner = banner.join().expect("stderr");
+    assert!(banner.contains("NOT FOR PRODUCTION"), "{banner}");
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).expect("ls").filter_map(Result::ok).map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "left behind in TMPDIR: {left:?}");
+    let url = env.iter().find(|(k, _)| k == "DROVER_COORDINATOR").map(|(_, v)| v.trim_start_matches("https://").to_owned()).expect("url");
+    assert!(std::net::TcpStream::connect(url).is_err(), "the coordinator still listens");
+}
+
+#[test]
+fn drover_dev_refuses_a_dir_that_is_not_empty() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    std::fs::write(tmp.path().join("precious"), "keep me").expect("write");
+    let out = Command::new(workspace_binary("drover")).args(["dev", "--exit-when-done", "--dir"]).arg(tmp.path()).output().expect("runs");
+    assert_eq!(out.status.code(), Some(64), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not empty"));
+    assert_eq!(std::fs::read_to_string(tmp.path().join("precious")).expect("kept"), "keep me");
+    assert!(!Path::new(&tmp.path().join("hosts")).exists());
+}
