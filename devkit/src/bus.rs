@@ -66,6 +66,12 @@ impl PrivateBus {
     /// Starts the bus with its socket and configuration in `dir` and `fake_systemd` on it;
     /// returns once fake-systemd serves.
     pub fn start(dir: &Path, fake_systemd: &Path) -> Result<PrivateBus, DevkitError> {
+        PrivateBus::start_with(dir, fake_systemd, &[])
+    }
+
+    /// Like [`PrivateBus::start`], fake-systemd also given units with unit files, each
+    /// `NAME;TYPE;STATE[;SCRIPT]` (its `--unit`).
+    pub fn start_with(dir: &Path, fake_systemd: &Path, units: &[String]) -> Result<PrivateBus, DevkitError> {
         if !Path::new(DBUS_DAEMON).is_file() {
             return Err(DevkitError::MissingBinary { path: DBUS_DAEMON.into() });
         }
@@ -105,6 +111,7 @@ impl PrivateBus {
         };
         let mut fake = match Command::new(fake_systemd)
             .args(["--address", &address])
+            .args(units.iter().flat_map(|u| ["--unit", u.as_str()]))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

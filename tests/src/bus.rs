@@ -1,5 +1,5 @@
 //! A private D-Bus for tests: a `dbus-daemon` of its own (a session-type bus on a socket in a
-//! temporary directory) with the `fake-systemd` test service (`src/bin/fake-systemd.rs`)
+//! temporary directory) with the `fake-systemd` test service (the devkit's `fake-systemd`, on the devkit's [`PrivateBus`](drover_devkit::bus::PrivateBus))
 //! serving systemd's Manager API on it. The agent's [`DbusSystemd`] talks to it exactly as to
 //! the system bus; the real `drover-agent` process does too, given the address as its
 //! `systemd_bus`.
@@ -8,7 +8,7 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -54,10 +54,9 @@ pub fn wait_for_line(lines: &mpsc::Receiver<String>, what: &str, want: impl Fn(&
 /// A private bus with fake-systemd serving on it; both are stopped on drop (fake-systemd
 /// with SIGTERM, so it kills the units' processes it still runs).
 pub struct TestBus {
+    // The bus before its directory: stopped before the directory is removed.
+    bus: drover_devkit::bus::PrivateBus,
     dir: tempfile::TempDir,
-    address: String,
-    daemon: Child,
-    fake: Child,
 }
 
 impl TestBus {
@@ -71,46 +70,9 @@ impl TestBus {
     pub fn start_with(units: &[String]) -> TestBus {
         assert!(Path::new(DBUS_DAEMON).is_file(), "{DBUS_DAEMON} is missing: install dbus-daemon (Debian: apt-get install dbus-daemon)");
         let dir = tempfile::tempdir().expect("tempdir");
-        let config = dir.path().join("bus.conf");
-        let socket = dir.path().join("bus.sock");
-        let text = format!(
-            "<!DOCTYPE busconfig PUBLIC \"-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN\" \
-             \"http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd\">\n\
-             <busconfig><type>session</type><listen>unix:path={}</listen>\
-             <policy context=\"default\"><allow send_destination=\"*\" eavesdrop=\"true\"/><allow eavesdrop=\"true\"/><allow own=\"*\"/></policy>\
-             </busconfig>\n",
-            socket.display()
-        );
-        std::fs::write(&config, text).expect("write bus config");
-        let mut daemon = Command::new(DBUS_DAEMON)
-            .arg("--config-file")
-            .arg(&config)
-            .args(["--nofork", "--print-address"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {DBUS_DAEMON}: {e}"));
-        let daemon_out = lines_of(daemon.stdout.take().expect("daemon stdout"));
-        let address = wait_for_line(&daemon_out, "bus address from dbus-daemon", |l| l.starts_with("unix:")).trim().to_owned();
-        let mut fake = match Command::new(workspace_binary("fake-systemd"))
-            .args(["--address", &address])
-            .args(units.iter().flat_map(|u| ["--unit", u.as_str()]))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-        {
-            Ok(fake) => fake,
-            Err(e) => {
-                let _ = daemon.kill();
-                let _ = daemon.wait();
-                panic!("start fake-systemd: {e}");
-            }
-        };
-        let fake_out = lines_of(fake.stdout.take().expect("fake stdout"));
-        // From here on a panic drops the bus, which stops both children.
-        let bus = TestBus { dir, address, daemon, fake };
-        wait_for_line(&fake_out, "`ready` from fake-systemd", |l| l == "ready");
-        bus
+        let bus = drover_devkit::bus::PrivateBus::start_with(dir.path(), &workspace_binary("fake-systemd"), units)
+            .unwrap_or_else(|e| panic!("cannot start the test bus: {e}"));
+        TestBus { bus, dir }
     }
 
     /// Points a sandboxed agent's config (from `Harness::enroll_sandboxed`, which names a bus
@@ -136,17 +98,17 @@ impl TestBus {
     /// The bus address (`unix:path=…,guid=…`), for `DbusSystemd::at_address` or an agent's
     /// `systemd_bus`.
     pub fn address(&self) -> &str {
-        &self.address
+        self.bus.address()
     }
 
     /// The agent's systemd client on this bus.
     pub fn systemd(&self) -> DbusSystemd {
-        DbusSystemd::at_address(&self.address).expect("connect to the test bus")
+        DbusSystemd::at_address(self.address()).expect("connect to the test bus")
     }
 
     /// A raw connection, for what the agent's client does not read.
     pub fn raw(&self) -> zbus::blocking::Connection {
-        zbus::blocking::connection::Builder::address(self.address.as_str()).expect("address").build().expect("connect")
+        zbus::blocking::connection::Builder::address(self.address()).expect("address").build().expect("connect")
     }
 
     /// `GetUnitFileState` of `unit` (`enabled`, `disabled`).
@@ -191,17 +153,5 @@ impl TestBus {
         let path = self.path(name);
         nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
         path
-    }
-}
-
-impl Drop for TestBus {
-    fn drop(&mut self) {
-        // SIGTERM: fake-systemd then kills the units' processes it still runs.
-        if let Ok(pid) = i32::try_from(self.fake.id()) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
-        }
-        let _ = self.fake.wait();
-        let _ = self.daemon.kill();
-        let _ = self.daemon.wait();
     }
 }
