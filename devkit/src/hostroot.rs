@@ -37,7 +37,7 @@ impl HostRoot {
         let scratch = h.path("scratch");
         std::fs::create_dir_all(scratch.join("job-1/out")).map_err(io_at(&scratch))?;
         std::fs::write(scratch.join("job-1/out/weights.bin"), vec![7u8; 4096]).map_err(io_at(&scratch))?;
-        write_file(&scratch.join("notes.txt"), "tenant data\n", 0o644)?;
+        write_file(&scratch.join("notes.txt"), "tenant data", 0o644)?;
         write_file(
             &h.path("etc/passwd"),
             "root:x:0:0:root:/root:/bin/bash\nsyslog:x:104:110::/home/syslog:/usr/sbin/nologin\nalice:x:10001:10001:tenant:/home/alice:/bin/bash\n",

@@ -5,11 +5,13 @@
 use std::path::{Path, PathBuf};
 
 use drover_proto::artifacts::TimestampDoc;
+use drover_proto::canonical;
 use drover_proto::keys::{KeySigner, Signer, signing_key_to_pem, verifying_key_to_pem};
 use drover_proto::release::{ReleaseFiles, ReleaseParams, build_release, open_own_timestamp};
 use drover_proto::resolve::ReleaseMeta;
 use drover_proto::spec::FleetSpec;
 use drover_proto::time::Time;
+use drover_proto::trust::{KeySetDoc, TrustDoc, TrustKeyDoc, TrustRoots};
 use serde_json::{Value, json};
 
 use crate::nixkit::store_path;
@@ -142,11 +144,25 @@ impl CiKey {
         let (key_file, pub_file, trust_file) = (dir.join("ci.key"), dir.join("ci.pub"), dir.join("trust.json"));
         write_file(&key_file, &pem, 0o600)?;
         write_file(&pub_file, &public, 0o644)?;
-        let trust = json!({
-            "schemaVersion": 1,
-            "ci": {"threshold": 1, "keys": [{"keyId": signer.key_id().as_str(), "alg": "ed25519", "publicKey": public}]}
-        });
-        write_file(&trust_file, &format!("{trust:#}\n"), 0o644)?;
+        // The document `drover trust` writes, checked by the rules an agent applies.
+        let doc = TrustDoc {
+            schema_version: 1,
+            ci: KeySetDoc {
+                threshold: 1,
+                keys: vec![TrustKeyDoc {
+                    key_id: signer.key_id().clone(),
+                    alg: "ed25519".to_owned(),
+                    public_key: public.clone(),
+                    not_before: None,
+                    not_after: None,
+                }],
+                reject_before: None,
+            },
+        };
+        TrustRoots::from_doc(&doc).map_err(|e| DevkitError::Release(e.to_string()))?;
+        let mut trust = canonical::to_vec_of(&doc).map_err(|e| DevkitError::Release(e.to_string()))?;
+        trust.push(b'\n');
+        std::fs::write(&trust_file, trust).map_err(crate::io_at(&trust_file))?;
         Ok(CiKey { signer, key_file, trust_file })
     }
 
