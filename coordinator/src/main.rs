@@ -68,6 +68,10 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("DROVER_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
+    match drover_coordinator::run::raise_open_files_limit() {
+        Ok((soft, hard)) => tracing::info!(was = soft, now = hard, "open-files limit raised to the hard limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-files limit; hosts beyond it cannot connect"),
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(async {
         let running = drover_coordinator::run::start(config, std::sync::Arc::new(drover_coordinator::app::SystemClock)).await?;

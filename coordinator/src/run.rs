@@ -78,9 +78,37 @@ fn read(path: &std::path::Path) -> Result<Vec<u8>, StartError> {
     std::fs::read(path).map_err(|source| StartError::Read { path: path.display().to_string(), source })
 }
 
+/// Connections the kernel queues for `accept` (capped by `net.core.somaxconn`). After a
+/// coordinator restart every agent of the fleet reconnects within seconds; tokio's default of
+/// 1024 would drop the SYNs beyond it, and each dropped one costs its agent a retransmit
+/// timeout (a second or more) before it tries again.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listener on `addr` with [`LISTEN_BACKLOG`].
+pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    // As `TcpListener::bind` does: a restart may bind while the old sockets sit in TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+/// Raises this process's soft limit on open files to its hard limit and returns the limits as
+/// they were (soft, hard). Every agent holds a connection open (its long-poll), so the common
+/// soft default of 1024 would cap a coordinator at about a thousand hosts; the hard limit is
+/// what the administrator (or systemd's `LimitNOFILE=`) allows.
+pub fn raise_open_files_limit() -> Result<(u64, u64), nix::Error> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if soft < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
+    }
+    Ok((soft, hard))
+}
+
 /// Binds the configured address, then [`start_on`] it.
 pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, StartError> {
-    let listener = TcpListener::bind(config.listen).await.map_err(|source| StartError::Bind { addr: config.listen, source })?;
+    let listener = bind(config.listen).map_err(|source| StartError::Bind { addr: config.listen, source })?;
     start_on(listener, config, clock).await
 }
 

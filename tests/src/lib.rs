@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod bus;
+pub mod fleet;
 pub mod procs;
 pub mod sandbox;
 pub mod sim_agent;
@@ -78,10 +79,13 @@ pub fn ci_trust_json() -> Vec<u8> {
     drover_proto::canonical::to_vec_of(&doc).expect("canonical")
 }
 
-/// A binary of this workspace's build, next to the test executable's `deps/` directory.
+/// A binary of this workspace's build: next to the test executable's `deps/` directory, or
+/// beside the running binary (`drover-bench` in `target/release/`).
 pub fn workspace_binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_default();
-    let dir = exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
+    let parent = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    let dir =
+        if parent.file_name().is_some_and(|n| n == "deps") { parent.parent().map(Path::to_path_buf).unwrap_or_default() } else { parent };
     let path = dir.join(name);
     assert!(path.is_file(), "{} is missing: build it first (`cargo build -p {name}`; `cargo test --workspace` does)", path.display());
     path

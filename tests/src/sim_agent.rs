@@ -4,15 +4,21 @@
 //! every intent it is handed, and the director-signature, host, window and replay rules on
 //! every task. Only the work itself is simulated: a host "switches" instantly and reports
 //! what its script says — healthy, failing its required probes, or failing the switch — and
-//! a task "runs" instantly and succeeds.
+//! a task "runs" instantly and succeeds (a slow host takes the time its script says to switch).
+//!
+//! Thousands of them share one process in `drover-bench`: a [`VerifyCache`] shared between
+//! them verifies each (manifest, timestamp) pair once, while every agent still fetches the
+//! bundle itself and checks its own intent, host and wave against the verified manifest.
 //!
 //! It is the building block of the executor's end-to-end tests and of the fleet simulator;
 //! nothing in the coordinator knows it is not a real agent.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
-use drover_agent::admit::{Anchors, admit_intent};
+use drover_agent::admit::{Admitted, Anchors, admit_intent, refusal};
 use drover_agent::records::Seen;
 use drover_client::{ClientError, ClientIdentity, CoordinatorClient};
 use drover_proto::enroll::RolloutBundle;
@@ -22,7 +28,7 @@ use drover_proto::report::{
 };
 use drover_proto::spec::Mode;
 use drover_proto::time::Time;
-use drover_proto::verify::HostIdentity;
+use drover_proto::verify::{HostIdentity, VerifiedManifest, VerifiedTimestamp, VerifyContext, VersionFloor, verify_intent};
 use uuid::Uuid;
 
 /// How a simulated host behaves when it is handed an intent.
@@ -30,6 +36,9 @@ use uuid::Uuid;
 pub enum Behaviour {
     /// Switches, confirms, reports every required probe passed.
     Healthy,
+    /// Like `Healthy`, but its switch takes this long between receiving the intent and
+    /// confirming it (a big closure to fetch, a slow boot).
+    Slow(Duration),
     /// Switches and confirms, then reports its required probes failed.
     FailsProbes,
     /// Does not report at all (its check-ins stop): offline.
@@ -69,8 +78,13 @@ pub struct SimAgent {
     activation: Option<ActivationStatus>,
     probes: BTreeMap<String, ProbeOutcome>,
     boot_id: String,
-    /// The CA, certificate and key files, to connect again ([`SimAgent::reconnect`]).
-    files: [PathBuf; 3],
+    /// The CA, certificate and key files, to connect again ([`SimAgent::reconnect`]); none
+    /// for an agent made from a client ([`SimAgent::with_client`]).
+    files: Option<[PathBuf; 3]>,
+    /// Verifications shared with other simulated agents, if any.
+    cache: Option<Arc<VerifyCache>>,
+    /// When the last check-in that brought an intent was answered.
+    pub last_receipt: Option<SystemTime>,
     /// An admitted intent whose confirmation has not been answered yet (the coordinator was
     /// unreachable): sent again on the next step, as a real agent retries within its window.
     pending: Option<PendingConfirm>,
@@ -121,6 +135,15 @@ impl SimAgent {
         let client = connect(url, &files);
         let ci = drover_proto::trust::TrustRoots::from_json(trust_json).expect("trust");
         let director = drover_proto::keys::verifying_key_from_text(director_pem).expect("director key");
+        let anchors = Anchors { ci, director: drover_proto::trust::KeySet::single(director) };
+        let mut agent = SimAgent::with_client(client, hostname, host_id, anchors, behaviour);
+        agent.files = Some(files);
+        agent
+    }
+
+    /// An agent talking through `client` (which presents the host's certificate), checking
+    /// against `anchors`.
+    pub fn with_client(client: CoordinatorClient, hostname: &str, host_id: Uuid, anchors: Anchors, behaviour: Behaviour) -> SimAgent {
         SimAgent {
             hostname: hostname.to_owned(),
             host_id,
@@ -128,13 +151,15 @@ impl SimAgent {
             handled: Vec::new(),
             refused: Vec::new(),
             client,
-            anchors: Anchors { ci, director: drover_proto::trust::KeySet::single(director) },
+            anchors,
             seen: Seen::default(),
             running: None,
             activation: None,
             probes: BTreeMap::new(),
             boot_id: Uuid::new_v4().to_string(),
-            files,
+            files: None,
+            cache: None,
+            last_receipt: None,
             pending: None,
             tasks_run: Vec::new(),
             task_results: Vec::new(),
@@ -147,10 +172,23 @@ impl SimAgent {
         self
     }
 
+    /// Verifies bundles through `cache`, shared with other agents.
+    pub fn sharing(mut self, cache: Arc<VerifyCache>) -> SimAgent {
+        self.cache = Some(cache);
+        self
+    }
+
     /// Talks to the coordinator at `url` from now on (it restarted elsewhere), keeping
     /// everything the agent has seen, runs and reports.
     pub fn reconnect(&mut self, url: &str) {
-        self.client = connect(url, &self.files);
+        let files = self.files.as_ref().expect("an agent made from files");
+        self.client = connect(url, files);
+    }
+
+    /// Talks through `client` from now on (a fresh connection: the agent restarted or its
+    /// network came back), keeping everything the agent has seen, runs and reports.
+    pub fn replace_client(&mut self, client: CoordinatorClient) {
+        self.client = client;
     }
 
     fn request(&self, now: Time) -> CheckinRequest {
@@ -210,6 +248,7 @@ impl SimAgent {
         self.task_results.clear();
         self.take_tasks(&resp.tasks, now);
         let Some(env) = resp.intent else { return Ok(false) };
+        self.last_receipt = Some(SystemTime::now());
         let rollout = match drover_agent::admit::advertised_rollout(&env) {
             Ok(r) => r,
             Err(e) => {
@@ -220,7 +259,11 @@ impl SimAgent {
         let bundle: RolloutBundle = self.client.get_json(&format!("/v1/rollouts/{rollout}")).await?;
         let host_id = self.host_id.to_string();
         let host = HostIdentity { host_id: &host_id, hostname: &self.hostname };
-        let admitted = match admit_intent(&env, &bundle, &self.anchors, host, &self.seen, None, now) {
+        let admitted = match &self.cache {
+            Some(cache) => cache.admit(&env, &bundle, &self.anchors, host, &self.seen, now),
+            None => admit_intent(&env, &bundle, &self.anchors, host, &self.seen, None, now),
+        };
+        let admitted = match admitted {
             Ok(a) => a,
             Err(e) => {
                 self.refused.push(format!("{e:?}"));
@@ -238,6 +281,9 @@ impl SimAgent {
             boot_id: self.boot_id.clone(),
         };
         let required_probes = admitted.manifest.manifest.health_gate.required_probes.clone();
+        if let Behaviour::Slow(switch) = self.behaviour {
+            tokio::time::sleep(switch).await;
+        }
         self.pending = Some(PendingConfirm { confirm, required_probes });
         self.deliver_confirm().await?;
         Ok(true)
@@ -305,6 +351,71 @@ impl SimAgent {
         self.probes = required_probes.into_iter().map(|p| (p, outcome)).collect();
         self.handled.push(Handled { rollout_id: confirm.rollout_id.to_string(), target: confirm.closure, confirmed });
         Ok(())
+    }
+}
+
+/// The sha256s (hex) of a manifest's and a timestamp's bytes.
+type PairKey = (String, String);
+
+/// Verified (manifest, timestamp) pairs shared by simulated agents, keyed by both sha256s:
+/// the first agent handed a pair runs the agent's whole admission
+/// ([`drover_agent::admit::admit_intent`]); later ones check their bytes hash to a verified
+/// pair and then run the per-host rules themselves — the timestamp version floor, and
+/// [`verify_intent`]'s signature, host, window, manifest hash, wave and target checks.
+#[derive(Default)]
+pub struct VerifyCache {
+    verified: Mutex<HashMap<PairKey, Arc<(VerifiedManifest, VerifiedTimestamp)>>>,
+    /// Pairs verified in full (cache misses).
+    pub full_verifications: std::sync::atomic::AtomicU64,
+}
+
+impl VerifyCache {
+    /// Admits `env` as [`admit_intent`] would, verifying the bundle only when this pair of
+    /// bytes was not verified before.
+    fn admit(
+        &self,
+        env: &drover_proto::sig::Envelope,
+        bundle: &RolloutBundle,
+        anchors: &Anchors,
+        host: HostIdentity<'_>,
+        seen: &Seen,
+        now: Time,
+    ) -> Result<Admitted, drover_proto::report::ReportEvent> {
+        use sha2::Digest;
+        let key =
+            (hex::encode(sha2::Sha256::digest(bundle.manifest.as_bytes())), hex::encode(sha2::Sha256::digest(bundle.timestamp.as_bytes())));
+        let hit = self.verified.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
+        let Some(pair) = hit else {
+            let admitted = admit_intent(env, bundle, anchors, host, seen, None, now)?;
+            self.full_verifications.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let pair = Arc::new((admitted.manifest.clone(), admitted.timestamp.clone()));
+            self.verified.lock().unwrap_or_else(|e| e.into_inner()).insert(key, pair);
+            return Ok(admitted);
+        };
+        let (manifest, timestamp) = &*pair;
+        let rid = manifest.manifest.rollout_id.to_string();
+        let floor =
+            if seen.highest_timestamp_version == 0 { VersionFloor::None } else { VersionFloor::AtLeast(seen.highest_timestamp_version) };
+        let ctx = VerifyContext::at(now).with_floor(floor);
+        if timestamp.doc.version < seen.highest_timestamp_version {
+            return Err(refusal(
+                &rid,
+                "timestamp.json",
+                &drover_proto::verify::VerifyError::VersionRollback {
+                    version: timestamp.doc.version,
+                    floor: seen.highest_timestamp_version,
+                    equal_allowed: true,
+                },
+            ));
+        }
+        let intent = verify_intent(env, &anchors.director, host, manifest, timestamp, &ctx).map_err(|e| refusal(&rid, "intent", &e))?;
+        let cache = drover_agent::records::CachedManifest {
+            rollout_id: manifest.manifest.rollout_id.clone(),
+            sha256: manifest.sha256.clone(),
+            manifest: bundle.manifest.clone(),
+            manifest_sig: bundle.manifest_sig.clone(),
+        };
+        Ok(Admitted { intent, manifest: manifest.clone(), timestamp: timestamp.clone(), cache })
     }
 }
 

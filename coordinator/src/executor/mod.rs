@@ -89,11 +89,21 @@ pub async fn tick(app: &Arc<AppState>) -> Result<TickOutcome, ExecutorError> {
     let issue = writes::IntentIssuer { signer: &signer, confirm_window_secs: app.config.rollouts.confirm_window_secs };
     let (write, woken) = writes::plan_write(&built, &plan, &after, now, &issue)?;
     store::blocking(app.store.clone(), move |s| s.apply_plan(&write, &[])).await?;
+    // Logged once the plan is committed and before any agent is woken, so each line's
+    // timestamp is the decision's: `drover-bench` measures dispatch latency from it.
+    for a in &plan.actions {
+        match a {
+            drover_planner::Action::Dispatch { host, rollout_id, wave_index, from, reason, .. } => {
+                tracing::info!(%rollout_id, host = %host, wave = wave_index, from = from.as_str(), to = "Activating", reason = %reason, "rollout action applied");
+            }
+            drover_planner::Action::HostTransition { rollout_id, host, from, to, reason } => {
+                tracing::info!(%rollout_id, host = %host, from = from.as_str(), to = to.as_str(), reason = %reason, "rollout action applied");
+            }
+            _ => tracing::info!(reason = a.reason(), action = ?a, "rollout action applied"),
+        }
+    }
     for host in woken {
         app.hub.notify(host);
-    }
-    for a in &plan.actions {
-        tracing::info!(reason = a.reason(), action = ?a, "rollout action applied");
     }
     Ok(TickOutcome { plan, next_due, channel_period_secs })
 }

@@ -1,0 +1,265 @@
+//! `drover-bench fleet`: thousands of simulated agents against a real `drover-coordinator
+//! serve` on loopback — enrollment, ramp-up, an idle fleet on long-polls, then a full rollout
+//! to convergence — at one or more fleet sizes, the first size being the baseline the others
+//! are compared with. See BENCHMARKS.md, "The coordinator under a simulated fleet".
+
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use drover_tests::fleet::run::{Binaries, Report, run};
+use drover_tests::fleet::scenario::Scenario;
+
+/// Drover's scale benchmarks.
+#[derive(Parser)]
+#[command(name = "drover-bench", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Simulated agents against a real coordinator: enrollment, ramp-up, idle, a rollout.
+    Fleet(FleetArgs),
+}
+
+#[derive(Args)]
+struct FleetArgs {
+    /// Fleet sizes to run, one after another, each against a fresh coordinator; the first is
+    /// the baseline of the ratio column.
+    #[arg(long, value_delimiter = ',', default_value = "1000")]
+    agents: Vec<usize>,
+    /// Channels (one rollout each).
+    #[arg(long, default_value_t = 3)]
+    channels: usize,
+    /// Waves per rollout (sizes 1 : 2 : 4 : …).
+    #[arg(long, default_value_t = 4)]
+    waves: usize,
+    /// Each wave's soak, seconds.
+    #[arg(long, default_value_t = 5)]
+    soak_secs: u64,
+    /// The coordinator's long-poll, seconds.
+    #[arg(long, default_value_t = 60)]
+    long_poll_secs: u64,
+    /// How long the connected, idle fleet is watched, seconds (0: not at all).
+    #[arg(long, default_value_t = 60)]
+    idle_secs: u64,
+    /// Hosts that switch slowly: a count, or a share of the fleet like `1%`.
+    #[arg(long, default_value = "1%")]
+    slow: String,
+    /// How long a slow host's switch takes, seconds.
+    #[arg(long, default_value_t = 3)]
+    slow_secs: u64,
+    /// Hosts that fail the health gate's probe (the gate tolerates this many per wave).
+    #[arg(long, default_value = "0.2%")]
+    failing: String,
+    /// Hosts that drop their connection when the rollout starts and rejoin later.
+    #[arg(long, default_value = "0.5%")]
+    offline: String,
+    /// How long offline hosts stay away, seconds.
+    #[arg(long, default_value_t = 10)]
+    rejoin_secs: u64,
+    /// Agents started per second during the ramp-up.
+    #[arg(long, default_value_t = 500)]
+    ramp_per_sec: usize,
+    /// The longest a rollout may take to converge, seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout_secs: u64,
+    /// Keep each run's directory (coordinator log, store) under this one, which must be empty
+    /// or missing; by default they are temporary.
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Also write the reports as JSON here.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Exit 2 when a goal (every agent connected, dispatch p99 < 1 s, peak RSS < 300 MiB,
+    /// idle CPU < 25 % of a core) is missed.
+    #[arg(long)]
+    check_goals: bool,
+    /// The coordinator binary (default: beside this one).
+    #[arg(long, value_name = "PATH")]
+    coordinator: Option<PathBuf>,
+    /// The agent binary the coordinator serves (default: beside this one).
+    #[arg(long, value_name = "PATH")]
+    agent: Option<PathBuf>,
+}
+
+/// `N` or `P%` of `agents`.
+fn count(flag: &str, value: &str, agents: usize) -> anyhow::Result<usize> {
+    match value.strip_suffix('%') {
+        Some(p) => {
+            let p: f64 = p.trim().parse().with_context(|| format!("--{flag} {value}: not a percentage"))?;
+            anyhow::ensure!((0.0..=100.0).contains(&p), "--{flag} {value}: between 0% and 100%");
+            Ok((agents as f64 * p / 100.0).round() as usize)
+        }
+        None => value.trim().parse().with_context(|| format!("--{flag} {value}: not a count (or a percentage like 1%)")),
+    }
+}
+
+fn beside_me(name: &str) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot find this executable")?;
+    Ok(exe.parent().map(|d| d.join(name)).unwrap_or_default())
+}
+
+/// One goal: the name, whether it holds, and the figure.
+fn goals(r: &Report) -> Vec<(&'static str, bool, String)> {
+    vec![
+        ("every agent held a long-poll", r.connected >= r.agents as u64, format!("{} of {}", r.connected, r.agents)),
+        ("dispatch latency p99 < 1 s", r.dispatch_p99_ms < 1000.0, format!("{:.0} ms", r.dispatch_p99_ms)),
+        ("coordinator peak RSS < 300 MiB", r.peak_rss_mib < 300.0, format!("{:.0} MiB", r.peak_rss_mib)),
+        ("idle CPU < 25 % of a core", r.idle_cpu_pct < 25.0, format!("{:.1} %", r.idle_cpu_pct)),
+    ]
+}
+
+/// The reports side by side, with each figure's ratio to the first run's.
+fn table(reports: &[Report]) -> String {
+    type Row = (&'static str, fn(&Report) -> f64, &'static str);
+    let rows: [Row; 15] = [
+        ("enroll (s)", |r| r.enroll_secs, "{:.1}"),
+        ("ramp-up (s)", |r| r.ramp_secs, "{:.1}"),
+        ("idle check-ins/s", |r| r.idle_checkins_per_sec, "{:.0}"),
+        ("idle CPU (% of a core)", |r| r.idle_cpu_pct, "{:.1}"),
+        ("idle RSS (MiB)", |r| r.idle_rss_mib, "{:.0}"),
+        ("rollout (s)", |r| r.rollout_secs, "{:.1}"),
+        ("  beyond soak (s)", |r| r.beyond_soak_secs, "{:.1}"),
+        ("rollout check-ins/s", |r| r.rollout_checkins_per_sec, "{:.0}"),
+        ("rollout CPU (s)", |r| r.rollout_cpu_secs, "{:.1}"),
+        ("dispatch p50 (ms)", |r| r.dispatch_p50_ms, "{:.0}"),
+        ("dispatch p99 (ms)", |r| r.dispatch_p99_ms, "{:.0}"),
+        ("dispatch max (ms)", |r| r.dispatch_max_ms, "{:.0}"),
+        ("coordinator CPU, whole run (s)", |r| r.coordinator_cpu_secs, "{:.1}"),
+        ("coordinator peak RSS (MiB)", |r| r.peak_rss_mib, "{:.0}"),
+        ("events written", |r| r.events_written as f64, "{:.0}"),
+    ];
+    let fmt = |spec: &str, v: f64| if spec == "{:.1}" { format!("{v:.1}") } else { format!("{v:.0}") };
+    let mut out = format!("{:<32}", "agents");
+    for r in reports {
+        out.push_str(&format!("{:>12}", r.agents));
+    }
+    if reports.len() > 1 {
+        out.push_str("   × first run (last / first)");
+    }
+    out.push('\n');
+    for (name, get, spec) in rows {
+        out.push_str(&format!("{name:<32}"));
+        for r in reports {
+            out.push_str(&format!("{:>12}", fmt(spec, get(r))));
+        }
+        if let (Some(first), Some(last), true) = (reports.first(), reports.last(), reports.len() > 1) {
+            let (a, b) = (get(first), get(last));
+            out.push_str(&if a.abs() > f64::EPSILON { format!("   {:.2}×", b / a) } else { "   -".to_owned() });
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
+    let bins = Binaries {
+        coordinator: args.coordinator.clone().map_or_else(|| beside_me("drover-coordinator"), Ok)?,
+        agent: args.agent.clone().map_or_else(|| beside_me("drover-agent"), Ok)?,
+    };
+    for (what, path) in [("coordinator", &bins.coordinator), ("agent", &bins.agent)] {
+        anyhow::ensure!(
+            path.is_file(),
+            "{}: the {what} binary is missing (build with `cargo build --release --bins`, or pass --{what})",
+            path.display()
+        );
+    }
+    match drover_coordinator::run::raise_open_files_limit() {
+        Ok((soft, hard)) if hard < 2 * args.agents.iter().max().copied().unwrap_or(0) as u64 + 256 => {
+            eprintln!("warning: open-files limit {hard} (was {soft}) may be too low for the largest fleet");
+        }
+        Ok(_) => {}
+        Err(e) => eprintln!("warning: cannot raise the open-files limit: {e}"),
+    }
+    let scenarios = args
+        .agents
+        .iter()
+        .map(|&agents| {
+            Ok(Scenario {
+                agents,
+                channels: args.channels,
+                waves: args.waves,
+                soak_secs: args.soak_secs,
+                long_poll_secs: args.long_poll_secs,
+                idle_secs: args.idle_secs,
+                slow: count("slow", &args.slow, agents)?,
+                slow_secs: args.slow_secs,
+                failing: count("failing", &args.failing, agents)?,
+                offline: count("offline", &args.offline, agents)?,
+                rejoin_secs: args.rejoin_secs,
+                ramp_per_sec: args.ramp_per_sec,
+                timeout_secs: args.timeout_secs,
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for s in &scenarios {
+        s.validate()?;
+    }
+    let keep = args.dir.clone();
+    if let Some(dir) = &keep {
+        std::fs::create_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
+        anyhow::ensure!(std::fs::read_dir(dir)?.next().is_none(), "{}: not empty", dir.display());
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    let mut reports = Vec::new();
+    for s in &scenarios {
+        let tmp = tempfile::tempdir().context("temporary directory")?;
+        let dir = match &keep {
+            Some(k) => k.join(format!("agents-{}", s.agents)),
+            None => tmp.path().to_path_buf(),
+        };
+        std::fs::create_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
+        eprintln!(
+            "== {} agents, {} channels, {} waves ({} slow, {} failing, {} offline)",
+            s.agents, s.channels, s.waves, s.slow, s.failing, s.offline
+        );
+        let agents = s.agents;
+        let report = runtime
+            .block_on(run(s, &bins, &dir, &mut |line| eprintln!("[{agents}] {line}")))
+            .with_context(|| format!("{agents} agents (log: {})", dir.join("coordinator.log").display()));
+        let report = match report {
+            Ok(r) => r,
+            Err(e) => {
+                // The directory is the evidence: keep it.
+                let _ = tmp.keep();
+                return Err(e);
+            }
+        };
+        if !report.refused.is_empty() {
+            eprintln!("[{agents}] admission refused {} intents or tasks, e.g. {}", report.refused.len(), report.refused[0]);
+        }
+        reports.push(report);
+    }
+    println!("{}", table(&reports));
+    let mut missed = false;
+    for r in &reports {
+        for (goal, met, figure) in goals(r) {
+            println!("{:>6} agents: {goal}: {figure} — {}", r.agents, if met { "met" } else { "MISSED" });
+            missed |= !met;
+        }
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&reports)?).with_context(|| format!("{}", path.display()))?;
+    }
+    Ok(if missed && args.check_goals { ExitCode::from(2) } else { ExitCode::SUCCESS })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Cmd::Fleet(args) => fleet(args),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("drover-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,350 @@
+//! One fleet run, start to finish: a fresh site (`drover-coordinator init`, an admin
+//! credential, the CI trust file), `drover-coordinator serve` as its own process, every host
+//! enrolled through the API, the agents ramped up at a fixed rate until the coordinator holds
+//! a long-poll for each, the idle fleet watched, then a signed release published and rolled
+//! to convergence. The [`Report`] holds what was measured in each phase.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use drover_client::{ClientIdentity, CoordinatorClient};
+use drover_proto::keys::KeySigner;
+use drover_proto::publish::PublishRequest;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::FleetError;
+use super::enroll::enroll_all;
+use super::measure::{self, ProcSample};
+use super::scenario::{Role, Scenario};
+use super::swarm::Swarm;
+use crate::procs::{Proc, start_server_with_stderr};
+
+/// The binaries a run starts.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    /// `drover-coordinator`.
+    pub coordinator: PathBuf,
+    /// `drover-agent` (the coordinator serves it to bootstrap scripts; never run here).
+    pub agent: PathBuf,
+}
+
+/// Everything one run measured.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// Simulated agents.
+    pub agents: usize,
+    /// Channels (one rollout each).
+    pub channels: usize,
+    /// Waves per rollout.
+    pub waves: usize,
+    /// Each wave's soak, seconds.
+    pub soak_secs: u64,
+    /// The coordinator's long-poll, seconds.
+    pub long_poll_secs: u64,
+    /// Creating and enrolling every host: wall seconds.
+    pub enroll_secs: f64,
+    /// Ramp-up: from the first agent started to a long-poll held for every agent, seconds.
+    pub ramp_secs: f64,
+    /// Long-polls the coordinator held at the end of the ramp.
+    pub connected: u64,
+    /// The idle window, seconds.
+    pub idle_secs: f64,
+    /// Check-ins answered per second while idle.
+    pub idle_checkins_per_sec: f64,
+    /// Coordinator CPU while idle, percent of one core.
+    pub idle_cpu_pct: f64,
+    /// Coordinator resident memory at the end of the idle window, MiB.
+    pub idle_rss_mib: f64,
+    /// Publish to every rollout converged and every host confirmed, seconds.
+    pub rollout_secs: f64,
+    /// The soak the rollout had to wait (waves × soak), seconds.
+    pub soak_total_secs: u64,
+    /// `rollout_secs` beyond the soak.
+    pub beyond_soak_secs: f64,
+    /// Check-ins answered per second during the rollout.
+    pub rollout_checkins_per_sec: f64,
+    /// Coordinator CPU seconds during the rollout.
+    pub rollout_cpu_secs: f64,
+    /// Dispatches measured (decision and receipt both seen; offline hosts left out).
+    pub dispatches: usize,
+    /// Dispatch latency, decision → receipt: median, ms.
+    pub dispatch_p50_ms: f64,
+    /// 99th percentile, ms.
+    pub dispatch_p99_ms: f64,
+    /// Worst, ms.
+    pub dispatch_max_ms: f64,
+    /// Coordinator CPU seconds over the whole run (enrollment included).
+    pub coordinator_cpu_secs: f64,
+    /// Coordinator peak resident memory, MiB.
+    pub peak_rss_mib: f64,
+    /// Events in the store at the end.
+    pub events_written: u64,
+    /// Offline hosts that came back.
+    pub rejoined: u64,
+    /// Agent requests that failed (and were retried).
+    pub agent_errors: u64,
+    /// The last of them.
+    pub last_agent_error: Option<String>,
+    /// Intents or tasks refused by admission (should be none).
+    pub refused: Vec<String>,
+    /// (manifest, timestamp) pairs verified in full; every other admission used the cache.
+    pub full_verifications: u64,
+    /// Rollouts and the state each ended in.
+    pub rollouts: Vec<(String, String)>,
+}
+
+/// A free loopback port (bound and released: the coordinator binds it next).
+fn free_port() -> Result<u16, FleetError> {
+    let io = |source| FleetError::Io { path: "127.0.0.1:0".into(), source };
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).map_err(io)
+}
+
+fn run_tool(bin: &Path, args: &[&str]) -> Result<(), FleetError> {
+    let out = Command::new(bin).args(args).output().map_err(|source| FleetError::Io { path: bin.display().to_string(), source })?;
+    if !out.status.success() {
+        return Err(FleetError::Setup(format!("{} {args:?}: {}", bin.display(), String::from_utf8_lossy(&out.stderr))));
+    }
+    Ok(())
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, FleetError> {
+    std::fs::read(path).map_err(|source| FleetError::Io { path: path.display().to_string(), source })
+}
+
+fn write(path: &Path, bytes: &[u8]) -> Result<(), FleetError> {
+    std::fs::write(path, bytes).map_err(|source| FleetError::Io { path: path.display().to_string(), source })
+}
+
+/// The agent binary as a deployment ships it, without debug information (`strip`, as Nix
+/// does): the coordinator holds the binary it serves in memory, and a release build's line
+/// tables would triple what it holds. A copy as built when `strip` is missing.
+fn shipped_agent(dir: &Path, built: &Path) -> Result<PathBuf, FleetError> {
+    let out = dir.join("drover-agent");
+    let stripped = Command::new("strip").arg("-o").arg(&out).arg(built).output().is_ok_and(|o| o.status.success());
+    if !stripped {
+        std::fs::copy(built, &out).map_err(|source| FleetError::Io { path: built.display().to_string(), source })?;
+    }
+    Ok(out)
+}
+
+/// The site: state dir, admin credential, trust file, config; returns the coordinator's
+/// URL-to-be.
+fn init_site(dir: &Path, bins: &Binaries, scenario: &Scenario) -> Result<String, FleetError> {
+    let state = dir.join("state");
+    let state_arg = state.display().to_string();
+    run_tool(&bins.coordinator, &["init", "--state-dir", &state_arg, "--san", "127.0.0.1"])?;
+    let ops = dir.join("ops").display().to_string();
+    run_tool(&bins.coordinator, &["operator-cert", "--state-dir", &state_arg, "--role", "admin", "--name", "bench", "--out", &ops])?;
+    write(&dir.join("trust.json"), &crate::ci_trust_json())?;
+    let port = free_port()?;
+    let url = format!("https://127.0.0.1:{port}");
+    let config = format!(
+        "listen = \"127.0.0.1:{port}\"\nstate_dir = \"{}\"\npublic_urls = [\"{url}\"]\ntrust_file = \"{}\"\nagent_binary = \"{}\"\n\n[agent]\nlong_poll_secs = {}\n",
+        state.display(),
+        dir.join("trust.json").display(),
+        shipped_agent(dir, &bins.agent)?.display(),
+        scenario.long_poll_secs
+    );
+    write(&dir.join("coordinator.toml"), config.as_bytes())?;
+    Ok(url)
+}
+
+fn serve(dir: &Path, bins: &Binaries) -> Result<Proc, FleetError> {
+    let log_path = dir.join("coordinator.log");
+    let log = std::fs::File::create(&log_path).map_err(|source| FleetError::Io { path: log_path.display().to_string(), source })?;
+    let mut cmd = Command::new(&bins.coordinator);
+    cmd.arg("serve").arg("--config").arg(dir.join("coordinator.toml"));
+    Ok(start_server_with_stderr(cmd, std::process::Stdio::from(log)))
+}
+
+/// Stops the coordinator as systemd would (SIGTERM: it writes its buffered check-ins), and
+/// waits for it, at most `bound`.
+fn stop(server: &mut Proc, bound: Duration) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(server.child.id()).unwrap_or(0));
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let deadline = Instant::now() + bound;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = server.child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = server.child.kill();
+}
+
+/// Polls `check` every `every` until it yields a value or `bound` passes; the last state it
+/// reported goes into the error. An error from `check` ends the wait at once.
+async fn wait_for<T>(
+    bound: Duration,
+    every: Duration,
+    mut check: impl AsyncFnMut() -> Result<Result<T, String>, FleetError>,
+) -> Result<T, (String, Duration)> {
+    let start = Instant::now();
+    let mut last = String::new();
+    while start.elapsed() < bound {
+        match check().await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(state)) => last = state,
+            Err(e) => return Err((e.to_string(), start.elapsed())),
+        }
+        tokio::time::sleep(every).await;
+    }
+    Err((last, bound))
+}
+
+/// Runs `scenario` in `dir` (empty; everything the run makes stays there), printing each
+/// phase on `progress`.
+pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mut dyn FnMut(&str)) -> Result<Report, FleetError> {
+    scenario.validate()?;
+    let mut report = Report {
+        agents: scenario.agents,
+        channels: scenario.channels,
+        waves: scenario.waves,
+        soak_secs: scenario.soak_secs,
+        long_poll_secs: scenario.long_poll_secs,
+        ..Report::default()
+    };
+    let url = init_site(dir, bins, scenario)?;
+    let mut server = serve(dir, bins)?;
+    let pid = server.child.id();
+    let ops = dir.join("ops");
+    let ca = drover_client::parse_certificates("ca", &read(&ops.join("ca.crt"))?).map_err(FleetError::client("ca.crt"))?;
+    let admin_identity = || -> Result<ClientIdentity, FleetError> {
+        let chain = drover_client::parse_certificates("admin", &read(&ops.join("bench.crt"))?).map_err(FleetError::client("bench.crt"))?;
+        let key = drover_client::parse_private_key("admin", &read(&ops.join("bench.key"))?).map_err(FleetError::client("bench.key"))?;
+        Ok(ClientIdentity { chain, key })
+    };
+    let admin = CoordinatorClient::new("drover-bench", std::slice::from_ref(&url), &ca, Some(admin_identity()?), Duration::from_secs(120))
+        .map_err(FleetError::client("admin client"))?;
+
+    // Enrollment.
+    let hosts = scenario.hosts();
+    let names: Vec<String> = hosts.iter().map(|h| h.hostname.clone()).collect();
+    let trust_sha256 = hex::encode(Sha256::digest(crate::ci_trust_json()));
+    let started = Instant::now();
+    let (enrolled, anchors) = enroll_all(&url, &ca, admin_identity()?, &trust_sha256, &names, 16).await?;
+    report.enroll_secs = started.elapsed().as_secs_f64();
+    progress(&format!("enrolled {} hosts in {:.1} s", enrolled.len(), report.enroll_secs));
+    let director =
+        drover_proto::keys::verifying_key_from_text(&anchors.director_pem).map_err(|e| FleetError::Setup(format!("director key: {e}")))?;
+    let ci = drover_proto::trust::TrustRoots::from_json(&crate::ci_trust_json()).map_err(|e| FleetError::Setup(e.to_string()))?;
+    let agent_anchors = drover_agent::admit::Anchors { ci, director: drover_proto::trust::KeySet::single(director) };
+
+    // Ramp-up: agents started at a steady rate (each opens its connection with its first
+    // check-in), until the coordinator holds a long-poll for every one.
+    let mut swarm = Swarm::new(&url, ca.clone());
+    let started = Instant::now();
+    // Ten starts a second, each of a tenth of the rate.
+    let batch = (scenario.ramp_per_sec / 10).max(1);
+    let mut pace = tokio::time::interval(Duration::from_secs_f64(batch as f64 / scenario.ramp_per_sec as f64));
+    let pairs: Vec<_> = hosts.iter().zip(&enrolled).collect();
+    for chunk in pairs.chunks(batch) {
+        pace.tick().await;
+        for (host, e) in chunk {
+            swarm.start(e, host, &agent_anchors, scenario)?;
+        }
+    }
+    let wanted = swarm.len() as u64;
+    let ramp_bound = Duration::from_secs(120 + scenario.agents as u64 / 50);
+    report.connected = wait_for(ramp_bound, Duration::from_millis(200), async || {
+        let s = measure::scrape(&admin).await?;
+        Ok(if s.long_polls_held >= wanted { Ok(s.long_polls_held) } else { Err(s.long_polls_held.to_string()) })
+    })
+    .await
+    .map_err(|(last, bound)| FleetError::NotConnected {
+        connected: last.parse().unwrap_or(0),
+        wanted: swarm.len(),
+        secs: bound.as_secs(),
+    })?;
+    report.ramp_secs = started.elapsed().as_secs_f64();
+    progress(&format!("{} agents hold a long-poll after {:.1} s", report.connected, report.ramp_secs));
+
+    // The idle fleet.
+    let (a, sa) = (measure::sample(pid), measure::scrape(&admin).await?);
+    let window = Instant::now();
+    tokio::time::sleep(Duration::from_secs(scenario.idle_secs)).await;
+    let (b, sb) = (measure::sample(pid), measure::scrape(&admin).await?);
+    report.idle_secs = window.elapsed().as_secs_f64();
+    if report.idle_secs > 0.0 && scenario.idle_secs > 0 {
+        report.idle_cpu_pct = 100.0 * (b.cpu_secs - a.cpu_secs) / report.idle_secs;
+        report.idle_checkins_per_sec = sb.checkins_total.saturating_sub(sa.checkins_total) as f64 / report.idle_secs;
+    }
+    report.idle_rss_mib = b.rss_mib;
+    progress(&format!(
+        "idle {:.0} s: {:.1} % of a core, {:.0} check-ins/s, {:.0} MiB",
+        report.idle_secs, report.idle_cpu_pct, report.idle_checkins_per_sec, report.idle_rss_mib
+    ));
+
+    // The rollout.
+    let signer = KeySigner::new(ed25519_dalek::SigningKey::from_bytes(&crate::CI_KEY));
+    let files = scenario.release(&hosts, 2, &signer, crate::wall_now())?;
+    let request = PublishRequest::from_files(&files, Some("drover-bench".into()))
+        .ok_or_else(|| FleetError::Setup("release file not UTF-8".into()))?;
+    let before = (measure::sample(pid), measure::scrape(&admin).await?);
+    let started = Instant::now();
+    let _: serde_json::Value = admin.post_json("/v1/releases", &request).await.map_err(FleetError::client("publish"))?;
+    swarm.rollout_started();
+    let shared = swarm.shared.clone();
+    let channels = scenario.channels;
+    let agents = scenario.agents;
+    let converged = wait_for(Duration::from_secs(scenario.timeout_secs), Duration::from_millis(100), async || {
+        let page: serde_json::Value = admin.get_json("/v1/rollouts").await.map_err(FleetError::client("GET /v1/rollouts"))?;
+        let states: Vec<(String, String)> = page["items"]
+            .as_array()
+            .map(|a| {
+                a.iter().map(|r| (r["rolloutId"].as_str().unwrap_or("").to_owned(), r["state"].as_str().unwrap_or("").to_owned())).collect()
+            })
+            .unwrap_or_default();
+        let confirmed: std::collections::HashSet<String> =
+            shared.receipts.lock().unwrap_or_else(|e| e.into_inner()).iter().filter(|r| r.confirmed).map(|r| r.hostname.clone()).collect();
+        let done = states.len() == channels && states.iter().all(|(_, s)| s == "Converged") && confirmed.len() == agents;
+        let stuck = states.iter().any(|(_, s)| matches!(s.as_str(), "Halted" | "Failed" | "Reverting" | "Reverted" | "Cancelled"));
+        let summary = format!("rollouts {states:?}; {} of {agents} hosts confirmed", confirmed.len());
+        if stuck {
+            return Err(FleetError::NotConverged { secs: 0, state: summary });
+        }
+        Ok(if done { Ok(states) } else { Err(summary) })
+    })
+    .await;
+    let after = (measure::sample(pid), measure::scrape(&admin).await?);
+    report.rollout_secs = started.elapsed().as_secs_f64();
+    report.soak_total_secs = scenario.waves as u64 * scenario.soak_secs;
+    report.beyond_soak_secs = report.rollout_secs - report.soak_total_secs as f64;
+    report.rollout_cpu_secs = after.0.cpu_secs - before.0.cpu_secs;
+    report.rollout_checkins_per_sec = after.1.checkins_total.saturating_sub(before.1.checkins_total) as f64 / report.rollout_secs.max(1e-9);
+
+    // Wind down, then read what the coordinator wrote.
+    let last: ProcSample = measure::sample(pid);
+    report.coordinator_cpu_secs = last.cpu_secs;
+    report.peak_rss_mib = last.peak_rss_mib;
+    swarm.stop().await;
+    stop(&mut server, Duration::from_secs(30));
+    let receipts = shared.receipts.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let decisions = measure::dispatch_decisions(&dir.join("coordinator.log"))?;
+    let latencies = measure::latencies_ms(&receipts, &decisions, |r| r.role == Role::Offline);
+    report.dispatches = latencies.len();
+    report.dispatch_p50_ms = measure::percentile(&latencies, 50.0);
+    report.dispatch_p99_ms = measure::percentile(&latencies, 99.0);
+    report.dispatch_max_ms = latencies.last().copied().unwrap_or(0.0);
+    report.events_written = measure::events_written(&dir.join("state").join(drover_coordinator::state_dir::DB_FILE))?;
+    report.rejoined = shared.rejoined.load(Ordering::Relaxed);
+    report.agent_errors = shared.errors.load(Ordering::Relaxed);
+    report.last_agent_error = shared.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    report.refused = shared.refused.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    report.full_verifications = shared.cache.full_verifications.load(Ordering::Relaxed);
+    match converged {
+        Ok(states) => {
+            report.rollouts = states;
+            progress(&format!(
+                "converged in {:.1} s ({:.1} s beyond {} s of soak)",
+                report.rollout_secs, report.beyond_soak_secs, report.soak_total_secs
+            ));
+            Ok(report)
+        }
+        Err((state, bound)) => Err(FleetError::NotConverged { secs: bound.as_secs(), state }),
+    }
+}

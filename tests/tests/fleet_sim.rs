@@ -1,0 +1,52 @@
+//! The fleet simulator as CI runs it: `drover-bench fleet` with 200 simulated agents (each
+//! enrolled through the API, each on its own mTLS connection) against a real
+//! `drover-coordinator serve` process, every scripted behaviour present — slow switches, hosts
+//! failing the health gate's probe, hosts dropping off when the rollout starts and rejoining
+//! — must converge: every rollout `Converged`, every host confirmed, nothing refused.
+
+use std::process::Command;
+
+use drover_tests::workspace_binary;
+
+#[test]
+fn two_hundred_simulated_agents_converge_through_every_behaviour() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let json = dir.path().join("report.json");
+    let runs = dir.path().join("runs");
+    let out = Command::new(workspace_binary("drover-bench"))
+        .args(["fleet", "--agents", "200", "--channels", "3", "--waves", "4", "--soak-secs", "1", "--idle-secs", "2"])
+        .args(["--slow", "2%", "--slow-secs", "1", "--failing", "2", "--offline", "1%", "--rejoin-secs", "2", "--timeout-secs", "240"])
+        .arg("--json")
+        .arg(&json)
+        .arg("--dir")
+        .arg(&runs)
+        .output()
+        .expect("drover-bench runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "drover-bench failed ({}):\n{stderr}\ncoordinator log tail:\n{}",
+        out.status,
+        drover_tests::procs::log_tail(&runs.join("agents-200").join("coordinator.log"), 30)
+    );
+    let reports: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).expect("report written")).expect("JSON");
+    let r = &reports[0];
+    assert_eq!(r["agents"], 200);
+    assert_eq!(r["connected"], 200, "every agent held a long-poll before the rollout");
+    let rollouts = r["rollouts"].as_array().expect("rollouts");
+    assert_eq!(rollouts.len(), 3, "{rollouts:?}");
+    assert!(rollouts.iter().all(|pair| pair[1] == "Converged"), "{rollouts:?}");
+    assert_eq!(r["refused"], serde_json::json!([]), "admission refused something");
+    assert_eq!(r["rejoined"], 2, "both offline hosts came back");
+    // Every host but the two that left is measured, each dispatch once per host.
+    assert_eq!(r["dispatches"], 198, "{r}");
+    let p50 = r["dispatchP50Ms"].as_f64().expect("p50");
+    let p99 = r["dispatchP99Ms"].as_f64().expect("p99");
+    assert!(p50 > 0.0 && p50 <= p99, "latencies are measured: p50 {p50} ms, p99 {p99} ms");
+    // The shared cache verified each channel's bundle once (a few more if agents raced to
+    // the first), not once per host.
+    let full = r["fullVerifications"].as_u64().expect("count");
+    assert!((3..50).contains(&full), "{full} full verifications");
+    assert!(r["eventsWritten"].as_u64().expect("events") >= 600, "at least three transitions per host: {r}");
+    assert!(stderr.contains("[200] converged in"), "{stderr}");
+}
