@@ -108,6 +108,8 @@ pub struct AppState {
     pub agent: AgentBinary,
     /// Long-poll wake-ups.
     pub hub: Hub,
+    /// Rollout bundles as served, one copy per (release, rollout).
+    pub bundles: crate::bundles::BundleCache,
     /// Time.
     pub clock: Arc<dyn Clock>,
     /// Serials revoked as of the last CRL refresh, checked on every request.

@@ -23,6 +23,7 @@
 
 pub mod api;
 pub mod app;
+pub mod bundles;
 pub mod config;
 pub mod executor;
 pub mod identity;

@@ -137,6 +137,7 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
         trust: Arc::new(trust),
         agent,
         hub: Hub::default(),
+        bundles: Default::default(),
         clock,
         revoked: Default::default(),
         crl_lock: Default::default(),

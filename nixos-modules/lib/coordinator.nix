@@ -77,6 +77,10 @@ let
       Restart = "on-failure";
       RestartSec = 5;
       TimeoutStopSec = 30;
+      # One connection per agent (its long-poll): room for a 10,000-host fleet and the
+      # operators, well past the soft 1024 most systems start a service with. `serve` raises
+      # its soft limit to this hard one.
+      LimitNOFILE = 65536;
     };
     Install.WantedBy = "multi-user.target";
   };

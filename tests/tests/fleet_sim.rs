@@ -2,7 +2,7 @@
 //! enrolled through the API, each on its own mTLS connection) against a real
 //! `drover-coordinator serve` process, every scripted behaviour present — slow switches, hosts
 //! failing the health gate's probe, hosts dropping off when the rollout starts and rejoining
-//! — must converge: every rollout `Converged`, every host confirmed, nothing refused.
+//! — and a disruption budget of a quarter of the fleet, must converge: every rollout `Converged`, every host confirmed, nothing refused.
 
 use std::process::Command;
 
@@ -14,7 +14,21 @@ fn two_hundred_simulated_agents_converge_through_every_behaviour() {
     let json = dir.path().join("report.json");
     let runs = dir.path().join("runs");
     let out = Command::new(workspace_binary("drover-bench"))
-        .args(["fleet", "--agents", "200", "--channels", "3", "--waves", "4", "--soak-secs", "1", "--idle-secs", "2"])
+        .args([
+            "fleet",
+            "--agents",
+            "200",
+            "--channels",
+            "3",
+            "--waves",
+            "4",
+            "--soak-secs",
+            "1",
+            "--idle-secs",
+            "2",
+            "--max-in-flight",
+            "25%",
+        ])
         .args(["--slow", "2%", "--slow-secs", "1", "--failing", "2", "--offline", "1%", "--rejoin-secs", "2", "--timeout-secs", "240"])
         .arg("--json")
         .arg(&json)

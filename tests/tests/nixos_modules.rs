@@ -181,6 +181,9 @@ fn rendered_units_verify_and_are_hardened() {
     for want in ["Type=notify", "WatchdogSec=120", "NoNewPrivileges=yes", "CapabilityBoundingSet=CAP_SYS_ADMIN"] {
         assert!(agent_text.contains(want), "{want}");
     }
+    // One long-poll connection per agent: a 10,000-host fleet needs the file limit raised.
+    let coordinator_text = std::fs::read_to_string(units.join("drover-coordinator.service")).expect("unit");
+    assert!(coordinator_text.contains("LimitNOFILE=65536"), "{coordinator_text}");
     // The agent runs as root in the host's mount namespace (it unmounts tenant filesystems and
     // switches the system), so its score stays high; the coordinator needs nothing of the
     // host and is locked down.

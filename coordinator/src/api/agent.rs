@@ -251,15 +251,20 @@ pub async fn checkin(
     }))
 }
 
-/// `GET /v1/rollouts/{rolloutId}`: the manifest and the current timestamp, byte-exact.
-pub async fn rollout(
-    State(app): State<Arc<AppState>>,
-    _caller: HostCaller,
-    Path(id): Path<String>,
-) -> Result<Json<RolloutBundle>, ApiError> {
+/// `GET /v1/rollouts/{rolloutId}`: the manifest and the current timestamp, byte-exact; built
+/// once per (release, rollout) and shared by every request ([`crate::bundles`]).
+pub async fn rollout(State(app): State<Arc<AppState>>, _caller: HostCaller, Path(id): Path<String>) -> Result<Response, ApiError> {
     let id = RolloutId::parse(&id).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let version =
+        store::inline(&*app.store, |s| s.latest_release_version())?.ok_or_else(|| ApiError::not_found("no release has been published"))?;
+    let body = app.bundles.get_or_build(version, &id, || build_bundle(app.clone(), id.clone(), version)).await?;
+    Ok(([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// The serialised bundle of `id` with release `version`'s timestamp.
+async fn build_bundle(app: Arc<AppState>, id: RolloutId, version: u64) -> Result<axum::body::Bytes, ApiError> {
     let lookup = id.clone();
-    let (manifest, release) = store::blocking(app.store.clone(), move |s| Ok((s.get_manifest(&lookup)?, s.latest_release()?))).await?;
+    let (manifest, release) = store::blocking(app.store.clone(), move |s| Ok((s.get_manifest(&lookup)?, s.get_release(version)?))).await?;
     let manifest = manifest.ok_or_else(|| ApiError::not_found(format!("rollout {id} has no manifest")))?;
     let release = release.ok_or_else(|| ApiError::not_found("no release has been published"))?;
     let text = |bytes: &[u8], what: &str| {
@@ -270,12 +275,17 @@ pub async fn rollout(
     };
     let ts = release.files.get(TIMESTAMP).ok_or_else(ApiError::internal)?;
     let ts_sig = release.files.get(&sig_path(TIMESTAMP)).ok_or_else(ApiError::internal)?;
-    Ok(Json(RolloutBundle {
+    let bundle = RolloutBundle {
         manifest: text(&manifest.bytes, "manifest")?,
         manifest_sig: text(&manifest.sig, "manifest signature")?,
         timestamp: text(ts, "timestamp")?,
         timestamp_sig: text(ts_sig, "timestamp signature")?,
-    }))
+    };
+    let bytes = serde_json::to_vec(&bundle).map_err(|e| {
+        tracing::error!(error = %e, "cannot serialise a rollout bundle");
+        ApiError::internal()
+    })?;
+    Ok(bytes.into())
 }
 
 /// `POST /v1/agent/confirm`: 204 while the host's dispatch is still wanted (and within its

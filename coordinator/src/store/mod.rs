@@ -262,6 +262,9 @@ pub trait Store: Send + Sync {
     fn put_release(&self, version: u64, signed_at: Time, files: &ReleaseFiles) -> Result<(), StoreError>;
     /// The release with the highest version.
     fn latest_release(&self) -> Result<Option<Release>, StoreError>;
+    /// The highest stored release version, without its files (a cheap read for every
+    /// bundle request).
+    fn latest_release_version(&self) -> Result<Option<u64>, StoreError>;
     /// One release.
     fn get_release(&self, version: u64) -> Result<Option<Release>, StoreError>;
     /// Every release without its bytes, newest first.

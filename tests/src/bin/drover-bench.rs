@@ -42,6 +42,10 @@ struct FleetArgs {
     /// Each wave's soak, seconds.
     #[arg(long, default_value_t = 5)]
     soak_secs: u64,
+    /// The fleet's disruption budget: at most this share of hosts activating or soaking at
+    /// once, like `10%`; `none` dispatches every wave whole (the worst case for dispatch).
+    #[arg(long, default_value = "10%")]
+    max_in_flight: String,
     /// The coordinator's long-poll, seconds.
     #[arg(long, default_value_t = 60)]
     long_poll_secs: u64,
@@ -98,6 +102,16 @@ fn count(flag: &str, value: &str, agents: usize) -> anyhow::Result<usize> {
         }
         None => value.trim().parse().with_context(|| format!("--{flag} {value}: not a count (or a percentage like 1%)")),
     }
+}
+
+/// `P%` or `none`.
+fn budget(value: &str) -> anyhow::Result<Option<u32>> {
+    if value == "none" {
+        return Ok(None);
+    }
+    let p = value.strip_suffix('%').and_then(|p| p.trim().parse::<u32>().ok());
+    anyhow::ensure!(p.is_some_and(|p| (1..=100).contains(&p)), "--max-in-flight {value}: a percentage from 1% to 100%, or none");
+    Ok(p)
 }
 
 fn beside_me(name: &str) -> anyhow::Result<PathBuf> {
@@ -171,7 +185,8 @@ fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
         );
     }
     match drover_coordinator::run::raise_open_files_limit() {
-        Ok((soft, hard)) if hard < 2 * args.agents.iter().max().copied().unwrap_or(0) as u64 + 256 => {
+        // One connection per agent here, and as many in the coordinator (its own limit).
+        Ok((soft, hard)) if hard < args.agents.iter().max().copied().unwrap_or(0) as u64 + 256 => {
             eprintln!("warning: open-files limit {hard} (was {soft}) may be too low for the largest fleet");
         }
         Ok(_) => {}
@@ -186,6 +201,7 @@ fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
                 channels: args.channels,
                 waves: args.waves,
                 soak_secs: args.soak_secs,
+                max_in_flight_pct: budget(&args.max_in_flight)?,
                 long_poll_secs: args.long_poll_secs,
                 idle_secs: args.idle_secs,
                 slow: count("slow", &args.slow, agents)?,
@@ -215,8 +231,9 @@ fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
             None => tmp.path().to_path_buf(),
         };
         std::fs::create_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
+        let budget = s.max_in_flight_pct.map_or("no budget".to_owned(), |p| format!("at most {p}% in flight"));
         eprintln!(
-            "== {} agents, {} channels, {} waves ({} slow, {} failing, {} offline)",
+            "== {} agents, {} channels, {} waves, {budget} ({} slow, {} failing, {} offline)",
             s.agents, s.channels, s.waves, s.slow, s.failing, s.offline
         );
         let agents = s.agents;

@@ -43,6 +43,8 @@ pub struct Report {
     pub waves: usize,
     /// Each wave's soak, seconds.
     pub soak_secs: u64,
+    /// The disruption budget, percent of the fleet in flight (none: whole waves at once).
+    pub max_in_flight_pct: Option<u32>,
     /// The coordinator's long-poll, seconds.
     pub long_poll_secs: u64,
     /// Creating and enrolling every host: wall seconds.
@@ -61,7 +63,8 @@ pub struct Report {
     pub idle_rss_mib: f64,
     /// Publish to every rollout converged and every host confirmed, seconds.
     pub rollout_secs: f64,
-    /// The soak the rollout had to wait (waves × soak), seconds.
+    /// The soak the rollout had to wait at least (waves × soak; a budget that splits a wave
+    /// into several batches makes each batch soak too), seconds.
     pub soak_total_secs: u64,
     /// `rollout_secs` beyond the soak.
     pub beyond_soak_secs: f64,
@@ -205,6 +208,7 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
         channels: scenario.channels,
         waves: scenario.waves,
         soak_secs: scenario.soak_secs,
+        max_in_flight_pct: scenario.max_in_flight_pct,
         long_poll_secs: scenario.long_poll_secs,
         ..Report::default()
     };

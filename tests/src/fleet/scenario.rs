@@ -30,6 +30,9 @@ pub struct Scenario {
     pub waves: usize,
     /// Each wave's soak.
     pub soak_secs: u64,
+    /// The fleet's disruption budget: at most this percentage of hosts activating or soaking
+    /// at once (none: a whole wave is dispatched at once).
+    pub max_in_flight_pct: Option<u32>,
     /// The coordinator's long-poll: how long an idle check-in is held.
     pub long_poll_secs: u64,
     /// How long the idle fleet is watched before the rollout.
@@ -140,6 +143,9 @@ impl Scenario {
                 format!("{} misbehaving hosts is more than {} agents", self.slow + self.failing + self.offline, self.agents),
             );
         }
+        if self.max_in_flight_pct.is_some_and(|p| p == 0 || p > 100) {
+            return bad("--max-in-flight", "a percentage between 1% and 100%".into());
+        }
         if self.long_poll_secs == 0 || self.long_poll_secs > 300 {
             return bad("--long-poll-secs", "between 1 and 300".into());
         }
@@ -186,7 +192,7 @@ impl Scenario {
         let host_specs: serde_json::Map<String, Value> = hosts
             .iter()
             .map(|h| {
-                let tags = vec![format!("w{}", h.wave)];
+                let tags = vec![format!("w{}", h.wave), "gpu".to_owned()];
                 (
                     h.hostname.clone(),
                     json!({"system": "x86_64-linux", "tags": tags, "channel": h.channel, "closure": closure(&h.hostname, generation)}),
@@ -210,9 +216,12 @@ impl Scenario {
                 json!({"selector": selector, "soakSecs": self.soak_secs})
             })
             .collect();
+        let budgets: Vec<Value> =
+            self.max_in_flight_pct.iter().map(|pct| json!({"selector": {"tags": ["gpu"]}, "maxInFlightPct": pct})).collect();
         json!({
             "hosts": host_specs,
             "channels": channels,
+            "disruptionBudgets": budgets,
             "rolloutPolicies": {
                 "waves": {
                     "waves": waves,
@@ -275,6 +284,7 @@ mod tests {
             channels: 3,
             waves: 4,
             soak_secs: 1,
+            max_in_flight_pct: Some(10),
             long_poll_secs: 60,
             idle_secs: 0,
             slow: 10,

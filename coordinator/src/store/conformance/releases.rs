@@ -39,6 +39,7 @@ fn sha(bytes: &[u8]) -> String {
 pub fn release_version_monotonic(make: Factory<'_>) {
     let s = make();
     assert_eq!(s.latest_release().unwrap(), None);
+    assert_eq!(s.latest_release_version().unwrap(), None);
     let f = files(&[("timestamp.json", b"{}")]);
     s.put_release(5, t(5), &f).unwrap();
     for (version, highest) in [(5, 5), (3, 5), (0, 5)] {
@@ -53,6 +54,7 @@ pub fn release_version_monotonic(make: Factory<'_>) {
     assert_eq!(s.get_release(3).unwrap(), None);
     s.put_release(6, t(6), &f).unwrap();
     assert_eq!(s.latest_release().unwrap().map(|r| r.version), Some(6));
+    assert_eq!(s.latest_release_version().unwrap(), Some(6));
     let listed: Vec<u64> = s.list_releases().unwrap().into_iter().map(|r| r.version).collect();
     assert_eq!(listed, vec![6, 5]);
 }

@@ -336,6 +336,9 @@ impl Store for SqliteStore {
     fn latest_release(&self) -> Result<Option<Release>, StoreError> {
         self.read(|c| releases::get_release(c, None))
     }
+    fn latest_release_version(&self) -> Result<Option<u64>, StoreError> {
+        self.read(|c| releases::latest_version(c))
+    }
     fn get_release(&self, version: u64) -> Result<Option<Release>, StoreError> {
         self.read(|c| releases::get_release(c, Some(version)))
     }

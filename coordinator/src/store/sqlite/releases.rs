@@ -75,6 +75,11 @@ pub(super) fn get_release(c: &Connection, version: Option<u64>) -> Result<Option
     Ok(Some(Release { version, signed_at, files: ReleaseFiles { files } }))
 }
 
+pub(super) fn latest_version(c: &Connection) -> Result<Option<u64>, StoreError> {
+    let highest: Option<i64> = c.prepare_cached("SELECT MAX(version) FROM releases")?.query_row([], |r| r.get(0))?;
+    Ok(highest.and_then(|v| u64::try_from(v).ok()))
+}
+
 pub(super) fn list_releases(c: &Connection) -> Result<Vec<ReleaseSummary>, StoreError> {
     let mut stmt = c.prepare_cached(
         "SELECT r.version, r.signed_at, f.path FROM releases r LEFT JOIN release_files f ON f.version = r.version
