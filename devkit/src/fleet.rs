@@ -59,6 +59,71 @@ pub struct Coordinator {
     pub admin: (PathBuf, PathBuf),
 }
 
+impl Coordinator {
+    /// In `dir`: makes the coordinator's state (`coordinator/state`) and an admin credential
+    /// (`ops/`) with `coordinator`'s `init` and `operator-cert`, writes its config on a free
+    /// loopback port (serving `agent`, trusting `trust_file`, then `sections`), starts
+    /// `serve` (log in `coordinator/coordinator.log`) and returns once it listens.
+    pub fn start(dir: &Path, coordinator: &Path, agent: &Path, trust_file: &Path, sections: &str) -> Result<Coordinator, DevkitError> {
+        let state = dir.join("coordinator/state");
+        let ops = dir.join("ops");
+        let coord = coordinator;
+        run_ok("drover-coordinator init", Command::new(coord).arg("init").arg("--state-dir").arg(&state).args(["--san", "127.0.0.1"]))?;
+        run_ok(
+            "drover-coordinator operator-cert",
+            Command::new(coord)
+                .arg("operator-cert")
+                .arg("--state-dir")
+                .arg(&state)
+                .args(["--role", "admin", "--name", "admin"])
+                .arg("--out")
+                .arg(&ops),
+        )?;
+        // The port is chosen here so the config can announce it; loopback only.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(io_at("127.0.0.1:0"))?.port();
+        let url = format!("https://127.0.0.1:{port}");
+        let config = dir.join("coordinator/coordinator.toml");
+        crate::write_file(
+            &config,
+            &format!(
+                "listen = \"127.0.0.1:{port}\"\nstate_dir = {}\npublic_urls = [\"{url}\"]\ntrust_file = {}\nagent_binary = {}\n\n{}",
+                toml_str(&state),
+                toml_str(trust_file),
+                toml_str(agent),
+                sections
+            ),
+            0o644,
+        )?;
+        let log = dir.join("coordinator/coordinator.log");
+        let log_file = std::fs::File::create(&log).map_err(io_at(&log))?;
+        let mut child = Command::new(coord)
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log_file)
+            .spawn()
+            .map_err(io_at(coord))?;
+        let stdout = child.stdout.take();
+        let coordinator = Coordinator {
+            child,
+            url: url.clone(),
+            state_dir: state,
+            log,
+            ca: ops.join("ca.crt"),
+            admin: (ops.join("admin.crt"), ops.join("admin.key")),
+        };
+        wait_listening(stdout)?;
+        Ok(coordinator)
+    }
+
+    /// The process id (for `/proc` readings).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 impl Drop for Coordinator {
     fn drop(&mut self) {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
@@ -158,57 +223,14 @@ impl LocalFleet {
     /// Makes the coordinator's state and admin credential, writes its config and starts it;
     /// returns once it listens.
     pub fn start(options: FleetOptions) -> Result<LocalFleet, DevkitError> {
-        let dir = &options.dir;
-        let state = dir.join("coordinator/state");
-        let ops = dir.join("ops");
-        let coord = &options.binaries.coordinator;
-        run_ok("drover-coordinator init", Command::new(coord).arg("init").arg("--state-dir").arg(&state).args(["--san", "127.0.0.1"]))?;
-        run_ok(
-            "drover-coordinator operator-cert",
-            Command::new(coord)
-                .arg("operator-cert")
-                .arg("--state-dir")
-                .arg(&state)
-                .args(["--role", "admin", "--name", "admin"])
-                .arg("--out")
-                .arg(&ops),
+        let coordinator = Coordinator::start(
+            &options.dir,
+            &options.binaries.coordinator,
+            &options.binaries.agent,
+            &options.trust_file,
+            &options.coordinator_sections,
         )?;
-        // The port is chosen here so the config can announce it; loopback only.
-        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(io_at("127.0.0.1:0"))?.port();
-        let url = format!("https://127.0.0.1:{port}");
-        let config = dir.join("coordinator/coordinator.toml");
-        crate::write_file(
-            &config,
-            &format!(
-                "listen = \"127.0.0.1:{port}\"\nstate_dir = {}\npublic_urls = [\"{url}\"]\ntrust_file = {}\nagent_binary = {}\n\n{}",
-                toml_str(&state),
-                toml_str(&options.trust_file),
-                toml_str(&options.binaries.agent),
-                options.coordinator_sections
-            ),
-            0o644,
-        )?;
-        let log = dir.join("coordinator/coordinator.log");
-        let log_file = std::fs::File::create(&log).map_err(io_at(&log))?;
-        let mut child = Command::new(coord)
-            .arg("serve")
-            .arg("--config")
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(log_file)
-            .spawn()
-            .map_err(io_at(coord))?;
-        let stdout = child.stdout.take();
-        let coordinator = Coordinator {
-            child,
-            url: url.clone(),
-            state_dir: state,
-            log,
-            ca: ops.join("ca.crt"),
-            admin: (ops.join("admin.crt"), ops.join("admin.key")),
-        };
-        wait_listening(stdout)?;
+        let url = coordinator.url.clone();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

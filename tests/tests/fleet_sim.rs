@@ -41,7 +41,7 @@ fn two_hundred_simulated_agents_converge_through_every_behaviour() {
         out.status.success(),
         "drover-bench failed ({}):\n{stderr}\ncoordinator log tail:\n{}",
         out.status,
-        drover_tests::procs::log_tail(&runs.join("agents-200").join("coordinator.log"), 30)
+        drover_tests::procs::log_tail(&runs.join("agents-200").join("coordinator/coordinator.log"), 30)
     );
     let reports: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).expect("report written")).expect("JSON");
     let r = &reports[0];

@@ -239,7 +239,7 @@ fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
         let agents = s.agents;
         let report = runtime
             .block_on(run(s, &bins, &dir, &mut |line| eprintln!("[{agents}] {line}")))
-            .with_context(|| format!("{agents} agents (log: {})", dir.join("coordinator.log").display()));
+            .with_context(|| format!("{agents} agents (log: {})", dir.join("coordinator/coordinator.log").display()));
         let report = match report {
             Ok(r) => r,
             Err(e) => {

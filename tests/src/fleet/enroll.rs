@@ -35,10 +35,7 @@ pub struct ClientIdentityPem {
 impl ClientIdentityPem {
     /// The parsed identity.
     pub fn identity(&self) -> Result<ClientIdentity, FleetError> {
-        let chain = drover_client::parse_certificates("host certificate", self.cert_pem.as_bytes())
-            .map_err(FleetError::client("host certificate"))?;
-        let key = drover_client::parse_private_key("host key", self.key_pem.as_bytes()).map_err(FleetError::client("host key"))?;
-        Ok(ClientIdentity { chain, key })
+        ClientIdentity::from_pem(self.cert_pem.as_bytes(), self.key_pem.as_bytes()).map_err(FleetError::client("host credential"))
     }
 }
 

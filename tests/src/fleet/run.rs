@@ -1,5 +1,5 @@
-//! One fleet run, start to finish: a fresh site (`drover-coordinator init`, an admin
-//! credential, the CI trust file), `drover-coordinator serve` as its own process, every host
+//! One fleet run, start to finish: a fresh site and `drover-coordinator serve` as its own
+//! process (the devkit's [`Coordinator`]: `init`, an admin credential, the CI trust file), every host
 //! enrolled through the API, the agents ramped up at a fixed rate until the coordinator holds
 //! a long-poll for each, the idle fleet watched, then a signed release published and rolled
 //! to convergence. The [`Report`] holds what was measured in each phase.
@@ -20,7 +20,7 @@ use super::enroll::enroll_all;
 use super::measure::{self, ProcSample};
 use super::scenario::{Role, Scenario};
 use super::swarm::Swarm;
-use crate::procs::{Proc, start_server_with_stderr};
+use drover_devkit::fleet::Coordinator;
 
 /// The binaries a run starts.
 #[derive(Debug, Clone)]
@@ -100,20 +100,6 @@ pub struct Report {
     pub rollouts: Vec<(String, String)>,
 }
 
-/// A free loopback port (bound and released: the coordinator binds it next).
-fn free_port() -> Result<u16, FleetError> {
-    let io = |source| FleetError::Io { path: "127.0.0.1:0".into(), source };
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).map_err(io)
-}
-
-fn run_tool(bin: &Path, args: &[&str]) -> Result<(), FleetError> {
-    let out = Command::new(bin).args(args).output().map_err(|source| FleetError::Io { path: bin.display().to_string(), source })?;
-    if !out.status.success() {
-        return Err(FleetError::Setup(format!("{} {args:?}: {}", bin.display(), String::from_utf8_lossy(&out.stderr))));
-    }
-    Ok(())
-}
-
 fn read(path: &Path) -> Result<Vec<u8>, FleetError> {
     std::fs::read(path).map_err(|source| FleetError::Io { path: path.display().to_string(), source })
 }
@@ -132,51 +118,6 @@ fn shipped_agent(dir: &Path, built: &Path) -> Result<PathBuf, FleetError> {
         std::fs::copy(built, &out).map_err(|source| FleetError::Io { path: built.display().to_string(), source })?;
     }
     Ok(out)
-}
-
-/// The site: state dir, admin credential, trust file, config; returns the coordinator's
-/// URL-to-be.
-fn init_site(dir: &Path, bins: &Binaries, scenario: &Scenario) -> Result<String, FleetError> {
-    let state = dir.join("state");
-    let state_arg = state.display().to_string();
-    run_tool(&bins.coordinator, &["init", "--state-dir", &state_arg, "--san", "127.0.0.1"])?;
-    let ops = dir.join("ops").display().to_string();
-    run_tool(&bins.coordinator, &["operator-cert", "--state-dir", &state_arg, "--role", "admin", "--name", "bench", "--out", &ops])?;
-    write(&dir.join("trust.json"), &crate::ci_trust_json())?;
-    let port = free_port()?;
-    let url = format!("https://127.0.0.1:{port}");
-    let config = format!(
-        "listen = \"127.0.0.1:{port}\"\nstate_dir = \"{}\"\npublic_urls = [\"{url}\"]\ntrust_file = \"{}\"\nagent_binary = \"{}\"\n\n[agent]\nlong_poll_secs = {}\n",
-        state.display(),
-        dir.join("trust.json").display(),
-        shipped_agent(dir, &bins.agent)?.display(),
-        scenario.long_poll_secs
-    );
-    write(&dir.join("coordinator.toml"), config.as_bytes())?;
-    Ok(url)
-}
-
-fn serve(dir: &Path, bins: &Binaries) -> Result<Proc, FleetError> {
-    let log_path = dir.join("coordinator.log");
-    let log = std::fs::File::create(&log_path).map_err(|source| FleetError::Io { path: log_path.display().to_string(), source })?;
-    let mut cmd = Command::new(&bins.coordinator);
-    cmd.arg("serve").arg("--config").arg(dir.join("coordinator.toml"));
-    Ok(start_server_with_stderr(cmd, std::process::Stdio::from(log)))
-}
-
-/// Stops the coordinator as systemd would (SIGTERM: it writes its buffered check-ins), and
-/// waits for it, at most `bound`.
-fn stop(server: &mut Proc, bound: Duration) {
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(server.child.id()).unwrap_or(0));
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-    let deadline = Instant::now() + bound;
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = server.child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = server.child.kill();
 }
 
 /// Polls `check` every `every` until it yields a value or `bound` passes; the last state it
@@ -212,15 +153,16 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
         long_poll_secs: scenario.long_poll_secs,
         ..Report::default()
     };
-    let url = init_site(dir, bins, scenario)?;
-    let mut server = serve(dir, bins)?;
-    let pid = server.child.id();
-    let ops = dir.join("ops");
-    let ca = drover_client::parse_certificates("ca", &read(&ops.join("ca.crt"))?).map_err(FleetError::client("ca.crt"))?;
+    let trust_file = dir.join("trust.json");
+    write(&trust_file, &crate::ci_trust_json())?;
+    let sections = format!("[agent]\nlong_poll_secs = {}\n", scenario.long_poll_secs);
+    let agent = shipped_agent(dir, &bins.agent)?;
+    let server =
+        Coordinator::start(dir, &bins.coordinator, &agent, &trust_file, &sections).map_err(|e| FleetError::Setup(e.to_string()))?;
+    let (url, pid) = (server.url.clone(), server.pid());
+    let ca = drover_client::parse_certificates("ca", &read(&server.ca)?).map_err(FleetError::client("ca.crt"))?;
     let admin_identity = || -> Result<ClientIdentity, FleetError> {
-        let chain = drover_client::parse_certificates("admin", &read(&ops.join("bench.crt"))?).map_err(FleetError::client("bench.crt"))?;
-        let key = drover_client::parse_private_key("admin", &read(&ops.join("bench.key"))?).map_err(FleetError::client("bench.key"))?;
-        Ok(ClientIdentity { chain, key })
+        ClientIdentity::from_pem(&read(&server.admin.0)?, &read(&server.admin.1)?).map_err(FleetError::client("admin credential"))
     };
     let admin = CoordinatorClient::new("drover-bench", std::slice::from_ref(&url), &ca, Some(admin_identity()?), Duration::from_secs(120))
         .map_err(FleetError::client("admin client"))?;
@@ -326,15 +268,17 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
     report.coordinator_cpu_secs = last.cpu_secs;
     report.peak_rss_mib = last.peak_rss_mib;
     swarm.stop().await;
-    stop(&mut server, Duration::from_secs(30));
+    let (log, db) = (server.log.clone(), server.state_dir.join(drover_coordinator::state_dir::DB_FILE));
+    // Stopped as systemd stops it (SIGTERM: it writes its buffered check-ins), then read.
+    drop(server);
     let receipts = shared.receipts.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let decisions = measure::dispatch_decisions(&dir.join("coordinator.log"))?;
+    let decisions = measure::dispatch_decisions(&log)?;
     let latencies = measure::latencies_ms(&receipts, &decisions, |r| r.role == Role::Offline);
     report.dispatches = latencies.len();
     report.dispatch_p50_ms = measure::percentile(&latencies, 50.0);
     report.dispatch_p99_ms = measure::percentile(&latencies, 99.0);
     report.dispatch_max_ms = latencies.last().copied().unwrap_or(0.0);
-    report.events_written = measure::events_written(&dir.join("state").join(drover_coordinator::state_dir::DB_FILE))?;
+    report.events_written = measure::events_written(&db)?;
     report.rejoined = shared.rejoined.load(Ordering::Relaxed);
     report.agent_errors = shared.errors.load(Ordering::Relaxed);
     report.last_agent_error = shared.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone();
