@@ -36,10 +36,20 @@ impl CoordinatorClient {
         identity: Option<ClientIdentity>,
         timeout: Duration,
     ) -> Result<CoordinatorClient, ClientError> {
+        Self::with_tls(user_agent, urls, tls_config(ca, identity)?, timeout)
+    }
+
+    /// As [`CoordinatorClient::new`], with a TLS configuration built by the caller from
+    /// [`tls_config`] (to narrow its ALPN list, say).
+    pub fn with_tls(
+        user_agent: &str,
+        urls: &[String],
+        tls: rustls::ClientConfig,
+        timeout: Duration,
+    ) -> Result<CoordinatorClient, ClientError> {
         if urls.is_empty() {
             return Err(ClientError::Setup { message: "no coordinator URL".to_owned() });
         }
-        let tls = tls_config(ca, identity)?;
         let http = reqwest::Client::builder()
             .use_preconfigured_tls(tls)
             .https_only(true)

@@ -26,6 +26,7 @@ pub mod app;
 pub mod bundles;
 pub mod config;
 pub mod executor;
+pub mod http1;
 pub mod identity;
 pub mod jobs;
 pub mod metrics;

@@ -1,6 +1,8 @@
 //! The one listener: TCP accept, TLS 1.3 handshake, then HTTP/1.1 or HTTP/2 (by ALPN) into
 //! the router, with the peer's certificate identity attached to every request of the
-//! connection.
+//! connection. HTTP/1.1 is the coordinator's own ([`crate::http1`], preferred in ALPN: it
+//! holds no buffers while a long-poll waits); HTTP/2 is hyper's, for clients that ask only
+//! for it.
 //!
 //! The identity is computed once per connection from the certificate rustls verified; no
 //! header or body can change it. A handshake that stalls is dropped after a bound, so slow
@@ -24,8 +26,6 @@ use crate::tls::TlsState;
 
 /// How long a TLS handshake may take.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a request's headers may take to arrive (HTTP/1.1).
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Concurrent streams one HTTP/2 connection may open (an agent needs one or two).
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 16;
 
@@ -63,12 +63,18 @@ pub async fn serve(listener: TcpListener, tls: Arc<TlsState>, router: Router) ->
                 },
                 None => Peer::Anonymous,
             };
-            serve_connection(stream, remote, peer, router).await;
+            // Set at the handshake from both sides' lists: h2 only when the client offered
+            // nothing else.
+            if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                serve_http2(stream, remote, peer, router).await;
+            } else {
+                crate::http1::serve_connection(stream, remote, peer, router).await;
+            }
         });
     }
 }
 
-async fn serve_connection<S>(stream: S, remote: SocketAddr, peer: Peer, router: Router)
+async fn serve_http2<S>(stream: S, remote: SocketAddr, peer: Peer, router: Router)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -78,11 +84,9 @@ where
         let router = router.clone();
         async move { Ok::<_, Infallible>(router.oneshot(req.map(Body::new)).await.unwrap_or_else(|e| match e {})) }
     });
-    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    // Bound what a connection can hold before anything is authenticated: headers must
-    // arrive promptly, and one connection multiplexes a bounded number of streams.
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
-    builder.http2().timer(TokioTimer::new()).max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
+    // One connection multiplexes a bounded number of streams.
+    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    builder.timer(TokioTimer::new()).max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
     if let Err(e) = builder.serve_connection(TokioIo::new(stream), service).await {
         tracing::debug!(%remote, error = %e, "connection ended with an error");
     }

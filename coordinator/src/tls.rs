@@ -84,7 +84,9 @@ pub fn server_config(material: &TlsMaterial, crl_der: Option<&[u8]>) -> Result<S
         .with_client_cert_verifier(verifier)
         .with_single_cert(material.chain.clone(), material.key.clone_key())
         .map_err(|source| TlsError::Rustls { source })?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // The server's order wins: HTTP/1.1 first, whose connections cost nothing while a
+    // long-poll waits (see `http1`); h2 for clients that offer only h2.
+    config.alpn_protocols = vec![b"http/1.1".to_vec(), b"h2".to_vec()];
     Ok(config)
 }
 

@@ -195,3 +195,32 @@ async fn certificate_revoked_mid_connection_can_do_nothing_more() {
     let again: Result<serde_json::Value, _> = client.post_json("/v1/agent/checkin", &report).await;
     assert!(again.is_err(), "a revoked certificate checked in again");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_offering_both_get_http_1_1_and_h2_only_clients_get_h2() {
+    let h = Harness::start().await;
+    let version = |extra: Option<&str>| {
+        let mut args: Vec<String> = extra.into_iter().map(str::to_owned).collect();
+        args.extend(["-o".into(), "/dev/null".into(), "-w".into(), "%{http_code} %{http_version}".into(), format!("{}/healthz", h.url)]);
+        args
+    };
+    // curl offers h2 and http/1.1; the coordinator's preference picks its own HTTP/1.1.
+    let out = h.curl(version(Some("--http2"))).await;
+    assert_eq!(status(&out), "200 1.1", "{}", String::from_utf8_lossy(&out.stderr));
+    // A client offering only h2 negotiates it and is answered by the HTTP/2 stack.
+    let addr = h.running.addr.to_string();
+    let out = run_blocking(
+        "openssl",
+        vec!["s_client".into(), "-connect".into(), addr, "-alpn".into(), "h2".into(), "-CAfile".into(), h.ca.display().to_string()],
+        vec![],
+    )
+    .await;
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ALPN protocol: h2"), "{}", String::from_utf8_lossy(&out.stdout));
+    let ca = drover_client::load_ca(&h.ca).expect("ca");
+    let mut tls = drover_client::tls_config(&ca, None).expect("tls");
+    tls.alpn_protocols = vec![b"h2".to_vec()];
+    let client = drover_client::CoordinatorClient::with_tls("t", std::slice::from_ref(&h.url), tls, std::time::Duration::from_secs(30))
+        .expect("client");
+    let body = client.get_bytes("/healthz").await.expect("answered over HTTP/2");
+    assert!(!body.is_empty());
+}

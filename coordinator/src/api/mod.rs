@@ -126,7 +126,8 @@ async fn read_whole_body(req: Request, next: Next) -> Response {
     next.run(Request::from_parts(parts, Body::from(buf))).await
 }
 
-fn too_large(limit: usize) -> Response {
+/// The 413 answer for a body over `limit` (also sent by [`crate::http1`] before buffering).
+pub fn too_large(limit: usize) -> Response {
     error::ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "payload_too_large",

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use drover_tests::fleet::run::{Binaries, Report, run};
-use drover_tests::fleet::scenario::Scenario;
+use drover_tests::fleet::scenario::{Http, Scenario};
 
 /// Drover's scale benchmarks.
 #[derive(Parser)]
@@ -33,6 +33,10 @@ struct FleetArgs {
     /// the baseline of the ratio column.
     #[arg(long, value_delimiter = ',', default_value = "1000")]
     agents: Vec<usize>,
+    /// HTTP versions the agents ask for, each run at every size: `1.1` (ALPN `h2, http/1.1`,
+    /// as `drover-agent` sends; the coordinator picks HTTP/1.1) or `2` (ALPN `h2` only).
+    #[arg(long, value_delimiter = ',', default_value = "1.1")]
+    http: Vec<String>,
     /// Channels (one rollout each).
     #[arg(long, default_value_t = 3)]
     channels: usize,
@@ -150,9 +154,9 @@ fn table(reports: &[Report]) -> String {
         ("events written", |r| r.events_written as f64, "{:.0}"),
     ];
     let fmt = |spec: &str, v: f64| if spec == "{:.1}" { format!("{v:.1}") } else { format!("{v:.0}") };
-    let mut out = format!("{:<32}", "agents");
+    let mut out = format!("{:<32}", "agents / HTTP");
     for r in reports {
-        out.push_str(&format!("{:>12}", r.agents));
+        out.push_str(&format!("{:>12}", format!("{} / {}", r.agents, r.http)));
     }
     if reports.len() > 1 {
         out.push_str("   × first run (last / first)");
@@ -192,11 +196,18 @@ fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
         Ok(_) => {}
         Err(e) => eprintln!("warning: cannot raise the open-files limit: {e}"),
     }
+    let https = args
+        .http
+        .iter()
+        .map(|h| Http::parse(h).with_context(|| format!("--http {h}: expected 1.1 or 2")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let scenarios = args
         .agents
         .iter()
-        .map(|&agents| {
+        .flat_map(|&agents| https.iter().map(move |&http| (agents, http)))
+        .map(|(agents, http)| {
             Ok(Scenario {
+                http,
                 agents,
                 channels: args.channels,
                 waves: args.waves,
@@ -227,14 +238,20 @@ fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
     for s in &scenarios {
         let tmp = tempfile::tempdir().context("temporary directory")?;
         let dir = match &keep {
-            Some(k) => k.join(format!("agents-{}", s.agents)),
+            Some(k) => k.join(format!("agents-{}-http{}", s.agents, s.http.as_str())),
             None => tmp.path().to_path_buf(),
         };
         std::fs::create_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
         let budget = s.max_in_flight_pct.map_or("no budget".to_owned(), |p| format!("at most {p}% in flight"));
         eprintln!(
-            "== {} agents, {} channels, {} waves, {budget} ({} slow, {} failing, {} offline)",
-            s.agents, s.channels, s.waves, s.slow, s.failing, s.offline
+            "== {} agents over HTTP/{}, {} channels, {} waves, {budget} ({} slow, {} failing, {} offline)",
+            s.agents,
+            s.http.as_str(),
+            s.channels,
+            s.waves,
+            s.slow,
+            s.failing,
+            s.offline
         );
         let agents = s.agents;
         let report = runtime
@@ -257,7 +274,7 @@ fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
     let mut missed = false;
     for r in &reports {
         for (goal, met, figure) in goals(r) {
-            println!("{:>6} agents: {goal}: {figure} — {}", r.agents, if met { "met" } else { "MISSED" });
+            println!("{:>6} agents, HTTP/{}: {goal}: {figure} — {}", r.agents, r.http, if met { "met" } else { "MISSED" });
             missed |= !met;
         }
     }

@@ -37,6 +37,8 @@ pub struct Binaries {
 pub struct Report {
     /// Simulated agents.
     pub agents: usize,
+    /// The HTTP version they spoke (`1.1` or `2`).
+    pub http: String,
     /// Channels (one rollout each).
     pub channels: usize,
     /// Waves per rollout.
@@ -146,6 +148,7 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
     scenario.validate()?;
     let mut report = Report {
         agents: scenario.agents,
+        http: scenario.http.as_str().to_owned(),
         channels: scenario.channels,
         waves: scenario.waves,
         soak_secs: scenario.soak_secs,

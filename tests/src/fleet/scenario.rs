@@ -53,6 +53,45 @@ pub struct Scenario {
     pub ramp_per_sec: usize,
     /// The longest the rollout may take to converge.
     pub timeout_secs: u64,
+    /// What the agents' TLS offers in ALPN, so which of the coordinator's HTTP stacks serves them.
+    pub http: Http,
+}
+
+/// The HTTP version the simulated agents ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Http {
+    /// ALPN `h2, http/1.1`, as `drover-agent` sends: the coordinator picks HTTP/1.1.
+    #[default]
+    Http11,
+    /// ALPN `h2` only: the coordinator's HTTP/2 stack (hyper).
+    Http2,
+}
+
+impl Http {
+    /// As written on the command line and in reports: `1.1` or `2`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Http::Http11 => "1.1",
+            Http::Http2 => "2",
+        }
+    }
+
+    /// `1.1` or `2`.
+    pub fn parse(s: &str) -> Option<Http> {
+        match s {
+            "1.1" => Some(Http::Http11),
+            "2" => Some(Http::Http2),
+            _ => None,
+        }
+    }
+
+    /// The client's ALPN list.
+    pub fn alpn(self) -> Vec<Vec<u8>> {
+        match self {
+            Http::Http11 => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+            Http::Http2 => vec![b"h2".to_vec()],
+        }
+    }
 }
 
 /// What one simulated host does in the run.
@@ -294,6 +333,7 @@ mod tests {
             rejoin_secs: 5,
             ramp_per_sec: 500,
             timeout_secs: 60,
+            http: Http::Http11,
         }
     }
 

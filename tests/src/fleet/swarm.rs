@@ -14,13 +14,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use drover_agent::admit::Anchors;
-use drover_client::CoordinatorClient;
+use drover_client::{CoordinatorClient, tls_config};
 use rustls::pki_types::CertificateDer;
 use tokio::sync::watch;
 
 use super::FleetError;
 use super::enroll::{ClientIdentityPem, Enrolled};
-use super::scenario::{Role, Scenario, SimHost, closure};
+use super::scenario::{Http, Role, Scenario, SimHost, closure};
 use crate::sim_agent::{SimAgent, VerifyCache};
 
 /// An intent one simulated agent received.
@@ -74,10 +74,12 @@ fn agent_client(
     ca: &[CertificateDer<'static>],
     identity: &ClientIdentityPem,
     long_poll_secs: u64,
+    http: Http,
 ) -> Result<CoordinatorClient, FleetError> {
     let timeout = Duration::from_secs(long_poll_secs + 30);
-    CoordinatorClient::new("drover-sim-agent", &[url.to_owned()], ca, Some(identity.identity()?), timeout)
-        .map_err(FleetError::client("agent client"))
+    let mut tls = tls_config(ca, Some(identity.identity()?)).map_err(FleetError::client("agent client"))?;
+    tls.alpn_protocols = http.alpn();
+    CoordinatorClient::with_tls("drover-sim-agent", &[url.to_owned()], tls, timeout).map_err(FleetError::client("agent client"))
 }
 
 impl Swarm {
@@ -90,7 +92,7 @@ impl Swarm {
     /// Starts `host`'s agent: it runs generation 1 and checks in at once (its first check-in
     /// opens its connection and makes the host active).
     pub fn start(&mut self, enrolled: &Enrolled, host: &SimHost, anchors: &Anchors, scenario: &Scenario) -> Result<(), FleetError> {
-        let client = agent_client(&self.url, &self.ca, &enrolled.identity, scenario.long_poll_secs)?;
+        let client = agent_client(&self.url, &self.ca, &enrolled.identity, scenario.long_poll_secs, scenario.http)?;
         let agent = SimAgent::with_client(client, &enrolled.hostname, enrolled.host_id, anchors.clone(), host.role.behaviour(scenario))
             .running(&closure(&enrolled.hostname, 1))
             .sharing(self.shared.cache.clone());
@@ -102,6 +104,7 @@ impl Swarm {
                 ca: self.ca.clone(),
                 identity: enrolled.identity.clone(),
                 long_poll_secs: scenario.long_poll_secs,
+                http: scenario.http,
             },
         });
         let shared = self.shared.clone();
@@ -145,6 +148,7 @@ struct Reconnect {
     ca: Arc<Vec<CertificateDer<'static>>>,
     identity: ClientIdentityPem,
     long_poll_secs: u64,
+    http: Http,
 }
 
 /// One agent, until aborted: check in, handle what comes, check in again.
@@ -154,7 +158,7 @@ async fn agent_loop(mut agent: SimAgent, role: Role, mut away: Option<Away>, sha
             // Gone: the old client (and its connection) is dropped with the replacement, and
             // the host is silent until it comes back.
             let r = &a.reconnect;
-            match agent_client(&r.url, &r.ca, &r.identity, r.long_poll_secs) {
+            match agent_client(&r.url, &r.ca, &r.identity, r.long_poll_secs, r.http) {
                 Ok(client) => agent.replace_client(client),
                 Err(e) => note_error(&shared, &agent.hostname, &e.to_string()),
             }
