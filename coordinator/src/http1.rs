@@ -152,18 +152,22 @@ enum BodyRead {
 
 /// Serves HTTP/1.1 requests on `io` into `router` until the client closes, a request
 /// asks to close, or one is refused. Every request carries `peer` and `remote`.
-pub async fn serve_connection<S>(io: S, remote: SocketAddr, peer: Peer, router: Router)
+pub fn serve_connection<S>(io: S, remote: SocketAddr, peer: Peer, router: Router) -> impl Future<Output = ()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    // Not an `async fn`: its arguments would stay in the future beside the connection they
+    // are moved into, a second copy of the TLS stream (1.2 KB) in every parked connection.
     let mut conn = Conn { io, buf: Vec::new() };
-    if let Err(e) = conn.serve(remote, peer, router).await {
-        tracing::debug!(%remote, error = %e, "HTTP/1.1 connection ended");
-        if let Some(answer) = e.api_error() {
-            let _ = conn.write_response(answer.into_response(), false, true).await;
+    async move {
+        if let Err(e) = conn.serve(remote, peer, router).await {
+            tracing::debug!(%remote, error = %e, "HTTP/1.1 connection ended");
+            if let Some(answer) = e.api_error() {
+                let _ = conn.write_response(answer.into_response(), false, true).await;
+            }
         }
+        let _ = conn.io.shutdown().await;
     }
-    let _ = conn.io.shutdown().await;
 }
 
 /// One connection: the stream and the bytes read from it but not yet used (empty, and
@@ -174,9 +178,11 @@ struct Conn<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
+    /// Every await but the handler's is boxed: a future is as large as its largest state,
+    /// and only the handler's is held while a long-poll is parked.
     async fn serve(&mut self, remote: SocketAddr, peer: Peer, router: Router) -> Result<(), Http1Error> {
         loop {
-            let Some(Head { mut parts, framing, close, expect_continue }) = self.read_head().await? else {
+            let Some(Head { mut parts, framing, close, expect_continue }) = Box::pin(self.read_head()).await? else {
                 return Ok(());
             };
             parts.extensions.insert(peer.clone());
@@ -185,16 +191,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             if expect_continue {
                 if matches!(framing, Framing::Length(n) if n > limit as u64) {
                     // The client waits before sending the body: answer without reading it.
-                    self.write_response(crate::api::too_large(limit), false, true).await?;
+                    Box::pin(self.write_response(crate::api::too_large(limit), false, true)).await?;
                     return Ok(());
                 }
-                self.write_raw(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+                Box::pin(self.write_raw(b"HTTP/1.1 100 Continue\r\n\r\n")).await?;
             }
-            let body = match self.read_body(framing, limit).await? {
+            let body = match Box::pin(self.read_body(framing, limit)).await? {
                 BodyRead::Whole(body) => body,
                 BodyRead::TooLarge { drained } => {
                     let close = close || !drained;
-                    self.write_response(crate::api::too_large(limit), false, close).await?;
+                    Box::pin(self.write_response(crate::api::too_large(limit), false, close)).await?;
                     if close {
                         return Ok(());
                     }
@@ -204,11 +210,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             self.release_buffer();
             let is_head = parts.method == Method::HEAD;
             let request = Request::from_parts(parts, Body::from(body));
-            let Some(response) = self.respond(router.clone().oneshot(request)).await else {
+            // Boxed: it is most of what a parked long-poll holds, and a box is sized to it
+            // rather than to the largest of this loop's states.
+            let Some(response) = self.respond(Box::pin(router.clone().oneshot(request))).await else {
                 return Ok(());
             };
             let response = response.unwrap_or_else(|e| match e {});
-            self.write_response(response, is_head, close).await?;
+            Box::pin(self.write_response(response, is_head, close)).await?;
             if close {
                 return Ok(());
             }
@@ -368,11 +376,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
 
     /// Runs the handler; None if the client went away first (the handler is dropped, which
     /// is how an abandoned long-poll is let go).
-    async fn respond<F, T>(&mut self, handler: F) -> Option<T>
+    async fn respond<F, T>(&mut self, mut handler: F) -> Option<T>
     where
-        F: Future<Output = T>,
+        F: Future<Output = T> + Unpin,
     {
-        tokio::pin!(handler);
         // One byte at a time, so nothing but the pipelined bytes themselves is held.
         let mut byte = [0u8; 1];
         loop {

@@ -62,12 +62,17 @@ struct ServeArgs {
 }
 
 fn serve(args: &ServeArgs) -> anyhow::Result<()> {
+    // Before any thread exists (the runtime's, the log writer's): see drover-malloc.
+    let one_arena = drover_malloc::limit_arenas();
     let config = drover_coordinator::config::Config::load(&args.config)?;
     tracing_subscriber::fmt()
         .json()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("DROVER_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
+    if !one_arena {
+        tracing::warn!("cannot limit the allocator to one arena; memory may grow with the threads' bursts");
+    }
     match drover_coordinator::run::raise_open_files_limit() {
         Ok((soft, hard)) => tracing::info!(was = soft, now = hard, "open-files limit raised to the hard limit"),
         Err(e) => tracing::warn!(error = %e, "cannot raise the open-files limit; hosts beyond it cannot connect"),

@@ -17,7 +17,9 @@ use axum::Router;
 use axum::body::Body;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
 use tower::ServiceExt;
 
 use crate::api::auth::Peer;
@@ -45,33 +47,39 @@ pub async fn serve(listener: TcpListener, tls: Arc<TlsState>, router: Router) ->
         let acceptor = tls.acceptor();
         let router = router.clone();
         tokio::spawn(async move {
-            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    tracing::debug!(%remote, error = %e, "TLS handshake refused");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%remote, "TLS handshake timed out");
-                    return;
-                }
-            };
-            let peer = match stream.get_ref().1.peer_certificates().and_then(|c| c.first()) {
-                Some(cert) => Peer::Verified {
-                    identity: Identity::from_cert_der(cert.as_ref()),
-                    serial: cert_serial_hex(cert.as_ref()).unwrap_or_default(),
-                },
-                None => Peer::Anonymous,
-            };
+            let Some((stream, peer)) = handshake(acceptor, tcp, remote).await else { return };
             // Set at the handshake from both sides' lists: h2 only when the client offered
-            // nothing else.
+            // nothing else. The HTTP/2 connection's state is boxed: every connection's task
+            // is as large as its largest state, and most connections are HTTP/1.1.
             if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-                serve_http2(stream, remote, peer, router).await;
+                Box::pin(serve_http2(stream, remote, peer, router)).await;
             } else {
                 crate::http1::serve_connection(stream, remote, peer, router).await;
             }
         });
     }
+}
+
+/// The TLS handshake, bounded in time, and the identity of the certificate it verified.
+async fn handshake(acceptor: TlsAcceptor, tcp: TcpStream, remote: SocketAddr) -> Option<(TlsStream<TcpStream>, Peer)> {
+    let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::debug!(%remote, error = %e, "TLS handshake refused");
+            return None;
+        }
+        Err(_) => {
+            tracing::debug!(%remote, "TLS handshake timed out");
+            return None;
+        }
+    };
+    let peer = match stream.get_ref().1.peer_certificates().and_then(|c| c.first()) {
+        Some(cert) => {
+            Peer::Verified { identity: Identity::from_cert_der(cert.as_ref()), serial: cert_serial_hex(cert.as_ref()).unwrap_or_default() }
+        }
+        None => Peer::Anonymous,
+    };
+    Some((stream, peer))
 }
 
 async fn serve_http2<S>(stream: S, remote: SocketAddr, peer: Peer, router: Router)
@@ -82,7 +90,13 @@ where
         req.extensions_mut().insert(peer.clone());
         req.extensions_mut().insert(axum::extract::ConnectInfo(remote));
         let router = router.clone();
-        async move { Ok::<_, Infallible>(router.oneshot(req.map(Body::new)).await.unwrap_or_else(|e| match e {})) }
+        async move {
+            let answer = match crate::api::read_whole_body(req.map(Body::new)).await {
+                Ok(req) => router.oneshot(req).await.unwrap_or_else(|e| match e {}),
+                Err(refusal) => refusal,
+            };
+            Ok::<_, Infallible>(answer)
+        }
     });
     // One connection multiplexes a bounded number of streams.
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());

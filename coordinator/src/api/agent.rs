@@ -172,10 +172,28 @@ pub async fn checkin(
 ) -> Result<Json<CheckinResponse>, ApiError> {
     // Counted and timed on every exit, a dropped long-poll included.
     let _timer = app.metrics.checkin_timer();
-    check_report(&req)?;
     let host = caller.host_id;
+    let known = req.known_intent_id.clone();
+    // What comes before the wait runs in futures of its own, boxed: this one is held by every
+    // parked long-poll — ten thousand of them — and is only as large as its largest state.
+    let mut work = Box::pin(record_checkin(&app, host, req)).await?;
+    if work.is_empty() && app.hub.wait(host, Duration::from_secs(app.config.agent.long_poll_secs)).await {
+        let now = app.clock.now();
+        work = Box::pin(async { work_from(&app, host, known.as_deref(), view(&app, host, now)?, now).await }).await?;
+    }
+    Ok(Json(CheckinResponse {
+        intent: work.intent.as_deref().map(envelope).transpose()?,
+        tasks: work.tasks.iter().map(|t| envelope(t)).collect::<Result<_, _>>()?,
+        next_checkin_secs: NEXT_CHECKIN_SECS,
+    }))
+}
+
+/// A check-in's report recorded (written when it changed, or on first contact, or with task
+/// results or events; otherwise buffered), and the work there is for the host right now.
+async fn record_checkin(app: &Arc<AppState>, host: Uuid, req: CheckinRequest) -> Result<Work, ApiError> {
+    check_report(&req)?;
     let now = app.clock.now();
-    let mut seen = view(&app, host, now)?;
+    let mut seen = view(app, host, now)?;
     let record = seen.host.take().ok_or_else(|| StoreError::NotFound { what: "host", id: host.to_string() })?;
     // What the planner decides on is written only when it changed, and wakes the executor
     // (RFC-0002 §6: a check-in with a status change).
@@ -230,7 +248,7 @@ pub async fn checkin(
         })
         .await?;
         // What was written may change what there is to hand out: look again.
-        seen = view(&app, host, now)?;
+        seen = view(app, host, now)?;
         if wake_executor {
             app.executor.poke();
         }
@@ -238,17 +256,7 @@ pub async fn checkin(
     if !returning {
         app.note_checkin(host, checkin);
     }
-    let known = req.known_intent_id;
-    let mut work = work_from(&app, host, known.as_deref(), seen, now).await?;
-    if work.is_empty() && app.hub.wait(host, Duration::from_secs(app.config.agent.long_poll_secs)).await {
-        let now = app.clock.now();
-        work = work_from(&app, host, known.as_deref(), view(&app, host, now)?, now).await?;
-    }
-    Ok(Json(CheckinResponse {
-        intent: work.intent.as_deref().map(envelope).transpose()?,
-        tasks: work.tasks.iter().map(|t| envelope(t)).collect::<Result<_, _>>()?,
-        next_checkin_secs: NEXT_CHECKIN_SECS,
-    }))
+    work_from(app, host, req.known_intent_id.as_deref(), seen, now).await
 }
 
 /// `GET /v1/rollouts/{rolloutId}`: the manifest and the current timestamp, byte-exact; built

@@ -18,7 +18,6 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::StatusCode;
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
@@ -77,7 +76,6 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route(RELEASES_PATH, post(releases::publish).layer(axum::extract::DefaultBodyLimit::max(releases::MAX_RELEASE_BODY_BYTES)))
         .fallback(error::no_such_route)
         .method_not_allowed_fallback(error::wrong_method)
-        .layer(middleware::from_fn(read_whole_body))
         .with_state(app)
 }
 
@@ -99,31 +97,34 @@ pub fn body_limit(parts: &axum::http::request::Parts) -> usize {
 /// client (which is still sending) sees the answer instead of a reset stream.
 pub const MAX_DRAIN_BYTES: usize = 16 << 20;
 
-/// Reads the request body (bounded) before any handler runs. A handler that refuses early
-/// (no certificate, wrong role) would otherwise answer before the body was read, and over
-/// HTTP/2 the stream reset that follows makes some clients (curl 7.88) drop the answer.
-async fn read_whole_body(req: Request, next: Next) -> Response {
+/// Reads the request body (bounded) before any handler runs; each connection layer does
+/// this before the router sees the request ([`crate::http1`] as it parses, the HTTP/2 path
+/// here). A handler that refuses early (no certificate, wrong role) would otherwise answer
+/// before the body was read, and over HTTP/2 the stream reset that follows makes some
+/// clients (curl 7.88) drop the answer. Doing it outside the router also keeps a middleware
+/// future out of every parked long-poll.
+pub async fn read_whole_body(req: Request) -> Result<Request, Response> {
     use http_body_util::BodyExt as _;
     let (parts, mut body) = req.into_parts();
     let limit = body_limit(&parts);
     let mut buf: Vec<u8> = Vec::new();
     let mut seen = 0usize;
     while let Some(frame) = body.frame().await {
-        let Ok(frame) = frame else { return too_large(limit) };
+        let Ok(frame) = frame else { return Err(too_large(limit)) };
         if let Ok(data) = frame.into_data() {
             seen = seen.saturating_add(data.len());
             if seen <= limit {
                 buf.extend_from_slice(&data);
             } else if seen > limit + MAX_DRAIN_BYTES {
                 // Past what is worth draining: answer now; the client may see a reset.
-                return too_large(limit);
+                return Err(too_large(limit));
             }
         }
     }
     if seen > limit {
-        return too_large(limit);
+        return Err(too_large(limit));
     }
-    next.run(Request::from_parts(parts, Body::from(buf))).await
+    Ok(Request::from_parts(parts, Body::from(buf)))
 }
 
 /// The 413 answer for a body over `limit` (also sent by [`crate::http1`] before buffering).

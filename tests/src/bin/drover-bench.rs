@@ -136,7 +136,7 @@ fn goals(r: &Report) -> Vec<(&'static str, bool, String)> {
 /// The reports side by side, with each figure's ratio to the first run's.
 fn table(reports: &[Report]) -> String {
     type Row = (&'static str, fn(&Report) -> f64, &'static str);
-    let rows: [Row; 15] = [
+    let rows: [Row; 17] = [
         ("enroll (s)", |r| r.enroll_secs, "{:.1}"),
         ("ramp-up (s)", |r| r.ramp_secs, "{:.1}"),
         ("idle check-ins/s", |r| r.idle_checkins_per_sec, "{:.0}"),
@@ -150,6 +150,8 @@ fn table(reports: &[Report]) -> String {
         ("dispatch p99 (ms)", |r| r.dispatch_p99_ms, "{:.0}"),
         ("dispatch max (ms)", |r| r.dispatch_max_ms, "{:.0}"),
         ("coordinator CPU, whole run (s)", |r| r.coordinator_cpu_secs, "{:.1}"),
+        ("peak RSS after enroll (MiB)", |r| r.enroll_peak_rss_mib, "{:.0}"),
+        ("peak RSS after ramp-up (MiB)", |r| r.ramp_peak_rss_mib, "{:.0}"),
         ("coordinator peak RSS (MiB)", |r| r.peak_rss_mib, "{:.0}"),
         ("events written", |r| r.events_written as f64, "{:.0}"),
     ];

@@ -86,6 +86,10 @@ pub struct Report {
     pub coordinator_cpu_secs: f64,
     /// Coordinator peak resident memory, MiB.
     pub peak_rss_mib: f64,
+    /// Coordinator peak RSS once every host was enrolled, MiB.
+    pub enroll_peak_rss_mib: f64,
+    /// Coordinator peak RSS once every agent held a long-poll, MiB.
+    pub ramp_peak_rss_mib: f64,
     /// Events in the store at the end.
     pub events_written: u64,
     /// Offline hosts that came back.
@@ -177,7 +181,8 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
     let started = Instant::now();
     let (enrolled, anchors) = enroll_all(&url, &ca, admin_identity()?, &trust_sha256, &names, 16).await?;
     report.enroll_secs = started.elapsed().as_secs_f64();
-    progress(&format!("enrolled {} hosts in {:.1} s", enrolled.len(), report.enroll_secs));
+    report.enroll_peak_rss_mib = measure::sample(pid).peak_rss_mib;
+    progress(&format!("enrolled {} hosts in {:.1} s (peak RSS {:.0} MiB)", enrolled.len(), report.enroll_secs, report.enroll_peak_rss_mib));
     let director =
         drover_proto::keys::verifying_key_from_text(&anchors.director_pem).map_err(|e| FleetError::Setup(format!("director key: {e}")))?;
     let ci = drover_proto::trust::TrustRoots::from_json(&crate::ci_trust_json()).map_err(|e| FleetError::Setup(e.to_string()))?;
@@ -210,7 +215,11 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
         secs: bound.as_secs(),
     })?;
     report.ramp_secs = started.elapsed().as_secs_f64();
-    progress(&format!("{} agents hold a long-poll after {:.1} s", report.connected, report.ramp_secs));
+    report.ramp_peak_rss_mib = measure::sample(pid).peak_rss_mib;
+    progress(&format!(
+        "{} agents hold a long-poll after {:.1} s (peak RSS {:.0} MiB)",
+        report.connected, report.ramp_secs, report.ramp_peak_rss_mib
+    ));
 
     // The idle fleet.
     let (a, sa) = (measure::sample(pid), measure::scrape(&admin).await?);

@@ -1,0 +1,47 @@
+//! The coordinator's allocator settings, applied once at start.
+//!
+//! glibc gives each thread that contends for the allocator an arena of its own (up to eight
+//! per core) and returns little of an arena's freed memory to the system. The coordinator
+//! allocates in bursts — a rollout wave's check-in answers and bundle fetches on the runtime's
+//! workers, plans and store reads on the blocking pool — and each burst leaves its high-water
+//! mark in the arena of the thread that made it, so RSS follows the sum of the threads' worst
+//! moments rather than what is live. Measured with `drover-bench fleet` at 3,000 agents:
+//! a peak of 217 MiB with glibc's default, 117 MiB with one arena (and 373 MiB with mimalloc,
+//! tried as the alternative). One arena keeps RSS near what is live plus one heap's slack;
+//! allocations that miss glibc's per-thread cache take one lock, which the coordinator's
+//! I/O-bound work does not notice (same run: rollout CPU and dispatch latency unchanged).
+//!
+//! This is the workspace's only `unsafe`, kept in a crate of its own so every other crate
+//! keeps `forbid(unsafe_code)`.
+#![deny(unsafe_code)]
+
+/// Arenas the allocator may create.
+pub const ARENAS: i32 = 1;
+
+/// Limits glibc's allocator to [`ARENAS`] arenas. Call it first thing in `main`, before any
+/// thread exists, so that no thread has an arena of its own yet. False if the allocator
+/// refused, or is not glibc's (nothing to do there).
+pub fn limit_arenas() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallopt takes two ints and returns one; it reads and writes only glibc's own
+        // allocator settings, never memory Rust owns, and M_ARENA_MAX is a documented option
+        // that may be set at any time.
+        #[allow(unsafe_code)]
+        let accepted = unsafe { libc::mallopt(libc::M_ARENA_MAX, ARENAS) };
+        accepted == 1
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn glibc_accepts_the_arena_limit() {
+        assert!(super::limit_arenas(), "mallopt(M_ARENA_MAX) refused");
+    }
+}
