@@ -10,7 +10,7 @@
 //! handler's future.
 //!
 //! This is the edge hostile tenants reach, so the framing rules of RFC 9112 are applied
-//! strictly and each refusal is a 4xx (or 501) naming what was wrong, then a close:
+//! strictly and each refusal is a 4xx naming what was wrong, then a close:
 //! a head is at most [`MAX_HEAD_BYTES`] and must arrive within [`HEADER_READ_TIMEOUT`] of its
 //! first byte; `Content-Length` and `Transfer-Encoding` together, differing lengths, a
 //! coding other than `chunked`, or a missing `Host` are refused (request smuggling lives in
@@ -107,7 +107,9 @@ impl Http1Error {
             Http1Error::HeadTooLarge { .. } => (StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "headers_too_large"),
             Http1Error::Malformed { .. } => (StatusCode::BAD_REQUEST, "bad_request"),
             Http1Error::TimedOut { .. } => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
-            Http1Error::UnsupportedCoding { .. } => (StatusCode::NOT_IMPLEMENTED, "not_implemented"),
+            // RFC 9112 suggests 501; a 4xx, because the request is what cannot be served
+            // (Drover answers bad input with a 4xx naming it, never a 5xx).
+            Http1Error::UnsupportedCoding { .. } => (StatusCode::BAD_REQUEST, "unsupported_transfer_coding"),
             Http1Error::Expectation { .. } => (StatusCode::EXPECTATION_FAILED, "expectation_failed"),
         };
         Some(ApiError::new(status, code, self.to_string()))

@@ -177,11 +177,12 @@ async fn signed_content_length_is_refused() {
 }
 
 #[tokio::test]
-async fn unknown_transfer_coding_is_501() {
+async fn unknown_transfer_coding_is_a_4xx_naming_it() {
     let mut c = start(Arc::new(Seen::default()));
     c.write_all(b"POST /echo HTTP/1.1\r\nHost: c\r\nTransfer-Encoding: gzip, chunked\r\n\r\n").await.expect("write");
     let all = read_to_close(&mut c).await;
-    assert!(all.starts_with("HTTP/1.1 501 "), "{all}");
+    assert!(all.starts_with("HTTP/1.1 400 "), "{all}");
+    assert!(all.contains("transfer coding \\\"gzip, chunked\\\" is not supported"), "{all}");
 }
 
 #[tokio::test]

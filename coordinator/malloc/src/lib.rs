@@ -5,11 +5,12 @@
 //! allocates in bursts — a rollout wave's check-in answers and bundle fetches on the runtime's
 //! workers, plans and store reads on the blocking pool — and each burst leaves its high-water
 //! mark in the arena of the thread that made it, so RSS follows the sum of the threads' worst
-//! moments rather than what is live. Measured with `drover-bench fleet` at 3,000 agents:
-//! a peak of 217 MiB with glibc's default, 117 MiB with one arena (and 373 MiB with mimalloc,
-//! tried as the alternative). One arena keeps RSS near what is live plus one heap's slack;
-//! allocations that miss glibc's per-thread cache take one lock, which the coordinator's
-//! I/O-bound work does not notice (same run: rollout CPU and dispatch latency unchanged).
+//! moments rather than what is live. Measured with `drover-bench fleet` at 3,000 agents, one
+//! build: a peak of 217 MiB with glibc's default, 117 MiB with `MALLOC_ARENA_MAX=1` (and, a
+//! later build, 373 MiB with mimalloc as the global allocator, tried as the alternative). One arena keeps RSS near
+//! what is live plus one heap's slack; allocations that miss glibc's per-thread cache take one
+//! lock, which the coordinator's I/O-bound work did not show (the rollout's CPU was 8.7 s
+//! before and after).
 //!
 //! This is the workspace's only `unsafe`, kept in a crate of its own so every other crate
 //! keeps `forbid(unsafe_code)`.
