@@ -12,7 +12,9 @@
 //! This is the edge hostile tenants reach, so the framing rules of RFC 9112 are applied
 //! strictly and each refusal is a 4xx naming what was wrong, then a close:
 //! a head is at most [`MAX_HEAD_BYTES`] and must arrive within [`HEADER_READ_TIMEOUT`] of its
-//! first byte; `Content-Length` and `Transfer-Encoding` together, differing lengths, a
+//! first byte, a body within [`BODY_TIMEOUT`] and never [`BODY_STALL_TIMEOUT`] without progress,
+//! and an answer the client stops reading for that long ends the connection;
+//! `Content-Length` and `Transfer-Encoding` together, differing lengths, a
 //! coding other than `chunked`, or a missing `Host` are refused (request smuggling lives in
 //! those gaps); bodies are bounded by [`crate::api::body_limit`] before they are buffered.
 //! While a handler runs, the connection watches for the client going away and drops the
@@ -45,8 +47,16 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// pooled connections (reqwest: 90 s), so the client, not the coordinator, closes first and
 /// never sends a request into a connection that is closing.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
-/// How long a body may stall between two reads.
+/// How long a body may stall between two reads, or an answer between two writes.
 pub const BODY_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a whole request body (trailers included) may take: a client trickling a byte
+/// just inside the stall timeout must not hold a connection for ever.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long, after an error answer, the connection keeps reading (and dropping) what the
+/// client is still sending, so that closing does not reset the answer away.
+const LINGER: Duration = Duration::from_secs(2);
+/// Answers are written in pieces of this size, each within [`BODY_STALL_TIMEOUT`].
+const WRITE_CHUNK: usize = 64 * 1024;
 /// Bodies of known length up to this are written in one piece with the head.
 const COALESCE_BYTES: usize = 64 * 1024;
 /// How much a read asks for at a time.
@@ -85,6 +95,9 @@ pub enum Http1Error {
         /// Which part of the request was late.
         during: &'static str,
     },
+    /// The client stopped reading the answer.
+    #[error("the client stopped reading the answer")]
+    WriteStalled,
     /// A transfer coding this server does not decode.
     #[error("transfer coding {coding:?} is not supported (only chunked)")]
     UnsupportedCoding {
@@ -103,7 +116,7 @@ impl Http1Error {
     /// The answer sent before closing; None where there is nobody left to answer.
     fn api_error(&self) -> Option<ApiError> {
         let (status, code) = match self {
-            Http1Error::Closed | Http1Error::Io { .. } => return None,
+            Http1Error::Closed | Http1Error::Io { .. } | Http1Error::WriteStalled => return None,
             Http1Error::HeadTooLarge { .. } => (StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "headers_too_large"),
             Http1Error::Malformed { .. } => (StatusCode::BAD_REQUEST, "bad_request"),
             Http1Error::TimedOut { .. } => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
@@ -162,13 +175,20 @@ where
     // are moved into, a second copy of the TLS stream (1.2 KB) in every parked connection.
     let mut conn = Conn { io, buf: Vec::new() };
     async move {
-        if let Err(e) = conn.serve(remote, peer, router).await {
-            tracing::debug!(%remote, error = %e, "HTTP/1.1 connection ended");
-            if let Some(answer) = e.api_error() {
-                let _ = conn.write_response(answer.into_response(), false, true).await;
+        let linger = match conn.serve(remote, peer, router).await {
+            Ok(linger) => linger,
+            Err(e) => {
+                tracing::debug!(%remote, error = %e, "HTTP/1.1 connection ended");
+                match e.api_error() {
+                    Some(answer) => Box::pin(conn.write_response(answer.into_response(), false, true, Version::HTTP_11)).await.is_ok(),
+                    None => false,
+                }
             }
+        };
+        let _ = timeout(BODY_STALL_TIMEOUT, conn.io.shutdown()).await;
+        if linger {
+            Box::pin(conn.linger()).await;
         }
-        let _ = conn.io.shutdown().await;
     }
 }
 
@@ -182,19 +202,22 @@ struct Conn<S> {
 impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     /// Every await but the handler's is boxed: a future is as large as its largest state,
     /// and only the handler's is held while a long-poll is parked.
-    async fn serve(&mut self, remote: SocketAddr, peer: Peer, router: Router) -> Result<(), Http1Error> {
+    /// Ok(true) when it answered a request it did not read whole: the caller lingers.
+    async fn serve(&mut self, remote: SocketAddr, peer: Peer, router: Router) -> Result<bool, Http1Error> {
         loop {
             let Some(Head { mut parts, framing, close, expect_continue }) = Box::pin(self.read_head()).await? else {
-                return Ok(());
+                return Ok(false);
             };
+            let is_head = parts.method == Method::HEAD;
+            let version = parts.version;
             parts.extensions.insert(peer.clone());
             parts.extensions.insert(axum::extract::ConnectInfo(remote));
             let limit = crate::api::body_limit(&parts);
             if expect_continue {
                 if matches!(framing, Framing::Length(n) if n > limit as u64) {
                     // The client waits before sending the body: answer without reading it.
-                    Box::pin(self.write_response(crate::api::too_large(limit), false, true)).await?;
-                    return Ok(());
+                    Box::pin(self.write_response(crate::api::too_large(limit), is_head, true, version)).await?;
+                    return Ok(true);
                 }
                 Box::pin(self.write_raw(b"HTTP/1.1 100 Continue\r\n\r\n")).await?;
             }
@@ -202,25 +225,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 BodyRead::Whole(body) => body,
                 BodyRead::TooLarge { drained } => {
                     let close = close || !drained;
-                    Box::pin(self.write_response(crate::api::too_large(limit), false, close)).await?;
+                    Box::pin(self.write_response(crate::api::too_large(limit), is_head, close, version)).await?;
                     if close {
-                        return Ok(());
+                        return Ok(!drained);
                     }
                     continue;
                 }
             };
             self.release_buffer();
-            let is_head = parts.method == Method::HEAD;
             let request = Request::from_parts(parts, Body::from(body));
             // Boxed: it is most of what a parked long-poll holds, and a box is sized to it
             // rather than to the largest of this loop's states.
             let Some(response) = self.respond(Box::pin(router.clone().oneshot(request))).await else {
-                return Ok(());
+                return Ok(false);
             };
             let response = response.unwrap_or_else(|e| match e {});
-            Box::pin(self.write_response(response, is_head, close)).await?;
+            Box::pin(self.write_response(response, is_head, close, version)).await?;
             if close {
-                return Ok(());
+                return Ok(false);
             }
         }
     }
@@ -228,8 +250,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     /// Reads more bytes into `buf`; 0 at the end of the stream. Cancel-safe: bytes land in
     /// `buf` only when the read completes.
     async fn read_more(&mut self) -> Result<usize, Http1Error> {
-        self.buf.reserve(READ_CHUNK);
-        self.io.read_buf(&mut self.buf).await.map_err(io_error)
+        self.read_at_most(READ_CHUNK).await
+    }
+
+    /// As [`Conn::read_more`], reading at most `max` bytes (a body's remainder: nothing of
+    /// a pipelined request behind it is pulled in with it).
+    async fn read_at_most(&mut self, max: usize) -> Result<usize, Http1Error> {
+        self.buf.reserve(max.min(READ_CHUNK));
+        (&mut self.io).take(max as u64).read_buf(&mut self.buf).await.map_err(io_error)
     }
 
     /// The next request's head, or None when the client closed (or idled out) between
@@ -260,9 +288,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         }
     }
 
-    /// Reads more, bounded by the body stall timeout; the end of the stream is an error.
-    async fn read_body_bytes(&mut self) -> Result<(), Http1Error> {
-        match timeout(BODY_STALL_TIMEOUT, self.read_more()).await {
+    /// Reads at most `max` more bytes, within the stall timeout and the body's `deadline`;
+    /// the end of the stream is an error.
+    async fn read_body_bytes(&mut self, max: usize, deadline: Instant) -> Result<(), Http1Error> {
+        let by = deadline.min(Instant::now() + BODY_STALL_TIMEOUT);
+        match timeout_at(by, self.read_at_most(max)).await {
             Err(_) => Err(Http1Error::TimedOut { during: "reading the request body" }),
             Ok(Ok(0)) => Err(Http1Error::Closed),
             Ok(r) => r.map(|_| ()),
@@ -271,6 +301,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
 
     async fn read_body(&mut self, framing: Framing, limit: usize) -> Result<BodyRead, Http1Error> {
         let ceiling = limit.saturating_add(crate::api::MAX_DRAIN_BYTES) as u64;
+        let deadline = Instant::now() + BODY_TIMEOUT;
         match framing {
             Framing::Empty => Ok(BodyRead::Whole(Vec::new())),
             Framing::Length(n) if n > ceiling => Ok(BodyRead::TooLarge { drained: false }),
@@ -278,7 +309,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 let mut left = n;
                 while left > 0 {
                     if self.buf.is_empty() {
-                        self.read_body_bytes().await?;
+                        self.read_body_bytes(left.min(READ_CHUNK as u64) as usize, deadline).await?;
                     }
                     let take = left.min(self.buf.len() as u64) as usize;
                     self.buf.drain(..take);
@@ -289,24 +320,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             Framing::Length(n) => {
                 // n <= limit, which the caller's role already bounds.
                 let n = n as usize;
-                self.buf.reserve(n.saturating_sub(self.buf.len()));
+                self.buf.reserve_exact(n.saturating_sub(self.buf.len()));
                 while self.buf.len() < n {
-                    self.read_body_bytes().await?;
+                    self.read_body_bytes(n - self.buf.len(), deadline).await?;
                 }
                 let rest = self.buf.split_off(n);
                 Ok(BodyRead::Whole(std::mem::replace(&mut self.buf, rest)))
             }
-            Framing::Chunked => self.read_chunked(limit, ceiling).await,
+            Framing::Chunked => self.read_chunked(limit, ceiling, deadline).await,
         }
     }
 
     /// A chunked body (RFC 9112 §7.1): sizes in hex, extensions ignored, trailers read and
     /// dropped (bounded like a head).
-    async fn read_chunked(&mut self, limit: usize, ceiling: u64) -> Result<BodyRead, Http1Error> {
+    async fn read_chunked(&mut self, limit: usize, ceiling: u64, deadline: Instant) -> Result<BodyRead, Http1Error> {
         let mut body = Vec::new();
         let mut seen: u64 = 0;
         loop {
-            let line = self.read_line(MAX_CHUNK_LINE).await?;
+            let line = self.read_line(MAX_CHUNK_LINE, deadline).await?;
             let size = parse_chunk_size(&line)?;
             if size == 0 {
                 break;
@@ -318,7 +349,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             let mut left = size;
             while left > 0 {
                 if self.buf.is_empty() {
-                    self.read_body_bytes().await?;
+                    self.read_body_bytes(left.min(READ_CHUNK as u64) as usize, deadline).await?;
                 }
                 let take = left.min(self.buf.len() as u64) as usize;
                 if seen <= limit as u64 {
@@ -328,7 +359,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 left -= take as u64;
             }
             while self.buf.len() < 2 {
-                self.read_body_bytes().await?;
+                self.read_body_bytes(2 - self.buf.len(), deadline).await?;
             }
             if !self.buf.starts_with(b"\r\n") {
                 return Err(malformed("chunk data longer than its size"));
@@ -337,7 +368,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         }
         let mut trailers = 0usize;
         loop {
-            let line = self.read_line(MAX_HEAD_BYTES).await?;
+            let line = self.read_line(MAX_HEAD_BYTES, deadline).await?;
+            if line.iter().any(|b| b.is_ascii_control() && *b != b'\t') {
+                return Err(malformed("control character in a trailer field"));
+            }
             trailers += line.len() + 2;
             if trailers > MAX_HEAD_BYTES {
                 return Err(Http1Error::HeadTooLarge { limit: MAX_HEAD_BYTES });
@@ -350,9 +384,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     }
 
     /// One CRLF-terminated line of at most `max` bytes, without its CRLF.
-    async fn read_line(&mut self, max: usize) -> Result<Vec<u8>, Http1Error> {
+    async fn read_line(&mut self, max: usize, deadline: Instant) -> Result<Vec<u8>, Http1Error> {
+        // Where the search for CRLF resumes: bytes trickling in one at a time are not
+        // scanned again from the start each time.
+        let mut scanned = 0;
         loop {
-            if let Some(at) = self.buf.windows(2).position(|w| w == b"\r\n") {
+            if let Some(at) = self.buf[scanned..].windows(2).position(|w| w == b"\r\n").map(|at| at + scanned) {
                 if at > max {
                     return Err(malformed("chunk framing line too long"));
                 }
@@ -363,7 +400,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             if self.buf.len() > max + 1 {
                 return Err(malformed("chunk framing line too long"));
             }
-            self.read_body_bytes().await?;
+            scanned = self.buf.len().saturating_sub(1);
+            self.read_body_bytes(READ_CHUNK, deadline).await?;
         }
     }
 
@@ -396,14 +434,45 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         }
     }
 
+    /// Writes `bytes` in pieces, each within the stall timeout: a client that stops reading
+    /// loses its connection instead of holding it (and its buffers) for ever.
+    async fn write_bounded(&mut self, bytes: &[u8]) -> Result<(), Http1Error> {
+        for piece in bytes.chunks(WRITE_CHUNK) {
+            match timeout(BODY_STALL_TIMEOUT, self.io.write_all(piece)).await {
+                Err(_) => return Err(Http1Error::WriteStalled),
+                Ok(r) => r.map_err(io_error)?,
+            }
+        }
+        Ok(())
+    }
+
     async fn write_raw(&mut self, bytes: &[u8]) -> Result<(), Http1Error> {
-        self.io.write_all(bytes).await.map_err(io_error)?;
-        self.io.flush().await.map_err(io_error)
+        self.write_bounded(bytes).await?;
+        match timeout(BODY_STALL_TIMEOUT, self.io.flush()).await {
+            Err(_) => Err(Http1Error::WriteStalled),
+            Ok(r) => r.map_err(io_error),
+        }
+    }
+
+    /// Reads and drops what the client still sends, for at most [`LINGER`] and 1 MiB.
+    async fn linger(&mut self) {
+        let mut sink = vec![0u8; READ_CHUNK];
+        let mut dropped = 0usize;
+        let until = Instant::now() + LINGER;
+        while dropped < (1 << 20) {
+            match timeout_at(until, self.io.read(&mut sink)).await {
+                Ok(Ok(n)) if n > 0 => dropped += n,
+                _ => break,
+            }
+        }
     }
 
     /// Writes `response`: `Content-Length` when the body's size is known, chunked when not,
     /// no body for HEAD, 1xx, 204 and 304.
-    async fn write_response(&mut self, response: Response, is_head: bool, close: bool) -> Result<(), Http1Error> {
+    async fn write_response(&mut self, response: Response, is_head: bool, close: bool, version: Version) -> Result<(), Http1Error> {
+        // HTTP/1.0 has no chunked coding: a body of unknown length ends where the connection
+        // does (and every HTTP/1.0 connection closes after its answer).
+        let close = close || version == Version::HTTP_10;
         let (parts, mut body) = response.into_parts();
         let status = parts.status;
         let bodiless_status = status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
@@ -413,13 +482,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         // A HEAD answer repeats the length GET would have: the router already dropped
         // the body and left that length in the fields.
         write_fields(&mut out, &parts.headers, is_head);
-        let chunked = !bodiless_status && exact.is_none();
+        let chunked = !bodiless_status && exact.is_none() && version != Version::HTTP_10;
         if !bodiless_status && !is_head {
             match exact {
                 Some(n) => {
                     let _ = write!(out, "content-length: {n}\r\n");
                 }
-                None => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+                None if chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+                None => {}
             }
         }
         if close {
@@ -431,7 +501,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         }
         let coalesce = exact.is_some_and(|n| n as usize <= COALESCE_BYTES);
         if !coalesce {
-            self.io.write_all(&out).await.map_err(io_error)?;
+            self.write_bounded(&out).await?;
             out = Vec::new();
         }
         let mut written: u64 = 0;
@@ -450,11 +520,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             } else if chunked {
                 let mut size = Vec::with_capacity(18);
                 let _ = write!(size, "{:x}\r\n", data.len());
-                self.io.write_all(&size).await.map_err(io_error)?;
-                self.io.write_all(&data).await.map_err(io_error)?;
-                self.io.write_all(b"\r\n").await.map_err(io_error)?;
+                self.write_bounded(&size).await?;
+                self.write_bounded(&data).await?;
+                self.write_bounded(b"\r\n").await?;
             } else {
-                self.io.write_all(&data).await.map_err(io_error)?;
+                self.write_bounded(&data).await?;
             }
         }
         if exact.is_some_and(|n| written != n) {
@@ -539,9 +609,12 @@ fn framing(headers: &HeaderMap, version: Version) -> Result<Framing, Http1Error>
         codings.extend(value.split(',').map(|c| c.trim().to_ascii_lowercase()).filter(|c| !c.is_empty()));
     }
     let lengths = headers.get_all(header::CONTENT_LENGTH).iter().count();
-    if !codings.is_empty() {
+    if headers.contains_key(header::TRANSFER_ENCODING) {
         if lengths > 0 {
             return Err(malformed("both Content-Length and Transfer-Encoding"));
+        }
+        if codings.is_empty() {
+            return Err(malformed("an empty Transfer-Encoding"));
         }
         if version == Version::HTTP_10 {
             return Err(malformed("Transfer-Encoding in an HTTP/1.0 request"));
@@ -577,7 +650,13 @@ fn has_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
 
 /// The size of a chunk from its line (`1a3f;name=value`).
 fn parse_chunk_size(line: &[u8]) -> Result<u64, Http1Error> {
-    let digits = line.split(|b| *b == b';').next().unwrap_or_default().trim_ascii_end();
+    // Only SP and HTAB may stand between the size and its extensions, and no control
+    // character anywhere: a bare CR or LF is how two parsers come to disagree on framing.
+    if line.iter().any(|b| b.is_ascii_control() && *b != b'\t') {
+        return Err(malformed("control character in a chunk size line"));
+    }
+    let size = line.split(|b| *b == b';').next().unwrap_or_default();
+    let digits = &size[..size.iter().rposition(|b| *b != b' ' && *b != b'\t').map_or(0, |i| i + 1)];
     if digits.is_empty() || digits.len() > 15 || !digits.iter().all(u8::is_ascii_hexdigit) {
         return Err(malformed("invalid chunk size"));
     }

@@ -46,6 +46,7 @@ fn router(seen: Arc<Seen>) -> Router {
             }),
         )
         .route("/hello", get(|| async { "hello" }))
+        .route("/big", get(|| async { vec![b'x'; 4 << 20] }))
         .route("/nothing", get(|| async { axum::http::StatusCode::NO_CONTENT }))
         .route("/stream", get(|| async { Body::new(Pieces(VecDeque::from(["first,", "second"]))) }))
         .route(
@@ -73,10 +74,15 @@ impl HttpBody for Pieces {
 }
 
 fn start(seen: Arc<Seen>) -> DuplexStream {
-    let (client, server) = tokio::io::duplex(1 << 20);
+    start_with_buffer(seen, 1 << 20).0
+}
+
+/// The client's end and the server's task, over a pipe of `buffer` bytes each way.
+fn start_with_buffer(seen: Arc<Seen>, buffer: usize) -> (DuplexStream, tokio::task::JoinHandle<()>) {
+    let (client, server) = tokio::io::duplex(buffer);
     let remote: SocketAddr = "192.0.2.7:40000".parse().expect("addr");
-    tokio::spawn(serve_connection(server, remote, Peer::Anonymous, router(seen)));
-    client
+    let task = tokio::spawn(serve_connection(server, remote, Peer::Anonymous, router(seen)));
+    (client, task)
 }
 
 /// Reads until the server closes; everything it sent.
@@ -325,4 +331,73 @@ async fn truncated_body_never_reaches_the_handler() {
     let all = read_to_close(&mut c).await;
     assert_eq!(all, "", "nobody left to answer");
     assert_eq!(seen.calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn empty_transfer_encoding_beside_content_length_is_refused_as_smuggling() {
+    let seen = Arc::new(Seen::default());
+    let mut c = start(seen.clone());
+    c.write_all(b"POST /echo HTTP/1.1\r\nHost: c\r\nTransfer-Encoding: ,\r\nContent-Length: 5\r\n\r\nhello").await.expect("write");
+    let all = read_to_close(&mut c).await;
+    assert!(all.starts_with("HTTP/1.1 400 ") && all.contains("both Content-Length and Transfer-Encoding"), "{all}");
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn bare_cr_in_a_chunk_size_line_is_refused() {
+    let mut c = start(Arc::new(Seen::default()));
+    c.write_all(b"POST /echo HTTP/1.1\r\nHost: c\r\nTransfer-Encoding: chunked\r\n\r\n5\r\r\nhello\r\n0\r\n\r\n").await.expect("write");
+    let all = read_to_close(&mut c).await;
+    assert!(all.starts_with("HTTP/1.1 400 ") && all.contains("control character"), "{all}");
+}
+
+#[tokio::test]
+async fn chunked_body_over_the_limit_is_413() {
+    let seen = Arc::new(Seen::default());
+    let mut c = start(seen.clone());
+    let chunk = vec![b'x'; 64 * 1024];
+    let mut req = b"POST /echo HTTP/1.1\r\nHost: c\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for _ in 0..(drover_coordinator::api::MAX_BODY_BYTES / chunk.len() + 1) {
+        req.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        req.extend_from_slice(&chunk);
+        req.extend_from_slice(b"\r\n");
+    }
+    req.extend_from_slice(b"0\r\n\r\n");
+    c.write_all(&req).await.expect("write");
+    let (code, _, _) = read_response(&mut c).await;
+    assert_eq!(code, 413);
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn head_over_the_body_limit_gets_a_413_without_a_body_and_the_connection_stays_in_step() {
+    let mut c = start(Arc::new(Seen::default()));
+    let big = drover_coordinator::api::MAX_BODY_BYTES + 10;
+    let mut req = format!("HEAD /hello HTTP/1.1\r\nHost: c\r\nContent-Length: {big}\r\n\r\n").into_bytes();
+    req.resize(req.len() + big, b'x');
+    req.extend_from_slice(b"GET /hello HTTP/1.1\r\nHost: c\r\nConnection: close\r\n\r\n");
+    c.write_all(&req).await.expect("write");
+    let all = read_to_close(&mut c).await;
+    let answers: Vec<&str> = all.split("HTTP/1.1 ").filter(|s| !s.is_empty()).collect();
+    assert_eq!(answers.len(), 2, "{all}");
+    assert!(answers[0].starts_with("413 ") && answers[0].ends_with("\r\n\r\n"), "no body after a HEAD's 413: {all}");
+    assert!(answers[1].starts_with("200 ") && answers[1].ends_with("hello"), "{all}");
+}
+
+#[tokio::test]
+async fn http_1_0_is_answered_and_closed() {
+    let mut c = start(Arc::new(Seen::default()));
+    c.write_all(b"GET /hello HTTP/1.0\r\n\r\n").await.expect("write");
+    let all = read_to_close(&mut c).await;
+    assert!(all.starts_with("HTTP/1.1 200 ") && all.contains("connection: close") && all.ends_with("hello"), "{all}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn client_that_stops_reading_loses_its_connection() {
+    let (mut c, task) = start_with_buffer(Arc::new(Seen::default()), 16 * 1024);
+    c.write_all(b"GET /big HTTP/1.1\r\nHost: c\r\n\r\n").await.expect("write");
+    // Never read: the 4 MiB answer fills the pipe, the write stalls, and (paused time
+    // advancing while all is idle) the stall timeout ends the connection.
+    tokio::time::timeout(Duration::from_secs(300), task).await.expect("the connection ends").expect("no panic");
+    drop(c);
 }
