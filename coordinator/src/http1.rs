@@ -471,8 +471,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     /// no body for HEAD, 1xx, 204 and 304.
     async fn write_response(&mut self, response: Response, is_head: bool, close: bool, version: Version) -> Result<(), Http1Error> {
         // HTTP/1.0 has no chunked coding: a body of unknown length ends where the connection
-        // does (and every HTTP/1.0 connection closes after its answer).
-        let close = close || version == Version::HTTP_10;
+        // does (a 1.0 request's head always asks for the close; see `parse_head`).
         let (parts, mut body) = response.into_parts();
         let status = parts.status;
         let bodiless_status = status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;

@@ -85,6 +85,14 @@ fn start_with_buffer(seen: Arc<Seen>, buffer: usize) -> (DuplexStream, tokio::ta
     (client, task)
 }
 
+/// Sends `request` on a new connection and returns everything the server sent until it
+/// closed.
+async fn exchange(request: &[u8]) -> String {
+    let mut c = start(Arc::new(Seen::default()));
+    c.write_all(request).await.expect("write");
+    read_to_close(&mut c).await
+}
+
 /// Reads until the server closes; everything it sent.
 async fn read_to_close(client: &mut DuplexStream) -> String {
     let mut out = Vec::new();
@@ -108,18 +116,20 @@ async fn read_response(client: &mut DuplexStream) -> (u16, String, String) {
                 .map(|h| std::str::from_utf8(h.value).expect("utf8").parse().expect("number"))
                 .unwrap_or(0);
             while buf.len() < n + len {
-                let mut more = [0u8; 4096];
-                let got = client.read(&mut more).await.expect("read");
-                assert!(got > 0, "closed mid-body");
-                buf.extend_from_slice(&more[..got]);
+                read_more(client, &mut buf).await;
             }
             return (code, head, String::from_utf8_lossy(&buf[n..n + len]).into_owned());
         }
-        let mut more = [0u8; 4096];
-        let got = tokio::time::timeout(Duration::from_secs(30), client.read(&mut more)).await.expect("answer").expect("read");
-        assert!(got > 0, "closed before an answer: {:?}", String::from_utf8_lossy(&buf));
-        buf.extend_from_slice(&more[..got]);
+        read_more(client, &mut buf).await;
     }
+}
+
+/// Appends what the server sends next (bounded in time; the server closing is a failure).
+async fn read_more(client: &mut DuplexStream, buf: &mut Vec<u8>) {
+    let mut more = [0u8; 4096];
+    let got = tokio::time::timeout(Duration::from_secs(30), client.read(&mut more)).await.expect("answer").expect("read");
+    assert!(got > 0, "closed before the whole answer: {:?}", String::from_utf8_lossy(buf));
+    buf.extend_from_slice(&more[..got]);
 }
 
 #[tokio::test]
@@ -167,26 +177,20 @@ async fn content_length_with_transfer_encoding_is_refused_as_smuggling() {
 
 #[tokio::test]
 async fn differing_content_lengths_are_refused_as_smuggling() {
-    let mut c = start(Arc::new(Seen::default()));
-    c.write_all(b"POST /echo HTTP/1.1\r\nHost: c\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab").await.expect("write");
-    let all = read_to_close(&mut c).await;
+    let all = exchange(b"POST /echo HTTP/1.1\r\nHost: c\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab").await;
     assert!(all.starts_with("HTTP/1.1 400 "), "{all}");
     assert!(all.contains("differing Content-Length"), "{all}");
 }
 
 #[tokio::test]
 async fn signed_content_length_is_refused() {
-    let mut c = start(Arc::new(Seen::default()));
-    c.write_all(b"POST /echo HTTP/1.1\r\nHost: c\r\nContent-Length: +1\r\n\r\na").await.expect("write");
-    let all = read_to_close(&mut c).await;
+    let all = exchange(b"POST /echo HTTP/1.1\r\nHost: c\r\nContent-Length: +1\r\n\r\na").await;
     assert!(all.starts_with("HTTP/1.1 400 ") && all.contains("invalid Content-Length"), "{all}");
 }
 
 #[tokio::test]
 async fn unknown_transfer_coding_is_a_4xx_naming_it() {
-    let mut c = start(Arc::new(Seen::default()));
-    c.write_all(b"POST /echo HTTP/1.1\r\nHost: c\r\nTransfer-Encoding: gzip, chunked\r\n\r\n").await.expect("write");
-    let all = read_to_close(&mut c).await;
+    let all = exchange(b"POST /echo HTTP/1.1\r\nHost: c\r\nTransfer-Encoding: gzip, chunked\r\n\r\n").await;
     assert!(all.starts_with("HTTP/1.1 400 "), "{all}");
     assert!(all.contains("transfer coding \\\"gzip, chunked\\\" is not supported"), "{all}");
 }
@@ -203,9 +207,7 @@ async fn chunked_body_is_decoded_with_extensions_and_trailers() {
 
 #[tokio::test]
 async fn chunk_longer_than_its_size_is_refused() {
-    let mut c = start(Arc::new(Seen::default()));
-    c.write_all(b"POST /echo HTTP/1.1\r\nHost: c\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhello\r\n0\r\n\r\n").await.expect("write");
-    let all = read_to_close(&mut c).await;
+    let all = exchange(b"POST /echo HTTP/1.1\r\nHost: c\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhello\r\n0\r\n\r\n").await;
     assert!(all.starts_with("HTTP/1.1 400 ") && all.contains("chunk data longer than its size"), "{all}");
 }
 
@@ -220,17 +222,13 @@ async fn oversized_head_is_431() {
 
 #[tokio::test]
 async fn missing_host_is_400() {
-    let mut c = start(Arc::new(Seen::default()));
-    c.write_all(b"GET /hello HTTP/1.1\r\n\r\n").await.expect("write");
-    let all = read_to_close(&mut c).await;
+    let all = exchange(b"GET /hello HTTP/1.1\r\n\r\n").await;
     assert!(all.starts_with("HTTP/1.1 400 ") && all.contains("Host"), "{all}");
 }
 
 #[tokio::test]
 async fn garbage_instead_of_a_request_is_400() {
-    let mut c = start(Arc::new(Seen::default()));
-    c.write_all(b"\x16\x03\x01 not http at all\r\n\r\n").await.expect("write");
-    let all = read_to_close(&mut c).await;
+    let all = exchange(b"\x16\x03\x01 not http at all\r\n\r\n").await;
     assert!(all.starts_with("HTTP/1.1 400 "), "{all}");
     assert!(all.contains("\"code\":\"bad_request\""), "the API's error shape: {all}");
 }
@@ -345,9 +343,7 @@ async fn empty_transfer_encoding_beside_content_length_is_refused_as_smuggling()
 
 #[tokio::test]
 async fn bare_cr_in_a_chunk_size_line_is_refused() {
-    let mut c = start(Arc::new(Seen::default()));
-    c.write_all(b"POST /echo HTTP/1.1\r\nHost: c\r\nTransfer-Encoding: chunked\r\n\r\n5\r\r\nhello\r\n0\r\n\r\n").await.expect("write");
-    let all = read_to_close(&mut c).await;
+    let all = exchange(b"POST /echo HTTP/1.1\r\nHost: c\r\nTransfer-Encoding: chunked\r\n\r\n5\r\r\nhello\r\n0\r\n\r\n").await;
     assert!(all.starts_with("HTTP/1.1 400 ") && all.contains("control character"), "{all}");
 }
 
@@ -386,9 +382,7 @@ async fn head_over_the_body_limit_gets_a_413_without_a_body_and_the_connection_s
 
 #[tokio::test]
 async fn http_1_0_is_answered_and_closed() {
-    let mut c = start(Arc::new(Seen::default()));
-    c.write_all(b"GET /hello HTTP/1.0\r\n\r\n").await.expect("write");
-    let all = read_to_close(&mut c).await;
+    let all = exchange(b"GET /hello HTTP/1.0\r\n\r\n").await;
     assert!(all.starts_with("HTTP/1.1 200 ") && all.contains("connection: close") && all.ends_with("hello"), "{all}");
 }
 
