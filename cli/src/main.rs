@@ -2,7 +2,7 @@
 //! the operator side against a coordinator: kubectl-like reads (`get hosts|rollouts|jobs|tasks|
 //! events`, `describe host|rollout|job`, `events --follow`, `explain host`, `--watch` live
 //! rollout progress), each with `-o table|wide|json`, and the actions (enroll, host, rollout,
-//! decommission, maintenance, job, plan --from-coordinator).
+//! decommission, maintenance, job, plan --from-coordinator, site).
 //!
 //! Where the coordinator is and which operator credentials to present come from flags, then
 //! `DROVER_*` variables, then the config file (`--config`, `$DROVER_CONFIG`, or
@@ -36,6 +36,8 @@ mod plan;
 mod release;
 mod rollout;
 mod sign_cmd;
+mod site;
+mod site_items;
 mod trust;
 mod verify;
 mod watch;
@@ -84,6 +86,9 @@ enum Command {
     /// Show jobs (get, describe) or act on one: retry, resume, rerun, restart-clean, cancel,
     /// adopt, mark-manual (admin).
     Job(Box<job::JobArgs>),
+    /// MAAS sites: create, list, get, update, credentials, probe, preflight, disable, enable;
+    /// RoCE assignments, BMC credential overrides and profiles.
+    Site(Box<site::SiteArgs>),
     /// The local demo (NOT for production): a coordinator and sandboxed agents on loopback,
     /// a signed release rolled out in waves, a soft reset; serves until Ctrl-C.
     Dev(Box<dev::DevArgs>),
@@ -115,6 +120,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Decommission(args) => decommission::run(&args),
         Command::Maintenance(args) => maintenance::run(&args),
         Command::Job(args) => job::run(&args),
+        Command::Site(args) => site::run(&args),
         Command::Dev(args) => dev::run(&args),
         Command::Get(args) => get::run(&args),
         Command::Describe(args) => describe::run(&args),

@@ -88,6 +88,22 @@ impl CoordinatorClient {
         decode(&url, &body)
     }
 
+    /// `method path` with an optional JSON body (PATCH, DELETE, …), the answer decoded from JSON.
+    pub async fn request_json<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<T, ClientError> {
+        let bytes = body
+            .map(serde_json::to_vec)
+            .transpose()
+            .map_err(|e| ClientError::Setup { message: format!("cannot encode request: {e}") })?;
+        let (url, resp) = self.send(method, path, bytes).await?;
+        let body = read_ok(&url, resp).await?;
+        decode(&url, &body)
+    }
+
     /// `POST path` with a JSON body, for routes that answer a bare status (204): `Ok` on any
     /// 2xx (the body is read, bounded, and ignored); any other status is the error it carries
     /// ([`ClientError::Api`] or [`ClientError::Http`] with the status).

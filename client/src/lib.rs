@@ -29,6 +29,8 @@ pub mod tls;
 
 /// The rustls this crate's API speaks (certificates, keys, the client configuration).
 pub use rustls;
+/// HTTP methods for [`CoordinatorClient::request_json`].
+pub use reqwest::Method;
 
 pub use coordinator::{CONNECT_TIMEOUT, CoordinatorClient, MAX_ERROR_BODY_BYTES, MAX_RESPONSE_BYTES, REQUEST_TIMEOUT};
 pub use error::{ClientError, ConnectFailure, error_chain, error_from_body, printable};

@@ -123,6 +123,10 @@ pub struct AppState {
     pub metrics: crate::metrics::Metrics,
     /// Wakes the rollout executor.
     pub executor: crate::executor::Trigger,
+    /// Where MAAS sites' secrets live; read at use time, never cached.
+    pub secrets: Arc<dyn crate::secrets::SecretStore>,
+    /// How the coordinator reaches a site's MAAS.
+    pub maas: Arc<dyn crate::sites::probe::MaasProbe>,
 }
 
 /// Why the CRL could not be refreshed.

@@ -25,6 +25,22 @@
 //! confirm_window_secs = 120    # an agent confirms a switch within this (intent field)
 //! confirm_deadline_secs = 1800 # a host still Activating this long after dispatch is Reverted
 //! retention_secs = 604800      # finished rollouts are Pruned after this
+//!
+//! [secrets]                    # where MAAS tokens and power credentials live (the store keeps paths)
+//! backend = "file"             # "file" (0600 files, one coordinator) | "vault" (KV v2)
+//! dir = "/var/lib/drover-coordinator/secrets"  # file backend; default <state_dir>/secrets
+//!
+//! [secrets.vault]              # backend = "vault"
+//! addr = "https://vault.example:8200"
+//! ca_file = "/etc/drover/vault-ca.pem"  # required with https://
+//! mount = "secret"             # the KV v2 mount
+//! prefix = "drover"            # secrets live at <mount>/data/<prefix>/<path>
+//! token_file = "/run/drover/vault-token"  # read at each call; or the AppRole pair:
+//! # approle_role_id_file = "/etc/drover/vault-role-id"
+//! # approle_secret_id_file = "/etc/drover/vault-secret-id"
+//! timeout_secs = 10            # total, per call
+//! connect_timeout_secs = 10
+//! allow_insecure_http = false  # true allows an http:// addr (test servers only)
 //! ```
 
 use std::net::SocketAddr;
@@ -216,6 +232,80 @@ impl Default for JobsConfig {
     }
 }
 
+/// Which secret backend the coordinator uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SecretsBackend {
+    /// One 0600 JSON file per secret under `secrets.dir` (a single coordinator).
+    #[default]
+    File,
+    /// HashiCorp Vault / OpenBao KV v2 (`[secrets.vault]`).
+    Vault,
+}
+
+/// `[secrets]`: where MAAS API tokens, power credentials and deploy passwords live. The store
+/// keeps their paths only; values are read at use time.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretsConfig {
+    /// `file` (the default) or `vault`.
+    #[serde(default)]
+    pub backend: SecretsBackend,
+    /// The file backend's root (default `<state_dir>/secrets`; created 0700).
+    #[serde(default)]
+    pub dir: Option<PathBuf>,
+    /// The Vault backend's settings (required with `backend = "vault"`).
+    #[serde(default)]
+    pub vault: Option<VaultConfig>,
+}
+
+/// `[secrets.vault]`: a Vault or OpenBao server with a KV v2 mount.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VaultConfig {
+    /// `https://HOST[:PORT]` (`http://` only with `allow_insecure_http`).
+    pub addr: String,
+    /// The KV v2 mount (default `secret`).
+    #[serde(default = "default_vault_mount")]
+    pub mount: String,
+    /// The folder under the mount Drover's secrets live in (default `drover`; may be empty).
+    #[serde(default = "default_vault_prefix")]
+    pub prefix: String,
+    /// The CA (PEM) the server's certificate chains to; required with `https://`.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// A file holding a Vault token, read at every call (so a renewed token is picked up).
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// AppRole: the file holding the role id.
+    #[serde(default)]
+    pub approle_role_id_file: Option<PathBuf>,
+    /// AppRole: the file holding the secret id.
+    #[serde(default)]
+    pub approle_secret_id_file: Option<PathBuf>,
+    /// The longest one call may take, in seconds.
+    #[serde(default = "default_vault_timeout")]
+    pub timeout_secs: u64,
+    /// The longest connecting may take, in seconds.
+    #[serde(default = "default_vault_timeout")]
+    pub connect_timeout_secs: u64,
+    /// Allows a plain `http://` addr (the token and secrets then travel unencrypted).
+    #[serde(default)]
+    pub allow_insecure_http: bool,
+}
+
+fn default_vault_mount() -> String {
+    "secret".to_owned()
+}
+
+fn default_vault_prefix() -> String {
+    "drover".to_owned()
+}
+
+fn default_vault_timeout() -> u64 {
+    10
+}
+
 fn default_job_attempts() -> u32 {
     3
 }
@@ -312,6 +402,9 @@ pub struct Config {
     /// How often `releases_dir` is polled.
     #[serde(default = "default_releases_poll")]
     pub releases_poll_secs: u64,
+    /// Where secrets live.
+    #[serde(default)]
+    pub secrets: SecretsConfig,
 }
 
 impl Config {
@@ -405,6 +498,17 @@ impl Config {
         if !(1..=3600).contains(&config.releases_poll_secs) {
             return Err(invalid("releases_poll_secs", "must be between 1 and 3600 seconds".to_owned()));
         }
+        let secrets = &config.secrets;
+        if secrets.dir.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
+            return Err(invalid("secrets.dir", "must not be empty".to_owned()));
+        }
+        match (&secrets.backend, &secrets.vault) {
+            (SecretsBackend::Vault, None) => {
+                return Err(invalid("secrets.vault", "required when secrets.backend = \"vault\"".to_owned()));
+            }
+            (_, Some(vault)) => crate::secrets::vault::validate(vault).map_err(|(key, message)| invalid(key, message))?,
+            (SecretsBackend::File, None) => {}
+        }
         Ok(config)
     }
 }
@@ -473,5 +577,28 @@ token_ttl_secs = 3600
         assert_eq!((c.rollouts.interval_secs, c.rollouts.debounce_ms), (30, 500));
         let e = err("listen = ");
         assert!(e.starts_with("coordinator.toml: "), "{e}");
+    }
+
+    #[test]
+    fn secrets_default_to_files_and_vault_is_checked_naming_the_key() {
+        let c = Config::parse(Path::new("coordinator.toml"), GOOD).expect("valid");
+        assert_eq!(c.secrets, SecretsConfig::default());
+        assert_eq!(c.secrets.backend, SecretsBackend::File);
+        let vault = "[secrets]\nbackend = \"vault\"\n[secrets.vault]\naddr = \"https://vault.example:8200\"\nca_file = \"/etc/ca.pem\"\ntoken_file = \"/run/token\"\n";
+        let c = Config::parse(Path::new("coordinator.toml"), &format!("{GOOD}\n{vault}")).expect("valid");
+        let v = c.secrets.vault.expect("vault");
+        assert_eq!((v.mount.as_str(), v.prefix.as_str(), v.timeout_secs, v.allow_insecure_http), ("secret", "drover", 10, false));
+        let e = err(&format!("{GOOD}\n[secrets]\nbackend = \"vault\"\n"));
+        assert!(e.contains("key `secrets.vault`"), "{e}");
+        let e = err(&format!("{GOOD}\n{}", vault.replace("https://", "http://")));
+        assert!(e.contains("key `secrets.vault.addr`") && e.contains("allow_insecure_http"), "{e}");
+        let e = err(&format!("{GOOD}\n{}", vault.replace("token_file", "approle_role_id_file")));
+        assert!(e.contains("key `secrets.vault.approle_secret_id_file`"), "{e}");
+        let e = err(&format!("{GOOD}\n{vault}prefix = \"../up\"\n"));
+        assert!(e.contains("key `secrets.vault.prefix`"), "{e}");
+        let e = err(&format!("{GOOD}\n{vault}token = \"s.x\"\n"));
+        assert!(e.contains("key `secrets.vault") && e.contains("token"), "{e}");
+        let e = err(&format!("{GOOD}\n[secrets]\nbackend = \"s3\"\n"));
+        assert!(e.contains("key `secrets.backend`"), "{e}");
     }
 }

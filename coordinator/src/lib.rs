@@ -12,6 +12,7 @@
 //! - [`state_dir`]: the state directory's files (CA, server credential, director key), `init` and `open`.
 //! - [`releases_dir`]: polling `releases_dir` and publishing what appears there.
 //! - [`run`]: starting it all: state dir, store, TLS, listener.
+//! - [`sites`]: MAAS sites: validation, credential selection, the MAAS probe and the workflow preflight.
 //! - [`server`]: the listener: TLS handshake, identity per connection, HTTP/1.1 and HTTP/2.
 //! - [`store`]: the `Store` trait, its SQLite backend and the backend conformance suite.
 //! - [`tls`]: TLS 1.3 only, optional client certificates checked against the CA and CRL.
@@ -34,7 +35,9 @@ pub mod metrics;
 pub mod pki;
 pub mod releases_dir;
 pub mod run;
+pub mod secrets;
 pub mod server;
+pub mod sites;
 pub mod state_dir;
 pub mod store;
 pub mod tls;

@@ -46,6 +46,12 @@ pub enum StartError {
     /// The CRL could not be built.
     #[error(transparent)]
     Crl(#[from] CrlError),
+    /// The secret store could not be set up (`[secrets]`).
+    #[error("secrets: {message}")]
+    Secrets {
+        /// Why (never a secret).
+        message: String,
+    },
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -117,6 +123,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, Sta
 pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Clock>) -> Result<Running, StartError> {
     let state = StateDir::open(&config.state_dir)?;
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(state.db_path())?);
+    let secrets = crate::secrets::from_config(&config).map_err(|e| StartError::Secrets { message: e.to_string() })?;
     let trust_json = read(&config.trust_file)?;
     let trust = drover_proto::trust::TrustRoots::from_json(&trust_json)
         .map_err(|e| StartError::Trust { path: config.trust_file.display().to_string(), message: e.to_string() })?;
@@ -144,6 +151,8 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
         pending_checkins: Default::default(),
         metrics: Default::default(),
         executor: Default::default(),
+        secrets,
+        maas: Arc::new(crate::sites::probe::LiveProbe),
     });
     // Revocations made before this start must bind from the first handshake.
     app.refresh_crl().await?;

@@ -165,6 +165,7 @@ impl Harness {
             hosts: HostsConfig::default(),
             rollouts: RolloutsConfig::default(),
             jobs: Default::default(),
+            secrets: Default::default(),
         };
         tweak(dir.path(), &mut config);
         drop(state);

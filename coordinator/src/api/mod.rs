@@ -10,6 +10,8 @@ pub mod maintenance;
 pub mod operator;
 pub mod releases;
 pub mod rollouts;
+pub mod site_items;
+pub mod sites;
 pub mod tasks;
 
 use std::sync::Arc;
@@ -73,6 +75,20 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/v1/maintenance/{id}", get(maintenance::get))
         .route("/v1/tasks", get(tasks::list))
         .route("/v1/tasks/{id}", get(tasks::get))
+        .route("/v1/maas/sites", post(sites::create).get(sites::list))
+        .route("/v1/maas/sites/{site}", get(sites::get).patch(sites::patch).delete(sites::delete))
+        .route("/v1/maas/sites/{site}/disable", post(sites::disable))
+        .route("/v1/maas/sites/{site}/enable", post(sites::enable))
+        .route("/v1/maas/sites/{site}/credentials", post(sites::credentials))
+        .route("/v1/maas/sites/{site}/probe", post(sites::probe))
+        .route("/v1/maas/sites/{site}/preflight", post(sites::run_preflight))
+        .route("/v1/maas/sites/{site}/profiles", get(site_items::list_profiles).post(site_items::create_profile))
+        .route("/v1/maas/sites/{site}/profiles/{profile}", get(site_items::get_profile).patch(site_items::patch_profile))
+        .route("/v1/maas/sites/{site}/overrides", get(site_items::list_overrides).post(site_items::create_override))
+        .route("/v1/maas/sites/{site}/overrides/{id}", axum::routing::delete(site_items::delete_override))
+        .route("/v1/maas/sites/{site}/overrides/{id}/credentials", post(site_items::override_credentials))
+        .route("/v1/maas/sites/{site}/roce-assignments", get(site_items::list_roce).post(site_items::upsert_roce))
+        .route("/v1/maas/sites/{site}/roce-assignments/{id}", axum::routing::delete(site_items::delete_roce))
         .route(RELEASES_PATH, post(releases::publish).layer(axum::extract::DefaultBodyLimit::max(releases::MAX_RELEASE_BODY_BYTES)))
         .fallback(error::no_such_route)
         .method_not_allowed_fallback(error::wrong_method)

@@ -19,6 +19,7 @@ pub mod conformance;
 pub mod erase;
 pub mod plans;
 pub mod records;
+pub mod site_records;
 pub mod sqlite;
 
 use std::sync::Arc;
@@ -33,6 +34,7 @@ use uuid::Uuid;
 
 pub use plans::*;
 pub use records::*;
+pub use site_records::*;
 pub use sqlite::SqliteStore;
 
 /// Everything a store operation can refuse or fail with.
@@ -385,6 +387,48 @@ pub trait Store: Send + Sync {
     fn get_maintenance(&self, request_id: Uuid) -> Result<Option<MaintenanceRecord>, StoreError>;
     /// Every maintenance request, oldest first.
     fn list_maintenance(&self) -> Result<Vec<MaintenanceRecord>, StoreError>;
+
+    // ---- MAAS sites (bare-metal-lifecycle.md §3) -----------------------------------------
+    //
+    // Every write is one transaction with its `ChangeLog` (event and audit record); a refusal
+    // writes nothing. None of these rows holds a secret value, only secret-store paths.
+
+    /// Creates a site and its default profile (`site.default_profile_id` = `profile.id`).
+    /// `Conflict` when the name is taken.
+    fn create_site(&self, site: &Site, profile: &Profile, log: &ChangeLog) -> Result<Site, StoreError>;
+    /// One site.
+    fn get_site(&self, id: Uuid) -> Result<Option<Site>, StoreError>;
+    /// The site with this name.
+    fn get_site_by_name(&self, name: &str) -> Result<Option<Site>, StoreError>;
+    /// Every site, by name.
+    fn list_sites(&self) -> Result<Vec<Site>, StoreError>;
+    /// Replaces a site's row if its revision is still `expected_revision` (`StaleState`
+    /// otherwise); the stored revision becomes `expected_revision + 1`. `Conflict` on a name
+    /// taken by another site; `NotFound` for an unknown id; `Invalid` when the default
+    /// profile is not one of the site's.
+    fn update_site(&self, site: &Site, expected_revision: u64, log: &ChangeLog) -> Result<Site, StoreError>;
+    /// Adds a profile to an existing site (`NotFound`); `Conflict` on a name taken in the site.
+    fn create_profile(&self, profile: &Profile, log: &ChangeLog) -> Result<Profile, StoreError>;
+    /// One profile.
+    fn get_profile(&self, id: Uuid) -> Result<Option<Profile>, StoreError>;
+    /// A site's profiles, by name.
+    fn list_profiles(&self, site_id: Uuid) -> Result<Vec<Profile>, StoreError>;
+    /// Replaces a profile's row under compare-and-set on its revision, like [`Store::update_site`].
+    fn update_profile(&self, profile: &Profile, expected_revision: u64, log: &ChangeLog) -> Result<Profile, StoreError>;
+    /// Adds a power-credential override to an existing site; `Conflict` when the site already
+    /// has one for the same selector type and value.
+    fn create_override(&self, o: &PowerOverride, log: &ChangeLog) -> Result<PowerOverride, StoreError>;
+    /// A site's overrides, in selection order (type, then value).
+    fn list_overrides(&self, site_id: Uuid) -> Result<Vec<PowerOverride>, StoreError>;
+    /// Removes one of a site's overrides and returns it; `NotFound` if it is not the site's.
+    fn delete_override(&self, site_id: Uuid, id: Uuid, log: &ChangeLog) -> Result<PowerOverride, StoreError>;
+    /// Inserts or updates RoCE assignments keyed by `(site, hostname, interface)`, all or
+    /// nothing. `NotFound` for an unknown site.
+    fn upsert_roce(&self, site_id: Uuid, items: &[NewRoce], at: Time, log: &ChangeLog) -> Result<RoceUpsert, StoreError>;
+    /// A site's assignments by hostname then interface, optionally of one host.
+    fn list_roce(&self, site_id: Uuid, hostname: Option<&str>) -> Result<Vec<RoceAssignment>, StoreError>;
+    /// Removes one of a site's assignments and returns it; `NotFound` if it is not the site's.
+    fn delete_roce(&self, site_id: Uuid, id: Uuid, log: &ChangeLog) -> Result<RoceAssignment, StoreError>;
 
     // ---- events and audit --------------------------------------------------------------
 

@@ -20,11 +20,13 @@
 //! - [`jobs`]: job steps as one transaction, checked job creation, maintenance requests,
 //!   which jobs hold their hosts.
 //! - [`log`]: events, audit, and calls through [`super::blocking`].
+//! - [`sites`]: MAAS sites, profiles, power-credential overrides, RoCE assignments.
 
 pub mod hosts;
 pub mod jobs;
 pub mod log;
 pub mod releases;
+pub mod sites;
 pub mod work;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -36,6 +38,7 @@ pub use hosts::*;
 pub use jobs::*;
 pub use log::*;
 pub use releases::*;
+pub use sites::*;
 pub use work::*;
 
 use super::{EventFilter, Host, NewEvent, NewHost, Store};
@@ -110,6 +113,12 @@ macro_rules! __drover_store_checks {
             events_filter_and_page_stable,
             audit_append_filter_page,
             blocking_runs_off_the_runtime_thread,
+            site_create_get_list_with_default_profile,
+            site_name_unique,
+            site_update_compare_and_set,
+            profile_names_unique_per_site,
+            overrides_unique_ordered_and_scoped,
+            roce_upsert_keys_and_scoping,
         }
     };
 }

@@ -12,13 +12,15 @@
 //!
 //! Private submodules hold the SQL by concern: `hosts` (hosts, tokens, certificates),
 //! `releases` (releases, manifests, rollouts, per-host rollout state), `work` (intents, tasks),
-//! `jobs` (jobs, job steps, maintenance requests), `log` (events, audit).
+//! `jobs` (jobs, job steps, maintenance requests), `log` (events, audit), `sites` (MAAS sites,
+//! profiles, power-credential overrides, RoCE assignments).
 
 mod hosts;
 mod jobs;
 mod log;
 mod plans;
 mod releases;
+mod sites;
 mod work;
 
 use std::any::Any;
@@ -44,10 +46,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/0001_init.sql")),
     (2, include_str!("../migrations/0002_rollout_engine.sql")),
     (3, include_str!("../migrations/0003_maintenance.sql")),
+    (4, include_str!("../migrations/0004_maas_sites.sql")),
 ];
 
 /// The schema version this build writes; a file with a higher one is refused.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// How long a connection waits for another process's lock before failing: only a second
 /// process on the same file (an operator's `sqlite3` shell, a backup) ever holds one.
@@ -459,6 +462,52 @@ impl Store for SqliteStore {
     }
     fn list_maintenance(&self) -> Result<Vec<MaintenanceRecord>, StoreError> {
         self.read(|c| jobs::list_maintenance(c))
+    }
+
+    fn create_site(&self, site: &Site, profile: &Profile, log: &ChangeLog) -> Result<Site, StoreError> {
+        self.write(|tx| sites::create_site(tx, site, profile, log))
+    }
+    fn get_site(&self, id: Uuid) -> Result<Option<Site>, StoreError> {
+        self.read(|c| sites::get_site(c, id))
+    }
+    fn get_site_by_name(&self, name: &str) -> Result<Option<Site>, StoreError> {
+        self.read(|c| sites::get_site_by_name(c, name))
+    }
+    fn list_sites(&self) -> Result<Vec<Site>, StoreError> {
+        self.read(|c| sites::list_sites(c))
+    }
+    fn update_site(&self, site: &Site, expected_revision: u64, log: &ChangeLog) -> Result<Site, StoreError> {
+        self.write(|tx| sites::update_site(tx, site, expected_revision, log))
+    }
+    fn create_profile(&self, profile: &Profile, log: &ChangeLog) -> Result<Profile, StoreError> {
+        self.write(|tx| sites::create_profile(tx, profile, log))
+    }
+    fn get_profile(&self, id: Uuid) -> Result<Option<Profile>, StoreError> {
+        self.read(|c| sites::get_profile(c, id))
+    }
+    fn list_profiles(&self, site_id: Uuid) -> Result<Vec<Profile>, StoreError> {
+        self.read(|c| sites::list_profiles(c, site_id))
+    }
+    fn update_profile(&self, profile: &Profile, expected_revision: u64, log: &ChangeLog) -> Result<Profile, StoreError> {
+        self.write(|tx| sites::update_profile(tx, profile, expected_revision, log))
+    }
+    fn create_override(&self, o: &PowerOverride, log: &ChangeLog) -> Result<PowerOverride, StoreError> {
+        self.write(|tx| sites::create_override(tx, o, log))
+    }
+    fn list_overrides(&self, site_id: Uuid) -> Result<Vec<PowerOverride>, StoreError> {
+        self.read(|c| sites::list_overrides(c, site_id))
+    }
+    fn delete_override(&self, site_id: Uuid, id: Uuid, log: &ChangeLog) -> Result<PowerOverride, StoreError> {
+        self.write(|tx| sites::delete_override(tx, site_id, id, log))
+    }
+    fn upsert_roce(&self, site_id: Uuid, items: &[NewRoce], at: Time, log: &ChangeLog) -> Result<RoceUpsert, StoreError> {
+        self.write(|tx| sites::upsert_roce(tx, site_id, items, at, log))
+    }
+    fn list_roce(&self, site_id: Uuid, hostname: Option<&str>) -> Result<Vec<RoceAssignment>, StoreError> {
+        self.read(|c| sites::list_roce(c, site_id, hostname))
+    }
+    fn delete_roce(&self, site_id: Uuid, id: Uuid, log: &ChangeLog) -> Result<RoceAssignment, StoreError> {
+        self.write(|tx| sites::delete_roce(tx, site_id, id, log))
     }
 
     fn append_event(&self, event: &NewEvent) -> Result<i64, StoreError> {

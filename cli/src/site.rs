@@ -1,0 +1,435 @@
+//! `drover site`: MAAS sites on the coordinator (`/v1/maas/sites…`).
+//!
+//! - `create NAME --region R --maas-url URL --pxe-iface I --pxe-vlan N --node-pxe-iface I …`
+//!   (admin): the site and its default profile; prints `SITE_ID NAME STATUS`.
+//! - `list`, `get SITE` (viewer): a table, or `-o json`. `SITE` is a name or an id everywhere.
+//! - `update SITE [--name …] [--maas-url …] [--default-profile P] …` (admin).
+//! - `credentials SITE [--api-token-file F] [--power-user U --power-pass-file F]
+//!   [--deploy-password-file F]` (admin): secrets are read from files (`-` is stdin), never
+//!   from the command line, where `ps` and shell history would keep them. The coordinator
+//!   first checks a new token against MAAS: a refused token or an unreachable MAAS is a 422
+//!   (exit 65) and nothing is written.
+//! - `probe SITE` (admin): MAAS's version and rack controllers; exit 69 when MAAS cannot be
+//!   reached, 65 when the site's configuration or token is at fault.
+//! - `preflight SITE [--profile P]` (admin): the check a workflow runs before it starts.
+//! - `disable SITE`, `enable SITE` (admin).
+//! - `roce …`, `override …`, `profile …`: see [`crate::site_items`].
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use drover_client::Method;
+use serde_json::{Map, Value, json};
+
+use crate::client::Session;
+use crate::exit::{CliError, codes};
+use crate::job::clean;
+use crate::output::{self, OutputArgs};
+use crate::site_items::{OverrideArgs, ProfileArgs, RoceArgs};
+
+/// Arguments of `drover site`.
+#[derive(Args)]
+pub struct SiteArgs {
+    #[command(subcommand)]
+    command: SiteCommand,
+}
+
+#[derive(Subcommand)]
+enum SiteCommand {
+    /// Create a site (a MAAS region) and its default profile (admin).
+    Create(Box<CreateArgs>),
+    /// List sites (viewer).
+    List(ListArgs),
+    /// Show one site (viewer).
+    Get(OneArgs),
+    /// Change a site's fields or default profile (admin).
+    Update(Box<UpdateArgs>),
+    /// Write a site's secrets: MAAS API token, default BMC credentials, deploy password (admin).
+    Credentials(Box<CredentialsArgs>),
+    /// Check MAAS is reachable and the token valid; show its version and rack controllers (admin).
+    Probe(OneArgs),
+    /// Run the preflight every MAAS workflow runs before it starts (admin).
+    Preflight(PreflightArgs),
+    /// Refuse new work on the site; running work finishes (admin).
+    Disable(StatusArgs),
+    /// Take new work on the site again (admin).
+    Enable(StatusArgs),
+    /// RoCE address assignments: import a CSV, list, delete.
+    Roce(RoceArgs),
+    /// Per-node BMC credential overrides: create, list, delete, rotate.
+    Override(OverrideArgs),
+    /// Site profiles (policy bundles): create, list, get, update.
+    Profile(ProfileArgs),
+}
+
+/// What every `drover site` verb takes to reach the coordinator and print.
+#[derive(Args)]
+pub struct Common {
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub connect: crate::client::ConnectArgs,
+}
+
+#[derive(Args)]
+struct CreateArgs {
+    /// Unique site name, e.g. dc1-maas.
+    name: String,
+    /// The Drover region this MAAS serves.
+    #[arg(long = "region", value_name = "CODE")]
+    region: String,
+    /// MAAS's base URL, e.g. http://10.0.0.1:5240/MAAS.
+    #[arg(long = "maas-url", value_name = "URL")]
+    maas_url: String,
+    /// PXE interface on the MAAS side.
+    #[arg(long, value_name = "IFACE")]
+    pxe_iface: String,
+    /// PXE VLAN id.
+    #[arg(long = "pxe-vlan", value_name = "VID")]
+    pxe_vlan: u16,
+    /// PXE interface on the node side.
+    #[arg(long, value_name = "IFACE")]
+    node_pxe_iface: String,
+    /// The site's deploy user (default hpcadmin).
+    #[arg(long, value_name = "USER")]
+    deploy_user: Option<String>,
+    /// The interface the deploy user reaches nodes on (default: the node PXE interface).
+    #[arg(long, value_name = "IFACE")]
+    deploy_ssh_iface: Option<String>,
+    /// An upstream resolver; repeat for more (default 1.1.1.1 and 8.8.8.8).
+    #[arg(long = "dns", value_name = "IP")]
+    dns: Vec<String>,
+    /// PEM CA file MAAS's HTTPS certificate is verified against.
+    #[arg(long = "maas-ca", value_name = "FILE")]
+    maas_ca: Option<PathBuf>,
+    /// A MAAS capability every workflow on this site needs; repeat for more.
+    #[arg(long = "require-capability", value_name = "CAP")]
+    capabilities: Vec<String>,
+    /// Why (recorded in the audit log).
+    #[arg(long, value_name = "TEXT")]
+    reason: Option<String>,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+struct ListArgs {
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+struct OneArgs {
+    /// The site's name or id.
+    site: String,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+struct UpdateArgs {
+    /// The site's name or id.
+    site: String,
+    /// A new name.
+    #[arg(long)]
+    name: Option<String>,
+    /// A new region code.
+    #[arg(long = "region", value_name = "CODE")]
+    region: Option<String>,
+    /// A new MAAS base URL.
+    #[arg(long = "maas-url", value_name = "URL")]
+    maas_url: Option<String>,
+    /// A new MAAS-side PXE interface.
+    #[arg(long, value_name = "IFACE")]
+    pxe_iface: Option<String>,
+    /// A new PXE VLAN id.
+    #[arg(long = "pxe-vlan", value_name = "VID")]
+    pxe_vlan: Option<u16>,
+    /// A new node-side PXE interface.
+    #[arg(long, value_name = "IFACE")]
+    node_pxe_iface: Option<String>,
+    /// A new PEM CA file for MAAS's HTTPS certificate.
+    #[arg(long = "maas-ca", value_name = "FILE")]
+    maas_ca: Option<PathBuf>,
+    /// Make this profile (name or id) the site's default.
+    #[arg(long, value_name = "PROFILE")]
+    default_profile: Option<String>,
+    /// Why (recorded in the audit log).
+    #[arg(long, value_name = "TEXT")]
+    reason: Option<String>,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+struct CredentialsArgs {
+    /// The site's name or id.
+    site: String,
+    /// File holding MAAS's API key `consumer_key:token_key:token_secret` (`-`: stdin).
+    #[arg(long, value_name = "FILE")]
+    api_token_file: Option<PathBuf>,
+    /// Default BMC user of the site's nodes (with --power-pass-file).
+    #[arg(long, value_name = "USER", requires = "power_pass_file")]
+    power_user: Option<String>,
+    /// File holding the default BMC password (`-`: stdin).
+    #[arg(long, value_name = "FILE", requires = "power_user")]
+    power_pass_file: Option<PathBuf>,
+    /// File holding the deploy user's password (`-`: stdin).
+    #[arg(long, value_name = "FILE")]
+    deploy_password_file: Option<PathBuf>,
+    /// Why (recorded in the audit log).
+    #[arg(long, value_name = "TEXT")]
+    reason: Option<String>,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+struct PreflightArgs {
+    /// The site's name or id.
+    site: String,
+    /// A profile of the site (name or id); the default profile when absent.
+    #[arg(long)]
+    profile: Option<String>,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+struct StatusArgs {
+    /// The site's name or id.
+    site: String,
+    /// Why (recorded in the audit log).
+    #[arg(long, value_name = "TEXT")]
+    reason: Option<String>,
+    #[command(flatten)]
+    common: Common,
+}
+
+/// What a coordinator sent, made safe for the terminal (control characters replaced, length bounded).
+pub fn c(s: &str) -> String {
+    clean(s, 300)
+}
+
+/// A secret from a file (`-`: stdin), trailing newline removed; errors name the file, never
+/// the contents.
+pub fn read_secret(path: &std::path::Path, what: &str) -> Result<String, CliError> {
+    let bytes = if path.as_os_str() == "-" {
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).map_err(|e| CliError::new(codes::IO, format!("cannot read {what} from stdin: {e}")))?;
+        buf
+    } else {
+        crate::fsio::read_file(path)?
+    };
+    let text = String::from_utf8(bytes).map_err(|_| CliError::data(format!("{what} in {} is not UTF-8", path.display())))?;
+    let text = text.trim_end_matches(['\n', '\r']).to_owned();
+    if text.is_empty() {
+        return Err(CliError::data(format!("{what} in {} is empty", path.display())));
+    }
+    Ok(text)
+}
+
+/// `/v1/maas/sites/{site}`-rooted path with the site percent-safe (names are restricted, ids
+/// are UUIDs; anything else is refused before it reaches a URL).
+pub fn site_path(site: &str, rest: &str) -> Result<String, CliError> {
+    let site = site.trim();
+    if site.is_empty() || !site.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) {
+        return Err(CliError::usage(format!("SITE {site:?} is not a site name or id")));
+    }
+    Ok(format!("/v1/maas/sites/{site}{rest}"))
+}
+
+/// Sends one request and returns the coordinator's JSON.
+pub fn call(common: &Common, method: Method, path: &str, body: Option<&Value>) -> Result<Value, CliError> {
+    let session = Session::open(&common.connect)?;
+    Ok(session.runtime.block_on(session.client.request_json(method, path, body))?)
+}
+
+/// Prints a probe or preflight answer: JSON when asked; else the text of a success (a
+/// failure is the error message, printed once by `main`).
+fn show_check(common: &Common, v: &Value, text: impl FnOnce(&Value) -> String) -> Result<(), CliError> {
+    if common.output.output.is_json() || v["ok"] == json!(true) {
+        show(common, v, text)?;
+    }
+    verdict(v)
+}
+
+/// Prints `v` as JSON when asked, else `text(v)`.
+pub fn show(common: &Common, v: &Value, text: impl FnOnce(&Value) -> String) -> Result<(), CliError> {
+    if common.output.output.is_json() { output::print(&output::pretty(v)?) } else { output::print(&text(v)) }
+}
+
+fn site_line(v: &Value) -> String {
+    format!("{} {} {}\n", c(output::field(v, "id")), c(output::field(v, "name")), c(output::field(v, "status")))
+}
+
+fn set_at(v: &Value, which: &str) -> String {
+    v["credentials"][which]["setAt"].as_str().map(c).unwrap_or_else(|| "-".into())
+}
+
+fn site_table(items: &[Value]) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|v| {
+            vec![
+                c(output::field(v, "name")),
+                c(output::field(v, "status")),
+                c(output::field(v, "regionCode")),
+                c(output::field(v, "apiBaseUrl")),
+                if v["credentials"]["apiToken"]["setAt"].is_string() { "set".into() } else { "missing".into() },
+            ]
+        })
+        .collect();
+    output::table(&["NAME", "STATUS", "REGION", "MAAS", "TOKEN"], &rows)
+}
+
+fn describe(v: &Value) -> String {
+    let mut out = String::new();
+    for (label, key) in [("Name", "name"), ("Id", "id"), ("Status", "status"), ("Region", "regionCode"), ("MAAS", "apiBaseUrl")] {
+        out.push_str(&format!("{label}:\t{}\n", c(output::field(v, key))));
+    }
+    out.push_str(&format!("PXE:\t{} vlan {} (node {})\n", c(output::field(v, "pxeIface")), v["pxeVlanVid"], c(output::field(v, "nodePxeIface"))));
+    out.push_str(&format!("Deploy user:\t{} via {}\n", c(output::field(v, "deployUser")), c(output::field(v, "deploySshIface"))));
+    out.push_str(&format!("Default profile:\t{}\n", c(output::field(v, "defaultProfileId"))));
+    out.push_str(&format!(
+        "Credentials:\tapi token {}; default power {}; deploy password {}\n",
+        set_at(v, "apiToken"),
+        set_at(v, "defaultPower"),
+        set_at(v, "deployPassword")
+    ));
+    out
+}
+
+/// Runs `drover site`.
+pub fn run(args: &SiteArgs) -> Result<(), CliError> {
+    match &args.command {
+        SiteCommand::Create(a) => {
+            let mut body = json!({
+                "name": a.name, "regionCode": a.region, "apiBaseUrl": a.maas_url, "pxeIface": a.pxe_iface,
+                "pxeVlanVid": a.pxe_vlan, "nodePxeIface": a.node_pxe_iface, "requiredCapabilities": a.capabilities,
+            });
+            let m = body.as_object_mut().expect("object literal");
+            put_opt(m, "deployUser", a.deploy_user.clone());
+            put_opt(m, "deploySshIface", a.deploy_ssh_iface.clone());
+            put_opt(m, "reason", a.reason.clone());
+            if !a.dns.is_empty() {
+                m.insert("upstreamDnsServers".into(), json!(a.dns));
+            }
+            if let Some(f) = &a.maas_ca {
+                m.insert("maasCaPem".into(), json!(crate::fsio::read_text(f)?));
+            }
+            let v = call(&a.common, Method::POST, "/v1/maas/sites", Some(&body))?;
+            show(&a.common, &v, site_line)
+        }
+        SiteCommand::List(a) => {
+            let v = call(&a.common, Method::GET, "/v1/maas/sites", None)?;
+            show(&a.common, &v, |v| site_table(v["items"].as_array().map(Vec::as_slice).unwrap_or_default()))
+        }
+        SiteCommand::Get(a) => {
+            let v = call(&a.common, Method::GET, &site_path(&a.site, "")?, None)?;
+            show(&a.common, &v, describe)
+        }
+        SiteCommand::Update(a) => {
+            let mut m = Map::new();
+            put_opt(&mut m, "name", a.name.clone());
+            put_opt(&mut m, "regionCode", a.region.clone());
+            put_opt(&mut m, "apiBaseUrl", a.maas_url.clone());
+            put_opt(&mut m, "pxeIface", a.pxe_iface.clone());
+            put_opt(&mut m, "nodePxeIface", a.node_pxe_iface.clone());
+            put_opt(&mut m, "defaultProfile", a.default_profile.clone());
+            put_opt(&mut m, "reason", a.reason.clone());
+            if let Some(v) = a.pxe_vlan {
+                m.insert("pxeVlanVid".into(), json!(v));
+            }
+            if let Some(f) = &a.maas_ca {
+                m.insert("maasCaPem".into(), json!(crate::fsio::read_text(f)?));
+            }
+            let v = call(&a.common, Method::PATCH, &site_path(&a.site, "")?, Some(&Value::Object(m)))?;
+            show(&a.common, &v, site_line)
+        }
+        SiteCommand::Credentials(a) => {
+            let mut m = Map::new();
+            if let Some(f) = &a.api_token_file {
+                m.insert("apiToken".into(), json!(read_secret(f, "the MAAS API token")?));
+            }
+            if let (Some(user), Some(f)) = (&a.power_user, &a.power_pass_file) {
+                m.insert("defaultPower".into(), json!({ "user": user, "pass": read_secret(f, "the BMC password")? }));
+            }
+            if let Some(f) = &a.deploy_password_file {
+                m.insert("deployPassword".into(), json!(read_secret(f, "the deploy password")?));
+            }
+            if m.is_empty() {
+                return Err(CliError::usage("give --api-token-file, --power-user with --power-pass-file, and/or --deploy-password-file"));
+            }
+            put_opt(&mut m, "reason", a.reason.clone());
+            let v = call(&a.common, Method::POST, &site_path(&a.site, "/credentials")?, Some(&Value::Object(m)))?;
+            show(&a.common, &v, |v| {
+                format!(
+                    "{}: api token {}; default power {}; deploy password {}\n",
+                    c(output::field(v, "name")),
+                    set_at(v, "apiToken"),
+                    set_at(v, "defaultPower"),
+                    set_at(v, "deployPassword")
+                )
+            })
+        }
+        SiteCommand::Probe(a) => {
+            let v = call(&a.common, Method::POST, &site_path(&a.site, "/probe")?, Some(&json!({})))?;
+            show_check(&a.common, &v, probe_text)
+        }
+        SiteCommand::Preflight(a) => {
+            let body = match &a.profile {
+                Some(p) => json!({ "profile": p }),
+                None => json!({}),
+            };
+            let v = call(&a.common, Method::POST, &site_path(&a.site, "/preflight")?, Some(&body))?;
+            show_check(&a.common, &v, |v| {
+                format!("preflight passed: site {} profile {}\n", c(output::field(v, "siteId")), c(output::field(v, "profile")))
+            })
+        }
+        SiteCommand::Disable(a) | SiteCommand::Enable(a) => {
+            let verb = if matches!(args.command, SiteCommand::Disable(_)) { "/disable" } else { "/enable" };
+            let body = match &a.reason {
+                Some(r) => json!({ "reason": r }),
+                None => json!({}),
+            };
+            let v = call(&a.common, Method::POST, &site_path(&a.site, verb)?, Some(&body))?;
+            show(&a.common, &v, site_line)
+        }
+        SiteCommand::Roce(a) => crate::site_items::run_roce(a),
+        SiteCommand::Override(a) => crate::site_items::run_override(a),
+        SiteCommand::Profile(a) => crate::site_items::run_profile(a),
+    }
+}
+
+fn put_opt(m: &mut Map<String, Value>, key: &str, v: Option<String>) {
+    if let Some(v) = v {
+        m.insert(key.into(), json!(v));
+    }
+}
+
+fn probe_text(v: &Value) -> String {
+    let mut out = format!("MAAS {} at {}\n", c(output::field(v, "version")), c(output::field(v, "apiBaseUrl")));
+    let rows: Vec<Vec<String>> = v["rackControllers"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|r| vec![c(output::field(r, "systemId")), c(output::field(r, "hostname")), c(output::dash(output::field(r, "version")))])
+        .collect();
+    out.push_str(&output::table(&["RACK CONTROLLER", "HOSTNAME", "VERSION"], &rows));
+    out
+}
+
+/// A failed probe or preflight as an exit code: MAAS away is 69, the site's own fault 65.
+fn verdict(v: &Value) -> Result<(), CliError> {
+    if v["ok"] == json!(true) {
+        return Ok(());
+    }
+    let class = output::field(&v["failure"], "class");
+    let message = format!("{class}: {}", c(output::field(&v["failure"], "message")));
+    Err(match class {
+        "upstream_transient" => CliError::new(codes::UNAVAILABLE, message),
+        _ => CliError::data(message),
+    })
+}

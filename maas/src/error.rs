@@ -1,0 +1,343 @@
+//! The one error type of the MAAS client, and the classes callers act on.
+//!
+//! Callers (the coordinator's workflows) decide on the *class* — retry later, ask an operator
+//! for credentials, treat the machine as gone, wait for a state to change — so [`MaasError::class`]
+//! is the contract and the variants carry the detail for logs. Nothing here ever holds the
+//! Authorization header, the token secret or a power password: errors name the method, the API
+//! path (no query values), the op, the HTTP status and MAAS's own message (scrubbed of the
+//! secrets the client knows).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+/// What a caller should do about a [`MaasError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorClass {
+    /// 401 or 403: the API key is wrong, revoked, or lacks the right (admin, owner).
+    Credentials,
+    /// 404: the machine (or sub-object) does not exist (any more).
+    Gone,
+    /// 409, or commission's 400 `__all__` "not available because of the current state": the
+    /// machine is in a state that does not allow the operation; wait or act differently.
+    IllegalState,
+    /// 400: MAAS refused the parameters ([`MaasError::field_errors`] says which).
+    BadRequest,
+    /// 5xx, connection failures, timeouts: try again later.
+    Transient,
+    /// MAAS answered something this client cannot understand.
+    Protocol,
+    /// The client's own configuration is wrong (URL, API key, CA).
+    Config,
+}
+
+/// The request an error is about: method, API path (never query values) and op.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestLine {
+    /// `GET`, `POST`, `PUT` or `DELETE`.
+    pub method: &'static str,
+    /// The path under the base URL, e.g. `/api/2.0/machines/abc123/`.
+    pub path: String,
+    /// The `op=` of the call, if any.
+    pub op: Option<&'static str>,
+}
+
+impl fmt::Display for RequestLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.op {
+            Some(op) => write!(f, "{} {}?op={op}", self.method, self.path),
+            None => write!(f, "{} {}", self.method, self.path),
+        }
+    }
+}
+
+/// Everything that can go wrong talking to MAAS.
+#[derive(Debug, thiserror::Error)]
+pub enum MaasError {
+    /// The API key is not `consumer_key:token_key:token_secret` (the key itself is never shown).
+    #[error("MAAS API key: {reason}")]
+    BadApiKey {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The base URL cannot be used.
+    #[error("MAAS base URL {url:?}: {reason}")]
+    BadUrl {
+        /// The URL as given (it holds no secret: keys never go into URLs).
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The extra CA for an https MAAS cannot be used.
+    #[error("MAAS CA certificate: {reason}")]
+    BadCa {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The HTTP client could not be built.
+    #[error("MAAS HTTP client setup")]
+    Setup {
+        /// reqwest's reason.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// A value the caller passed cannot be sent (e.g. filtering by an unknown status code).
+    #[error("{what}")]
+    InvalidInput {
+        /// What is wrong.
+        what: String,
+    },
+    /// MAAS could not be reached, or the connection broke.
+    #[error("{request}: cannot reach MAAS")]
+    Connect {
+        /// The request.
+        request: RequestLine,
+        /// The transport's reason (its URL stripped).
+        #[source]
+        source: reqwest::Error,
+    },
+    /// No complete answer within the configured timeout.
+    #[error("{request}: no answer from MAAS within {after:?}")]
+    Timeout {
+        /// The request.
+        request: RequestLine,
+        /// The timeout that ran out.
+        after: Duration,
+    },
+    /// MAAS answered with an error status.
+    #[error("{request}: MAAS answered {status}: {message}")]
+    Status {
+        /// The request.
+        request: RequestLine,
+        /// The HTTP status.
+        status: u16,
+        /// MAAS's message (text body, or the field errors flattened), bounded in length.
+        message: String,
+        /// Field errors of a JSON 400 body `{"field": ["msg", …]}` (`__all__` for form-wide ones).
+        field_errors: BTreeMap<String, Vec<String>>,
+        /// The `Retry-After` of a 503, when MAAS sent one in seconds.
+        retry_after: Option<Duration>,
+    },
+    /// MAAS answered 2xx with a body this client cannot read.
+    #[error("{request}: unexpected answer from MAAS: {reason}")]
+    Protocol {
+        /// The request.
+        request: RequestLine,
+        /// What was wrong with it.
+        reason: String,
+        /// The JSON error, when that was it.
+        #[source]
+        source: Option<serde_json::Error>,
+    },
+}
+
+/// The text MAAS's commission gives (as a 400 `__all__` error) when the machine's state forbids it.
+const STATE_REFUSAL: &str = "because of the current state";
+
+impl MaasError {
+    /// What the caller should do about this error.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            MaasError::BadApiKey { .. } | MaasError::BadUrl { .. } | MaasError::BadCa { .. } | MaasError::Setup { .. } => {
+                ErrorClass::Config
+            }
+            MaasError::InvalidInput { .. } => ErrorClass::BadRequest,
+            MaasError::Connect { .. } | MaasError::Timeout { .. } => ErrorClass::Transient,
+            MaasError::Protocol { .. } => ErrorClass::Protocol,
+            MaasError::Status { status, field_errors, .. } => classify_status(*status, field_errors),
+        }
+    }
+
+    /// The HTTP status MAAS answered, for [`MaasError::Status`].
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            MaasError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// MAAS's message, for [`MaasError::Status`].
+    pub fn message(&self) -> Option<&str> {
+        match self {
+            MaasError::Status { message, .. } => Some(message),
+            _ => None,
+        }
+    }
+
+    /// The field errors of a 400 (empty otherwise).
+    pub fn field_errors(&self) -> &BTreeMap<String, Vec<String>> {
+        static EMPTY: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        match self {
+            MaasError::Status { field_errors, .. } => field_errors,
+            _ => &EMPTY,
+        }
+    }
+
+    /// How long MAAS asked to wait before trying again (a 503's `Retry-After`).
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            MaasError::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+/// The class of an error status. Split out so it is testable without a request.
+pub fn classify_status(status: u16, field_errors: &BTreeMap<String, Vec<String>>) -> ErrorClass {
+    match status {
+        401 | 403 => ErrorClass::Credentials,
+        404 => ErrorClass::Gone,
+        409 => ErrorClass::IllegalState,
+        400 => {
+            // Commission refuses a wrong state with a form-wide 400 rather than a 409 (facts §0e);
+            // callers should not have to know which op does which.
+            let state = field_errors.get("__all__").is_some_and(|msgs| msgs.iter().any(|m| m.contains(STATE_REFUSAL)));
+            if state { ErrorClass::IllegalState } else { ErrorClass::BadRequest }
+        }
+        500..=599 => ErrorClass::Transient,
+        _ => ErrorClass::Protocol,
+    }
+}
+
+/// The longest message kept from an error body: enough for MAAS's sentences, bounded against a
+/// proxy's HTML page.
+const MAX_MESSAGE: usize = 1000;
+
+/// Builds a [`MaasError::Status`] from an error answer: a JSON object of field errors becomes
+/// `field_errors` (and a flattened message), anything else is kept as text. `secrets` are
+/// replaced by `<redacted>` before anything is stored, in case MAAS ever echoes one.
+pub(crate) fn status_error(
+    request: RequestLine,
+    status: u16,
+    body: &[u8],
+    retry_after: Option<Duration>,
+    secrets: &[&str],
+) -> MaasError {
+    let text = String::from_utf8_lossy(body);
+    let field_errors = parse_field_errors(&text);
+    let message = if field_errors.is_empty() {
+        text.trim().to_owned()
+    } else {
+        field_errors.iter().map(|(field, msgs)| format!("{field}: {}", msgs.join(" "))).collect::<Vec<_>>().join("; ")
+    };
+    let message = truncate(&scrub(&message, secrets), MAX_MESSAGE);
+    let field_errors =
+        field_errors.into_iter().map(|(k, v)| (scrub(&k, secrets), v.iter().map(|m| scrub(m, secrets)).collect())).collect();
+    MaasError::Status { request, status, message, field_errors, retry_after }
+}
+
+/// Parses MAAS's form-error body `{"field": ["msg", …]}`; a bare string value is taken as one
+/// message. Anything else gives an empty map (the body is then treated as text).
+fn parse_field_errors(text: &str) -> BTreeMap<String, Vec<String>> {
+    let Ok(serde_json::Value::Object(map)) = serde_json::from_str::<serde_json::Value>(text) else {
+        return BTreeMap::new();
+    };
+    let mut out = BTreeMap::new();
+    for (field, value) in map {
+        let msgs = match value {
+            serde_json::Value::Array(items) => {
+                items.into_iter().map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())).collect()
+            }
+            serde_json::Value::String(s) => vec![s],
+            other => vec![other.to_string()],
+        };
+        out.insert(field, msgs);
+    }
+    out
+}
+
+/// Replaces every non-empty secret in `text`.
+pub(crate) fn scrub(text: &str, secrets: &[&str]) -> String {
+    let mut out = text.to_owned();
+    for secret in secrets.iter().filter(|s| !s.is_empty()) {
+        if out.contains(secret) {
+            out = out.replace(secret, "<redacted>");
+        }
+    }
+    out
+}
+
+/// Cuts `text` to at most `max` bytes on a character boundary, marking the cut.
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req() -> RequestLine {
+        RequestLine { method: "POST", path: "/api/2.0/machines/abc123/".into(), op: Some("deploy") }
+    }
+
+    fn class_of(status: u16, body: &str) -> ErrorClass {
+        status_error(req(), status, body.as_bytes(), None, &[]).class()
+    }
+
+    #[test]
+    fn statuses_map_to_classes() {
+        assert_eq!(class_of(401, "Authorization Error: 'Invalid signature'"), ErrorClass::Credentials);
+        assert_eq!(class_of(403, ""), ErrorClass::Credentials);
+        assert_eq!(class_of(404, "No Machine matches the given query."), ErrorClass::Gone);
+        assert_eq!(class_of(409, "Can't deploy a machine that is in the 'New' state"), ErrorClass::IllegalState);
+        assert_eq!(class_of(400, r#"{"limit": ["No such constraint."]}"#), ErrorClass::BadRequest);
+        assert_eq!(class_of(400, "Unrecognised signature: method=GET op=None"), ErrorClass::BadRequest);
+        assert_eq!(class_of(500, "boom"), ErrorClass::Transient);
+        assert_eq!(class_of(503, "No rack controllers connected"), ErrorClass::Transient);
+        assert_eq!(class_of(504, ""), ErrorClass::Transient);
+        assert_eq!(class_of(405, ""), ErrorClass::Protocol);
+        assert_eq!(class_of(302, ""), ErrorClass::Protocol);
+    }
+
+    #[test]
+    fn commission_state_refusal_is_illegal_state() {
+        let body = r#"{"__all__": ["Commission is not available because of the current state of the node."]}"#;
+        let e = status_error(req(), 400, body.as_bytes(), None, &[]);
+        assert_eq!(e.class(), ErrorClass::IllegalState);
+        assert!(e.message().unwrap_or_default().contains("not available"), "{e}");
+        let other = r#"{"__all__": ["Subnet 10.0.0.0/24 would overlap with existing subnets."]}"#;
+        assert_eq!(class_of(400, other), ErrorClass::BadRequest);
+    }
+
+    #[test]
+    fn field_errors_are_parsed_and_flattened() {
+        let e = status_error(req(), 400, br#"{"mac_address": ["'zz' is not a valid MAC address."], "x": "one"}"#, None, &[]);
+        assert_eq!(e.field_errors()["mac_address"], vec!["'zz' is not a valid MAC address.".to_owned()]);
+        assert_eq!(e.field_errors()["x"], vec!["one".to_owned()]);
+        assert_eq!(e.message(), Some("mac_address: 'zz' is not a valid MAC address.; x: one"));
+        assert_eq!(e.status(), Some(400));
+    }
+
+    #[test]
+    fn text_bodies_are_kept_trimmed_and_bounded() {
+        let e = status_error(req(), 409, b"Can't deploy a machine that is in the 'New' state\n", None, &[]);
+        assert_eq!(e.message(), Some("Can't deploy a machine that is in the 'New' state"));
+        let long = "é".repeat(2000);
+        let e = status_error(req(), 500, long.as_bytes(), None, &[]);
+        assert!(e.message().unwrap_or_default().len() <= MAX_MESSAGE + '…'.len_utf8());
+    }
+
+    #[test]
+    fn secrets_are_scrubbed_from_messages() {
+        let e = status_error(req(), 400, br#"{"power_parameters": ["bad value hunter2"]}"#, None, &["hunter2", ""]);
+        let shown = format!("{e} {e:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+    }
+
+    #[test]
+    fn display_names_request_and_status() {
+        let e = status_error(req(), 404, b"No Machine matches the given query.", None, &[]);
+        assert_eq!(e.to_string(), "POST /api/2.0/machines/abc123/?op=deploy: MAAS answered 404: No Machine matches the given query.");
+        let e = MaasError::Timeout { request: req(), after: Duration::from_secs(3) };
+        assert_eq!(e.class(), ErrorClass::Transient);
+        assert_eq!(e.field_errors().len(), 0);
+    }
+}
