@@ -216,7 +216,8 @@ pub fn c(s: &str) -> String {
 pub fn read_secret(path: &std::path::Path, what: &str) -> Result<String, CliError> {
     let bytes = if path.as_os_str() == "-" {
         let mut buf = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).map_err(|e| CliError::new(codes::IO, format!("cannot read {what} from stdin: {e}")))?;
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)
+            .map_err(|e| CliError::new(codes::IO, format!("cannot read {what} from stdin: {e}")))?;
         buf
     } else {
         crate::fsio::read_file(path)?
@@ -288,7 +289,12 @@ fn describe(v: &Value) -> String {
     for (label, key) in [("Name", "name"), ("Id", "id"), ("Status", "status"), ("Region", "regionCode"), ("MAAS", "apiBaseUrl")] {
         out.push_str(&format!("{label}:\t{}\n", c(output::field(v, key))));
     }
-    out.push_str(&format!("PXE:\t{} vlan {} (node {})\n", c(output::field(v, "pxeIface")), v["pxeVlanVid"], c(output::field(v, "nodePxeIface"))));
+    out.push_str(&format!(
+        "PXE:\t{} vlan {} (node {})\n",
+        c(output::field(v, "pxeIface")),
+        v["pxeVlanVid"],
+        c(output::field(v, "nodePxeIface"))
+    ));
     out.push_str(&format!("Deploy user:\t{} via {}\n", c(output::field(v, "deployUser")), c(output::field(v, "deploySshIface"))));
     out.push_str(&format!("Default profile:\t{}\n", c(output::field(v, "defaultProfileId"))));
     out.push_str(&format!(

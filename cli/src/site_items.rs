@@ -85,7 +85,9 @@ pub fn roce_csv(text: &str) -> Result<Vec<Value>, CliError> {
             return Err(CliError::data(format!("line {}: expected 3 non-empty fields, found {:?}", n + 1, line)));
         }
         let cidr = fields[c];
-        let valid = cidr.split_once('/').is_some_and(|(a, p)| a.parse::<std::net::Ipv4Addr>().is_ok() && p.parse::<u8>().is_ok_and(|p| (1..=32).contains(&p)));
+        let valid = cidr
+            .split_once('/')
+            .is_some_and(|(a, p)| a.parse::<std::net::Ipv4Addr>().is_ok() && p.parse::<u8>().is_ok_and(|p| (1..=32).contains(&p)));
         if !valid {
             return Err(CliError::data(format!("line {}: ipv4_cidr {cidr:?} is not an IPv4 address with a /1-/32 prefix", n + 1)));
         }
@@ -127,7 +129,14 @@ pub fn run_roce(args: &RoceArgs) -> Result<(), CliError> {
         }
         RoceCommand::Delete { site, id, common } => {
             let v = call(common, Method::DELETE, &site_path(site, &format!("/roce-assignments/{}", checked_id(id)?))?, None)?;
-            show(common, &v, |v| format!("deleted {} {} {}\n", c(output::field(v, "hostname")), c(output::field(v, "interface")), c(output::field(v, "ipv4Cidr"))))
+            show(common, &v, |v| {
+                format!(
+                    "deleted {} {} {}\n",
+                    c(output::field(v, "hostname")),
+                    c(output::field(v, "interface")),
+                    c(output::field(v, "ipv4Cidr"))
+                )
+            })
         }
     }
 }
@@ -243,7 +252,9 @@ pub fn run_override(args: &OverrideArgs) -> Result<(), CliError> {
         }
         OverrideCommand::List { site, common } => {
             let v = call(common, Method::GET, &site_path(site, "/overrides")?, None)?;
-            show(common, &v, |v| output::table(&["TYPE", "VALUE", "STATUS", "ID"], &rows(v, &["selectorType", "selectorValue", "status", "id"])))
+            show(common, &v, |v| {
+                output::table(&["TYPE", "VALUE", "STATUS", "ID"], &rows(v, &["selectorType", "selectorValue", "status", "id"]))
+            })
         }
         OverrideCommand::Delete { site, id, common } => {
             let v = call(common, Method::DELETE, &site_path(site, &format!("/overrides/{}", checked_id(id)?))?, None)?;
@@ -407,12 +418,16 @@ mod tests {
 
     #[test]
     fn roce_csv_becomes_the_api_shape() {
-        let items = roce_csv("hostname,interface,ipv4_cidr\nc07u31,enp28s0np0,172.30.9.61/31\n\n# spare\nc07u31,enp29s0np0,172.29.1.219/31\n")
-            .expect("valid");
-        assert_eq!(items, vec![
-            json!({ "hostname": "c07u31", "interface": "enp28s0np0", "ipv4Cidr": "172.30.9.61/31" }),
-            json!({ "hostname": "c07u31", "interface": "enp29s0np0", "ipv4Cidr": "172.29.1.219/31" }),
-        ]);
+        let items =
+            roce_csv("hostname,interface,ipv4_cidr\nc07u31,enp28s0np0,172.30.9.61/31\n\n# spare\nc07u31,enp29s0np0,172.29.1.219/31\n")
+                .expect("valid");
+        assert_eq!(
+            items,
+            vec![
+                json!({ "hostname": "c07u31", "interface": "enp28s0np0", "ipv4Cidr": "172.30.9.61/31" }),
+                json!({ "hostname": "c07u31", "interface": "enp29s0np0", "ipv4Cidr": "172.29.1.219/31" }),
+            ]
+        );
         let reordered = roce_csv("IPV4_CIDR,hostname,interface\n10.0.0.1/31,h1,eth0\n").expect("any order");
         assert_eq!(reordered[0]["hostname"], "h1");
     }
@@ -428,7 +443,8 @@ mod tests {
 
     #[test]
     fn policy_pairs_read_json_scalars_and_strings() {
-        let m = policy_pairs(&["batchMaxParallel=4".into(), "distroSeries=ubuntu/jammy".into(), "requireHwSync=false".into()]).expect("pairs");
+        let m =
+            policy_pairs(&["batchMaxParallel=4".into(), "distroSeries=ubuntu/jammy".into(), "requireHwSync=false".into()]).expect("pairs");
         assert_eq!(m["batchMaxParallel"], json!(4));
         assert_eq!(m["distroSeries"], json!("ubuntu/jammy"));
         assert_eq!(m["requireHwSync"], json!(false));

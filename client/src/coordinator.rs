@@ -95,10 +95,8 @@ impl CoordinatorClient {
         path: &str,
         body: Option<&B>,
     ) -> Result<T, ClientError> {
-        let bytes = body
-            .map(serde_json::to_vec)
-            .transpose()
-            .map_err(|e| ClientError::Setup { message: format!("cannot encode request: {e}") })?;
+        let bytes =
+            body.map(serde_json::to_vec).transpose().map_err(|e| ClientError::Setup { message: format!("cannot encode request: {e}") })?;
         let (url, resp) = self.send(method, path, bytes).await?;
         let body = read_ok(&url, resp).await?;
         decode(&url, &body)

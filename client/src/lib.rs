@@ -27,10 +27,10 @@ pub mod coordinator;
 pub mod error;
 pub mod tls;
 
-/// The rustls this crate's API speaks (certificates, keys, the client configuration).
-pub use rustls;
 /// HTTP methods for [`CoordinatorClient::request_json`].
 pub use reqwest::Method;
+/// The rustls this crate's API speaks (certificates, keys, the client configuration).
+pub use rustls;
 
 pub use coordinator::{CONNECT_TIMEOUT, CoordinatorClient, MAX_ERROR_BODY_BYTES, MAX_RESPONSE_BYTES, REQUEST_TIMEOUT};
 pub use error::{ClientError, ConnectFailure, error_chain, error_from_body, printable};

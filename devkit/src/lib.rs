@@ -16,9 +16,11 @@
 
 pub mod bus;
 pub mod confine;
+pub mod fake_maas;
 pub mod fleet;
 pub mod hostroot;
 pub mod nixkit;
+pub mod openbao;
 pub mod spec;
 
 use std::path::PathBuf;

@@ -46,10 +46,7 @@ impl FromStr for ApiKey {
         let bad = |reason: String| MaasError::BadApiKey { reason };
         let parts: Vec<&str> = s.trim().split(':').collect();
         if parts.len() != 3 {
-            return Err(bad(format!(
-                "expected three parts consumer_key:token_key:token_secret separated by ':', found {}",
-                parts.len()
-            )));
+            return Err(bad(format!("expected three parts consumer_key:token_key:token_secret separated by ':', found {}", parts.len())));
         }
         for (name, part) in ["consumer_key", "token_key", "token_secret"].iter().zip(&parts) {
             if part.is_empty() {

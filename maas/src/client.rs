@@ -220,9 +220,7 @@ impl MaasClient {
             .user_agent(concat!("drover-maas/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|source| MaasError::Setup { source })?;
-        Ok(MaasClient {
-            inner: Arc::new(Inner { http, base, key: config.api_key, timeout: config.timeout, retries: config.retries }),
-        })
+        Ok(MaasClient { inner: Arc::new(Inner { http, base, key: config.api_key, timeout: config.timeout, retries: config.retries }) })
     }
 
     /// The base URL in use (without a trailing slash).

@@ -206,13 +206,7 @@ const MAX_MESSAGE: usize = 1000;
 /// Builds a [`MaasError::Status`] from an error answer: a JSON object of field errors becomes
 /// `field_errors` (and a flattened message), anything else is kept as text. `secrets` are
 /// replaced by `<redacted>` before anything is stored, in case MAAS ever echoes one.
-pub(crate) fn status_error(
-    request: RequestLine,
-    status: u16,
-    body: &[u8],
-    retry_after: Option<Duration>,
-    secrets: &[&str],
-) -> MaasError {
+pub(crate) fn status_error(request: RequestLine, status: u16, body: &[u8], retry_after: Option<Duration>, secrets: &[&str]) -> MaasError {
     let text = String::from_utf8_lossy(body);
     let field_errors = parse_field_errors(&text);
     let message = if field_errors.is_empty() {
@@ -221,8 +215,7 @@ pub(crate) fn status_error(
         field_errors.iter().map(|(field, msgs)| format!("{field}: {}", msgs.join(" "))).collect::<Vec<_>>().join("; ")
     };
     let message = truncate(&scrub(&message, secrets), MAX_MESSAGE);
-    let field_errors =
-        field_errors.into_iter().map(|(k, v)| (scrub(&k, secrets), v.iter().map(|m| scrub(m, secrets)).collect())).collect();
+    let field_errors = field_errors.into_iter().map(|(k, v)| (scrub(&k, secrets), v.iter().map(|m| scrub(m, secrets)).collect())).collect();
     MaasError::Status { request, status, message, field_errors, retry_after }
 }
 

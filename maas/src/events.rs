@@ -146,9 +146,7 @@ impl EventPage {
 /// Parses MAAS's event time, `%a, %d %b. %Y %H:%M:%S` (e.g. `Fri, 07 Dec. 2018 20:11:08`).
 /// It carries no zone: it is the region's local time, UTC on a default install.
 pub fn parse_event_created(s: &str) -> Option<PrimitiveDateTime> {
-    let format = format_description!(
-        "[weekday repr:short], [day] [month repr:short]. [year] [hour repr:24]:[minute]:[second]"
-    );
+    let format = format_description!("[weekday repr:short], [day] [month repr:short]. [year] [hour repr:24]:[minute]:[second]");
     let s = s.trim();
     let t = PrimitiveDateTime::parse(s, format).ok()?;
     // `time` does not check the weekday against the date; a mismatch means a misread field.

@@ -89,7 +89,10 @@ mod tests {
     fn lists_repeat_the_key_and_values_are_escaped() {
         let mut p = Params::new();
         p.list("mac_addresses", &["52:54:00:00:00:01", "52:54:00:00:00:02"]).text("hostname", "gpu 01&x=y");
-        assert_eq!(p.encode(), "mac_addresses=52%3A54%3A00%3A00%3A00%3A01&mac_addresses=52%3A54%3A00%3A00%3A00%3A02&hostname=gpu+01%26x%3Dy");
+        assert_eq!(
+            p.encode(),
+            "mac_addresses=52%3A54%3A00%3A00%3A00%3A01&mac_addresses=52%3A54%3A00%3A00%3A00%3A02&hostname=gpu+01%26x%3Dy"
+        );
         assert_eq!(p.keys().collect::<Vec<_>>(), ["mac_addresses", "mac_addresses", "hostname"]);
     }
 

@@ -12,6 +12,26 @@
 //! [`MaasError::class`] tells the caller what to do. Secrets — the token secret, BMC passwords,
 //! machine tokens — never appear in `Debug` output, logs or error messages.
 //!
+//! | [`ErrorClass`] | From | What the caller does |
+//! |---|---|---|
+//! | `Credentials` | 401, 403 | stop; the key is wrong, revoked or lacks admin/owner rights |
+//! | `Gone` | 404 (`No Machine matches the given query.`) | forget the machine |
+//! | `IllegalState` | 409, and commission's 400 `__all__` "…because of the current state…" | re-read the machine and decide again |
+//! | `BadRequest` | 400 (field errors in [`MaasError::field_errors`]) | fix the parameters; retrying will not help |
+//! | `Transient` | 5xx (503 with `Retry-After`), refused connections, timeouts | try again later (GETs already were) |
+//! | `Protocol` | a 2xx body that is not what MAAS sends, 3xx, 405 | a bug or a proxy in the way |
+//! | `Config` | bad base URL, API key or CA | fix the configuration |
+//!
+//! Things MAAS does that callers must know (all from the facts file):
+//! - releasing a Ready (or Releasing) machine is a successful no-op, not a 409; release ends in
+//!   Ready, or New for a machine never commissioned — there is no "Released" status;
+//! - the machine list is not paged and refuses unknown filters, and MAAS cannot filter on the
+//!   BMC address: use [`MaasClient::find_by_power_address`];
+//! - `is_sync_healthy` is not a REST field: use [`Machine::hw_sync`] and [`HwSync::is_healthy`];
+//! - the machine token from [`MaasClient::get_token`] is minted at deploy and replaced whenever
+//!   the owner changes, so it must be read again after every deployment;
+//! - `mark_broken` is refused (403) to anyone but the machine's owner, admins included.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), drover_maas::MaasError> {
 //! use drover_maas::{ClientConfig, MaasClient, MachineFilter, NodeStatus};

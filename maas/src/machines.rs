@@ -4,8 +4,10 @@
 //! MAAS's list is one unpaged array and refuses any parameter it does not know with a 400
 //! (facts §0c), so [`MachineFilter`] offers only MAAS's own filters. There is no filter on the
 //! BMC address: machine objects do not carry power parameters, so
-//! [`MaasClient::find_by_power_address`] lists and then asks each candidate's `power_parameters`
+//! [`MaasClient::find_by_power_address`] lists and then reads the candidates' power parameters
 //! (an admin op).
+
+use std::collections::BTreeMap;
 
 use crate::client::{Call, MaasClient, seg};
 use crate::error::MaasError;
@@ -181,27 +183,44 @@ impl MaasClient {
         self.json(Call::get(machine_path(system_id)).op("power_parameters").secret_answer()).await
     }
 
-    /// The machines among `candidates` (or all machines, for the default filter) whose BMC
-    /// `power_address` equals `address` (surrounding spaces and case ignored). One
-    /// `power_parameters` call per candidate: narrow `candidates` where you can. A candidate
-    /// deleted meanwhile (404) is skipped.
+    /// `GET /machines/?op=power_parameters&id=…` (admin): the BMC parameters of several
+    /// machines in one call, keyed by system id. An empty `system_ids` asks for every machine.
+    pub async fn power_parameters_of(&self, system_ids: &[String]) -> Result<BTreeMap<String, PowerParameters>, MaasError> {
+        let mut p = Params::new();
+        p.list("id", system_ids);
+        self.json(Call::get("/machines/".to_owned()).op("power_parameters").query(p).secret_answer()).await
+    }
+
+    /// The machines among `candidates` (all machines, for the default filter) whose BMC
+    /// `power_address` equals `address` (surrounding spaces and case ignored). MAAS has no such
+    /// filter and machine objects carry no power parameters, so this lists, then reads the
+    /// candidates' parameters in batches of 100 (ids go in the query string).
     pub async fn find_by_power_address(&self, address: &str, candidates: &MachineFilter) -> Result<Vec<Machine>, MaasError> {
         let want = address.trim();
+        let machines = self.list_machines(candidates).await?;
         let mut found = Vec::new();
-        for machine in self.list_machines(candidates).await? {
-            match self.power_parameters(&machine.system_id).await {
-                Ok(params) => {
-                    if params.power_address().is_some_and(|a| a.trim().eq_ignore_ascii_case(want)) {
-                        found.push(machine);
-                    }
-                }
-                Err(e) if e.class() == crate::error::ErrorClass::Gone => continue,
-                Err(e) => return Err(e),
-            }
+        for batch in machines.chunks(ID_BATCH) {
+            let ids: Vec<String> = batch.iter().map(|m| m.system_id.clone()).collect();
+            let params = self.power_parameters_of(&ids).await?;
+            // A machine deleted meanwhile is simply absent from the answer.
+            found.extend(
+                batch
+                    .iter()
+                    .filter(|m| {
+                        params
+                            .get(&m.system_id)
+                            .and_then(PowerParameters::power_address)
+                            .is_some_and(|a| a.trim().eq_ignore_ascii_case(want))
+                    })
+                    .cloned(),
+            );
         }
         Ok(found)
     }
 }
+
+/// How many system ids one `power_parameters` query carries (about 1 KB of query string).
+const ID_BATCH: usize = 100;
 
 #[cfg(test)]
 mod tests {

@@ -48,6 +48,11 @@ impl BlockDevice {
     pub fn is_physical(&self) -> bool {
         self.kind.as_deref().is_none_or(|k| k == "physical")
     }
+
+    /// Whether `wanted` is this device's name, serial or `id_path`.
+    pub fn matches(&self, wanted: &str) -> bool {
+        self.name == wanted || self.serial.as_deref() == Some(wanted) || self.id_path.as_deref() == Some(wanted)
+    }
 }
 
 fn devices_path(system_id: &str) -> String {
@@ -58,6 +63,14 @@ impl MaasClient {
     /// `GET /nodes/{id}/blockdevices/`.
     pub async fn list_block_devices(&self, system_id: &str) -> Result<Vec<BlockDevice>, MaasError> {
         self.json(Call::get(devices_path(system_id))).await
+    }
+
+    /// The block device of `system_id` whose name (`nvme0n1`), serial or stable `id_path`
+    /// equals `wanted`: names change between boots and kernels, serials do not, so workflows
+    /// that pick a boot disk by its serial use this before [`MaasClient::set_boot_disk`].
+    pub async fn find_block_device(&self, system_id: &str, wanted: &str) -> Result<Option<BlockDevice>, MaasError> {
+        let devices = self.list_block_devices(system_id).await?;
+        Ok(devices.into_iter().find(|d| d.matches(wanted)))
     }
 
     /// `POST /nodes/{id}/blockdevices/{device}/?op=set_boot_disk` (admin, Ready only).
@@ -84,6 +97,7 @@ mod tests {
         let v: BlockDevice = serde_json::from_str(r#"{"id":13,"name":"md0","type":"virtual","size":null}"#).expect("parse");
         assert!(!v.is_physical());
         assert_eq!(v.size, 0);
+        assert!(d.matches("nvme0n1") && d.matches("S1") && !d.matches("sda") && !d.matches(""));
     }
 
     #[test]

@@ -316,16 +316,15 @@ mod tests {
 
     #[test]
     fn version_parses() {
-        let v: Version = serde_json::from_str(r#"{"capabilities":["authenticate-api"],"version":"3.7.0~beta1","subversion":""}"#)
-            .expect("version");
+        let v: Version =
+            serde_json::from_str(r#"{"capabilities":["authenticate-api"],"version":"3.7.0~beta1","subversion":""}"#).expect("version");
         assert_eq!(v.version, "3.7.0~beta1");
         assert_eq!(v.capabilities, ["authenticate-api"]);
     }
 
     #[test]
     fn token_and_power_parameters_redact_in_debug() {
-        let t: MachineToken =
-            serde_json::from_str(r#"{"consumer_key":"c","token_key":"k","token_secret":"tok-secret-1"}"#).expect("token");
+        let t: MachineToken = serde_json::from_str(r#"{"consumer_key":"c","token_key":"k","token_secret":"tok-secret-1"}"#).expect("token");
         assert!(!format!("{t:?}").contains("tok-secret-1"));
         let p = PowerParameters::ipmi("10.0.0.5", "admin", "bmc-pass-1").with("power_driver", "LAN_2_0");
         let shown = format!("{p:?}");
@@ -336,8 +335,7 @@ mod tests {
 
     #[test]
     fn power_parameters_keep_non_strings_as_text() {
-        let p: PowerParameters =
-            serde_json::from_str(r#"{"power_address":"10.0.0.5","port":623,"k_g":null,"flag":true}"#).expect("params");
+        let p: PowerParameters = serde_json::from_str(r#"{"power_address":"10.0.0.5","port":623,"k_g":null,"flag":true}"#).expect("params");
         assert_eq!(p.power_address(), Some("10.0.0.5"));
         assert_eq!(p.get("port"), Some("623"));
         assert_eq!(p.get("k_g"), Some(""));

@@ -167,8 +167,8 @@ pub async fn patch_profile(
         if let Value::Object(m) = &mut merged {
             m.extend(changes.clone());
         }
-        let policy: ProfilePolicy = serde_path_to_error::deserialize(merged)
-            .map_err(|e| ApiError::bad_request(format!("policy.{}: {}", e.path(), e.inner())))?;
+        let policy: ProfilePolicy =
+            serde_path_to_error::deserialize(merged).map_err(|e| ApiError::bad_request(format!("policy.{}: {}", e.path(), e.inner())))?;
         next.policy = validate::policy(&policy)?;
     }
     if next == current {

@@ -334,7 +334,17 @@ pub async fn patch(
         macro_rules! set {
             ($($field:ident),*) => { $( if let Some(v) = &req.$field { c.$field = v.clone(); } )* };
         }
-        set!(region_code, api_base_url, pxe_iface, pxe_vlan_vid, node_pxe_iface, deploy_user, deploy_ssh_iface, upstream_dns_servers, required_capabilities);
+        set!(
+            region_code,
+            api_base_url,
+            pxe_iface,
+            pxe_vlan_vid,
+            node_pxe_iface,
+            deploy_user,
+            deploy_ssh_iface,
+            upstream_dns_servers,
+            required_capabilities
+        );
         if let Some(v) = &ca {
             c.maas_ca_pem = v.clone();
         }
@@ -366,7 +376,13 @@ pub struct StatusChange {
     reason: Option<String>,
 }
 
-async fn set_status(app: Arc<AppState>, op: OperatorCaller, key: String, to: SiteStatus, reason: Option<String>) -> Result<Json<Value>, ApiError> {
+async fn set_status(
+    app: Arc<AppState>,
+    op: OperatorCaller,
+    key: String,
+    to: SiteStatus,
+    reason: Option<String>,
+) -> Result<Json<Value>, ApiError> {
     let reason = reason_or_default(reason.as_deref())?;
     let kind = if to == SiteStatus::Disabled { "maas.site.disabled" } else { "maas.site.enabled" };
     let site = modify_site(&app, &key, |current| {
@@ -456,7 +472,8 @@ pub struct Credentials {
 pub fn check_api_token(token: &str) -> Result<String, ApiError> {
     let token = token.trim();
     let parts: Vec<&str> = token.split(':').collect();
-    if parts.len() != 3 || parts.iter().any(|p| p.is_empty() || p.chars().any(|c| c.is_whitespace() || c.is_control())) || token.len() > 512 {
+    if parts.len() != 3 || parts.iter().any(|p| p.is_empty() || p.chars().any(|c| c.is_whitespace() || c.is_control())) || token.len() > 512
+    {
         return Err(ApiError::bad_request("apiToken: must be MAAS's API key, consumer_key:token_key:token_secret"));
     }
     Ok(token.to_owned())
@@ -495,11 +512,17 @@ pub async fn credentials(
     }
     let site = load_site(&app, &key).await?;
     if let Some(token) = &token {
-        let target =
-            ProbeTarget { base_url: &site.config.api_base_url, ca_pem: site.config.maas_ca_pem.as_deref(), api_key: token, timeout: MAAS_CALL_TIMEOUT };
+        let target = ProbeTarget {
+            base_url: &site.config.api_base_url,
+            ca_pem: site.config.maas_ca_pem.as_deref(),
+            api_key: token,
+            timeout: MAAS_CALL_TIMEOUT,
+        };
         match app.maas.probe(target).await {
             Ok(_) => {}
-            Err(e @ ProbeError::CredentialsRefused { .. }) => return Err(unprocessable("maas_token_refused", format!("{e}; nothing was written"))),
+            Err(e @ ProbeError::CredentialsRefused { .. }) => {
+                return Err(unprocessable("maas_token_refused", format!("{e}; nothing was written")));
+            }
             Err(e) => return Err(unprocessable("maas_unreachable", format!("{e}; nothing was written"))),
         }
     }
@@ -543,8 +566,12 @@ pub async fn probe(State(app): State<Arc<AppState>>, Admin(_): Admin, Path(key):
             "failure": { "class": PreflightClass::InputConfigError, "message": format!("site {} has no MAAS API token: write one with `drover site credentials`", site.name) },
         })));
     };
-    let target =
-        ProbeTarget { base_url: &site.config.api_base_url, ca_pem: site.config.maas_ca_pem.as_deref(), api_key: token, timeout: MAAS_CALL_TIMEOUT };
+    let target = ProbeTarget {
+        base_url: &site.config.api_base_url,
+        ca_pem: site.config.maas_ca_pem.as_deref(),
+        api_key: token,
+        timeout: MAAS_CALL_TIMEOUT,
+    };
     Ok(Json(match app.maas.probe(target).await {
         Ok(report) => json!({
             "siteId": site.id, "site": site.name, "ok": true, "apiBaseUrl": site.config.api_base_url,
@@ -580,8 +607,7 @@ pub async fn run_preflight(
         None => None,
     };
     let needed: Vec<&str> = req.capabilities.iter().map(String::as_str).collect();
-    let result =
-        preflight::preflight(app.store.clone(), &*app.secrets, &*app.maas, site.id, profile_id, &needed, MAAS_CALL_TIMEOUT).await;
+    let result = preflight::preflight(app.store.clone(), &*app.secrets, &*app.maas, site.id, profile_id, &needed, MAAS_CALL_TIMEOUT).await;
     Ok(Json(match result {
         Ok(p) => json!({ "siteId": p.site.id, "profileId": p.profile.id, "profile": p.profile.name, "ok": true, "maas": p.maas }),
         Err(failure) => json!({ "siteId": site.id, "ok": false, "failure": failure }),

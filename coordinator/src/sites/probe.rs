@@ -101,7 +101,8 @@ pub struct LiveProbe;
 impl MaasProbe for LiveProbe {
     fn probe<'a>(&'a self, target: ProbeTarget<'a>) -> ProbeFuture<'a> {
         Box::pin(async move {
-            let api_key: drover_maas::ApiKey = target.api_key.parse().map_err(|e: drover_maas::MaasError| ProbeError::Config { message: e.to_string() })?;
+            let api_key: drover_maas::ApiKey =
+                target.api_key.parse().map_err(|e: drover_maas::MaasError| ProbeError::Config { message: e.to_string() })?;
             let config = drover_maas::ClientConfig {
                 base_url: target.base_url.to_owned(),
                 api_key,

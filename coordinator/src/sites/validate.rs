@@ -32,7 +32,12 @@ pub fn name(field: &str, v: &str) -> Result<String, FieldError> {
 
 /// A Linux interface name: 1–15 bytes, no `/`, whitespace or control characters.
 pub fn iface(field: &str, v: &str) -> Result<String, FieldError> {
-    if v.is_empty() || v.len() > 15 || v == "." || v == ".." || v.bytes().any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace() || b.is_ascii_control()) {
+    if v.is_empty()
+        || v.len() > 15
+        || v == "."
+        || v == ".."
+        || v.bytes().any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace() || b.is_ascii_control())
+    {
         return Err(bad(field, format!("{v:?} is not an interface name (1-15 characters, no '/', ':' or whitespace)")));
     }
     Ok(v.to_owned())
@@ -42,7 +47,11 @@ pub fn iface(field: &str, v: &str) -> Result<String, FieldError> {
 pub fn hostname(field: &str, v: &str) -> Result<String, FieldError> {
     let v = v.trim().to_ascii_lowercase();
     let label_ok = |l: &str| {
-        !l.is_empty() && l.len() <= 63 && !l.starts_with('-') && !l.ends_with('-') && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
     };
     if v.is_empty() || v.len() > 253 || !v.split('.').all(label_ok) {
         return Err(bad(field, format!("{v:?} is not a hostname")));
@@ -68,7 +77,8 @@ pub fn ip(field: &str, v: &str) -> Result<String, FieldError> {
 pub fn ipv4_cidr(field: &str, v: &str) -> Result<String, FieldError> {
     let (addr, prefix) = v.trim().split_once('/').ok_or_else(|| bad(field, format!("{v:?} is not an IPv4 CIDR (address/prefix)")))?;
     let addr: Ipv4Addr = addr.parse().map_err(|_| bad(field, format!("{v:?}: {addr:?} is not an IPv4 address")))?;
-    let prefix: u8 = prefix.parse().ok().filter(|p| (1..=32).contains(p)).ok_or_else(|| bad(field, format!("{v:?}: the prefix must be 1-32")))?;
+    let prefix: u8 =
+        prefix.parse().ok().filter(|p| (1..=32).contains(p)).ok_or_else(|| bad(field, format!("{v:?}: the prefix must be 1-32")))?;
     Ok(format!("{addr}/{prefix}"))
 }
 
@@ -177,7 +187,8 @@ pub fn policy(p: &ProfilePolicy) -> Result<ProfilePolicy, FieldError> {
     if p.pxe_vlan_vid.is_some_and(|v| v > 4094) {
         return Err(bad("pxeVlanVid", "not a VLAN id (0-4094)"));
     }
-    out.site_bootstrap_bundle_ref = p.site_bootstrap_bundle_ref.as_deref().map(|v| token("siteBootstrapBundleRef", v, b"/._:@-")).transpose()?;
+    out.site_bootstrap_bundle_ref =
+        p.site_bootstrap_bundle_ref.as_deref().map(|v| token("siteBootstrapBundleRef", v, b"/._:@-")).transpose()?;
     if p.boot_disk_pattern.trim().is_empty() || p.boot_disk_pattern.len() > 64 || p.boot_disk_pattern.chars().any(char::is_control) {
         return Err(bad("bootDiskPattern", "must be 1-64 printable characters"));
     }

@@ -218,7 +218,11 @@ pub fn roce_upsert_keys_and_scoping(make: super::Factory<'_>) {
     let a = make_site(&*s, "a");
     let b = make_site(&*s, "b");
     let row = |h: &str, i: &str, c: &str| NewRoce { hostname: h.into(), interface: i.into(), ipv4_cidr: c.into() };
-    let first = [row("c07u31", "enp28s0np0", "172.30.9.61/31"), row("c07u31", "enp29s0np0", "172.29.1.219/31"), row("c07u33", "enp28s0np0", "172.30.9.65/31")];
+    let first = [
+        row("c07u31", "enp28s0np0", "172.30.9.61/31"),
+        row("c07u31", "enp29s0np0", "172.29.1.219/31"),
+        row("c07u33", "enp28s0np0", "172.30.9.65/31"),
+    ];
     let r = s.upsert_roce(a.id, &first, t(1), &change("maas.roce.upserted", a.id, t(1))).expect("upsert");
     assert_eq!((r.created, r.updated, r.unchanged), (3, 0, 0));
     let second = [row("c07u31", "enp28s0np0", "172.30.9.61/31"), row("c07u31", "enp29s0np0", "172.29.1.221/31")];

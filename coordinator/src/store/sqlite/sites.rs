@@ -62,7 +62,9 @@ pub(super) fn list_sites(c: &Connection) -> Result<Vec<Site>, StoreError> {
 
 fn check_site_name_free(c: &Connection, name: &str, except: Option<Uuid>) -> Result<(), StoreError> {
     match get_site_by_name(c, name)? {
-        Some(other) if Some(other.id) != except => Err(StoreError::conflict("site", name, format!("the name is taken by site {}", other.id))),
+        Some(other) if Some(other.id) != except => {
+            Err(StoreError::conflict("site", name, format!("the name is taken by site {}", other.id)))
+        }
         _ => Ok(()),
     }
 }
@@ -293,8 +295,9 @@ fn roce_row(r: &Row<'_>) -> rusqlite::Result<RoceAssignment> {
 pub(super) fn upsert_roce(c: &Connection, site_id: Uuid, items: &[NewRoce], at: Time, log: &ChangeLog) -> Result<RoceUpsert, StoreError> {
     require_site(c, site_id)?;
     let mut out = RoceUpsert::default();
-    let mut find =
-        c.prepare_cached("SELECT assignment_id, ipv4_cidr FROM maas_roce_assignments WHERE site_id = ?1 AND hostname = ?2 AND interface = ?3")?;
+    let mut find = c.prepare_cached(
+        "SELECT assignment_id, ipv4_cidr FROM maas_roce_assignments WHERE site_id = ?1 AND hostname = ?2 AND interface = ?3",
+    )?;
     for item in items {
         let existing: Option<(String, String)> =
             find.query_row(params![site_id.to_string(), item.hostname, item.interface], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
@@ -306,9 +309,15 @@ pub(super) fn upsert_roce(c: &Connection, site_id: Uuid, items: &[NewRoce], at: 
                 out.updated += 1;
             }
             None => {
-                c.prepare_cached(&format!("INSERT INTO maas_roce_assignments ({ROCE_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)"))?.execute(
-                    params![Uuid::new_v4().to_string(), site_id.to_string(), item.hostname, item.interface, item.ipv4_cidr, at.unix()],
-                )?;
+                c.prepare_cached(&format!("INSERT INTO maas_roce_assignments ({ROCE_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)"))?
+                    .execute(params![
+                        Uuid::new_v4().to_string(),
+                        site_id.to_string(),
+                        item.hostname,
+                        item.interface,
+                        item.ipv4_cidr,
+                        at.unix()
+                    ])?;
                 out.created += 1;
             }
         }
