@@ -16,7 +16,9 @@ use std::time::Duration;
 pub enum ErrorClass {
     /// 401 or 403: the API key is wrong, revoked, or lacks the right (admin, owner).
     Credentials,
-    /// 404: the machine (or sub-object) does not exist (any more).
+    /// 404 with MAAS's `No <Kind> matches the given query.`: the machine (or sub-object) does
+    /// not exist (any more). A 404 with any other body is [`ErrorClass::Protocol`]: a wrong
+    /// base URL or a proxy answered, and the machine must not be forgotten over it.
     Gone,
     /// 409, or commission's 400 `__all__` "not available because of the current state": the
     /// machine is in a state that does not allow the operation; wait or act differently.
@@ -144,7 +146,7 @@ impl MaasError {
             MaasError::InvalidInput { .. } => ErrorClass::BadRequest,
             MaasError::Connect { .. } | MaasError::Timeout { .. } => ErrorClass::Transient,
             MaasError::Protocol { .. } => ErrorClass::Protocol,
-            MaasError::Status { status, field_errors, .. } => classify_status(*status, field_errors),
+            MaasError::Status { status, message, field_errors, .. } => classify_status(*status, message, field_errors),
         }
     }
 
@@ -182,11 +184,15 @@ impl MaasError {
     }
 }
 
-/// The class of an error status. Split out so it is testable without a request.
-pub fn classify_status(status: u16, field_errors: &BTreeMap<String, Vec<String>>) -> ErrorClass {
+/// The class of an error status with its (text) `message`. Split out so it is testable
+/// without a request.
+pub fn classify_status(status: u16, message: &str, field_errors: &BTreeMap<String, Vec<String>>) -> ErrorClass {
     match status {
         401 | 403 => ErrorClass::Credentials,
-        404 => ErrorClass::Gone,
+        // MAAS's API answers a missing object with Django's `No <Kind> matches the given query.`
+        // (facts §2); a URL MAAS does not route gets Django's or a proxy's page instead.
+        404 if is_not_found_text(message) => ErrorClass::Gone,
+        404 => ErrorClass::Protocol,
         409 => ErrorClass::IllegalState,
         400 => {
             // Commission refuses a wrong state with a form-wide 400 rather than a 409 (facts §0e);
@@ -197,6 +203,13 @@ pub fn classify_status(status: u16, field_errors: &BTreeMap<String, Vec<String>>
         500..=599 => ErrorClass::Transient,
         _ => ErrorClass::Protocol,
     }
+}
+
+/// Whether `message` is MAAS's text for a missing object: `No Machine matches the given query.`
+/// (`No BlockDevice …`, `No Interface …`, `No Subnet …`).
+fn is_not_found_text(message: &str) -> bool {
+    let m = message.trim();
+    m.strip_prefix("No ").and_then(|rest| rest.strip_suffix(" matches the given query.")).is_some_and(|kind| !kind.is_empty())
 }
 
 /// The longest message kept from an error body: enough for MAAS's sentences, bounded against a
@@ -279,6 +292,7 @@ mod tests {
         assert_eq!(class_of(401, "Authorization Error: 'Invalid signature'"), ErrorClass::Credentials);
         assert_eq!(class_of(403, ""), ErrorClass::Credentials);
         assert_eq!(class_of(404, "No Machine matches the given query."), ErrorClass::Gone);
+        assert_eq!(class_of(404, "No BlockDevice matches the given query.\n"), ErrorClass::Gone);
         assert_eq!(class_of(409, "Can't deploy a machine that is in the 'New' state"), ErrorClass::IllegalState);
         assert_eq!(class_of(400, r#"{"limit": ["No such constraint."]}"#), ErrorClass::BadRequest);
         assert_eq!(class_of(400, "Unrecognised signature: method=GET op=None"), ErrorClass::BadRequest);
@@ -287,6 +301,21 @@ mod tests {
         assert_eq!(class_of(504, ""), ErrorClass::Transient);
         assert_eq!(class_of(405, ""), ErrorClass::Protocol);
         assert_eq!(class_of(302, ""), ErrorClass::Protocol);
+    }
+
+    #[test]
+    fn only_maas_not_found_texts_are_gone() {
+        // A wrong base URL or a proxy also answers 404: that must not make callers forget the
+        // machine.
+        for body in [
+            "Not Found",
+            "",
+            "<h1>Not Found</h1><p>The requested resource was not found on this server.</p>",
+            "No  matches the given query.",
+        ] {
+            assert_eq!(class_of(404, body), ErrorClass::Protocol, "{body:?}");
+        }
+        assert_eq!(classify_status(404, "No Subnet matches the given query.", &BTreeMap::new()), ErrorClass::Gone);
     }
 
     #[test]

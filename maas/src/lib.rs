@@ -15,11 +15,11 @@
 //! | [`ErrorClass`] | From | What the caller does |
 //! |---|---|---|
 //! | `Credentials` | 401, 403 | stop; the key is wrong, revoked or lacks admin/owner rights |
-//! | `Gone` | 404 (`No Machine matches the given query.`) | forget the machine |
+//! | `Gone` | 404 with MAAS's `No Machine matches the given query.` (any other 404 is `Protocol`) | forget the machine |
 //! | `IllegalState` | 409, and commission's 400 `__all__` "…because of the current state…" | re-read the machine and decide again |
 //! | `BadRequest` | 400 (field errors in [`MaasError::field_errors`]) | fix the parameters; retrying will not help |
 //! | `Transient` | 5xx (503 with `Retry-After`), refused connections, timeouts | try again later (GETs already were) |
-//! | `Protocol` | a 2xx body that is not what MAAS sends, 3xx, 405 | a bug or a proxy in the way |
+//! | `Protocol` | a 2xx body that is not what MAAS sends, 3xx, 405, a 404 that is not MAAS's | a bug, a wrong base URL or a proxy in the way |
 //! | `Config` | bad base URL, API key or CA | fix the configuration |
 //!
 //! Things MAAS does that callers must know (all from the facts file):

@@ -7,6 +7,7 @@
 pub mod api;
 pub mod bus;
 pub mod fleet;
+pub mod logcapture;
 pub mod procs;
 pub mod sandbox;
 pub mod sim_agent;

@@ -90,6 +90,11 @@ async fn credentials_probe_and_request_errors() {
 
     let e = assert_class(maas.read_machine("nosuch").await, ErrorClass::Gone);
     assert_eq!(e.message(), Some("No Machine matches the given query."));
+    // A base URL without MAAS's `/MAAS` prefix also meets 404s, but not MAAS's: nothing is gone.
+    let misrouted =
+        MaasClient::new(ClientConfig::new(fake.url().trim_end_matches("/MAAS"), fake.api_key().parse().expect("key"))).expect("client");
+    let e = assert_class(misrouted.read_machine("nosuch").await, ErrorClass::Protocol);
+    assert_eq!(e.status(), Some(404));
     assert_class(maas.deploy("nosuch", &DeployOptions::default()).await, ErrorClass::Gone);
 
     // MAAS's list takes no paging parameters and checks MACs.

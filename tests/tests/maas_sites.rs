@@ -15,14 +15,13 @@
 //! Every test installs (once) the process-wide log capture, so every test's coordinator logs
 //! are searched for every test's secrets.
 
-use std::io::Write;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
 
 use drover_coordinator::config::{SecretsBackend, VaultConfig};
 use drover_devkit::fake_maas::{FakeMaas, FakeMaasOptions};
 use drover_devkit::openbao::OpenBao;
 use drover_tests::Harness;
+use drover_tests::logcapture::global as logs;
 use serde_json::{Value, json};
 
 const TOKEN_SECRET: &str = "Mx7-token-secret-never-shown";
@@ -32,36 +31,6 @@ const OVERRIDE_PASS: &str = "override-Pa55-never-shown";
 
 fn api_key() -> String {
     format!("drover-consumer:drover-token:{TOKEN_SECRET}")
-}
-
-/// A `MakeWriter` appending every log line to a shared buffer.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Captured;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
-fn logs() -> &'static Captured {
-    static LOGS: OnceLock<Captured> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let logs = Captured::default();
-        tracing_subscriber::fmt().with_writer(logs.clone()).with_max_level(tracing::Level::TRACE).with_ansi(false).init();
-        logs
-    })
 }
 
 fn assert_no_secret(what: &str, text: &str) {
@@ -190,7 +159,7 @@ async fn site_secrets_live_in_openbao_and_rotation_needs_no_restart() {
     assert_eq!(bao.kv_read(&format!("drover/{opath}")).await.expect("kv").expect("override written")["pass"], OVERRIDE_PASS);
 
     assert_no_secret("the operator listings, events and audit", &everything_listed(&h, "dc1").await);
-    let captured = String::from_utf8_lossy(&logs.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned();
+    let captured = logs.text();
     assert!(captured.contains("maas") || !captured.is_empty(), "the log capture saw nothing");
     assert_no_secret("the coordinator's logs", &captured);
 }

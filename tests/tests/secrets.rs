@@ -3,37 +3,11 @@
 //! captured, and neither it, nor the stored events and audit, nor the operator listings hold
 //! the enrollment token, its sha256, the agent's key, the CA key or the director key.
 //!
-//! Alone in its own test binary because it installs the process-wide tracing subscriber: the
-//! server runs on the runtime's worker threads, which a thread-local `set_default` would not
-//! reach, and a global default can only be set once per process.
-
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+//! The capture is the process-wide subscriber (`drover_tests::logcapture`).
 
 use drover_coordinator::store::{AuditFilter, EventFilter};
 use drover_tests::{Harness, key_and_csr};
 use sha2::{Digest, Sha256};
-
-/// A `MakeWriter` appending every log line to a shared buffer.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Captured;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
 
 /// The searchable forms of a PEM secret: each line of its base64 body (a leak of part of a
 /// key is still a leak, and JSON escaping would hide the PEM's newlines from a whole-text
@@ -44,14 +18,7 @@ fn pem_needles(pem: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_do_not_reach_logs() {
-    let logs = Captured::default();
-    // TRACE: the most the coordinator could ever write, so nothing hides below the level.
-    tracing_subscriber::fmt()
-        .with_writer(logs.clone())
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .try_init()
-        .expect("this binary installs the only global subscriber");
+    let logs = drover_tests::logcapture::global();
 
     let h = Harness::start_with_long_poll(0).await;
     let created = h.create_host("gpu-secret").await;
@@ -100,7 +67,7 @@ async fn secrets_do_not_reach_logs() {
         assert_eq!(code, "200", "{path}: {body}");
         haystacks.push((format!("GET {path}"), body));
     }
-    let log_text = String::from_utf8_lossy(&logs.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned();
+    let log_text = logs.text();
     assert!(log_text.contains("host created"), "the capture sees the coordinator's log lines:\n{log_text}");
     haystacks.push(("captured logs".into(), log_text));
 

@@ -148,16 +148,10 @@ pub fn unlink_subnet(world: &mut World, i: usize, key: &str, p: &Params) -> Repl
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake_maas::machine::{Machine, default_disks};
     use crate::fake_maas::status::Status;
 
     fn world(status: Status) -> World {
-        let mut w = World::for_tests();
-        let mut m = Machine::new(1, "abc123".into(), "gpu-01".into());
-        m.add_interface(&mut w.data.ids, "eno1", "52:54:00:00:00:01");
-        m.set_disks(default_disks(&mut w.data.ids));
-        m.status = status;
-        w.data.machines.push(m);
+        let mut w = World::with_machine(status, |_| {});
         assert_eq!(subnets::create(&mut w, &Params::from_query("cidr=10.9.0.0/31")).status, 200);
         w
     }

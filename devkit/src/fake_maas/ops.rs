@@ -187,11 +187,17 @@ fn mark_broken(world: &mut World, i: usize, p: &Params, user: &str, now: Millis)
     let comment = p.get("comment").or_else(|| p.get("error_description")).unwrap_or_default().to_owned();
     let from = world.data.machines[i].status;
     world.event(i, Level::Debug, "User marking node broken", &comment, Some(user), now);
-    // Releasable machines are released first, except a deployed one, which keeps its
-    // deployment so that mark_fixed can return it to Deployed.
-    if from.is_releasable() && from != Status::Deployed {
+    // Releasable machines, a deployed one included, are released first (MAAS's `_release`):
+    // the deployment and its hardware-sync settings go, and when the power is already off or
+    // cannot be queried the release finishes at once, taking the owner (and so the token).
+    // mark_fixed still returns a machine that was Deployed to Deployed.
+    if from.is_releasable() {
+        let at_once = world.data.machines[i].power == Power::Off || !world.data.machines[i].power_queryable();
         world.clear_deployment(i);
         world.data.machines[i].power = Power::Off;
+        if at_once {
+            world.set_owner(i, None);
+        }
     }
     world.change(i, to, Some(user), now).map_err(refused)?;
     let m = &mut world.data.machines[i];
@@ -230,18 +236,12 @@ fn set_storage_layout(world: &mut World, i: usize, p: &Params) -> OpResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake_maas::machine::{Machine, default_disks};
 
     fn world(status: Status) -> World {
-        let mut w = World::for_tests();
-        let mut m = Machine::new(1, "abc123".into(), "gpu-01".into());
-        m.add_interface(&mut w.data.ids, "eno1", "52:54:00:00:00:01");
-        m.set_disks(default_disks(&mut w.data.ids));
-        m.power_type = "ipmi".into();
-        m.status = status;
-        m.commissioned = true;
-        w.data.machines.push(m);
-        w
+        World::with_machine(status, |m| {
+            m.power_type = "ipmi".into();
+            m.commissioned = true;
+        })
     }
 
     fn post(w: &mut World, op: &str, q: &str) -> Reply {
@@ -270,6 +270,37 @@ mod tests {
         assert_eq!(post(&mut w, "deploy", "enable_hw_sync=maybe").status, 400);
         assert_eq!(post(&mut w, "deploy", "distro_series=hirsute").status, 400);
         assert_eq!(w.data.machines[0].status, Status::Ready, "a refused deploy changes nothing");
+    }
+
+    #[test]
+    fn mark_broken_releases_a_deployed_machine_first() {
+        let mut w = world(Status::Deployed);
+        {
+            let m = &mut w.data.machines[0];
+            m.owner = Some("admin".into());
+            m.power = Power::On;
+            (m.osystem, m.distro_series) = ("ubuntu".into(), "noble".into());
+            (m.enable_hw_sync, m.sync_interval, m.last_sync) = (true, Some(SYNC_INTERVAL_SECS), Some(500));
+        }
+        assert_eq!(post(&mut w, "mark_broken", "comment=fan").status, 200);
+        let m = &w.data.machines[0];
+        assert_eq!((m.status, m.osystem.as_str(), m.distro_series.as_str()), (Status::Broken, "", ""));
+        assert_eq!((m.enable_hw_sync, m.sync_interval, m.last_sync), (false, None, None), "release clears hardware sync");
+        assert_eq!(m.owner.as_deref(), Some("admin"), "powered on: the release was still under way");
+        assert_eq!(post(&mut w, "mark_fixed", "").status, 200);
+        assert_eq!(w.data.machines[0].status, Status::Deployed, "it was Deployed before");
+
+        // Power already off: the release finishes at once and the owner (with the token) goes.
+        let mut w = world(Status::Deployed);
+        {
+            let m = &mut w.data.machines[0];
+            m.owner = Some("admin".into());
+            m.power = Power::Off;
+            m.token = Some(("c".into(), "k".into(), "s".into()));
+        }
+        assert_eq!(post(&mut w, "mark_broken", "").status, 200);
+        let m = &w.data.machines[0];
+        assert_eq!((m.status, m.owner.as_deref(), m.token.is_none()), (Status::Broken, None, true));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The fake MAAS's whole state and the one place a machine's status changes: every change
 //! is checked against the transition table, logs MAAS-like events, and applies what MAAS
 //! ties to it (the owner cleared on New and Ready, the metadata token deleted when the
-//! owner changes and minted at deploy, power following the operation, addresses handed out
+//! owner changes and minted at deploy when there is none, power following the operation, addresses handed out
 //! at deployment and taken back at release, `last_sync` set when a deployment ends).
 //!
 //! In-flight statuses (Commissioning, Deploying, Releasing, Disk erasing) complete when a
@@ -127,6 +127,20 @@ impl World {
         World::new(vec![ApiKey::parse("admin:tk:ts").unwrap()], Delays::default(), None).unwrap()
     }
 
+    /// A test world holding one machine `abc123` (`gpu-01`, interface `eno1`, the default
+    /// disks) in `status`, passed through `adjust` before it is added.
+    #[cfg(test)]
+    pub fn with_machine(status: crate::fake_maas::status::Status, adjust: impl FnOnce(&mut crate::fake_maas::machine::Machine)) -> World {
+        let mut w = World::for_tests();
+        let mut m = crate::fake_maas::machine::Machine::new(1, "abc123".into(), "gpu-01".into());
+        m.add_interface(&mut w.data.ids, "eno1", "52:54:00:00:00:01");
+        m.set_disks(crate::fake_maas::machine::default_disks(&mut w.data.ids));
+        m.status = status;
+        adjust(&mut m);
+        w.data.machines.push(m);
+        w
+    }
+
     /// Marks the persistent state changed.
     pub fn touch(&mut self) {
         self.dirty = true;
@@ -201,7 +215,7 @@ impl World {
     }
 
     /// Sets machine `i`'s owner; a different owner deletes its metadata token.
-    fn set_owner(&mut self, i: usize, owner: Option<String>) {
+    pub(super) fn set_owner(&mut self, i: usize, owner: Option<String>) {
         let m = &mut self.data.machines[i];
         if m.owner != owner {
             m.token = None;
@@ -226,11 +240,15 @@ impl World {
             Status::Commissioning | Status::DiskErasing => m.power = Power::On,
             Status::Deploying => {
                 m.power = Power::On;
-                m.token = Some((
-                    random_string(b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789", 18),
-                    random_string(b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789", 18),
-                    random_string(b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789", 32),
-                ));
+                // MAAS gets or creates the token: a redeploy by the same owner (after an
+                // abort) keeps it; an owner change has already deleted it.
+                m.token.get_or_insert_with(|| {
+                    (
+                        random_string(b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789", 18),
+                        random_string(b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789", 18),
+                        random_string(b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789", 32),
+                    )
+                });
                 self.assign_addresses(i);
             }
             _ => {}
@@ -419,6 +437,21 @@ mod tests {
         assert_ne!(w.data.machines[0].token.as_ref(), Some(&first), "each deployment mints a new token");
         let kinds: Vec<&str> = w.data.events.iter().map(|e| e.kind.as_str()).collect();
         assert!(kinds.contains(&"Released") && kinds.contains(&"Deployed"), "{kinds:?}");
+    }
+
+    #[test]
+    fn a_redeploy_by_the_same_owner_keeps_the_token() {
+        let mut w = world_with(Status::Ready);
+        w.walk(0, &[Status::Allocated, Status::Deploying], Some("admin"), 1000).unwrap();
+        let first = w.data.machines[0].token.clone().unwrap();
+        // Abort (Deploying → Allocated keeps the owner), then deploy again.
+        w.change(0, Status::Allocated, Some("admin"), 2000).unwrap();
+        w.change(0, Status::Deploying, Some("admin"), 3000).unwrap();
+        assert_eq!(w.data.machines[0].token.as_ref(), Some(&first), "same owner, same token");
+        w.change(0, Status::Releasing, Some("admin"), 4000).unwrap();
+        w.complete(0, 5000).unwrap();
+        w.walk(0, &[Status::Allocated, Status::Deploying], Some("admin"), 6000).unwrap();
+        assert_ne!(w.data.machines[0].token.as_ref(), Some(&first), "the release's owner change deleted it");
     }
 
     #[test]

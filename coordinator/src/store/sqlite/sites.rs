@@ -26,6 +26,14 @@ fn log_change(c: &Connection, log: &ChangeLog) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The compare-and-set of every update: the row must still be at the revision the caller read.
+fn check_revision(what: &'static str, id: Uuid, expected: u64, actual: u64) -> Result<(), StoreError> {
+    if expected == actual {
+        return Ok(());
+    }
+    Err(StoreError::StaleState { what, id: id.to_string(), expected: format!("revision {expected}"), actual: format!("revision {actual}") })
+}
+
 // ---- sites ----------------------------------------------------------------------------------
 
 const SITE_COLS: &str = "site_id, name, status, config, default_profile_id, secrets, revision, created_at, updated_at";
@@ -93,14 +101,7 @@ pub(super) fn create_site(c: &Connection, site: &Site, profile: &Profile, log: &
 
 pub(super) fn update_site(c: &Connection, site: &Site, expected_revision: u64, log: &ChangeLog) -> Result<Site, StoreError> {
     let current = get_site(c, site.id)?.ok_or_else(|| StoreError::not_found("site", site.id))?;
-    if current.revision != expected_revision {
-        return Err(StoreError::StaleState {
-            what: "site",
-            id: site.id.to_string(),
-            expected: format!("revision {expected_revision}"),
-            actual: format!("revision {}", current.revision),
-        });
-    }
+    check_revision("site", site.id, expected_revision, current.revision)?;
     check_site_name_free(c, &site.name, Some(site.id))?;
     match get_profile(c, site.default_profile_id)? {
         Some(p) if p.site_id == site.id => {}
@@ -193,14 +194,7 @@ pub(super) fn update_profile(c: &Connection, p: &Profile, expected_revision: u64
     if current.site_id != p.site_id {
         return Err(StoreError::not_found("profile", p.id));
     }
-    if current.revision != expected_revision {
-        return Err(StoreError::StaleState {
-            what: "profile",
-            id: p.id.to_string(),
-            expected: format!("revision {expected_revision}"),
-            actual: format!("revision {}", current.revision),
-        });
-    }
+    check_revision("profile", p.id, expected_revision, current.revision)?;
     check_profile_name_free(c, p.site_id, &p.name, Some(p.id))?;
     c.prepare_cached(
         "UPDATE maas_site_profiles SET name = ?2, description = ?3, status = ?4, policy = ?5, revision = revision + 1,
