@@ -5,6 +5,7 @@
 //! - [`config`]: `coordinator.toml`, parsed once, errors naming file and key.
 //! - [`executor`]: the rollout executor: store snapshot → planner → one transaction of actions.
 //! - [`jobs`]: the pure decision core of jobs (soft reset, storage cleanup, decommission, maintenance) and operator actions.
+//! - [`maasflow`]: the pure decisions of MAAS workflows: failure taxonomy, stages, discovery, boot disk, deploy failures.
 //! - [`http1`]: the coordinator's own HTTP/1.1 connection layer: strict framing, no buffers held while a long-poll waits.
 //! - [`identity`]: who a client certificate proves (host id and hostname, or operator role).
 //! - [`metrics`]: Prometheus counters and the `/metrics` text.
@@ -31,6 +32,7 @@ pub mod executor;
 pub mod http1;
 pub mod identity;
 pub mod jobs;
+pub mod maasflow;
 pub mod metrics;
 pub mod pki;
 pub mod releases_dir;

@@ -1,0 +1,14 @@
+//! The decision core of MAAS workflows (`bare-metal-lifecycle.md` §4): pure functions the
+//! onboarding, reimage and decommission jobs decide with, so every rule is unit-tested
+//! without MAAS, a store or a clock.
+//!
+//! - [`taxonomy`]: the failure classes of §4.7 with their default handling and recommended
+//!   operator action; the onboarding stages of §4.3 with their compensation (§4.6), re-entry
+//!   rules (§4.10) and time limits (§4.14).
+//! - [`discovery`]: which MAAS machine an onboarding claims (§4.16), failing closed.
+//! - [`inspect`]: the boot disk by the profile's pattern, and datasource-class deploy
+//!   failures told apart from the rest.
+
+pub mod discovery;
+pub mod inspect;
+pub mod taxonomy;

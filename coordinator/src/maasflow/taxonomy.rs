@@ -1,0 +1,272 @@
+//! The failure taxonomy of MAAS workflows (`bare-metal-lifecycle.md` §4.7) and the stages of
+//! onboarding (§4.3) with their re-entry and compensation rules (§4.6, §4.10, §4.14).
+//!
+//! Recovery is decided from these typed values, never from error text: a failure's class
+//! says whether automation may retry ([`MaasFailureClass::default_handling`]), and a stage
+//! says what a failure there leaves MAAS in ([`OnboardingStage::compensation`]) — the key
+//! principle of §4.6: pre-deploy failures retry in place, deploy failures release the machine
+//! back to Ready, post-deploy failures leave MAAS alone.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::store::ProfilePolicy;
+
+/// Why a MAAS workflow failed (§4.7), stored as a first-class field of the read model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MaasFailureClass {
+    /// Invalid input, disabled site: fail at once.
+    InputConfigError,
+    /// A required site policy or MAAS capability is absent.
+    SiteCapabilityMissing,
+    /// MAAS or the secret store timed out or answered 5xx.
+    UpstreamTransient,
+    /// The BMC is unreachable or a power cycle failed.
+    BmcPowerFailure,
+    /// The machine never appeared in MAAS.
+    PxeDiscoveryFailure,
+    /// The hardware is not what the profile expects (no BOSS disk, a missing interface).
+    HardwareMismatch,
+    /// Failed deployment, including datasource / cloud-init class failures.
+    DeployCloudInitFailure,
+    /// The deployed host cannot be reached to seed it.
+    PostDeployConnectivityFailure,
+    /// MAAS never emitted the machine token, or sync stays unhealthy.
+    HardwareSyncFailure,
+    /// The agent never enrolled.
+    AgentEnrollmentFailure,
+    /// Conflicting candidates, an out-of-band MAAS change, a late success after a failure.
+    StateAmbiguity,
+}
+
+/// What automation does with a failure of a class, by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Handling {
+    /// Fail at once; an operator fixes the input or site, then reruns.
+    FailImmediately,
+    /// Retry automatically within the stage's bound, then stop for an operator.
+    BoundedRetry,
+    /// Stop automation: an operator must decide (adopt, fix hardware, clean up).
+    ManualIntervention,
+}
+
+impl MaasFailureClass {
+    /// Every class, in §4.7's order.
+    pub const ALL: [MaasFailureClass; 11] = [
+        MaasFailureClass::InputConfigError,
+        MaasFailureClass::SiteCapabilityMissing,
+        MaasFailureClass::UpstreamTransient,
+        MaasFailureClass::BmcPowerFailure,
+        MaasFailureClass::PxeDiscoveryFailure,
+        MaasFailureClass::HardwareMismatch,
+        MaasFailureClass::DeployCloudInitFailure,
+        MaasFailureClass::PostDeployConnectivityFailure,
+        MaasFailureClass::HardwareSyncFailure,
+        MaasFailureClass::AgentEnrollmentFailure,
+        MaasFailureClass::StateAmbiguity,
+    ];
+
+    /// The stable string form.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            MaasFailureClass::InputConfigError => "input_config_error",
+            MaasFailureClass::SiteCapabilityMissing => "site_capability_missing",
+            MaasFailureClass::UpstreamTransient => "upstream_transient",
+            MaasFailureClass::BmcPowerFailure => "bmc_power_failure",
+            MaasFailureClass::PxeDiscoveryFailure => "pxe_discovery_failure",
+            MaasFailureClass::HardwareMismatch => "hardware_mismatch",
+            MaasFailureClass::DeployCloudInitFailure => "deploy_cloud_init_failure",
+            MaasFailureClass::PostDeployConnectivityFailure => "post_deploy_connectivity_failure",
+            MaasFailureClass::HardwareSyncFailure => "hardware_sync_failure",
+            MaasFailureClass::AgentEnrollmentFailure => "agent_enrollment_failure",
+            MaasFailureClass::StateAmbiguity => "state_ambiguity",
+        }
+    }
+
+    /// §4.7's default handling.
+    pub const fn default_handling(self) -> Handling {
+        match self {
+            MaasFailureClass::InputConfigError | MaasFailureClass::SiteCapabilityMissing => Handling::FailImmediately,
+            MaasFailureClass::HardwareMismatch | MaasFailureClass::StateAmbiguity => Handling::ManualIntervention,
+            MaasFailureClass::UpstreamTransient
+            | MaasFailureClass::BmcPowerFailure
+            | MaasFailureClass::PxeDiscoveryFailure
+            | MaasFailureClass::DeployCloudInitFailure
+            | MaasFailureClass::PostDeployConnectivityFailure
+            | MaasFailureClass::HardwareSyncFailure
+            | MaasFailureClass::AgentEnrollmentFailure => Handling::BoundedRetry,
+        }
+    }
+
+    /// The operator action the read model recommends once automation has stopped (§4.12).
+    pub const fn recommended_action(self) -> &'static str {
+        match self {
+            MaasFailureClass::InputConfigError => "fix the request or the site (drover site get/update), then rerun",
+            MaasFailureClass::SiteCapabilityMissing => "have MAAS's operators provide the missing capability, then rerun",
+            MaasFailureClass::UpstreamTransient => "wait for MAAS / the secret store to answer again, then resume",
+            MaasFailureClass::BmcPowerFailure => "check the BMC address and credentials (drover site override), then retry the stage",
+            MaasFailureClass::PxeDiscoveryFailure => "check the node's PXE wiring and IPMI boot order, then rerun",
+            MaasFailureClass::HardwareMismatch => "fix the hardware or the profile (boot disk pattern, interfaces), then rerun",
+            MaasFailureClass::DeployCloudInitFailure => "read the deploy events in the diagnostics, fix the image or bundle, then rerun",
+            MaasFailureClass::PostDeployConnectivityFailure => "check the deployed host's network, then resume",
+            MaasFailureClass::HardwareSyncFailure => "check maas-agent and the hardware-sync timer on the host, then resume",
+            MaasFailureClass::AgentEnrollmentFailure => "check the host can reach the coordinator, then resume (a fresh token is issued)",
+            MaasFailureClass::StateAmbiguity => "inspect MAAS, then adopt the observed state or restart clean",
+        }
+    }
+}
+
+impl fmt::Display for MaasFailureClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a failure at a stage leaves behind in MAAS (§4.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Compensation {
+    /// Nothing to undo: the machine stays where it is (pre-deploy: retry in place).
+    None,
+    /// Release the machine back to Ready (a failed or stuck deployment).
+    ReleaseToReady,
+    /// The OS is running: never touch MAAS; only Drover's state changes.
+    LeaveMaasAlone,
+}
+
+/// The stages of onboarding, in order (§4.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnboardingStage {
+    /// Read the site and its secrets; MAAS reachable.
+    LoadSite,
+    /// Pick the BMC credentials (overrides, then the site default).
+    ResolvePowerCredentials,
+    /// Find the machine (hostname, BMC address, PXE MAC) or create it; discovery policy.
+    CreateOrFind,
+    /// Accept / commission as the machine's status requires.
+    Commission,
+    /// Wait for Ready.
+    WaitReady,
+    /// Boot disk by the profile's pattern, flat layout.
+    ConfigureStorage,
+    /// The site's RoCE assignments as STATIC links.
+    RocePhase2,
+    /// The node PXE interface linked AUTO.
+    PxeInterfaceAuto,
+    /// The Drover host and the rendered first-boot user data.
+    CreateHostAndRenderCloudInit,
+    /// `deploy` with the user data.
+    Deploy,
+    /// Wait for Deployed; classify and recover a datasource-class failure.
+    WaitDeployed,
+    /// Hardware sync enabled and seeded.
+    EnsureHardwareSync,
+    /// Wait for MAAS to report sync healthy.
+    WaitHardwareSyncHealthy,
+    /// Wait for the agent to enroll (a late enrollment is adopted).
+    WaitAgentEnrollment,
+}
+
+impl OnboardingStage {
+    /// Every stage, in order.
+    pub const ALL: [OnboardingStage; 14] = [
+        OnboardingStage::LoadSite,
+        OnboardingStage::ResolvePowerCredentials,
+        OnboardingStage::CreateOrFind,
+        OnboardingStage::Commission,
+        OnboardingStage::WaitReady,
+        OnboardingStage::ConfigureStorage,
+        OnboardingStage::RocePhase2,
+        OnboardingStage::PxeInterfaceAuto,
+        OnboardingStage::CreateHostAndRenderCloudInit,
+        OnboardingStage::Deploy,
+        OnboardingStage::WaitDeployed,
+        OnboardingStage::EnsureHardwareSync,
+        OnboardingStage::WaitHardwareSyncHealthy,
+        OnboardingStage::WaitAgentEnrollment,
+    ];
+
+    /// What a failure here leaves MAAS in (§4.6's key principle).
+    pub const fn compensation(self) -> Compensation {
+        match self {
+            OnboardingStage::Deploy | OnboardingStage::WaitDeployed => Compensation::ReleaseToReady,
+            OnboardingStage::EnsureHardwareSync | OnboardingStage::WaitHardwareSyncHealthy | OnboardingStage::WaitAgentEnrollment => {
+                Compensation::LeaveMaasAlone
+            }
+            _ => Compensation::None,
+        }
+    }
+
+    /// Whether the stage reads MAAS's state before acting (§4.10: every stage that touches
+    /// MAAS does; the destructive ones must).
+    pub const fn refreshes_first(self) -> bool {
+        !matches!(self, OnboardingStage::LoadSite | OnboardingStage::ResolvePowerCredentials)
+    }
+
+    /// Whether re-running the stage from the top is safe without looking at what it did
+    /// before (§4.10): `deploy` never is — MAAS may already have advanced.
+    pub const fn blindly_rerunnable(self) -> bool {
+        !matches!(self, OnboardingStage::Deploy)
+    }
+
+    /// The stage's time limit from the profile (§4.14) and the class its expiry carries, for
+    /// the waiting stages.
+    pub fn timeout(self, policy: &ProfilePolicy) -> Option<(u64, MaasFailureClass)> {
+        match self {
+            OnboardingStage::CreateOrFind => Some((policy.discovery_timeout_secs, MaasFailureClass::PxeDiscoveryFailure)),
+            OnboardingStage::WaitReady => Some((policy.commission_timeout_secs, MaasFailureClass::BmcPowerFailure)),
+            OnboardingStage::WaitDeployed => Some((policy.deploy_timeout_secs, MaasFailureClass::DeployCloudInitFailure)),
+            OnboardingStage::EnsureHardwareSync => Some((policy.hw_sync_seed_timeout_secs, MaasFailureClass::HardwareSyncFailure)),
+            OnboardingStage::WaitHardwareSyncHealthy => Some((policy.hw_sync_health_timeout_secs, MaasFailureClass::HardwareSyncFailure)),
+            OnboardingStage::WaitAgentEnrollment => Some((policy.enrollment_timeout_secs, MaasFailureClass::AgentEnrollmentFailure)),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_round_trip_their_names() {
+        for c in MaasFailureClass::ALL {
+            let json = serde_json::to_value(c).expect("serialize");
+            assert_eq!(json, serde_json::json!(c.as_str()));
+            assert_eq!(serde_json::from_value::<MaasFailureClass>(json).expect("parse"), c);
+            assert!(!c.recommended_action().is_empty());
+        }
+    }
+
+    #[test]
+    fn only_mismatch_and_ambiguity_stop_automation_outright() {
+        let manual: Vec<_> = MaasFailureClass::ALL.into_iter().filter(|c| c.default_handling() == Handling::ManualIntervention).collect();
+        assert_eq!(manual, [MaasFailureClass::HardwareMismatch, MaasFailureClass::StateAmbiguity]);
+    }
+
+    #[test]
+    fn compensation_follows_the_key_principle() {
+        let deploy_at = OnboardingStage::ALL.iter().position(|s| *s == OnboardingStage::Deploy).expect("deploy");
+        for (i, s) in OnboardingStage::ALL.into_iter().enumerate() {
+            let want = match i {
+                _ if i < deploy_at => Compensation::None,
+                _ if i <= deploy_at + 1 => Compensation::ReleaseToReady,
+                _ => Compensation::LeaveMaasAlone,
+            };
+            assert_eq!(s.compensation(), want, "{s:?}");
+        }
+        assert!(!OnboardingStage::Deploy.blindly_rerunnable());
+        assert!(OnboardingStage::WaitDeployed.blindly_rerunnable());
+    }
+
+    #[test]
+    fn waiting_stages_take_their_limits_from_the_profile() {
+        let p = ProfilePolicy { deploy_timeout_secs: 1234, ..ProfilePolicy::default() };
+        assert_eq!(OnboardingStage::WaitDeployed.timeout(&p), Some((1234, MaasFailureClass::DeployCloudInitFailure)));
+        assert_eq!(OnboardingStage::ConfigureStorage.timeout(&p), None);
+    }
+}
