@@ -353,7 +353,28 @@ fn transport_error(line: &RequestLine, e: reqwest::Error, timeout: Duration) -> 
     if e.is_timeout() {
         return MaasError::Timeout { request: line.clone(), after: timeout };
     }
+    if let Some(reason) = tls_refusal(&e) {
+        return MaasError::Tls { request: line.clone(), reason };
+    }
     MaasError::Connect { request: line.clone(), source: e.without_url() }
+}
+
+/// rustls's reason when the failure was a refused handshake (somewhere in the error's source
+/// chain, possibly wrapped in `io::Error`s).
+fn tls_refusal(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = current {
+        if let Some(t) = err.downcast_ref::<rustls::Error>() {
+            return Some(t.to_string());
+        }
+        // An io::Error wrapping another error reports that error's *source* as its own, so
+        // step into what it wraps instead, or the rustls error in the middle is skipped.
+        current = match err.downcast_ref::<std::io::Error>().and_then(std::io::Error::get_ref) {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => err.source(),
+        };
+    }
+    None
 }
 
 /// The wait before retry number `attempt` (1-based): MAAS's `Retry-After` when it sent one,

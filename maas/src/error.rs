@@ -98,6 +98,15 @@ pub enum MaasError {
         #[source]
         source: reqwest::Error,
     },
+    /// MAAS's TLS certificate was refused (wrong CA, wrong name, expired): a configuration
+    /// problem, not a transient one — retrying cannot succeed.
+    #[error("{request}: MAAS's TLS certificate was refused: {reason}")]
+    Tls {
+        /// The request.
+        request: RequestLine,
+        /// rustls's reason.
+        reason: String,
+    },
     /// No complete answer within the configured timeout.
     #[error("{request}: no answer from MAAS within {after:?}")]
     Timeout {
@@ -140,9 +149,11 @@ impl MaasError {
     /// What the caller should do about this error.
     pub fn class(&self) -> ErrorClass {
         match self {
-            MaasError::BadApiKey { .. } | MaasError::BadUrl { .. } | MaasError::BadCa { .. } | MaasError::Setup { .. } => {
-                ErrorClass::Config
-            }
+            MaasError::BadApiKey { .. }
+            | MaasError::BadUrl { .. }
+            | MaasError::BadCa { .. }
+            | MaasError::Setup { .. }
+            | MaasError::Tls { .. } => ErrorClass::Config,
             MaasError::InvalidInput { .. } => ErrorClass::BadRequest,
             MaasError::Connect { .. } | MaasError::Timeout { .. } => ErrorClass::Transient,
             MaasError::Protocol { .. } => ErrorClass::Protocol,

@@ -20,7 +20,7 @@
 //! | `BadRequest` | 400 (field errors in [`MaasError::field_errors`]) | fix the parameters; retrying will not help |
 //! | `Transient` | 5xx (503 with `Retry-After`), refused connections, timeouts | try again later (GETs already were) |
 //! | `Protocol` | a 2xx body that is not what MAAS sends, 3xx, 405, a 404 that is not MAAS's | a bug, a wrong base URL or a proxy in the way |
-//! | `Config` | bad base URL, API key or CA | fix the configuration |
+//! | `Config` | bad base URL, API key or CA; MAAS's TLS certificate refused | fix the configuration |
 //!
 //! Things MAAS does that callers must know (all from the facts file):
 //! - releasing a Ready (or Releasing) machine is a successful no-op, not a 409; release ends in

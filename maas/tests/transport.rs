@@ -6,11 +6,13 @@
 
 #![forbid(unsafe_code)]
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::{Seen, read_request, write_answer};
 use drover_maas::{ApiKey, ClientConfig, DeployOptions, ErrorClass, MaasClient, MaasError, MachineFilter, NodeStatus, ReleaseOptions};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// What the server does with one request.
@@ -24,21 +26,6 @@ enum Reply {
 
 fn json(body: &'static str) -> Reply {
     Reply::Answer(200, vec![("Content-Type", "application/json; charset=utf-8")], body)
-}
-
-/// One received request.
-#[derive(Debug, Clone)]
-struct Seen {
-    method: String,
-    target: String,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Seen {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
-    }
 }
 
 struct Server {
@@ -79,52 +66,17 @@ impl Server {
     }
 }
 
-/// Reads one request (head and Content-Length body), records it, answers `reply`.
+/// Reads one request, records it, answers `reply`.
 async fn serve_one(mut stream: TcpStream, reply: Reply, log: Arc<Mutex<Vec<Seen>>>) {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        match stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let mut lines = head.split("\r\n");
-    let mut first = lines.next().unwrap_or_default().split(' ');
-    let method = first.next().unwrap_or_default().to_owned();
-    let target = first.next().unwrap_or_default().to_owned();
-    let headers: Vec<(String, String)> =
-        lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned())).collect();
-    let length: usize =
-        headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("content-length")).and_then(|(_, v)| v.parse().ok()).unwrap_or(0);
-    while buf.len() < head_end + length {
-        match stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    }
-    let body = String::from_utf8_lossy(&buf[head_end..head_end + length]).to_string();
-    log.lock().expect("lock").push(Seen { method, target, headers, body });
+    let Some(seen) = read_request(&mut stream).await else { return };
+    log.lock().expect("lock").push(seen);
     match reply {
         Reply::Hang => {
             // Hold the connection open without answering until the runtime shuts down.
             let _keep = stream;
             std::future::pending::<()>().await;
         }
-        Reply::Answer(status, extra, body) => {
-            let mut out = format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n", body.len());
-            for (k, v) in extra {
-                out.push_str(&format!("{k}: {v}\r\n"));
-            }
-            out.push_str("\r\n");
-            out.push_str(body);
-            let _ = stream.write_all(out.as_bytes()).await;
-            let _ = stream.shutdown().await;
-        }
+        Reply::Answer(status, extra, body) => write_answer(&mut stream, status, &extra, body).await,
     }
 }
 
