@@ -297,6 +297,21 @@ pub struct JobJson {
     /// The job's events (only on `GET /v1/jobs/{id}`).
     #[serde(default)]
     pub events: Vec<EventJson>,
+    /// Who asked for it.
+    #[serde(default)]
+    pub requester: Option<String>,
+    /// When its first stage started (RFC 3339).
+    #[serde(default)]
+    pub started_at: Option<String>,
+    /// When it finished (RFC 3339).
+    #[serde(default)]
+    pub completed_at: Option<String>,
+    /// The latest failure: class, stage, attempt, message, at.
+    #[serde(default)]
+    pub error: Option<serde_json::Value>,
+    /// What an operator should do next.
+    #[serde(default)]
+    pub recommended_action: Option<String>,
     /// Created at (RFC 3339).
     #[serde(default)]
     pub created_at: String,
@@ -451,7 +466,17 @@ pub fn render_describe(job: &JobJson) -> String {
     field("Task", t(or_dash(job.task_id.as_deref())));
     field("Failure class", t(or_dash(job.failure_class.as_deref())));
     field("Message", t(or_dash(Some(&job.message))));
+    field("Requester", t(or_dash(job.requester.as_deref())));
+    if let Some(e) = &job.error {
+        let text = |k: &str| e.get(k).map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())).unwrap_or_default();
+        field("Last error", t(&format!("{} at {} (attempt {}): {}", text("class"), text("stage"), text("attempt"), text("message"))));
+    }
+    if let Some(a) = &job.recommended_action {
+        field("Next action", t(a));
+    }
     field("Created", t(or_dash(Some(&job.created_at))));
+    field("Started", t(or_dash(job.started_at.as_deref())));
+    field("Completed", t(or_dash(job.completed_at.as_deref())));
     field("Updated", t(or_dash(Some(&job.updated_at))));
     out.push_str("Stages:\n");
     if job.stages.is_empty() {

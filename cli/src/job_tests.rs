@@ -163,6 +163,26 @@ fn describe_marks_the_current_stage_and_lists_history_and_events() {
 }
 
 #[test]
+fn describe_shows_the_requester_the_last_error_and_the_next_action() {
+    let mut v = sample_job();
+    v["requester"] = "alice (admin)".into();
+    v["startedAt"] = "2030-01-01T00:00:01Z".into();
+    v["error"] =
+        serde_json::json!({"class": "transient", "stage": "drain", "attempt": 1, "message": "timeout", "at": "2030-01-01T00:10:00Z"});
+    v["recommendedAction"] = "retry (the stage is safe to run again)".into();
+    let out = render_describe(&decode("/v1/jobs/job-7", &v).expect("decode"));
+    for needle in [
+        "Requester:     alice (admin)\n",
+        "Last error:    transient at drain (attempt 1): timeout\n",
+        "Next action:   retry (the stage is safe to run again)\n",
+        "Started:       2030-01-01T00:00:01Z\n",
+        "Completed:     -\n",
+    ] {
+        assert!(out.contains(needle), "{needle:?} in\n{out}");
+    }
+}
+
+#[test]
 fn a_minimal_job_decodes_and_renders() {
     let v = serde_json::json!({"jobId": "j", "kind": "soft_reset", "state": "pending"});
     let job: JobJson = decode("/v1/jobs/j", &v).expect("lenient");

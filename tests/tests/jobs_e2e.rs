@@ -85,6 +85,11 @@ async fn soft_reset_job_runs_every_stage_through_a_real_agent() {
 
     let done = job_until(&h, &id, &["completed", "failed_retryable", "failed_manual_intervention"]).await;
     assert_eq!(done["state"], "completed", "{}", serde_json::to_string_pretty(&done).unwrap_or_default());
+    // The richer record: who asked, when it started and finished, no error, nothing to do.
+    assert_eq!(done["requester"], "alice (admin)", "{done}");
+    assert!(done["startedAt"].is_string() && done["completedAt"].is_string(), "{done}");
+    assert!(done["startedAt"].as_str() >= done["createdAt"].as_str(), "{done}");
+    assert!(done.get("error").is_none() && done.get("recommendedAction").is_none(), "{done}");
 
     // Every stage succeeded once, in order; one task per task stage, none duplicated.
     let succeeded: Vec<&str> = done["history"]
@@ -145,6 +150,14 @@ async fn failed_validation_quarantines_and_repeated_retries_never_duplicate_task
     let failed = job_until(&h, &id, &["completed", "failed_retryable", "failed_manual_intervention"]).await;
     assert_eq!(failed["state"], "failed_manual_intervention", "{failed}");
     assert_eq!(failed["failureClass"], "validation_failed", "{failed}");
+    assert_eq!(
+        (failed["error"]["class"].as_str(), failed["error"]["stage"].as_str()),
+        (Some("validation_failed"), Some("validate_clean")),
+        "{failed}"
+    );
+    assert!(failed["error"]["message"].as_str().unwrap_or_default().contains("user residue"), "{failed}");
+    assert!(failed["recommendedAction"].as_str().unwrap_or_default().contains("residue"), "{failed}");
+    assert!(failed.get("completedAt").is_none(), "a failed job has not completed: {failed}");
     assert!(failed["message"].as_str().unwrap_or_default().contains("user residue"), "the residue is named: {failed}");
     assert_eq!(get(&h, &format!("/v1/hosts/{host}")).await["state"], "quarantined");
 
@@ -332,6 +345,7 @@ async fn maintenance_request_is_all_or_nothing_and_completes_on_real_results() {
         assert_eq!(j["stages"], json!(["cordon", "scrub_gpu", "cleanup_storage", "validate_clean", "uncordon"]));
         let done = job_until(&h, id, &["completed", "failed_retryable", "failed_manual_intervention"]).await;
         assert_eq!(done["state"], "completed", "{done}");
+        assert_eq!(done["requester"], req["initiator"], "a maintenance job's requester is its request's initiator: {done}");
         assert_eq!(task_types(&h, id).await, ["node.gpu_scrub", "node.storage_cleanup", "node.validate_clean"]);
     }
     let view = get(&h, &format!("/v1/maintenance/{rid}")).await;

@@ -33,8 +33,8 @@ use drover_proto::names::RolloutId;
 use drover_proto::report::{ActivationPhase, ConfirmRequest, ReportEvent};
 use drover_proto::time::Time;
 
-use super::ConfirmAnswer;
 use super::record::{ActivationRecord, QuarantineEntry, RollbackPlan, Step, SwitchMode};
+use super::{ConfirmAnswer, SYSTEM_PROFILE};
 
 /// What is being activated (from a verified intent).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,6 +148,13 @@ impl Finished {
     }
 }
 
+/// Why an intent is refused on a host without the NixOS system profile (Ubuntu and every
+/// other distribution the bootstrap script installs the agent on): the message the
+/// coordinator records for the host's rollout.
+pub fn no_backend_reason() -> String {
+    format!("no activation backend: this host is not NixOS (no {SYSTEM_PROFILE}); the intent was refused and nothing was changed")
+}
+
 /// The first state: an intent to activate.
 #[derive(Debug, Clone)]
 pub struct Requested {
@@ -176,7 +183,7 @@ impl Requested {
         let job = self.job;
         if !facts.has_profile {
             let rollout_id = job.rollout_id.to_string();
-            let mut f = job.refuse(None, ActivationPhase::NoBackend, "no activation backend: this host has no NixOS system profile".into());
+            let mut f = job.refuse(None, ActivationPhase::NoBackend, no_backend_reason());
             f.events.push(ReportEvent::NoActivationBackend { rollout_id });
             return Begin::Finished(f);
         }

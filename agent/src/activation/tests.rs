@@ -230,9 +230,13 @@ fn activation_without_a_system_profile_reports_no_backend() {
     let (confirmer, gate, clock) = (NetConfirmer::new(&kit, ConfirmAnswer::Confirmed), FixedGate(Ok(())), FakeClock::at(T0));
     let report = activate(&kit, &new, &confirmer, &gate, &clock);
     assert_eq!(report.status.phase, ActivationPhase::NoBackend);
-    assert!(report.status.message.contains("no activation backend"), "{report:?}");
+    assert_eq!(
+        report.status.message,
+        "no activation backend: this host is not NixOS (no /nix/var/nix/profiles/system); the intent was refused and nothing was changed"
+    );
     assert!(matches!(report.events.as_slice(), [ReportEvent::NoActivationBackend { rollout_id }] if rollout_id == "main@abc123"));
     assert!(kit.calls().is_empty(), "no tool was run");
+    assert!(kit.stc_calls(&new).is_empty(), "nothing was switched");
 }
 
 #[test]

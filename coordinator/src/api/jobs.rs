@@ -28,6 +28,7 @@ use crate::api::lifecycle::check_reason;
 use crate::api::operator::{EventView, QueryParams, parse_uuid};
 use crate::app::AppState;
 use crate::jobs::exec::event;
+use crate::jobs::model::{StageStatus, recommended_next};
 use crate::jobs::{JobKind, JobView, OperatorAction, Progress, StorageChoice, TaskDirective, TaskObs, act, stages};
 use crate::store::{self, EventFilter, Job, JobFilter, JobStep, NewAudit, NewJob};
 
@@ -68,6 +69,22 @@ pub struct JobJson {
     pub message: String,
     /// Every stage event, oldest first.
     pub history: Value,
+    /// Who asked for it: the operator (and role) whose action created it, or the maintenance
+    /// request's initiator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requester: Option<String>,
+    /// When its first stage started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    /// When it finished (completed, cancelled or reconciled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<Time>,
+    /// The latest failure: class, stage, attempt, message, when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<Value>,
+    /// What an operator should do next, while the job waits for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recommended_action: Option<String>,
     /// Created.
     pub created_at: Time,
     /// Last change.
@@ -95,7 +112,21 @@ impl JobJson {
             task_id: p.as_ref().and_then(|p| p.task_id.clone()),
             failure_class: p.as_ref().and_then(|p| p.failure_class).map(|c| c.as_str().to_owned()),
             message: p.as_ref().map(|p| p.message.clone()).unwrap_or_default(),
-            history: p.map(|p| serde_json::to_value(&p.history).unwrap_or(Value::Null)).unwrap_or(Value::Array(Vec::new())),
+            history: p.as_ref().map(|p| serde_json::to_value(&p.history).unwrap_or(Value::Null)).unwrap_or(Value::Array(Vec::new())),
+            requester: None,
+            started_at: p.as_ref().and_then(|p| p.history.iter().find(|e| e.status == StageStatus::Started).map(|e| e.at)),
+            completed_at: matches!(job.state, JobState::Completed | JobState::Cancelled | JobState::Reconciled).then_some(job.updated_at),
+            error: p.as_ref().and_then(|p| {
+                let failed = p.history.iter().rev().find(|e| e.status == StageStatus::Failed)?;
+                Some(serde_json::json!({
+                    "class": p.failure_class.map(|c| c.as_str()),
+                    "stage": failed.stage.as_str(),
+                    "attempt": failed.attempt,
+                    "message": failed.message,
+                    "at": failed.at,
+                }))
+            }),
+            recommended_action: recommended_next(job.state, p.as_ref().and_then(|p| p.failure_class)).map(str::to_owned),
             created_at: job.job.created_at,
             updated_at: job.updated_at,
         }
@@ -108,11 +139,23 @@ pub async fn with_hostnames(app: &Arc<AppState>, jobs: Vec<Job>) -> Result<Vec<J
         jobs.iter()
             .map(|j| {
                 let name = j.job.host_id.map(|h| s.get_host(h)).transpose()?.flatten().map(|h| h.hostname);
-                Ok(JobJson::new(j, name))
+                let mut json = JobJson::new(j, name);
+                json.requester = requester(s, j)?;
+                Ok(json)
             })
             .collect::<Result<Vec<_>, store::StoreError>>()
     })
     .await?)
+}
+
+/// Who asked for a job: a maintenance request's initiator, else the operator of the audit
+/// record that created it (the first one naming the job).
+fn requester(s: &dyn store::Store, job: &Job) -> Result<Option<String>, store::StoreError> {
+    if let Some(request) = job.job.request_id {
+        return Ok(s.get_maintenance(request)?.map(|m| m.initiator));
+    }
+    let first = s.list_audit(&store::AuditFilter { target: Some(job.job.job_id.to_string()), limit: 1, ..Default::default() })?;
+    Ok(first.first().map(|a| format!("{} ({})", a.audit.actor, a.audit.role)))
 }
 
 /// `POST /v1/hosts/{id}/decommission` body.

@@ -14,8 +14,20 @@
 # the sha256 baked into this script by the coordinator that served it, and the agent checks
 # the CI trust roots against the hash in the command before enrolling.
 #
+# Any host with systemd and curl will do (it is how MAAS-deployed Ubuntu gets its agent): the
+# script installs the binary, `/etc/drover/agent.toml` and a plain systemd unit hardened like
+# the NixOS module's (nixos-modules/lib/agent.nix; the tests compare the two), then enables and
+# starts it. On a host that is not NixOS the agent runs tasks and reports health and refuses
+# activation intents with the reason.
+#
+# Running it again on an enrolled host is harmless: enrollment is skipped (the token is not
+# needed again), agent.toml and the certificates are kept, the binary and the unit are
+# replaced only if they changed (then the agent is restarted), and the unit is enabled and
+# started. A host enrolled under another host id is refused before anything is touched.
+#
 # Test hooks (never needed on a real host): DROVER_BOOTSTRAP_ROOT installs under another
-# root; DROVER_BOOTSTRAP_SKIP_SYSTEMD=1 skips the unit step where no systemd runs.
+# root; DROVER_BOOTSTRAP_SKIP_SYSTEMD=1 skips the systemctl calls where no systemd runs (the
+# unit file is still written).
 set -eu
 
 AGENT_SHA256='@AGENT_SHA256@'
@@ -27,6 +39,7 @@ TRUST_SHA256=''
 ROOT="${DROVER_BOOTSTRAP_ROOT:-}"
 
 die() { echo "drover bootstrap: $*" >&2; exit 1; }
+say() { echo "drover bootstrap: $*"; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -47,6 +60,10 @@ case "$URL" in https://*) ;; *) die "--url must be https://" ;; esac
 if [ -z "$ROOT" ] && [ "$(id -u)" != 0 ]; then die "must run as root (pipe into sudo sh)"; fi
 command -v curl >/dev/null 2>&1 || die "curl is required"
 command -v sha256sum >/dev/null 2>&1 || die "sha256sum is required"
+SKIP_SYSTEMD="${DROVER_BOOTSTRAP_SKIP_SYSTEMD:-0}"
+if [ "$SKIP_SYSTEMD" != 1 ]; then
+  command -v systemctl >/dev/null 2>&1 || die "systemctl is required to run the agent's unit (DROVER_BOOTSTRAP_SKIP_SYSTEMD=1 skips it)"
+fi
 
 fetch() {
   # TLS 1.3 only, and the server must present the pinned key; the CA is not known yet, so the
@@ -54,41 +71,74 @@ fetch() {
   curl -fsS --proto '=https' --tlsv1.3 --insecure --pinnedpubkey "$PIN" --retry 3 --max-time 120 -o "$2" "$URL$1"
 }
 
-BIN_DIR="$ROOT/usr/local/bin"
-ETC_DIR="$ROOT/etc/drover"
-STATE_DIR="$ROOT/var/lib/drover"
-UNIT_DIR="$ROOT/etc/systemd/system"
+# Paths as the host sees them (the unit and agent.toml name these); files go under $ROOT.
+BIN=/usr/local/bin/drover-agent
+CONFIG=/etc/drover/agent.toml
+CA=/etc/drover/ca.crt
+STATE=/var/lib/drover
+UNIT=/etc/systemd/system/drover-agent.service
+
+# Enrolled already (what `drover-agent enroll` writes, identity last)? Then as whom.
+enrolled=0
+if [ -e "$ROOT$STATE/identity.json" ] && [ -e "$ROOT$STATE/key.pem" ] && [ -e "$ROOT$STATE/cert.pem" ]; then
+  enrolled=1
+  was=$(sed -n 's/.*"hostId"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p' "$ROOT$STATE/identity.json")
+  [ "$was" = "$HOST_ID" ] || die "this host is already enrolled as host ${was:-?} (not $HOST_ID); to enroll it again, stop drover-agent and remove $STATE first"
+fi
+
 umask 077
-mkdir -p "$BIN_DIR" "$ETC_DIR" "$STATE_DIR"
+mkdir -p "$ROOT/usr/local/bin" "$ROOT/etc/drover" "$ROOT$STATE" "$ROOT/etc/systemd/system"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/drover-bootstrap.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
-echo "drover bootstrap: fetching the agent from $URL"
+# Replaces $ROOT$2 with file $1 at mode $3 unless it already holds the same bytes; atomic (a
+# rename in the target's directory: a running agent keeps its binary). Sets `changed`.
+changed=0
+put() {
+  if [ -f "$ROOT$2" ] && [ ! -L "$ROOT$2" ] && cmp -s "$1" "$ROOT$2"; then
+    chmod "$3" "$ROOT$2"
+    return 0
+  fi
+  rm -f "$ROOT$2.drover-new"
+  cp "$1" "$ROOT$2.drover-new"
+  chmod "$3" "$ROOT$2.drover-new"
+  mv -f "$ROOT$2.drover-new" "$ROOT$2"
+  changed=1
+}
+
+say "fetching the agent from $URL"
 fetch /v1/agent/binary "$tmp/drover-agent"
 got=$(sha256sum "$tmp/drover-agent" | cut -d' ' -f1)
 [ "$got" = "$AGENT_SHA256" ] || die "agent binary sha256 $got is not the expected $AGENT_SHA256"
-fetch /v1/ca.crt "$tmp/ca.crt"
-install -m 0755 "$tmp/drover-agent" "$BIN_DIR/drover-agent"
-install -m 0644 "$tmp/ca.crt" "$ETC_DIR/ca.crt"
+put "$tmp/drover-agent" "$BIN" 0755
 
-cat > "$ETC_DIR/agent.toml" <<CONFIG
+if [ "$enrolled" = 1 ]; then
+  # Its agent.toml (maybe edited since) and certificates stay as they are.
+  say "already enrolled as host $HOST_ID: enrollment skipped, $CONFIG kept"
+else
+  fetch /v1/ca.crt "$tmp/ca.crt"
+  put "$tmp/ca.crt" "$CA" 0644
+  # The defaults of every other table fit a plain (non-NixOS) host: the MAAS hardware-sync
+  # credentials and timer, `nvidia-smi` on PATH, and `node.uninstall` removing the unit, the
+  # binary and this file.
+  cat > "$tmp/agent.toml" <<CONFIG
 # Written by the Drover bootstrap.
 coordinator_urls = ["$URL"]
-state_dir = "$STATE_DIR"
-ca_file = "$ETC_DIR/ca.crt"
+state_dir = "$ROOT$STATE"
+ca_file = "$ROOT$CA"
 CONFIG
-chmod 0644 "$ETC_DIR/agent.toml"
-
-echo "drover bootstrap: enrolling"
-# The token travels on stdin, not the command line, so it never shows in a process listing.
-printf '%s\n' "$TOKEN" | "$BIN_DIR/drover-agent" enroll --config "$ETC_DIR/agent.toml" --host-id "$HOST_ID" --token-stdin --trust-sha256 "$TRUST_SHA256"
-
-if [ "${DROVER_BOOTSTRAP_SKIP_SYSTEMD:-0}" = 1 ]; then
-  echo "drover bootstrap: enrolled; systemd step skipped (DROVER_BOOTSTRAP_SKIP_SYSTEMD=1)"
-  exit 0
+  put "$tmp/agent.toml" "$CONFIG" 0644
+  say "enrolling"
+  # The token travels on stdin, not the command line, so it never shows in a process listing.
+  printf '%s\n' "$TOKEN" | "$ROOT$BIN" enroll --config "$ROOT$CONFIG" --host-id "$HOST_ID" --token-stdin --trust-sha256 "$TRUST_SHA256"
+  say "enrolled as host $HOST_ID"
 fi
-mkdir -p "$UNIT_DIR"
-cat > "$UNIT_DIR/drover-agent.service" <<UNIT
+
+# The unit: as the NixOS module's drover-agent.service (nixos-modules/lib/agent.nix). The agent
+# runs as root in the host's mount namespace (it unmounts tenant filesystems, removes tenant
+# users, resets GPUs), so the hardening is a capability bounding set of what the tasks need, a
+# system-call deny list, no new privileges, and the address families it uses.
+cat > "$tmp/drover-agent.service" <<UNIT
 [Unit]
 Description=Drover node agent
 Wants=network-online.target
@@ -97,22 +147,38 @@ After=network-online.target
 [Service]
 Type=notify
 NotifyAccess=main
-ExecStart=/usr/local/bin/drover-agent run --config /etc/drover/agent.toml
-WatchdogSec=120
-Restart=always
+ExecStart=$BIN run --config $CONFIG
+Restart=on-failure
 RestartSec=5
+WatchdogSec=120
+TimeoutStopSec=60
+NoNewPrivileges=yes
+LockPersonality=yes
+RestrictRealtime=yes
+RestrictSUIDSGID=yes
+RestrictNamespaces=yes
+ProtectHostname=yes
+SystemCallArchitectures=native
+SystemCallFilter=~@clock @cpu-emulation @debug @module @obsolete @raw-io @reboot @swap
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
+CapabilityBoundingSet=CAP_SYS_ADMIN CAP_KILL CAP_CHOWN CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_FOWNER CAP_FSETID CAP_SETUID CAP_SETGID CAP_AUDIT_WRITE
+UMask=0077
 
 [Install]
 WantedBy=multi-user.target
 UNIT
-chmod 0644 "$UNIT_DIR/drover-agent.service"
-command -v systemctl >/dev/null 2>&1 || die "systemctl is required to install the unit (DROVER_BOOTSTRAP_SKIP_SYSTEMD=1 skips it)"
+put "$tmp/drover-agent.service" "$UNIT" 0644
+
+if [ "$SKIP_SYSTEMD" = 1 ]; then
+  say "$UNIT written; systemctl skipped (DROVER_BOOTSTRAP_SKIP_SYSTEMD=1)"
+  exit 0
+fi
 systemctl daemon-reload
-# Start the unit only with an agent that can run it: a unit whose command does not exist
-# would restart forever. An agent without `run` is enrolled and waits for its upgrade.
-if "$BIN_DIR/drover-agent" run --help >/dev/null 2>&1; then
-  systemctl enable --now drover-agent.service
-  echo "drover bootstrap: enrolled; drover-agent.service started"
+systemctl enable --now drover-agent.service
+if [ "$enrolled" = 1 ] && [ "$changed" = 1 ]; then
+  # A new binary or unit on a host whose agent already ran: run the new one.
+  systemctl try-restart drover-agent.service
+  say "drover-agent.service updated and restarted"
 else
-  echo "drover bootstrap: enrolled; unit installed but not started: this agent has no 'run' command yet"
+  say "drover-agent.service enabled and started"
 fi

@@ -365,6 +365,32 @@ impl FailureClass {
     }
 }
 
+impl FailureClass {
+    /// The operator action the read model recommends once a job stopped with this class.
+    pub const fn recommended_action(self) -> &'static str {
+        match self {
+            FailureClass::Transient => "retry (the stage is safe to run again)",
+            FailureClass::TaskFailed => "read the task's failed steps, fix the host, then retry",
+            FailureClass::ValidationFailed => "inspect the residue the validation listed, clean the host, then retry",
+            FailureClass::Refused => "check the agent's clock, trust roots and identity, then retry",
+            FailureClass::OwnershipConflict => "release or finish the other owner's work, then resume, or adopt the observed state",
+            FailureClass::Ambiguous => "inspect the host, then adopt the observed state or restart clean",
+            FailureClass::Configuration => "set the missing coordinator setting, then resume",
+        }
+    }
+}
+
+/// What an operator should do next with a job in `state` that last failed with `class`;
+/// `None` while automation is still in charge or the job is finished.
+pub fn recommended_next(state: JobState, class: Option<FailureClass>) -> Option<&'static str> {
+    match state {
+        JobState::FailedRetryable | JobState::FailedManualIntervention => {
+            Some(class.map_or("read the job's history, then retry or mark it for manual intervention", FailureClass::recommended_action))
+        }
+        _ => None,
+    }
+}
+
 impl fmt::Display for FailureClass {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
