@@ -2,6 +2,7 @@
 //!
 //! - [`app`]: shared state, the clock, long-poll wake-ups, dispatch that wakes agents.
 //! - [`api`]: the error shape, route guards and routes.
+//! - [`cloudinit`]: the versioned cloud-init first-boot bundle MAAS runs on a deployed node (pure renderer).
 //! - [`config`]: `coordinator.toml`, parsed once, errors naming file and key.
 //! - [`executor`]: the rollout executor: store snapshot → planner → one transaction of actions.
 //! - [`jobs`]: the pure decision core of jobs (soft reset, storage cleanup, decommission, maintenance) and operator actions.
@@ -27,6 +28,7 @@
 pub mod api;
 pub mod app;
 pub mod bundles;
+pub mod cloudinit;
 pub mod config;
 pub mod executor;
 pub mod http1;

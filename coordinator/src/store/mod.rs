@@ -430,6 +430,27 @@ pub trait Store: Send + Sync {
     /// Removes one of a site's assignments and returns it; `NotFound` if it is not the site's.
     fn delete_roce(&self, site_id: Uuid, id: Uuid, log: &ChangeLog) -> Result<RoceAssignment, StoreError>;
 
+    // ---- MAAS bindings (bare-metal-lifecycle.md §6.5) -------------------------------------
+
+    /// Binds a host (not deleted, `NotFound` otherwise) to a machine of an existing site. The
+    /// same binding again returns the stored one; a host bound to another machine, or the
+    /// machine bound to another host, is a `Conflict` naming it. Written with `log`.
+    fn put_maas_binding(&self, binding: &MaasBinding, log: &ChangeLog) -> Result<MaasBinding, StoreError>;
+    /// A host's binding.
+    fn get_maas_binding(&self, host_id: Uuid) -> Result<Option<MaasBinding>, StoreError>;
+    /// The binding of a site's machine.
+    fn get_maas_binding_by_machine(&self, site_id: Uuid, system_id: &str) -> Result<Option<MaasBinding>, StoreError>;
+    /// Bindings, of one site or all, by host id.
+    fn list_maas_bindings(&self, site_id: Option<Uuid>) -> Result<Vec<MaasBinding>, StoreError>;
+    /// Records what MAAS reported about a bound host (`NotFound` when unbound); an older
+    /// observation than the stored one is ignored, so a slow reader never rolls state back.
+    fn observe_maas_binding(&self, host_id: Uuid, observation: &MaasObservation) -> Result<MaasBinding, StoreError>;
+    /// Opens a drift (`Some(details)`; an open drift keeps its first detection time and takes
+    /// the new details) or resolves the open one (`None`; nothing open: no change).
+    fn set_maas_drift(&self, host_id: Uuid, drift: Option<&Value>, at: Time) -> Result<MaasBinding, StoreError>;
+    /// Removes a host's binding (after a full decommission); returns it, `NotFound` if none.
+    fn delete_maas_binding(&self, host_id: Uuid, log: &ChangeLog) -> Result<MaasBinding, StoreError>;
+
     // ---- events and audit --------------------------------------------------------------
 
     /// Appends an event; returns its id.

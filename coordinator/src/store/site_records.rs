@@ -350,3 +350,44 @@ pub struct ChangeLog {
     /// The operator's action.
     pub audit: NewAudit,
 }
+
+/// The binding of a host to its MAAS machine (§6.5, `node_maas_state`): which machine the
+/// host is, and what MAAS last said about it. The current truth; jobs are the history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MaasBinding {
+    /// The Drover host.
+    pub host_id: Uuid,
+    /// The site whose MAAS holds the machine.
+    pub site_id: Uuid,
+    /// MAAS's id of the machine.
+    pub system_id: String,
+    /// The BMC address the host was onboarded with.
+    pub ipmi_ip: Option<String>,
+    /// The PXE MAC, once observed.
+    pub pxe_mac: Option<String>,
+    /// What MAAS last reported.
+    pub observed: Option<MaasObservation>,
+    /// The open drift's details (rule, MAAS status, expectation), if one is open.
+    pub drift: Option<serde_json::Value>,
+    /// When the open drift was detected.
+    pub drift_detected_at: Option<Time>,
+    /// When the last drift was resolved.
+    pub drift_resolved_at: Option<Time>,
+    /// Bound.
+    pub created_at: Time,
+    /// Last changed.
+    pub updated_at: Time,
+}
+
+/// What MAAS reported about a bound machine at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MaasObservation {
+    /// Its status name, e.g. `Deployed`.
+    pub status: String,
+    /// `on`, `off`, `unknown` or `error`.
+    pub power_state: String,
+    /// Its addresses.
+    pub ips: Vec<String>,
+    /// When it was read.
+    pub at: Time,
+}

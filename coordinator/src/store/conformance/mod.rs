@@ -119,6 +119,8 @@ macro_rules! __drover_store_checks {
             profile_names_unique_per_site,
             overrides_unique_ordered_and_scoped,
             roce_upsert_keys_and_scoping,
+            maas_binding_is_one_to_one,
+            maas_binding_observations_and_drift,
         }
     };
 }

@@ -7,8 +7,8 @@ use uuid::Uuid;
 
 use super::t;
 use crate::store::{
-    AuditFilter, ChangeLog, EventFilter, NewAudit, NewEvent, NewRoce, PowerOverride, Profile, ProfilePolicy, SelectorType, Site,
-    SiteConfig, SiteSecrets, SiteStatus, Store, StoreError,
+    AuditFilter, ChangeLog, EventFilter, MaasBinding, MaasObservation, NewAudit, NewEvent, NewRoce, PowerOverride, Profile, ProfilePolicy,
+    SelectorType, Site, SiteConfig, SiteSecrets, SiteStatus, Store, StoreError,
 };
 
 /// A change log naming `kind` for site `id`.
@@ -238,4 +238,79 @@ pub fn roce_upsert_keys_and_scoping(make: super::Factory<'_>) {
     let ghost = Uuid::new_v4();
     assert!(matches!(s.upsert_roce(ghost, &first, t(4), &change("x", ghost, t(4))), Err(StoreError::NotFound { .. })));
     assert!(s.list_roce(ghost, None).expect("none").is_empty());
+}
+
+fn binding(host: Uuid, site: Uuid, system_id: &str) -> MaasBinding {
+    MaasBinding {
+        host_id: host,
+        site_id: site,
+        system_id: system_id.into(),
+        ipmi_ip: Some("10.9.0.7".into()),
+        pxe_mac: None,
+        observed: None,
+        drift: None,
+        drift_detected_at: None,
+        drift_resolved_at: None,
+        created_at: t(1),
+        updated_at: t(1),
+    }
+}
+
+/// One binding per host and one host per machine of a site; binding again is a no-op; an
+/// unknown host or site is `NotFound`; deleting needs a binding.
+pub fn maas_binding_is_one_to_one(make: super::Factory<'_>) {
+    let s = make();
+    let site = make_site(&*s, "dc1");
+    let a = super::host(&*s, "gpu-a");
+    let b = super::host(&*s, "gpu-b");
+    let stored = s.put_maas_binding(&binding(a.id, site.id, "abc123"), &change("maas.binding.created", site.id, t(1))).expect("bind");
+    assert_eq!((stored.system_id.as_str(), stored.observed.clone()), ("abc123", None));
+    assert_eq!(s.put_maas_binding(&binding(a.id, site.id, "abc123"), &change("x", site.id, t(2))).expect("again"), stored);
+    let e = s.put_maas_binding(&binding(a.id, site.id, "def456"), &change("x", site.id, t(2))).expect_err("host bound elsewhere");
+    assert!(matches!(e, StoreError::Conflict { .. }), "{e:?}");
+    let e = s.put_maas_binding(&binding(b.id, site.id, "abc123"), &change("x", site.id, t(2))).expect_err("machine taken");
+    assert!(matches!(e, StoreError::Conflict { .. }), "{e:?}");
+    let e = s.put_maas_binding(&binding(Uuid::new_v4(), site.id, "zzz999"), &change("x", site.id, t(2))).expect_err("no host");
+    assert!(matches!(e, StoreError::NotFound { .. }), "{e:?}");
+    let e = s.put_maas_binding(&binding(b.id, Uuid::new_v4(), "zzz999"), &change("x", site.id, t(2))).expect_err("no site");
+    assert!(matches!(e, StoreError::NotFound { .. }), "{e:?}");
+    assert_eq!(s.get_maas_binding_by_machine(site.id, "abc123").expect("by machine").map(|b| b.host_id), Some(a.id));
+    assert_eq!(s.list_maas_bindings(Some(site.id)).expect("list").len(), 1);
+    assert!(s.list_maas_bindings(Some(Uuid::new_v4())).expect("other site").is_empty());
+    assert_eq!(s.delete_maas_binding(a.id, &change("maas.binding.deleted", site.id, t(3))).expect("delete").host_id, a.id);
+    assert!(s.get_maas_binding(a.id).expect("get").is_none());
+    assert!(matches!(s.delete_maas_binding(a.id, &change("x", site.id, t(4))), Err(StoreError::NotFound { .. })));
+    // The machine is free again.
+    s.put_maas_binding(&binding(b.id, site.id, "abc123"), &change("x", site.id, t(5))).expect("rebind");
+}
+
+/// Observations never move backwards in time; a drift keeps its first detection time until
+/// resolved, and resolving with none open changes nothing.
+pub fn maas_binding_observations_and_drift(make: super::Factory<'_>) {
+    let s = make();
+    let site = make_site(&*s, "dc1");
+    let a = super::host(&*s, "gpu-a");
+    s.put_maas_binding(&binding(a.id, site.id, "abc123"), &change("x", site.id, t(1))).expect("bind");
+    let seen = |status: &str, at: i64| MaasObservation {
+        status: status.into(),
+        power_state: "on".into(),
+        ips: vec!["10.0.0.5".into()],
+        at: t(at),
+    };
+    let b = s.observe_maas_binding(a.id, &seen("Deployed", 10)).expect("observe");
+    assert_eq!(b.observed, Some(seen("Deployed", 10)));
+    let b = s.observe_maas_binding(a.id, &seen("Ready", 5)).expect("older");
+    assert_eq!(b.observed, Some(seen("Deployed", 10)), "an older observation rolled state back");
+    let unbound = super::host(&*s, "gpu-b");
+    assert!(matches!(s.observe_maas_binding(unbound.id, &seen("Ready", 11)), Err(StoreError::NotFound { .. })));
+
+    let details = serde_json::json!({ "rule": "ready_while_active", "maasStatus": "Ready" });
+    let b = s.set_maas_drift(a.id, Some(&details), t(20)).expect("drift");
+    assert_eq!((b.drift.clone(), b.drift_detected_at), (Some(details.clone()), Some(t(20))));
+    let b = s.set_maas_drift(a.id, Some(&details), t(30)).expect("still drifting");
+    assert_eq!(b.drift_detected_at, Some(t(20)), "the first detection time is kept");
+    let b = s.set_maas_drift(a.id, None, t(40)).expect("resolve");
+    assert_eq!((b.drift, b.drift_resolved_at), (None, Some(t(40))));
+    let b = s.set_maas_drift(a.id, None, t(50)).expect("nothing open");
+    assert_eq!(b.drift_resolved_at, Some(t(40)));
 }

@@ -13,8 +13,9 @@
 //! Private submodules hold the SQL by concern: `hosts` (hosts, tokens, certificates),
 //! `releases` (releases, manifests, rollouts, per-host rollout state), `work` (intents, tasks),
 //! `jobs` (jobs, job steps, maintenance requests), `log` (events, audit), `sites` (MAAS sites,
-//! profiles, power-credential overrides, RoCE assignments).
+//! profiles, power-credential overrides, RoCE assignments), `bindings` (hosts bound to MAAS machines).
 
+mod bindings;
 mod hosts;
 mod jobs;
 mod log;
@@ -47,10 +48,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (2, include_str!("../migrations/0002_rollout_engine.sql")),
     (3, include_str!("../migrations/0003_maintenance.sql")),
     (4, include_str!("../migrations/0004_maas_sites.sql")),
+    (5, include_str!("../migrations/0005_maas_bindings.sql")),
 ];
 
 /// The schema version this build writes; a file with a higher one is refused.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// How long a connection waits for another process's lock before failing: only a second
 /// process on the same file (an operator's `sqlite3` shell, a backup) ever holds one.
@@ -508,6 +510,28 @@ impl Store for SqliteStore {
     }
     fn delete_roce(&self, site_id: Uuid, id: Uuid, log: &ChangeLog) -> Result<RoceAssignment, StoreError> {
         self.write(|tx| sites::delete_roce(tx, site_id, id, log))
+    }
+
+    fn put_maas_binding(&self, binding: &MaasBinding, log: &ChangeLog) -> Result<MaasBinding, StoreError> {
+        self.write(|tx| bindings::put(tx, binding, log))
+    }
+    fn get_maas_binding(&self, host_id: Uuid) -> Result<Option<MaasBinding>, StoreError> {
+        self.read(|c| bindings::get(c, host_id))
+    }
+    fn get_maas_binding_by_machine(&self, site_id: Uuid, system_id: &str) -> Result<Option<MaasBinding>, StoreError> {
+        self.read(|c| bindings::get_by_machine(c, site_id, system_id))
+    }
+    fn list_maas_bindings(&self, site_id: Option<Uuid>) -> Result<Vec<MaasBinding>, StoreError> {
+        self.read(|c| bindings::list(c, site_id))
+    }
+    fn observe_maas_binding(&self, host_id: Uuid, observation: &MaasObservation) -> Result<MaasBinding, StoreError> {
+        self.write(|tx| bindings::observe(tx, host_id, observation))
+    }
+    fn set_maas_drift(&self, host_id: Uuid, drift: Option<&Value>, at: Time) -> Result<MaasBinding, StoreError> {
+        self.write(|tx| bindings::set_drift(tx, host_id, drift, at))
+    }
+    fn delete_maas_binding(&self, host_id: Uuid, log: &ChangeLog) -> Result<MaasBinding, StoreError> {
+        self.write(|tx| bindings::delete(tx, host_id, log))
     }
 
     fn append_event(&self, event: &NewEvent) -> Result<i64, StoreError> {

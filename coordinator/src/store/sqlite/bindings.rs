@@ -1,0 +1,136 @@
+//! Hosts bound to MAAS machines in SQLite (`bare-metal-lifecycle.md` §6.5): one binding per
+//! host, one host per machine of a site, what MAAS last reported, and the open drift.
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use super::log::{insert_audit, insert_event};
+use super::*;
+
+const COLS: &str = "host_id, site_id, system_id, ipmi_ip, pxe_mac, last_status, last_power_state, last_ips, last_observed_at, drift, \
+                    drift_detected_at, drift_resolved_at, created_at, updated_at";
+
+fn row(r: &Row<'_>) -> rusqlite::Result<MaasBinding> {
+    let status: Option<String> = r.get(5)?;
+    let ips: String = r.get(7)?;
+    let ips: Vec<String> = serde_json::from_str(&ips).map_err(|e| conversion(7, Type::Text, e))?;
+    let observed_at = opt_time_col(r, 8)?;
+    let observed = match (status, observed_at) {
+        (Some(status), Some(at)) => {
+            Some(MaasObservation { status, power_state: r.get::<_, Option<String>>(6)?.unwrap_or_default(), ips, at })
+        }
+        _ => None,
+    };
+    let drift = match r.get::<_, Option<String>>(9)? {
+        Some(_) => Some(json_col(r, 9)?),
+        None => None,
+    };
+    Ok(MaasBinding {
+        host_id: uuid_col(r, 0)?,
+        site_id: uuid_col(r, 1)?,
+        system_id: r.get(2)?,
+        ipmi_ip: r.get(3)?,
+        pxe_mac: r.get(4)?,
+        observed,
+        drift,
+        drift_detected_at: opt_time_col(r, 10)?,
+        drift_resolved_at: opt_time_col(r, 11)?,
+        created_at: time_col(r, 12)?,
+        updated_at: time_col(r, 13)?,
+    })
+}
+
+pub(super) fn get(c: &Connection, host_id: Uuid) -> Result<Option<MaasBinding>, StoreError> {
+    Ok(c.prepare_cached(&format!("SELECT {COLS} FROM maas_bindings WHERE host_id = ?1"))?
+        .query_row([host_id.to_string()], row)
+        .optional()?)
+}
+
+pub(super) fn get_by_machine(c: &Connection, site_id: Uuid, system_id: &str) -> Result<Option<MaasBinding>, StoreError> {
+    Ok(c.prepare_cached(&format!("SELECT {COLS} FROM maas_bindings WHERE site_id = ?1 AND system_id = ?2"))?
+        .query_row(params![site_id.to_string(), system_id], row)
+        .optional()?)
+}
+
+pub(super) fn list(c: &Connection, site_id: Option<Uuid>) -> Result<Vec<MaasBinding>, StoreError> {
+    let mut stmt = c.prepare_cached(&format!("SELECT {COLS} FROM maas_bindings WHERE (?1 IS NULL OR site_id = ?1) ORDER BY host_id"))?;
+    let rows = stmt.query_map([site_id.map(|s| s.to_string())], row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub(super) fn put(c: &Connection, b: &MaasBinding, log: &ChangeLog) -> Result<MaasBinding, StoreError> {
+    let host = hosts::get_host(c, b.host_id)?.ok_or_else(|| StoreError::not_found("host", b.host_id))?;
+    if host.state == HostLifecycle::Deleted {
+        return Err(StoreError::not_found("host", b.host_id));
+    }
+    if super::sites::get_site(c, b.site_id)?.is_none() {
+        return Err(StoreError::not_found("site", b.site_id));
+    }
+    if let Some(existing) = get(c, b.host_id)? {
+        if existing.site_id == b.site_id && existing.system_id == b.system_id {
+            return Ok(existing);
+        }
+        return Err(StoreError::conflict(
+            "MAAS binding",
+            b.host_id,
+            format!("host {} is already bound to machine {} of site {}", host.hostname, existing.system_id, existing.site_id),
+        ));
+    }
+    if let Some(other) = get_by_machine(c, b.site_id, &b.system_id)? {
+        return Err(StoreError::conflict(
+            "MAAS binding",
+            &b.system_id,
+            format!("machine {} is already bound to host {}", b.system_id, other.host_id),
+        ));
+    }
+    c.prepare_cached(
+        "INSERT INTO maas_bindings (host_id, site_id, system_id, ipmi_ip, pxe_mac, last_ips, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, '[]', ?6, ?6)",
+    )?
+    .execute(params![b.host_id.to_string(), b.site_id.to_string(), b.system_id, b.ipmi_ip, b.pxe_mac, b.created_at.unix()])?;
+    insert_event(c, &log.event)?;
+    insert_audit(c, &log.audit)?;
+    get(c, b.host_id)?.ok_or_else(|| StoreError::backend("binding vanished inside its own transaction"))
+}
+
+fn require(c: &Connection, host_id: Uuid) -> Result<MaasBinding, StoreError> {
+    get(c, host_id)?.ok_or_else(|| StoreError::not_found("MAAS binding", host_id))
+}
+
+pub(super) fn observe(c: &Connection, host_id: Uuid, o: &MaasObservation) -> Result<MaasBinding, StoreError> {
+    let current = require(c, host_id)?;
+    if current.observed.as_ref().is_some_and(|prev| prev.at > o.at) {
+        return Ok(current);
+    }
+    let ips = serde_json::to_string(&o.ips).map_err(StoreError::backend)?;
+    c.prepare_cached(
+        "UPDATE maas_bindings SET last_status = ?2, last_power_state = ?3, last_ips = ?4, last_observed_at = ?5, updated_at = ?5
+         WHERE host_id = ?1",
+    )?
+    .execute(params![host_id.to_string(), o.status, o.power_state, ips, o.at.unix()])?;
+    require(c, host_id)
+}
+
+pub(super) fn set_drift(c: &Connection, host_id: Uuid, drift: Option<&Value>, at: Time) -> Result<MaasBinding, StoreError> {
+    let current = require(c, host_id)?;
+    match drift {
+        Some(details) => {
+            let detected = current.drift_detected_at.filter(|_| current.drift.is_some()).unwrap_or(at);
+            c.prepare_cached("UPDATE maas_bindings SET drift = ?2, drift_detected_at = ?3, updated_at = ?4 WHERE host_id = ?1")?
+                .execute(params![host_id.to_string(), details.to_string(), detected.unix(), at.unix()])?;
+        }
+        None if current.drift.is_some() => {
+            c.prepare_cached("UPDATE maas_bindings SET drift = NULL, drift_resolved_at = ?2, updated_at = ?2 WHERE host_id = ?1")?
+                .execute(params![host_id.to_string(), at.unix()])?;
+        }
+        None => return Ok(current),
+    }
+    require(c, host_id)
+}
+
+pub(super) fn delete(c: &Connection, host_id: Uuid, log: &ChangeLog) -> Result<MaasBinding, StoreError> {
+    let current = require(c, host_id)?;
+    c.prepare_cached("DELETE FROM maas_bindings WHERE host_id = ?1")?.execute([host_id.to_string()])?;
+    insert_event(c, &log.event)?;
+    insert_audit(c, &log.audit)?;
+    Ok(current)
+}
