@@ -203,13 +203,21 @@ pub struct JobsConfig {
     /// which is erased when the result arrives).
     #[serde(default)]
     pub maas_creds_dir: Option<PathBuf>,
-    /// The scheduler's webhook the `force_release` stage of a decommission POSTs to (JSON
-    /// `{event, hostId, hostname, jobId, reason}`); the stage retries until it answers 2xx.
+    /// The scheduler's webhook the `force_release` stage of a full decommission POSTs to:
+    /// `{"event":"host.allocations_query",hostId,hostname,jobId}` answered by 2xx
+    /// `{"allocations": N | [...]}`, and with `forceRelease` first the release notice
+    /// `{"event":"host.force_release",hostId,hostname,jobId,reason}`. Unset: a decommission
+    /// with `forceRelease` stops for an operator (`configuration`), one without passes the
+    /// stage (Drover cannot know).
     #[serde(default)]
     pub scheduler_webhook_url: Option<String>,
     /// CA certificate (PEM) the webhook's HTTPS server is verified against.
     #[serde(default)]
     pub scheduler_webhook_ca: Option<PathBuf>,
+    /// `force_release` asks the scheduler again at most this often while allocations remain
+    /// (`max_attempts` asks in all, then an operator is needed).
+    #[serde(default = "default_scheduler_poll")]
+    pub scheduler_poll_secs: u64,
 }
 
 impl Default for JobsConfig {
@@ -228,6 +236,7 @@ impl Default for JobsConfig {
             maas_creds_dir: None,
             scheduler_webhook_url: None,
             scheduler_webhook_ca: None,
+            scheduler_poll_secs: default_scheduler_poll(),
         }
     }
 }
@@ -308,6 +317,10 @@ fn default_vault_timeout() -> u64 {
 
 fn default_job_attempts() -> u32 {
     3
+}
+
+fn default_scheduler_poll() -> u64 {
+    15
 }
 
 fn default_job_task_ttl() -> u64 {
@@ -451,6 +464,9 @@ impl Config {
         }
         if jobs.dcgm_diag_level.is_some_and(|l| !(1..=4).contains(&l)) {
             return Err(invalid("jobs.dcgm_diag_level", "must be 1, 2, 3 or 4".to_owned()));
+        }
+        if !(1..=3600).contains(&jobs.scheduler_poll_secs) {
+            return Err(invalid("jobs.scheduler_poll_secs", "must be between 1 and 3600 seconds".to_owned()));
         }
         if let Some(url) = &jobs.scheduler_webhook_url
             && !(url.starts_with("https://")

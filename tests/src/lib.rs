@@ -10,6 +10,7 @@ pub mod fleet;
 pub mod logcapture;
 pub mod procs;
 pub mod sandbox;
+pub mod scheduler;
 pub mod sim_agent;
 
 use std::path::{Path, PathBuf};

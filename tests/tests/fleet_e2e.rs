@@ -24,6 +24,7 @@ use drover_devkit::DevkitError;
 use drover_devkit::fleet::{Binaries, FleetOptions, LocalFleet};
 use drover_devkit::spec::{self, CiKey, FleetHost, Policy};
 use drover_proto::release::ReleaseFiles;
+use drover_tests::scheduler::{Answer, FakeScheduler};
 use drover_tests::{wall_now, workspace_binary};
 use serde_json::{Value, json};
 
@@ -155,12 +156,17 @@ fn a_fleet_of_twenty_rolls_out_reverts_a_bad_wave_runs_maintenance_and_decommiss
     let bin_dir = workspace_binary("drover-agent").parent().expect("target dir").to_path_buf();
     let binaries = Binaries::in_dir(&bin_dir).expect("binaries (run `cargo build --bins` first)");
     let key = CiKey::create(dir.path()).expect("CI key");
+    // The tenant scheduler the decommission's force_release asks (no allocation left).
+    let scheduler = FakeScheduler::start(vec![Answer::count(0)]);
     let mut fleet = LocalFleet::start(FleetOptions {
         dir: dir.path().join("fleet"),
         binaries,
         trust_file: key.trust_file.clone(),
-        coordinator_sections: "[agent]\nlong_poll_secs = 5\n\n[rollouts]\ninterval_secs = 1\ndebounce_ms = 50\nconfirm_window_secs = 30\n"
-            .into(),
+        coordinator_sections: format!(
+            "[agent]\nlong_poll_secs = 5\n\n[rollouts]\ninterval_secs = 1\ndebounce_ms = 50\nconfirm_window_secs = 30\n\n\
+             [jobs]\nscheduler_webhook_url = \"{}\"\nscheduler_poll_secs = 1\n",
+            scheduler.url
+        ),
         agent_log: "warn".into(),
     })
     .expect("coordinator");
@@ -421,6 +427,9 @@ fn a_fleet_of_twenty_rolls_out_reverts_a_bad_wave_runs_maintenance_and_decommiss
         assert!(decommission_stages.iter().any(|s| s == stage), "decommission job: {stage} in {decommission_stages:?}");
     }
     assert!(events.iter().any(|e| e["kind"] == "host.force_release" && e["hostId"] == retired_id.as_str()));
+    assert_eq!(scheduler.events("host.force_release").len(), 1, "the scheduler was told once");
+    assert!(scheduler.events("host.allocations_query").iter().all(|q| q["hostId"] == retired_id.as_str()));
+    assert!(!scheduler.events("host.allocations_query").is_empty(), "and asked whether allocations remain");
     let host_path: Vec<String> = events
         .iter()
         .filter(|e| e["kind"] == "host.transition" && e["hostId"] == retired_id.as_str())

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use drover_coordinator::store::{EventFilter, TaskFilter};
 use drover_tests::sandbox::{gpu_tools, sandbox};
+use drover_tests::scheduler::{Answer, FakeScheduler};
 use drover_tests::{Harness, start_agent};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -202,48 +203,16 @@ async fn failed_validation_quarantines_and_repeated_retries_never_duplicate_task
     assert_eq!(code, "400", "a reason is required");
 }
 
-/// A scheduler webhook: answers 200 to every POST and keeps the bodies.
-async fn webhook() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://127.0.0.1:{}/release", listener.local_addr().expect("addr").port());
-    let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let keep = bodies.clone();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            let mut buf = Vec::new();
-            let mut chunk = [0u8; 4096];
-            // Read the head, then the body its content-length announces.
-            while let Ok(n) = s.read(&mut chunk).await {
-                if n == 0 {
-                    break;
-                }
-                buf.extend_from_slice(&chunk[..n]);
-                let text = String::from_utf8_lossy(&buf).to_string();
-                if let Some(end) = text.find("\r\n\r\n") {
-                    let len = text[..end]
-                        .lines()
-                        .find_map(|l| {
-                            l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0))
-                        })
-                        .unwrap_or(0);
-                    if buf.len() >= end + 4 + len {
-                        keep.lock().expect("lock").push(text[end + 4..].to_owned());
-                        break;
-                    }
-                }
-            }
-            let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
-        }
-    });
-    (url, bodies)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_decommission_releases_retires_uninstalls_and_deletes_the_host() {
     const UNIT: &str = "drover-agent.service";
-    let (hook, bodies) = webhook().await;
-    let h = Harness::start_with_config(|_, c| c.jobs.scheduler_webhook_url = Some(hook.clone())).await;
+    // The scheduler still has two allocations on the host, then one, then none.
+    let scheduler = FakeScheduler::start(vec![Answer::count(2), Answer::count(1), Answer::count(0)]);
+    let h = Harness::start_with_config(|_, c| {
+        c.jobs.scheduler_webhook_url = Some(scheduler.url.clone());
+        c.jobs.scheduler_poll_secs = 1;
+    })
+    .await;
     let root = h.dir.path().join("root-fd");
     let bus = drover_tests::bus::TestBus::start_with(&[format!("{UNIT};simple;active;exec sleep 600")]);
     let mut extra = sandbox(&root);
@@ -266,14 +235,34 @@ async fn full_decommission_releases_retires_uninstalls_and_deletes_the_host() {
         json!(["cordon", "force_release", "drain", "revoke_users", "cleanup_storage", "retire", "remove", "uninstall", "delete"])
     );
     let id = job["jobId"].as_str().expect("id").to_owned();
+
+    // force_release: the notice, then one question per poll interval (the test's clock moves
+    // it) while allocations remain; the job holds at the stage meanwhile.
+    let app = h.running.app.clone();
+    app.executor.tick_now(&app).await.expect("tick");
+    for polls in 1..=3 {
+        assert_eq!(scheduler.events("host.allocations_query").len(), polls, "one question per poll interval");
+        let v = get(&h, &format!("/v1/jobs/{id}")).await;
+        if polls < 3 {
+            assert_eq!((v["state"].as_str(), v["stage"].as_str()), (Some("running"), Some("force_release")), "{v}");
+            let remain = if polls == 1 { "2 allocations still attached" } else { "1 allocation still attached" };
+            assert!(v.to_string().contains(remain), "{v}");
+        }
+        h.clock.advance(1);
+        app.executor.tick_now(&app).await.expect("tick");
+    }
     let done = job_until(&h, &id, &["completed", "failed_retryable", "failed_manual_intervention"]).await;
     assert_eq!(done["state"], "completed", "{}", serde_json::to_string_pretty(&done).unwrap_or_default());
 
-    // The scheduler was told once, with the host.
-    let seen = bodies.lock().expect("lock").clone();
-    assert_eq!(seen.len(), 1, "{seen:?}");
-    let notice: Value = serde_json::from_str(&seen[0]).expect("json");
-    assert_eq!((notice["event"].as_str(), notice["hostId"].as_str()), (Some("host.force_release"), Some(host.to_string().as_str())));
+    // The scheduler was told once, with the host, and asked until none remained.
+    let notices = scheduler.events("host.force_release");
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(notices[0]["hostId"].as_str(), Some(host.to_string().as_str()));
+    assert_eq!(notices[0]["jobId"].as_str(), Some(id.as_str()));
+    let queries = scheduler.events("host.allocations_query");
+    assert_eq!(queries.len(), 3, "{queries:?}");
+    assert!(queries.iter().all(|q| q["hostId"] == host.to_string() && q["hostname"] == "gpu-job-03"), "{queries:?}");
+    assert_eq!(scheduler.requests()[0]["event"], "host.force_release", "the notice comes before the first question");
 
     // Deleted, every certificate revoked, the agent gone with its state, the id never reused.
     assert_eq!(get(&h, &format!("/v1/hosts/{host}")).await["state"], "deleted");

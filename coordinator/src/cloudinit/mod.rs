@@ -65,7 +65,7 @@
 //! (cloud-init keeps its own root-only copy of the user data).
 
 mod scripts;
-mod validate;
+pub mod validate;
 
 use std::fmt;
 

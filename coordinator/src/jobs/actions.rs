@@ -178,6 +178,9 @@ pub fn act(
                 TaskDirective::None => {
                     p.attempt = 0;
                     p.task_id = if action == OperatorAction::Resume { p.task_id } else { None };
+                    // retry_stage runs a local stage afresh (force_release sends its release
+                    // notice again); resume continues it (only asks).
+                    p.release_sent &= action == OperatorAction::Resume;
                     format!("stage {stage} continues")
                 }
             };
@@ -250,6 +253,7 @@ pub fn act(
                     p.attempt = 0;
                     p.task_id = None;
                     p.failure_class = None;
+                    p.release_sent = false;
                     change = format!("stage {stage} adopted; continues at {next}");
                     s
                 }

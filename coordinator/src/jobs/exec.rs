@@ -20,10 +20,10 @@ use drover_proto::verify::VerifyContext;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::local::{self, ReleaseNotice};
-use super::model::Stage;
+use super::local::{self, AllocationsQuery, ReleaseNotice};
+use super::model::{JobKind, Stage};
 use super::pacing::{self, PaceBudget};
-use super::plan::{Decision, JobView, Observed, TaskObs, apply, decide, local_stage_done};
+use super::plan::{Decision, JobView, Observed, SchedulerAnswer, TaskObs, after_scheduler_answer, apply, decide};
 use crate::app::AppState;
 use crate::store::{self, Host, HostOp, Job, JobFilter, JobStep, NewEvent, PlanSnapshot, Store, StoreError, TaskRecord};
 
@@ -258,9 +258,6 @@ fn observe(host: &Host, task: Option<TaskObs>, fleet: &FleetView, rollouts: &Rol
         schedulable: host.schedulable,
         rollout: rollouts.state_of(&host.hostname, current),
         on_desired_generation,
-        // Drover does not track tenant allocations (the scheduler owns them): cordoning stops
-        // new ones, and a decommission with forceRelease tells the scheduler to end the rest.
-        allocations_attached: false,
         held_by_other_job: None,
         task,
     }
@@ -338,7 +335,8 @@ async fn execute(
     let mut task_row = None;
     let mut host_ops = Vec::new();
     let mut events = Vec::new();
-    let why = format!("job {job_id} ({}), stage {stage}: {}", view.kind.name(), decision.reason());
+    let mut why = format!("job {job_id} ({}), stage {stage}: {}", view.kind.name(), decision.reason());
+    let mut data = json!({});
     let (mut state, mut progress) = match &decision {
         Decision::IssueTask { kind, .. } => {
             match crate::api::tasks::seal(app, host.id, Some(job_id), kind.clone(), app.config.jobs.task_ttl_secs) {
@@ -356,22 +354,57 @@ async fn execute(
     };
     match &decision {
         Decision::RunLocal { stage: Stage::ForceRelease, .. } => {
-            let notice = ReleaseNotice {
-                event: "host.force_release",
-                host_id: host.id.to_string(),
-                hostname: host.hostname.clone(),
-                job_id: job_id.to_string(),
-                reason: decision.reason().to_owned(),
-            };
-            match local::notify_scheduler(&app.config.jobs, &notice).await {
-                Ok(()) => {
-                    events.push(event(now, "host.force_release", host.id, job_id, "allocations force-released", json!(notice)));
-                    let after = JobView { state, progress, kind: view.kind.clone() };
-                    let done = local_stage_done(&after, "allocations force-released (event sent, scheduler notified)".into());
-                    (state, progress) = apply(&after, &done, now, None);
+            // The scheduler owns the allocations: with forceRelease it is told to end them
+            // (once per run of the stage), then asked how many remain; the plan decides on
+            // the answer, persisted with the attempt in this step's one transaction. Sent but
+            // not persisted (a crash, a conflict): the next attempt sends it again — the
+            // scheduler treats a repeated notice for the same job as one.
+            let after = JobView { state, progress, kind: view.kind.clone() };
+            let config = &app.config.jobs;
+            let mut release_sent_now = false;
+            let mut refused = None;
+            if matches!(view.kind, JobKind::FullDecommission { force_release: true, .. }) && !after.progress.release_sent {
+                let notice = ReleaseNotice {
+                    event: "host.force_release",
+                    host_id: host.id.to_string(),
+                    hostname: host.hostname.clone(),
+                    job_id: job_id.to_string(),
+                    reason: decision.reason().to_owned(),
+                };
+                match local::notify_scheduler(config, &notice).await {
+                    Ok(()) => {
+                        release_sent_now = true;
+                        events.push(event(
+                            now,
+                            "host.force_release",
+                            host.id,
+                            job_id,
+                            "release notice sent to the scheduler",
+                            json!(notice),
+                        ));
+                    }
+                    Err(e) => refused = Some(format!("release notice not delivered: {e}")),
                 }
-                Err(e) => progress.message = format!("force release not delivered: {e}"),
             }
+            let allocations = match refused {
+                Some(e) => Err(e),
+                None => {
+                    let query = AllocationsQuery {
+                        event: "host.allocations_query",
+                        host_id: host.id.to_string(),
+                        hostname: host.hostname.clone(),
+                        job_id: job_id.to_string(),
+                    };
+                    local::query_allocations(config, &query).await.map_err(|e| e.to_string())
+                }
+            };
+            if let Ok(n) = &allocations {
+                data = json!({ "allocations": n });
+            }
+            let answer = SchedulerAnswer { release_sent_now, allocations };
+            let (outcome, s, p) = after_scheduler_answer(&after, &answer, now, &local::policy(config, None));
+            (state, progress) = (s, p);
+            why = format!("{why}; {}", outcome.reason());
         }
         Decision::RunLocal { stage: Stage::Delete, .. } => {
             // Certificates first, then the CRL every handshake checks, then the state: a
@@ -396,14 +429,11 @@ async fn execute(
         _ => {}
     }
     let kind = decision_name(&decision);
-    events.push(event(
-        now,
-        "job.stage",
-        host.id,
-        job_id,
-        &why,
-        json!({ "stage": stage.as_str(), "decision": kind, "attempt": progress.attempt, "state": state.as_str() }),
-    ));
+    data["stage"] = json!(stage.as_str());
+    data["decision"] = json!(kind);
+    data["attempt"] = json!(progress.attempt);
+    data["state"] = json!(state.as_str());
+    events.push(event(now, "job.stage", host.id, job_id, &why, data));
     let notify = task_row.is_some();
     let step = JobStep {
         job_id,

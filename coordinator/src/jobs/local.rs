@@ -1,6 +1,6 @@
 //! What the executor needs beyond the store for a job's stages: the host changes each local
 //! stage makes (as store ops in the job's own transaction), the scheduler webhook of the
-//! force-release, the per-host MAAS credentials of `hw_sync_reseed`, and the policy a job is
+//! force-release (the release notice and the allocations query), the per-host MAAS credentials of `hw_sync_reseed`, and the policy a job is
 //! decided under.
 
 use std::path::Path;
@@ -61,7 +61,8 @@ pub enum LocalError {
     },
 }
 
-/// What the force-release stage tells the scheduler.
+/// What the force-release stage tells the scheduler (with `forceRelease`, once per run of
+/// the stage).
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReleaseNotice {
@@ -77,10 +78,27 @@ pub struct ReleaseNotice {
     pub reason: String,
 }
 
-/// POSTs `notice` to the configured scheduler webhook (no webhook configured: nothing to do).
-/// Only a 2xx answer counts: the stage is retried otherwise.
-pub async fn notify_scheduler(config: &JobsConfig, notice: &ReleaseNotice) -> Result<(), LocalError> {
-    let Some(url) = &config.scheduler_webhook_url else { return Ok(()) };
+/// What the force-release stage asks the scheduler at every poll.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AllocationsQuery {
+    /// Always `host.allocations_query`.
+    pub event: &'static str,
+    /// The host.
+    pub host_id: String,
+    /// Its name.
+    pub hostname: String,
+    /// The decommission job.
+    pub job_id: String,
+}
+
+/// The most of an answer the coordinator reads (an allocation list of a busy host fits).
+const MAX_ANSWER_BYTES: usize = 1 << 20;
+
+fn webhook_client(config: &JobsConfig) -> Result<(String, reqwest::Client), LocalError> {
+    let Some(url) = &config.scheduler_webhook_url else {
+        return Err(LocalError::Webhook { url: "(none)".into(), message: "jobs.scheduler_webhook_url is not set".into() });
+    };
     let err = |message: String| LocalError::Webhook { url: url.clone(), message };
     let mut roots = rustls::RootCertStore::empty();
     if let Some(ca) = &config.scheduler_webhook_ca {
@@ -100,8 +118,54 @@ pub async fn notify_scheduler(config: &JobsConfig, notice: &ReleaseNotice) -> Re
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|e| err(e.to_string()))?;
-    let resp = client.post(url).json(notice).send().await.map_err(|e| err(e.to_string()))?;
-    if resp.status().is_success() { Ok(()) } else { Err(err(format!("answered {}", resp.status()))) }
+    Ok((url.clone(), client))
+}
+
+/// POSTs `notice` to the configured scheduler webhook. Only a 2xx answer counts (its body is
+/// not read): the stage is retried otherwise. No webhook configured is an error (the plan
+/// never runs the stage without one).
+pub async fn notify_scheduler(config: &JobsConfig, notice: &ReleaseNotice) -> Result<(), LocalError> {
+    let (url, client) = webhook_client(config)?;
+    let err = |message: String| LocalError::Webhook { url: url.clone(), message };
+    let resp = client.post(&url).json(notice).send().await.map_err(|e| err(e.to_string()))?;
+    if resp.status().is_success() { Ok(()) } else { Err(err(format!("answered {} to the release notice", resp.status()))) }
+}
+
+/// POSTs `query` to the configured scheduler webhook and reads how many allocations are
+/// still attached to the host: a 2xx answer with a JSON body `{"allocations": N}` or
+/// `{"allocations": [...]}` (the list's length). Anything else — unreachable, a non-2xx
+/// status, a body that is not that JSON — is an error, never zero.
+pub async fn query_allocations(config: &JobsConfig, query: &AllocationsQuery) -> Result<u64, LocalError> {
+    let (url, client) = webhook_client(config)?;
+    let err = |message: String| LocalError::Webhook { url: url.clone(), message };
+    let mut resp = client.post(&url).json(query).send().await.map_err(|e| err(e.to_string()))?;
+    if !resp.status().is_success() {
+        return Err(err(format!("answered {} to the allocations query", resp.status())));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| err(e.to_string()))? {
+        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err(err(format!("allocations answer is over {MAX_ANSWER_BYTES} bytes")));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    parse_allocations(&body).map_err(err)
+}
+
+/// The allocation count of a scheduler's answer: `{"allocations": N}` with N a non-negative
+/// integer, or `{"allocations": [...]}`. Anything else is malformed (the message never
+/// quotes the body).
+pub fn parse_allocations(body: &[u8]) -> Result<u64, String> {
+    let v: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| format!("allocations answer is not JSON ({:?} error at line {})", e.classify(), e.line()))?;
+    match v.get("allocations") {
+        Some(serde_json::Value::Number(n)) => {
+            n.as_u64().ok_or_else(|| "allocations answer: \"allocations\" is not a non-negative integer".to_owned())
+        }
+        Some(serde_json::Value::Array(list)) => Ok(u64::try_from(list.len()).unwrap_or(u64::MAX)),
+        Some(_) => Err("allocations answer: \"allocations\" is neither a count nor a list".to_owned()),
+        None => Err("allocations answer has no \"allocations\" field".to_owned()),
+    }
 }
 
 /// One host's MAAS credentials file.
@@ -159,6 +223,8 @@ pub fn policy(config: &JobsConfig, hw_sync: Option<HwSyncCreds>) -> Policy {
             uninstall_purge_state: config.uninstall_purge_state,
             hw_sync,
         },
+        scheduler_webhook: config.scheduler_webhook_url.is_some(),
+        scheduler_poll_secs: config.scheduler_poll_secs,
     }
 }
 
@@ -174,6 +240,20 @@ mod tests {
         assert!(matches!(ops[1], HostOp::Transition { to: HostLifecycle::Retired, .. }));
         assert!(host_ops(Stage::Delete, h, "a", HostLifecycle::Retired, None, "why").is_empty());
         assert!(host_ops(Stage::ForceRelease, h, "a", HostLifecycle::Active, None, "why").is_empty());
+    }
+
+    #[test]
+    fn an_allocations_answer_is_a_count_or_a_list_and_nothing_else_is_zero() {
+        assert_eq!(parse_allocations(br#"{"allocations": 2}"#), Ok(2));
+        assert_eq!(parse_allocations(br#"{"allocations": 0, "scheduler": "slurm"}"#), Ok(0));
+        assert_eq!(parse_allocations(br#"{"allocations": [{"id": "a1"}, {"id": "a2"}, {"id": "a3"}]}"#), Ok(3));
+        assert_eq!(parse_allocations(br#"{"allocations": []}"#), Ok(0));
+        for bad in [&b""[..], b"ok", b"{}", br#"{"allocations": -1}"#, br#"{"allocations": 1.5}"#, br#"{"allocations": "0"}"#, b"[0]"] {
+            let e = parse_allocations(bad).expect_err("malformed");
+            assert!(!e.is_empty());
+        }
+        let e = parse_allocations(b"secret-token-in-body").expect_err("not json");
+        assert!(!e.contains("secret-token"), "{e}");
     }
 
     #[test]

@@ -28,4 +28,4 @@ pub use model::{
     Activity, FailureClass, HwSyncCreds, JobKind, MissingSetting, Progress, Stage, StageEvent, StageStatus, StorageChoice, TaskSettings,
     stages,
 };
-pub use plan::{Decision, JobView, Observed, Policy, TaskObs, apply, decide, local_stage_done};
+pub use plan::{Decision, JobView, Observed, Policy, SchedulerAnswer, TaskObs, after_scheduler_answer, apply, decide, local_stage_done};

@@ -136,7 +136,8 @@ impl JobKind {
 pub enum Stage {
     /// Local: mark the host unschedulable (no new allocations, no rollout selection).
     Cordon,
-    /// Local: release allocations still attached (only with `forceRelease`).
+    /// Local: ask the scheduler whether allocations are still attached; with `forceRelease`
+    /// tell it to end them first and ask until none remain.
     ForceRelease,
     /// Task `node.drain`: run the drain hook and wait for it.
     Drain,
@@ -451,6 +452,10 @@ pub struct Progress {
     /// Where compensation leads (`pending` for restart_clean, `cancelled` for cancel).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after_compensation: Option<JobState>,
+    /// `force_release`: the scheduler acknowledged the release notice in this run of the
+    /// stage, so later polls only ask (cleared when the stage is left or retried afresh).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub release_sent: bool,
     /// Every stage event, oldest first.
     #[serde(default)]
     pub history: Vec<StageEvent>,
@@ -467,6 +472,7 @@ impl Progress {
             failure_class: None,
             message: String::new(),
             after_compensation: None,
+            release_sent: false,
             history: Vec::new(),
         }
     }

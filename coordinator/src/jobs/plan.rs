@@ -101,8 +101,6 @@ pub struct Observed {
     pub rollout: Option<HostRolloutState>,
     /// Whether it runs its desired generation (the `activate` stage's goal).
     pub on_desired_generation: bool,
-    /// Whether allocations are still attached (the `force_release` stage's goal is none).
-    pub allocations_attached: bool,
     /// Another job that holds the host, if any (one owner at a time).
     pub held_by_other_job: Option<String>,
     /// The record of `progress.task_id`, when there is one.
@@ -124,11 +122,17 @@ pub struct Policy {
     pub max_attempts: u32,
     /// What the task stages are built from.
     pub tasks: TaskSettings,
+    /// A scheduler webhook is configured (`jobs.scheduler_webhook_url`): `force_release` can
+    /// ask it whether allocations are still attached.
+    pub scheduler_webhook: bool,
+    /// `force_release` asks the scheduler at most this often while allocations remain (or
+    /// while it gives no usable answer).
+    pub scheduler_poll_secs: u64,
 }
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy { max_attempts: 3, tasks: TaskSettings::default() }
+        Policy { max_attempts: 3, tasks: TaskSettings::default(), scheduler_webhook: false, scheduler_poll_secs: 15 }
     }
 }
 
@@ -154,7 +158,8 @@ pub enum Decision {
         reason: String,
     },
     /// The executor performs a local stage itself (cordon, uncordon, force_release, activate,
-    /// retire, remove, delete); the next decision observes whether it took.
+    /// retire, remove, delete); the next decision observes whether it took (force_release:
+    /// [`after_scheduler_answer`] decides on the scheduler's answer in the same step).
     RunLocal {
         /// The stage.
         stage: Stage,
@@ -278,13 +283,101 @@ fn decide_running(job: &JobView, obs: &Observed, now: Time, policy: &Policy) -> 
         return manual(FailureClass::OwnershipConflict, format!("host was deleted out of band during stage {stage}"));
     }
     let done = |why: String| next_or_complete(&plan, p.stage_index, why);
-    if stage.is_local() { decide_local(job, obs, stage, policy, done) } else { decide_task(job, obs, stage, now, policy, done) }
+    if stage.is_local() { decide_local(job, obs, stage, now, policy, done) } else { decide_task(job, obs, stage, now, policy, done) }
 }
 
-/// The decision for a local stage the executor performed and saw succeed at once (the
-/// force-release: an event and the scheduler webhook, nothing the store observes later).
+/// The decision for a local stage the executor performed and saw succeed at once (nothing
+/// the store observes later).
 pub fn local_stage_done(job: &JobView, why: String) -> Decision {
     next_or_complete(&stages(&job.kind), job.progress.stage_index, why)
+}
+
+/// What the executor learned from the scheduler in one `force_release` attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchedulerAnswer {
+    /// The release notice was sent in this attempt and acknowledged (2xx).
+    pub release_sent_now: bool,
+    /// How many allocations the scheduler says are still attached, or why there is no usable
+    /// answer (the notice or the query unreachable or refused, a malformed body): never zero.
+    pub allocations: Result<u64, String>,
+}
+
+fn force_release(kind: &JobKind) -> bool {
+    matches!(kind, JobKind::FullDecommission { force_release: true, .. })
+}
+
+fn allocations(n: u64) -> String {
+    if n == 1 { "1 allocation".to_owned() } else { format!("{n} allocations") }
+}
+
+/// The step one `force_release` attempt ends with, from the scheduler's answer: `job` is the
+/// job after its [`Decision::RunLocal`] was applied (the attempt counted). Returns the
+/// decision and the state and progress to persist with it (one transaction).
+///
+/// - no allocation attached: the stage is done;
+/// - allocations attached without `forceRelease`: manual intervention (`ownership_conflict`);
+/// - with `forceRelease`, allocations still attached: asked again after
+///   [`Policy::scheduler_poll_secs`] until the attempts are spent, then manual intervention
+///   (`ownership_conflict`) naming the count;
+/// - no usable answer: asked again (`transient`) until the attempts are spent, then
+///   `failed_retryable` — an unreachable scheduler never counts as zero allocations.
+///
+/// A decision of [`Decision::Wait`] means "ask again": the progress records the attempt as
+/// failed, with its class and the count.
+pub fn after_scheduler_answer(job: &JobView, answer: &SchedulerAnswer, now: Time, policy: &Policy) -> (Decision, JobState, Progress) {
+    let mut job = job.clone();
+    job.progress.release_sent |= answer.release_sent_now;
+    let (attempt, max, poll) = (job.progress.attempt, policy.max_attempts, policy.scheduler_poll_secs);
+    let force = force_release(&job.kind);
+    let (decision, again) = match &answer.allocations {
+        Ok(0) if force => (local_stage_done(&job, "the scheduler reports no allocation attached after the release notice".into()), None),
+        Ok(0) => (local_stage_done(&job, "the scheduler reports no allocation attached".into()), None),
+        Ok(n) if !force => (
+            manual(
+                FailureClass::OwnershipConflict,
+                format!("the scheduler reports {} still attached and forceRelease is false", allocations(*n)),
+            ),
+            None,
+        ),
+        Ok(n) if attempt >= max => (
+            manual(
+                FailureClass::OwnershipConflict,
+                format!(
+                    "the scheduler still reports {} attached after {attempt} polls: end them, then resume (or adopt the observed state)",
+                    allocations(*n)
+                ),
+            ),
+            None,
+        ),
+        Ok(n) => (
+            wait(format!("the scheduler reports {} still attached (poll {attempt} of {max}); asks again in {poll} s", allocations(*n))),
+            Some(FailureClass::OwnershipConflict),
+        ),
+        Err(e) if attempt >= max => (
+            fail(
+                FailureClass::Transient,
+                JobState::FailedRetryable,
+                format!("no usable answer from the scheduler: {e}; gave up after {attempt} attempts"),
+            ),
+            None,
+        ),
+        Err(e) => (
+            wait(format!("no usable answer from the scheduler (attempt {attempt} of {max}): {e}; asks again in {poll} s")),
+            Some(FailureClass::Transient),
+        ),
+    };
+    match (&decision, again) {
+        (Decision::Wait { reason }, Some(class)) => {
+            let mut p = job.progress.clone();
+            p.failure_class = Some(class);
+            p.push(p.stage, attempt, StageStatus::Failed, reason, now);
+            (decision, job.state, p)
+        }
+        _ => {
+            let (state, p) = apply(&job, &decision, now, None);
+            (decision, state, p)
+        }
+    }
 }
 
 fn next_or_complete(plan: &[Stage], index: usize, why: String) -> Decision {
@@ -294,15 +387,27 @@ fn next_or_complete(plan: &[Stage], index: usize, why: String) -> Decision {
     }
 }
 
-fn decide_local(job: &JobView, obs: &Observed, stage: Stage, policy: &Policy, done: impl Fn(String) -> Decision) -> Decision {
+fn decide_local(job: &JobView, obs: &Observed, stage: Stage, now: Time, policy: &Policy, done: impl Fn(String) -> Decision) -> Decision {
     use HostLifecycle as L;
     let achieved = match stage {
         Stage::Cordon => (!obs.schedulable).then(|| "host is cordoned".to_owned()),
         Stage::Uncordon => obs.schedulable.then(|| "host is schedulable again".to_owned()),
-        // With forceRelease the release is always sent (event + scheduler webhook): the
-        // executor reports the stage done once it was; without, the stage only checks.
-        Stage::ForceRelease if matches!(job.kind, JobKind::FullDecommission { force_release: true, .. }) => None,
-        Stage::ForceRelease => (!obs.allocations_attached).then(|| "no allocation is attached".to_owned()),
+        // Drover does not track tenant allocations: the scheduler is asked (the executor runs
+        // the stage and decides on its answer, `after_scheduler_answer`). Without a
+        // scheduler nothing can be known: forceRelease fails closed, a plain decommission
+        // relies on the cordon (documented).
+        Stage::ForceRelease if !policy.scheduler_webhook => {
+            if force_release(&job.kind) {
+                return manual(
+                    FailureClass::Configuration,
+                    "forceRelease needs jobs.scheduler_webhook_url: without a scheduler Drover cannot know whether allocations remain attached",
+                );
+            }
+            Some(
+                "no scheduler webhook is configured: Drover cannot know whether allocations are attached (the cordon stopped new ones)"
+                    .to_owned(),
+            )
+        }
         Stage::Activate => {
             if obs.activation_in_flight() {
                 return wait("activation in flight; waiting for it to settle");
@@ -332,9 +437,6 @@ fn decide_local(job: &JobView, obs: &Observed, stage: Stage, policy: &Policy, do
     }
     // Preconditions the executor cannot satisfy on its own.
     match stage {
-        Stage::ForceRelease if !matches!(job.kind, JobKind::FullDecommission { force_release: true, .. }) => {
-            return manual(FailureClass::OwnershipConflict, "allocations remain attached and forceRelease is false");
-        }
         Stage::Retire if !matches!(obs.lifecycle, L::Active | L::Offline | L::Quarantined | L::Draining) => {
             return manual(FailureClass::Ambiguous, format!("cannot retire a host that is {}", obs.lifecycle));
         }
@@ -356,6 +458,16 @@ fn decide_local(job: &JobView, obs: &Observed, stage: Stage, policy: &Policy, do
             JobState::FailedRetryable,
             format!("stage {stage} did not take effect after {attempt} attempts"),
         );
+    }
+    // The scheduler is asked again only once the poll interval has passed since the last ask.
+    if stage == Stage::ForceRelease
+        && attempt > 0
+        && let Some(last) = job.progress.history.iter().rev().find(|e| e.stage == stage).map(|e| e.at)
+    {
+        let next = last.plus_secs(policy.scheduler_poll_secs);
+        if now < next {
+            return wait(format!("stage {stage}: asks the scheduler again at {next} (attempt {} of {})", attempt + 1, policy.max_attempts));
+        }
     }
     Decision::RunLocal { stage, attempt: attempt + 1, reason: format!("stage {stage}: attempt {} of {}", attempt + 1, policy.max_attempts) }
 }
@@ -519,6 +631,7 @@ pub fn apply(job: &JobView, decision: &Decision, now: Time, issued_task_id: Opti
             p.attempt = 0;
             p.task_id = None;
             p.failure_class = None;
+            p.release_sent = false;
             job.state
         }
         Decision::Complete { reason } => {

@@ -14,7 +14,6 @@ pub(crate) fn observed() -> Observed {
         schedulable: true,
         rollout: None,
         on_desired_generation: true,
-        allocations_attached: false,
         held_by_other_job: None,
         task: None,
     }
@@ -32,7 +31,7 @@ fn job(kind: JobKind) -> JobView {
 /// Drives a job to the end, simulating a well-behaved executor and agent: returns the
 /// stages in the order their work was issued.
 fn drive(mut j: JobView, mut obs: Observed) -> (JobView, Vec<Stage>) {
-    let policy = Policy::default();
+    let policy = scheduler();
     let mut issued = Vec::new();
     for i in 0..200 {
         let now = t(i);
@@ -51,11 +50,10 @@ fn drive(mut j: JobView, mut obs: Observed) -> (JobView, Vec<Stage>) {
                     Stage::Cordon => obs.schedulable = false,
                     Stage::Uncordon => obs.schedulable = true,
                     Stage::ForceRelease => {
-                        obs.allocations_attached = false;
                         let (s, p) = apply(&j, &d, now, None);
                         j = JobView { state: s, progress: p, ..j };
-                        let done = local_stage_done(&j, "released".into());
-                        let (s, p) = apply(&j, &done, now, None);
+                        let answer = SchedulerAnswer { release_sent_now: true, allocations: Ok(0) };
+                        let (_, s, p) = after_scheduler_answer(&j, &answer, now, &policy);
                         j = JobView { state: s, progress: p, ..j };
                         continue;
                     }
@@ -100,23 +98,142 @@ fn storage_none_skips_cleanup() {
 #[test]
 fn full_decommission_issues_its_stages_in_order_and_deletes_the_host() {
     use Stage::*;
-    let mut obs = observed();
-    obs.allocations_attached = true;
-    let (done, issued) = drive(job(JobKind::FullDecommission { storage: None, force_release: true }), obs);
+    let (done, issued) = drive(job(JobKind::FullDecommission { storage: None, force_release: true }), observed());
     assert_eq!(issued, vec![Cordon, ForceRelease, Drain, RevokeUsers, Retire, Remove, Uninstall, Delete]);
     assert_eq!(done.state, JobState::Completed);
 }
 
-#[test]
-fn attached_allocations_without_force_release_need_an_operator() {
-    let mut j = job(JobKind::FullDecommission { storage: None, force_release: false });
-    j.state = JobState::Running;
-    j.progress.stage_index = 1;
-    j.progress.stage = Stage::ForceRelease;
+/// The policy with a scheduler webhook configured (polls 10 s apart).
+fn scheduler() -> Policy {
+    Policy { scheduler_webhook: true, scheduler_poll_secs: 10, ..Policy::default() }
+}
+
+/// A full decommission at its `force_release` stage, not yet attempted, cordoned.
+fn at_force_release(force_release: bool) -> (JobView, Observed) {
     let mut obs = observed();
-    obs.allocations_attached = true;
-    let d = decide(&j, &obs, t(0), &Policy::default());
-    assert!(matches!(d, Decision::Fail { class: FailureClass::OwnershipConflict, state: JobState::FailedManualIntervention, .. }), "{d:?}");
+    obs.schedulable = false;
+    (at_stage(JobKind::FullDecommission { storage: None, force_release }, Stage::ForceRelease, 0, None), obs)
+}
+
+/// One `force_release` attempt at `now`: the decision must be to run the stage; the
+/// executor's I/O is `answer`. Returns the step it ends with and the job after.
+fn poll(j: &JobView, obs: &Observed, now: Time, policy: &Policy, answer: SchedulerAnswer) -> (Decision, JobView) {
+    let d = decide(j, obs, now, policy);
+    assert!(matches!(d, Decision::RunLocal { stage: Stage::ForceRelease, .. }), "{d:?}");
+    let (s, p) = apply(j, &d, now, None);
+    let after = JobView { state: s, progress: p, ..j.clone() };
+    let (outcome, s, p) = after_scheduler_answer(&after, &answer, now, policy);
+    (outcome, JobView { state: s, progress: p, ..after })
+}
+
+fn count(n: u64, sent: bool) -> SchedulerAnswer {
+    SchedulerAnswer { release_sent_now: sent, allocations: Ok(n) }
+}
+
+fn unusable(why: &str) -> SchedulerAnswer {
+    SchedulerAnswer { release_sent_now: false, allocations: Err(why.into()) }
+}
+
+#[test]
+fn force_release_asks_until_no_allocation_remains_one_poll_per_interval() {
+    let policy = scheduler();
+    let (j, obs) = at_force_release(true);
+    // The notice goes out with the first attempt; two allocations remain.
+    let (d, j) = poll(&j, &obs, t(0), &policy, count(2, true));
+    assert!(matches!(&d, Decision::Wait { reason } if reason.contains("2 allocations still attached")), "{d:?}");
+    assert_eq!((j.state, j.progress.attempt, j.progress.release_sent), (JobState::Running, 1, true));
+    assert_eq!(j.progress.failure_class, Some(FailureClass::OwnershipConflict));
+    // Not asked again before the interval (a restart decides the same from what is stored).
+    for now in [t(0), t(9)] {
+        let d = decide(&j, &obs, now, &policy);
+        assert!(matches!(&d, Decision::Wait { reason } if reason.contains("asks the scheduler again")), "{d:?}");
+        assert_eq!(d, decide(&j, &obs, now, &policy));
+    }
+    let (d, j) = poll(&j, &obs, t(10), &policy, count(1, false));
+    assert!(matches!(&d, Decision::Wait { reason } if reason.contains("1 allocation still attached (poll 2 of 3)")), "{d:?}");
+    assert!(j.progress.release_sent, "the notice is not sent twice");
+    let (d, j) = poll(&j, &obs, t(20), &policy, count(0, false));
+    assert!(matches!(d, Decision::Advance { from: Stage::ForceRelease, to_stage: Stage::Drain, .. }), "{d:?}");
+    assert_eq!((j.progress.stage, j.progress.attempt, j.progress.failure_class, j.progress.release_sent), (Stage::Drain, 0, None, false));
+    // The read model keeps each poll's count.
+    let polls: Vec<&str> = j
+        .progress
+        .history
+        .iter()
+        .filter(|e| e.stage == Stage::ForceRelease && e.status != StageStatus::Started)
+        .map(|e| e.message.as_str())
+        .collect();
+    assert_eq!(polls.len(), 3, "{polls:?}");
+    assert!(polls[0].contains("2 allocations") && polls[1].contains("1 allocation") && polls[2].contains("no allocation"), "{polls:?}");
+}
+
+#[test]
+fn allocations_stuck_after_the_bound_need_an_operator_naming_the_count() {
+    let policy = scheduler();
+    let (mut j, obs) = at_force_release(true);
+    for (i, now) in [t(0), t(10)].into_iter().enumerate() {
+        let (d, after) = poll(&j, &obs, now, &policy, count(1, i == 0));
+        assert!(matches!(d, Decision::Wait { .. }), "{d:?}");
+        j = after;
+    }
+    let (d, j) = poll(&j, &obs, t(20), &policy, count(1, false));
+    let Decision::Fail { class, state, message, .. } = &d else { panic!("{d:?}") };
+    assert_eq!((*class, *state), (FailureClass::OwnershipConflict, JobState::FailedManualIntervention));
+    assert!(message.contains("1 allocation attached after 3 polls"), "{message}");
+    assert_eq!((j.state, j.progress.failure_class), (JobState::FailedManualIntervention, Some(FailureClass::OwnershipConflict)));
+    assert!(decide(&j, &obs, t(60), &policy).reason().contains("waits for an operator action"));
+}
+
+#[test]
+fn attached_allocations_without_force_release_need_an_operator_at_once() {
+    let policy = scheduler();
+    let (j, obs) = at_force_release(false);
+    let (d, j) = poll(&j, &obs, t(0), &policy, count(3, false));
+    let Decision::Fail { class, state, message, .. } = &d else { panic!("{d:?}") };
+    assert_eq!((*class, *state), (FailureClass::OwnershipConflict, JobState::FailedManualIntervention));
+    assert!(message.contains("3 allocations still attached and forceRelease is false"), "{message}");
+    assert_eq!(j.progress.attempt, 1, "asked once, no release notice");
+    // None attached: the stage is done without a notice.
+    let (j, obs) = at_force_release(false);
+    let (d, _) = poll(&j, &obs, t(0), &policy, count(0, false));
+    assert!(matches!(d, Decision::Advance { to_stage: Stage::Drain, .. }), "{d:?}");
+}
+
+#[test]
+fn an_unusable_answer_is_retried_and_never_taken_as_zero() {
+    let policy = scheduler();
+    let (j, obs) = at_force_release(true);
+    // The release notice refused: nothing was asked, the next attempt sends it again.
+    let (d, j) = poll(&j, &obs, t(0), &policy, unusable("release notice not delivered: answered 500"));
+    assert!(matches!(&d, Decision::Wait { reason } if reason.contains("no usable answer") && reason.contains("500")), "{d:?}");
+    assert_eq!((j.progress.release_sent, j.progress.failure_class), (false, Some(FailureClass::Transient)));
+    // Sent, then a malformed answer: retried.
+    let (d, j) = poll(&j, &obs, t(10), &policy, SchedulerAnswer { release_sent_now: true, allocations: Err("malformed".into()) });
+    assert!(matches!(d, Decision::Wait { .. }), "{d:?}");
+    assert!(j.progress.release_sent);
+    // Still nothing usable at the bound: failed_retryable, not done.
+    let (d, j) = poll(&j, &obs, t(20), &policy, unusable("answered 500 Internal Server Error"));
+    assert!(matches!(&d, Decision::Fail { class: FailureClass::Transient, state: JobState::FailedRetryable, .. }), "{d:?}");
+    assert_eq!(j.progress.stage, Stage::ForceRelease);
+    // An error then zero: done.
+    let (j, obs) = at_force_release(true);
+    let (_, j) = poll(&j, &obs, t(0), &policy, SchedulerAnswer { release_sent_now: true, allocations: Err("answered 500".into()) });
+    let (d, _) = poll(&j, &obs, t(10), &policy, count(0, false));
+    assert!(matches!(d, Decision::Advance { to_stage: Stage::Drain, .. }), "{d:?}");
+}
+
+#[test]
+fn without_a_scheduler_force_release_fails_closed_and_a_plain_decommission_cannot_know() {
+    let policy = Policy::default();
+    assert!(!policy.scheduler_webhook);
+    let (j, obs) = at_force_release(true);
+    let d = decide(&j, &obs, t(0), &policy);
+    let Decision::Fail { class, state, message, .. } = &d else { panic!("{d:?}") };
+    assert_eq!((*class, *state), (FailureClass::Configuration, JobState::FailedManualIntervention));
+    assert!(message.contains("jobs.scheduler_webhook_url"), "{message}");
+    let (j, obs) = at_force_release(false);
+    let d = decide(&j, &obs, t(0), &policy);
+    assert!(matches!(&d, Decision::Advance { to_stage: Stage::Drain, reason, .. } if reason.contains("cannot know")), "{d:?}");
 }
 
 fn at_stage(kind: JobKind, stage: Stage, attempt: u32, task_id: Option<&str>) -> JobView {

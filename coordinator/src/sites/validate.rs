@@ -3,7 +3,7 @@
 //! Values are normalised on the way in (MACs lowercase with colons, addresses canonical,
 //! URLs without a trailing slash) so lookups compare like with like.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 use crate::store::{ProfilePolicy, SelectorType, SiteConfig};
 
@@ -30,17 +30,15 @@ pub fn name(field: &str, v: &str) -> Result<String, FieldError> {
     Ok(v.to_owned())
 }
 
-/// A Linux interface name: 1–15 bytes, no `/`, whitespace or control characters.
+/// A Linux interface name — the same rule the first-boot renderer applies
+/// ([`crate::cloudinit::validate::iface`]), so nothing accepted here is refused at deploy.
 pub fn iface(field: &str, v: &str) -> Result<String, FieldError> {
-    if v.is_empty()
-        || v.len() > 15
-        || v == "."
-        || v == ".."
-        || v.bytes().any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace() || b.is_ascii_control())
-    {
-        return Err(bad(field, format!("{v:?} is not an interface name (1-15 characters, no '/', ':' or whitespace)")));
-    }
+    crate::cloudinit::validate::iface(field, v).map_err(from_cloudinit)?;
     Ok(v.to_owned())
+}
+
+fn from_cloudinit(e: crate::cloudinit::CloudInitError) -> FieldError {
+    FieldError { field: e.field, message: e.message }
 }
 
 /// A hostname: RFC 1123 labels, at most 253 characters; lowercased.
@@ -73,12 +71,11 @@ pub fn ip(field: &str, v: &str) -> Result<String, FieldError> {
     v.trim().parse::<IpAddr>().map(|a| a.to_string()).map_err(|_| bad(field, format!("{v:?} is not an IP address")))
 }
 
-/// An IPv4 interface address with prefix, e.g. `172.30.9.61/31`; prefix 1–32.
+/// An IPv4 interface address with prefix, e.g. `172.30.9.61/31` — the renderer's rule
+/// ([`crate::cloudinit::validate::ipv4_cidr`]: prefix 1–32, not a network or broadcast
+/// address), so an assignment accepted here is one the RoCE unit can apply.
 pub fn ipv4_cidr(field: &str, v: &str) -> Result<String, FieldError> {
-    let (addr, prefix) = v.trim().split_once('/').ok_or_else(|| bad(field, format!("{v:?} is not an IPv4 CIDR (address/prefix)")))?;
-    let addr: Ipv4Addr = addr.parse().map_err(|_| bad(field, format!("{v:?}: {addr:?} is not an IPv4 address")))?;
-    let prefix: u8 =
-        prefix.parse().ok().filter(|p| (1..=32).contains(p)).ok_or_else(|| bad(field, format!("{v:?}: the prefix must be 1-32")))?;
+    let (addr, prefix) = crate::cloudinit::validate::ipv4_cidr(field, v.trim()).map_err(from_cloudinit)?;
     Ok(format!("{addr}/{prefix}"))
 }
 
