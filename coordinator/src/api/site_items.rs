@@ -23,9 +23,8 @@ use uuid::Uuid;
 
 use crate::api::auth::{Admin, Reader};
 use crate::api::error::{ApiError, JsonBody};
-use crate::api::sites::{PowerCredentials, change_log, load_site, reason_or_default, secret_error};
+use crate::api::sites::{PowerCredentials, change_log, load_site, reason_or_default, secret_error, secret_path};
 use crate::app::AppState;
-use crate::secrets::SecretPath;
 use crate::sites::validate;
 use crate::store::{self, NewRoce, PowerOverride, Profile, ProfilePolicy, SelectorType, Site, SiteStatus, StoreError};
 
@@ -232,7 +231,7 @@ pub async fn create_override(
         created_at: now,
         updated_at: now,
     };
-    let spath = SecretPath::new(&path).map_err(|_| ApiError::internal())?;
+    let spath = secret_path(&path)?;
     app.secrets.write(&spath, &secret).await.map_err(secret_error)?;
     let data = json!({ "overrideId": id, "selectorType": ty, "selectorValue": o.selector_value });
     let log = change_log(&op, &app, "maas.override.created", &site, &id.to_string(), &reason, data);
@@ -274,7 +273,7 @@ pub async fn override_credentials(
     let secret = req.credentials.to_secret("credentials")?;
     let site = load_site(&app, &key).await?;
     let o = find_override(&app, &site, &id).await?;
-    let spath = SecretPath::new(&o.secret_path).map_err(|_| ApiError::internal())?;
+    let spath = secret_path(&o.secret_path)?;
     app.secrets.write(&spath, &secret).await.map_err(secret_error)?;
     let log = change_log(&op, &app, "maas.override.credentials", &site, &o.id.to_string(), &reason, json!({ "overrideId": o.id }));
     store::blocking(app.store.clone(), move |s| {
@@ -296,7 +295,7 @@ pub async fn delete_override(
     let log = change_log(&op, &app, "maas.override.deleted", &site, &o.id.to_string(), "(no reason given)", json!({ "overrideId": o.id }));
     let (site_id, oid) = (site.id, o.id);
     let removed = store::blocking(app.store.clone(), move |s| s.delete_override(site_id, oid, &log)).await?;
-    let spath = SecretPath::new(&removed.secret_path).map_err(|_| ApiError::internal())?;
+    let spath = secret_path(&removed.secret_path)?;
     app.secrets.delete(&spath).await.map_err(secret_error)?;
     Ok(Json(override_json(&removed)))
 }

@@ -30,7 +30,7 @@ use crate::api::auth::{Admin, OperatorCaller, Reader};
 use crate::api::error::{ApiError, JsonBody};
 use crate::app::AppState;
 use crate::secrets::{SecretError, SecretPath, SecretValue};
-use crate::sites::preflight::{self, PreflightClass};
+use crate::sites::preflight;
 use crate::sites::probe::{ProbeError, ProbeTarget};
 use crate::sites::validate::{self, FieldError};
 use crate::store::{self, ChangeLog, NewAudit, NewEvent, Profile, ProfilePolicy, Site, SiteConfig, SiteStatus, StoreError};
@@ -483,7 +483,9 @@ fn unprocessable(code: &'static str, message: String) -> ApiError {
     ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
 }
 
-fn secret_path(p: &str) -> Result<SecretPath, ApiError> {
+/// A stored secret path as the secret store takes it; a stored path that does not parse is
+/// the coordinator's own fault (500, logged).
+pub fn secret_path(p: &str) -> Result<SecretPath, ApiError> {
     SecretPath::new(p).map_err(|e| {
         tracing::error!(error = %e, "a stored secret path is invalid");
         ApiError::internal()
@@ -512,13 +514,7 @@ pub async fn credentials(
     }
     let site = load_site(&app, &key).await?;
     if let Some(token) = &token {
-        let target = ProbeTarget {
-            base_url: &site.config.api_base_url,
-            ca_pem: site.config.maas_ca_pem.as_deref(),
-            api_key: token,
-            timeout: MAAS_CALL_TIMEOUT,
-        };
-        match app.maas.probe(target).await {
+        match app.maas.probe(ProbeTarget::for_site(&site, token, MAAS_CALL_TIMEOUT)).await {
             Ok(_) => {}
             Err(e @ ProbeError::CredentialsRefused { .. }) => {
                 return Err(unprocessable("maas_token_refused", format!("{e}; nothing was written")));
@@ -555,29 +551,16 @@ pub async fn credentials(
 }
 
 /// `POST /v1/maas/sites/{site}/probe` (admin): reads the token from the secret store now and
-/// asks MAAS for its version and rack controllers. 200 either way; `ok` says which, and a
-/// failure carries its preflight class.
+/// asks MAAS for its version and rack controllers ([`preflight::probe_site`]). 200 either
+/// way; `ok` says which, and a failure carries its preflight class.
 pub async fn probe(State(app): State<Arc<AppState>>, Admin(_): Admin, Path(key): Path<String>) -> Result<Json<Value>, ApiError> {
     let site = load_site(&app, &key).await?;
-    let value = app.secrets.read(&secret_path(&site.secrets.api_token_path)?).await.map_err(secret_error)?;
-    let Some(token) = value.as_ref().and_then(|v| v.get("token")) else {
-        return Ok(Json(json!({
-            "siteId": site.id, "site": site.name, "ok": false,
-            "failure": { "class": PreflightClass::InputConfigError, "message": format!("site {} has no MAAS API token: write one with `drover site credentials`", site.name) },
-        })));
-    };
-    let target = ProbeTarget {
-        base_url: &site.config.api_base_url,
-        ca_pem: site.config.maas_ca_pem.as_deref(),
-        api_key: token,
-        timeout: MAAS_CALL_TIMEOUT,
-    };
-    Ok(Json(match app.maas.probe(target).await {
+    Ok(Json(match preflight::probe_site(&*app.secrets, &*app.maas, &site, MAAS_CALL_TIMEOUT).await {
         Ok(report) => json!({
             "siteId": site.id, "site": site.name, "ok": true, "apiBaseUrl": site.config.api_base_url,
             "version": report.version, "capabilities": report.capabilities, "rackControllers": report.rack_controllers,
         }),
-        Err(e) => json!({ "siteId": site.id, "site": site.name, "ok": false, "failure": preflight::probe_failure(&site, e) }),
+        Err(failure) => json!({ "siteId": site.id, "site": site.name, "ok": false, "failure": failure }),
     }))
 }
 

@@ -90,6 +90,19 @@ pub async fn preflight(
     let profile_id = profile_id.unwrap_or(site.default_profile_id);
     let profile = store::blocking(store, move |s| s.get_profile(profile_id)).await.map_err(transient)?;
     let profile = check_site_and_profile(&site, profile_id, profile)?;
+    let report = probe_site(secrets, probe, &site, timeout).await?;
+    check_capabilities(&site, &report, needed)?;
+    Ok(Preflight { site, profile, maas: report })
+}
+
+/// Reads `site`'s API token from the secret store now and probes its MAAS with it: the part
+/// of the preflight the probe route runs on its own. The token is dropped when this returns.
+pub async fn probe_site(
+    secrets: &dyn SecretStore,
+    probe: &dyn MaasProbe,
+    site: &Site,
+    timeout: Duration,
+) -> Result<ProbeReport, PreflightFailure> {
     let path = SecretPath::new(&site.secrets.api_token_path)
         .map_err(|e| fail(PreflightClass::InputConfigError, format!("site {}: bad secret path: {e}", site.name)))?;
     let token = match secrets.read(&path).await {
@@ -104,11 +117,7 @@ pub async fn preflight(
             format!("site {} has no MAAS API token: write one with `drover site credentials`", site.name),
         ));
     };
-    let target = ProbeTarget { base_url: &site.config.api_base_url, ca_pem: site.config.maas_ca_pem.as_deref(), api_key: &token, timeout };
-    let report = probe.probe(target).await.map_err(|e| probe_failure(&site, e))?;
-    drop(token);
-    check_capabilities(&site, &report, needed)?;
-    Ok(Preflight { site, profile, maas: report })
+    probe.probe(ProbeTarget::for_site(site, &token, timeout)).await.map_err(|e| probe_failure(site, e))
 }
 
 /// The site must be active, the profile the site's and active.

@@ -26,6 +26,13 @@ pub struct ProbeTarget<'a> {
     pub timeout: Duration,
 }
 
+impl<'a> ProbeTarget<'a> {
+    /// `site`'s MAAS (its URL and CA) with `api_key`.
+    pub fn for_site(site: &'a crate::store::Site, api_key: &'a str, timeout: Duration) -> ProbeTarget<'a> {
+        ProbeTarget { base_url: &site.config.api_base_url, ca_pem: site.config.maas_ca_pem.as_deref(), api_key, timeout }
+    }
+}
+
 impl std::fmt::Debug for ProbeTarget<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProbeTarget").field("base_url", &self.base_url).field("api_key", &"<redacted>").finish_non_exhaustive()

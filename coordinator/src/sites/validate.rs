@@ -41,19 +41,11 @@ fn from_cloudinit(e: crate::cloudinit::CloudInitError) -> FieldError {
     FieldError { field: e.field, message: e.message }
 }
 
-/// A hostname: RFC 1123 labels, at most 253 characters; lowercased.
+/// A hostname: RFC 1123 labels, at most 253 characters ([`drover_proto::names::check_hostname`],
+/// enrollment's rule); lowercased first.
 pub fn hostname(field: &str, v: &str) -> Result<String, FieldError> {
     let v = v.trim().to_ascii_lowercase();
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-    };
-    if v.is_empty() || v.len() > 253 || !v.split('.').all(label_ok) {
-        return Err(bad(field, format!("{v:?} is not a hostname")));
-    }
+    drover_proto::names::check_hostname(&v).map_err(|_| bad(field, format!("{v:?} is not a hostname")))?;
     Ok(v)
 }
 

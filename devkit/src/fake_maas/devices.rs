@@ -78,7 +78,8 @@ pub fn link_subnet(world: &mut World, i: usize, key: &str, p: &Params) -> Reply 
         None if matches!(mode.as_str(), "auto" | "static") => return Reply::field_error("subnet", "This field is required."),
         None => None,
     };
-    if p.has("default_gateway") && !matches!(mode.as_str(), "auto" | "static") {
+    // A boolean: `default_gateway=false` asks for nothing, so only a true value is refused.
+    if p.checkbox("default_gateway") && !matches!(mode.as_str(), "auto" | "static") {
         return Reply::field_error("default_gateway", format!("Cannot use in mode '{mode}'."));
     }
     let links = &world.data.machines[i].interfaces[n].links;
@@ -183,7 +184,12 @@ mod tests {
         let link_id = v["links"][0]["id"].to_string();
         assert_eq!(link_subnet(&mut w, 0, "eno1", &Params::from_query("mode=static&subnet=1&ip_address=10.8.0.1")).status, 400);
         assert_eq!(link_subnet(&mut w, 0, "eno1", &Params::from_query("mode=auto")).status, 400);
-        assert_eq!(link_subnet(&mut w, 0, "eno1", &Params::from_query("mode=dhcp")).status, 200);
+        assert_eq!(link_subnet(&mut w, 0, "eno1", &Params::from_query("mode=dhcp&default_gateway=true")).status, 400);
+        assert_eq!(
+            link_subnet(&mut w, 0, "eno1", &Params::from_query("mode=dhcp&default_gateway=false")).status,
+            200,
+            "false asks for nothing"
+        );
         assert_eq!(link_subnet(&mut w, 0, "eno1", &Params::from_query("mode=dhcp")).status, 400);
         assert_eq!(link_subnet(&mut w, 0, "eno1", &Params::from_query("mode=link_up")).status, 400);
         let r = unlink_subnet(&mut w, 0, "eno1", &Params::from_query(&format!("id={link_id}")));

@@ -201,7 +201,11 @@ fn mark_broken(world: &mut World, i: usize, p: &Params, user: &str, now: Millis)
     }
     world.change(i, to, Some(user), now).map_err(refused)?;
     let m = &mut world.data.machines[i];
-    m.before_broken = Some(from);
+    // Marking a Broken machine broken again keeps what it was before it first broke, so
+    // mark_fixed still returns a Deployed machine to Deployed.
+    if from != Status::Broken {
+        m.before_broken = Some(from);
+    }
     m.error_description = comment;
     Ok(None)
 }
@@ -287,8 +291,9 @@ mod tests {
         assert_eq!((m.status, m.osystem.as_str(), m.distro_series.as_str()), (Status::Broken, "", ""));
         assert_eq!((m.enable_hw_sync, m.sync_interval, m.last_sync), (false, None, None), "release clears hardware sync");
         assert_eq!(m.owner.as_deref(), Some("admin"), "powered on: the release was still under way");
+        assert_eq!(post(&mut w, "mark_broken", "comment=still").status, 200, "broken twice");
         assert_eq!(post(&mut w, "mark_fixed", "").status, 200);
-        assert_eq!(w.data.machines[0].status, Status::Deployed, "it was Deployed before");
+        assert_eq!(w.data.machines[0].status, Status::Deployed, "it was Deployed before, however often it was marked broken");
 
         // Power already off: the release finishes at once and the owner (with the token) goes.
         let mut w = world(Status::Deployed);

@@ -316,6 +316,11 @@ impl World {
             return self.fail(i, now);
         }
         let Some(to) = lifecycle::completes_to(&self.view(i)) else { return Ok(()) };
+        if status == Status::DiskErasing && to == Status::New {
+            // MAAS's table has no Disk erasing -> New: an erased, never-commissioned machine
+            // ends its release through Releasing (12 -> 0 is allowed).
+            self.change(i, Status::Releasing, None, now)?;
+        }
         self.change(i, to, None, now)?;
         let m = &mut self.data.machines[i];
         match status {
@@ -401,13 +406,14 @@ mod tests {
     use super::*;
 
     fn world_with(status: Status) -> World {
-        let mut w = World::for_tests();
-        let mut m = Machine::new(1, "abc123".into(), "gpu-01".into());
-        m.add_interface(&mut w.data.ids, "eno1", "52:54:00:00:00:01");
-        m.status = status;
-        m.commissioned = true;
-        w.data.machines.push(m);
-        w
+        World::with_machine(status, |m| m.commissioned = true)
+    }
+
+    #[test]
+    fn an_erased_never_commissioned_machine_ends_in_new_through_releasing() {
+        let mut w = World::with_machine(Status::DiskErasing, |m| m.commissioned = false);
+        w.complete(0, 1000).expect("Disk erasing -> Releasing -> New is MAAS's path");
+        assert_eq!(w.data.machines[0].status, Status::New);
     }
 
     #[test]
