@@ -1,6 +1,7 @@
-//! `drover describe host H | rollout R | job J`: one object in full, in sections, like
-//! `kubectl describe` (viewer role); `-o json` prints the coordinator's JSON for the object
-//! unchanged (`GET /v1/hosts/{id}`, `GET /v1/rollouts/{id}/status`, `GET /v1/jobs/{id}`).
+//! `drover describe host H | rollout R | job J | onboarding ID`: one object in full, in
+//! sections, like `kubectl describe` (viewer role); `-o json` prints the coordinator's JSON for
+//! the object unchanged (`GET /v1/hosts/{id}`, `GET /v1/rollouts/{id}/status`, `GET
+//! /v1/jobs/{id}`, `GET /v1/maas/onboardings/{id}`).
 //!
 //! - host (hostname or id): identity, lifecycle, last check-in, certificates, its jobs and
 //!   its latest events (`GET /v1/events?host=`).
@@ -8,6 +9,8 @@
 //!   every host's state and target, the latest events (`GET /v1/events?rollout=`);
 //!   `--watch` turns it into the live view of that rollout ([`crate::watch`]).
 //! - job: the view of `drover job describe` (stages, history, events).
+//! - onboarding: a MAAS onboarding's request, state, stage, failure, diagnostics and per-stage
+//!   events ([`crate::onboarding::render_describe`]).
 
 use std::fmt::Write as _;
 
@@ -36,6 +39,8 @@ enum DescribeWhat {
     Rollout(RolloutArgs),
     /// A job: stages, attempt, task, failure, history, events.
     Job(JobArgs),
+    /// A MAAS onboarding: request, state, stage, failure, diagnostics, per-stage events.
+    Onboarding(crate::onboarding::DescribeArgs),
 }
 
 /// Arguments of `drover describe host`.
@@ -247,6 +252,7 @@ pub fn run(args: &DescribeArgs) -> Result<(), CliError> {
             let value = s.get(&path)?;
             crate::job::print_answer(a.output.output, &path, &value, crate::job::render_describe)
         }
+        DescribeWhat::Onboarding(a) => crate::onboarding::run_describe(a),
     }
 }
 

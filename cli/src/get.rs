@@ -1,4 +1,4 @@
-//! `drover get hosts|rollouts|jobs|tasks|events`: kubectl-like listings of the coordinator's
+//! `drover get hosts|rollouts|jobs|tasks|events|onboardings`: kubectl-like listings of the coordinator's
 //! operator routes (viewer role), as a table (`-o table`, the default), a wider table
 //! (`-o wide`) or the coordinator's JSON (`-o json`: every page merged into one array).
 //!
@@ -8,6 +8,8 @@
 //! - `get jobs [--host H] [--state S] [--kind K]`: `GET /v1/jobs`.
 //! - `get tasks [--host H] [--job J] [--state S]`: `GET /v1/tasks`.
 //! - `get events …`: the same as `drover events` ([`crate::events`]).
+//! - `get onboardings [--batch ID] [--host H] [--state S] [--site SITE]`: MAAS onboardings
+//!   ([`crate::onboarding`]), with the batch's counts by state under `--batch`.
 //!
 //! A host filter takes a hostname or an id (a hostname is resolved through the listing). The
 //! listing helpers here ([`list_all`], [`resolve_host`]) are shared with `describe`, `events`
@@ -54,6 +56,10 @@ enum GetWhat {
     /// Events (the same as `drover events`).
     #[command(alias = "event")]
     Events(crate::events::EventsArgs),
+    /// MAAS onboardings: hostname, site, state, stage, failure class; `--batch` adds the
+    /// batch's counts by state.
+    #[command(alias = "onboarding")]
+    Onboardings(crate::onboarding::ListArgs),
 }
 
 /// Arguments of `drover get hosts`.
@@ -402,6 +408,7 @@ pub fn run(args: &GetArgs) -> Result<(), CliError> {
             show(a.output.output, &tasks, "no tasks", |t| render_tasks(now, t, &names, a.output.output == Output::Wide))
         }
         GetWhat::Events(a) => crate::events::run(a),
+        GetWhat::Onboardings(a) => crate::onboarding::run_list(a),
     }
 }
 

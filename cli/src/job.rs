@@ -158,7 +158,8 @@ pub enum Action {
 }
 
 impl Action {
-    fn path_segment(self) -> &'static str {
+    /// The action's name in its route.
+    pub fn path_segment(self) -> &'static str {
         match self {
             Action::RetryStage => "retry_stage",
             Action::Resume => "resume",

@@ -1,8 +1,9 @@
 //! `drover`: the CI side of Drover (keygen, trust, release, verify, plan, canonicalize) and
 //! the operator side against a coordinator: kubectl-like reads (`get hosts|rollouts|jobs|tasks|
-//! events`, `describe host|rollout|job`, `events --follow`, `explain host`, `--watch` live
-//! rollout progress), each with `-o table|wide|json`, and the actions (enroll, host, rollout,
-//! decommission, maintenance, job, plan --from-coordinator, site).
+//! events|onboardings`, `describe host|rollout|job|onboarding`, `events --follow`, `explain
+//! host`, `--watch` live rollout progress), each with `-o table|wide|json`, and the actions
+//! (enroll, host, rollout, decommission, maintenance, job, plan --from-coordinator, site,
+//! onboard, onboarding).
 //!
 //! Where the coordinator is and which operator credentials to present come from flags, then
 //! `DROVER_*` variables, then the config file (`--config`, `$DROVER_CONFIG`, or
@@ -31,6 +32,8 @@ mod host;
 mod job;
 mod keygen;
 mod maintenance;
+mod onboard;
+mod onboarding;
 mod output;
 mod plan;
 mod release;
@@ -89,12 +92,18 @@ enum Command {
     /// MAAS sites: create, list, get, update, credentials, probe, preflight, disable, enable;
     /// RoCE assignments, BMC credential overrides and profiles.
     Site(Box<site::SiteArgs>),
+    /// Onboard bare-metal nodes through MAAS: one (HOSTNAME IPMI_IP) or a batch (--csv FILE)
+    /// (admin).
+    Onboard(Box<onboard::OnboardArgs>),
+    /// Act on a MAAS onboarding: retry, resume, rerun, restart-clean, cancel, adopt,
+    /// mark-manual (admin); see `get onboardings`, `describe onboarding`.
+    Onboarding(Box<onboarding::OnboardingArgs>),
     /// The local demo (NOT for production): a coordinator and sandboxed agents on loopback,
     /// a signed release rolled out in waves, a soft reset; serves until Ctrl-C.
     Dev(Box<dev::DevArgs>),
-    /// List hosts, rollouts, jobs, tasks or events (-o table|wide|json).
+    /// List hosts, rollouts, jobs, tasks, events or onboardings (-o table|wide|json).
     Get(Box<get::GetArgs>),
-    /// Show one host, rollout or job in full (-o json for the coordinator's JSON).
+    /// Show one host, rollout, job or onboarding in full (-o json for the coordinator's JSON).
     Describe(Box<describe::DescribeArgs>),
     /// Print the coordinator's events; --follow keeps printing new ones.
     Events(Box<events::EventsArgs>),
@@ -121,6 +130,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Maintenance(args) => maintenance::run(&args),
         Command::Job(args) => job::run(&args),
         Command::Site(args) => site::run(&args),
+        Command::Onboard(args) => onboard::run(&args),
+        Command::Onboarding(args) => onboarding::run(&args),
         Command::Dev(args) => dev::run(&args),
         Command::Get(args) => get::run(&args),
         Command::Describe(args) => describe::run(&args),

@@ -241,6 +241,32 @@ impl Default for JobsConfig {
     }
 }
 
+/// `[maas]`: how MAAS workflows (onboarding, reimage, decommission) poll and call MAAS.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaasConfig {
+    /// How often running MAAS workflows look at MAAS again (milliseconds).
+    #[serde(default = "default_maas_poll_ms")]
+    pub poll_ms: u64,
+    /// Bound on each MAAS call (seconds).
+    #[serde(default = "default_maas_call_timeout")]
+    pub call_timeout_secs: u64,
+}
+
+fn default_maas_poll_ms() -> u64 {
+    5000
+}
+
+fn default_maas_call_timeout() -> u64 {
+    30
+}
+
+impl Default for MaasConfig {
+    fn default() -> Self {
+        MaasConfig { poll_ms: default_maas_poll_ms(), call_timeout_secs: default_maas_call_timeout() }
+    }
+}
+
 /// Which secret backend the coordinator uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -418,6 +444,9 @@ pub struct Config {
     /// Where secrets live.
     #[serde(default)]
     pub secrets: SecretsConfig,
+    /// MAAS workflows.
+    #[serde(default)]
+    pub maas: MaasConfig,
 }
 
 impl Config {
@@ -464,6 +493,12 @@ impl Config {
         }
         if jobs.dcgm_diag_level.is_some_and(|l| !(1..=4).contains(&l)) {
             return Err(invalid("jobs.dcgm_diag_level", "must be 1, 2, 3 or 4".to_owned()));
+        }
+        if !(50..=600_000).contains(&config.maas.poll_ms) {
+            return Err(invalid("maas.poll_ms", "must be between 50 and 600000 milliseconds".to_owned()));
+        }
+        if !(1..=600).contains(&config.maas.call_timeout_secs) {
+            return Err(invalid("maas.call_timeout_secs", "must be between 1 and 600 seconds".to_owned()));
         }
         if !(1..=3600).contains(&jobs.scheduler_poll_secs) {
             return Err(invalid("jobs.scheduler_poll_secs", "must be between 1 and 3600 seconds".to_owned()));

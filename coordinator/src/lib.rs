@@ -36,6 +36,7 @@ pub mod identity;
 pub mod jobs;
 pub mod maasflow;
 pub mod metrics;
+pub mod onboarding;
 pub mod pki;
 pub mod releases_dir;
 pub mod run;

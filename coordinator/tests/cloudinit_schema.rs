@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 
 use drover_coordinator::cloudinit::{
-    self, DeployUser, FirstBoot, HwSync, MAAS_CREDS_PATH, MANIFEST_PATH, Part, RoceLink, Shares, SiteBundle, render,
+    self, DeployUser, FirstBoot, HwSync, HwSyncToken, MAAS_CREDS_PATH, MANIFEST_PATH, Part, RoceLink, Shares, SiteBundle, render,
 };
 use drover_coordinator::proto::task::Secret;
 use serde_json::Value;
@@ -34,9 +34,11 @@ fn minimal() -> FirstBoot {
         hw_sync: HwSync {
             maas_url: "http://10.0.0.2:5240/MAAS".into(),
             system_id: "4y3h7r".into(),
-            consumer_key: Secret::new("CKconsumer"),
-            token_key: Secret::new("TKtoken"),
-            token_secret: Secret::new("TS'secret"),
+            token: Some(HwSyncToken {
+                consumer_key: Secret::new("CKconsumer"),
+                token_key: Secret::new("TKtoken"),
+                token_secret: Secret::new("TS'secret"),
+            }),
             interval_secs: 900,
         },
         shares: Shares::Off,

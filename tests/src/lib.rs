@@ -168,6 +168,7 @@ impl Harness {
             rollouts: RolloutsConfig::default(),
             jobs: Default::default(),
             secrets: Default::default(),
+            maas: drover_coordinator::config::MaasConfig { poll_ms: 100, ..Default::default() },
         };
         tweak(dir.path(), &mut config);
         drop(state);

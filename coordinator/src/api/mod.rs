@@ -7,6 +7,7 @@ pub mod error;
 pub mod jobs;
 pub mod lifecycle;
 pub mod maintenance;
+pub mod onboardings;
 pub mod operator;
 pub mod releases;
 pub mod rollouts;
@@ -75,6 +76,11 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/v1/maintenance/{id}", get(maintenance::get))
         .route("/v1/tasks", get(tasks::list))
         .route("/v1/tasks/{id}", get(tasks::get))
+        .route("/v1/maas/onboardings", post(onboardings::create_one).get(onboardings::list))
+        .route("/v1/maas/onboardings/batch", post(onboardings::create_batch))
+        .route("/v1/maas/onboardings/batches/{id}", get(onboardings::batch))
+        .route("/v1/maas/onboardings/{id}", get(onboardings::get))
+        .route("/v1/maas/onboardings/{id}/{action}", post(onboardings::action))
         .route("/v1/maas/sites", post(sites::create).get(sites::list))
         .route("/v1/maas/sites/{site}", get(sites::get).patch(sites::patch).delete(sites::delete))
         .route("/v1/maas/sites/{site}/disable", post(sites::disable))

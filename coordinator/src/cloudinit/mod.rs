@@ -21,9 +21,12 @@
 //!    or shell metacharacter); it is fetched with `curl --fail --retry … --proto =https
 //!    --proto-redir =https` into a private temporary directory, checked against its sha256
 //!    when one is pinned, and run by `/bin/sh` as root with no arguments.
-//! 2. layer `drover`, [`Part::MaasHwSync`] (§9.1, a required invariant): the credentials are
-//!    already in [`MAAS_CREDS_PATH`] (mode 0600, byte for byte the shape `node.hw_sync_reseed`
-//!    writes); the part checks them, then enables and starts `maas_hardware_sync.timer`.
+//! 2. layer `drover`, [`Part::MaasHwSync`] (§9.1, a required invariant): when the machine
+//!    token is known at render time the credentials are already in [`MAAS_CREDS_PATH`]
+//!    (mode 0600, byte for byte the shape `node.hw_sync_reseed` writes) and the part checks
+//!    them; either way it enables and starts `maas_hardware_sync.timer`, whose service runs
+//!    only once the file exists. Onboarding renders without the token (MAAS mints it inside
+//!    the deploy call) and seeds it through the enrolled agent.
 //!    The bundle also writes the timer, its oneshot service and the script the service runs
 //!    (fetch `<maas_url>/maas-run-scripts`, `report-results --config <creds>`): a user data
 //!    with `write_files`/`runcmd` replaces the vendor data's lists of the same name under
@@ -165,14 +168,24 @@ pub struct HwSync {
     pub maas_url: String,
     /// The machine's system id.
     pub system_id: String,
-    /// The machine token's consumer key.
-    pub consumer_key: Secret,
-    /// The machine token's key.
-    pub token_key: Secret,
-    /// The machine token's secret.
-    pub token_secret: Secret,
+    /// The machine token, when it is known at render time. MAAS mints a fresh one inside the
+    /// deploy call (and deletes the old one when the owner changes), so onboarding renders
+    /// without it and seeds it through the enrolled agent (`node.hw_sync_reseed`); the timer
+    /// is enabled either way and its service waits for the file (`ConditionPathExists`).
+    pub token: Option<HwSyncToken>,
     /// The profile's `hardware_sync_interval_secs` (60–86400).
     pub interval_secs: u64,
+}
+
+/// A MAAS machine token (`op=get_token`).
+#[derive(Debug, Clone)]
+pub struct HwSyncToken {
+    /// The consumer key.
+    pub consumer_key: Secret,
+    /// The token key.
+    pub token_key: Secret,
+    /// The token secret.
+    pub token_secret: Secret,
 }
 
 /// The destructive `/shareN` initialisation: off unless the caller says otherwise.
@@ -352,15 +365,17 @@ pub fn render(input: &FirstBoot) -> Result<UserData, CloudInitError> {
     }
 
     let hw = &input.hw_sync;
-    files.push(file(
-        MAAS_CREDS_PATH,
-        "0600",
-        scripts::creds_yaml(&hw.maas_url, &hw.system_id, hw.consumer_key.expose(), hw.token_key.expose(), hw.token_secret.expose()),
-    ));
+    if let Some(t) = &hw.token {
+        files.push(file(
+            MAAS_CREDS_PATH,
+            "0600",
+            scripts::creds_yaml(&hw.maas_url, &hw.system_id, t.consumer_key.expose(), t.token_key.expose(), t.token_secret.expose()),
+        ));
+    }
     files.push(file(HW_SYNC_SCRIPT_PATH, "0755", scripts::hw_sync_script(&hw.maas_url)));
     files.push(file("/etc/systemd/system/maas_hardware_sync.service", "0644", scripts::hw_sync_service()));
     files.push(file("/etc/systemd/system/maas_hardware_sync.timer", "0644", scripts::hw_sync_timer(hw.interval_secs)));
-    files.push(file(HW_SYNC_PART_PATH, "0700", scripts::hw_sync_part()));
+    files.push(file(HW_SYNC_PART_PATH, "0700", scripts::hw_sync_part(hw.token.is_some())));
     step(&mut parts, Part::MaasHwSync, HW_SYNC_PART_PATH);
 
     if let Shares::EraseAndFormat { disks } = &input.shares {
@@ -456,9 +471,11 @@ fn validate_all(input: &FirstBoot) -> Result<Validated, CloudInitError> {
     let hw = &input.hw_sync;
     validate::maas_url("hw_sync.maas_url", &hw.maas_url)?;
     validate::system_id("hw_sync.system_id", &hw.system_id)?;
-    validate::token_secret("hw_sync.consumer_key", &hw.consumer_key)?;
-    validate::token_secret("hw_sync.token_key", &hw.token_key)?;
-    validate::token_secret("hw_sync.token_secret", &hw.token_secret)?;
+    if let Some(t) = &hw.token {
+        validate::token_secret("hw_sync.token.consumer_key", &t.consumer_key)?;
+        validate::token_secret("hw_sync.token.token_key", &t.token_key)?;
+        validate::token_secret("hw_sync.token.token_secret", &t.token_secret)?;
+    }
     if !(60..=86_400).contains(&hw.interval_secs) {
         return Err(validate::bad("hw_sync.interval_secs", format!("{} is outside 60-86400", hw.interval_secs)));
     }

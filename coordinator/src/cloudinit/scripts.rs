@@ -101,23 +101,24 @@ curl --fail --silent --show-error --location --proto '=https' --proto-redir '=ht
     s
 }
 
-/// Layer `drover`, MAAS hardware sync: the credentials file is already there (cloud-init
-/// writes files before it runs commands); put it to 0600, then enable and start the timer.
-pub fn hw_sync_part() -> String {
+/// Layer `drover`, MAAS hardware sync: when the bundle carries the credentials (cloud-init
+/// writes files before it runs commands) they must be there, and are put to 0600; without
+/// them the agent seeds the file later (`node.hw_sync_reseed`). The timer is enabled either
+/// way; its service runs only once the file exists.
+pub fn hw_sync_part(creds_in_bundle: bool) -> String {
+    let check = if creds_in_bundle {
+        "if [ ! -s \"$creds\" ]; then\n  echo \"drover-first-boot: $creds is missing or empty\" >&2\n  exit 1\nfi\n\
+         chown root:root \"$creds\"\nchmod 0600 \"$creds\"\n"
+            .to_owned()
+    } else {
+        "echo \"drover-first-boot: $creds arrives with node.hw_sync_reseed once the agent enrolls\"\n".to_owned()
+    };
     format!(
         r#"#!/bin/sh
-# Layer "drover" ({BUNDLE_VERSION}): MAAS hardware sync (a required invariant). The
-# credentials were written by cloud-init's write_files before any command ran; the timer is
-# enabled only once they are in place.
+# Layer "drover" ({BUNDLE_VERSION}): MAAS hardware sync (a required invariant).
 set -eu
 creds={creds}
-if [ ! -s "$creds" ]; then
-  echo "drover-first-boot: $creds is missing or empty" >&2
-  exit 1
-fi
-chown root:root "$creds"
-chmod 0600 "$creds"
-systemctl daemon-reload
+{check}systemctl daemon-reload
 systemctl enable {timer}
 systemctl start {timer}
 "#,

@@ -25,9 +25,11 @@ fn minimal() -> FirstBoot {
         hw_sync: HwSync {
             maas_url: "http://10.0.0.2:5240/MAAS".into(),
             system_id: "4y3h7r".into(),
-            consumer_key: Secret::new("CK-SEKRIT-consumer"),
-            token_key: Secret::new("TK-SEKRIT-token"),
-            token_secret: Secret::new("TS-SEKRIT-secret"),
+            token: Some(HwSyncToken {
+                consumer_key: Secret::new("CK-SEKRIT-consumer"),
+                token_key: Secret::new("TK-SEKRIT-token"),
+                token_secret: Secret::new("TS-SEKRIT-secret"),
+            }),
             interval_secs: 900,
         },
         shares: Shares::Off,
@@ -129,6 +131,19 @@ fn site_bundle_runs_first_and_the_agent_last() {
     assert!(agent.ends_with(&format!("{}\n", bootstrap().expose())));
     assert_eq!(doc["hostname"], "gpu-07");
     assert_eq!(doc["fqdn"], "gpu-07.rack3.example");
+}
+
+#[test]
+fn without_a_token_no_creds_file_is_written_and_the_timer_waits_for_the_seed() {
+    let input = FirstBoot { hw_sync: HwSync { token: None, ..minimal().hw_sync }, ..minimal() };
+    let ud = render(&input).expect("render");
+    let doc = body(ud.text());
+    assert!(files(&doc).iter().all(|(p, _, _)| p != MAAS_CREDS_PATH));
+    let part = content(&doc, HW_SYNC_PART_PATH).expect("part");
+    assert!(!part.contains("exit 1") && part.contains("node.hw_sync_reseed"));
+    assert!(part.contains("systemctl enable 'maas_hardware_sync.timer'"));
+    let service = content(&doc, "/etc/systemd/system/maas_hardware_sync.service").expect("service");
+    assert!(service.contains(&format!("ConditionPathExists={MAAS_CREDS_PATH}")));
 }
 
 #[test]
@@ -284,10 +299,10 @@ fn secrets_stay_out_of_debug_and_errors() {
     let hash = body(text)["users"][1]["passwd"].as_str().expect("passwd").to_owned();
     assert!(hash.starts_with("$6$rounds=100000$saltsaltsaltsalt$"), "{hash}");
 
-    let bad_secret = FirstBoot { hw_sync: HwSync { token_secret: Secret::new("a b SEKRIT"), ..minimal().hw_sync }, ..minimal() };
+    let bad_secret = FirstBoot { hw_sync: HwSync { token: Some(HwSyncToken { token_secret: Secret::new("a b SEKRIT"), ..minimal().hw_sync.token.expect("token") }), ..minimal().hw_sync }, ..minimal() };
     let bad_cmd = FirstBoot { agent_bootstrap: Secret::new(format!("curl x\n{TOKEN}")), ..minimal() };
     let bad_pw = FirstBoot { deploy_user: DeployUser { password: Secret::new("\0SEKRIT"), ..minimal().deploy_user }, ..minimal() };
-    for (input, field) in [(bad_secret, "hw_sync.token_secret"), (bad_cmd, "agent_bootstrap"), (bad_pw, "deploy_user.password")] {
+    for (input, field) in [(bad_secret, "hw_sync.token.token_secret"), (bad_cmd, "agent_bootstrap"), (bad_pw, "deploy_user.password")] {
         let e = render(&input).expect_err(field);
         assert_eq!(e.field, field);
         assert!(!e.to_string().contains("SEKRIT") && !format!("{e:?}").contains("SEKRIT"), "{e:?}");

@@ -116,7 +116,9 @@ pub async fn tick(app: &Arc<AppState>) -> Result<JobsTick, JobExecError> {
     // One read for the whole tick: the jobs, the rollout snapshot, and each job's host and
     // current task. A job re-reads only after it has acted (most jobs, most ticks, wait).
     let (jobs, snapshot, mut seen) = store::blocking(app.store.clone(), |s| {
-        let jobs = s.list_jobs(&JobFilter { unfinished: true, ..Default::default() })?;
+        // Onboardings are jobs too, driven by their own executor (`crate::onboarding`).
+        let mut jobs = s.list_jobs(&JobFilter { unfinished: true, ..Default::default() })?;
+        jobs.retain(|j| j.job.kind != crate::maasflow::onboard::KIND);
         if jobs.is_empty() {
             return Ok((jobs, PlanSnapshot::default(), BTreeMap::new()));
         }

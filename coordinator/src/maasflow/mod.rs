@@ -8,7 +8,14 @@
 //! - [`discovery`]: which MAAS machine an onboarding claims (§4.16), failing closed.
 //! - [`inspect`]: the boot disk by the profile's pattern, and datasource-class deploy
 //!   failures told apart from the rest.
+//! - [`onboard`]: the onboarding's request and read model, failure handling by class and
+//!   stage, time limits, domain events.
+//! - [`stages`]: each onboarding stage's next step from what MAAS shows now.
+//! - [`recovery`]: the operator actions on an onboarding.
 
 pub mod discovery;
 pub mod inspect;
+pub mod onboard;
+pub mod recovery;
+pub mod stages;
 pub mod taxonomy;

@@ -163,12 +163,14 @@ pub enum OnboardingStage {
     Deploy,
     /// Wait for Deployed; classify and recover a datasource-class failure.
     WaitDeployed,
-    /// Hardware sync enabled and seeded.
+    /// Wait for the agent to enroll (a late enrollment is adopted).
+    WaitAgentEnrollment,
+    /// Hardware sync enabled, MAAS's fresh machine token seeded through the enrolled agent
+    /// (`node.hw_sync_reseed`): MAAS mints the token inside the deploy call, so no user data
+    /// rendered before it can carry it.
     EnsureHardwareSync,
     /// Wait for MAAS to report sync healthy.
     WaitHardwareSyncHealthy,
-    /// Wait for the agent to enroll (a late enrollment is adopted).
-    WaitAgentEnrollment,
 }
 
 impl OnboardingStage {
@@ -185,9 +187,9 @@ impl OnboardingStage {
         OnboardingStage::CreateHostAndRenderCloudInit,
         OnboardingStage::Deploy,
         OnboardingStage::WaitDeployed,
+        OnboardingStage::WaitAgentEnrollment,
         OnboardingStage::EnsureHardwareSync,
         OnboardingStage::WaitHardwareSyncHealthy,
-        OnboardingStage::WaitAgentEnrollment,
     ];
 
     /// What a failure here leaves MAAS in (§4.6's key principle).
