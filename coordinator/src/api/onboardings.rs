@@ -203,9 +203,9 @@ async fn preflight_for(app: &Arc<AppState>, site: &str, profile: &str) -> Result
     preflight::preflight(app.store.clone(), &*app.secrets, &*app.maas, s.id, Some(p.id), &[], crate::api::sites::MAAS_CALL_TIMEOUT)
         .await
         .map_err(|f| {
-            let class = serde_json::to_value(&f).ok().and_then(|v| v.get("class").and_then(Value::as_str).map(str::to_owned));
-            ApiError::conflict(format!("preflight failed ({}): {}", class.unwrap_or_default(), f.message))
-        })?;
+        let class = serde_json::to_value(&f).ok().and_then(|v| v.get("class").and_then(Value::as_str).map(str::to_owned));
+        ApiError::conflict(format!("preflight failed ({}): {}", class.unwrap_or_default(), f.message))
+    })?;
     Ok(())
 }
 
@@ -261,7 +261,14 @@ async fn create(app: &Arc<AppState>, op: &OperatorCaller, reqs: Vec<OnboardingRe
     Ok(jobs)
 }
 
-fn request_of(op: &OperatorCaller, site: &str, profile: &str, sku: Option<String>, n: NodeRequest, batch: Option<Uuid>) -> OnboardingRequest {
+fn request_of(
+    op: &OperatorCaller,
+    site: &str,
+    profile: &str,
+    sku: Option<String>,
+    n: NodeRequest,
+    batch: Option<Uuid>,
+) -> OnboardingRequest {
     OnboardingRequest {
         site: site.to_owned(),
         profile: profile.to_owned(),
@@ -335,12 +342,17 @@ pub struct ListQuery {
 }
 
 async fn all(app: &Arc<AppState>) -> Result<Vec<OnboardingJson>, ApiError> {
-    let jobs = store::blocking(app.store.clone(), |s| s.list_jobs(&JobFilter { kind: Some(KIND.to_owned()), ..Default::default() })).await?;
+    let jobs =
+        store::blocking(app.store.clone(), |s| s.list_jobs(&JobFilter { kind: Some(KIND.to_owned()), ..Default::default() })).await?;
     Ok(views(&jobs))
 }
 
 /// `GET /v1/maas/onboardings` (viewer).
-pub async fn list(State(app): State<Arc<AppState>>, Reader(_): Reader, QueryParams(q): QueryParams<ListQuery>) -> Result<Json<Value>, ApiError> {
+pub async fn list(
+    State(app): State<Arc<AppState>>,
+    Reader(_): Reader,
+    QueryParams(q): QueryParams<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
     let batch = q.batch.as_deref().map(|b| parse_uuid("batch", b)).transpose()?;
     let state = q
         .state

@@ -299,7 +299,13 @@ fn secrets_stay_out_of_debug_and_errors() {
     let hash = body(text)["users"][1]["passwd"].as_str().expect("passwd").to_owned();
     assert!(hash.starts_with("$6$rounds=100000$saltsaltsaltsalt$"), "{hash}");
 
-    let bad_secret = FirstBoot { hw_sync: HwSync { token: Some(HwSyncToken { token_secret: Secret::new("a b SEKRIT"), ..minimal().hw_sync.token.expect("token") }), ..minimal().hw_sync }, ..minimal() };
+    let bad_secret = FirstBoot {
+        hw_sync: HwSync {
+            token: Some(HwSyncToken { token_secret: Secret::new("a b SEKRIT"), ..minimal().hw_sync.token.expect("token") }),
+            ..minimal().hw_sync
+        },
+        ..minimal()
+    };
     let bad_cmd = FirstBoot { agent_bootstrap: Secret::new(format!("curl x\n{TOKEN}")), ..minimal() };
     let bad_pw = FirstBoot { deploy_user: DeployUser { password: Secret::new("\0SEKRIT"), ..minimal().deploy_user }, ..minimal() };
     for (input, field) in [(bad_secret, "hw_sync.token.token_secret"), (bad_cmd, "agent_bootstrap"), (bad_pw, "deploy_user.password")] {

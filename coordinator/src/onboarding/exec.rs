@@ -116,7 +116,14 @@ async fn batch_limit(app: &Arc<AppState>, req: &OnboardingRequest) -> u32 {
 /// Persists one step: state and read model (compare-and-set on `job`), an
 /// `onboarding.stage` event per new stage event, the domain event of a state change, and a
 /// task when one is issued.
-async fn save(app: &Arc<AppState>, job: &Job, state: JobState, p: &OnboardProgress, reason: &str, task: Option<NewTask>) -> Result<Job, StoreError> {
+async fn save(
+    app: &Arc<AppState>,
+    job: &Job,
+    state: JobState,
+    p: &OnboardProgress,
+    reason: &str,
+    task: Option<NewTask>,
+) -> Result<Job, StoreError> {
     let now = app.clock.now();
     let old = OnboardProgress::from_value(&job.progress).unwrap_or_default();
     let fresh = match old.events.last() {
@@ -133,7 +140,12 @@ async fn save(app: &Arc<AppState>, job: &Job, state: JobState, p: &OnboardProgre
             host_id,
             rollout_id: None,
             job_id: Some(job_id),
-            message: format!("{} {}: {}", e.stage.as_str(), serde_json::to_value(e.status).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(), e.details),
+            message: format!(
+                "{} {}: {}",
+                e.stage.as_str(),
+                serde_json::to_value(e.status).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
+                e.details
+            ),
             data: json!({ "stage": e.stage, "status": e.status, "attempt": e.attempt }),
         })
         .collect();
@@ -243,7 +255,13 @@ async fn adopt_late_enrollment(app: &Arc<AppState>, job: Job, mut p: OnboardProg
 }
 
 /// Records a failure and moves the onboarding where its class and stage say.
-async fn fail(app: &Arc<AppState>, job: &Job, mut p: OnboardProgress, (class, message): Failure, m: Option<&Machine>) -> Result<Job, StoreError> {
+async fn fail(
+    app: &Arc<AppState>,
+    job: &Job,
+    mut p: OnboardProgress,
+    (class, message): Failure,
+    m: Option<&Machine>,
+) -> Result<Job, StoreError> {
     let now = app.clock.now();
     note_failure(&mut p, class, &message, now);
     let mut diag = p.diagnostics.take().unwrap_or_default();
@@ -345,7 +363,13 @@ async fn reseed_state(app: &Arc<AppState>, p: &OnboardProgress) -> Result<Reseed
 }
 
 /// One decision of a running onboarding. `None`: it waits.
-async fn step(app: &Arc<AppState>, ctx: &SiteCtx, req: &OnboardingRequest, job: &Job, mut p: OnboardProgress) -> Result<Option<Job>, StoreError> {
+async fn step(
+    app: &Arc<AppState>,
+    ctx: &SiteCtx,
+    req: &OnboardingRequest,
+    job: &Job,
+    mut p: OnboardProgress,
+) -> Result<Option<Job>, StoreError> {
     let now = app.clock.now();
     let policy = &ctx.profile.policy;
     if let Some((limit, class)) = timed_out(&p, now, policy) {
@@ -478,7 +502,10 @@ async fn decide(
     Ok(match p.stage {
         S::LoadSite => {
             let v = ctx.client.version().await.map_err(|e| maas_failure("MAAS's version", &e))?;
-            stages::StageStep::Done { details: format!("site {} (MAAS {}), profile {}", ctx.site.name, v.version, ctx.profile.name), skipped: false }
+            stages::StageStep::Done {
+                details: format!("site {} (MAAS {}), profile {}", ctx.site.name, v.version, ctx.profile.name),
+                skipped: false,
+            }
         }
         S::ResolvePowerCredentials => {
             let (_, _, from) = perform::power_credentials(app, ctx, req).await?;
@@ -519,7 +546,10 @@ async fn decide(
         S::CreateHostAndRenderCloudInit => {
             let m = machine()?;
             if m.status != NodeStatus::Ready {
-                return Err((MaasFailureClass::StateAmbiguity, format!("machine {} is {}, not Ready, before deploy", m.system_id, m.status_name)));
+                return Err((
+                    MaasFailureClass::StateAmbiguity,
+                    format!("machine {} is {}, not Ready, before deploy", m.system_id, m.status_name),
+                ));
             }
             let details = perform::ensure_host(app, ctx, req, p).await?;
             StageStep::Done { details, skipped: false }
@@ -533,7 +563,13 @@ async fn decide(
             } else {
                 Vec::new()
             };
-            stages::wait_deployed(m, &events, p.deploy_retries, policy.enable_deploy_retry_on_datasource_failure, policy.max_deploy_retry_attempts)
+            stages::wait_deployed(
+                m,
+                &events,
+                p.deploy_retries,
+                policy.enable_deploy_retry_on_datasource_failure,
+                policy.max_deploy_retry_attempts,
+            )
         }
         S::WaitAgentEnrollment => {
             let host_id = p.host_id.ok_or((MaasFailureClass::StateAmbiguity, "no Drover host was recorded".to_owned()))?;
@@ -546,7 +582,9 @@ async fn decide(
         S::EnsureHardwareSync => {
             let m = machine()?;
             let token = ctx.client.get_token(&m.system_id).await.map_err(|e| maas_failure("read the machine token", &e))?;
-            let reseed = reseed_state(app, p).await.map_err(|e| (MaasFailureClass::UpstreamTransient, format!("the coordinator's store failed: {e}")))?;
+            let reseed = reseed_state(app, p)
+                .await
+                .map_err(|e| (MaasFailureClass::UpstreamTransient, format!("the coordinator's store failed: {e}")))?;
             stages::ensure_hw_sync(m, token.is_some(), policy.require_hw_sync, &reseed, p.attempt, max)
         }
         S::WaitHardwareSyncHealthy => {

@@ -236,8 +236,8 @@ async fn deploy(app: &Arc<AppState>, ctx: &SiteCtx, req: &OnboardingRequest, p: 
         shares: Shares::Off,
         roce: roce.into_iter().map(|r| RoceLink { interface: r.interface, ipv4_cidr: r.ipv4_cidr }).collect(),
     };
-    let user_data =
-        cloudinit::render(&input).map_err(|e| (MaasFailureClass::InputConfigError, format!("the first-boot bundle does not render: {e}")))?;
+    let user_data = cloudinit::render(&input)
+        .map_err(|e| (MaasFailureClass::InputConfigError, format!("the first-boot bundle does not render: {e}")))?;
     let options = DeployOptions {
         user_data: Some(user_data.text().as_bytes().to_vec()),
         distro_series: Some(policy.distro_series.clone()),

@@ -78,9 +78,8 @@ pub async fn load(app: &Arc<AppState>, req: &OnboardingRequest) -> Result<SiteCt
         return Err((MaasFailureClass::InputConfigError, format!("profile {} is {}", profile.name, profile.status.as_str())));
     }
     let token = read_secret(app, &site.secrets.api_token_path, "token", &format!("site {}'s MAAS API token", site.name)).await?;
-    let api_key = token
-        .parse()
-        .map_err(|e: MaasError| (MaasFailureClass::InputConfigError, format!("site {}'s MAAS API token: {e}", site.name)))?;
+    let api_key =
+        token.parse().map_err(|e: MaasError| (MaasFailureClass::InputConfigError, format!("site {}'s MAAS API token: {e}", site.name)))?;
     let config = ClientConfig {
         base_url: site.config.api_base_url.clone(),
         api_key,

@@ -2,7 +2,6 @@
 //! MAAS, made callable by tests (no authentication, JSON in and out, errors as
 //! `{"error": "..."}`). See the module documentation of `fake_maas` for the list.
 
-use base64::Engine;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -97,6 +96,7 @@ fn inspect(world: &World, i: usize) -> Value {
         "storage_layout": m.storage_layout, "armed_failures": m.armed_failures, "user_data": m.user_data,
         "token": m.token.as_ref().map(|(ck, tk, ts)| json!({"consumer_key": ck, "token_key": tk, "token_secret": ts})),
         "commissioned": m.commissioned, "power_parameters": m.power_parameters,
+        "boot": world.boot.as_ref().map_or(Value::Null, |b| b.status_json(&m.system_id, m.token.as_ref())),
     });
     v
 }
@@ -185,6 +185,8 @@ fn advance(world: &mut World, bytes: &[u8], now: Millis) -> Result<Value, Reply>
 #[derive(Deserialize)]
 struct Fail {
     stage: String,
+    #[serde(default)]
+    message: Option<String>,
 }
 
 fn fail(world: &mut World, i: usize, bytes: &[u8], now: Millis) -> Result<Value, Reply> {
@@ -192,6 +194,9 @@ fn fail(world: &mut World, i: usize, bytes: &[u8], now: Millis) -> Result<Value,
     let target = stage_status(&req.stage)
         .ok_or_else(|| error(400, format!("unknown stage {}: commissioning, deployment, disk_erasing or releasing", req.stage)))?;
     let failed_now = world.data.machines[i].status == target;
+    if let Some(m) = req.message {
+        world.data.machines[i].armed_messages.insert(req.stage.clone(), m);
+    }
     if failed_now {
         world.fail(i, now).map_err(Reply::from)?;
     } else {
@@ -255,8 +260,7 @@ fn user_data(world: &World, id: &str) -> Reply {
     let Some(i) = world.find(id) else { return error(404, format!("no machine {id}")) };
     let Some(raw) = &world.data.machines[i].user_data else { return error(404, format!("machine {id} has no user_data")) };
     // As MAAS's metadata server: decoded when it is valid base64, else as given.
-    let compact: String = raw.chars().filter(|c| !c.is_ascii_whitespace()).collect();
-    let bytes = base64::engine::general_purpose::STANDARD.decode(compact).unwrap_or_else(|_| raw.as_bytes().to_vec());
+    let bytes = super::boot::userdata::decode_user_data(raw);
     Reply { status: 200, content_type: "application/octet-stream", body: bytes, headers: Vec::new() }
 }
 

@@ -2,7 +2,9 @@
 //! the binary, the API key and the delays, [`FakeMaas::start`] spawns it on a free
 //! loopback port and waits (bounded) for its `listening …` line, and [`FakeMaas::control`]
 //! calls the `/_fake/` API over a minimal blocking HTTP/1.1 client, so the library needs no
-//! HTTP client crate. Dropping the handle kills and reaps the process.
+//! HTTP client crate. Dropping the handle stops the process (SIGTERM, so it can stop the
+//! agents of machines it booted; SIGKILL if it has not exited within a few seconds) and
+//! reaps it.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -13,6 +15,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::boot::BootOptions;
 use crate::DevkitError;
 
 /// The API key the launcher gives the fake unless told otherwise (`consumer:token:secret`).
@@ -23,6 +26,9 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// How long one control call may take.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long the fake may take to stop after SIGTERM before it is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How to run the fake.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +47,8 @@ pub struct FakeMaasOptions {
     pub erase_secs: u64,
     /// Where to persist its state (`--state`).
     pub state_file: Option<PathBuf>,
+    /// Boot deployed machines' user data (`--boot-dir`, `--agent-extra-config`).
+    pub boot: Option<BootOptions>,
 }
 
 impl Default for FakeMaasOptions {
@@ -53,6 +61,7 @@ impl Default for FakeMaasOptions {
             release_secs: 0,
             erase_secs: 0,
             state_file: None,
+            boot: None,
         }
     }
 }
@@ -98,6 +107,12 @@ impl FakeMaas {
         }
         if let Some(state) = &options.state_file {
             cmd.arg("--state").arg(state);
+        }
+        if let Some(boot) = &options.boot {
+            cmd.arg("--boot-dir").arg(&boot.dir);
+            if let Some(extra) = &boot.agent_extra_config {
+                cmd.arg("--agent-extra-config").arg(extra);
+            }
         }
         let mut child =
             cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().map_err(crate::io_at(&options.bin))?;
@@ -158,6 +173,18 @@ fn kill_with(mut child: Child, message: String) -> DevkitError {
 
 impl Drop for FakeMaas {
     fn drop(&mut self) {
+        // SIGTERM first: the fake then kills the bootstraps and agents it started.
+        let pid = i32::try_from(self.child.id()).map(nix::unistd::Pid::from_raw);
+        if let Ok(pid) = pid {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let deadline = std::time::Instant::now() + STOP_TIMEOUT;
+            while std::time::Instant::now() < deadline {
+                if matches!(self.child.try_wait(), Ok(Some(_)) | Err(_)) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

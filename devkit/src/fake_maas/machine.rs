@@ -155,6 +155,9 @@ pub struct Machine {
     pub in_flight_since: Option<Millis>,
     /// Stages armed to fail (`commissioning`, `deployment`, `disk_erasing`, `releasing`).
     pub armed_failures: BTreeSet<String>,
+    /// What an armed (or immediate) failure of a stage says, in its event and status message.
+    #[serde(default)]
+    pub armed_messages: BTreeMap<String, String>,
 }
 
 /// A random string from `alphabet`.
@@ -256,6 +259,7 @@ impl Machine {
             auto_ip: None,
             in_flight_since: None,
             armed_failures: BTreeSet::new(),
+            armed_messages: BTreeMap::new(),
         }
     }
 

@@ -296,6 +296,7 @@ pub fn update(world: &mut World, i: usize, p: &Params) -> Reply {
 
 /// `DELETE /machines/{id}/`.
 pub fn delete(world: &mut World, i: usize) -> Reply {
+    world.stop_boot(i);
     world.data.machines.remove(i);
     world.touch();
     Reply::no_content()

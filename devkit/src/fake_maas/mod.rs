@@ -11,7 +11,7 @@
 //! cargo build -p drover-devkit --bin fake-maas
 //! target/debug/fake-maas --listen 127.0.0.1:5240 --api-key drover:fake-token:fake-secret \
 //!     [--api-key CK:TK:TS …] [--commission-secs N] [--deploy-secs N] [--release-secs N] \
-//!     [--erase-secs N] [--state FILE]
+//!     [--erase-secs N] [--state FILE] [--boot-dir DIR [--agent-extra-config FILE]]
 //! ```
 //!
 //! It prints `listening http://127.0.0.1:PORT/MAAS` first on stdout and serves until SIGTERM
@@ -20,7 +20,11 @@
 //! `POST /_fake/advance`, or completes by itself N seconds after it began when its
 //! `--…-secs` is above 0 (checked on every request; there are no timers). `--state FILE`
 //! loads the machines, subnets and events from FILE at start and rewrites it atomically
-//! after every change. Sign requests as MAAS's own client does, e.g. with curl:
+//! after every change. `--boot-dir DIR` boots each deployed machine's user data in
+//! `DIR/<system_id>/root`: its `write_files`, then its agent bootstrap part, then the real
+//! `drover-agent` the bootstrap installed, sandboxed by the text appended to its `agent.toml`
+//! (`--agent-extra-config FILE`, else [`DEFAULT_AGENT_CONFIG`]; see [`boot`]). Sign requests
+//! as MAAS's own client does, e.g. with curl:
 //!
 //! ```text
 //! curl -H 'Authorization: OAuth oauth_version="1.0", oauth_signature_method="PLAINTEXT",
@@ -40,9 +44,9 @@
 //! | Call | Body | Effect / answer |
 //! |---|---|---|
 //! | `POST /_fake/machines` | `{"hostname"?, "power_type"?, "power_address"?, "power_user"?, "power_pass"?, "mac_addresses"?: [..], "interfaces"?: [{"name","mac_address"}], "block_devices"?: [{"name","model"?,"serial"?,"size"?}], "status"?: "New"\|"Ready"\|"Allocated"\|"Deployed"\|…, "architecture"?}` | A machine as if enlisted (and commissioned, allocated, deployed… per `status`; an owner-implying status makes the first API user the owner; `Deployed` mints a token and an address). Defaults: interface `eno1` with a random MAC, disks `sda` ("DELLBOSS VD") and `nvme0n1`; `power_type` `ipmi` when `power_address` is given. Answers the machine JSON. |
-//! | `GET /_fake/machines/{id}` | | The machine JSON plus `_fake`: storage layout, armed failures, raw user data, token, power parameters. |
+//! | `GET /_fake/machines/{id}` | | The machine JSON plus `_fake`: storage layout, armed failures, raw user data, token, power parameters, and `boot` (with `--boot-dir`, once it booted: `{"state": "booting"\|"running"\|"failed"\|"agent_exited", "error", "agent_pid", "root", "boot_log", "agent_log", "hw_sync"}`, else null). |
 //! | `POST /_fake/advance` | `{"system_id"?}` | Completes the in-flight transition of that machine (or all): Commissioning → Ready, Deploying → Deployed, Releasing / Disk erasing → Ready (New if never commissioned). `{"advanced": [{"system_id","from","to"}]}`. |
-//! | `POST /_fake/machines/{id}/fail` | `{"stage": "commissioning"\|"deployment"\|"disk_erasing"\|"releasing"}` | Fails that stage now when the machine is in it, else arms its next completion to fail (failure map: Failed commissioning, Failed deployment, Failed disk erasing, Releasing failed). `{"failed_now", "machine"}`. |
+//! | `POST /_fake/machines/{id}/fail` | `{"stage": "commissioning"\|"deployment"\|"disk_erasing"\|"releasing", "message"?}` | Fails that stage now when the machine is in it, else arms its next completion to fail (failure map: Failed commissioning, Failed deployment, Failed disk erasing, Releasing failed); `message` becomes the ERROR event's description and the status message (e.g. cloud-init's `no datasource`). `{"failed_now", "machine"}`. |
 //! | `POST /_fake/machines/{id}/ip` | `{"ip": "10.0.0.5"\|null}` | Pins an address shown in `ip_addresses`. |
 //! | `POST /_fake/machines/{id}/hw_sync` | `{"last_sync": iso\|null, "enable_hw_sync"?}` | What the machine's hardware-sync timer reports. |
 //! | `POST /_fake/machines/{id}/power` | `{"state": "on"\|"off"\|"unknown"\|"error"}` | The BMC's answer; `off` finishes a waiting release. |
@@ -55,10 +59,13 @@
 //! Every API user is an admin (so the non-admin 403s never happen); there is one zone,
 //! pool, domain (`maas`), fabric and VLAN, no tags, no boot images beyond Ubuntu focal,
 //! jammy and noble (default noble), no rescue mode or testing ops, and block devices and
-//! interfaces can be read and linked but not created or edited. A deployed machine with no
+//! interfaces can be read and linked but not created or edited. Commissioning links the boot
+//! interface AUTO on the PXE subnet `10.20.0.0/16` (created on first use), as MAAS's initial
+//! networking configuration does. A deployed machine with no
 //! AUTO link gets an address from 198.18.0.0/15 so it can always be reached.
 
 pub mod auth;
+pub mod boot;
 pub mod control;
 pub mod devices;
 pub mod events;
@@ -77,6 +84,7 @@ pub mod world;
 use std::io::Write;
 use std::path::PathBuf;
 
+pub use boot::{BootOptions, DEFAULT_AGENT_CONFIG};
 pub use launcher::{DEFAULT_API_KEY, FakeMaas, FakeMaasOptions};
 
 use auth::ApiKey;
@@ -93,16 +101,20 @@ pub struct Args {
     pub delays: Delays,
     /// `--state FILE`.
     pub state_file: Option<PathBuf>,
+    /// `--boot-dir DIR` and `--agent-extra-config FILE`.
+    pub boot: Option<BootOptions>,
 }
 
 /// The usage line.
 pub const USAGE: &str = "usage: fake-maas --listen ADDR --api-key CK:TK:TS [--api-key …] [--commission-secs N] \
-                         [--deploy-secs N] [--release-secs N] [--erase-secs N] [--state FILE]";
+                         [--deploy-secs N] [--release-secs N] [--erase-secs N] [--state FILE] \
+                         [--boot-dir DIR [--agent-extra-config FILE]]";
 
 impl Args {
     /// Parses the arguments (without the program name).
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
-        let mut out = Args { listen: String::new(), keys: Vec::new(), delays: Delays::default(), state_file: None };
+        let mut out = Args { listen: String::new(), keys: Vec::new(), delays: Delays::default(), state_file: None, boot: None };
+        let mut extra_config = None;
         let mut it = args.into_iter();
         while let Some(flag) = it.next() {
             let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -115,8 +127,15 @@ impl Args {
                 "--release-secs" => out.delays.release_secs = secs(value()?)?,
                 "--erase-secs" => out.delays.erase_secs = secs(value()?)?,
                 "--state" => out.state_file = Some(PathBuf::from(value()?)),
+                "--boot-dir" => out.boot = Some(BootOptions::new(value()?)),
+                "--agent-extra-config" => extra_config = Some(PathBuf::from(value()?)),
                 other => return Err(format!("unknown argument {other}")),
             }
+        }
+        match (&mut out.boot, extra_config) {
+            (Some(boot), extra) => boot.agent_extra_config = extra,
+            (None, Some(_)) => return Err("--agent-extra-config needs --boot-dir".into()),
+            (None, None) => {}
         }
         if out.listen.is_empty() || out.keys.is_empty() {
             return Err("--listen and at least one --api-key are required".into());
@@ -127,18 +146,25 @@ impl Args {
 
 /// Binds, prints the listening line, and serves until SIGTERM or SIGINT.
 pub async fn run(args: Args) -> Result<(), String> {
-    let world = World::new(args.keys, args.delays, args.state_file)?;
+    let mut world = World::new(args.keys, args.delays, args.state_file)?;
+    let booter = args.boot.as_ref().map(boot::Booter::new).transpose().map_err(|e| e.to_string())?;
+    world.boot.clone_from(&booter);
     let listener = tokio::net::TcpListener::bind(&args.listen).await.map_err(|e| format!("binding {}: {e}", args.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let mut stdout = std::io::stdout();
     writeln!(stdout, "listening http://{addr}/MAAS").and_then(|()| stdout.flush()).map_err(|e| e.to_string())?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
     // No graceful drain: a request held by a `hang` outage would never let it finish.
-    tokio::select! {
+    let outcome = tokio::select! {
         served = server::serve(listener, world) => served.map_err(|e| e.to_string()),
         _ = term.recv() => Ok(()),
         _ = tokio::signal::ctrl_c() => Ok(()),
+    };
+    // The machines lose power with the fake: their bootstraps and agents are killed.
+    if let Some(b) = booter {
+        b.shutdown();
     }
+    outcome
 }
 
 #[cfg(test)]
@@ -161,5 +187,9 @@ mod tests {
         assert!(args(&["--listen", "x", "--api-key", "a:b"]).is_err());
         assert!(args(&["--listen", "x", "--api-key", "a:b:c", "--erase-secs", "soon"]).is_err());
         assert!(args(&["--bogus"]).is_err());
+        assert_eq!(a.boot, None);
+        let b = args(&["--listen", "x", "--api-key", "a:b:c", "--agent-extra-config", "/e.toml", "--boot-dir", "/b"]).unwrap();
+        assert_eq!(b.boot, Some(BootOptions { dir: "/b".into(), agent_extra_config: Some("/e.toml".into()) }));
+        assert!(args(&["--listen", "x", "--api-key", "a:b:c", "--agent-extra-config", "/e.toml"]).is_err());
     }
 }

@@ -8,6 +8,10 @@
 //! test calls `/_fake/advance`, or after the configured delay; there are no timers: every
 //! request first calls [`World::tick`] with the current time, which completes what is due.
 //! With `--state FILE` the persistent part is written atomically after each change.
+//!
+//! With booting on ([`super::boot`]), a deployment that ends boots the machine's user data,
+//! the tick records what the boots reported as events, and hardware sync is reported only by
+//! booted machines whose credentials check out; release, mark broken and delete stop them.
 
 use std::path::PathBuf;
 
@@ -15,9 +19,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::auth::{ApiKey, Nonces};
+use super::boot::Booter;
+use super::boot::userdata::CredsCheck;
 use super::events::{Event, Level};
 use super::lifecycle::{self, Refusal, View};
-use super::machine::{Ids, Machine, SYNC_INTERVAL_SECS, default_disks, random_mac, random_string};
+use super::machine::{Ids, Link, Machine, SYNC_INTERVAL_SECS, default_disks, random_mac, random_string};
 use super::reply::Millis;
 use super::status::{Power, Status};
 use super::subnets::{Cidr, Subnet};
@@ -90,8 +96,13 @@ pub struct World {
     pub requests: Vec<Value>,
     /// The outage mode.
     pub outage: Outage,
+    /// Boots deployed machines' user data (`--boot-dir`); `None`: deploy only changes status.
+    pub boot: Option<Booter>,
     dirty: bool,
 }
+
+/// The subnet commissioned machines' boot interfaces are linked AUTO on.
+pub const PXE_SUBNET: &str = "10.20.0.0/16";
 
 /// The stages `/_fake/machines/{id}/fail` names, and the in-flight status each fails.
 pub fn stage_status(stage: &str) -> Option<Status> {
@@ -118,7 +129,17 @@ impl World {
             }
             _ => Data::default(),
         };
-        Ok(World { keys, delays, state_file, data, nonces: Nonces::default(), requests: Vec::new(), outage: Outage::None, dirty: false })
+        Ok(World {
+            keys,
+            delays,
+            state_file,
+            data,
+            nonces: Nonces::default(),
+            requests: Vec::new(),
+            outage: Outage::None,
+            boot: None,
+            dirty: false,
+        })
     }
 
     /// A world with one key and no persistence, for unit tests.
@@ -296,8 +317,9 @@ impl World {
         }
     }
 
-    /// Clears what release clears at its start.
+    /// Clears what release clears at its start; a booted machine powers off.
     pub fn clear_deployment(&mut self, i: usize) {
+        self.stop_boot(i);
         let m = &mut self.data.machines[i];
         m.osystem.clear();
         m.distro_series.clear();
@@ -338,13 +360,20 @@ impl World {
                     (m.cpu_count, m.memory) = (112, 2_097_152);
                 }
                 m.storage_layout.get_or_insert_with(|| "flat".to_owned());
+                self.link_boot_interface(i);
             }
             Status::Deploying => {
                 if m.enable_hw_sync {
                     m.sync_interval.get_or_insert(SYNC_INTERVAL_SECS);
-                    m.last_sync = Some(now);
+                    // Booting: only the booted machine's own timer reports (see `boot`).
+                    if self.boot.is_none() {
+                        m.last_sync = Some(now);
+                    }
                 }
                 m.netboot = false;
+                if let (Some(booter), Some(user_data)) = (&self.boot, &m.user_data) {
+                    booter.start(&m.system_id, user_data);
+                }
             }
             Status::Releasing | Status::DiskErasing => {
                 m.power = Power::Off;
@@ -356,12 +385,55 @@ impl World {
         Ok(())
     }
 
+    /// MAAS's initial networking after commissioning: the boot interface, when it has no
+    /// link yet, is linked AUTO on the PXE subnet (the one it booted from; created as
+    /// [`PXE_SUBNET`] the first time). Other interfaces stay unlinked.
+    fn link_boot_interface(&mut self, i: usize) {
+        let subnet = match self.data.subnets.iter().find(|s| s.cidr == PXE_SUBNET) {
+            Some(s) => s.id,
+            None => {
+                let id = super::machine::Ids::next(&mut self.data.ids.subnet);
+                self.data.subnets.push(Subnet {
+                    id,
+                    name: "pxe".into(),
+                    description: "the PXE subnet machines boot from".into(),
+                    cidr: PXE_SUBNET.into(),
+                    gateway_ip: None,
+                    dns_servers: Vec::new(),
+                    rdns_mode: 2,
+                    allow_dns: true,
+                    allow_proxy: true,
+                    managed: true,
+                    active_discovery: false,
+                });
+                id
+            }
+        };
+        let link = self.data.ids.link();
+        let m = &mut self.data.machines[i];
+        let boot = m.boot_interface.or_else(|| m.interfaces.first().map(|n| n.id));
+        if let Some(n) = m.interfaces.iter_mut().find(|n| Some(n.id) == boot)
+            && n.links.is_empty()
+        {
+            n.links.push(Link { id: link, mode: "auto".into(), subnet: Some(subnet), ip_address: None });
+        }
+    }
+
     /// Fails machine `i`'s in-flight status now (the failure map).
     pub fn fail(&mut self, i: usize, now: Millis) -> Result<(), Refusal> {
+        let stage = stage_of(self.data.machines[i].status).unwrap_or_default();
+        let message = self.data.machines[i].armed_messages.remove(stage);
         let status = self.data.machines[i].status;
         let Some(to) = status.failed() else { return Ok(()) };
         self.change(i, to, None, now)?;
+        if let Some(msg) = &message {
+            // What MAAS's own event says about the failure (e.g. cloud-init's complaint).
+            self.event(i, Level::Error, &format!("{} failed", status.label()), msg, None, now);
+        }
         let m = &mut self.data.machines[i];
+        if let Some(msg) = message {
+            m.status_message = Some(msg);
+        }
         m.error_description = format!("{} failed", status.label());
         if status == Status::Commissioning {
             m.power = Power::Off;
@@ -369,7 +441,8 @@ impl World {
         Ok(())
     }
 
-    /// Completes every in-flight status whose delay has passed.
+    /// Completes every in-flight status whose delay has passed, then takes in what the
+    /// boots did.
     pub fn tick(&mut self, now: Millis) {
         for i in 0..self.data.machines.len() {
             let m = &self.data.machines[i];
@@ -377,6 +450,38 @@ impl World {
             if delay > 0 && m.in_flight_since.is_some_and(|since| now >= since + delay * 1000) {
                 let _ = self.complete(i, now);
             }
+        }
+        self.boot_tick(now);
+    }
+
+    /// Records the boots' events, and reports hardware sync for each booted machine whose
+    /// creds name it and its current token: `last_sync` now, again every `sync_interval`.
+    fn boot_tick(&mut self, now: Millis) {
+        let Some(booter) = self.boot.clone() else { return };
+        for (system_id, e) in booter.drain() {
+            if let Some(i) = self.find(&system_id) {
+                self.event(i, e.level, e.kind, &e.description, None, e.at);
+            }
+        }
+        for i in 0..self.data.machines.len() {
+            let m = &self.data.machines[i];
+            let due = m.next_sync().is_none_or(|next| now >= next);
+            if m.status != Status::Deployed || !m.enable_hw_sync || !due {
+                continue;
+            }
+            if booter.creds_check(&m.system_id, m.token.as_ref()) == Some(CredsCheck::Ok) {
+                let m = &mut self.data.machines[i];
+                m.sync_interval.get_or_insert(SYNC_INTERVAL_SECS);
+                m.last_sync = Some(now);
+                self.touch();
+            }
+        }
+    }
+
+    /// Stops machine `i`'s boot (its agent or bootstrap is killed), when booting is on.
+    pub fn stop_boot(&mut self, i: usize) {
+        if let Some(booter) = &self.boot {
+            booter.stop(&self.data.machines[i].system_id);
         }
     }
 
@@ -431,7 +536,8 @@ mod tests {
         w.complete(0, 4000).unwrap();
         let m = &w.data.machines[0];
         assert_eq!((m.status, m.last_sync, m.sync_interval), (Status::Deployed, Some(4000), Some(900)));
-        assert_eq!(m.ip_addresses(), vec!["198.18.0.1".to_owned()]);
+        // Commissioning linked the boot interface AUTO on the PXE subnet: deploy gave it an address there.
+        assert_eq!(m.ip_addresses(), vec!["10.20.0.1".to_owned()]);
         w.start_release(0, &lifecycle::ReleasePlan::Wait, Some("admin"), 5000).unwrap();
         assert_eq!(w.data.machines[0].status, Status::Releasing);
         assert_eq!(w.data.machines[0].token.as_ref(), Some(&first), "the token lives until the owner changes");

@@ -1,0 +1,250 @@
+//! MAAS onboarding end to end: a real coordinator, the fake MAAS process booting the rendered
+//! user data into sandbox roots (so real `drover-agent` processes enroll over mTLS), a private
+//! D-Bus with fake-systemd for the agents' `node.hw_sync_reseed`.
+//!
+//! - `a_batch_of_ten_onboards_eight_and_stops_two_for_operators`: ten enlisted machines; one
+//!   has no BOSS disk (→ `hardware_mismatch`), one is ambiguous (its hostname and its BMC
+//!   address point at different machines → `state_ambiguity`), one fails its first
+//!   deployment with a datasource error and is redeployed once. Eight end `completed` with an
+//!   active host whose MAAS hardware sync is healthy; two stop in
+//!   `failed_manual_intervention` with the right class. Then the ambiguity is fixed in MAAS
+//!   and the onboarding rerun: it converges, and no machine that had finished was deployed
+//!   again (the MAAS request log counts every state-changing call).
+//!
+//! Needs `dbus-daemon` and `curl` (CI installs them).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use drover_devkit::fake_maas::boot::BootOptions;
+use drover_devkit::fake_maas::{FakeMaas, FakeMaasOptions};
+use drover_tests::Harness;
+use drover_tests::bus::TestBus;
+use serde_json::{Value, json};
+
+const API_KEY: &str = "drover-consumer:drover-token:onboarding-token-secret";
+const DEPLOY_PASS: &str = "deploy-Pa55-onboarding";
+const POWER_PASS: &str = "bmc-Pa55-onboarding";
+const WAIT: Duration = Duration::from_secs(300);
+
+async fn call(h: &Harness, method: &str, path: &str, body: Option<Value>) -> (String, Value) {
+    let body = body.map(|b| b.to_string());
+    let (code, text) = h.call(Some(&h.admin), method, path, body.as_deref()).await;
+    (code, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+fn enlist(maas: &FakeMaas, hostname: &str, bmc: &str, disks: Option<Value>) -> String {
+    let mut body = json!({ "hostname": hostname, "power_address": bmc, "power_user": "root", "power_pass": POWER_PASS, "status": "New" });
+    if let Some(d) = disks {
+        body["block_devices"] = d;
+    }
+    let m = maas.control("POST", "machines", Some(&body)).expect("enlist");
+    m["system_id"].as_str().expect("system id").to_owned()
+}
+
+async fn onboardings(h: &Harness, batch: &str) -> Vec<Value> {
+    let (code, v) = call(h, "GET", &format!("/v1/maas/onboardings?batch={batch}"), None).await;
+    assert_eq!(code, "200", "{v}");
+    v["onboardings"].as_array().cloned().unwrap_or_default()
+}
+
+fn settled(o: &Value) -> bool {
+    matches!(o["state"].as_str(), Some("completed" | "failed_manual_intervention" | "failed_retryable" | "cancelled" | "reconciled"))
+}
+
+async fn wait_settled(h: &Harness, batch: &str, maas: &FakeMaas) -> Vec<Value> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let rows = onboardings(h, batch).await;
+        if !rows.is_empty() && rows.iter().all(settled) {
+            return rows;
+        }
+        if Instant::now() > deadline {
+            let states: Vec<String> =
+                rows.iter().map(|o| format!("{} {} {} {}", o["hostname"], o["state"], o["stage"], o["message"])).collect();
+            let boots: Vec<Value> = rows
+                .iter()
+                .filter_map(|o| o["systemId"].as_str())
+                .filter_map(|id| maas.control("GET", &format!("machines/{id}"), None).ok())
+                .map(|m| m["_fake"]["boot"].clone())
+                .collect();
+            panic!("the batch did not settle:\n{}\nboots: {boots:#?}", states.join("\n"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// State-changing MAAS calls per machine, from the fake's request log: `op=...` POSTs and
+/// creations.
+fn changes(maas: &FakeMaas) -> BTreeMap<String, Vec<String>> {
+    let log = maas.control("GET", "requests", None).expect("requests");
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for r in log.as_array().cloned().unwrap_or_default() {
+        if r["method"] != "POST" {
+            continue;
+        }
+        let path = r["path"].as_str().unwrap_or_default();
+        let query = r["query"].as_str().unwrap_or_default();
+        let op = query.split('&').find_map(|kv| kv.strip_prefix("op=")).unwrap_or("create").to_owned();
+        let id = path.split('/').skip_while(|s| *s != "machines" && *s != "nodes").nth(1).unwrap_or("").to_owned();
+        out.entry(id).or_default().push(op);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_of_ten_onboards_eight_and_stops_two_for_operators() {
+    let h = Harness::start_with_long_poll(1).await;
+    let boot_dir = h.dir.path().join("boot");
+    let bus = TestBus::start_with(&[
+        "maas_hardware_sync.timer;timer;inactive".to_owned(),
+        "maas_hardware_sync.service;oneshot;inactive;true".to_owned(),
+    ]);
+    let extra = h.dir.path().join("agent-extra.toml");
+    std::fs::write(
+        &extra,
+        format!(
+            "systemd_bus = \"{bus}\"\n\n[activation]\nroot = \"@ROOT@\"\n\n[health]\nmaas_creds_file = \"@ROOT@/etc/maas/maas-machine-creds.yml\"\n\n\
+             [tasks]\nmaas_creds_file = \"@ROOT@/etc/maas/maas-machine-creds.yml\"\n",
+            bus = bus.address()
+        ),
+    )
+    .expect("extra config");
+    let maas = FakeMaas::start(&FakeMaasOptions {
+        api_key: API_KEY.into(),
+        commission_secs: 1,
+        deploy_secs: 1,
+        release_secs: 1,
+        boot: Some(BootOptions { dir: boot_dir, agent_extra_config: Some(extra) }),
+        ..FakeMaasOptions::default()
+    })
+    .expect("fake MAAS starts");
+
+    let site = json!({
+        "name": "dc1", "regionCode": "eu-1", "apiBaseUrl": maas.url(), "pxeIface": "ens19", "pxeVlanVid": 46,
+        "nodePxeIface": "eno1", "reason": "onboarding test",
+        "defaultProfile": { "batchMaxParallel": 4, "hardwareSyncIntervalSecs": 60, "maxDeployRetryAttempts": 1 },
+    });
+    let (code, v) = call(&h, "POST", "/v1/maas/sites", Some(site)).await;
+    assert_eq!(code, "201", "{v}");
+    let creds = json!({
+        "apiToken": API_KEY, "defaultPower": { "user": "root", "pass": POWER_PASS }, "deployPassword": DEPLOY_PASS, "reason": "seed",
+    });
+    let (code, v) = call(&h, "POST", "/v1/maas/sites/dc1/credentials", Some(creds)).await;
+    assert_eq!(code, "200", "{v}");
+
+    // Ten nodes, enlisted (PXE-booted into MAAS as New) with their BMC addresses.
+    let mut ids = BTreeMap::new();
+    for i in 0..10 {
+        let host = format!("gpu-{i:02}");
+        let bmc = format!("10.9.0.{}", 10 + i);
+        let disks = (i == 3).then(|| json!([{ "name": "nvme0n1", "model": "Micron 7450" }, { "name": "nvme1n1", "model": "Micron 7450" }]));
+        if i == 7 {
+            // Ambiguous: a machine named gpu-07 and another one with gpu-07's BMC address.
+            ids.insert(host.clone(), enlist(&maas, &host, "10.9.9.99", None));
+            enlist(&maas, "decoy", &bmc, None);
+            continue;
+        }
+        ids.insert(host.clone(), enlist(&maas, &host, &bmc, disks));
+    }
+    // gpu-05's first deployment fails like a missing datasource.
+    maas.control(
+        "POST",
+        &format!("machines/{}/fail", ids["gpu-05"]),
+        Some(&json!({ "stage": "deployment", "message": "cloud-init: no datasource found" })),
+    )
+    .expect("arm failure");
+
+    let nodes: Vec<Value> = (0..10).map(|i| json!({ "hostname": format!("gpu-{i:02}"), "ipmiIp": format!("10.9.0.{}", 10 + i) })).collect();
+    let (code, v) =
+        call(&h, "POST", "/v1/maas/onboardings/batch", Some(json!({ "site": "dc1", "profile": "default", "nodes": nodes }))).await;
+    assert_eq!(code, "201", "{v}");
+    let batch = v["batchId"].as_str().expect("batch").to_owned();
+
+    let rows = wait_settled(&h, &batch, &maas).await;
+    let by_host: BTreeMap<String, Value> =
+        rows.iter().map(|o| (o["hostname"].as_str().unwrap_or_default().to_owned(), o.clone())).collect();
+    for (host, o) in &by_host {
+        match host.as_str() {
+            "gpu-03" => {
+                assert_eq!(o["state"], "failed_manual_intervention", "{o:#}");
+                assert_eq!(o["failureClass"], "hardware_mismatch", "{o:#}");
+                assert_eq!(o["stage"], "configure_storage");
+                assert!(o["recommendedAction"].is_string());
+            }
+            "gpu-07" => {
+                assert_eq!(o["state"], "failed_manual_intervention", "{o:#}");
+                assert_eq!(o["failureClass"], "state_ambiguity", "{o:#}");
+                assert_eq!(o["stage"], "create_or_find");
+            }
+            _ => {
+                assert_eq!(o["state"], "completed", "{host}: {o:#}");
+                let host_id = o["hostId"].as_str().expect("host id");
+                let (code, host_json) = call(&h, "GET", &format!("/v1/hosts/{host_id}"), None).await;
+                assert_eq!(code, "200");
+                assert_eq!(host_json["state"], "active", "{host_json}");
+            }
+        }
+    }
+    // The datasource failure was redeployed once, with a compensation event.
+    let ds = &by_host["gpu-05"];
+    let events = ds["events"].as_array().expect("events");
+    assert!(events.iter().any(|e| e["status"] == "compensated" && e["stage"] == "wait_deployed"), "{ds:#}");
+    let calls = changes(&maas);
+    assert_eq!(calls[&ids["gpu-05"]].iter().filter(|c| *c == "deploy").count(), 2, "{calls:#?}");
+    // Everything else was deployed exactly once; nothing touched the failed ones past their stage.
+    for (host, id) in &ids {
+        let deploys = calls.get(id).map_or(0, |c| c.iter().filter(|c| *c == "deploy").count());
+        let want = match host.as_str() {
+            "gpu-05" => 2,
+            "gpu-03" | "gpu-07" => 0,
+            _ => 1,
+        };
+        assert_eq!(deploys, want, "{host}: {calls:#?}");
+    }
+    // Domain events, and no secret in any event.
+    let mut all = Vec::new();
+    let mut after = 0i64;
+    loop {
+        let (code, page) = call(&h, "GET", &format!("/v1/events?limit=1000&after={after}"), None).await;
+        assert_eq!(code, "200", "{page}");
+        all.extend(page["items"].as_array().cloned().unwrap_or_default());
+        match page["next"].as_i64() {
+            Some(n) => after = n,
+            None => break,
+        }
+    }
+    let count = |kind: &str| all.iter().filter(|e| e["kind"] == kind).count();
+    assert_eq!(count("node.onboarding.started"), 10);
+    assert_eq!(count("node.onboarding.completed"), 8);
+    assert_eq!(count("node.onboarding.manual_intervention_required"), 2);
+    assert!(count("onboarding.stage") >= 8 * 14, "every stage of every node has its events");
+    let text = serde_json::to_string(&all).expect("json");
+    for secret in [DEPLOY_PASS, POWER_PASS, "onboarding-token-secret"] {
+        assert!(!text.contains(secret), "an event holds a secret");
+    }
+
+    // Fix the ambiguity in MAAS (the decoy goes), then rerun: it converges; the others'
+    // state-changing calls do not repeat.
+    let before = changes(&maas);
+    let client = drover_maas::MaasClient::new(drover_maas::ClientConfig::new(maas.url(), API_KEY.parse().expect("key"))).expect("client");
+    let machines = client.list_machines(&drover_maas::MachineFilter::default()).await.expect("machines");
+    let decoy = machines.iter().find(|m| m.hostname == "decoy").expect("decoy listed");
+    client.delete_machine(&decoy.system_id).await.expect("delete the decoy");
+    let id7 = by_host["gpu-07"]["onboardingId"].as_str().expect("id").to_owned();
+    let (code, v) = call(&h, "POST", &format!("/v1/maas/onboardings/{id7}/rerun"), Some(json!({ "reason": "decoy removed" }))).await;
+    assert_eq!(code, "200", "{v}");
+    // gpu-07's machine also has the wrong BMC address: its hostname now matches alone.
+    let rows = wait_settled(&h, &batch, &maas).await;
+    let o7 = rows.iter().find(|o| o["hostname"] == "gpu-07").expect("gpu-07");
+    assert_eq!(o7["state"], "completed", "{o7:#}");
+    let after = changes(&maas);
+    for (host, id) in &ids {
+        if host != "gpu-07" {
+            assert_eq!(before.get(id), after.get(id), "{host}'s MAAS calls changed after another node's rerun");
+        }
+    }
+    // A refused action names the states it is allowed from and writes nothing.
+    let (code, v) = call(&h, "POST", &format!("/v1/maas/onboardings/{id7}/retry_stage"), Some(json!({ "reason": "again" }))).await;
+    assert_eq!(code, "409", "{v}");
+}
