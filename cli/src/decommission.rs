@@ -1,9 +1,11 @@
-//! `drover decommission HOST_ID --mode soft-reset|storage-cleanup|full [--storage
-//! none|local|weka|all] [--force-release] --reason TEXT`: start a decommission job for one host
-//! through the coordinator's admin route `POST /v1/hosts/{id}/decommission`.
+//! `drover decommission HOST_ID --mode soft-reset|storage-cleanup|full|reimage [--storage
+//! none|local|weka|all] [--force-release] [--erase none|quick|secure] [--remove-maas-record]
+//! [--profile NAME] --reason TEXT`: start a decommission job for one host through the
+//! coordinator's admin route `POST /v1/hosts/{id}/decommission`.
 //!
-//! `--mode storage-cleanup` needs a storage other than `none`; `--force-release` only applies to
-//! `--mode full`; both are refused here (64) before any request. The coordinator refuses an
+//! `--mode storage-cleanup` needs a storage other than `none`; `--force-release` and
+//! `--remove-maas-record` only apply to `--mode full`, `--erase` to `full` and `reimage`,
+//! `--profile` to `reimage`; all are refused here (64) before any request. The coordinator refuses an
 //! unknown host (404) and a host that is deleted or held by another unfinished job (409, the
 //! message names the job), both exit 65. On success stdout carries `JOB_ID KIND STATE`, or the
 //! job's JSON with `-o json`; follow it with `drover job describe JOB_ID`.
@@ -25,8 +27,10 @@ pub enum Mode {
     /// Clean the host's storage (needs --storage local, weka or all).
     #[value(alias = "storage_cleanup")]
     StorageCleanup,
-    /// Take the host out of service entirely.
+    /// Take the host out of service entirely (and release it in MAAS when MAAS holds it).
     Full,
+    /// A fresh OS through MAAS on the same hardware; the host keeps its id and re-enrolls.
+    Reimage,
 }
 
 impl Mode {
@@ -35,6 +39,7 @@ impl Mode {
             Mode::SoftReset => "soft_reset",
             Mode::StorageCleanup => "storage_cleanup",
             Mode::Full => "full",
+            Mode::Reimage => "reimage",
         }
     }
 }
@@ -64,6 +69,27 @@ impl Storage {
     }
 }
 
+/// How MAAS erases a released machine's disks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Erase {
+    /// No erase.
+    None,
+    /// MAAS's quick erase.
+    Quick,
+    /// Secure erase where the disks support it.
+    Secure,
+}
+
+impl Erase {
+    fn wire(self) -> &'static str {
+        match self {
+            Erase::None => "none",
+            Erase::Quick => "quick",
+            Erase::Secure => "secure",
+        }
+    }
+}
+
 /// Arguments of `drover decommission`.
 #[derive(Args)]
 pub struct DecommissionArgs {
@@ -79,6 +105,16 @@ pub struct DecommissionArgs {
     /// Release the host even where a holder has not let go of it (--mode full only).
     #[arg(long)]
     force_release: bool,
+    /// How MAAS erases the disks when it releases the machine (--mode full or reimage; the
+    /// coordinator's default: none).
+    #[arg(long, value_enum)]
+    erase: Option<Erase>,
+    /// Delete the machine from MAAS at the end (--mode full only; the default keeps it).
+    #[arg(long)]
+    remove_maas_record: bool,
+    /// The site profile to redeploy with (--mode reimage; the default: the site's default).
+    #[arg(long, value_name = "NAME")]
+    profile: Option<String>,
     /// Why (required; recorded in the job's events and the audit log).
     #[arg(long, value_name = "TEXT")]
     reason: String,
@@ -100,6 +136,15 @@ pub struct DecommissionRequest<'a> {
     /// Sent only when set.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub force_release: bool,
+    /// none, quick or secure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub erase: Option<&'static str>,
+    /// Sent only when set.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub remove_maas_record: bool,
+    /// Reimage's profile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<&'a str>,
     /// Why.
     pub reason: &'a str,
 }
@@ -113,9 +158,25 @@ fn request(args: &DecommissionArgs) -> Result<(String, DecommissionRequest<'_>),
     if args.force_release && args.mode != Mode::Full {
         return Err(CliError::usage("--force-release only applies to --mode full"));
     }
+    if args.remove_maas_record && args.mode != Mode::Full {
+        return Err(CliError::usage("--remove-maas-record only applies to --mode full"));
+    }
+    if args.erase.is_some() && !matches!(args.mode, Mode::Full | Mode::Reimage) {
+        return Err(CliError::usage("--erase only applies to --mode full and --mode reimage"));
+    }
+    if args.profile.is_some() && args.mode != Mode::Reimage {
+        return Err(CliError::usage("--profile only applies to --mode reimage"));
+    }
     let reason = check_reason(&args.reason)?;
-    let body =
-        DecommissionRequest { mode: args.mode.wire(), storage: args.storage.map(Storage::wire), force_release: args.force_release, reason };
+    let body = DecommissionRequest {
+        mode: args.mode.wire(),
+        storage: args.storage.map(Storage::wire),
+        force_release: args.force_release,
+        erase: args.erase.map(Erase::wire),
+        remove_maas_record: args.remove_maas_record,
+        profile: args.profile.as_deref(),
+        reason,
+    };
     Ok((format!("/v1/hosts/{host_id}/decommission"), body))
 }
 
@@ -166,6 +227,12 @@ mod tests {
         let a = parse(&["--mode", "full", "--storage", "none", "--reason", "r"]);
         let body = serde_json::to_value(request(&a).expect("ok").1).expect("json");
         assert_eq!(body, serde_json::json!({"mode": "full", "storage": "none", "reason": "r"}));
+        let a = parse(&["--mode", "reimage", "--erase", "quick", "--profile", "gpu", "--reason", "os drift"]);
+        let body = serde_json::to_value(request(&a).expect("ok").1).expect("json");
+        assert_eq!(body, serde_json::json!({"mode": "reimage", "erase": "quick", "profile": "gpu", "reason": "os drift"}));
+        let a = parse(&["--mode", "full", "--erase", "secure", "--remove-maas-record", "--reason", "r"]);
+        let body = serde_json::to_value(request(&a).expect("ok").1).expect("json");
+        assert_eq!(body, serde_json::json!({"mode": "full", "erase": "secure", "removeMaasRecord": true, "reason": "r"}));
     }
 
     #[test]
@@ -174,6 +241,9 @@ mod tests {
             &["--mode", "storage-cleanup", "--reason", "r"][..],
             &["--mode", "storage-cleanup", "--storage", "none", "--reason", "r"],
             &["--mode", "soft-reset", "--force-release", "--reason", "r"],
+            &["--mode", "soft-reset", "--erase", "quick", "--reason", "r"],
+            &["--mode", "reimage", "--remove-maas-record", "--reason", "r"],
+            &["--mode", "full", "--profile", "p", "--reason", "r"],
             &["--mode", "full", "--reason", "  "],
         ] {
             let e = run(&parse(extra)).expect_err("refused");

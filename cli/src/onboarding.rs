@@ -295,6 +295,10 @@ struct ActionArgs {
     /// Why (required; recorded in the onboarding's events and the audit log).
     #[arg(long, value_name = "TEXT")]
     reason: String,
+    /// `adopt` only: the MAAS machine (system id) to claim, ending a discovery that stopped as
+    /// ambiguous.
+    #[arg(long, value_name = "SYSTEM_ID")]
+    system_id: Option<String>,
     #[command(flatten)]
     output: OutputArgs,
     #[command(flatten)]
@@ -531,8 +535,25 @@ pub fn run(args: &OnboardingArgs) -> Result<(), CliError> {
     let (action, a) = action_of(&args.command);
     let path = action_path(&a.id, action)?;
     let reason = check_reason(&a.reason)?;
-    let value = crate::job::post(&a.connect, &path, &ReasonBody { reason })?;
+    let body = action_body(action, reason, a.system_id.as_deref())?;
+    let value = crate::job::post(&a.connect, &path, &body)?;
     print_answer(a.output.output, &path, &value, render_action)
+}
+
+/// The body of an action: the reason, and for `adopt` the machine to claim (MAAS's system ids
+/// are short alphanumeric strings; anything else is refused before a request).
+fn action_body(action: Action, reason: &str, system_id: Option<&str>) -> Result<serde_json::Value, CliError> {
+    let mut body = serde_json::to_value(ReasonBody { reason }).map_err(|e| CliError::usage(e.to_string()))?;
+    if let Some(id) = system_id {
+        if action != Action::AdoptObservedState {
+            return Err(CliError::usage("--system-id only applies to adopt"));
+        }
+        if id.is_empty() || id.len() > 32 || !id.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Err(CliError::usage(format!("--system-id {id:?} is not a MAAS system id (letters and digits)")));
+        }
+        body["systemId"] = serde_json::Value::String(id.to_owned());
+    }
+    Ok(body)
 }
 
 #[cfg(test)]

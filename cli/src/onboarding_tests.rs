@@ -263,3 +263,12 @@ fn an_action_prints_the_new_state_and_the_message() {
     let json = pretty(&v).expect("pretty");
     assert!(json.contains("\"extra\"") && json.contains("\"futureField\""), "unknown fields pass through -o json: {json}");
 }
+
+#[test]
+fn adopt_can_name_the_machine_and_only_adopt() {
+    let body = action_body(Action::AdoptObservedState, "decoy gone", Some("4y3h7r")).expect("body");
+    assert_eq!(body, serde_json::json!({"reason": "decoy gone", "systemId": "4y3h7r"}));
+    assert!(action_body(Action::RetryStage, "r", Some("4y3h7r")).is_err());
+    assert!(action_body(Action::AdoptObservedState, "r", Some("a b;rm")).is_err());
+    assert_eq!(action_body(Action::Rerun, "r", None).expect("body"), serde_json::json!({"reason": "r"}));
+}

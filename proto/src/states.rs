@@ -227,7 +227,8 @@ state_enum! {
         BootstrapIssued => [Enrolling],
         Enrolling => [Active, Quarantined],
         Active => [Offline, Quarantined, Draining],
-        Offline => [Active, Quarantined, Draining],
+        // A reimage: the released machine's OS and certificate are gone; it enrolls again.
+        Offline => [Active, Quarantined, Draining, BootstrapIssued],
         Quarantined => [Active, Draining],
         Draining => [Retired, Offline],
         Retired => [Active, Removing],

@@ -310,7 +310,18 @@ fn a_fleet_of_twenty_rolls_out_reverts_a_bad_wave_runs_maintenance_and_decommiss
     );
     assert_eq!(
         job["stages"],
-        json!(["cordon", "force_release", "drain", "revoke_users", "cleanup_storage", "retire", "remove", "uninstall", "delete"]),
+        json!([
+            "cordon",
+            "force_release",
+            "drain",
+            "revoke_users",
+            "cleanup_storage",
+            "retire",
+            "remove",
+            "uninstall",
+            "maas_workflow",
+            "delete"
+        ]),
         "{job}"
     );
     let decommission_job = job["jobId"].as_str().expect("jobId").to_owned();
@@ -423,7 +434,9 @@ fn a_fleet_of_twenty_rolls_out_reverts_a_bad_wave_runs_maintenance_and_decommiss
         }
     }
     let decommission_stages = stages_of(&decommission_job);
-    for stage in ["cordon", "force_release", "drain", "revoke_users", "cleanup_storage", "retire", "remove", "uninstall", "delete"] {
+    for stage in
+        ["cordon", "force_release", "drain", "revoke_users", "cleanup_storage", "retire", "remove", "uninstall", "maas_workflow", "delete"]
+    {
         assert!(decommission_stages.iter().any(|s| s == stage), "decommission job: {stage} in {decommission_stages:?}");
     }
     assert!(events.iter().any(|e| e["kind"] == "host.force_release" && e["hostId"] == retired_id.as_str()));

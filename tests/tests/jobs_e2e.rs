@@ -232,7 +232,18 @@ async fn full_decommission_releases_retires_uninstalls_and_deletes_the_host() {
     assert_eq!(code, "201", "{job}");
     assert_eq!(
         job["stages"],
-        json!(["cordon", "force_release", "drain", "revoke_users", "cleanup_storage", "retire", "remove", "uninstall", "delete"])
+        json!([
+            "cordon",
+            "force_release",
+            "drain",
+            "revoke_users",
+            "cleanup_storage",
+            "retire",
+            "remove",
+            "uninstall",
+            "maas_workflow",
+            "delete"
+        ])
     );
     let id = job["jobId"].as_str().expect("id").to_owned();
 

@@ -28,8 +28,10 @@ use crate::api::lifecycle::check_reason;
 use crate::api::operator::{EventView, QueryParams, parse_uuid};
 use crate::app::AppState;
 use crate::jobs::exec::event;
+use crate::jobs::model::MaasRelease;
 use crate::jobs::model::{StageStatus, recommended_next};
 use crate::jobs::{JobKind, JobView, OperatorAction, Progress, StorageChoice, TaskDirective, TaskObs, act, stages};
+use crate::maasflow::onboard::EraseMode;
 use crate::store::{self, EventFilter, Job, JobFilter, JobStep, NewAudit, NewJob};
 
 /// A job as the API shows it.
@@ -62,6 +64,10 @@ pub struct JobJson {
     /// The current stage's task.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub task_id: Option<String>,
+    /// The child MAAS workflow of a reimage or full decommission (`GET /v1/maas/onboardings/{id}`
+    /// shows it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_job_id: Option<String>,
     /// Why it failed, as a class.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure_class: Option<String>,
@@ -110,6 +116,7 @@ impl JobJson {
             stage_index: p.as_ref().map_or(0, |p| p.stage_index),
             attempt: p.as_ref().map_or(0, |p| p.attempt),
             task_id: p.as_ref().and_then(|p| p.task_id.clone()),
+            child_job_id: p.as_ref().and_then(|p| p.child_job_id.clone()),
             failure_class: p.as_ref().and_then(|p| p.failure_class).map(|c| c.as_str().to_owned()),
             message: p.as_ref().map(|p| p.message.clone()).unwrap_or_default(),
             history: p.as_ref().map(|p| serde_json::to_value(&p.history).unwrap_or(Value::Null)).unwrap_or(Value::Array(Vec::new())),
@@ -170,6 +177,15 @@ pub struct DecommissionRequest {
     /// Full decommission: tell the scheduler to end allocations still attached.
     #[serde(default)]
     pub force_release: bool,
+    /// Reimage and full decommission of a MAAS-bound host: none | quick | secure.
+    #[serde(default)]
+    pub erase: Option<EraseMode>,
+    /// Full decommission: delete the machine from MAAS at the end (default: keep it).
+    #[serde(default)]
+    pub remove_maas_record: bool,
+    /// Reimage: the site profile to deploy with (default: the site's default profile).
+    #[serde(default)]
+    pub profile: Option<String>,
     /// Why (required).
     pub reason: Option<String>,
 }
@@ -180,6 +196,16 @@ pub fn decommission_kind(req: &DecommissionRequest) -> Result<(JobKind, &'static
     if req.force_release && req.mode != "full" {
         return Err(ApiError::bad_request("forceRelease only applies to mode full"));
     }
+    if req.erase.is_some() && !matches!(req.mode.as_str(), "full" | "reimage") {
+        return Err(ApiError::bad_request("erase only applies to modes reimage and full"));
+    }
+    if req.remove_maas_record && req.mode != "full" {
+        return Err(ApiError::bad_request("removeMaasRecord only applies to mode full"));
+    }
+    if req.profile.is_some() && req.mode != "reimage" {
+        return Err(ApiError::bad_request("profile only applies to mode reimage"));
+    }
+    let maas = MaasRelease { erase: req.erase.unwrap_or_default(), remove_maas_record: req.remove_maas_record };
     match req.mode.as_str() {
         "soft_reset" => Ok((JobKind::SoftReset { storage: req.storage.unwrap_or_default() }, &[L::Active, L::Quarantined])),
         "storage_cleanup" => {
@@ -194,10 +220,16 @@ pub fn decommission_kind(req: &DecommissionRequest) -> Result<(JobKind, &'static
             Ok((JobKind::StorageCleanup { scope }, &[L::Active, L::Quarantined]))
         }
         "full" => Ok((
-            JobKind::FullDecommission { storage: req.storage, force_release: req.force_release },
+            JobKind::FullDecommission { storage: req.storage, force_release: req.force_release, maas },
             &[L::Active, L::Offline, L::Quarantined, L::Draining, L::Retired],
         )),
-        other => Err(ApiError::bad_request(format!("mode {other:?} is not one of soft_reset, storage_cleanup, full"))),
+        "reimage" => {
+            if let Some(p) = &req.profile {
+                crate::sites::validate::name("profile", p).map_err(|e| ApiError::bad_request(e.to_string()))?;
+            }
+            Ok((JobKind::Reimage { storage: req.storage, maas, profile: req.profile.clone() }, &[L::Active, L::Offline, L::Quarantined]))
+        }
+        other => Err(ApiError::bad_request(format!("mode {other:?} is not one of soft_reset, storage_cleanup, full, reimage"))),
     }
 }
 
@@ -211,6 +243,15 @@ pub async fn decommission(
     let host_id = parse_uuid("host id", &id)?;
     let reason = check_reason(req.reason.as_deref())?;
     let (kind, allowed) = decommission_kind(&req)?;
+    if matches!(kind, JobKind::Reimage { .. }) {
+        // The MAAS half needs to know which machine: onboarding through MAAS binds it.
+        let bound = store::blocking(app.store.clone(), move |s| s.get_maas_binding(host_id)).await?;
+        if bound.is_none() {
+            return Err(ApiError::conflict(format!(
+                "host {host_id} has no MAAS binding: only a host onboarded through MAAS can be reimaged"
+            )));
+        }
+    }
     let now = app.clock.now();
     let job_id = Uuid::new_v4();
     let new = NewJob {

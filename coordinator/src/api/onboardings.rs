@@ -31,7 +31,7 @@ use crate::app::AppState;
 use crate::jobs::OperatorAction;
 use crate::maasflow::onboard::{Diagnostics, KIND, OnboardingRequest, StageEvent};
 use crate::maasflow::recovery::{self, ActionContext};
-use crate::maasflow::taxonomy::OnboardingStage;
+use crate::maasflow::taxonomy::Workflow;
 use crate::sites::preflight;
 use crate::sites::validate;
 use crate::store::{self, Job, JobFilter, JobStep, NewAudit, NewEvent, NewJob};
@@ -91,12 +91,17 @@ pub struct OnboardingJson {
     pub updated_at: Time,
     /// Per-stage history, oldest first.
     pub events: Vec<StageEvent>,
+    /// onboard | reimage | decommission.
+    pub workflow: Workflow,
+    /// The reimage or full decommission job this is the MAAS half of.
+    pub parent_job_id: Option<Uuid>,
 }
 
 impl OnboardingJson {
     /// From a stored onboarding job; `None` when it does not parse.
     pub fn new(job: &Job) -> Option<OnboardingJson> {
         let (req, p) = crate::onboarding::exec::parse(job).ok()?;
+        let workflow = Workflow::of_kind(&job.job.kind)?;
         Some(OnboardingJson {
             onboarding_id: job.job.job_id,
             batch_id: req.batch_id,
@@ -107,8 +112,8 @@ impl OnboardingJson {
             ipmi_ip: req.ipmi_ip,
             state: job.state,
             stage: p.stage.as_str().to_owned(),
-            stage_index: p.stage_index(),
-            stages: OnboardingStage::ALL.iter().map(|s| s.as_str().to_owned()).collect(),
+            stage_index: p.stage_index(workflow),
+            stages: workflow.stages().iter().map(|s| s.as_str().to_owned()).collect(),
             attempt: p.attempt,
             system_id: p.system_id,
             host_id: p.host_id,
@@ -122,6 +127,8 @@ impl OnboardingJson {
             completed_at: matches!(job.state, JobState::Completed | JobState::Reconciled | JobState::Cancelled).then_some(job.updated_at),
             updated_at: job.updated_at,
             events: p.events,
+            workflow,
+            parent_job_id: req.parent_job_id,
         })
     }
 }
@@ -278,6 +285,11 @@ fn request_of(
         pxe_mac: n.pxe_mac,
         batch_id: batch,
         requester: Some(format!("{} ({})", op.name, op.role.as_str())),
+        host_id: None,
+        system_id: None,
+        parent_job_id: None,
+        erase: Default::default(),
+        remove_maas_record: false,
     }
 }
 
@@ -374,7 +386,8 @@ pub async fn list(
 async fn load(app: &Arc<AppState>, id: &str) -> Result<Job, ApiError> {
     let id = parse_uuid("onboarding id", id)?;
     let job = store::blocking(app.store.clone(), move |s| s.get_job(id)).await?;
-    job.filter(|j| j.job.kind == KIND).ok_or_else(|| ApiError::not_found(format!("onboarding {id} not found")))
+    // The MAAS halves of reimage and full decommission are read and recovered here too.
+    job.filter(|j| Workflow::of_kind(&j.job.kind).is_some()).ok_or_else(|| ApiError::not_found(format!("MAAS workflow {id} not found")))
 }
 
 /// `GET /v1/maas/onboardings/{id}` (viewer).

@@ -262,6 +262,7 @@ fn observe(host: &Host, task: Option<TaskObs>, fleet: &FleetView, rollouts: &Rol
         on_desired_generation,
         held_by_other_job: None,
         task,
+        maas: Default::default(),
     }
 }
 
@@ -301,6 +302,10 @@ async fn drive(
         };
         let mut obs = observe(&host, task.as_ref().map(TaskObs::from_record), fleet, rollouts);
         obs.held_by_other_job = other.clone();
+        if view.progress.stage == Stage::MaasWorkflow {
+            let child = view.progress.child_job_id.clone();
+            obs.maas = store::blocking(app.store.clone(), move |s| super::maas_child::observe(s, host_id, child.as_deref())).await?;
+        }
         let creds = if view.progress.stage == Stage::HwSyncReseed {
             match local::maas_creds(app.config.jobs.maas_creds_dir.as_deref(), &host.hostname) {
                 Ok(c) => c,
@@ -408,6 +413,14 @@ async fn execute(
             (state, progress) = (s, p);
             why = format!("{why}; {}", outcome.reason());
         }
+        Decision::RunLocal { stage: Stage::MaasWorkflow, .. } => match super::maas_child::start(app, job_id, host, &view.kind).await {
+            Ok(child) => {
+                progress.child_job_id = Some(child.to_string());
+                why = format!("{why}; MAAS workflow {child}");
+                data = json!({ "childJobId": child });
+            }
+            Err(e) => progress.message = format!("the MAAS workflow could not be started: {e}"),
+        },
         Decision::RunLocal { stage: Stage::Delete, .. } => {
             // Certificates first, then the CRL every handshake checks, then the state: a
             // deleted host can never again connect (the lifecycle verb's order).
@@ -416,6 +429,10 @@ async fn execute(
                 tracing::warn!(error = %e, %job_id, "revocation failed during delete; retried");
             } else {
                 host_ops = local::host_ops(Stage::Delete, host.id, &host.hostname, host.state, None, &why);
+                if let Err(e) = super::maas_child::forget_binding(app, host.id, job_id).await {
+                    tracing::warn!(error = %e, %job_id, "the host's MAAS binding was not removed; retried with the stage");
+                    host_ops.clear();
+                }
             }
         }
         Decision::RunLocal { stage, .. } => {

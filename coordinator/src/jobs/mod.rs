@@ -13,12 +13,14 @@
 //!   idempotent: a queued or live task is never duplicated, an expired one is requeued.
 //!
 //! - [`pacing`]: which pending jobs may start under the disruption budgets (pure).
+//! - [`maas_child`]: the child MAAS workflow of reimage and full decommission.
 //! - [`exec`]: the executor that persists decisions — one store transaction per step —
 //!   and [`local`]: the host changes, webhook and credentials of the local stages.
 
 pub mod actions;
 pub mod exec;
 pub mod local;
+pub mod maas_child;
 pub mod model;
 pub mod pacing;
 pub mod plan;

@@ -7,6 +7,8 @@ use drover_proto::task::{ComputeProcessPolicy, GpuVendor, Secret, StorageScope, 
 use drover_proto::time::Time;
 use serde::{Deserialize, Serialize};
 
+use crate::maasflow::onboard::EraseMode;
+
 /// Which storage a soft reset or decommission cleans (`none` skips the stage).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -71,6 +73,20 @@ fn all_scope() -> StorageScope {
     StorageScope::All
 }
 
+/// How the MAAS half of a reimage or full decommission releases the machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MaasRelease {
+    /// none | quick | secure (the profile's `release_fallback_no_erase` decides what a failed
+    /// erase does).
+    #[serde(default)]
+    pub erase: EraseMode,
+    /// Full decommission: delete the machine from MAAS at the end (default: keep the record
+    /// for MAAS-side audit).
+    #[serde(default)]
+    pub remove_maas_record: bool,
+}
+
 /// What a job does: its input, stored as the job's `input` JSON.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", rename_all_fields = "camelCase", deny_unknown_fields)]
@@ -94,6 +110,23 @@ pub enum JobKind {
         /// the job for an operator.
         #[serde(default)]
         force_release: bool,
+        /// For a MAAS-bound host: how MAAS releases the machine.
+        #[serde(default)]
+        maas: MaasRelease,
+    },
+    /// A fresh OS on the same hardware, the host keeping its id (§5.3): cordon, drain, revoke
+    /// users, clean storage, then the MAAS half (release with the erase, storage, RoCE, PXE,
+    /// fresh token and first-boot bundle, deploy, re-enrollment, hardware sync), uncordon.
+    Reimage {
+        /// Also clean storage before the release (absent or `none`: no cleanup stage).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        storage: Option<StorageChoice>,
+        /// How MAAS releases (and erases) the machine.
+        #[serde(default)]
+        maas: MaasRelease,
+        /// The site profile to deploy with (default: the site's default profile).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        profile: Option<String>,
     },
     /// On-demand maintenance: the host is cordoned, the activities run, it is uncordoned.
     Maintenance {
@@ -115,6 +148,7 @@ impl JobKind {
             JobKind::SoftReset { .. } => "soft_reset",
             JobKind::StorageCleanup { .. } => "storage_cleanup",
             JobKind::FullDecommission { .. } => "full_decommission",
+            JobKind::Reimage { .. } => "reimage",
             JobKind::Maintenance { .. } => "maintenance",
         }
     }
@@ -124,7 +158,7 @@ impl JobKind {
         match self {
             JobKind::SoftReset { storage } => storage.scope(),
             JobKind::StorageCleanup { scope } => Some(*scope),
-            JobKind::FullDecommission { storage, .. } => storage.and_then(StorageChoice::scope),
+            JobKind::FullDecommission { storage, .. } | JobKind::Reimage { storage, .. } => storage.and_then(StorageChoice::scope),
             JobKind::Maintenance { storage, .. } => Some(*storage),
         }
     }
@@ -163,6 +197,10 @@ pub enum Stage {
     Uninstall,
     /// Local: lifecycle `removing` → `deleted` (and the host's certificates revoked).
     Delete,
+    /// Local: the MAAS half runs as a child workflow (`maas_reimage` / `maas_decommission`)
+    /// the MAAS executor drives; the stage waits for it. A host with no MAAS binding skips it
+    /// in a full decommission.
+    MaasWorkflow,
 }
 
 impl Stage {
@@ -183,6 +221,7 @@ impl Stage {
             Stage::Remove => "remove",
             Stage::Uninstall => "uninstall",
             Stage::Delete => "delete",
+            Stage::MaasWorkflow => "maas_workflow",
         }
     }
 
@@ -190,7 +229,14 @@ impl Stage {
     pub fn is_local(self) -> bool {
         matches!(
             self,
-            Stage::Cordon | Stage::ForceRelease | Stage::Activate | Stage::Uncordon | Stage::Retire | Stage::Remove | Stage::Delete
+            Stage::Cordon
+                | Stage::ForceRelease
+                | Stage::Activate
+                | Stage::Uncordon
+                | Stage::Retire
+                | Stage::Remove
+                | Stage::Delete
+                | Stage::MaasWorkflow
         )
     }
 
@@ -221,7 +267,14 @@ impl Stage {
                 }
             }
             Stage::Uninstall => TaskKind::Uninstall { purge_state: settings.uninstall_purge_state },
-            Stage::Cordon | Stage::ForceRelease | Stage::Activate | Stage::Uncordon | Stage::Retire | Stage::Remove | Stage::Delete => {
+            Stage::Cordon
+            | Stage::ForceRelease
+            | Stage::Activate
+            | Stage::Uncordon
+            | Stage::Retire
+            | Stage::Remove
+            | Stage::Delete
+            | Stage::MaasWorkflow => {
                 return Ok(None);
             }
         };
@@ -246,7 +299,10 @@ pub struct MissingSetting(pub &'static str);
 ///   scrub_gpu → validate_clean → uncordon
 /// - storage_cleanup: cleanup_storage → validate_clean
 /// - full_decommission: cordon → force_release → drain → revoke_users → cleanup_storage
-///   (only with a storage choice other than `none`) → retire → remove → uninstall → delete
+///   (only with a storage choice other than `none`) → retire → remove → uninstall →
+///   maas_workflow (skipped for a host with no MAAS binding) → delete
+/// - reimage: cordon → drain → revoke_users → cleanup_storage (with a storage choice) →
+///   maas_workflow → uncordon
 /// - maintenance: cordon → the activities' stages (canonical order) → uncordon
 pub fn stages(kind: &JobKind) -> Vec<Stage> {
     use Stage::*;
@@ -265,7 +321,17 @@ pub fn stages(kind: &JobKind) -> Vec<Stage> {
             if storage.and_then(StorageChoice::scope).is_some() {
                 v.push(CleanupStorage);
             }
-            v.extend([Retire, Remove, Uninstall, Delete]);
+            // The agent uninstalls itself while its OS still runs; MAAS then releases (and
+            // erases) and powers the machine off; the host record goes last.
+            v.extend([Retire, Remove, Uninstall, MaasWorkflow, Delete]);
+            v
+        }
+        JobKind::Reimage { storage, .. } => {
+            let mut v = vec![Cordon, Drain, RevokeUsers];
+            if storage.and_then(StorageChoice::scope).is_some() {
+                v.push(CleanupStorage);
+            }
+            v.extend([MaasWorkflow, Uncordon]);
             v
         }
         JobKind::Maintenance { activities, .. } => {
@@ -459,6 +525,9 @@ pub struct Progress {
     /// Every stage event, oldest first.
     #[serde(default)]
     pub history: Vec<StageEvent>,
+    /// `maas_workflow`: the child MAAS workflow job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_job_id: Option<String>,
 }
 
 impl Progress {
@@ -474,6 +543,7 @@ impl Progress {
             after_compensation: None,
             release_sent: false,
             history: Vec::new(),
+            child_job_id: None,
         }
     }
 
@@ -506,10 +576,24 @@ mod tests {
     #[test]
     fn full_decommission_runs_its_stages_in_order() {
         use Stage::*;
-        let k = JobKind::FullDecommission { storage: None, force_release: true };
-        assert_eq!(stages(&k), vec![Cordon, ForceRelease, Drain, RevokeUsers, Retire, Remove, Uninstall, Delete]);
-        let k = JobKind::FullDecommission { storage: Some(StorageChoice::Weka), force_release: false };
-        assert_eq!(stages(&k), vec![Cordon, ForceRelease, Drain, RevokeUsers, CleanupStorage, Retire, Remove, Uninstall, Delete]);
+        let k = JobKind::FullDecommission { storage: None, force_release: true, maas: MaasRelease::default() };
+        assert_eq!(stages(&k), vec![Cordon, ForceRelease, Drain, RevokeUsers, Retire, Remove, Uninstall, MaasWorkflow, Delete]);
+        let k = JobKind::FullDecommission { storage: Some(StorageChoice::Weka), force_release: false, maas: MaasRelease::default() };
+        assert_eq!(
+            stages(&k),
+            vec![Cordon, ForceRelease, Drain, RevokeUsers, CleanupStorage, Retire, Remove, Uninstall, MaasWorkflow, Delete]
+        );
+    }
+
+    #[test]
+    fn reimage_runs_the_maas_half_between_the_cleanup_and_the_uncordon() {
+        use Stage::*;
+        let k = JobKind::Reimage { storage: None, maas: MaasRelease::default(), profile: None };
+        assert_eq!(stages(&k), vec![Cordon, Drain, RevokeUsers, MaasWorkflow, Uncordon]);
+        let k = JobKind::Reimage { storage: Some(StorageChoice::Local), maas: MaasRelease::default(), profile: None };
+        assert_eq!(stages(&k), vec![Cordon, Drain, RevokeUsers, CleanupStorage, MaasWorkflow, Uncordon]);
+        let parsed: JobKind = serde_json::from_value(json!({"kind": "reimage", "maas": {"erase": "quick"}})).expect("parse");
+        assert!(matches!(parsed, JobKind::Reimage { maas: MaasRelease { erase: EraseMode::Quick, remove_maas_record: false }, .. }));
     }
 
     #[test]
@@ -518,7 +602,7 @@ mod tests {
         assert!(!stages(&k).contains(&Stage::CleanupStorage));
         let k = JobKind::SoftReset { storage: StorageChoice::Local };
         assert!(stages(&k).contains(&Stage::CleanupStorage));
-        let k = JobKind::FullDecommission { storage: Some(StorageChoice::None), force_release: true };
+        let k = JobKind::FullDecommission { storage: Some(StorageChoice::None), force_release: true, maas: MaasRelease::default() };
         assert!(!stages(&k).contains(&Stage::CleanupStorage));
     }
 
@@ -536,7 +620,7 @@ mod tests {
         let k: JobKind = serde_json::from_value(json!({"kind": "soft_reset", "storage": "weka"})).expect("parse");
         assert_eq!(k, JobKind::SoftReset { storage: StorageChoice::Weka });
         let k: JobKind = serde_json::from_value(json!({"kind": "full_decommission", "forceRelease": true})).expect("parse");
-        assert_eq!(k, JobKind::FullDecommission { storage: None, force_release: true });
+        assert_eq!(k, JobKind::FullDecommission { storage: None, force_release: true, maas: MaasRelease::default() });
         assert_eq!(k.name(), "full_decommission");
         let k: JobKind =
             serde_json::from_value(json!({"kind": "maintenance", "activities": ["hw_sync_reseed", "activate"]})).expect("parse");

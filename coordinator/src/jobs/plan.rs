@@ -105,6 +105,31 @@ pub struct Observed {
     pub held_by_other_job: Option<String>,
     /// The record of `progress.task_id`, when there is one.
     pub task: Option<TaskObs>,
+    /// The host's MAAS side, for the `maas_workflow` stage.
+    pub maas: MaasObs,
+}
+
+/// What the `maas_workflow` stage observes: whether the host is bound to a MAAS machine, and
+/// the child workflow its progress names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MaasObs {
+    /// The host has a MAAS binding.
+    pub bound: bool,
+    /// The child workflow job (`progress.child_job_id`), once created.
+    pub child: Option<ChildObs>,
+}
+
+/// A child MAAS workflow as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildObs {
+    /// Its id.
+    pub job_id: String,
+    /// Its state.
+    pub state: JobState,
+    /// Its current stage.
+    pub stage: String,
+    /// Its latest status line.
+    pub message: String,
 }
 
 impl Observed {
@@ -380,6 +405,44 @@ pub fn after_scheduler_answer(job: &JobView, answer: &SchedulerAnswer, now: Time
     }
 }
 
+/// `maas_workflow`: start the child (a `RunLocal` the executor turns into the child job), then
+/// follow it. A full decommission of a host that MAAS does not know skips the stage; a reimage
+/// cannot. A stopped child keeps the parent waiting with the child's words: the operator
+/// recovers the child (its own actions), and the parent goes on when the child completes.
+fn decide_maas_child(job: &JobView, obs: &Observed, policy: &Policy, done: impl Fn(String) -> Decision) -> Decision {
+    if !obs.maas.bound && obs.maas.child.is_none() {
+        return match job.kind {
+            JobKind::Reimage { .. } => {
+                manual(FailureClass::Configuration, "the host has no MAAS binding: only a host onboarded through MAAS can be reimaged")
+            }
+            _ => done("the host is not bound to a MAAS machine: nothing to release in MAAS".to_owned()),
+        };
+    }
+    let Some(child) = &obs.maas.child else {
+        if job.progress.attempt >= policy.max_attempts {
+            return fail(
+                FailureClass::Transient,
+                JobState::FailedRetryable,
+                format!("the MAAS workflow could not be started in {} attempts: {}", job.progress.attempt, job.progress.message),
+            );
+        }
+        return Decision::RunLocal {
+            stage: Stage::MaasWorkflow,
+            attempt: job.progress.attempt + 1,
+            reason: "starts the MAAS workflow".into(),
+        };
+    };
+    match child.state {
+        JobState::Completed | JobState::Reconciled => done(format!("MAAS workflow {} {}", child.job_id, child.state)),
+        JobState::Cancelled => manual(FailureClass::Ambiguous, format!("MAAS workflow {} was cancelled: {}", child.job_id, child.message)),
+        JobState::FailedRetryable | JobState::FailedManualIntervention => wait(format!(
+            "MAAS workflow {} is {} at {}: {} (recover it with drover onboarding <verb> {})",
+            child.job_id, child.state, child.stage, child.message, child.job_id
+        )),
+        _ => wait(format!("MAAS workflow {} is {} at {}: {}", child.job_id, child.state, child.stage, child.message)),
+    }
+}
+
 fn next_or_complete(plan: &[Stage], index: usize, why: String) -> Decision {
     match plan.get(index + 1) {
         Some(&next) => Decision::Advance { from: plan[index], to_stage: next, reason: why },
@@ -427,6 +490,7 @@ fn decide_local(job: &JobView, obs: &Observed, stage: Stage, now: Time, policy: 
                 _ => None,
             }
         }
+        Stage::MaasWorkflow => return decide_maas_child(job, obs, policy, done),
         Stage::Retire => matches!(obs.lifecycle, L::Retired | L::Removing | L::Deleted).then(|| "host is retired".to_owned()),
         Stage::Remove => matches!(obs.lifecycle, L::Removing | L::Deleted).then(|| "host is removing".to_owned()),
         Stage::Delete => (obs.lifecycle == L::Deleted).then(|| "host is deleted".to_owned()),

@@ -16,6 +16,7 @@ pub(crate) fn observed() -> Observed {
         on_desired_generation: true,
         held_by_other_job: None,
         task: None,
+        maas: Default::default(),
     }
 }
 
@@ -98,7 +99,7 @@ fn storage_none_skips_cleanup() {
 #[test]
 fn full_decommission_issues_its_stages_in_order_and_deletes_the_host() {
     use Stage::*;
-    let (done, issued) = drive(job(JobKind::FullDecommission { storage: None, force_release: true }), observed());
+    let (done, issued) = drive(job(JobKind::FullDecommission { storage: None, force_release: true, maas: Default::default() }), observed());
     assert_eq!(issued, vec![Cordon, ForceRelease, Drain, RevokeUsers, Retire, Remove, Uninstall, Delete]);
     assert_eq!(done.state, JobState::Completed);
 }
@@ -112,7 +113,7 @@ fn scheduler() -> Policy {
 fn at_force_release(force_release: bool) -> (JobView, Observed) {
     let mut obs = observed();
     obs.schedulable = false;
-    (at_stage(JobKind::FullDecommission { storage: None, force_release }, Stage::ForceRelease, 0, None), obs)
+    (at_stage(JobKind::FullDecommission { storage: None, force_release, maas: Default::default() }, Stage::ForceRelease, 0, None), obs)
 }
 
 /// One `force_release` attempt at `now`: the decision must be to run the stage; the
@@ -310,7 +311,7 @@ fn refused_task_needs_an_operator() {
 
 #[test]
 fn failed_uninstall_returns_the_host_to_retired() {
-    let kind = JobKind::FullDecommission { storage: None, force_release: true };
+    let kind = JobKind::FullDecommission { storage: None, force_release: true, maas: Default::default() };
     let j = at_stage(kind, Stage::Uninstall, 3, Some("u3"));
     let mut obs = observed();
     obs.schedulable = false;
@@ -393,4 +394,38 @@ fn compensation_waits_for_a_live_task_then_ends_where_it_was_asked() {
     assert_eq!(s, JobState::Pending);
     assert_eq!((p.stage_index, p.stage, p.attempt, p.task_id.clone()), (0, Stage::Cordon, 0, None));
     assert!(matches!(p.history.last(), Some(StageEvent { status: StageStatus::Compensated, .. })));
+}
+
+#[test]
+fn maas_workflow_starts_its_child_then_follows_it_and_skips_an_unbound_host() {
+    use crate::jobs::model::MaasRelease;
+    use crate::jobs::plan::{ChildObs, MaasObs};
+    let policy = Policy::default();
+    let full = JobKind::FullDecommission { storage: None, force_release: false, maas: MaasRelease::default() };
+    let j = at_stage(full, Stage::MaasWorkflow, 0, None);
+    // Not bound: a full decommission has nothing to do in MAAS.
+    assert!(matches!(decide(&j, &observed(), t(0), &policy), Decision::Advance { to_stage: Stage::Delete, .. }));
+    let reimage = JobKind::Reimage { storage: None, maas: MaasRelease::default(), profile: None };
+    let j = at_stage(reimage, Stage::MaasWorkflow, 0, None);
+    assert!(matches!(
+        decide(&j, &observed(), t(0), &policy),
+        Decision::Fail { class: FailureClass::Configuration, state: JobState::FailedManualIntervention, .. }
+    ));
+    let bound = Observed { maas: MaasObs { bound: true, child: None }, ..observed() };
+    assert!(matches!(decide(&j, &bound, t(0), &policy), Decision::RunLocal { stage: Stage::MaasWorkflow, .. }));
+    let child = |state| Observed {
+        maas: MaasObs {
+            bound: true,
+            child: Some(ChildObs { job_id: "c1".into(), state, stage: "deploy".into(), message: "deploying".into() }),
+        },
+        ..observed()
+    };
+    assert!(matches!(decide(&j, &child(JobState::Running), t(0), &policy), Decision::Wait { .. }));
+    match decide(&j, &child(JobState::FailedManualIntervention), t(0), &policy) {
+        Decision::Wait { reason } => assert!(reason.contains("c1") && reason.contains("failed_manual_intervention"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(decide(&j, &child(JobState::Completed), t(0), &policy), Decision::Advance { to_stage: Stage::Uncordon, .. }));
+    // Deciding the same snapshot again yields the same decision.
+    assert_eq!(decide(&j, &child(JobState::Running), t(0), &policy), decide(&j, &child(JobState::Running), t(0), &policy));
 }

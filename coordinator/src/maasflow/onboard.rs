@@ -13,11 +13,11 @@ use drover_proto::time::Time;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::taxonomy::{Compensation, Handling, MaasFailureClass, OnboardingStage};
+use super::taxonomy::{Compensation, Handling, MaasFailureClass, MaasStage, Workflow};
 use crate::store::ProfilePolicy;
 
 /// The job kind of an onboarding.
-pub const KIND: &str = "maas_onboarding";
+pub const KIND: &str = Workflow::Onboard.kind();
 
 /// Most stage events kept in the read model (the oldest are dropped first; the event stream
 /// keeps everything).
@@ -50,6 +50,52 @@ pub struct OnboardingRequest {
     /// Who asked (operator name and role).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requester: Option<String>,
+    /// The existing host a reimage or decommission works on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_id: Option<Uuid>,
+    /// The MAAS machine a reimage or decommission works on (from the host's binding).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_id: Option<String>,
+    /// The job (reimage, full decommission) this workflow is the MAAS half of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_job_id: Option<Uuid>,
+    /// The release's erase (reimage, decommission).
+    #[serde(default)]
+    pub erase: EraseMode,
+    /// Delete the machine from MAAS at the end of a decommission (default: keep it).
+    #[serde(default)]
+    pub remove_maas_record: bool,
+}
+
+impl OnboardingRequest {
+    /// What the workflow is, for MAAS comments and messages.
+    pub fn workflow_name(&self) -> &'static str {
+        if self.parent_job_id.is_some() { "reimage or decommission" } else { "onboarding" }
+    }
+}
+
+/// How a release erases the machine's disks (§5.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EraseMode {
+    /// No erase.
+    #[default]
+    None,
+    /// MAAS's quick erase (wipe the starts and ends of disks).
+    Quick,
+    /// Secure erase where the disks support it (falls back to a full wipe in MAAS).
+    Secure,
+}
+
+impl EraseMode {
+    /// The stable name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EraseMode::None => "none",
+            EraseMode::Quick => "quick",
+            EraseMode::Secure => "secure",
+        }
+    }
 }
 
 /// What a stage event says happened.
@@ -73,7 +119,7 @@ pub enum EventStatus {
 #[serde(rename_all = "camelCase")]
 pub struct StageEvent {
     /// The stage.
-    pub stage: OnboardingStage,
+    pub stage: MaasStage,
     /// What happened.
     pub status: EventStatus,
     /// The stage's attempt.
@@ -104,7 +150,7 @@ pub struct Diagnostics {
 #[serde(rename_all = "camelCase")]
 pub struct OnboardProgress {
     /// The current stage.
-    pub stage: OnboardingStage,
+    pub stage: MaasStage,
     /// Its attempt (1 on first entry).
     pub attempt: u32,
     /// When the current attempt of the stage began (its time limit counts from here).
@@ -136,13 +182,19 @@ pub struct OnboardProgress {
     /// The `node.hw_sync_reseed` task of the current EnsureHardwareSync attempt.
     #[serde(default)]
     pub reseed_task_id: Option<String>,
+    /// The release fell back to no erase after the erase failed.
+    #[serde(default)]
+    pub erase_fallback_used: bool,
+    /// The power-off was asked.
+    #[serde(default)]
+    pub power_off_asked: bool,
     /// An operator's adoption named this machine.
     #[serde(default)]
     pub adopt_system_id: Option<String>,
     /// Why it stopped, as a class.
     pub failure_class: Option<MaasFailureClass>,
     /// The stage it failed at.
-    pub failed_stage: Option<OnboardingStage>,
+    pub failed_stage: Option<MaasStage>,
     /// The latest status line.
     pub message: String,
     /// What an operator should do now.
@@ -172,7 +224,7 @@ pub enum PendingCompensation {
 impl Default for OnboardProgress {
     fn default() -> Self {
         OnboardProgress {
-            stage: OnboardingStage::LoadSite,
+            stage: MaasStage::LoadSite,
             attempt: 0,
             stage_started_at: None,
             started_at: None,
@@ -185,6 +237,8 @@ impl Default for OnboardProgress {
             user_data_sha256: None,
             deploy_retries: 0,
             reseed_task_id: None,
+            erase_fallback_used: false,
+            power_off_asked: false,
             adopt_system_id: None,
             failure_class: None,
             failed_stage: None,
@@ -208,9 +262,9 @@ impl OnboardProgress {
         serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
     }
 
-    /// The index of the current stage in [`OnboardingStage::ALL`].
-    pub fn stage_index(&self) -> usize {
-        OnboardingStage::ALL.iter().position(|s| *s == self.stage).unwrap_or(0)
+    /// The index of the current stage in its workflow's list.
+    pub fn stage_index(&self, workflow: Workflow) -> usize {
+        workflow.stages().iter().position(|s| *s == self.stage).unwrap_or(0)
     }
 
     /// Appends a stage event, dropping the oldest beyond [`MAX_EVENTS`].
@@ -225,7 +279,7 @@ impl OnboardProgress {
     }
 
     /// Enters `stage` (attempt 1, its clock restarted), with a `started` event.
-    pub fn enter(&mut self, stage: OnboardingStage, now: Time) {
+    pub fn enter(&mut self, stage: MaasStage, now: Time) {
         self.stage = stage;
         self.attempt = 1;
         self.stage_started_at = Some(now);
@@ -235,16 +289,22 @@ impl OnboardProgress {
 
     /// The current stage reached its goal: a `succeeded` (or `skipped`) event, then the next
     /// stage is entered. Returns false when it was the last stage (the onboarding is done).
-    pub fn advance(&mut self, now: Time, skipped: bool, details: impl Into<String>) -> bool {
+    pub fn advance(&mut self, workflow: Workflow, now: Time, skipped: bool, details: impl Into<String>) -> bool {
         self.record(if skipped { EventStatus::Skipped } else { EventStatus::Succeeded }, now, details);
-        let next = OnboardingStage::ALL.iter().position(|s| *s == self.stage).and_then(|i| OnboardingStage::ALL.get(i + 1)).copied();
+        let list = workflow.stages();
+        let next = list.iter().position(|s| *s == self.stage).and_then(|i| list.get(i + 1)).copied();
         match next {
             Some(s) => {
                 self.enter(s, now);
                 true
             }
             None => {
-                self.message = "onboarded: the node is deployed, synced and enrolled".into();
+                self.message = match workflow {
+                    Workflow::Onboard => "onboarded: the node is deployed, synced and enrolled",
+                    Workflow::Reimage => "reimaged: a fresh OS is deployed, synced, and the host re-enrolled",
+                    Workflow::Decommission => "released, powered off and handled in MAAS",
+                }
+                .into();
                 false
             }
         }
@@ -271,7 +331,7 @@ pub enum FailureOutcome {
 
 /// §4.6 and §4.7 together: a failure of `class` at `stage` on its `attempt`, with at most
 /// `max_attempts` automatic attempts per stage.
-pub fn on_failure(stage: OnboardingStage, class: MaasFailureClass, attempt: u32, max_attempts: u32) -> FailureOutcome {
+pub fn on_failure(stage: MaasStage, class: MaasFailureClass, attempt: u32, max_attempts: u32) -> FailureOutcome {
     let stop_state = match class.default_handling() {
         Handling::FailImmediately => JobState::FailedRetryable,
         Handling::ManualIntervention => JobState::FailedManualIntervention,
@@ -301,39 +361,49 @@ pub fn timed_out(p: &OnboardProgress, now: Time, policy: &ProfilePolicy) -> Opti
     (now.secs_since(started) >= limit as i64).then_some((limit, class))
 }
 
-/// The domain event an onboarding's move into `to` emits (§8.0), if any.
-pub fn domain_event(from: JobState, to: JobState) -> Option<&'static str> {
+/// The domain event a MAAS workflow's move into `to` emits (§8.0), if any: onboardings emit
+/// `node.onboarding.*`, the MAAS halves of reimage and full decommission `node.decommission.*`.
+pub fn domain_event(workflow: Workflow, from: JobState, to: JobState) -> Option<String> {
     if from == to {
         return None;
     }
-    Some(match to {
-        JobState::Running if from == JobState::Pending => "node.onboarding.started",
-        JobState::Completed | JobState::Reconciled => "node.onboarding.completed",
-        JobState::FailedRetryable => "node.onboarding.failed",
-        JobState::FailedManualIntervention => "node.onboarding.manual_intervention_required",
-        JobState::Cancelled => "node.onboarding.cancelled",
+    let prefix = match workflow {
+        Workflow::Onboard => "node.onboarding",
+        Workflow::Reimage | Workflow::Decommission => "node.decommission",
+    };
+    let what = match to {
+        JobState::Running if from == JobState::Pending => "started",
+        JobState::Completed | JobState::Reconciled => "completed",
+        JobState::FailedRetryable => "failed",
+        JobState::FailedManualIntervention => "manual_intervention_required",
+        JobState::Cancelled => "cancelled",
         _ => return None,
-    })
+    };
+    Some(format!("{prefix}.{what}"))
 }
 
-impl OnboardingStage {
+impl MaasStage {
     /// The stable string form.
     pub fn as_str(self) -> &'static str {
         match self {
-            OnboardingStage::LoadSite => "load_site",
-            OnboardingStage::ResolvePowerCredentials => "resolve_power_credentials",
-            OnboardingStage::CreateOrFind => "create_or_find",
-            OnboardingStage::Commission => "commission",
-            OnboardingStage::WaitReady => "wait_ready",
-            OnboardingStage::ConfigureStorage => "configure_storage",
-            OnboardingStage::RocePhase2 => "roce_phase2",
-            OnboardingStage::PxeInterfaceAuto => "pxe_interface_auto",
-            OnboardingStage::CreateHostAndRenderCloudInit => "create_host_and_render_cloud_init",
-            OnboardingStage::Deploy => "deploy",
-            OnboardingStage::WaitDeployed => "wait_deployed",
-            OnboardingStage::EnsureHardwareSync => "ensure_hardware_sync",
-            OnboardingStage::WaitHardwareSyncHealthy => "wait_hardware_sync_healthy",
-            OnboardingStage::WaitAgentEnrollment => "wait_agent_enrollment",
+            MaasStage::LoadSite => "load_site",
+            MaasStage::ResolvePowerCredentials => "resolve_power_credentials",
+            MaasStage::CreateOrFind => "create_or_find",
+            MaasStage::Commission => "commission",
+            MaasStage::WaitReady => "wait_ready",
+            MaasStage::ConfigureStorage => "configure_storage",
+            MaasStage::RocePhase2 => "roce_phase2",
+            MaasStage::PxeInterfaceAuto => "pxe_interface_auto",
+            MaasStage::CreateHostAndRenderCloudInit => "create_host_and_render_cloud_init",
+            MaasStage::Deploy => "deploy",
+            MaasStage::WaitDeployed => "wait_deployed",
+            MaasStage::EnsureHardwareSync => "ensure_hardware_sync",
+            MaasStage::WaitHardwareSyncHealthy => "wait_hardware_sync_healthy",
+            MaasStage::WaitAgentEnrollment => "wait_agent_enrollment",
+            MaasStage::ReleaseMachine => "release_machine",
+            MaasStage::WaitReleased => "wait_released",
+            MaasStage::PowerOff => "power_off",
+            MaasStage::RemoveMaasRecord => "remove_maas_record",
         }
     }
 }
@@ -348,7 +418,7 @@ mod tests {
 
     #[test]
     fn stage_names_match_their_serde_form() {
-        for s in OnboardingStage::ALL {
+        for s in MaasStage::ALL {
             assert_eq!(serde_json::to_value(s).expect("json"), serde_json::json!(s.as_str()));
         }
     }
@@ -356,14 +426,14 @@ mod tests {
     #[test]
     fn advancing_walks_every_stage_once_then_finishes() {
         let mut p = OnboardProgress::default();
-        p.enter(OnboardingStage::LoadSite, t(0));
+        p.enter(MaasStage::LoadSite, t(0));
         let mut seen = vec![p.stage];
-        while p.advance(t(seen.len() as i64), false, "ok") {
+        while p.advance(Workflow::Onboard, t(seen.len() as i64), false, "ok") {
             seen.push(p.stage);
         }
-        assert_eq!(seen, OnboardingStage::ALL);
+        assert_eq!(seen, MaasStage::ALL);
         assert_eq!(p.started_at, Some(t(0)));
-        assert!(p.events.iter().filter(|e| e.status == EventStatus::Succeeded).count() == OnboardingStage::ALL.len());
+        assert!(p.events.iter().filter(|e| e.status == EventStatus::Succeeded).count() == MaasStage::ALL.len());
     }
 
     #[test]
@@ -379,7 +449,7 @@ mod tests {
     #[test]
     fn failures_follow_the_class_and_the_stage() {
         use MaasFailureClass as C;
-        use OnboardingStage as S;
+        use MaasStage as S;
         assert_eq!(on_failure(S::CreateOrFind, C::UpstreamTransient, 1, 3), FailureOutcome::RetryInPlace);
         assert_eq!(on_failure(S::CreateOrFind, C::UpstreamTransient, 3, 3), FailureOutcome::Stop(JobState::FailedRetryable));
         assert_eq!(on_failure(S::ConfigureStorage, C::HardwareMismatch, 1, 3), FailureOutcome::Stop(JobState::FailedManualIntervention));
@@ -394,21 +464,23 @@ mod tests {
     fn limits_count_from_the_stage_attempt() {
         let policy = ProfilePolicy { deploy_timeout_secs: 100, ..ProfilePolicy::default() };
         let mut p = OnboardProgress::default();
-        p.enter(OnboardingStage::WaitDeployed, t(0));
+        p.enter(MaasStage::WaitDeployed, t(0));
         assert_eq!(timed_out(&p, t(99), &policy), None);
         assert_eq!(timed_out(&p, t(100), &policy), Some((100, MaasFailureClass::DeployCloudInitFailure)));
-        p.enter(OnboardingStage::ConfigureStorage, t(0));
+        p.enter(MaasStage::ConfigureStorage, t(0));
         assert_eq!(timed_out(&p, t(1_000_000), &policy), None);
     }
 
     #[test]
     fn domain_events_name_the_outcome() {
-        assert_eq!(domain_event(JobState::Pending, JobState::Running), Some("node.onboarding.started"));
-        assert_eq!(domain_event(JobState::FailedRetryable, JobState::Running), None);
+        let w = Workflow::Onboard;
+        assert_eq!(domain_event(w, JobState::Pending, JobState::Running).as_deref(), Some("node.onboarding.started"));
+        assert_eq!(domain_event(w, JobState::FailedRetryable, JobState::Running), None);
         assert_eq!(
-            domain_event(JobState::Running, JobState::FailedManualIntervention),
+            domain_event(w, JobState::Running, JobState::FailedManualIntervention).as_deref(),
             Some("node.onboarding.manual_intervention_required")
         );
-        assert_eq!(domain_event(JobState::Running, JobState::Completed), Some("node.onboarding.completed"));
+        assert_eq!(domain_event(w, JobState::Running, JobState::Completed).as_deref(), Some("node.onboarding.completed"));
+        assert_eq!(domain_event(Workflow::Reimage, JobState::Running, JobState::Completed).as_deref(), Some("node.decommission.completed"));
     }
 }

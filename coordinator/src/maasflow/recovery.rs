@@ -21,7 +21,7 @@ use drover_proto::states::JobState;
 use drover_proto::time::Time;
 
 use super::onboard::{EventStatus, OnboardProgress, PendingCompensation};
-use super::taxonomy::{Compensation, OnboardingStage};
+use super::taxonomy::{Compensation, MaasStage};
 use crate::jobs::OperatorAction;
 
 /// What the action needs to know beyond the onboarding itself.
@@ -93,7 +93,7 @@ pub fn act(action: OperatorAction, state: JobState, p: &OnboardProgress, ctx: &A
             p.clear_failure();
             p.adopt_system_id = None;
             p.deploy_retries = 0;
-            p.enter(OnboardingStage::LoadSite, now);
+            p.enter(MaasStage::LoadSite, now);
             out(JobState::Running, p, "reruns from the first stage; what is already done is found, not repeated")
         }
         OperatorAction::RestartClean => {
@@ -124,7 +124,7 @@ pub fn act(action: OperatorAction, state: JobState, p: &OnboardProgress, ctx: &A
                 return out(JobState::Reconciled, p, "reconciled with the observed state");
             }
             match &ctx.adopt_system_id {
-                Some(id) if p.stage == OnboardingStage::CreateOrFind => {
+                Some(id) if p.stage == MaasStage::CreateOrFind => {
                     p.clear_failure();
                     p.adopt_system_id = Some(id.clone());
                     p.stage_started_at = Some(now);
@@ -155,7 +155,7 @@ mod tests {
         Time::from_unix(1_800_000_000).expect("time")
     }
 
-    fn failed_at(stage: OnboardingStage) -> OnboardProgress {
+    fn failed_at(stage: MaasStage) -> OnboardProgress {
         let mut p = OnboardProgress::default();
         p.enter(stage, t());
         p.system_id = Some("abc123".into());
@@ -165,7 +165,7 @@ mod tests {
 
     #[test]
     fn retry_needs_a_failure_and_counts_the_attempt() {
-        let p = failed_at(OnboardingStage::ConfigureStorage);
+        let p = failed_at(MaasStage::ConfigureStorage);
         let a = act(OperatorAction::RetryStage, JobState::FailedManualIntervention, &p, &ActionContext::default(), t()).expect("ok");
         assert_eq!((a.state, a.progress.attempt, a.progress.failure_class), (JobState::Running, 2, None));
         let refused = act(OperatorAction::RetryStage, JobState::Running, &p, &ActionContext::default(), t()).expect_err("refused");
@@ -174,15 +174,15 @@ mod tests {
 
     #[test]
     fn rerun_starts_from_the_top_keeping_what_it_knows() {
-        let p = failed_at(OnboardingStage::WaitAgentEnrollment);
+        let p = failed_at(MaasStage::WaitAgentEnrollment);
         let a = act(OperatorAction::Rerun, JobState::FailedRetryable, &p, &ActionContext::default(), t()).expect("ok");
-        assert_eq!(a.progress.stage, OnboardingStage::LoadSite);
+        assert_eq!(a.progress.stage, MaasStage::LoadSite);
         assert_eq!(a.progress.system_id.as_deref(), Some("abc123"));
     }
 
     #[test]
     fn restart_clean_releases_a_deployment_first() {
-        let p = failed_at(OnboardingStage::WaitDeployed);
+        let p = failed_at(MaasStage::WaitDeployed);
         let a = act(OperatorAction::RestartClean, JobState::FailedManualIntervention, &p, &ActionContext::default(), t()).expect("ok");
         assert_eq!(a.state, JobState::Compensating);
         assert_eq!(a.progress.compensation, Some(PendingCompensation::ThenRestart));
@@ -190,14 +190,14 @@ mod tests {
 
     #[test]
     fn adopt_reconciles_a_late_enrollment_or_claims_a_named_machine() {
-        let mut p = failed_at(OnboardingStage::WaitAgentEnrollment);
+        let mut p = failed_at(MaasStage::WaitAgentEnrollment);
         p.host_id = Some(uuid::Uuid::nil());
         let ctx = ActionContext { host_active: true, adopt_system_id: None };
         assert_eq!(
             act(OperatorAction::AdoptObservedState, JobState::FailedRetryable, &p, &ctx, t()).expect("ok").state,
             JobState::Reconciled
         );
-        let p = failed_at(OnboardingStage::CreateOrFind);
+        let p = failed_at(MaasStage::CreateOrFind);
         let ctx = ActionContext { host_active: false, adopt_system_id: Some("xyz789".into()) };
         let a = act(OperatorAction::AdoptObservedState, JobState::FailedManualIntervention, &p, &ctx, t()).expect("ok");
         assert_eq!(a.progress.adopt_system_id.as_deref(), Some("xyz789"));
@@ -206,7 +206,7 @@ mod tests {
 
     #[test]
     fn cancel_of_a_deploy_in_flight_releases_it() {
-        let p = failed_at(OnboardingStage::WaitDeployed);
+        let p = failed_at(MaasStage::WaitDeployed);
         assert_eq!(
             act(OperatorAction::Cancel, JobState::Running, &p, &ActionContext::default(), t()).expect("ok").state,
             JobState::Compensating

@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use super::discovery::{self, Candidate, Discovery, Wanted};
 use super::inspect::{self, BootDisk, DeployFailure};
+use super::onboard::EraseMode;
 use super::taxonomy::MaasFailureClass;
 
 /// One MAAS change a stage asks for.
@@ -67,9 +68,18 @@ pub enum MaasAct {
     },
     /// Deploy with freshly rendered user data.
     Deploy,
-    /// Release back to Ready (no erase): the compensation of a failed deployment, and the
-    /// first half of a datasource redeploy.
-    Release,
+    /// Release back to Ready with this erase (`none` for the compensation of a failed
+    /// deployment and the first half of a datasource redeploy).
+    Release {
+        /// The erase.
+        erase: EraseMode,
+        /// Forced (the no-erase fallback after a failed erase).
+        force: bool,
+    },
+    /// Power the machine off.
+    PowerOff,
+    /// Delete the machine from MAAS.
+    DeleteMachine,
 }
 
 /// What a stage does next.
@@ -384,6 +394,57 @@ pub fn wait_enrollment(m: &Machine, host_active: bool, host_state: &str) -> Stag
         return unexpected(m, "waiting for the agent");
     }
     if host_active { done("the agent enrolled; the host is active") } else { StageStep::Wait(format!("the host is {host_state}")) }
+}
+
+/// ReleaseMachine (§5.3, §5.4): release a deployed (or failed, allocated) machine with the
+/// requested erase; one already releasing, or already Ready, is past this stage.
+pub fn release_machine(m: &Machine, erase: EraseMode) -> StageStep {
+    match m.status {
+        NodeStatus::Ready => skipped("already Ready"),
+        NodeStatus::Releasing | NodeStatus::DiskErasing => done(format!("already {}", m.status_name)),
+        NodeStatus::Deployed | NodeStatus::Allocated | NodeStatus::FailedDeployment | NodeStatus::FailedReleasing => {
+            StageStep::Act(MaasAct::Release { erase, force: false })
+        }
+        NodeStatus::FailedDiskErasing => done("the erase already failed; the wait decides the fallback"),
+        _ => unexpected(m, "release"),
+    }
+}
+
+/// WaitReleased: Ready ends it. A failed erase is released again without erase when the
+/// profile allows it (once); otherwise, or when the release itself fails, an operator must
+/// reconcile (§5.8).
+pub fn wait_released(m: &Machine, fallback_allowed: bool, fallback_used: bool) -> StageStep {
+    match m.status {
+        NodeStatus::Ready => done(if fallback_used { "Ready (released without erase after the erase failed)" } else { "Ready" }),
+        NodeStatus::Releasing | NodeStatus::DiskErasing => StageStep::Wait(format!("{}: {}", m.status_name, msg(m))),
+        NodeStatus::FailedDiskErasing if fallback_allowed && !fallback_used => {
+            StageStep::Act(MaasAct::Release { erase: EraseMode::None, force: true })
+        }
+        NodeStatus::FailedDiskErasing => fail(
+            MaasFailureClass::StateAmbiguity,
+            format!("erasing failed ({}) and the profile does not allow releasing without erase", msg(m)),
+        ),
+        NodeStatus::FailedReleasing => fail(MaasFailureClass::StateAmbiguity, format!("the release failed: {}", msg(m))),
+        _ => unexpected(m, "waiting for the release"),
+    }
+}
+
+/// PowerOff: off ends it; otherwise ask once, then wait (the stage's limit bounds it).
+pub fn power_off(m: &Machine, asked: bool) -> StageStep {
+    if m.power_state.as_str() == "off" {
+        return done("powered off");
+    }
+    if asked { StageStep::Wait(format!("power is {}", m.power_state.as_str())) } else { StageStep::Act(MaasAct::PowerOff) }
+}
+
+/// RemoveMaasRecord: kept unless asked (the default leaves it for MAAS-side audit); a machine
+/// already gone is done.
+pub fn remove_maas_record(m: Option<&Machine>, remove: bool) -> StageStep {
+    match (remove, m) {
+        (false, _) => skipped("the MAAS record is kept (removeMaasRecord was not asked)"),
+        (true, None) => done("the machine is no longer in MAAS"),
+        (true, Some(_)) => StageStep::Act(MaasAct::DeleteMachine),
+    }
 }
 
 #[cfg(test)]

@@ -197,3 +197,28 @@ fn enrollment_waits_for_an_active_host_on_a_deployed_machine() {
     let released = machine(NodeStatus::Ready, json!({}));
     assert!(matches!(wait_enrollment(&released, true, "active"), StageStep::Fail { class: MaasFailureClass::StateAmbiguity, .. }));
 }
+
+#[test]
+fn release_erases_and_falls_back_once_when_allowed() {
+    use crate::maasflow::onboard::EraseMode;
+    let deployed = machine(NodeStatus::Deployed, json!({}));
+    assert_eq!(release_machine(&deployed, EraseMode::Quick), StageStep::Act(MaasAct::Release { erase: EraseMode::Quick, force: false }));
+    assert!(matches!(release_machine(&machine(NodeStatus::Ready, json!({})), EraseMode::Quick), StageStep::Done { skipped: true, .. }));
+    let failed = machine(NodeStatus::FailedDiskErasing, json!({"status_message": "wipe failed"}));
+    assert_eq!(wait_released(&failed, true, false), StageStep::Act(MaasAct::Release { erase: EraseMode::None, force: true }));
+    assert!(matches!(wait_released(&failed, true, true), StageStep::Fail { class: MaasFailureClass::StateAmbiguity, .. }));
+    assert!(matches!(wait_released(&failed, false, false), StageStep::Fail { class: MaasFailureClass::StateAmbiguity, .. }));
+    assert!(matches!(wait_released(&machine(NodeStatus::DiskErasing, json!({})), true, false), StageStep::Wait(_)));
+    assert!(matches!(wait_released(&machine(NodeStatus::Ready, json!({})), true, false), StageStep::Done { .. }));
+}
+
+#[test]
+fn power_off_asks_once_then_waits_and_the_record_is_kept_by_default() {
+    let on = machine(NodeStatus::Ready, json!({"power_state": "on"}));
+    assert_eq!(power_off(&on, false), StageStep::Act(MaasAct::PowerOff));
+    assert!(matches!(power_off(&on, true), StageStep::Wait(_)));
+    assert!(matches!(power_off(&machine(NodeStatus::Ready, json!({"power_state": "off"})), true), StageStep::Done { .. }));
+    assert!(matches!(remove_maas_record(Some(&on), false), StageStep::Done { skipped: true, .. }));
+    assert_eq!(remove_maas_record(Some(&on), true), StageStep::Act(MaasAct::DeleteMachine));
+    assert!(matches!(remove_maas_record(None, true), StageStep::Done { skipped: false, .. }));
+}

@@ -3,7 +3,7 @@
 //!
 //! Recovery is decided from these typed values, never from error text: a failure's class
 //! says whether automation may retry ([`MaasFailureClass::default_handling`]), and a stage
-//! says what a failure there leaves MAAS in ([`OnboardingStage::compensation`]) — the key
+//! says what a failure there leaves MAAS in ([`MaasStage::compensation`]) — the key
 //! principle of §4.6: pre-deploy failures retry in place, deploy failures release the machine
 //! back to Ready, post-deploy failures leave MAAS alone.
 
@@ -140,7 +140,7 @@ pub enum Compensation {
 /// The stages of onboarding, in order (§4.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum OnboardingStage {
+pub enum MaasStage {
     /// Read the site and its secrets; MAAS reachable.
     LoadSite,
     /// Pick the BMC credentials (overrides, then the site default).
@@ -171,32 +171,93 @@ pub enum OnboardingStage {
     EnsureHardwareSync,
     /// Wait for MAAS to report sync healthy.
     WaitHardwareSyncHealthy,
+    /// Release the machine in MAAS with the requested erase (reimage, decommission).
+    ReleaseMachine,
+    /// Wait for Ready; an erase that fails falls back to a release without erase when the
+    /// profile allows it.
+    WaitReleased,
+    /// Power the machine off through MAAS and wait until it is off (decommission).
+    PowerOff,
+    /// Delete the machine from MAAS when asked (decommission; kept by default).
+    RemoveMaasRecord,
 }
 
-impl OnboardingStage {
-    /// Every stage, in order.
-    pub const ALL: [OnboardingStage; 14] = [
-        OnboardingStage::LoadSite,
-        OnboardingStage::ResolvePowerCredentials,
-        OnboardingStage::CreateOrFind,
-        OnboardingStage::Commission,
-        OnboardingStage::WaitReady,
-        OnboardingStage::ConfigureStorage,
-        OnboardingStage::RocePhase2,
-        OnboardingStage::PxeInterfaceAuto,
-        OnboardingStage::CreateHostAndRenderCloudInit,
-        OnboardingStage::Deploy,
-        OnboardingStage::WaitDeployed,
-        OnboardingStage::WaitAgentEnrollment,
-        OnboardingStage::EnsureHardwareSync,
-        OnboardingStage::WaitHardwareSyncHealthy,
+/// Which MAAS workflow a job runs; each has its own stage list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Workflow {
+    /// §4.3: a new node into the fleet.
+    #[default]
+    Onboard,
+    /// §5.3: the same host, a fresh OS (the MAAS half of a reimage job).
+    Reimage,
+    /// §5.4: the MAAS half of a full decommission.
+    Decommission,
+}
+
+impl Workflow {
+    /// The job kind of this workflow's jobs.
+    pub const fn kind(self) -> &'static str {
+        match self {
+            Workflow::Onboard => "maas_onboarding",
+            Workflow::Reimage => "maas_reimage",
+            Workflow::Decommission => "maas_decommission",
+        }
+    }
+
+    /// The workflow of a job kind.
+    pub fn of_kind(kind: &str) -> Option<Workflow> {
+        [Workflow::Onboard, Workflow::Reimage, Workflow::Decommission].into_iter().find(|w| w.kind() == kind)
+    }
+
+    /// Its stages, in order.
+    pub const fn stages(self) -> &'static [MaasStage] {
+        use MaasStage::*;
+        match self {
+            Workflow::Onboard => &MaasStage::ALL,
+            Workflow::Reimage => &[
+                LoadSite,
+                ReleaseMachine,
+                WaitReleased,
+                ConfigureStorage,
+                RocePhase2,
+                PxeInterfaceAuto,
+                CreateHostAndRenderCloudInit,
+                Deploy,
+                WaitDeployed,
+                WaitAgentEnrollment,
+                EnsureHardwareSync,
+                WaitHardwareSyncHealthy,
+            ],
+            Workflow::Decommission => &[LoadSite, ReleaseMachine, WaitReleased, PowerOff, RemoveMaasRecord],
+        }
+    }
+}
+
+impl MaasStage {
+    /// Every onboarding stage, in order.
+    pub const ALL: [MaasStage; 14] = [
+        MaasStage::LoadSite,
+        MaasStage::ResolvePowerCredentials,
+        MaasStage::CreateOrFind,
+        MaasStage::Commission,
+        MaasStage::WaitReady,
+        MaasStage::ConfigureStorage,
+        MaasStage::RocePhase2,
+        MaasStage::PxeInterfaceAuto,
+        MaasStage::CreateHostAndRenderCloudInit,
+        MaasStage::Deploy,
+        MaasStage::WaitDeployed,
+        MaasStage::WaitAgentEnrollment,
+        MaasStage::EnsureHardwareSync,
+        MaasStage::WaitHardwareSyncHealthy,
     ];
 
     /// What a failure here leaves MAAS in (§4.6's key principle).
     pub const fn compensation(self) -> Compensation {
         match self {
-            OnboardingStage::Deploy | OnboardingStage::WaitDeployed => Compensation::ReleaseToReady,
-            OnboardingStage::EnsureHardwareSync | OnboardingStage::WaitHardwareSyncHealthy | OnboardingStage::WaitAgentEnrollment => {
+            MaasStage::Deploy | MaasStage::WaitDeployed => Compensation::ReleaseToReady,
+            MaasStage::EnsureHardwareSync | MaasStage::WaitHardwareSyncHealthy | MaasStage::WaitAgentEnrollment => {
                 Compensation::LeaveMaasAlone
             }
             _ => Compensation::None,
@@ -206,25 +267,28 @@ impl OnboardingStage {
     /// Whether the stage reads MAAS's state before acting (§4.10: every stage that touches
     /// MAAS does; the destructive ones must).
     pub const fn refreshes_first(self) -> bool {
-        !matches!(self, OnboardingStage::LoadSite | OnboardingStage::ResolvePowerCredentials)
+        !matches!(self, MaasStage::LoadSite | MaasStage::ResolvePowerCredentials)
     }
 
     /// Whether re-running the stage from the top is safe without looking at what it did
     /// before (§4.10): `deploy` never is — MAAS may already have advanced.
     pub const fn blindly_rerunnable(self) -> bool {
-        !matches!(self, OnboardingStage::Deploy)
+        !matches!(self, MaasStage::Deploy)
     }
 
     /// The stage's time limit from the profile (§4.14) and the class its expiry carries, for
     /// the waiting stages.
     pub fn timeout(self, policy: &ProfilePolicy) -> Option<(u64, MaasFailureClass)> {
         match self {
-            OnboardingStage::CreateOrFind => Some((policy.discovery_timeout_secs, MaasFailureClass::PxeDiscoveryFailure)),
-            OnboardingStage::WaitReady => Some((policy.commission_timeout_secs, MaasFailureClass::BmcPowerFailure)),
-            OnboardingStage::WaitDeployed => Some((policy.deploy_timeout_secs, MaasFailureClass::DeployCloudInitFailure)),
-            OnboardingStage::EnsureHardwareSync => Some((policy.hw_sync_seed_timeout_secs, MaasFailureClass::HardwareSyncFailure)),
-            OnboardingStage::WaitHardwareSyncHealthy => Some((policy.hw_sync_health_timeout_secs, MaasFailureClass::HardwareSyncFailure)),
-            OnboardingStage::WaitAgentEnrollment => Some((policy.enrollment_timeout_secs, MaasFailureClass::AgentEnrollmentFailure)),
+            MaasStage::CreateOrFind => Some((policy.discovery_timeout_secs, MaasFailureClass::PxeDiscoveryFailure)),
+            MaasStage::WaitReady => Some((policy.commission_timeout_secs, MaasFailureClass::BmcPowerFailure)),
+            MaasStage::WaitDeployed => Some((policy.deploy_timeout_secs, MaasFailureClass::DeployCloudInitFailure)),
+            MaasStage::EnsureHardwareSync => Some((policy.hw_sync_seed_timeout_secs, MaasFailureClass::HardwareSyncFailure)),
+            MaasStage::WaitHardwareSyncHealthy => Some((policy.hw_sync_health_timeout_secs, MaasFailureClass::HardwareSyncFailure)),
+            MaasStage::WaitAgentEnrollment => Some((policy.enrollment_timeout_secs, MaasFailureClass::AgentEnrollmentFailure)),
+            // A release (with its erase) or a power-off that does not converge: an operator
+            // must reconcile (§5.8).
+            MaasStage::WaitReleased | MaasStage::PowerOff => Some((policy.deploy_timeout_secs, MaasFailureClass::StateAmbiguity)),
             _ => None,
         }
     }
@@ -252,8 +316,8 @@ mod tests {
 
     #[test]
     fn compensation_follows_the_key_principle() {
-        let deploy_at = OnboardingStage::ALL.iter().position(|s| *s == OnboardingStage::Deploy).expect("deploy");
-        for (i, s) in OnboardingStage::ALL.into_iter().enumerate() {
+        let deploy_at = MaasStage::ALL.iter().position(|s| *s == MaasStage::Deploy).expect("deploy");
+        for (i, s) in MaasStage::ALL.into_iter().enumerate() {
             let want = match i {
                 _ if i < deploy_at => Compensation::None,
                 _ if i <= deploy_at + 1 => Compensation::ReleaseToReady,
@@ -261,14 +325,14 @@ mod tests {
             };
             assert_eq!(s.compensation(), want, "{s:?}");
         }
-        assert!(!OnboardingStage::Deploy.blindly_rerunnable());
-        assert!(OnboardingStage::WaitDeployed.blindly_rerunnable());
+        assert!(!MaasStage::Deploy.blindly_rerunnable());
+        assert!(MaasStage::WaitDeployed.blindly_rerunnable());
     }
 
     #[test]
     fn waiting_stages_take_their_limits_from_the_profile() {
         let p = ProfilePolicy { deploy_timeout_secs: 1234, ..ProfilePolicy::default() };
-        assert_eq!(OnboardingStage::WaitDeployed.timeout(&p), Some((1234, MaasFailureClass::DeployCloudInitFailure)));
-        assert_eq!(OnboardingStage::ConfigureStorage.timeout(&p), None);
+        assert_eq!(MaasStage::WaitDeployed.timeout(&p), Some((1234, MaasFailureClass::DeployCloudInitFailure)));
+        assert_eq!(MaasStage::ConfigureStorage.timeout(&p), None);
     }
 }

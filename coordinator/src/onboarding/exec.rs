@@ -21,11 +21,11 @@ use crate::app::AppState;
 use crate::maasflow::discovery::Wanted;
 use crate::maasflow::inspect::snippet;
 use crate::maasflow::onboard::{
-    Diagnostics, EventStatus, FailureOutcome, KIND, OnboardProgress, OnboardingRequest, PendingCompensation, SNIPPET_MAX, domain_event,
+    Diagnostics, EventStatus, FailureOutcome, OnboardProgress, OnboardingRequest, PendingCompensation, SNIPPET_MAX, domain_event,
     note_failure, on_failure, timed_out,
 };
 use crate::maasflow::stages::{self, MaasAct, Reseed, RoceWant, StageStep};
-use crate::maasflow::taxonomy::{MaasFailureClass, OnboardingStage as S};
+use crate::maasflow::taxonomy::{MaasFailureClass, MaasStage as S, Workflow};
 use crate::store::{self, Job, JobFilter, JobStep, NewEvent, NewTask, StoreError, TaskState};
 
 /// Most decisions one onboarding makes in one tick.
@@ -51,7 +51,9 @@ pub fn parse(job: &Job) -> Result<(OnboardingRequest, OnboardProgress), serde_js
 /// One tick over every unfinished onboarding; returns how many steps were persisted.
 pub async fn tick(app: &Arc<AppState>) -> Result<usize, StoreError> {
     let jobs = store::blocking(app.store.clone(), |s| {
-        s.list_jobs(&JobFilter { kind: Some(KIND.to_owned()), unfinished: true, ..Default::default() })
+        let mut jobs = s.list_jobs(&JobFilter { unfinished: true, ..Default::default() })?;
+        jobs.retain(|j| Workflow::of_kind(&j.job.kind).is_some());
+        Ok(jobs)
     })
     .await?;
     let mut running: BTreeMap<String, u32> = BTreeMap::new();
@@ -69,6 +71,11 @@ pub async fn tick(app: &Arc<AppState>) -> Result<usize, StoreError> {
     let mut admitted = Vec::new();
     for j in pending {
         let Ok((req, _)) = parse(&j) else { continue };
+        if req.parent_job_id.is_some() {
+            // The MAAS half of a reimage or decommission: its parent job was paced already.
+            admitted.push(j);
+            continue;
+        }
         let key = (req.site.clone(), req.profile.clone());
         let limit = match limits.get(&key) {
             Some(l) => *l,
@@ -149,11 +156,12 @@ async fn save(
             data: json!({ "stage": e.stage, "status": e.status, "attempt": e.attempt }),
         })
         .collect();
-    if let Some(kind) = domain_event(job.state, state) {
+    let workflow = Workflow::of_kind(&job.job.kind).unwrap_or_default();
+    if let Some(kind) = domain_event(workflow, job.state, state) {
         let input: Option<OnboardingRequest> = serde_json::from_value(job.job.input.clone()).ok();
         events.push(NewEvent {
             at: now,
-            kind: kind.into(),
+            kind,
             host_id,
             rollout_id: None,
             job_id: Some(job_id),
@@ -165,6 +173,8 @@ async fn save(
                 "batchId": input.as_ref().and_then(|i| i.batch_id),
                 "stage": p.stage,
                 "failureClass": p.failure_class,
+                "workflow": workflow,
+                "parentJobId": input.as_ref().and_then(|i| i.parent_job_id),
             }),
         });
     }
@@ -194,14 +204,19 @@ async fn drive(app: &Arc<AppState>, mut job: Job) -> Result<usize, StoreError> {
             return Ok(0);
         }
     };
+    let workflow = Workflow::of_kind(&job.job.kind).unwrap_or_default();
     let mut ctx: Option<SiteCtx> = None;
     for n in 0..MAX_STEPS {
         let mut p = OnboardProgress::from_value(&job.progress).unwrap_or_default();
         let now = app.clock.now();
         match job.state {
             JobState::Pending => {
-                p.enter(S::LoadSite, now);
-                job = save(app, &job, JobState::Running, &p, &format!("onboarding of {} started", req.hostname), None).await?;
+                // A reimage or decommission starts from the host's binding.
+                p.system_id = p.system_id.or_else(|| req.system_id.clone());
+                p.host_id = p.host_id.or(req.host_id);
+                p.enter(workflow.stages()[0], now);
+                let why = format!("{} of {} started", workflow.kind(), req.hostname);
+                job = save(app, &job, JobState::Running, &p, &why, None).await?;
                 continue;
             }
             JobState::FailedRetryable | JobState::FailedManualIntervention => {
@@ -229,7 +244,7 @@ async fn drive(app: &Arc<AppState>, mut job: Job) -> Result<usize, StoreError> {
                 None => return Ok(n),
             }
         }
-        match step(app, c, &req, &job, p).await? {
+        match step(app, c, &req, workflow, &job, p).await? {
             Some(j) => job = j,
             None => return Ok(n),
         }
@@ -367,6 +382,7 @@ async fn step(
     app: &Arc<AppState>,
     ctx: &SiteCtx,
     req: &OnboardingRequest,
+    workflow: Workflow,
     job: &Job,
     mut p: OnboardProgress,
 ) -> Result<Option<Job>, StoreError> {
@@ -377,9 +393,12 @@ async fn step(
         return fail(app, job, p, (class, message), None).await.map(Some);
     }
     // Every stage past discovery reads the machine first (§4.13: refresh before acting).
-    let machine = match (&p.system_id, p.stage > S::CreateOrFind) {
+    let reads_machine = !matches!(p.stage, S::LoadSite | S::ResolvePowerCredentials | S::CreateOrFind);
+    let machine = match (&p.system_id, reads_machine) {
         (Some(sid), true) => match ctx.client.read_machine(sid).await {
             Ok(m) => Some(m),
+            // Removing the record is done when the machine is gone.
+            Err(e) if p.stage == S::RemoveMaasRecord && e.class() == drover_maas::ErrorClass::Gone => None,
             Err(e) => {
                 let f = if e.class() == drover_maas::ErrorClass::Gone {
                     (MaasFailureClass::StateAmbiguity, format!("machine {sid} was deleted from MAAS mid-workflow"))
@@ -398,25 +417,25 @@ async fn step(
     if let Some(m) = &machine {
         p.diagnostics = Some(observe(m));
     }
-    let decided = decide(app, ctx, req, &mut p, machine.as_ref()).await;
+    let decided = decide(app, ctx, req, workflow, &mut p, machine.as_ref()).await;
     let decided = match decided {
         Ok(s) => s,
         Err(f) => return fail(app, job, p, f, machine.as_ref()).await.map(Some),
     };
     match decided {
         StageStep::Done { details, skipped } => {
-            let more = p.advance(now, skipped, details);
+            let more = p.advance(workflow, now, skipped, details);
             let (state, reason) = if more {
                 (JobState::Running, format!("entered {}", p.stage.as_str()))
             } else {
-                (JobState::Completed, format!("{} onboarded", req.hostname))
+                (JobState::Completed, format!("{}: {}", req.hostname, p.message))
             };
             save(app, job, state, &p, &reason, None).await.map(Some)
         }
         StageStep::Claim { system_id, details } => {
             p.system_id = Some(system_id);
             p.adopt_system_id = None;
-            p.advance(now, false, details);
+            p.advance(workflow, now, false, details);
             save(app, job, JobState::Running, &p, "machine claimed", None).await.map(Some)
         }
         StageStep::Act(act) => match perform::act(app, ctx, req, &mut p, &act).await {
@@ -424,7 +443,7 @@ async fn step(
                 if act == MaasAct::Create {
                     // MAAS answered with the machine it created: that is the one.
                     let sid = p.system_id.clone().unwrap_or_default();
-                    p.advance(now, false, details);
+                    p.advance(workflow, now, false, details);
                     return save(app, job, JobState::Running, &p, &format!("created {sid}"), None).await.map(Some);
                 }
                 p.record(EventStatus::Started, now, details);
@@ -493,6 +512,7 @@ async fn decide(
     app: &Arc<AppState>,
     ctx: &SiteCtx,
     req: &OnboardingRequest,
+    workflow: Workflow,
     p: &mut OnboardProgress,
     m: Option<&Machine>,
 ) -> Result<StageStep, Failure> {
@@ -592,5 +612,40 @@ async fn decide(
             let now = time::OffsetDateTime::from_unix_timestamp(app.clock.now().unix()).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
             stages::wait_hw_sync_healthy(m, m.hw_sync().is_healthy(now), policy.require_hw_sync)
         }
+        S::ReleaseMachine => stages::release_machine(machine()?, req.erase),
+        S::WaitReleased => {
+            let step = stages::wait_released(machine()?, policy.release_fallback_no_erase, p.erase_fallback_used);
+            if workflow == Workflow::Reimage
+                && matches!(step, StageStep::Done { .. })
+                && let Some(host_id) = p.host_id
+            {
+                retire_old_identity(app, host_id).await?;
+            }
+            step
+        }
+        S::PowerOff => stages::power_off(machine()?, p.power_off_asked),
+        S::RemoveMaasRecord => stages::remove_maas_record(m, req.remove_maas_record),
     })
+}
+
+/// A reimage released the machine: the old OS — and the agent's key — are gone. Every
+/// certificate of the host is revoked and the host is `offline` until the fresh OS enrolls
+/// (idempotent: a repeat revokes nothing more and leaves an offline host as it is).
+async fn retire_old_identity(app: &Arc<AppState>, host_id: Uuid) -> Result<(), Failure> {
+    let now = app.clock.now();
+    store::blocking(app.store.clone(), move |s| {
+        s.revoke_host_certs(host_id, now, "reimage: the machine was released and its OS erased")?;
+        if let Some(h) = s.get_host(host_id)?
+            && h.state == HostLifecycle::Active
+        {
+            s.transition_host(host_id, HostLifecycle::Active, HostLifecycle::Offline, "reimage: the machine was released", now)?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| (MaasFailureClass::UpstreamTransient, format!("the coordinator's store failed: {e}")))?;
+    if let Err(e) = app.refresh_crl().await {
+        tracing::error!(error = %e, host_id = %host_id, "the CRL was not refreshed after a reimage revoked the host's certificates");
+    }
+    Ok(())
 }

@@ -17,7 +17,7 @@ use uuid::Uuid;
 use super::site::{Failure, SiteCtx, maas_failure, read_secret};
 use crate::app::AppState;
 use crate::cloudinit::{self, DeployUser, FirstBoot, HwSync, RoceLink, Shares, SiteBundle};
-use crate::maasflow::onboard::{OnboardProgress, OnboardingRequest};
+use crate::maasflow::onboard::{EraseMode, OnboardProgress, OnboardingRequest};
 use crate::maasflow::stages::MaasAct;
 use crate::maasflow::taxonomy::MaasFailureClass;
 use crate::sites::{NodeKeys, PowerSource, select_power_credentials};
@@ -116,9 +116,28 @@ pub async fn act(
             Ok(format!("interface {interface_id} linked AUTO on subnet {subnet_id}"))
         }
         MaasAct::Deploy => deploy(app, ctx, req, p).await,
-        MaasAct::Release => {
-            c.release(sid, &ReleaseOptions::default()).await.map_err(|e| maas_failure("release", &e))?;
-            Ok(format!("released {sid} back to Ready (no erase)"))
+        MaasAct::Release { erase, force } => {
+            let options = ReleaseOptions {
+                erase: *erase != EraseMode::None,
+                quick_erase: *erase == EraseMode::Quick,
+                secure_erase: *erase == EraseMode::Secure,
+                force: *force,
+                comment: Some(format!("Drover: {}", req.workflow_name())),
+            };
+            c.release(sid, &options).await.map_err(|e| maas_failure("release", &e))?;
+            if *force {
+                p.erase_fallback_used = true;
+            }
+            Ok(format!("release of {sid} asked (erase {}{})", erase.as_str(), if *force { ", forced after the erase failed" } else { "" }))
+        }
+        MaasAct::PowerOff => {
+            c.power_off(sid, drover_maas::StopMode::Hard, Some("Drover decommission")).await.map_err(|e| maas_failure("power off", &e))?;
+            p.power_off_asked = true;
+            Ok(format!("power-off of {sid} asked"))
+        }
+        MaasAct::DeleteMachine => {
+            c.delete_machine(sid).await.map_err(|e| maas_failure("delete the machine", &e))?;
+            Ok(format!("machine {sid} deleted from MAAS"))
         }
     }
 }
@@ -188,6 +207,22 @@ pub async fn ensure_host(app: &Arc<AppState>, ctx: &SiteCtx, req: &OnboardingReq
     })
 }
 
+/// A host whose machine was released (a reimage: its OS and certificate are gone) goes back
+/// to `bootstrap_issued`, so the fresh token's enrollment takes it through `enrolling` to
+/// `active` again under the same id. A new host is already there.
+async fn reissue(app: &Arc<AppState>, host_id: Uuid) -> Result<(), Failure> {
+    let now = app.clock.now();
+    store::blocking(app.store.clone(), move |s| {
+        let Some(h) = s.get_host(host_id)? else { return Err(store::StoreError::not_found("host", host_id)) };
+        if h.state == HostLifecycle::Offline {
+            s.transition_host(host_id, HostLifecycle::Offline, HostLifecycle::BootstrapIssued, "reimage: a fresh OS enrolls again", now)?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(store_failure)
+}
+
 /// A fresh enrollment token for `host_id` (the profile's lifetime) and the bootstrap command
 /// that spends it.
 async fn fresh_bootstrap(app: &Arc<AppState>, host_id: Uuid, ttl_secs: u64) -> Result<Secret, Failure> {
@@ -216,6 +251,7 @@ async fn deploy(app: &Arc<AppState>, ctx: &SiteCtx, req: &OnboardingRequest, p: 
     };
     let mut salt = [0u8; 12];
     rand::rngs::OsRng.fill_bytes(&mut salt);
+    reissue(app, host_id).await?;
     let agent_bootstrap = fresh_bootstrap(app, host_id, policy.enrollment_token_ttl_secs).await?;
     let input = FirstBoot {
         hostname: req.hostname.clone(),

@@ -15,9 +15,12 @@
 //!    parts — site bundle, users, hardware-sync timer, shares, RoCE — are **not** run: they
 //!    need a real host (systemd, root, disks, NICs);
 //! 4. the agent configuration text (`--agent-extra-config FILE`, else
-//!    [`DEFAULT_AGENT_CONFIG`]; `@ROOT@` stands for the root) is appended to
-//!    `<root>/etc/drover/agent.toml`, so the agent uses no system bus and activates under the
-//!    root, and `<root>/usr/local/bin/drover-agent run --config <root>/etc/drover/agent.toml`
+//!    [`DEFAULT_AGENT_CONFIG`]; `@ROOT@` stands for the root; top-level keys and
+//!    `[activation]` only) is appended to `<root>/etc/drover/agent.toml`, so the agent uses no
+//!    system bus (or the test's) and activates under the root, then the devkit's sandboxed
+//!    host layout is made in the root and its `[health]`/`[tasks]` tables appended (tenant
+//!    files, tool stand-ins, the uninstall paths, the MAAS creds file — every task works on the
+//!    sandbox), and `<root>/usr/local/bin/drover-agent run --config <root>/etc/drover/agent.toml`
 //!    starts in its own process group, its output in `DIR/<system_id>/agent.log`.
 //!
 //! Each step is reported as an event on the machine (`Booting`, `Booted`, `Boot failed` at
@@ -64,12 +67,10 @@ pub const AGENT_BIN_PATH: &str = "/usr/local/bin/drover-agent";
 
 /// What is appended to a booted agent's `agent.toml` unless `--agent-extra-config` says
 /// otherwise (`@ROOT@` is the sandbox root): as the tests' `enroll_sandboxed`, a bus address
-/// where no bus is and the activation root inside the sandbox, plus the creds file the user
-/// data wrote for health and `node.hw_sync_reseed`.
+/// where no bus is and the activation root inside the sandbox. (`[health]` and `[tasks]` come
+/// from the sandboxed host layout, appended after it.)
 pub const DEFAULT_AGENT_CONFIG: &str = "\n# Appended by fake-maas: a sandboxed agent (no system bus, everything under the boot root).\n\
-systemd_bus = \"unix:path=@ROOT@/no-bus\"\n\n[activation]\nroot = \"@ROOT@\"\n\n\
-[health]\nmaas_creds_file = \"@ROOT@/etc/maas/maas-machine-creds.yml\"\n\n\
-[tasks]\nmaas_creds_file = \"@ROOT@/etc/maas/maas-machine-creds.yml\"\n";
+systemd_bus = \"unix:path=@ROOT@/no-bus\"\n\n[activation]\nroot = \"@ROOT@\"\n";
 
 /// How long the bootstrap part may run.
 const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(300);
@@ -132,6 +133,9 @@ pub enum BootError {
     /// The machine was released or deleted while it booted.
     #[error("the machine was powered off while booting")]
     Stopped,
+    /// The sandboxed host layout (tenant files, tool stand-ins) could not be made.
+    #[error("the sandboxed host layout: {0}")]
+    HostRoot(String),
     /// A file or process could not be made.
     #[error("{path}: {source}")]
     Io {
@@ -358,11 +362,17 @@ impl Booter {
             return Err(BootError::NoAgent("drover-agent binary"));
         }
         let extra = self.inner.agent_config.replace("@ROOT@", &toml_escape(&root.display().to_string()));
+        // Every task the coordinator may send works on the sandbox, never on this machine:
+        // the devkit's host layout (tenant files and users, userdel/loginctl/umount stand-ins,
+        // the drain hook, a fake nvidia-smi, the uninstall paths) and its [health]/[tasks].
+        let host = crate::hostroot::HostRoot::create(&root).map_err(|e| BootError::HostRoot(e.to_string()))?;
         let mut text = std::fs::read_to_string(&config).map_err(io_err(&config))?;
         if !text.ends_with('\n') {
             text.push('\n');
         }
         text.push_str(&extra);
+        text.push('\n');
+        text.push_str(&host.tasks_toml());
         std::fs::write(&config, text).map_err(io_err(&config))?;
 
         let agent_log = dir.join("agent.log");
