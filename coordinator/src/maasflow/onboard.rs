@@ -176,9 +176,13 @@ pub struct OnboardProgress {
     /// sha256 of the user data last deployed (its manifest; never the text, which holds
     /// secrets).
     pub user_data_sha256: Option<String>,
-    /// Redeploys after a datasource-class failure so far.
+    /// Redeploys after a datasource-class failure decided so far.
     #[serde(default)]
     pub deploy_retries: u32,
+    /// Deploy calls MAAS accepted so far (fewer than `deploy_retries + 1`: a decided redeploy
+    /// is still to be made).
+    #[serde(default)]
+    pub deploy_calls: u32,
     /// The `node.hw_sync_reseed` task of the current EnsureHardwareSync attempt.
     #[serde(default)]
     pub reseed_task_id: Option<String>,
@@ -236,6 +240,7 @@ impl Default for OnboardProgress {
             layout_applied: false,
             user_data_sha256: None,
             deploy_retries: 0,
+            deploy_calls: 0,
             reseed_task_id: None,
             erase_fallback_used: false,
             power_off_asked: false,

@@ -304,9 +304,13 @@ pub fn pxe_interface_auto(m: &Machine, iface_name: Option<&str>) -> StageStep {
 
 /// Deploy (never blind, §4.10): deploy only a Ready or Allocated machine; one already
 /// deploying or deployed was deployed by an earlier attempt; a release in flight is waited for.
-pub fn deploy(m: &Machine) -> StageStep {
+/// `redeploy_pending`: a datasource redeploy was decided and not yet deployed — the failed
+/// deployment is released first (decided and persisted before any call, so a coordinator
+/// killed in between finds the same decision, not an unexplained Ready machine).
+pub fn deploy(m: &Machine, redeploy_pending: bool) -> StageStep {
     match m.status {
         NodeStatus::Ready | NodeStatus::Allocated => StageStep::Act(MaasAct::Deploy),
+        NodeStatus::FailedDeployment if redeploy_pending => StageStep::Act(MaasAct::Release { erase: EraseMode::None, force: false }),
         NodeStatus::Deploying | NodeStatus::Deployed | NodeStatus::FailedDeployment => skipped(format!("already {}", m.status_name)),
         NodeStatus::Releasing | NodeStatus::DiskErasing => StageStep::Wait(format!("{}: waiting for Ready", m.status_name)),
         _ => unexpected(m, "deployment"),

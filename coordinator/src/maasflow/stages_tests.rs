@@ -150,11 +150,20 @@ fn pxe_interface_is_relinked_auto_and_needs_a_subnet() {
 
 #[test]
 fn deploy_is_never_blind() {
-    assert_eq!(deploy(&machine(NodeStatus::Ready, json!({}))), StageStep::Act(MaasAct::Deploy));
-    assert!(matches!(deploy(&machine(NodeStatus::Deploying, json!({}))), StageStep::Done { skipped: true, .. }));
-    assert!(matches!(deploy(&machine(NodeStatus::Deployed, json!({}))), StageStep::Done { skipped: true, .. }));
-    assert!(matches!(deploy(&machine(NodeStatus::Releasing, json!({}))), StageStep::Wait(_)));
-    assert!(matches!(deploy(&machine(NodeStatus::Broken, json!({}))), StageStep::Fail { class: MaasFailureClass::StateAmbiguity, .. }));
+    assert_eq!(deploy(&machine(NodeStatus::Ready, json!({})), false), StageStep::Act(MaasAct::Deploy));
+    assert!(matches!(deploy(&machine(NodeStatus::Deploying, json!({})), false), StageStep::Done { skipped: true, .. }));
+    assert!(matches!(deploy(&machine(NodeStatus::Deployed, json!({})), false), StageStep::Done { skipped: true, .. }));
+    assert!(matches!(deploy(&machine(NodeStatus::Releasing, json!({})), true), StageStep::Wait(_)));
+    assert!(matches!(
+        deploy(&machine(NodeStatus::Broken, json!({})), false),
+        StageStep::Fail { class: MaasFailureClass::StateAmbiguity, .. }
+    ));
+    // A decided redeploy releases the failed deployment first; without one it is left for
+    // WaitDeployed to classify.
+    use crate::maasflow::onboard::EraseMode;
+    let failed = machine(NodeStatus::FailedDeployment, json!({}));
+    assert_eq!(deploy(&failed, true), StageStep::Act(MaasAct::Release { erase: EraseMode::None, force: false }));
+    assert!(matches!(deploy(&failed, false), StageStep::Done { skipped: true, .. }));
 }
 
 #[test]

@@ -467,11 +467,8 @@ async fn step(
             save(app, job, JobState::Running, &p, "stage retried", None).await.map(Some)
         }
         StageStep::RetryDeploy { details } => {
-            let sid = p.system_id.clone().unwrap_or_default();
-            if let Err(e) = ctx.client.release(&sid, &ReleaseOptions::default()).await {
-                return fail(app, job, p, maas_failure("release for the redeploy", &e), machine.as_ref()).await.map(Some);
-            }
-            p.record(EventStatus::Compensated, now, format!("{details}: released {sid} back to Ready"));
+            // Decided and persisted first; the release is the Deploy stage's first call.
+            p.record(EventStatus::Compensated, now, format!("{details}: the failed deployment is released, then deployed again"));
             p.deploy_retries += 1;
             p.enter(S::Deploy, now);
             save(app, job, JobState::Running, &p, "redeploying after a datasource-class failure", None).await.map(Some)
@@ -574,7 +571,7 @@ async fn decide(
             let details = perform::ensure_host(app, ctx, req, p).await?;
             StageStep::Done { details, skipped: false }
         }
-        S::Deploy => stages::deploy(machine()?),
+        S::Deploy => stages::deploy(machine()?, p.deploy_calls <= p.deploy_retries && p.deploy_retries > 0),
         S::WaitDeployed => {
             let m = machine()?;
             let events = if m.status == NodeStatus::FailedDeployment {

@@ -282,6 +282,7 @@ async fn deploy(app: &Arc<AppState>, ctx: &SiteCtx, req: &OnboardingRequest, p: 
         ..Default::default()
     };
     ctx.client.deploy(&sid, &options).await.map_err(|e| maas_failure("deploy", &e))?;
+    p.deploy_calls += 1;
     p.user_data_sha256 = Some(user_data.sha256().to_owned());
     let parts: Vec<&str> = user_data.parts().iter().map(|p| p.as_str()).collect();
     Ok(format!(
