@@ -7,8 +7,9 @@
 //! with a fake Nix toolchain, fake GPU tools and a private D-Bus (`drover-devkit`), and each
 //! proved confined to its sandbox before it starts. Then a demo release — 2 channels, 3
 //! waves, a disruption budget of 2 hosts — is signed and published, and rolled out live
-//! with the progress view; then a `soft_reset` job runs on one host; then a summary with
-//! the commands to poke at the fleet. It serves until Ctrl-C, or exits with
+//! with the progress view; then a `soft_reset` job runs on one host; with `--maas`, a fake
+//! MAAS site onboards a few more hosts through MAAS (`dev_maas`, its URL and API key in the
+//! banner); then a summary with the commands to poke at the fleet. It serves until Ctrl-C, or exits with
 //! `--exit-when-done`.
 //!
 //! The binaries it runs (`drover-coordinator`, `drover-agent`, `fake-systemd`) are taken
@@ -29,6 +30,13 @@ use crate::exit::{CliError, codes};
 /// Arguments of `drover dev`.
 #[derive(Args, Debug)]
 pub struct DevArgs {
+    /// Also run a fake MAAS site (its URL and API key are printed) and onboard a few more hosts
+    /// through it: enlisted, commissioned, deployed with their first-boot user data, enrolled.
+    #[arg(long)]
+    maas: bool,
+    /// How many hosts `--maas` onboards (1–10).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=10), requires = "maas")]
+    maas_nodes: u16,
     /// How many local agents to run (1–20).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=20))]
     agents: u16,
@@ -112,7 +120,11 @@ pub fn run(args: &DevArgs) -> Result<(), CliError> {
     let started = Instant::now();
     eprintln!("{BANNER}");
     let exe = std::env::current_exe().map_err(|e| CliError::new(codes::SOFTWARE, format!("cannot find drover's own path: {e}")))?;
-    let binaries = Binaries::in_dir(exe.parent().unwrap_or(Path::new("."))).map_err(dev_error)?;
+    let bin_dir = exe.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let binaries = Binaries::in_dir(&bin_dir).map_err(dev_error)?;
+    if args.maas && !bin_dir.join("fake-maas").is_file() {
+        return Err(dev_error(DevkitError::MissingBinary { path: bin_dir.join("fake-maas") }));
+    }
     let work = work_dir(args.dir.as_deref())?;
     let dir = work.path().to_path_buf();
     say(format!("state in {} ({})", dir.display(), if matches!(work, WorkDir::Kept(_)) { "kept" } else { "removed at exit" }));
@@ -123,7 +135,8 @@ pub fn run(args: &DevArgs) -> Result<(), CliError> {
         dir: dir.clone(),
         binaries,
         trust_file: ci.trust_file.clone(),
-        coordinator_sections: "[agent]\nlong_poll_secs = 10\n\n[rollouts]\ninterval_secs = 1\ndebounce_ms = 50\n".to_owned(),
+        coordinator_sections: "[agent]\nlong_poll_secs = 10\n\n[rollouts]\ninterval_secs = 1\ndebounce_ms = 50\n\n[maas]\npoll_ms = 300\n"
+            .to_owned(),
         agent_log: "info".to_owned(),
     };
     let mut fleet = LocalFleet::start(options).map_err(dev_error)?;
@@ -173,7 +186,25 @@ pub fn run(args: &DevArgs) -> Result<(), CliError> {
     let job = soft_reset(&mut fleet, target)?;
     say(format!("soft_reset of {} completed: {}", target.hostname, job));
 
+    let maas = if args.maas {
+        let fake_systemd = fleet.options.binaries.fake_systemd.clone();
+        let demo = crate::dev_maas::onboard(&mut fleet, &dir, &bin_dir, &fake_systemd, usize::from(args.maas_nodes), say)?;
+        let names: Vec<&str> = demo.hosts.iter().map(|(h, _)| h.as_str()).collect();
+        say(format!("{} onboarded through MAAS: deployed, enrolled, hardware sync healthy", names.join(", ")));
+        Some(demo)
+    } else {
+        None
+    };
+
     summary(&fleet, &hosts, started.elapsed())?;
+    if let Some(m) = &maas {
+        say(format!("  MAAS: {} (API key {}); site {}", m.maas.url(), m.maas.api_key(), crate::dev_maas::SITE));
+        say(format!("  drover get onboardings --batch {}", m.batch_id));
+        say(format!("  drover describe onboarding ID; drover site get {}", crate::dev_maas::SITE));
+        if let Some((name, id)) = m.hosts.first() {
+            say(format!("  drover decommission {id} --mode reimage --erase quick --reason demo   # {name}: a fresh OS, same id"));
+        }
+    }
     if args.exit_when_done {
         say("--exit-when-done: stopping the agents and the coordinator");
         return Ok(());

@@ -22,6 +22,7 @@ mod clock;
 mod decommission;
 mod describe;
 mod dev;
+mod dev_maas;
 mod enroll;
 mod events;
 mod exit;

@@ -197,3 +197,37 @@ fn cheat_sheet_runs_against(env: &[(String, String)]) {
     }
     assert!(ran >= 12, "only {ran} cheat-sheet commands found");
 }
+
+/// `drover dev --maas`: the banner prints the fake MAAS's URL and API key; the MAAS hosts are
+/// onboarded through it (real agents booted from the rendered user data); the cheat-sheet's
+/// onboarding listing works against it; nothing is left running at exit.
+#[test]
+fn drover_dev_maas_onboards_hosts_through_a_fake_maas_and_prints_its_key() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("demo");
+    let out = Command::new(workspace_binary("drover"))
+        .args(["dev", "--maas", "--maas-nodes", "2", "--agents", "1", "--exit-when-done", "--dir"])
+        .arg(&dir)
+        .env_remove("DROVER_CONFIG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    let line = |prefix: &str| stdout.lines().find_map(|l| l.trim().strip_prefix(prefix).map(|v| v.trim().to_owned()));
+    let url = line("fake MAAS:").expect("the banner names the fake MAAS");
+    let key = line("API key:").expect("the banner prints its API key");
+    assert!(url.starts_with("http://127.0.0.1:") && url.ends_with("/MAAS"), "{url}");
+    assert_eq!(key.split(':').count(), 3, "{key}");
+    assert!(stdout.contains("maas-01, maas-02 onboarded through MAAS"), "{stdout}");
+    // The coordinator's store saw both enroll through their booted user data.
+    let log = std::fs::read_to_string(dir.join("coordinator/coordinator.log")).unwrap_or_default();
+    assert!(log.matches("host enrolled").count() >= 3, "one dev agent and two MAAS hosts enrolled");
+    // Nothing keeps running once the demo exits: the fake MAAS's agents went with it.
+    let addr = url.trim_start_matches("http://").trim_end_matches("/MAAS").to_owned();
+    assert!(std::net::TcpStream::connect(addr).is_err(), "the fake MAAS still listens");
+    let ps = Command::new("ps").args(["-eo", "args"]).output().expect("ps");
+    let leftover: Vec<String> =
+        String::from_utf8_lossy(&ps.stdout).lines().filter(|l| l.contains(dir.to_str().expect("utf8"))).map(str::to_owned).collect();
+    assert!(leftover.is_empty(), "still running: {leftover:?}");
+}

@@ -1,0 +1,151 @@
+//! `drover dev --maas`: the demo's MAAS site. A fake MAAS (the devkit's `fake-maas`, next to
+//! `drover`) with a fresh API key, printed in the banner as `vault server -dev` prints its root
+//! token; a site `dev-maas` with its credentials in the coordinator's secret store; a few
+//! machines enlisted (PXE-booted into MAAS as New) and onboarded through MAAS in one batch.
+//! The fake "deploys" by booting the rendered first-boot user data into a sandbox root, so each
+//! host's real `drover-agent` enrolls over mutual TLS, and gets its hardware-sync credentials
+//! through `node.hw_sync_reseed` on a private D-Bus with `fake-systemd`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use drover_devkit::bus::PrivateBus;
+use drover_devkit::fake_maas::boot::BootOptions;
+use drover_devkit::fake_maas::{FakeMaas, FakeMaasOptions};
+use drover_devkit::fleet::LocalFleet;
+use rand::RngCore as _;
+use serde_json::{Value, json};
+
+use crate::exit::{CliError, codes};
+
+/// The site's name.
+pub const SITE: &str = "dev-maas";
+
+/// What keeps running for the rest of the demo.
+pub struct MaasDemo {
+    /// The fake MAAS.
+    pub maas: FakeMaas,
+    /// The booted agents' bus.
+    _bus: PrivateBus,
+    /// The batch's id.
+    pub batch_id: String,
+    /// The onboarded hosts: (hostname, host id).
+    pub hosts: Vec<(String, String)>,
+}
+
+fn software(message: impl Into<String>) -> CliError {
+    CliError::new(codes::SOFTWARE, message.into())
+}
+
+fn random_hex(bytes: usize) -> String {
+    let mut raw = vec![0u8; bytes];
+    rand::rngs::OsRng.fill_bytes(&mut raw);
+    raw.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Starts the fake MAAS and onboards `nodes` machines through it; `say` prints a line.
+pub fn onboard(
+    fleet: &mut LocalFleet,
+    dir: &Path,
+    bin_dir: &Path,
+    fake_systemd: &Path,
+    nodes: usize,
+    say: impl Fn(String),
+) -> Result<MaasDemo, CliError> {
+    let api_key = format!("drover-dev:{}:{}", random_hex(9), random_hex(16));
+    let maas_dir = dir.join("maas");
+    std::fs::create_dir_all(&maas_dir).map_err(|e| CliError::new(codes::CANT_CREATE, format!("{}: {e}", maas_dir.display())))?;
+    let bus = PrivateBus::start_with(
+        &maas_dir,
+        fake_systemd,
+        &["maas_hardware_sync.timer;timer;inactive".to_owned(), "maas_hardware_sync.service;oneshot;inactive;true".to_owned()],
+    )
+    .map_err(|e| software(format!("dev: the MAAS hosts' bus: {e}")))?;
+    let extra = maas_dir.join("agent-extra.toml");
+    std::fs::write(&extra, format!("systemd_bus = \"{}\"\n\n[activation]\nroot = \"@ROOT@\"\n", bus.address()))
+        .map_err(|e| CliError::new(codes::IO, format!("{}: {e}", extra.display())))?;
+    let maas = FakeMaas::start(&FakeMaasOptions {
+        bin: bin_dir.join("fake-maas"),
+        api_key: api_key.clone(),
+        commission_secs: 2,
+        deploy_secs: 2,
+        release_secs: 1,
+        erase_secs: 1,
+        state_file: None,
+        boot: Some(BootOptions { dir: maas_dir.join("boot"), agent_extra_config: Some(extra) }),
+    })
+    .map_err(|e| software(format!("dev: the fake MAAS: {e}")))?;
+    say(String::new());
+    say("==================================================================================".into());
+    say(format!(" fake MAAS:   {}", maas.url()));
+    say(format!(" API key:     {api_key}"));
+    say(" (a demo MAAS: its machines boot their user data into sandboxes under the state dir)".into());
+    say("==================================================================================".into());
+
+    let api = |what: &str, e: drover_devkit::DevkitError| software(format!("dev: {what}: {e}"));
+    let site = json!({
+        "name": SITE, "regionCode": "dev", "apiBaseUrl": maas.url(), "pxeIface": "ens19", "pxeVlanVid": 46,
+        "nodePxeIface": "eno1", "reason": "drover dev --maas",
+        "defaultProfile": { "batchMaxParallel": 3, "hardwareSyncIntervalSecs": 60 },
+    });
+    fleet.post("/v1/maas/sites", &site).map_err(|e| api("create the site", e))?;
+    let creds = json!({
+        "apiToken": api_key, "defaultPower": { "user": "root", "pass": random_hex(12) },
+        "deployPassword": random_hex(12), "reason": "drover dev --maas",
+    });
+    fleet.post(&format!("/v1/maas/sites/{SITE}/credentials"), &creds).map_err(|e| api("store the site's credentials", e))?;
+    say(format!("site {SITE} created; its MAAS API key, BMC and deploy passwords are in the coordinator's secret store"));
+
+    let hostnames: Vec<String> = (1..=nodes).map(|i| format!("maas-{i:02}")).collect();
+    let mut rows = Vec::new();
+    for (i, h) in hostnames.iter().enumerate() {
+        let bmc = format!("10.250.0.{}", 10 + i);
+        let body = json!({ "hostname": h, "power_address": bmc, "power_user": "root", "status": "New" });
+        maas.control("POST", "machines", Some(&body)).map_err(|e| api("enlist a machine", e))?;
+        rows.push(json!({ "hostname": h, "ipmiIp": bmc }));
+    }
+    say(format!("{nodes} machines enlisted in MAAS (New); onboarding them through MAAS in one batch"));
+    let created = fleet
+        .post("/v1/maas/onboardings/batch", &json!({ "site": SITE, "profile": "default", "nodes": rows }))
+        .map_err(|e| api("start the onboarding batch", e))?;
+    let batch_id = created["batchId"].as_str().unwrap_or_default().to_owned();
+    let rows = watch(fleet, &batch_id, nodes, &say)?;
+    let hosts = hostnames
+        .iter()
+        .map(|h| {
+            let id = rows.iter().find(|o| o["hostname"] == h.as_str()).and_then(|o| o["hostId"].as_str()).unwrap_or("?");
+            (h.clone(), id.to_owned())
+        })
+        .collect();
+    Ok(MaasDemo { maas, _bus: bus, batch_id, hosts })
+}
+
+/// Prints each onboarding's stage as it moves until all are completed (bounded); returns the
+/// rows.
+fn watch(fleet: &mut LocalFleet, batch: &str, nodes: usize, say: &impl Fn(String)) -> Result<Vec<Value>, CliError> {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let mut last = String::new();
+    loop {
+        let v = fleet.get(&format!("/v1/maas/onboardings?batch={batch}")).map_err(|e| software(format!("dev: onboardings: {e}")))?;
+        let rows: Vec<Value> = v["onboardings"].as_array().cloned().unwrap_or_default();
+        let line = rows
+            .iter()
+            .map(|o| format!("{} {}", o["hostname"].as_str().unwrap_or("?"), o["stage"].as_str().unwrap_or("?")))
+            .collect::<Vec<_>>()
+            .join(" | ");
+        if line != last {
+            say(format!("  {line}"));
+            last = line;
+        }
+        if let Some(bad) = rows.iter().find(|o| matches!(o["state"].as_str(), Some(s) if s.starts_with("failed") || s == "cancelled")) {
+            return Err(software(format!("dev: onboarding of {} stopped: {} ({})", bad["hostname"], bad["message"], bad["failureClass"])));
+        }
+        if rows.len() == nodes && rows.iter().all(|o| o["state"] == "completed") {
+            return Ok(rows);
+        }
+        if Instant::now() > deadline {
+            return Err(software("dev: the onboarding batch did not complete within 300 s"));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
