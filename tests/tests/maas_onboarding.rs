@@ -314,6 +314,14 @@ async fn a_reimage_keeps_the_host_and_re_enrolls_and_a_full_decommission_release
     assert_eq!((c["onboarding"]["workflow"].as_str(), c["onboarding"]["state"].as_str()), (Some("reimage"), Some("completed")), "{c:#}");
     let (_, host) = call(h, "GET", &format!("/v1/hosts/{host_a}"), None).await;
     assert_eq!((host["state"].as_str(), host["schedulable"].as_bool()), (Some("active"), Some(true)), "{host}");
+    let (_, listed) = call(h, "GET", "/v1/maas/onboardings?workflow=reimage&host=gpu-a", None).await;
+    assert_eq!(listed["onboardings"].as_array().map(Vec::len), Some(1), "{listed}");
+    let (_, listed) = call(h, "GET", "/v1/maas/onboardings?host=gpu-a", None).await;
+    assert_eq!(listed["onboardings"][0]["workflow"], "onboard", "the default lists onboardings only: {listed}");
+    // The binding keeps what MAAS last reported.
+    let binding = h.running.app.store.get_maas_binding(host_a.parse().expect("uuid")).expect("read").expect("bound");
+    assert_eq!(binding.system_id, a);
+    assert_eq!(binding.observed.as_ref().map(|o| o.status.as_str()), Some("Deployed"), "{binding:?}");
     // The old certificate was revoked; a new one was issued to the fresh OS.
     let certs_after = h.running.app.store.list_certs(Some(host_a.parse().expect("uuid"))).expect("certs");
     assert!(certs_after.len() > certs_before.len(), "a new certificate");

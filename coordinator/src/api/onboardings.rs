@@ -351,11 +351,20 @@ pub struct ListQuery {
     pub state: Option<String>,
     /// Site name.
     pub site: Option<String>,
+    /// onboard (the default) | reimage | decommission | all.
+    pub workflow: Option<String>,
 }
 
+/// Every MAAS workflow (onboardings, and the MAAS halves of reimages and decommissions).
 async fn all(app: &Arc<AppState>) -> Result<Vec<OnboardingJson>, ApiError> {
-    let jobs =
-        store::blocking(app.store.clone(), |s| s.list_jobs(&JobFilter { kind: Some(KIND.to_owned()), ..Default::default() })).await?;
+    let jobs = store::blocking(app.store.clone(), |s| {
+        let mut jobs = Vec::new();
+        for w in [Workflow::Onboard, Workflow::Reimage, Workflow::Decommission] {
+            jobs.extend(s.list_jobs(&JobFilter { kind: Some(w.kind().to_owned()), ..Default::default() })?);
+        }
+        Ok(jobs)
+    })
+    .await?;
     Ok(views(&jobs))
 }
 
@@ -372,9 +381,17 @@ pub async fn list(
         .map(|s| s.parse::<JobState>().map_err(|_| ApiError::bad_request(format!("state {s:?} is not a job state"))))
         .transpose()?;
     let host = q.host.as_deref().map(str::to_ascii_lowercase);
+    let workflow = match q.workflow.as_deref() {
+        None | Some("onboard") => Some(Workflow::Onboard),
+        Some("reimage") => Some(Workflow::Reimage),
+        Some("decommission") => Some(Workflow::Decommission),
+        Some("all") => None,
+        Some(other) => return Err(ApiError::bad_request(format!("workflow {other:?} is not onboard, reimage, decommission or all"))),
+    };
     let rows: Vec<OnboardingJson> = all(&app)
         .await?
         .into_iter()
+        .filter(|o| workflow.is_none_or(|w| o.workflow == w))
         .filter(|o| batch.is_none_or(|b| o.batch_id == Some(b)))
         .filter(|o| state.is_none_or(|s| o.state == s))
         .filter(|o| host.as_deref().is_none_or(|h| o.hostname == h))

@@ -26,7 +26,7 @@ use crate::maasflow::onboard::{
 };
 use crate::maasflow::stages::{self, MaasAct, Reseed, RoceWant, StageStep};
 use crate::maasflow::taxonomy::{MaasFailureClass, MaasStage as S, Workflow};
-use crate::store::{self, Job, JobFilter, JobStep, NewEvent, NewTask, StoreError, TaskState};
+use crate::store::{self, Job, JobFilter, JobStep, MaasObservation, NewEvent, NewTask, StoreError, TaskState};
 
 /// Most decisions one onboarding makes in one tick.
 const MAX_STEPS: usize = 12;
@@ -415,7 +415,28 @@ async fn step(
         _ => None,
     };
     if let Some(m) = &machine {
-        p.diagnostics = Some(observe(m));
+        let seen = observe(m);
+        let changed = p.diagnostics.as_ref().is_none_or(|d| {
+            (&d.maas_status, &d.power_state, &d.ip_addresses) != (&seen.maas_status, &seen.power_state, &seen.ip_addresses)
+        });
+        // The host's binding keeps what MAAS last reported (§6.5), written when it changes.
+        if changed && let Some(host_id) = p.host_id {
+            let obs = MaasObservation {
+                status: m.status_name.clone(),
+                power_state: m.power_state.as_str().to_owned(),
+                ips: m.ip_addresses.clone(),
+                at: now,
+            };
+            let written = store::blocking(app.store.clone(), move |s| match s.observe_maas_binding(host_id, &obs) {
+                Err(e) if e.kind() == store::ErrorKind::NotFound => Ok(()),
+                other => other.map(|_| ()),
+            })
+            .await;
+            if let Err(e) = written {
+                tracing::warn!(host_id = %host_id, error = %e, "the MAAS binding's observation was not recorded");
+            }
+        }
+        p.diagnostics = Some(seen);
     }
     let decided = decide(app, ctx, req, workflow, &mut p, machine.as_ref()).await;
     let decided = match decided {
