@@ -227,8 +227,7 @@ state_enum! {
         BootstrapIssued => [Enrolling],
         Enrolling => [Active, Quarantined],
         Active => [Offline, Quarantined, Draining],
-        // A reimage: the released machine's OS and certificate are gone; it enrolls again.
-        Offline => [Active, Quarantined, Draining, BootstrapIssued],
+        Offline => [Active, Quarantined, Draining],
         Quarantined => [Active, Draining],
         Draining => [Retired, Offline],
         Retired => [Active, Removing],

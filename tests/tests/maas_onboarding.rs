@@ -362,6 +362,11 @@ async fn a_reimage_keeps_the_host_and_re_enrolls_and_a_full_decommission_release
     let gone = client.read_machine(&b).await.expect_err("removed from MAAS");
     assert_eq!(gone.class(), drover_maas::ErrorClass::Gone);
     assert!(h.running.app.store.get_maas_binding(host_b.parse().expect("uuid")).expect("binding").is_none());
+    // Domain events: each decommission job started and completed once; the MAAS halves add none.
+    let (_, ev) = call(h, "GET", "/v1/events?limit=1000&kind=node.decommission.completed", None).await;
+    assert_eq!(ev["items"].as_array().map(Vec::len), Some(2), "{ev}");
+    let (_, ev) = call(h, "GET", "/v1/events?limit=1000&kind=node.decommission.started", None).await;
+    assert_eq!(ev["items"].as_array().map(Vec::len), Some(2), "{ev}");
     // A reimage of a host MAAS does not know is refused.
     let (code, v) = call(h, "POST", &format!("/v1/hosts/{host_b}/decommission"), Some(json!({ "mode": "reimage", "reason": "r" }))).await;
     assert!(code == "409" || code == "404", "{code} {v}");

@@ -399,6 +399,9 @@ pub async fn action(
     }
     let host_id = job.job.host_id.unwrap_or_default();
     let message = format!("{} by {}: {reason} ({}; task {task_note})", action.as_str(), op.name, outcome.progress_change);
+    let domain = crate::jobs::exec::decommission_event(&view.kind, job.state, outcome.new_state).map(|kind| {
+        event(now, &kind, host_id, job_id, &message, json!({ "jobId": job_id, "mode": view.kind.name(), "action": action.as_str() }))
+    });
     let step = JobStep {
         job_id,
         expected_state: job.state,
@@ -416,7 +419,10 @@ pub async fn action(
             job_id,
             &message,
             json!({ "action": action.as_str(), "prior": job.state.as_str(), "state": outcome.new_state.as_str(), "task": task_note }),
-        )],
+        )]
+        .into_iter()
+        .chain(domain)
+        .collect(),
         audits: vec![audit(
             &op,
             now,

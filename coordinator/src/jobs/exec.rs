@@ -447,6 +447,11 @@ async fn execute(
         }
         _ => {}
     }
+    if let Some(domain) = decommission_event(&view.kind, job.state, state) {
+        let d =
+            json!({ "jobId": job_id, "mode": view.kind.name(), "stage": progress.stage.as_str(), "failureClass": progress.failure_class });
+        events.push(event(now, &domain, host.id, job_id, &why, d));
+    }
     let kind = decision_name(&decision);
     data["stage"] = json!(stage.as_str());
     data["decision"] = json!(kind);
@@ -479,6 +484,16 @@ async fn execute(
         app.executor.poke();
     }
     Ok(after)
+}
+
+/// The domain event (§8.0) of a decommission job's move (soft reset, storage cleanup, full
+/// decommission, reimage: the modes of §5.1), if any: `node.decommission.started|completed|
+/// failed|manual_intervention_required|cancelled`.
+pub fn decommission_event(kind: &JobKind, from: JobState, to: JobState) -> Option<String> {
+    if matches!(kind, JobKind::Maintenance { .. }) {
+        return None;
+    }
+    crate::maasflow::onboard::domain_event(crate::maasflow::taxonomy::Workflow::Decommission, from, to)
 }
 
 fn decision_name(d: &Decision) -> &'static str {

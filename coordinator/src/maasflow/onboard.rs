@@ -366,8 +366,9 @@ pub fn timed_out(p: &OnboardProgress, now: Time, policy: &ProfilePolicy) -> Opti
     (now.secs_since(started) >= limit as i64).then_some((limit, class))
 }
 
-/// The domain event a MAAS workflow's move into `to` emits (§8.0), if any: onboardings emit
-/// `node.onboarding.*`, the MAAS halves of reimage and full decommission `node.decommission.*`.
+/// The domain event a move into `to` emits (§8.0), if any: `node.onboarding.*` for
+/// onboardings, `node.decommission.*` for decommission jobs (the job engine emits those; the
+/// MAAS half of a reimage or decommission emits none of its own).
 pub fn domain_event(workflow: Workflow, from: JobState, to: JobState) -> Option<String> {
     if from == to {
         return None;

@@ -157,7 +157,9 @@ async fn save(
         })
         .collect();
     let workflow = Workflow::of_kind(&job.job.kind).unwrap_or_default();
-    if let Some(kind) = domain_event(workflow, job.state, state) {
+    // The MAAS half of a reimage or decommission reports through its parent job's events.
+    let domain = if workflow == Workflow::Onboard { domain_event(workflow, job.state, state) } else { None };
+    if let Some(kind) = domain {
         let input: Option<OnboardingRequest> = serde_json::from_value(job.job.input.clone()).ok();
         events.push(NewEvent {
             at: now,

@@ -207,22 +207,6 @@ pub async fn ensure_host(app: &Arc<AppState>, ctx: &SiteCtx, req: &OnboardingReq
     })
 }
 
-/// A host whose machine was released (a reimage: its OS and certificate are gone) goes back
-/// to `bootstrap_issued`, so the fresh token's enrollment takes it through `enrolling` to
-/// `active` again under the same id. A new host is already there.
-async fn reissue(app: &Arc<AppState>, host_id: Uuid) -> Result<(), Failure> {
-    let now = app.clock.now();
-    store::blocking(app.store.clone(), move |s| {
-        let Some(h) = s.get_host(host_id)? else { return Err(store::StoreError::not_found("host", host_id)) };
-        if h.state == HostLifecycle::Offline {
-            s.transition_host(host_id, HostLifecycle::Offline, HostLifecycle::BootstrapIssued, "reimage: a fresh OS enrolls again", now)?;
-        }
-        Ok(())
-    })
-    .await
-    .map_err(store_failure)
-}
-
 /// A fresh enrollment token for `host_id` (the profile's lifetime) and the bootstrap command
 /// that spends it.
 async fn fresh_bootstrap(app: &Arc<AppState>, host_id: Uuid, ttl_secs: u64) -> Result<Secret, Failure> {
@@ -251,7 +235,6 @@ async fn deploy(app: &Arc<AppState>, ctx: &SiteCtx, req: &OnboardingRequest, p: 
     };
     let mut salt = [0u8; 12];
     rand::rngs::OsRng.fill_bytes(&mut salt);
-    reissue(app, host_id).await?;
     let agent_bootstrap = fresh_bootstrap(app, host_id, policy.enrollment_token_ttl_secs).await?;
     let input = FirstBoot {
         hostname: req.hostname.clone(),

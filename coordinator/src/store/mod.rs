@@ -238,7 +238,9 @@ pub trait Store: Send + Sync {
     fn list_certs(&self, host_id: Option<Uuid>) -> Result<Vec<CertRecord>, StoreError>;
     /// Enrollment as one transaction: spends the token (single use, unexpired, issued for
     /// `host_id`), moves the host `bootstrap_issued -> enrolling`, and records the certificate
-    /// `issue` makes for it. Any refusal or failure — including `issue`'s — leaves the token
+    /// `issue` makes for it. A re-enrollment — an `offline` host none of whose certificates is
+    /// still valid, as a reimage leaves it — keeps its state (its first check-in makes it
+    /// `active`) and gets the new certificate. Any refusal or failure — including `issue`'s — leaves the token
     /// unspent and nothing written, so a failed enrollment can simply be retried.
     fn enroll_host(
         &self,

@@ -307,6 +307,46 @@ pub fn enrollment_is_one_transaction(make: Factory<'_>) {
     assert_eq!(refusal(s.enroll_host(&hash_token("tok"), h.id, t(12), &mut issue)), TokenRefusal::AlreadyUsed);
 }
 
+/// A reimage's re-enrollment: an `offline` host whose every certificate is revoked enrolls
+/// again with a fresh token, keeping its id and its state, with a new certificate. The same
+/// token for a host that still has a valid certificate (a stolen token for a live host) is
+/// refused and leaves everything as it was.
+pub fn reenrollment_needs_an_offline_host_with_no_live_certificate(make: Factory<'_>) {
+    let s = make();
+    let h = host_with_token(&*s, "gpu-01", "first", 1000);
+    let cert = |serial: &'static str| {
+        move |host: &Host| -> Result<NewCert, StoreError> {
+            Ok(NewCert {
+                serial: serial.repeat(16),
+                kind: CertKind::Host,
+                host_id: Some(host.id),
+                subject: host.hostname.clone(),
+                not_before: t(10),
+                not_after: t(10_000),
+            })
+        }
+    };
+    s.enroll_host(&hash_token("first"), h.id, t(10), &mut cert("0a")).unwrap();
+    s.transition_host(h.id, HostLifecycle::Enrolling, HostLifecycle::Active, "first check-in", t(11)).unwrap();
+    s.transition_host(h.id, HostLifecycle::Active, HostLifecycle::Offline, "released for a reimage", t(12)).unwrap();
+    // Its certificate is still valid: a token for it enrolls nothing.
+    s.create_token(h.id, &token("stolen", 1000), t(13)).unwrap();
+    assert!(s.enroll_host(&hash_token("stolen"), h.id, t(14), &mut cert("0b")).is_err());
+    assert!(s.get_cert(&"0b".repeat(16)).unwrap().is_none());
+    assert!(s.list_tokens(Some(h.id)).unwrap().iter().all(|t| t.used_at.is_none() || t.created_at == t0_of(&*s, h.id)));
+    // Revoked with its OS: a fresh token re-enrolls it under the same id, still offline.
+    s.revoke_host_certs(h.id, t(15), "reimage").unwrap();
+    s.create_token(h.id, &token("fresh", 1000), t(16)).unwrap();
+    let again = s.enroll_host(&hash_token("fresh"), h.id, t(17), &mut cert("0c")).unwrap();
+    assert_eq!((again.id, again.state), (h.id, HostLifecycle::Offline));
+    assert!(s.get_cert(&"0c".repeat(16)).unwrap().is_some_and(|c| c.revoked.is_none()));
+}
+
+/// When the host's first token was made (the one the first enrollment spent).
+fn t0_of(s: &dyn Store, host: uuid::Uuid) -> Time {
+    s.list_tokens(Some(host)).unwrap().iter().map(|t| t.created_at).min().unwrap()
+}
+
 /// Revoking a host that has not enrolled yet ends its unused token.
 pub fn revoking_a_host_ends_its_unused_tokens(make: Factory<'_>) {
     let s = make();

@@ -333,6 +333,11 @@ pub(super) fn get_cert(c: &Connection, serial: &str) -> Result<Option<CertRecord
     Ok(c.prepare_cached(&sql)?.query_row([serial], cert_row).optional()?)
 }
 
+/// Whether the host has a certificate that is not revoked.
+pub(super) fn has_live_cert(c: &Connection, host_id: Uuid) -> Result<bool, StoreError> {
+    Ok(list_certs(c, Some(host_id))?.iter().any(|r| r.revoked.is_none()))
+}
+
 pub(super) fn list_certs(c: &Connection, host_id: Option<Uuid>) -> Result<Vec<CertRecord>, StoreError> {
     let sql = format!("SELECT {CERT_COLS} FROM certificates WHERE ?1 IS NULL OR host_id = ?1 ORDER BY serial");
     let mut stmt = c.prepare_cached(&sql)?;

@@ -310,8 +310,15 @@ impl Store for SqliteStore {
     ) -> Result<Host, StoreError> {
         self.write(|tx| {
             let owner = hosts::consume_token(tx, token_hash, Some(host_id), now)?;
-            let host =
-                hosts::transition_host(tx, owner, HostLifecycle::BootstrapIssued, HostLifecycle::Enrolling, "enrollment token used", now)?;
+            let current = hosts::get_host(tx, owner)?.ok_or_else(|| StoreError::not_found("host", owner))?;
+            let host = if current.state == HostLifecycle::Offline && !hosts::has_live_cert(tx, owner)? {
+                // A re-enrollment (a reimage): the host's old identity was revoked with its OS;
+                // it keeps its state — its first check-in brings it back `active` — and gets a
+                // new certificate.
+                current
+            } else {
+                hosts::transition_host(tx, owner, HostLifecycle::BootstrapIssued, HostLifecycle::Enrolling, "enrollment token used", now)?
+            };
             hosts::record_cert(tx, &issue(&host)?)?;
             Ok(host)
         })
