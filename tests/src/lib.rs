@@ -8,6 +8,7 @@ pub mod api;
 pub mod bus;
 pub mod fleet;
 pub mod logcapture;
+pub mod maas;
 pub mod procs;
 pub mod sandbox;
 pub mod scheduler;

@@ -149,3 +149,23 @@ pub fn cpu_secs(pid: u32, children: bool) -> f64 {
     let reaped = if children { ticks(13) + ticks(14) } else { 0 };
     (own + reaped) as f64 / 100.0
 }
+
+/// A site from [`init_site`] in `dir` whose coordinator is configured to listen on a port free
+/// now, the same one every time it is started (so agents find a restarted process where they
+/// left the first), with `sections` appended to its configuration; and the admin endpoint.
+pub fn fixed_port_site(dir: &Path, sections: &str) -> (SitePaths, crate::Endpoint) {
+    use sha2::Digest as _;
+    let paths = init_site(dir);
+    // A port free now; the coordinator binds it with SO_REUSEADDR, every time.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let url = format!("https://127.0.0.1:{port}");
+    paths.write_config(&format!("127.0.0.1:{port}"), &url, sections);
+    let endpoint = crate::Endpoint {
+        url,
+        ca: paths.ops.join("ca.crt"),
+        admin: (paths.ops.join("alice.crt"), paths.ops.join("alice.key")),
+        trust_sha256: hex::encode(sha2::Sha256::digest(&paths.trust)),
+        tmp: paths.dir.clone(),
+    };
+    (paths, endpoint)
+}

@@ -15,11 +15,10 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use drover_tests::procs::{Proc, SitePaths, init_site, log_tail};
+use drover_tests::procs::{Proc, SitePaths, fixed_port_site, log_tail};
 use drover_tests::sandbox::{gpu_tools, sandbox};
 use drover_tests::{Endpoint, start_agent};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 const STAGES: [&str; 7] = ["cordon", "drain", "revoke_users", "cleanup_storage", "scrub_gpu", "validate_clean", "uncordon"];
 
@@ -35,22 +34,8 @@ struct Site {
 impl Site {
     fn new() -> Site {
         let dir = tempfile::tempdir().expect("tempdir");
-        let paths = init_site(dir.path());
-        // A port free now; the coordinator binds it with SO_REUSEADDR, both times.
-        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
-        let url = format!("https://127.0.0.1:{port}");
-        paths.write_config(
-            &format!("127.0.0.1:{port}"),
-            &url,
-            "[agent]\nlong_poll_secs = 2\n\n[rollouts]\ninterval_secs = 1\ndebounce_ms = 50\n",
-        );
-        let endpoint = Endpoint {
-            url,
-            ca: paths.ops.join("ca.crt"),
-            admin: (paths.ops.join("alice.crt"), paths.ops.join("alice.key")),
-            trust_sha256: hex::encode(Sha256::digest(&paths.trust)),
-            tmp: paths.dir.clone(),
-        };
+        let (paths, endpoint) =
+            fixed_port_site(dir.path(), "[agent]\nlong_poll_secs = 2\n\n[rollouts]\ninterval_secs = 1\ndebounce_ms = 50\n");
         Site { _dir: dir, paths, endpoint }
     }
 

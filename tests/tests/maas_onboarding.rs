@@ -20,6 +20,7 @@ use drover_devkit::fake_maas::boot::BootOptions;
 use drover_devkit::fake_maas::{FakeMaas, FakeMaasOptions};
 use drover_tests::Harness;
 use drover_tests::bus::TestBus;
+use drover_tests::maas::{settled, state_changes};
 use serde_json::{Value, json};
 
 const API_KEY: &str = "drover-consumer:drover-token:onboarding-token-secret";
@@ -48,10 +49,6 @@ async fn onboardings(h: &Harness, batch: &str) -> Vec<Value> {
     v["onboardings"].as_array().cloned().unwrap_or_default()
 }
 
-fn settled(o: &Value) -> bool {
-    matches!(o["state"].as_str(), Some("completed" | "failed_manual_intervention" | "failed_retryable" | "cancelled" | "reconciled"))
-}
-
 async fn wait_settled(h: &Harness, batch: &str, maas: &FakeMaas) -> Vec<Value> {
     let deadline = Instant::now() + WAIT;
     loop {
@@ -72,24 +69,6 @@ async fn wait_settled(h: &Harness, batch: &str, maas: &FakeMaas) -> Vec<Value> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-/// State-changing MAAS calls per machine, from the fake's request log: `op=...` POSTs and
-/// creations.
-fn changes(maas: &FakeMaas) -> BTreeMap<String, Vec<String>> {
-    let log = maas.control("GET", "requests", None).expect("requests");
-    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for r in log.as_array().cloned().unwrap_or_default() {
-        if r["method"] != "POST" {
-            continue;
-        }
-        let path = r["path"].as_str().unwrap_or_default();
-        let query = r["query"].as_str().unwrap_or_default();
-        let op = query.split('&').find_map(|kv| kv.strip_prefix("op=")).unwrap_or("create").to_owned();
-        let id = path.split('/').skip_while(|s| *s != "machines" && *s != "nodes").nth(1).unwrap_or("").to_owned();
-        out.entry(id).or_default().push(op);
-    }
-    out
 }
 
 /// A coordinator, a private bus for the booted agents, the fake MAAS booting into sandboxes,
@@ -199,7 +178,7 @@ async fn a_batch_of_ten_onboards_eight_and_stops_two_for_operators() {
     let ds = &by_host["gpu-05"];
     let events = ds["events"].as_array().expect("events");
     assert!(events.iter().any(|e| e["status"] == "compensated" && e["stage"] == "wait_deployed"), "{ds:#}");
-    let calls = changes(maas);
+    let calls = state_changes(maas);
     assert_eq!(calls[&ids["gpu-05"]].iter().filter(|c| *c == "deploy").count(), 2, "{calls:#?}");
     // Everything else was deployed exactly once; nothing touched the failed ones past their stage.
     for (host, id) in &ids {
@@ -235,7 +214,7 @@ async fn a_batch_of_ten_onboards_eight_and_stops_two_for_operators() {
 
     // Fix the ambiguity in MAAS (the decoy goes), then rerun: it converges; the others'
     // state-changing calls do not repeat.
-    let before = changes(maas);
+    let before = state_changes(maas);
     let client = drover_maas::MaasClient::new(drover_maas::ClientConfig::new(maas.url(), API_KEY.parse().expect("key"))).expect("client");
     let machines = client.list_machines(&drover_maas::MachineFilter::default()).await.expect("machines");
     let decoy = machines.iter().find(|m| m.hostname == "decoy").expect("decoy listed");
@@ -247,7 +226,7 @@ async fn a_batch_of_ten_onboards_eight_and_stops_two_for_operators() {
     let rows = wait_settled(h, &batch, maas).await;
     let o7 = rows.iter().find(|o| o["hostname"] == "gpu-07").expect("gpu-07");
     assert_eq!(o7["state"], "completed", "{o7:#}");
-    let after = changes(maas);
+    let after = state_changes(maas);
     for (host, id) in &ids {
         if host != "gpu-07" {
             assert_eq!(before.get(id), after.get(id), "{host}'s MAAS calls changed after another node's rerun");
@@ -330,7 +309,7 @@ async fn a_reimage_keeps_the_host_and_re_enrolls_and_a_full_decommission_release
         "old revoked"
     );
     // MAAS saw one release with a quick erase and a second deploy.
-    let calls = changes(maas);
+    let calls = state_changes(maas);
     assert_eq!(calls[&a].iter().filter(|c| *c == "deploy").count(), 2, "{calls:#?}");
     assert_eq!(calls[&a].iter().filter(|c| *c == "release").count(), 1, "{calls:#?}");
     let log = maas.control("GET", "requests", None).expect("requests");

@@ -15,9 +15,9 @@ use drover_devkit::fake_maas::boot::BootOptions;
 use drover_devkit::fake_maas::{FakeMaas, FakeMaasOptions};
 use drover_tests::Endpoint;
 use drover_tests::bus::TestBus;
-use drover_tests::procs::{SitePaths, init_site};
+use drover_tests::maas::{settled, state_changes};
+use drover_tests::procs::{SitePaths, fixed_port_site};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 const API_KEY: &str = "drover-consumer:drover-token:restart-token-secret";
 const NODES: usize = 6;
@@ -31,17 +31,7 @@ struct Site {
 impl Site {
     fn new() -> Site {
         let dir = tempfile::tempdir().expect("tempdir");
-        let paths = init_site(dir.path());
-        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
-        let url = format!("https://127.0.0.1:{port}");
-        paths.write_config(&format!("127.0.0.1:{port}"), &url, "[agent]\nlong_poll_secs = 2\n\n[maas]\npoll_ms = 200\n");
-        let endpoint = Endpoint {
-            url,
-            ca: paths.ops.join("ca.crt"),
-            admin: (paths.ops.join("alice.crt"), paths.ops.join("alice.key")),
-            trust_sha256: hex::encode(Sha256::digest(&paths.trust)),
-            tmp: paths.dir.clone(),
-        };
+        let (paths, endpoint) = fixed_port_site(dir.path(), "[agent]\nlong_poll_secs = 2\n\n[maas]\npoll_ms = 200\n");
         Site { _dir: dir, paths, endpoint }
     }
 
@@ -62,32 +52,6 @@ impl Site {
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(40)..].join("\n")
     }
-}
-
-fn settled(o: &Value) -> bool {
-    matches!(o["state"].as_str(), Some("completed" | "failed_manual_intervention" | "failed_retryable" | "cancelled" | "reconciled"))
-}
-
-/// State-changing MAAS calls per machine (`op=…` POSTs), from the fake's request log.
-fn changes(maas: &FakeMaas) -> BTreeMap<String, Vec<String>> {
-    let log = maas.control("GET", "requests", None).expect("requests");
-    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for r in log.as_array().cloned().unwrap_or_default() {
-        if r["method"] != "POST" {
-            continue;
-        }
-        let path = r["path"].as_str().unwrap_or_default();
-        let query = r["query"].as_str().unwrap_or_default();
-        let op = query.split('&').find_map(|kv| kv.strip_prefix("op=")).unwrap_or("create").to_owned();
-        let mut id = path.split('/').skip_while(|s| *s != "machines" && *s != "nodes").nth(1).unwrap_or("").to_owned();
-        if id.is_empty() {
-            // A collection op (`accept`) names its machines in the body.
-            let body = r["body"].as_str().unwrap_or_default();
-            id = body.split('&').find_map(|kv| kv.strip_prefix("machines=")).unwrap_or_default().to_owned();
-        }
-        out.entry(id).or_default().push(op);
-    }
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -184,7 +148,7 @@ async fn coordinator_killed_mid_batch_finishes_the_same_way_without_repeating_ma
     for o in &rows {
         assert_eq!(o["state"], "completed", "killed at {stages_at_kill:?}: {o:#}");
     }
-    let calls = changes(&maas);
+    let calls = state_changes(&maas);
     for (host, id) in &ids {
         let count = |op: &str| calls.get(id).map_or(0, |c| c.iter().filter(|c| *c == op).count());
         assert_eq!(count("deploy"), if host == "r-01" { 2 } else { 1 }, "{host} (killed at {stages_at_kill:?}): {calls:#?}");
