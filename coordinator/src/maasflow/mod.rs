@@ -5,6 +5,8 @@
 //! - [`taxonomy`]: the failure classes of §4.7 with their default handling and recommended
 //!   operator action; the onboarding stages of §4.3 with their compensation (§4.6), re-entry
 //!   rules (§4.10) and time limits (§4.14).
+//! - [`drift`]: the verdict of §6.4 / §7.3 / §9.1 on a host and its machine (the reconciler's
+//!   decision, pure).
 //! - [`discovery`]: which MAAS machine an onboarding claims (§4.16), failing closed.
 //! - [`inspect`]: the boot disk by the profile's pattern, and datasource-class deploy
 //!   failures told apart from the rest.
@@ -14,6 +16,7 @@
 //! - [`recovery`]: the operator actions on an onboarding.
 
 pub mod discovery;
+pub mod drift;
 pub mod inspect;
 pub mod onboard;
 pub mod recovery;
