@@ -173,7 +173,8 @@ pub fn commission(m: &Machine, hostname: &str) -> StageStep {
         }
         NodeStatus::Ready => skipped("already Ready"),
         NodeStatus::Commissioning | NodeStatus::Testing => done(format!("{} (waiting for Ready)", m.status_name)),
-        NodeStatus::FailedCommissioning | NodeStatus::FailedTesting | NodeStatus::Missing => StageStep::Act(MaasAct::Commission),
+        // MAAS commissions only New, Failed commissioning, Ready and Broken (maas-facts §5).
+        NodeStatus::FailedCommissioning => StageStep::Act(MaasAct::Commission),
         _ => unexpected(m, "commissioning"),
     }
 }
@@ -184,7 +185,7 @@ pub fn wait_ready(m: &Machine, attempt: u32, max_attempts: u32) -> StageStep {
     match m.status {
         NodeStatus::Ready => done("Ready"),
         NodeStatus::Commissioning | NodeStatus::Testing => StageStep::Wait(format!("{}: {}", m.status_name, msg(m))),
-        NodeStatus::FailedCommissioning | NodeStatus::FailedTesting if attempt < max_attempts => StageStep::Act(MaasAct::Commission),
+        NodeStatus::FailedCommissioning if attempt < max_attempts => StageStep::Act(MaasAct::Commission),
         NodeStatus::FailedCommissioning | NodeStatus::FailedTesting => {
             fail(MaasFailureClass::BmcPowerFailure, format!("{} after {attempt} attempt(s): {}", m.status_name, msg(m)))
         }

@@ -64,6 +64,13 @@ fn commissioning_is_status_aware() {
     );
     assert!(matches!(commission(&machine(NodeStatus::Commissioning, json!({})), "gpu-001"), StageStep::Done { skipped: false, .. }));
     assert_eq!(commission(&machine(NodeStatus::FailedCommissioning, json!({})), "gpu-001"), StageStep::Act(MaasAct::Commission));
+    // MAAS refuses to commission from Failed testing or Missing (400): never asked.
+    for s in [NodeStatus::FailedTesting, NodeStatus::Missing] {
+        assert!(
+            matches!(commission(&machine(s, json!({})), "gpu-001"), StageStep::Fail { class: MaasFailureClass::StateAmbiguity, .. }),
+            "{s:?}"
+        );
+    }
     assert!(matches!(
         commission(&machine(NodeStatus::Deployed, json!({})), "gpu-001"),
         StageStep::Fail { class: MaasFailureClass::StateAmbiguity, .. }
@@ -74,6 +81,8 @@ fn commissioning_is_status_aware() {
 fn a_failed_commissioning_is_retried_within_the_bound() {
     let m = machine(NodeStatus::FailedCommissioning, json!({"status_message": "BMC unreachable"}));
     assert_eq!(wait_ready(&m, 1, 3), StageStep::Act(MaasAct::Commission));
+    let tested = machine(NodeStatus::FailedTesting, json!({"status_message": "smartctl failed"}));
+    assert!(matches!(wait_ready(&tested, 1, 3), StageStep::Fail { class: MaasFailureClass::BmcPowerFailure, .. }), "not recommissioned");
     match wait_ready(&m, 3, 3) {
         StageStep::Fail { class, message } => {
             assert_eq!(class, MaasFailureClass::BmcPowerFailure);

@@ -50,9 +50,13 @@ pub fn parse(job: &Job) -> Result<(OnboardingRequest, OnboardProgress), serde_js
 
 /// One tick over every unfinished onboarding; returns how many steps were persisted.
 pub async fn tick(app: &Arc<AppState>) -> Result<usize, StoreError> {
+    // Only the MAAS workflows' kinds are read: a fleet-wide maintenance request's thousands
+    // of unfinished jobs are not this executor's, and are not parsed every poll.
     let jobs = store::blocking(app.store.clone(), |s| {
-        let mut jobs = s.list_jobs(&JobFilter { unfinished: true, ..Default::default() })?;
-        jobs.retain(|j| Workflow::of_kind(&j.job.kind).is_some());
+        let mut jobs = Vec::new();
+        for w in [Workflow::Onboard, Workflow::Reimage, Workflow::Decommission] {
+            jobs.extend(s.list_jobs(&JobFilter { kind: Some(w.kind().to_owned()), unfinished: true, ..Default::default() })?);
+        }
         Ok(jobs)
     })
     .await?;
