@@ -239,6 +239,21 @@ impl MaasClient {
         self.json(Call::get("/rackcontrollers/".to_owned())).await
     }
 
+    /// `POST /maas/?op=set_config`: sets a server setting (admin); MAAS answers `OK` text, and
+    /// a 400 naming the setting for an unknown name or a value its form refuses.
+    pub async fn set_config(&self, name: &str, value: &str) -> Result<(), MaasError> {
+        let mut p = Params::new();
+        p.text("name", name).text("value", value);
+        self.empty(Call::post("/maas/".to_owned()).op("set_config").form(p)).await.map(drop)
+    }
+
+    /// `GET /maas/?op=get_config`: a server setting's value, as MAAS's JSON.
+    pub async fn get_config(&self, name: &str) -> Result<serde_json::Value, MaasError> {
+        let mut p = Params::new();
+        p.text("name", name);
+        self.json(Call::get("/maas/".to_owned()).op("get_config").query(p)).await
+    }
+
     /// Sends `call` and parses the JSON answer as `T`.
     pub(crate) async fn json<T: DeserializeOwned>(&self, call: Call) -> Result<T, MaasError> {
         let line = call.line();

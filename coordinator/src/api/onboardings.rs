@@ -359,7 +359,7 @@ pub struct ListQuery {
 async fn all(app: &Arc<AppState>) -> Result<Vec<OnboardingJson>, ApiError> {
     let jobs = store::blocking(app.store.clone(), |s| {
         let mut jobs = Vec::new();
-        for w in [Workflow::Onboard, Workflow::Reimage, Workflow::Decommission] {
+        for w in Workflow::ALL {
             jobs.extend(s.list_jobs(&JobFilter { kind: Some(w.kind().to_owned()), ..Default::default() })?);
         }
         Ok(jobs)
@@ -385,8 +385,11 @@ pub async fn list(
         None | Some("onboard") => Some(Workflow::Onboard),
         Some("reimage") => Some(Workflow::Reimage),
         Some("decommission") => Some(Workflow::Decommission),
+        Some("resync") => Some(Workflow::Resync),
         Some("all") => None,
-        Some(other) => return Err(ApiError::bad_request(format!("workflow {other:?} is not onboard, reimage, decommission or all"))),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!("workflow {other:?} is not onboard, reimage, decommission, resync or all")));
+        }
     };
     let rows: Vec<OnboardingJson> = all(&app)
         .await?

@@ -1,8 +1,8 @@
 //! Drift between MAAS and Drover (`bare-metal-lifecycle.md` §6.4, §7.3, §9.1): a pure verdict
 //! on one host and the machine MAAS lists for it — which rule holds, how loud, what to do.
 //!
-//! The reconciler (to come) lists a site's machines, pairs them with the bound hosts, and asks
-//! [`judge`] about each pair; [`is_new`] keeps a rule's action to once per drift. A host with a
+//! The reconciler lists a site's machines, pairs them with the bound hosts, and asks [`judge`]
+//! about each pair (`reconcile::plan`); a rule's action is taken once per drift. A host with a
 //! MAAS workflow in flight is judged against what that workflow expects of MAAS (§7.3), never
 //! against the steady-state table: a reimaging host in `Deploying` is not drift. Auto-quarantine
 //! never releases tenants: it stops new work and raises the alert (§6.4).
@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::taxonomy::Workflow;
 
 /// How loud a verdict is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     /// Worth a trace only.
@@ -28,7 +28,7 @@ pub enum Severity {
 }
 
 /// Which row of §6.4 (or §9.1) holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Rule {
     /// Deployed and active: as it should be.
@@ -55,8 +55,53 @@ pub enum Rule {
     InWorkflow,
     /// A workflow is in flight and MAAS shows something it does not expect.
     UnexpectedInWorkflow,
+    /// The host is quarantined: held for an operator whatever MAAS shows (§7.3 "Drifted");
+    /// an open drift stays open, no new one is opened.
+    Parked,
     /// Nothing the table names (e.g. an offline host on a Ready machine): reported, no action.
     Unclassified,
+}
+
+impl Rule {
+    /// The stable name (as in the drift details and the metrics).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rule::Ok => "ok",
+            Rule::AgentNotPolling => "agent_not_polling",
+            Rule::ReleasedOutsideWorkflow => "released_outside_workflow",
+            Rule::HardwareFailure => "hardware_failure",
+            Rule::Recommissioning => "recommissioning",
+            Rule::IpChanged => "ip_changed",
+            Rule::DeletedFromMaas => "deleted_from_maas",
+            Rule::RetiredStillDeployed => "retired_still_deployed",
+            Rule::Unmanaged => "unmanaged",
+            Rule::HwSyncUnhealthy => "hw_sync_unhealthy",
+            Rule::InWorkflow => "in_workflow",
+            Rule::UnexpectedInWorkflow => "unexpected_in_workflow",
+            Rule::Parked => "parked",
+            Rule::Unclassified => "unclassified",
+        }
+    }
+
+    /// The alert's words (§6.4's alert column).
+    pub fn alert(self) -> &'static str {
+        match self {
+            Rule::Ok => "as expected",
+            Rule::AgentNotPolling => "agent not polling",
+            Rule::ReleasedOutsideWorkflow => "node released outside workflow",
+            Rule::HardwareFailure => "hardware failure detected",
+            Rule::Recommissioning => "node being recommissioned",
+            Rule::IpChanged => "IP change detected",
+            Rule::DeletedFromMaas => "machine deleted from MAAS",
+            Rule::RetiredStillDeployed => "cleaning up retired node",
+            Rule::Unmanaged => "unmanaged MAAS machine",
+            Rule::HwSyncUnhealthy => "hardware sync unhealthy",
+            Rule::InWorkflow => "in a MAAS workflow",
+            Rule::UnexpectedInWorkflow => "MAAS state unexpected for the workflow in flight",
+            Rule::Parked => "quarantined",
+            Rule::Unclassified => "MAAS and Drover disagree",
+        }
+    }
 }
 
 /// What the reconciler does about it.
@@ -96,7 +141,18 @@ pub struct Verdict {
 impl Verdict {
     /// Whether the pair is drifted (anything but the quiet rules).
     pub fn is_drift(&self) -> bool {
-        !matches!(self.rule, Rule::Ok | Rule::InWorkflow | Rule::Unmanaged)
+        !matches!(self.rule, Rule::Ok | Rule::InWorkflow | Rule::Unmanaged | Rule::Parked)
+    }
+
+    /// Whether the verdict leaves a drift open for an operator: an IP change is followed at
+    /// once (its action is the whole repair), so it is only noted.
+    pub fn opens_drift(&self) -> bool {
+        self.is_drift() && self.rule != Rule::IpChanged
+    }
+
+    /// Whether the pair is as it should be, so an open drift heals by itself.
+    pub fn is_healthy(&self) -> bool {
+        matches!(self.rule, Rule::Ok | Rule::IpChanged)
     }
 }
 
@@ -158,6 +214,7 @@ fn expected_in(workflow: Workflow, status: Option<NodeStatus>) -> bool {
                 | N::FailedDiskErasing
         ),
         Workflow::Decommission => matches!(s, N::Deployed | N::Releasing | N::DiskErasing | N::Ready | N::FailedDiskErasing),
+        Workflow::Resync => s == N::Deployed,
     }
 }
 
@@ -170,19 +227,28 @@ pub fn judge(machine: Option<&MachineSide>, host: Option<&HostSide>) -> Verdict 
     let Some(host) = host else {
         return verdict(Rule::Unmanaged, Severity::Debug, Action::None, "a Drover host bound to it", observed);
     };
-    if let Some(w) = host.workflow {
+    // A host still enrolling is an onboarding's (§7.3); a host draining or removing is its
+    // lifecycle job's, which needs the OS up until it has finished.
+    let workflow = host.workflow.or(match host.lifecycle {
+        L::BootstrapIssued | L::Enrolling => Some(Workflow::Onboard),
+        L::Draining | L::Removing => Some(Workflow::Decommission),
+        _ => None,
+    });
+    if let Some(w) = workflow {
         return if expected_in(w, machine.map(|m| m.status)) {
             verdict(Rule::InWorkflow, Severity::Debug, Action::None, "what the workflow expects", observed)
         } else {
             verdict(Rule::UnexpectedInWorkflow, Severity::Warn, Action::None, "what the workflow expects (§7.3)", observed)
         };
     }
-    let active = host.lifecycle == L::Active;
+    if host.lifecycle == L::Quarantined {
+        return verdict(Rule::Parked, Severity::Debug, Action::None, "an operator's decision", observed);
+    }
     let Some(m) = machine else {
-        return if active {
-            verdict(Rule::DeletedFromMaas, Severity::Critical, Action::Quarantine, "Deployed", observed)
-        } else {
-            verdict(Rule::Unclassified, Severity::Info, Action::None, "Deployed", observed)
+        return match host.lifecycle {
+            L::Active => verdict(Rule::DeletedFromMaas, Severity::Critical, Action::Quarantine, "Deployed", observed),
+            L::Retired => verdict(Rule::Ok, Severity::Debug, Action::None, "released, off or deleted", observed),
+            _ => verdict(Rule::Unclassified, Severity::Warn, Action::None, "Deployed", observed),
         };
     };
     match (m.status, host.lifecycle) {
@@ -209,7 +275,8 @@ pub fn judge(machine: Option<&MachineSide>, host: Option<&HostSide>) -> Verdict 
         (N::Deployed, L::Retired) => {
             verdict(Rule::RetiredStillDeployed, Severity::Info, Action::ReleaseAndPowerOff, "released and off", observed)
         }
-        _ => verdict(Rule::Unclassified, Severity::Info, Action::None, "the §6.4 table's pairs", observed),
+        (N::Ready | N::New, L::Retired) => verdict(Rule::Ok, Severity::Debug, Action::None, "released and off", observed),
+        _ => verdict(Rule::Unclassified, Severity::Warn, Action::None, "the §6.4 table's pairs", observed),
     }
 }
 

@@ -7,6 +7,8 @@
 //!   rules (§4.10) and time limits (§4.14).
 //! - [`drift`]: the verdict of §6.4 / §7.3 / §9.1 on a host and its machine (the reconciler's
 //!   decision, pure).
+//! - [`reconcile`]: one reconciler pass over a site as a plan: store changes in batches,
+//!   repair jobs, a report; once per drift, healing by itself, nothing when nothing changed.
 //! - [`discovery`]: which MAAS machine an onboarding claims (§4.16), failing closed.
 //! - [`inspect`]: the boot disk by the profile's pattern, and datasource-class deploy
 //!   failures told apart from the rest.
@@ -19,6 +21,7 @@ pub mod discovery;
 pub mod drift;
 pub mod inspect;
 pub mod onboard;
+pub mod reconcile;
 pub mod recovery;
 pub mod stages;
 pub mod taxonomy;

@@ -308,6 +308,7 @@ impl OnboardProgress {
                     Workflow::Onboard => "onboarded: the node is deployed, synced and enrolled",
                     Workflow::Reimage => "reimaged: a fresh OS is deployed, synced, and the host re-enrolled",
                     Workflow::Decommission => "released, powered off and handled in MAAS",
+                    Workflow::Resync => "re-synced: hardware sync is healthy again",
                 }
                 .into();
                 false
@@ -376,6 +377,8 @@ pub fn domain_event(workflow: Workflow, from: JobState, to: JobState) -> Option<
     let prefix = match workflow {
         Workflow::Onboard => "node.onboarding",
         Workflow::Reimage | Workflow::Decommission => "node.decommission",
+        // A re-sync is the reconciler's repair; its alert is the drift's, not a domain event.
+        Workflow::Resync => return None,
     };
     let what = match to {
         JobState::Running if from == JobState::Pending => "started",
@@ -410,6 +413,7 @@ impl MaasStage {
             MaasStage::WaitReleased => "wait_released",
             MaasStage::PowerOff => "power_off",
             MaasStage::RemoveMaasRecord => "remove_maas_record",
+            MaasStage::AssertHardwareSync => "assert_hardware_sync",
         }
     }
 }

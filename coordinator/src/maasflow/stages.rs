@@ -378,6 +378,31 @@ pub fn ensure_hw_sync(m: &Machine, token_present: bool, required: bool, reseed: 
     }
 }
 
+/// The profile's interval as MAAS's `hardware_sync_interval` setting (a systemd time span).
+pub fn hw_sync_interval_setting(secs: u64) -> String {
+    if secs % 60 == 0 { format!("{}m", secs / 60) } else { format!("{secs}s") }
+}
+
+/// AssertHardwareSync (a re-sync, §9.1), once the site's interval is re-asserted: the machine
+/// must still be deployed with sync on. MAAS sets `enable_hw_sync` only when deploying (and
+/// release clears it), so a deployed machine with it off cannot be repaired by a re-sync:
+/// only a reimage turns it on again — the failure says so.
+pub fn assert_hw_sync(m: &Machine, required: bool) -> StageStep {
+    if !required {
+        return skipped("hardware sync is not required by the profile");
+    }
+    if m.status != NodeStatus::Deployed {
+        return unexpected(m, "re-asserting hardware sync");
+    }
+    if !m.enable_hw_sync {
+        return fail(
+            MaasFailureClass::HardwareSyncFailure,
+            "MAAS reports enable_hw_sync=false; MAAS turns it on only when deploying, so only a reimage restores it",
+        );
+    }
+    done(format!("hardware sync on, every {}s", m.sync_interval.unwrap_or_default()))
+}
+
 /// WaitHardwareSyncHealthy: MAAS's own rule (`is_sync_healthy`), computed at `now`.
 pub fn wait_hw_sync_healthy(m: &Machine, healthy: bool, required: bool) -> StageStep {
     if !required {

@@ -180,6 +180,9 @@ pub enum MaasStage {
     PowerOff,
     /// Delete the machine from MAAS when asked (decommission; kept by default).
     RemoveMaasRecord,
+    /// Re-assert the site's hardware-sync interval in MAAS (`set_config`) and check that the
+    /// deployed machine still has `enable_hw_sync` (MAAS sets it only at deploy, §9.1).
+    AssertHardwareSync,
 }
 
 /// Which MAAS workflow a job runs; each has its own stage list.
@@ -193,6 +196,9 @@ pub enum Workflow {
     Reimage,
     /// §5.4: the MAAS half of a full decommission.
     Decommission,
+    /// §9.1: the re-sync the drift reconciler issues for a deployed host whose hardware sync
+    /// is unhealthy.
+    Resync,
 }
 
 impl Workflow {
@@ -202,12 +208,16 @@ impl Workflow {
             Workflow::Onboard => "maas_onboarding",
             Workflow::Reimage => "maas_reimage",
             Workflow::Decommission => "maas_decommission",
+            Workflow::Resync => "maas_resync",
         }
     }
 
+    /// Every workflow.
+    pub const ALL: [Workflow; 4] = [Workflow::Onboard, Workflow::Reimage, Workflow::Decommission, Workflow::Resync];
+
     /// The workflow of a job kind.
     pub fn of_kind(kind: &str) -> Option<Workflow> {
-        [Workflow::Onboard, Workflow::Reimage, Workflow::Decommission].into_iter().find(|w| w.kind() == kind)
+        Workflow::ALL.into_iter().find(|w| w.kind() == kind)
     }
 
     /// Its stages, in order.
@@ -230,6 +240,7 @@ impl Workflow {
                 WaitHardwareSyncHealthy,
             ],
             Workflow::Decommission => &[LoadSite, ReleaseMachine, WaitReleased, PowerOff, RemoveMaasRecord],
+            Workflow::Resync => &[LoadSite, AssertHardwareSync, EnsureHardwareSync, WaitHardwareSyncHealthy],
         }
     }
 }

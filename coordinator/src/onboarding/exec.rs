@@ -54,7 +54,7 @@ pub async fn tick(app: &Arc<AppState>) -> Result<usize, StoreError> {
     // of unfinished jobs are not this executor's, and are not parsed every poll.
     let jobs = store::blocking(app.store.clone(), |s| {
         let mut jobs = Vec::new();
-        for w in [Workflow::Onboard, Workflow::Reimage, Workflow::Decommission] {
+        for w in Workflow::ALL {
             jobs.extend(s.list_jobs(&JobFilter { kind: Some(w.kind().to_owned()), unfinished: true, ..Default::default() })?);
         }
         Ok(jobs)
@@ -75,8 +75,9 @@ pub async fn tick(app: &Arc<AppState>) -> Result<usize, StoreError> {
     let mut admitted = Vec::new();
     for j in pending {
         let Ok((req, _)) = parse(&j) else { continue };
-        if req.parent_job_id.is_some() {
-            // The MAAS half of a reimage or decommission: its parent job was paced already.
+        if req.parent_job_id.is_some() || j.job.kind == Workflow::Resync.kind() {
+            // The MAAS half of a reimage or decommission: its parent job was paced already; a
+            // re-sync deploys nothing and is paced by the reconciler that issues it.
             admitted.push(j);
             continue;
         }
@@ -635,6 +636,14 @@ async fn decide(
             let m = machine()?;
             let now = time::OffsetDateTime::from_unix_timestamp(app.clock.now().unix()).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
             stages::wait_hw_sync_healthy(m, m.hw_sync().is_healthy(now), policy.require_hw_sync)
+        }
+        S::AssertHardwareSync => {
+            let value = stages::hw_sync_interval_setting(policy.hardware_sync_interval_secs);
+            ctx.client
+                .set_config("hardware_sync_interval", &value)
+                .await
+                .map_err(|e| maas_failure("re-assert the site's hardware_sync_interval", &e))?;
+            stages::assert_hw_sync(machine()?, policy.require_hw_sync)
         }
         S::ReleaseMachine => stages::release_machine(machine()?, req.erase),
         S::WaitReleased => {

@@ -175,6 +175,7 @@ pub async fn ensure_host(app: &Arc<AppState>, ctx: &SiteCtx, req: &OnboardingReq
         drift: None,
         drift_detected_at: None,
         drift_resolved_at: None,
+        acknowledged: None,
         created_at: now,
         updated_at: now,
     };

@@ -452,6 +452,16 @@ pub trait Store: Send + Sync {
     fn set_maas_drift(&self, host_id: Uuid, drift: Option<&Value>, at: Time) -> Result<MaasBinding, StoreError>;
     /// Removes a host's binding (after a full decommission); returns it, `NotFound` if none.
     fn delete_maas_binding(&self, host_id: Uuid, log: &ChangeLog) -> Result<MaasBinding, StoreError>;
+    /// A site's bound hosts that are not deleted, with their lifecycle and unfinished jobs:
+    /// what one reconciler pass reads, in one read transaction.
+    fn maas_reconcile_snapshot(&self, site_id: Uuid) -> Result<Vec<ReconcileRow>, StoreError>;
+    /// Applies one batch of a reconciler pass in one transaction. A change whose host is no
+    /// longer in its `expected_state` (or no longer bound) is skipped whole and listed.
+    fn apply_maas_reconcile(&self, batch: &[ReconcileChange], at: Time) -> Result<ReconcileApplied, StoreError>;
+    /// An operator resolves a host's open drift (`Conflict` when none is open, `NotFound`
+    /// when unbound): the drift closes, its details are kept as acknowledged so the same
+    /// condition is not reopened until it has healed, and `log` is written with it.
+    fn resolve_maas_drift(&self, host_id: Uuid, at: Time, log: &ChangeLog) -> Result<MaasBinding, StoreError>;
 
     // ---- events and audit --------------------------------------------------------------
 

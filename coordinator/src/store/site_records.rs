@@ -14,6 +14,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use drover_proto::states::HostLifecycle;
 use drover_proto::time::Time;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -373,6 +374,9 @@ pub struct MaasBinding {
     pub drift_detected_at: Option<Time>,
     /// When the last drift was resolved.
     pub drift_resolved_at: Option<Time>,
+    /// The details of a drift an operator resolved while its condition still held: the
+    /// reconciler does not open it again until the pair has been seen healthy.
+    pub acknowledged: Option<serde_json::Value>,
     /// Bound.
     pub created_at: Time,
     /// Last changed.
@@ -390,4 +394,62 @@ pub struct MaasObservation {
     pub ips: Vec<String>,
     /// When it was read.
     pub at: Time,
+}
+
+/// A bound host as a reconciler pass reads it: the binding, the host's lifecycle and flag,
+/// and the kinds of the unfinished jobs on it (a MAAS workflow in flight changes what MAAS is
+/// expected to show, §7.3).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReconcileRow {
+    /// The binding.
+    pub binding: MaasBinding,
+    /// The host's name.
+    pub hostname: String,
+    /// The host's lifecycle.
+    pub state: HostLifecycle,
+    /// Its schedulable flag.
+    pub schedulable: bool,
+    /// Kinds of its unfinished jobs.
+    pub jobs: Vec<String>,
+}
+
+/// What a pass does to a binding's drift record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DriftWrite {
+    /// Leave it.
+    Keep,
+    /// Open a drift with these details (an open one keeps its detection time).
+    Open(serde_json::Value),
+    /// The pair is healthy again: close the open drift (auto-heal) and forget an
+    /// acknowledged one, so a recurrence is a new drift.
+    Heal,
+}
+
+/// One bound host's changes from a reconciler pass, applied together.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReconcileChange {
+    /// The host.
+    pub host_id: Uuid,
+    /// The lifecycle the plan was made on: if the host has moved since, the whole change is
+    /// skipped (the next pass judges it afresh).
+    pub expected_state: HostLifecycle,
+    /// A new observation to record.
+    pub observation: Option<MaasObservation>,
+    /// The drift record.
+    pub drift: DriftWrite,
+    /// Quarantine the host (`active` → `quarantined`, schedulable = false) with this reason.
+    pub quarantine: Option<String>,
+    /// Alerts and notes (kind `maas.drift.*`).
+    pub events: Vec<NewEvent>,
+    /// A repair job to create with the drift it answers (a MAAS workflow).
+    pub job: Option<super::NewJob>,
+}
+
+/// What a batch did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReconcileApplied {
+    /// Changes written.
+    pub applied: u64,
+    /// Hosts whose lifecycle moved since the snapshot (or whose binding is gone): skipped.
+    pub skipped: Vec<Uuid>,
 }

@@ -3,7 +3,8 @@
 //! against this instead. It behaves like MAAS where Drover can observe it — JSON shapes,
 //! status codes and texts, the status machine with its transition table and failure map,
 //! OAuth 1.0a PLAINTEXT with nonce and timestamp checks, form bodies and `op=` dispatch,
-//! the two boolean parsers, events paging — as recorded in `shared/maas-facts.md`.
+//! the two boolean parsers, events paging, the `hardware_sync_interval` setting (`config`) — as
+//! recorded in `shared/maas-facts.md`.
 //!
 //! # Running it by hand
 //!
@@ -66,6 +67,7 @@
 
 pub mod auth;
 pub mod boot;
+pub mod config;
 pub mod control;
 pub mod devices;
 pub mod events;

@@ -10,7 +10,6 @@ use serde_json::{Value, json};
 use super::events::Level;
 use super::forms::Params;
 use super::lifecycle::{self, Refusal};
-use super::machine::SYNC_INTERVAL_SECS;
 use super::reply::{Millis, Reply};
 use super::status::{Power, Status};
 use super::world::World;
@@ -120,7 +119,9 @@ fn deploy(world: &mut World, i: usize, p: &Params, user: &str, now: Millis) -> O
         m.agent_name = a.to_owned();
     }
     m.enable_hw_sync = hw_sync;
-    m.sync_interval = hw_sync.then_some(SYNC_INTERVAL_SECS);
+    let interval = world.hw_sync_interval_secs();
+    let m = &mut world.data.machines[i];
+    m.sync_interval = hw_sync.then_some(interval);
     m.last_sync = None;
     m.ephemeral_deploy = ephemeral;
     m.enable_kernel_crash_dump = crash_dump;

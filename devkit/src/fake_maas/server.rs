@@ -145,6 +145,8 @@ enum Resource<'a> {
     Events,
     RackControllers,
     Users,
+    /// `/maas/`: server settings.
+    Maas,
 }
 
 impl Resource<'_> {
@@ -152,6 +154,7 @@ impl Resource<'_> {
     fn methods(&self) -> &'static [&'static str] {
         match self {
             Resource::Version | Resource::Events | Resource::RackControllers | Resource::Users => &["GET"],
+            Resource::Maas => &["GET", "POST"],
             Resource::Machines | Resource::Nodes | Resource::Subnets => &["GET", "POST"],
             Resource::BlockDevices(_) | Resource::Interfaces(_) => &["GET", "POST"],
             Resource::BlockDevice(..) | Resource::Interface(..) => &["GET", "POST"],
@@ -182,6 +185,7 @@ fn parse_resource<'a>(segments: &[&'a str]) -> Option<Resource<'a>> {
         ["events"] => Resource::Events,
         ["rackcontrollers"] => Resource::RackControllers,
         ["users"] => Resource::Users,
+        ["maas"] => Resource::Maas,
         _ => return None,
     })
 }
@@ -283,6 +287,8 @@ fn api(world: &mut World, r: &ApiRequest<'_>, authorization: Option<&str>, now: 
             (Resource::Subnet(id), "DELETE", None) => subnets::delete(world, id),
             (Resource::Events, "GET", Some("query")) => events::query(world, &params),
             (Resource::RackControllers, "GET", None) => Reply::ok(&json!([rack_json()])),
+            (Resource::Maas, "POST", Some("set_config")) => super::config::set_config(world, &params),
+            (Resource::Maas, "GET", Some("get_config")) => super::config::get_config(world, &params),
             (Resource::Users, "GET", Some("whoami")) => Reply::ok(&json!({
                 "username": user, "email": format!("{user}@example.com"), "is_superuser": true, "is_local": true,
                 "sshkeys_count": 0, "resource_uri": format!("/MAAS/api/2.0/users/{user}/"),

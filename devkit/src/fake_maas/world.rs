@@ -77,6 +77,9 @@ pub struct Data {
     pub subnets: Vec<Subnet>,
     /// Events, oldest first.
     pub events: Vec<Event>,
+    /// Server settings (`/maas/?op=set_config`).
+    #[serde(default)]
+    pub config: std::collections::BTreeMap<String, String>,
 }
 
 /// Everything the fake knows.

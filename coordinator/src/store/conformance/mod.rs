@@ -122,6 +122,7 @@ macro_rules! __drover_store_checks {
             roce_upsert_keys_and_scoping,
             maas_binding_is_one_to_one,
             maas_binding_observations_and_drift,
+            maas_reconcile_batches_and_resolution,
         }
     };
 }

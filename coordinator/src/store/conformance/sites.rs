@@ -7,8 +7,8 @@ use uuid::Uuid;
 
 use super::t;
 use crate::store::{
-    AuditFilter, ChangeLog, EventFilter, MaasBinding, MaasObservation, NewAudit, NewEvent, NewRoce, PowerOverride, Profile, ProfilePolicy,
-    SelectorType, Site, SiteConfig, SiteSecrets, SiteStatus, Store, StoreError,
+    AuditFilter, ChangeLog, DriftWrite, EventFilter, MaasBinding, MaasObservation, NewAudit, NewEvent, NewJob, NewRoce, PowerOverride,
+    Profile, ProfilePolicy, ReconcileChange, SelectorType, Site, SiteConfig, SiteSecrets, SiteStatus, Store, StoreError,
 };
 
 /// A change log naming `kind` for site `id`.
@@ -251,6 +251,7 @@ fn binding(host: Uuid, site: Uuid, system_id: &str) -> MaasBinding {
         drift: None,
         drift_detected_at: None,
         drift_resolved_at: None,
+        acknowledged: None,
         created_at: t(1),
         updated_at: t(1),
     }
@@ -313,4 +314,114 @@ pub fn maas_binding_observations_and_drift(make: super::Factory<'_>) {
     assert_eq!((b.drift, b.drift_resolved_at), (None, Some(t(40))));
     let b = s.set_maas_drift(a.id, None, t(50)).expect("nothing open");
     assert_eq!(b.drift_resolved_at, Some(t(40)));
+}
+
+/// A reconciler pass reads a site's bound hosts with their unfinished jobs in one snapshot,
+/// and writes a batch in one transaction: a change whose host moved since the snapshot is
+/// skipped whole; a quarantine moves `active` → `quarantined` and clears `schedulable`; an
+/// operator's resolution closes the drift and keeps it as acknowledged until it heals.
+pub fn maas_reconcile_batches_and_resolution(make: super::Factory<'_>) {
+    use drover_proto::states::HostLifecycle as L;
+    let s = make();
+    let site = make_site(&*s, "dc1");
+    let a = super::drive(&*s, &super::host(&*s, "gpu-a"), &[L::Enrolling, L::Active]);
+    let b = super::drive(&*s, &super::host(&*s, "gpu-b"), &[L::Enrolling, L::Active]);
+    let gone = super::drive(&*s, &super::host(&*s, "gpu-gone"), &[L::Enrolling, L::Active]);
+    for (h, id) in [(&a, "aaa111"), (&b, "bbb222"), (&gone, "ccc333")] {
+        s.put_maas_binding(&binding(h.id, site.id, id), &change("x", site.id, t(1))).expect("bind");
+    }
+    super::drive(&*s, &gone, &super::TO_DELETED[2..]);
+    let job = NewJob {
+        job_id: Uuid::new_v4(),
+        kind: "maas_reimage".into(),
+        host_id: Some(b.id),
+        input: serde_json::json!({}),
+        created_at: t(2),
+        request_id: None,
+    };
+    s.create_job(&job).expect("job");
+    // A MAAS half held by its parent names its host only in its input.
+    let child = NewJob {
+        job_id: Uuid::new_v4(),
+        kind: "maas_decommission".into(),
+        host_id: None,
+        input: serde_json::json!({"hostId": a.id.to_string()}),
+        created_at: t(2),
+        request_id: None,
+    };
+    s.create_job(&child).expect("child job");
+    let snap = s.maas_reconcile_snapshot(site.id).expect("snapshot");
+    let mut seen: Vec<(String, L, Vec<String>)> = snap.iter().map(|r| (r.hostname.clone(), r.state, r.jobs.clone())).collect();
+    seen.sort_by(|x, y| x.0.cmp(&y.0));
+    assert_eq!(
+        seen,
+        vec![
+            ("gpu-a".into(), L::Active, vec!["maas_decommission".to_owned()]),
+            ("gpu-b".into(), L::Active, vec!["maas_reimage".to_owned()])
+        ]
+    );
+    assert!(s.maas_reconcile_snapshot(Uuid::new_v4()).expect("other site").is_empty());
+
+    let alert = |host: Uuid| NewEvent {
+        at: t(3),
+        kind: "maas.drift.detected".into(),
+        host_id: Some(host),
+        rollout_id: None,
+        job_id: None,
+        message: "released outside workflow".into(),
+        data: serde_json::json!({"severity": "critical"}),
+    };
+    let seen_ready = MaasObservation { status: "Ready".into(), power_state: "off".into(), ips: vec![], at: t(3) };
+    let batch = vec![
+        ReconcileChange {
+            host_id: a.id,
+            expected_state: L::Active,
+            observation: Some(seen_ready.clone()),
+            drift: DriftWrite::Open(serde_json::json!({"rule": "released_outside_workflow"})),
+            quarantine: Some("drift: released outside workflow".into()),
+            events: vec![alert(a.id)],
+            job: None,
+        },
+        // Planned on a stale lifecycle: nothing of it is written.
+        ReconcileChange {
+            host_id: b.id,
+            expected_state: L::Offline,
+            observation: Some(seen_ready.clone()),
+            drift: DriftWrite::Open(serde_json::json!({"rule": "x"})),
+            quarantine: None,
+            events: vec![alert(b.id)],
+            job: None,
+        },
+    ];
+    let before = super::all_events(&*s).len();
+    let done = s.apply_maas_reconcile(&batch, t(3)).expect("apply");
+    assert_eq!((done.applied, done.skipped.clone()), (1, vec![b.id]));
+    let ha = s.get_host(a.id).expect("get").expect("a");
+    assert_eq!((ha.state, ha.schedulable), (L::Quarantined, false));
+    let ba = s.get_maas_binding(a.id).expect("get").expect("bound");
+    assert_eq!((ba.observed.map(|o| o.status), ba.drift_detected_at), (Some("Ready".to_owned()), Some(t(3))));
+    let bb = s.get_maas_binding(b.id).expect("get").expect("bound");
+    assert_eq!((bb.observed, bb.drift), (None, None), "a skipped change writes nothing");
+    let kinds: Vec<String> = super::all_events(&*s)[before..].iter().map(|e| e.event.kind.clone()).collect();
+    assert_eq!(kinds, ["host.transition", "host.schedulable", "maas.drift.detected"]);
+
+    let resolved = s.resolve_maas_drift(a.id, t(4), &change("maas.drift.resolved", site.id, t(4))).expect("resolve");
+    assert_eq!((resolved.drift.is_none(), resolved.drift_resolved_at), (true, Some(t(4))));
+    assert_eq!(resolved.acknowledged, Some(serde_json::json!({"rule": "released_outside_workflow"})));
+    let e = s.resolve_maas_drift(a.id, t(5), &change("x", site.id, t(5))).expect_err("nothing open");
+    assert!(matches!(e, StoreError::Conflict { .. }), "{e:?}");
+    assert!(matches!(s.resolve_maas_drift(gone.id, t(5), &change("x", site.id, t(5))), Err(StoreError::Conflict { .. })));
+    assert!(matches!(s.resolve_maas_drift(Uuid::new_v4(), t(5), &change("x", site.id, t(5))), Err(StoreError::NotFound { .. })));
+
+    let heal = ReconcileChange {
+        host_id: a.id,
+        expected_state: L::Quarantined,
+        observation: None,
+        drift: DriftWrite::Heal,
+        quarantine: None,
+        events: vec![],
+        job: None,
+    };
+    assert_eq!(s.apply_maas_reconcile(&[heal], t(6)).expect("heal").applied, 1);
+    assert_eq!(s.get_maas_binding(a.id).expect("get").expect("bound").acknowledged, None, "healed: a recurrence is new");
 }

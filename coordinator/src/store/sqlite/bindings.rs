@@ -1,5 +1,7 @@
 //! Hosts bound to MAAS machines in SQLite (`bare-metal-lifecycle.md` §6.5): one binding per
-//! host, one host per machine of a site, what MAAS last reported, and the open drift.
+//! host, one host per machine of a site, what MAAS last reported, and the open drift; a
+//! reconciler pass's read (one query for the bindings and hosts, one for their unfinished
+//! jobs) and its batched write (one transaction per batch).
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
@@ -7,7 +9,7 @@ use super::log::{insert_audit, insert_event};
 use super::*;
 
 const COLS: &str = "host_id, site_id, system_id, ipmi_ip, pxe_mac, last_status, last_power_state, last_ips, last_observed_at, drift, \
-                    drift_detected_at, drift_resolved_at, created_at, updated_at";
+                    drift_detected_at, drift_resolved_at, created_at, updated_at, acknowledged_drift";
 
 fn row(r: &Row<'_>) -> rusqlite::Result<MaasBinding> {
     let status: Option<String> = r.get(5)?;
@@ -24,6 +26,10 @@ fn row(r: &Row<'_>) -> rusqlite::Result<MaasBinding> {
         Some(_) => Some(json_col(r, 9)?),
         None => None,
     };
+    let acknowledged = match r.get::<_, Option<String>>(14)? {
+        Some(_) => Some(json_col(r, 14)?),
+        None => None,
+    };
     Ok(MaasBinding {
         host_id: uuid_col(r, 0)?,
         site_id: uuid_col(r, 1)?,
@@ -36,6 +42,7 @@ fn row(r: &Row<'_>) -> rusqlite::Result<MaasBinding> {
         drift_resolved_at: opt_time_col(r, 11)?,
         created_at: time_col(r, 12)?,
         updated_at: time_col(r, 13)?,
+        acknowledged,
     })
 }
 
@@ -133,4 +140,98 @@ pub(super) fn delete(c: &Connection, host_id: Uuid, log: &ChangeLog) -> Result<M
     insert_event(c, &log.event)?;
     insert_audit(c, &log.audit)?;
     Ok(current)
+}
+
+/// The bindings of a site with their hosts (not deleted) and unfinished job kinds.
+pub(super) fn snapshot(c: &Connection, site_id: Uuid) -> Result<Vec<ReconcileRow>, StoreError> {
+    let cols = COLS.split(", ").map(|c| format!("b.{}", c.trim())).collect::<Vec<_>>().join(", ");
+    let mut stmt = c.prepare_cached(&format!(
+        "SELECT {cols}, h.hostname, h.state, h.schedulable FROM maas_bindings b JOIN hosts h ON h.id = b.host_id
+         WHERE b.site_id = ?1 AND h.state <> 'deleted' ORDER BY b.host_id"
+    ))?;
+    let rows = stmt.query_map([site_id.to_string()], |r| {
+        let state: String = r.get(16)?;
+        let state = state.parse::<HostLifecycle>().map_err(|e| conversion(16, Type::Text, e))?;
+        Ok(ReconcileRow { binding: row(r)?, hostname: r.get(15)?, state, schedulable: r.get(17)?, jobs: Vec::new() })
+    })?;
+    let mut out: Vec<ReconcileRow> = rows.collect::<Result<_, _>>()?;
+    let terminal = JobState::ALL.iter().filter(|s| s.is_terminal()).map(|s| format!("'{}'", s.as_str())).collect::<Vec<_>>().join(", ");
+    // A MAAS workflow that is the half of a reimage or decommission holds no host itself (its
+    // parent does); its input names the host it works on.
+    let mut stmt = c.prepare_cached(&format!(
+        "SELECT b.host_id, j.kind FROM jobs j JOIN maas_bindings b
+           ON b.host_id = COALESCE(j.host_id, json_extract(j.input, '$.hostId'))
+         WHERE b.site_id = ?1 AND j.state NOT IN ({terminal}) ORDER BY j.created_at"
+    ))?;
+    let mut jobs: std::collections::HashMap<String, Vec<String>> = std::collections::HashMap::new();
+    for pair in stmt.query_map([site_id.to_string()], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))? {
+        let (host, kind) = pair?;
+        jobs.entry(host).or_default().push(kind);
+    }
+    for r in &mut out {
+        if let Some(kinds) = jobs.remove(&r.binding.host_id.to_string()) {
+            r.jobs = kinds;
+        }
+    }
+    Ok(out)
+}
+
+/// One batch of a pass; every change re-checks its host's lifecycle first.
+pub(super) fn apply_reconcile(c: &Connection, batch: &[ReconcileChange], at: Time) -> Result<ReconcileApplied, StoreError> {
+    let mut done = ReconcileApplied::default();
+    for ch in batch {
+        let host = hosts::get_host(c, ch.host_id)?;
+        let bound = get(c, ch.host_id)?;
+        let (Some(host), Some(bound)) = (host, bound) else {
+            done.skipped.push(ch.host_id);
+            continue;
+        };
+        if host.state != ch.expected_state {
+            done.skipped.push(ch.host_id);
+            continue;
+        }
+        if let Some(o) = &ch.observation {
+            observe(c, ch.host_id, o)?;
+        }
+        match &ch.drift {
+            DriftWrite::Keep => {}
+            DriftWrite::Open(details) => {
+                set_drift(c, ch.host_id, Some(details), at)?;
+            }
+            DriftWrite::Heal => {
+                set_drift(c, ch.host_id, None, at)?;
+                if bound.acknowledged.is_some() {
+                    c.prepare_cached("UPDATE maas_bindings SET acknowledged_drift = NULL, updated_at = ?2 WHERE host_id = ?1")?
+                        .execute(params![ch.host_id.to_string(), at.unix()])?;
+                }
+            }
+        }
+        if let Some(reason) = &ch.quarantine {
+            hosts::transition_host(c, ch.host_id, HostLifecycle::Active, HostLifecycle::Quarantined, reason, at)?;
+            hosts::set_schedulable(c, ch.host_id, false, reason, at)?;
+        }
+        if let Some(job) = &ch.job {
+            super::jobs::create_job(c, job)?;
+        }
+        for e in &ch.events {
+            insert_event(c, e)?;
+        }
+        done.applied += 1;
+    }
+    Ok(done)
+}
+
+/// An operator's resolution: the open drift closes and is remembered as acknowledged.
+pub(super) fn resolve(c: &Connection, host_id: Uuid, at: Time, log: &ChangeLog) -> Result<MaasBinding, StoreError> {
+    let current = require(c, host_id)?;
+    let Some(details) = current.drift else {
+        return Err(StoreError::conflict("MAAS drift", host_id, format!("host {host_id} has no open drift to resolve")));
+    };
+    c.prepare_cached(
+        "UPDATE maas_bindings SET drift = NULL, drift_resolved_at = ?2, acknowledged_drift = ?3, updated_at = ?2 WHERE host_id = ?1",
+    )?
+    .execute(params![host_id.to_string(), at.unix(), details.to_string()])?;
+    insert_event(c, &log.event)?;
+    insert_audit(c, &log.audit)?;
+    require(c, host_id)
 }

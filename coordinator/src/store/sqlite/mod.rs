@@ -49,10 +49,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (3, include_str!("../migrations/0003_maintenance.sql")),
     (4, include_str!("../migrations/0004_maas_sites.sql")),
     (5, include_str!("../migrations/0005_maas_bindings.sql")),
+    (6, include_str!("../migrations/0006_maas_drift_ack.sql")),
 ];
 
 /// The schema version this build writes; a file with a higher one is refused.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// How long a connection waits for another process's lock before failing: only a second
 /// process on the same file (an operator's `sqlite3` shell, a backup) ever holds one.
@@ -539,6 +540,15 @@ impl Store for SqliteStore {
     }
     fn delete_maas_binding(&self, host_id: Uuid, log: &ChangeLog) -> Result<MaasBinding, StoreError> {
         self.write(|tx| bindings::delete(tx, host_id, log))
+    }
+    fn maas_reconcile_snapshot(&self, site_id: Uuid) -> Result<Vec<ReconcileRow>, StoreError> {
+        self.read(|c| bindings::snapshot(c, site_id))
+    }
+    fn apply_maas_reconcile(&self, batch: &[ReconcileChange], at: Time) -> Result<ReconcileApplied, StoreError> {
+        self.write(|tx| bindings::apply_reconcile(tx, batch, at))
+    }
+    fn resolve_maas_drift(&self, host_id: Uuid, at: Time, log: &ChangeLog) -> Result<MaasBinding, StoreError> {
+        self.write(|tx| bindings::resolve(tx, host_id, at, log))
     }
 
     fn append_event(&self, event: &NewEvent) -> Result<i64, StoreError> {
