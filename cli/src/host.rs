@@ -6,6 +6,10 @@
 //! reactivation after removal) and answers a refusal with a 409 and the guardrail, which this
 //! prints with exit 65; a viewer certificate gets 403 (exit 77). On success stdout carries one
 //! line: `HOST_ID HOSTNAME STATE schedulable|cordoned`, so scripts can read the new state.
+//! `retire` and `remove` are carried out by a job (a drain, an uninstall on the host's agent):
+//! their line ends with the job's id — `HOST_ID HOSTNAME draining|removing FLAG JOB_ID` — and
+//! the host reaches `retired` / `deleted` when that job completes (`drover job describe
+//! JOB_ID` follows it). Asking again resumes the same job.
 
 use std::io::Write;
 
@@ -26,11 +30,13 @@ pub enum Verb {
     Quarantine,
     /// quarantined → active.
     Unquarantine,
-    /// active, offline or quarantined → draining → retired.
+    /// active, offline or quarantined → draining; its drain job then retires the host
+    /// (asked again on a draining host: resumes that job).
     Retire,
     /// retired → active (never after removal).
     Reactivate,
-    /// retired → removing → deleted; revokes the host's certificates. Irreversible.
+    /// retired → removing; its job uninstalls the agent, revokes the host's certificates and
+    /// deletes it (asked again on a removing host: resumes that job). Irreversible.
     Remove,
     /// Mark the host not schedulable.
     Cordon,
@@ -79,6 +85,18 @@ struct HostState {
     hostname: String,
     state: String,
     schedulable: bool,
+    /// `retire` and `remove`: the job that carries the verb out.
+    #[serde(default)]
+    job_id: Option<String>,
+}
+
+/// The line `drover host` prints: `HOST_ID HOSTNAME STATE schedulable|cordoned [JOB_ID]`.
+fn render(host: &HostState) -> String {
+    let flag = if host.schedulable { "schedulable" } else { "cordoned" };
+    match &host.job_id {
+        Some(job) => format!("{} {} {} {flag} {job}", host.host_id, host.hostname, host.state),
+        None => format!("{} {} {} {flag}", host.host_id, host.hostname, host.state),
+    }
 }
 
 pub(crate) fn check_reason(reason: &str) -> Result<&str, CliError> {
@@ -100,11 +118,8 @@ pub fn run(args: &HostArgs) -> Result<(), CliError> {
     let client = client::connect(&target)?;
     let path = format!("/v1/hosts/{host_id}/{}", args.verb.path_segment());
     let host: HostState = crate::client::block_on(client.post_json(&path, &LifecycleRequest { reason }))?;
-    let flag = if host.schedulable { "schedulable" } else { "cordoned" };
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{} {} {} {flag}", host.host_id, host.hostname, host.state)
-        .and_then(|()| out.flush())
-        .map_err(|e| CliError::new(codes::IO, format!("cannot write stdout: {e}")))
+    writeln!(out, "{}", render(&host)).and_then(|()| out.flush()).map_err(|e| CliError::new(codes::IO, format!("cannot write stdout: {e}")))
 }
 
 #[cfg(test)]
@@ -117,5 +132,15 @@ mod tests {
         assert_eq!(check_reason("a\nb").expect_err("two lines").code(), codes::USAGE);
         assert_eq!(check_reason(&"x".repeat(501)).expect_err("long").code(), codes::USAGE);
         assert_eq!(check_reason(" disk swap ").expect("ok"), "disk swap");
+    }
+
+    #[test]
+    fn the_line_ends_with_the_job_when_a_job_carries_the_verb() {
+        let parse = |v: serde_json::Value| serde_json::from_value::<HostState>(v).expect("host state");
+        let plain = parse(serde_json::json!({"hostId": "h1", "hostname": "gpu-1", "state": "quarantined", "schedulable": false}));
+        assert_eq!(render(&plain), "h1 gpu-1 quarantined cordoned");
+        let retire =
+            parse(serde_json::json!({"hostId": "h1", "hostname": "gpu-1", "state": "draining", "schedulable": true, "jobId": "j-7"}));
+        assert_eq!(render(&retire), "h1 gpu-1 draining schedulable j-7");
     }
 }

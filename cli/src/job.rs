@@ -51,6 +51,12 @@ pub enum JobKind {
     /// One host's share of a `drover maintenance request`.
     #[value(name = "maintenance")]
     Maintenance,
+    /// `drover host retire`: the drain that owns `draining`.
+    #[value(name = "retire")]
+    Retire,
+    /// `drover host remove`: the uninstall that owns `removing`.
+    #[value(name = "remove")]
+    Remove,
 }
 
 impl JobKind {
@@ -60,6 +66,8 @@ impl JobKind {
             JobKind::StorageCleanup => "storage_cleanup",
             JobKind::FullDecommission => "full_decommission",
             JobKind::Maintenance => "maintenance",
+            JobKind::Retire => "retire",
+            JobKind::Remove => "remove",
         }
     }
 }
@@ -258,7 +266,7 @@ pub struct EventJson {
 pub struct JobJson {
     /// The job's id.
     pub job_id: String,
-    /// soft_reset, storage_cleanup, full_decommission or maintenance.
+    /// soft_reset, storage_cleanup, full_decommission, reimage, maintenance, retire or remove.
     pub kind: String,
     /// The host's id.
     #[serde(default)]

@@ -4,18 +4,28 @@
 //! rows, the roles allowed to call them, and `offline` after silence (the manual clock and a
 //! direct call to the reconciler's step) with the return to `active` on the next check-in.
 //!
+//! `retire` and `remove` are carried out by their jobs: here a simulated agent (the real
+//! protocol and task rules, `drover_tests::sim_agent`) runs the drain and the uninstall, and
+//! each test waits (bounded) for the job to finish. `lifecycle_tasks.rs` runs them on the real
+//! agent.
+//!
 //! Refused verbs leave no audit row: the audit records accepted operator actions; refusals are
 //! answered (409 with the guardrail) and logged, and change nothing.
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use drover_coordinator::api::lifecycle::mark_silent_hosts_offline;
 use drover_coordinator::app::Clock as _;
-use drover_coordinator::store::{AuditFilter, AuditRecord, CertKind, EventFilter, NewCert};
-use drover_proto::states::HostLifecycle;
+use drover_coordinator::store::{AuditFilter, AuditRecord, CertKind, EventFilter, JobFilter, NewCert, TaskFilter};
+use drover_proto::states::{HostLifecycle, JobState};
 use drover_tests::Harness;
+use drover_tests::sim_agent::{Behaviour, SimAgent};
 use serde_json::Value;
 use uuid::Uuid;
+
+/// The bound on every wait for a job.
+const WAIT: Duration = Duration::from_secs(60);
 
 /// A host in the store with a recorded certificate, driven to `active` as enrollment and a
 /// first check-in would.
@@ -67,6 +77,36 @@ fn transitions(h: &Harness, id: Uuid) -> Vec<String> {
     events.into_iter().map(|e| e.event.message).collect()
 }
 
+/// A simulated agent for a host [`active_host`] made: it runs the tasks it is handed (the
+/// drain, the uninstall) and reports them with its next check-in.
+fn sim_agent(h: &Harness, id: Uuid, hostname: &str, (cert, key): &(PathBuf, PathBuf)) -> SimAgent {
+    let trust = std::fs::read(&h.trust.0).expect("trust");
+    let director = std::fs::read_to_string(h.dir.path().join("state").join("director.pub")).expect("director.pub");
+    SimAgent::new(&h.url, &h.ca, (cert, key), hostname, id, &trust, &director, Behaviour::Healthy)
+}
+
+/// The job a `retire` / `remove` answer names.
+fn job_of(body: &Value) -> Uuid {
+    Uuid::parse_str(body["jobId"].as_str().unwrap_or_else(|| panic!("no jobId: {body}"))).expect("jobId is a UUID")
+}
+
+/// Drives `job` until it stops (bounded): the agent checks in (taking its tasks, reporting
+/// their results) and the executor ticks. A check-in refused once the host is deleted (its
+/// certificate revoked) is expected, so check-in errors are left to the job's outcome.
+async fn run_job(h: &Harness, agent: &mut SimAgent, job: Uuid) -> JobState {
+    let app = h.running.app.clone();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let _ = agent.step(h.clock.now()).await;
+        app.executor.tick_now(&app).await.expect("tick");
+        let state = app.store.get_job(job).expect("store").expect("job").state;
+        if !matches!(state, JobState::Pending | JobState::Running | JobState::Compensating) {
+            return state;
+        }
+        assert!(Instant::now() < deadline, "job {job} still {state} after {WAIT:?}");
+    }
+}
+
 async fn checkin(h: &Harness, cert: &(PathBuf, PathBuf)) -> String {
     let body = serde_json::json!({ "agentVersion": "t", "bootId": "b" }).to_string();
     h.call(Some(cert), "POST", "/v1/agent/checkin", Some(&body)).await.0
@@ -94,19 +134,31 @@ async fn quarantine_then_unquarantine() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retire_then_reactivate_and_audit_rows_carry_everything() {
-    let h = Harness::start().await;
-    let (id, _) = active_host(&h, "gpu-r");
+    let h = Harness::start_with_long_poll(1).await;
+    let (id, cert) = active_host(&h, "gpu-r");
+    let mut agent = sim_agent(&h, id, "gpu-r", &cert);
     let before = transitions(&h, id).len();
     let (code, body) = verb(&h, id, "retire", "end of lease").await;
     assert_eq!(code, "200", "{body}");
-    assert_eq!(body["state"], "retired");
-    // Through draining: two transitions, two events, both with the reason.
+    // The verb puts the host into draining and hands it to its job.
+    assert_eq!(body["state"], "draining", "{body}");
+    let job = job_of(&body);
+    assert_eq!(run_job(&h, &mut agent, job).await, JobState::Completed);
+    assert_eq!(state(&h, id), HostLifecycle::Retired);
+    // Through draining: two transitions, two events — the operator's reason on the first, the
+    // job that drained the host on the second.
     let events = transitions(&h, id);
     assert_eq!(events.len(), before + 2, "{events:?}");
-    assert!(events[before..].iter().all(|m| m.contains("end of lease")), "{events:?}");
+    assert!(events[before].contains("end of lease"), "{events:?}");
+    assert!(events[before + 1].contains(&job.to_string()), "{events:?}");
+    // The job drained through the agent: one node.drain task, run by it.
+    let tasks = h.running.app.store.list_tasks(&TaskFilter { job_id: Some(job), ..Default::default() }).expect("tasks");
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    assert_eq!(agent.tasks_run, [tasks[0].task.task_id.to_string()]);
     let (code, body) = verb(&h, id, "reactivate", "lease renewed").await;
     assert_eq!(code, "200", "{body}");
     assert_eq!(body["state"], "active");
+    assert!(body.get("jobId").is_none(), "reactivate is a plain transition: {body}");
 
     let rows = audit(&h, id);
     let find = |action: &str| rows.iter().find(|r| r.audit.action == action).unwrap_or_else(|| panic!("no {action} audit row: {rows:?}"));
@@ -119,23 +171,37 @@ async fn retire_then_reactivate_and_audit_rows_carry_everything() {
     assert_eq!(retire.expected_state.as_deref(), Some("retired"));
     let reactivate = &find("host.reactivate").audit;
     assert_eq!((reactivate.prior_state.as_deref(), reactivate.expected_state.as_deref()), (Some("retired"), Some("active")));
+    // The job's creation is audited on the job, as the jobs API audits its jobs.
+    let on_job = h.running.app.store.list_audit(&AuditFilter { target: Some(job.to_string()), ..AuditFilter::default() }).expect("audit");
+    assert_eq!(on_job.iter().map(|r| r.audit.action.as_str()).collect::<Vec<_>>(), ["job.retire"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removed_host_is_revoked_and_never_reactivated() {
-    let h = Harness::start().await;
+    let h = Harness::start_with_long_poll(1).await;
     let (id, cert) = active_host(&h, "gpu-x");
     assert_eq!(checkin(&h, &cert).await, "200");
+    let mut agent = sim_agent(&h, id, "gpu-x", &cert);
     // Only a retired host can be removed.
     let (code, body) = verb(&h, id, "remove", "decommission").await;
     assert_eq!(code, "409", "{body}");
     assert!(body["error"]["message"].as_str().unwrap_or_default().contains("retire"), "{body}");
     assert_eq!(state(&h, id), HostLifecycle::Active);
 
-    assert_eq!(verb(&h, id, "retire", "decommission").await.0, "200");
+    let (code, body) = verb(&h, id, "retire", "decommission").await;
+    assert_eq!(code, "200", "{body}");
+    assert_eq!(run_job(&h, &mut agent, job_of(&body)).await, JobState::Completed);
     let (code, body) = verb(&h, id, "remove", "decommission").await;
     assert_eq!(code, "200", "{body}");
-    assert_eq!(body["state"], "deleted");
+    assert_eq!(body["state"], "removing", "{body}");
+    let job = job_of(&body);
+    // Not deleted before the agent's uninstall has run and reported.
+    assert!(h.running.app.store.list_certs(Some(id)).expect("certs").iter().all(|c| c.revoked.is_none()));
+    assert_eq!(run_job(&h, &mut agent, job).await, JobState::Completed);
+    assert_eq!(state(&h, id), HostLifecycle::Deleted);
+    let tasks = h.running.app.store.list_tasks(&TaskFilter { job_id: Some(job), ..Default::default() }).expect("tasks");
+    assert_eq!(tasks.len(), 1, "one node.uninstall: {tasks:?}");
+    assert_eq!(agent.tasks_run.last(), Some(&tasks[0].task.task_id.to_string()), "the agent ran the uninstall");
     // Its certificates are revoked: the handshake itself fails.
     let body = serde_json::json!({ "agentVersion": "t", "bootId": "b" }).to_string();
     let mut args = vec!["-X".to_owned(), "POST".to_owned(), "-w".to_owned(), "\n%{http_code}".to_owned()];
@@ -150,6 +216,7 @@ async fn removed_host_is_revoked_and_never_reactivated() {
     // deleted is terminal: no verb brings it back, and the refusal names the guardrail.
     let audits = audit(&h, id).len();
     let events = transitions(&h, id).len();
+    let jobs = h.running.app.store.list_jobs(&JobFilter { host_id: Some(id), ..Default::default() }).expect("jobs").len();
     for v in ["reactivate", "unquarantine", "quarantine", "retire", "remove", "cordon"] {
         let (code, body) = verb(&h, id, v, "bring it back").await;
         assert_eq!(code, "409", "{v}: {body}");
@@ -158,6 +225,7 @@ async fn removed_host_is_revoked_and_never_reactivated() {
     assert_eq!(state(&h, id), HostLifecycle::Deleted);
     assert_eq!(audit(&h, id).len(), audits, "refused verbs are not audited");
     assert_eq!(transitions(&h, id).len(), events, "refused verbs write no event");
+    assert_eq!(h.running.app.store.list_jobs(&JobFilter { host_id: Some(id), ..Default::default() }).expect("jobs").len(), jobs);
     // The id is never reused: the same hostname enrolls as a new host.
     let created = h.create_host("gpu-x").await;
     assert_ne!(created["hostId"], id.to_string());
@@ -185,6 +253,8 @@ async fn illegal_verbs_are_refused_with_nothing_written() {
     assert_eq!(audit(&h, id).len(), audits);
     assert!(audit(&h, fresh).is_empty());
     assert_eq!(transitions(&h, id).len(), events);
+    let jobs = h.running.app.store.list_jobs(&JobFilter::default()).expect("jobs");
+    assert!(jobs.is_empty(), "a refused retire or remove creates no job: {jobs:?}");
     // Unknown host 404, malformed id 400, missing or bad reason 400.
     assert_eq!(verb(&h, Uuid::new_v4(), "quarantine", "x").await.0, "404");
     let (code, _) = h.call(Some(&h.admin), "POST", "/v1/hosts/not-a-uuid/quarantine", Some(&reason("x"))).await;

@@ -1,14 +1,18 @@
 //! Job routes: `POST /v1/hosts/{id}/decommission` (admin) starts a soft reset, a storage
-//! cleanup or a full decommission; `GET /v1/jobs`, `GET /v1/jobs/{id}` (viewer) show them;
+//! cleanup, a reimage or a full decommission (the `retire` and `remove` jobs are started by
+//! their lifecycle verbs, `crate::api::lifecycle`); `GET /v1/jobs`, `GET /v1/jobs/{id}` (viewer) show them;
 //! `POST /v1/jobs/{id}/{action}` (admin) takes an operator action of `node-state-model.md`
 //! §8 — retry_stage, resume, rerun, restart_clean, cancel, adopt_observed_state,
 //! mark_manual_intervention_required.
 //!
-//! Every accepted action is one store transaction: the job's new state and progress
+//! Every accepted action is one store transaction ([`take_action`], which the `retire` and
+//! `remove` lifecycle verbs use to resume their jobs too): the job's new state and progress
 //! (compare-and-set on what was read), the task the action re-issues or requeues (never a
-//! duplicate of a live one), a `job.action` event and the audit row (actor, role, reason,
-//! prior state, action, expected state). A refused action writes nothing and answers 409
-//! naming the states it is allowed from.
+//! duplicate of a live one), the host transition §3.3's guardrail asks for (a resumed retire
+//! or remove puts its host back into `draining` / `removing`; a job cancelled or reconciled
+//! leaves them), a `job.action` event and the audit row (actor, role, reason, prior state,
+//! action, expected state). A refused action writes nothing and answers 409 naming the states
+//! it is allowed from.
 
 use std::sync::Arc;
 
@@ -30,9 +34,11 @@ use crate::app::AppState;
 use crate::jobs::exec::event;
 use crate::jobs::model::MaasRelease;
 use crate::jobs::model::{StageStatus, recommended_next};
-use crate::jobs::{JobKind, JobView, OperatorAction, Progress, StorageChoice, TaskDirective, TaskObs, act, stages};
+use crate::jobs::{
+    ActionOutcome, JobKind, JobView, OperatorAction, Progress, StorageChoice, TaskDirective, TaskObs, act, lifecycle_guard, stages,
+};
 use crate::maasflow::onboard::EraseMode;
-use crate::store::{self, EventFilter, Job, JobFilter, JobStep, NewAudit, NewJob};
+use crate::store::{self, EventFilter, Host, HostOp, Job, JobFilter, JobStep, NewAudit, NewJob, TaskRecord};
 
 /// A job as the API shows it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -40,7 +46,7 @@ use crate::store::{self, EventFilter, Job, JobFilter, JobStep, NewAudit, NewJob}
 pub struct JobJson {
     /// Its id.
     pub job_id: String,
-    /// soft_reset | storage_cleanup | full_decommission | maintenance.
+    /// soft_reset | storage_cleanup | full_decommission | reimage | maintenance | retire | remove.
     pub kind: String,
     /// The host.
     pub host_id: Option<String>,
@@ -343,29 +349,57 @@ pub struct ActionRequest {
     pub reason: Option<String>,
 }
 
-/// `POST /v1/jobs/{id}/{action}` (admin).
-pub async fn action(
-    State(app): State<Arc<AppState>>,
-    Admin(op): Admin,
-    Path((id, action)): Path<(String, String)>,
-    JsonBody(req): JsonBody<ActionRequest>,
-) -> Result<Json<Value>, ApiError> {
-    let job_id = parse_uuid("job id", &id)?;
-    let action: OperatorAction = serde_json::from_value(Value::String(action.clone())).map_err(|_| {
-        ApiError::not_found(format!(
-            "no job action {action:?}: retry_stage, resume, rerun, restart_clean, cancel, adopt_observed_state, mark_manual_intervention_required"
-        ))
-    })?;
-    let reason = check_reason(req.reason.as_deref())?;
-    let (job, task, host) = store::blocking(app.store.clone(), move |s| {
-        let Some(job) = s.get_job(job_id)? else { return Ok((None, None, None)) };
+/// A job as an action reads it: the job, the record of its current stage's task, its host.
+#[derive(Debug, Clone)]
+pub struct JobRead {
+    /// The job.
+    pub job: Job,
+    /// The record of `progress.taskId`, when there is one.
+    pub task: Option<TaskRecord>,
+    /// Its host, while it has a record.
+    pub host: Option<Host>,
+}
+
+/// Reads `job_id`, its current task and its host in one blocking call (`None`: no such job).
+pub async fn read_job(app: &Arc<AppState>, job_id: Uuid) -> Result<Option<JobRead>, ApiError> {
+    Ok(store::blocking(app.store.clone(), move |s| {
+        let Some(job) = s.get_job(job_id)? else { return Ok(None) };
         let task_id = JobView::from_job(&job).ok().and_then(|v| v.progress.task_id).and_then(|t| Uuid::parse_str(&t).ok());
         let task = task_id.map(|t| s.get_task(t)).transpose()?.flatten();
         let host = job.job.host_id.map(|h| s.get_host(h)).transpose()?.flatten();
-        Ok((Some(job), task, host))
+        Ok(Some(JobRead { job, task, host }))
     })
-    .await?;
-    let job = job.ok_or_else(|| ApiError::not_found(format!("job {job_id} not found")))?;
+    .await?)
+}
+
+/// An accepted, persisted operator action.
+#[derive(Debug, Clone)]
+pub struct ActionTaken {
+    /// The job after it.
+    pub job: Job,
+    /// What the action decided.
+    pub outcome: ActionOutcome,
+    /// What it did about the task: `none`, `reused ID`, `requeued ID`, `issued ID`.
+    pub task_note: String,
+}
+
+/// Takes `action` for `op` on a job as `read`: decides it ([`act`]), signs the task it
+/// re-issues, and writes — in one transaction, compare-and-set on the job as read — the job's
+/// new state and progress, the new or requeued task, the host transition of §3.3's guardrail
+/// ([`lifecycle_guard`]: a resumed retire or remove re-enters `draining` / `removing`, a job
+/// the action stops leaves them), a `job.action` event (and the decommission domain event),
+/// and the action's audit row followed by `extra_audits`. A refused action writes nothing
+/// (409 naming the states it is allowed from).
+pub async fn take_action(
+    app: &Arc<AppState>,
+    op: &OperatorCaller,
+    read: JobRead,
+    action: OperatorAction,
+    reason: &str,
+    extra_audits: Vec<NewAudit>,
+) -> Result<ActionTaken, ApiError> {
+    let JobRead { job, task, host } = read;
+    let job_id = job.job.job_id;
     let view = JobView::from_job(&job).map_err(|e| ApiError::conflict(format!("job {job_id} does not parse: {e}")))?;
     let now = app.clock.now();
     let creds = match &host {
@@ -387,7 +421,7 @@ pub async fn action(
         TaskDirective::Issue(kind) => {
             let host_id = job.job.host_id.ok_or_else(|| ApiError::conflict("job names no host"))?;
             let (task, row) =
-                crate::api::tasks::seal(&app, host_id, Some(job_id), kind.clone(), app.config.jobs.task_ttl_secs).map_err(|e| {
+                crate::api::tasks::seal(app, host_id, Some(job_id), kind.clone(), app.config.jobs.task_ttl_secs).map_err(|e| {
                     tracing::error!(error = %e, "cannot sign a job's task");
                     ApiError::internal()
                 })?;
@@ -399,9 +433,27 @@ pub async fn action(
     }
     let host_id = job.job.host_id.unwrap_or_default();
     let message = format!("{} by {}: {reason} ({}; task {task_note})", action.as_str(), op.name, outcome.progress_change);
+    let host_ops: Vec<HostOp> = host
+        .as_ref()
+        .and_then(|h| {
+            let to = lifecycle_guard(&view.kind, outcome.progress.stage, h.state, job.state, outcome.new_state)?;
+            Some(HostOp::Transition { host_id: h.id, from: h.state, to, reason: message.clone() })
+        })
+        .into_iter()
+        .collect();
     let domain = crate::jobs::exec::decommission_event(&view.kind, job.state, outcome.new_state).map(|kind| {
         event(now, &kind, host_id, job_id, &message, json!({ "jobId": job_id, "mode": view.kind.name(), "action": action.as_str() }))
     });
+    let mut audits = vec![audit(
+        op,
+        now,
+        &format!("job.{}", action.as_str()),
+        &job_id.to_string(),
+        reason,
+        Some(outcome.audit_prior),
+        outcome.audit_expected,
+    )];
+    audits.extend(extra_audits);
     let step = JobStep {
         job_id,
         expected_state: job.state,
@@ -411,7 +463,7 @@ pub async fn action(
         reason: message.clone(),
         task: task_row,
         requeue_task: requeue,
-        host_ops: Vec::new(),
+        host_ops,
         events: vec![event(
             now,
             "job.action",
@@ -423,15 +475,7 @@ pub async fn action(
         .into_iter()
         .chain(domain)
         .collect(),
-        audits: vec![audit(
-            &op,
-            now,
-            &format!("job.{}", action.as_str()),
-            &job_id.to_string(),
-            &reason,
-            Some(outcome.audit_prior),
-            outcome.audit_expected,
-        )],
+        audits,
         at: now,
     };
     let after = store::blocking(app.store.clone(), move |s| s.apply_job_step(&step)).await?;
@@ -440,7 +484,26 @@ pub async fn action(
         app.hub.notify(host_id);
     }
     app.executor.poke();
-    let json_job = with_hostnames(&app, vec![after]).await?.remove(0);
+    Ok(ActionTaken { job: after, outcome, task_note })
+}
+
+/// `POST /v1/jobs/{id}/{action}` (admin).
+pub async fn action(
+    State(app): State<Arc<AppState>>,
+    Admin(op): Admin,
+    Path((id, action)): Path<(String, String)>,
+    JsonBody(req): JsonBody<ActionRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let job_id = parse_uuid("job id", &id)?;
+    let action: OperatorAction = serde_json::from_value(Value::String(action.clone())).map_err(|_| {
+        ApiError::not_found(format!(
+            "no job action {action:?}: retry_stage, resume, rerun, restart_clean, cancel, adopt_observed_state, mark_manual_intervention_required"
+        ))
+    })?;
+    let reason = check_reason(req.reason.as_deref())?;
+    let read = read_job(&app, job_id).await?.ok_or_else(|| ApiError::not_found(format!("job {job_id} not found")))?;
+    let ActionTaken { job, outcome, task_note } = take_action(&app, &op, read, action, &reason, Vec::new()).await?;
+    let json_job = with_hostnames(&app, vec![job]).await?.remove(0);
     Ok(Json(json!({
         "job": json_job,
         "outcome": {

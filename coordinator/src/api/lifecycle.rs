@@ -2,52 +2,80 @@
 //! reconciler that moves silent hosts to `offline`.
 //!
 //! The coarse state machine is `node-state-model.md` §3 ([`HostLifecycle`]); the store's
-//! `transition_host` is the only writer of a host's state and enforces both legality and
-//! compare-and-set, writing one `host.transition` event (with the reason) per step. Each verb
-//! here adds what the store cannot know: which *source* states the verb means (unquarantine
-//! is `quarantined -> active`, not any legal `-> active`), the operator's reason, and the
-//! audit record (actor, role, action, target, reason, prior state, expected state).
+//! `transition_host` (and a job step's host transitions) is the only writer of a host's state
+//! and enforces both legality and compare-and-set, writing one `host.transition` event (with
+//! the reason) per step. Each verb here adds what the store cannot know: which *source* states
+//! the verb means (unquarantine is `quarantined -> active`, not any legal `-> active`), the
+//! operator's reason, and the audit record (actor, role, action, target, reason, prior state,
+//! expected state).
 //!
-//! | verb           | from                                   | to (in order)          |
-//! |----------------|----------------------------------------|------------------------|
-//! | `quarantine`   | active, offline, enrolling             | quarantined            |
-//! | `unquarantine` | quarantined                            | active                 |
-//! | `retire`       | active, offline, quarantined, draining | draining, retired      |
-//! | `reactivate`   | retired                                | active                 |
-//! | `remove`       | retired, removing                      | removing, deleted      |
-//! | `cordon`       | any but deleted                        | schedulable = false    |
-//! | `uncordon`     | any but deleted                        | schedulable = true     |
+//! | verb           | from                                   | to                                         |
+//! |----------------|----------------------------------------|--------------------------------------------|
+//! | `quarantine`   | active, offline, enrolling             | quarantined                                |
+//! | `unquarantine` | quarantined                            | active                                     |
+//! | `retire`       | active, offline, quarantined, draining | draining; its `retire` job: retired        |
+//! | `reactivate`   | retired                                | active                                     |
+//! | `remove`       | retired, removing                      | removing; its `remove` job: deleted        |
+//! | `cordon`       | any but deleted                        | schedulable = false                        |
+//! | `uncordon`     | any but deleted                        | schedulable = true                         |
 //!
-//! `retire` and `remove` pass through `draining` / `removing`. There is no drain or uninstall
-//! job yet (a later issue), so both steps happen in this request, each with its own event.
-//! Accepting `draining` (resp. `removing`) as a source makes the verb the §8 "resume": a
-//! request interrupted between its two steps is finished by asking again, so a host is never
-//! left in an in-progress state with nothing driving it.
+//! `draining` and `removing` are not self-sufficient (§3.3): entering either creates or
+//! resumes the job that owns it. `retire` creates a `retire` job (cordon → drain, a
+//! `node.drain` task → retire) and `remove` a `remove` job (remove → uninstall, a
+//! `node.uninstall` task → delete), as the jobs API creates its jobs: `create_job_checked`
+//! with the audit rows (`host.VERB` on the host, `job.KIND` on the job) in one transaction,
+//! refused while another job holds the host. The verb then takes the job's first step itself —
+//! `pending → running` together with the host's move into `draining` / `removing`, one
+//! transaction ([`crate::jobs::lifecycle_guard`]) — so the answer shows the host in its
+//! in-progress state with the job's id (`jobId`), and the host is never in either state
+//! without an unfinished job: the job exists before the host enters the state, and only the
+//! job's own steps take it out. A request cut between the two leaves a pending job, which the
+//! executor starts with the same step (or asking again does). The rest is the executor's: the
+//! host is `retired` only once the drain task succeeded, and `deleted` only once the
+//! uninstall task succeeded and every certificate of the host is revoked — certificates, then
+//! the CRL, then the state ([`AppState::revoke_host`]): a deleted host never again completes a
+//! handshake. A retired host stays cordoned; `reactivate` does not uncordon it.
 //!
-//! `remove` revokes every certificate of the host (and ends its unused tokens) through
-//! [`AppState::revoke_host`] *before* the host reaches `deleted`: a deleted host can never
-//! again complete a handshake. `deleted` is terminal and the id is never reused, so
-//! `reactivate` after removal is refused (409) — re-onboarding makes a new host.
+//! A drain that still fails after `jobs.max_attempts` takes the host `draining → offline`
+//! (§3.3, the drain lifecycle failed) and stops the job failed; a failed uninstall takes it
+//! `removing → retired`; a job cancelled or reconciled leaves either state the same way.
+//!
+//! Resume (§8): `retire` on a host in `draining`, or `remove` on one in `removing` — or on a
+//! host whose own `retire` / `remove` job stopped failed — takes up the host's unfinished job
+//! instead of creating another: a pending one is started; a running or failed one is resumed
+//! through the job engine's `resume` action ([`crate::api::jobs::take_action`]: a queued task
+//! or a live lease is reused, a lapsed lease requeued, a lost or failed task re-issued, and
+//! the host put back into its in-progress state), audited as `job.resume` beside the verb's
+//! row. A host left in `draining` or `removing` with no job at all (by an older coordinator)
+//! gets a new one. Asking again is idempotent: never a second job, never a second live task.
+//! A job being compensated (cancelled or restarted) is a 409 until it has ended, and so is a
+//! host held by another job that does not own the state the verb resumes.
+//!
+//! `deleted` is terminal and the id is never reused, so `reactivate` after removal is refused
+//! (409) — re-onboarding makes a new host.
 //!
 //! Refused requests (bad reason, unknown host, a verb the current state does not allow, a
-//! lost compare-and-set) write nothing: no event and no audit row. The audit row is written
-//! once the verb's first step has committed, so an accepted action is audited even when a
-//! later step (the revocation, the second transition) fails and must be resumed.
+//! lost compare-and-set, a host held by another job) write nothing: no event and no audit row.
+//! A transition verb's audit row is written once its transition has committed.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Path, State};
-use drover_proto::states::HostLifecycle;
+use drover_proto::states::{HostLifecycle, JobState};
 use drover_proto::time::Time;
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use uuid::Uuid;
 
 use crate::api::auth::{Admin, OperatorCaller};
 use crate::api::error::{ApiError, JsonBody};
-use crate::app::{AppState, CrlError};
-use crate::store::{self, Host, HostCursor, HostFilter, NewAudit, StoreError};
+use crate::api::jobs::{self as jobs_api, JobRead};
+use crate::app::AppState;
+use crate::jobs::exec::event;
+use crate::jobs::{Decision, JobKind, JobView, OperatorAction, apply as apply_decision, lifecycle_guard};
+use crate::store::{self, Host, HostCursor, HostFilter, HostOp, Job, JobFilter, JobStep, NewAudit, NewJob, StoreError, TaskRecord};
 
 /// Longest reason an operator may give, in characters.
 pub const MAX_REASON_CHARS: usize = 500;
@@ -72,15 +100,25 @@ pub struct HostStateResponse {
     pub state: HostLifecycle,
     /// Whether it is schedulable (not cordoned).
     pub schedulable: bool,
+    /// `retire` and `remove`: the job that owns the host's `draining` / `removing` (created or
+    /// resumed by the request); `GET /v1/jobs/{id}` follows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
 }
 
 impl From<&Host> for HostStateResponse {
     fn from(h: &Host) -> Self {
-        HostStateResponse { host_id: h.id.to_string(), hostname: h.hostname.clone(), state: h.state, schedulable: h.schedulable }
+        HostStateResponse {
+            host_id: h.id.to_string(),
+            hostname: h.hostname.clone(),
+            state: h.state,
+            schedulable: h.schedulable,
+            job_id: None,
+        }
     }
 }
 
-/// A lifecycle verb: the source states it accepts and the states it walks through.
+/// A lifecycle verb: the source states it accepts and the state it leads to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Verb {
     Quarantine,
@@ -106,27 +144,61 @@ impl Verb {
         match self {
             Verb::Quarantine => &[Active, Offline, Enrolling],
             Verb::Unquarantine => &[Quarantined],
+            // The in-progress state itself: asking again resumes (§8).
             Verb::Retire => &[Active, Offline, Quarantined, Draining],
             Verb::Reactivate => &[Retired],
             Verb::Remove => &[Retired, Removing],
         }
     }
 
-    /// The transitions from `from`, in order (a resumed verb skips the step already taken).
-    fn path(self, from: HostLifecycle) -> Vec<HostLifecycle> {
-        use HostLifecycle::*;
+    /// Where the verb leads (for `retire` and `remove`, once their job has finished).
+    fn target(self) -> HostLifecycle {
         match self {
-            Verb::Quarantine => vec![Quarantined],
-            Verb::Unquarantine | Verb::Reactivate => vec![Active],
-            Verb::Retire if from == Draining => vec![Retired],
-            Verb::Retire => vec![Draining, Retired],
-            Verb::Remove if from == Removing => vec![Deleted],
-            Verb::Remove => vec![Removing, Deleted],
+            Verb::Quarantine => HostLifecycle::Quarantined,
+            Verb::Unquarantine | Verb::Reactivate => HostLifecycle::Active,
+            Verb::Retire => HostLifecycle::Retired,
+            Verb::Remove => HostLifecycle::Deleted,
         }
     }
 
-    fn target(self) -> HostLifecycle {
-        self.path(self.sources()[0]).last().copied().unwrap_or(HostLifecycle::Deleted)
+    /// For the verbs a job carries out: its kind, and the in-progress state it holds the host in.
+    fn job(self) -> Option<(JobKind, HostLifecycle)> {
+        match self {
+            Verb::Retire => Some((JobKind::Retire {}, HostLifecycle::Draining)),
+            Verb::Remove => Some((JobKind::Remove {}, HostLifecycle::Removing)),
+            Verb::Quarantine | Verb::Unquarantine | Verb::Reactivate => None,
+        }
+    }
+}
+
+/// Why `retire` or `remove` cannot create or resume the host's job (every one a 409; nothing
+/// was written).
+#[derive(Debug, thiserror::Error)]
+enum JobVerbError {
+    /// Another job holds the host and does not own the state the verb resumes.
+    #[error(
+        "host {host} is held by job {job} ({kind}, {state}): a host has one job at a time; let it finish, or recover or cancel it (drover job describe {job})"
+    )]
+    HeldByOtherJob { host: Uuid, job: Uuid, kind: String, state: JobState },
+    /// The host's job is compensating (a cancel or restart_clean waits for its task).
+    #[error("host {host}'s job {job} ({kind}) is compensating (being cancelled or restarted): ask again once it has ended")]
+    Compensating { host: Uuid, job: Uuid, kind: String },
+    /// The host's job's stored record does not parse.
+    #[error("host {host}'s job {job} cannot be read ({why}): cancel it (drover job cancel {job}) and ask again")]
+    Unreadable { host: Uuid, job: Uuid, why: String },
+    /// The host or its job kept changing while the request ran.
+    #[error("host {host} changed while the request ran; read it again and retry")]
+    Raced { host: Uuid },
+}
+
+impl From<JobVerbError> for ApiError {
+    fn from(e: JobVerbError) -> Self {
+        match e {
+            JobVerbError::HeldByOtherJob { .. }
+            | JobVerbError::Compensating { .. }
+            | JobVerbError::Unreadable { .. }
+            | JobVerbError::Raced { .. } => ApiError::conflict(e.to_string()),
+        }
     }
 }
 
@@ -176,63 +248,196 @@ fn store_error(e: StoreError) -> ApiError {
     }
 }
 
-/// Runs `verb` on `host_id` for `op`: checks, transitions, audit (and, for `remove`, revocation).
-async fn apply(app: &Arc<AppState>, op: &OperatorCaller, host_id: Uuid, verb: Verb, reason: String) -> Result<Host, ApiError> {
-    let host = store::blocking(app.store.clone(), move |s| s.get_host(host_id))
+async fn read_host(app: &Arc<AppState>, host_id: Uuid) -> Result<Host, ApiError> {
+    store::blocking(app.store.clone(), move |s| s.get_host(host_id))
         .await
         .map_err(store_error)?
-        .ok_or_else(|| ApiError::not_found(format!("host {host_id} not found")))?;
-    if !verb.sources().contains(&host.state) {
-        return Err(refusal(verb, &host));
-    }
-    let prior = host.state;
-    let event_reason = format!("{} by {}: {reason}", verb.action(), op.name);
-    let audit = NewAudit {
+        .ok_or_else(|| ApiError::not_found(format!("host {host_id} not found")))
+}
+
+/// The audit row of `verb` on `host` for `op`.
+fn verb_audit(app: &AppState, op: &OperatorCaller, verb: Verb, host: &Host, reason: &str) -> NewAudit {
+    NewAudit {
         at: app.clock.now(),
         actor: op.name.clone(),
         role: op.role.as_str().to_owned(),
         action: verb.action().to_owned(),
-        target: host_id.to_string(),
-        reason: reason.clone(),
-        prior_state: Some(prior.as_str().to_owned()),
+        target: host.id.to_string(),
+        reason: reason.to_owned(),
+        prior_state: Some(host.state.as_str().to_owned()),
         expected_state: Some(verb.target().as_str().to_owned()),
-    };
-    let mut audit = Some(audit);
-    let mut from = prior;
-    let mut current = host;
-    for to in verb.path(prior) {
-        if to == HostLifecycle::Deleted {
-            // Revocation must be in force before the host counts as deleted: certificates
-            // first, then the CRL every new handshake checks, then the state.
-            let why = format!("host removed by {}: {reason}", op.name);
-            app.revoke_host(host_id, why).await.map_err(|e| match e {
-                CrlError::Store(e) => store_error(e),
-                other => {
-                    tracing::error!(error = %other, %host_id, "CRL refresh failed while removing a host; `remove` again resumes");
-                    ApiError::internal()
-                }
-            })?;
-        }
-        let at = app.clock.now();
-        let why = event_reason.clone();
-        let first_audit = audit.take();
-        // The transition (compare-and-set on the state just read, with its event) and, on the
-        // first step, the audit row: a refused first step leaves no trace.
-        current = store::blocking(app.store.clone(), move |s| {
-            let host = s.transition_host(host_id, from, to, &why, at)?;
-            if let Some(a) = first_audit {
-                s.append_audit(&a)?;
-            }
-            Ok(host)
-        })
-        .await
-        .map_err(store_error)?;
-        from = to;
     }
+}
+
+/// Runs a transition verb (`quarantine`, `unquarantine`, `reactivate`) on `host_id` for `op`:
+/// checks, the transition (compare-and-set on the state read) and the audit row.
+async fn apply(app: &Arc<AppState>, op: &OperatorCaller, host_id: Uuid, verb: Verb, reason: String) -> Result<Host, ApiError> {
+    let host = read_host(app, host_id).await?;
+    if !verb.sources().contains(&host.state) {
+        return Err(refusal(verb, &host));
+    }
+    let prior = host.state;
+    let to = verb.target();
+    let why = format!("{} by {}: {reason}", verb.action(), op.name);
+    let audit = verb_audit(app, op, verb, &host, &reason);
+    let at = app.clock.now();
+    // The transition (with its event), then the audit row: a refused transition leaves no trace.
+    let current = store::blocking(app.store.clone(), move |s| {
+        let host = s.transition_host(host_id, prior, to, &why, at)?;
+        s.append_audit(&audit)?;
+        Ok(host)
+    })
+    .await
+    .map_err(store_error)?;
     tracing::info!(%host_id, operator = %op.name, action = verb.action(), prior = %prior, state = %current.state, %reason, "host lifecycle verb applied");
     // A host leaving or re-entering service changes what a rollout may do with it.
     app.executor.poke();
     Ok(current)
+}
+
+/// What `retire` / `remove` read: the host, its unfinished jobs, and the first one's task.
+async fn read_for_job_verb(app: &Arc<AppState>, host_id: Uuid) -> Result<(Host, Vec<Job>, Option<TaskRecord>), ApiError> {
+    let read = store::blocking(app.store.clone(), move |s| {
+        let Some(host) = s.get_host(host_id)? else { return Ok(None) };
+        let jobs = s.list_jobs(&JobFilter { host_id: Some(host_id), unfinished: true, ..Default::default() })?;
+        let task_id =
+            jobs.first().and_then(|j| j.progress.get("taskId")).and_then(serde_json::Value::as_str).and_then(|t| Uuid::parse_str(t).ok());
+        let task = task_id.map(|t| s.get_task(t)).transpose()?.flatten();
+        Ok(Some((host, jobs, task)))
+    })
+    .await
+    .map_err(store_error)?;
+    read.ok_or_else(|| ApiError::not_found(format!("host {host_id} not found")))
+}
+
+/// The first step of the verb's own job, taken by the request: `pending → running` and the
+/// host's move into the state the job holds, with a `job.stage` event and `audits`, in one
+/// transaction. `None` when the job or the host changed since they were read (the executor
+/// may have taken the same step): nothing was written, the caller reads again.
+async fn start_job(
+    app: &Arc<AppState>,
+    op: &OperatorCaller,
+    verb: Verb,
+    job: &Job,
+    host: &Host,
+    reason: &str,
+    audits: Vec<NewAudit>,
+) -> Result<Option<Job>, ApiError> {
+    let job_id = job.job.job_id;
+    let view = JobView::from_job(job).map_err(|e| JobVerbError::Unreadable { host: host.id, job: job_id, why: e.to_string() })?;
+    let now = app.clock.now();
+    let asked = format!("{} by {}: {reason}", verb.action(), op.name);
+    let decision =
+        Decision::Start { reason: format!("{} job {job_id} starts at stage {}; {asked}", view.kind.name(), view.progress.stage) };
+    let (state, progress) = apply_decision(&view, &decision, now, None);
+    let why = format!("job {job_id} ({}), stage {}: {}", view.kind.name(), view.progress.stage, decision.reason());
+    let host_ops: Vec<HostOp> = lifecycle_guard(&view.kind, progress.stage, host.state, job.state, state)
+        .map(|to| HostOp::Transition { host_id: host.id, from: host.state, to, reason: format!("{asked} (job {job_id})") })
+        .into_iter()
+        .collect();
+    let data = json!({ "stage": progress.stage.as_str(), "decision": "start", "attempt": progress.attempt, "state": state.as_str() });
+    let step = JobStep {
+        job_id,
+        expected_state: job.state,
+        expected_progress: job.progress.clone(),
+        new_state: state,
+        new_progress: progress.to_value(),
+        reason: why.clone(),
+        task: None,
+        requeue_task: None,
+        host_ops,
+        events: vec![event(now, "job.stage", host.id, job_id, &why, data)],
+        audits,
+        at: now,
+    };
+    match store::blocking(app.store.clone(), move |s| s.apply_job_step(&step)).await {
+        Ok(job) => Ok(Some(job)),
+        Err(StoreError::StaleState { .. }) => Ok(None),
+        Err(e) => Err(store_error(e)),
+    }
+}
+
+/// Runs `retire` or `remove` on `host_id` for `op`: creates the verb's job and starts it, or
+/// resumes the host's unfinished job (module docs). Returns the host and the job after.
+async fn apply_job_verb(
+    app: &Arc<AppState>,
+    op: &OperatorCaller,
+    host_id: Uuid,
+    verb: Verb,
+    reason: String,
+) -> Result<(Host, Job), ApiError> {
+    let Some((kind, held)) = verb.job() else { return Err(ApiError::internal()) };
+    // Set once this request's audit rows are stored: a retry after a race writes no second one.
+    let mut audited = false;
+    // A race (another request, the executor starting the job, a check-in moving the host) is
+    // answered by reading again; a few rounds settle any of them.
+    for _ in 0..3 {
+        let (host, jobs, task) = read_for_job_verb(app, host_id).await?;
+        if !verb.sources().contains(&host.state) {
+            return Err(refusal(verb, &host));
+        }
+        let audits = if audited { Vec::new() } else { vec![verb_audit(app, op, verb, &host, &reason)] };
+        let Some(job) = jobs.first().cloned() else {
+            // No job: create the verb's own, as the jobs API does, then take its first step.
+            let now = app.clock.now();
+            let job_id = Uuid::new_v4();
+            let new = NewJob {
+                job_id,
+                kind: kind.name().to_owned(),
+                host_id: Some(host_id),
+                input: serde_json::to_value(&kind).map_err(|_| ApiError::internal())?,
+                created_at: now,
+                request_id: None,
+            };
+            let mut rows = audits;
+            rows.push(jobs_api::audit(op, now, &format!("job.{}", kind.name()), &job_id.to_string(), &reason, None, JobState::Pending));
+            let allowed = verb.sources();
+            let created = match store::blocking(app.store.clone(), move |s| s.create_job_checked(&new, allowed, &rows)).await {
+                Ok(job) => job,
+                // Another job or state change got there first: read again.
+                Err(e) if e.kind() == store::ErrorKind::Conflict => continue,
+                Err(e) => return Err(store_error(e)),
+            };
+            audited = true;
+            tracing::info!(job_id = %job_id, %host_id, kind = kind.name(), operator = %op.name, %reason, "lifecycle job created");
+            match start_job(app, op, verb, &created, &host, &reason, Vec::new()).await? {
+                Some(job) => return Ok((read_host(app, host_id).await?, job)),
+                None => continue,
+            }
+        };
+        let job_id = job.job.job_id;
+        let own = job.job.kind == kind.name();
+        if jobs.len() > 1 || !(own || host.state == held) {
+            return Err(JobVerbError::HeldByOtherJob { host: host_id, job: job_id, kind: job.job.kind.clone(), state: job.state }.into());
+        }
+        match job.state {
+            // The executor started it since this request created it: done.
+            _ if audited && job.state != JobState::Pending => return Ok((host, job)),
+            JobState::Pending if own => match start_job(app, op, verb, &job, &host, &reason, audits).await? {
+                Some(job) => return Ok((read_host(app, host_id).await?, job)),
+                None => continue,
+            },
+            // Another kind's pending job owns the state: it starts when the executor admits it.
+            JobState::Pending => {
+                store::blocking(app.store.clone(), move |s| audits.iter().try_for_each(|a| s.append_audit(a).map(drop)))
+                    .await
+                    .map_err(store_error)?;
+                return Ok((host, job));
+            }
+            JobState::Running | JobState::FailedRetryable | JobState::FailedManualIntervention => {
+                let read = JobRead { job, task, host: Some(host) };
+                let taken = jobs_api::take_action(app, op, read, OperatorAction::Resume, &reason, audits).await?;
+                tracing::info!(%job_id, %host_id, operator = %op.name, task = %taken.task_note, change = %taken.outcome.progress_change, "lifecycle job resumed");
+                return Ok((read_host(app, host_id).await?, taken.job));
+            }
+            JobState::Compensating => {
+                return Err(JobVerbError::Compensating { host: host_id, job: job_id, kind: job.job.kind.clone() }.into());
+            }
+            // Not listed as unfinished; read again if the listing raced with its end.
+            JobState::Completed | JobState::Cancelled | JobState::Reconciled => continue,
+        }
+    }
+    Err(JobVerbError::Raced { host: host_id }.into())
 }
 
 /// Cordons (`false`) or uncordons a host: the `schedulable` flag the scheduler reads.
@@ -284,6 +489,14 @@ async fn verb_route(
 ) -> Result<Json<HostStateResponse>, ApiError> {
     let host_id = parse_host_id(&id)?;
     let reason = check_reason(req.reason.as_deref())?;
+    if verb.job().is_some() {
+        let (host, job) = apply_job_verb(&app, &op, host_id, verb, reason.clone()).await?;
+        tracing::info!(%host_id, operator = %op.name, action = verb.action(), state = %host.state, job_id = %job.job.job_id, job_state = %job.state, %reason, "host lifecycle verb applied");
+        // The job's next steps are the executor's; a host leaving service changes what a
+        // rollout may do with it.
+        app.executor.poke();
+        return Ok(Json(HostStateResponse { job_id: Some(job.job.job_id.to_string()), ..HostStateResponse::from(&host) }));
+    }
     let host = apply(&app, &op, host_id, verb, reason).await?;
     Ok(Json(HostStateResponse::from(&host)))
 }
@@ -308,7 +521,9 @@ pub async fn unquarantine(
     verb_route(app, op, id, req, Verb::Unquarantine).await
 }
 
-/// `POST /v1/hosts/{id}/retire` (admin): active, offline or quarantined → draining → retired.
+/// `POST /v1/hosts/{id}/retire` (admin): active, offline or quarantined → draining, owned by a
+/// `retire` job (created, or resumed for a host already draining) that drains the host and
+/// retires it.
 pub async fn retire(
     State(app): State<Arc<AppState>>,
     Admin(op): Admin,
@@ -328,7 +543,9 @@ pub async fn reactivate(
     verb_route(app, op, id, req, Verb::Reactivate).await
 }
 
-/// `POST /v1/hosts/{id}/remove` (admin): retired → removing → deleted, revoking the host.
+/// `POST /v1/hosts/{id}/remove` (admin): retired → removing, owned by a `remove` job (created,
+/// or resumed for a host already removing) that uninstalls the agent, revokes the host and
+/// deletes it.
 pub async fn remove(
     State(app): State<Arc<AppState>>,
     Admin(op): Admin,
@@ -468,14 +685,23 @@ mod tests {
 
     #[test]
     fn every_verb_walks_only_legal_transitions() {
-        for verb in [Verb::Quarantine, Verb::Unquarantine, Verb::Retire, Verb::Reactivate, Verb::Remove] {
+        for verb in [Verb::Quarantine, Verb::Unquarantine, Verb::Reactivate] {
+            assert!(verb.job().is_none());
             for &from in verb.sources() {
-                let mut at = from;
-                for to in verb.path(from) {
-                    assert!(at.can_transition_to(to), "{verb:?}: {at} -> {to}");
-                    at = to;
-                }
-                assert_eq!(at, verb.target(), "{verb:?} from {from}");
+                assert!(from.can_transition_to(verb.target()), "{verb:?}: {from} -> {}", verb.target());
+            }
+        }
+        // A job verb's sources enter the state its job holds (or are in it: a resume), which
+        // its job leaves for the verb's target.
+        for verb in [Verb::Retire, Verb::Remove] {
+            let (kind, held) = verb.job().expect("a job verb");
+            assert!(verb.sources().contains(&held), "{verb:?} resumes from {held}");
+            for &from in verb.sources() {
+                assert!(from == held || from.can_transition_to(held), "{verb:?}: {from} -> {held}");
+            }
+            assert!(held.can_transition_to(verb.target()), "{verb:?}: {held} -> {}", verb.target());
+            for stage in crate::jobs::stages(&kind) {
+                assert_eq!(kind.holds(stage), Some(held), "{verb:?} at {stage}");
             }
         }
     }

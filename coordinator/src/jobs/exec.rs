@@ -1,10 +1,13 @@
-//! The job executor: one tick reads every unfinished job, paces the pending ones against the
-//! disruption budgets, and drives each job through its decisions ([`decide`]) until it has
-//! to wait — for a task result, an in-flight activation, a budget slot or an operator.
+//! The job executor: one tick reads every unfinished job (but the MAAS workflows, which the
+//! MAAS executor drives), paces the pending ones against the disruption budgets, and drives
+//! each job through its decisions ([`decide`]) until it has to wait — for a task result, an
+//! in-flight activation, a budget slot or an operator.
 //!
 //! Every decision is persisted as one store transaction ([`Store::apply_job_step`]): the
 //! job's new state and progress (compare-and-set on what was read), the task it queues, the
-//! host changes of a local stage, and a `job.stage` event. A coordinator killed at any point
+//! host changes of a local stage or of §3.3's guardrail ([`lifecycle_guard`]: a retire or
+//! remove that starts puts its host into `draining` / `removing`, a job that stops never
+//! leaves it there), and a `job.stage` event. A coordinator killed at any point
 //! restarts from what is stored: a step either happened whole or not at all, a queued task is
 //! found again by its id in the progress, so a restarted executor never issues a stage's task
 //! twice. Jobs tick after the rollout executor, under the same lock.
@@ -23,7 +26,7 @@ use uuid::Uuid;
 use super::local::{self, AllocationsQuery, ReleaseNotice};
 use super::model::{JobKind, Stage};
 use super::pacing::{self, PaceBudget};
-use super::plan::{Decision, JobView, Observed, SchedulerAnswer, TaskObs, after_scheduler_answer, apply, decide};
+use super::plan::{Decision, JobView, Observed, SchedulerAnswer, TaskObs, after_scheduler_answer, apply, decide, lifecycle_guard};
 use crate::app::AppState;
 use crate::store::{self, Host, HostOp, Job, JobFilter, JobStep, NewEvent, PlanSnapshot, Store, StoreError, TaskRecord};
 
@@ -116,9 +119,11 @@ pub async fn tick(app: &Arc<AppState>) -> Result<JobsTick, JobExecError> {
     // One read for the whole tick: the jobs, the rollout snapshot, and each job's host and
     // current task. A job re-reads only after it has acted (most jobs, most ticks, wait).
     let (jobs, snapshot, mut seen) = store::blocking(app.store.clone(), |s| {
-        // Onboardings are jobs too, driven by their own executor (`crate::onboarding`).
+        // The MAAS workflows (onboardings, and the MAAS halves of reimages and decommissions)
+        // are jobs too, driven by their own executor (`crate::onboarding`); every other kind —
+        // the lifecycle verbs' `retire` and `remove` included — is driven here.
         let mut jobs = s.list_jobs(&JobFilter { unfinished: true, ..Default::default() })?;
-        jobs.retain(|j| j.job.kind != crate::maasflow::onboard::KIND);
+        jobs.retain(|j| crate::maasflow::taxonomy::Workflow::of_kind(&j.job.kind).is_none());
         if jobs.is_empty() {
             return Ok((jobs, PlanSnapshot::default(), BTreeMap::new()));
         }
@@ -447,6 +452,15 @@ async fn execute(
         }
         _ => {}
     }
+    // §3.3: a job entering `running` puts its host into the in-progress state it holds, and a
+    // job that stops (fails, ends) never leaves it in `draining` / `removing` — in this same
+    // transaction. A step that already moves the host (a local stage, a failure naming its
+    // host state) has decided for itself.
+    if host_ops.is_empty()
+        && let Some(to) = lifecycle_guard(&view.kind, progress.stage, host.state, job.state, state)
+    {
+        host_ops.push(HostOp::Transition { host_id: host.id, from: host.state, to, reason: why.clone() });
+    }
     if let Some(domain) = decommission_event(&view.kind, job.state, state) {
         let d =
             json!({ "jobId": job_id, "mode": view.kind.name(), "stage": progress.stage.as_str(), "failureClass": progress.failure_class });
@@ -488,9 +502,11 @@ async fn execute(
 
 /// The domain event (§8.0) of a decommission job's move (soft reset, storage cleanup, full
 /// decommission, reimage: the modes of §5.1), if any: `node.decommission.started|completed|
-/// failed|manual_intervention_required|cancelled`.
+/// failed|manual_intervention_required|cancelled`. Maintenance and the lifecycle verbs' own
+/// `retire` / `remove` jobs are no decommission mode: their trail is their `job.stage` and
+/// `host.transition` events.
 pub fn decommission_event(kind: &JobKind, from: JobState, to: JobState) -> Option<String> {
-    if matches!(kind, JobKind::Maintenance { .. }) {
+    if matches!(kind, JobKind::Maintenance { .. } | JobKind::Retire {} | JobKind::Remove {}) {
         return None;
     }
     crate::maasflow::onboard::domain_event(crate::maasflow::taxonomy::Workflow::Decommission, from, to)

@@ -25,7 +25,8 @@ pub fn host_ops(stage: Stage, host_id: Uuid, hostname: &str, state: HostLifecycl
     match stage {
         Stage::Cordon => vec![HostOp::SetSchedulable { host_id, schedulable: false, reason: why.to_owned() }],
         Stage::Uncordon => vec![HostOp::SetSchedulable { host_id, schedulable: true, reason: why.to_owned() }],
-        // Retire passes through draining, as the lifecycle verb does (node-state-model §3).
+        // Retire passes through draining (node-state-model §3): a full decommission's host in
+        // one step; a `retire` job's host is already there (its start put it there).
         Stage::Retire => match state {
             L::Active | L::Offline | L::Quarantined => vec![transition(state, L::Draining), transition(L::Draining, L::Retired)],
             L::Draining => vec![transition(L::Draining, L::Retired)],

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use drover_proto::states::JobState;
+use drover_proto::states::{HostLifecycle, JobState};
 use drover_proto::task::{ComputeProcessPolicy, GpuVendor, Secret, StorageScope, TaskKind};
 use drover_proto::time::Time;
 use serde::{Deserialize, Serialize};
@@ -138,11 +138,19 @@ pub enum JobKind {
         #[serde(default = "all_scope")]
         storage: StorageScope,
     },
+    /// The `retire` lifecycle verb's drain (`node-state-model.md` §3.3 "admin lifecycle action
+    /// that starts a resumable drain operation"): the host is held in `draining` while it is
+    /// cordoned and drained, then `retired`. (No fields; a struct variant so that its JSON,
+    /// `{"kind": "retire"}`, is as strict as the others'.)
+    Retire {},
+    /// The `remove` lifecycle verb's uninstall: the host is held in `removing` while the agent
+    /// uninstalls itself, then its certificates are revoked and it is `deleted`.
+    Remove {},
 }
 
 impl JobKind {
     /// The stable name (the store's `kind` column): `soft_reset`, `storage_cleanup`,
-    /// `full_decommission`, `maintenance`.
+    /// `full_decommission`, `reimage`, `maintenance`, `retire`, `remove`.
     pub fn name(&self) -> &'static str {
         match self {
             JobKind::SoftReset { .. } => "soft_reset",
@@ -150,6 +158,25 @@ impl JobKind {
             JobKind::FullDecommission { .. } => "full_decommission",
             JobKind::Reimage { .. } => "reimage",
             JobKind::Maintenance { .. } => "maintenance",
+            JobKind::Retire {} => "retire",
+            JobKind::Remove {} => "remove",
+        }
+    }
+
+    /// The in-progress lifecycle state (`draining`, `removing`) a job of this kind holds its
+    /// host in while it works at `stage`, if any. `node-state-model.md` §3.3: those states are
+    /// not self-sufficient — entering one creates or resumes the job that owns it, and the job
+    /// never leaves its host there when it stops ([`crate::jobs::plan::lifecycle_guard`]).
+    ///
+    /// A retire holds `draining` and a remove `removing` throughout; a full decommission holds
+    /// `removing` from its uninstall on (its retire and remove stages pass through `draining`
+    /// and into `removing` in one step each).
+    pub fn holds(&self, stage: Stage) -> Option<HostLifecycle> {
+        match (self, stage) {
+            (JobKind::Retire {}, _) => Some(HostLifecycle::Draining),
+            (JobKind::Remove {}, _) => Some(HostLifecycle::Removing),
+            (JobKind::FullDecommission { .. }, Stage::Uninstall | Stage::MaasWorkflow | Stage::Delete) => Some(HostLifecycle::Removing),
+            _ => None,
         }
     }
 
@@ -160,6 +187,7 @@ impl JobKind {
             JobKind::StorageCleanup { scope } => Some(*scope),
             JobKind::FullDecommission { storage, .. } | JobKind::Reimage { storage, .. } => storage.and_then(StorageChoice::scope),
             JobKind::Maintenance { storage, .. } => Some(*storage),
+            JobKind::Retire {} | JobKind::Remove {} => None,
         }
     }
 }
@@ -304,6 +332,8 @@ pub struct MissingSetting(pub &'static str);
 /// - reimage: cordon → drain → revoke_users → cleanup_storage (with a storage choice) →
 ///   maas_workflow → uncordon
 /// - maintenance: cordon → the activities' stages (canonical order) → uncordon
+/// - retire: cordon → drain → retire
+/// - remove: remove → uninstall → delete
 pub fn stages(kind: &JobKind) -> Vec<Stage> {
     use Stage::*;
     match kind {
@@ -340,6 +370,10 @@ pub fn stages(kind: &JobKind) -> Vec<Stage> {
             v.push(Uncordon);
             v
         }
+        // The lifecycle verbs' own jobs: the same stages as a full decommission's, without
+        // what the verbs never did (scheduler release, tenant cleanup, MAAS).
+        JobKind::Retire {} => vec![Cordon, Drain, Retire],
+        JobKind::Remove {} => vec![Remove, Uninstall, Delete],
     }
 }
 
@@ -594,6 +628,29 @@ mod tests {
         assert_eq!(stages(&k), vec![Cordon, Drain, RevokeUsers, CleanupStorage, MaasWorkflow, Uncordon]);
         let parsed: JobKind = serde_json::from_value(json!({"kind": "reimage", "maas": {"erase": "quick"}})).expect("parse");
         assert!(matches!(parsed, JobKind::Reimage { maas: MaasRelease { erase: EraseMode::Quick, remove_maas_record: false }, .. }));
+    }
+
+    #[test]
+    fn the_lifecycle_verbs_jobs_run_their_stages_and_hold_their_in_progress_state() {
+        use Stage::*;
+        assert_eq!(stages(&JobKind::Retire {}), vec![Cordon, Drain, Retire]);
+        assert_eq!(stages(&JobKind::Remove {}), vec![Remove, Uninstall, Delete]);
+        for s in stages(&JobKind::Retire {}) {
+            assert_eq!(JobKind::Retire {}.holds(s), Some(HostLifecycle::Draining), "{s}");
+        }
+        for s in stages(&JobKind::Remove {}) {
+            assert_eq!(JobKind::Remove {}.holds(s), Some(HostLifecycle::Removing), "{s}");
+        }
+        // A full decommission holds `removing` only once it is there (uninstall on).
+        let full = JobKind::FullDecommission { storage: None, force_release: false, maas: MaasRelease::default() };
+        let held: Vec<Stage> = stages(&full).into_iter().filter(|s| full.holds(*s).is_some()).collect();
+        assert_eq!(held, vec![Uninstall, MaasWorkflow, Delete]);
+        assert_eq!(JobKind::SoftReset { storage: StorageChoice::All }.holds(Drain), None);
+        // Their JSON is the kind alone, strictly.
+        assert_eq!(serde_json::to_value(JobKind::Retire {}).expect("json"), json!({"kind": "retire"}));
+        assert_eq!(serde_json::from_value::<JobKind>(json!({"kind": "remove"})).expect("parse"), JobKind::Remove {});
+        assert_eq!((JobKind::Retire {}.name(), JobKind::Remove {}.name()), ("retire", "remove"));
+        assert!(serde_json::from_value::<JobKind>(json!({"kind": "retire", "extra": 1})).is_err());
     }
 
     #[test]

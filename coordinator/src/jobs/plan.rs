@@ -662,6 +662,41 @@ fn decide_compensating(job: &JobView, obs: &Observed) -> Decision {
     Decision::FinishCompensation { to, reason: format!("nothing of the job is in flight any more; it ends {to}") }
 }
 
+/// `node-state-model.md` §3.3's guardrail on `draining` and `removing` for a job moving
+/// `from → to` with its progress at `stage` and its host in `host`: the lifecycle state the
+/// same step moves the host to, if any (the step's one transaction carries the transition, so
+/// no reader ever sees the host in an in-progress state with no job working on it).
+///
+/// - Entering `running` (started, or resumed, retried or rerun by an operator): a job that
+///   holds an in-progress state at `stage` ([`JobKind::holds`]) puts its host there — a new
+///   retire's host enters `draining`, a resumed one whose failed drain left it `offline` (or
+///   `active` again since its agent checked in) goes back to `draining`, a resumed remove
+///   whose failed uninstall left it `retired` goes back to `removing`.
+/// - Stopping — failed (either kind), cancelled, reconciled or completed: a host is never left
+///   in `draining` or `removing` with nothing working on it: `draining → offline` (the drain
+///   lifecycle failed or stopped short of retirement), `removing → retired` (the uninstall
+///   failed or was rolled back). Asking the verb again resumes the job and re-enters the state.
+pub fn lifecycle_guard(kind: &JobKind, stage: Stage, host: HostLifecycle, from: JobState, to: JobState) -> Option<HostLifecycle> {
+    use HostLifecycle as L;
+    if from == to {
+        return None;
+    }
+    match to {
+        JobState::Running => kind.holds(stage).filter(|&held| host != held && host.can_transition_to(held)),
+        // Still owned: a pending job is about to start, a compensating one waits for its task.
+        JobState::Pending | JobState::Compensating => None,
+        JobState::FailedRetryable
+        | JobState::FailedManualIntervention
+        | JobState::Cancelled
+        | JobState::Reconciled
+        | JobState::Completed => match host {
+            L::Draining => Some(L::Offline),
+            L::Removing => Some(L::Retired),
+            _ => None,
+        },
+    }
+}
+
 /// The job state and progress `decision` leaves behind, once the executor has carried it out
 /// (`issued_task_id`: the id of the task it queued for [`Decision::IssueTask`]). A
 /// [`Decision::Wait`] changes nothing.

@@ -68,12 +68,18 @@ fn drive(mut j: JobView, mut obs: Observed) -> (JobView, Vec<Stage>) {
             Decision::Advance { .. } => obs.task = None,
             Decision::Complete { .. } => {
                 let (s, p) = apply(&j, &d, now, None);
+                assert_eq!(lifecycle_guard(&j.kind, p.stage, obs.lifecycle, j.state, s), None, "a completed job leaves its host be");
                 return (JobView { state: s, progress: p, ..j }, issued);
             }
             Decision::Start { .. } => {}
             other => panic!("unexpected {other:?}"),
         }
         let (s, p) = apply(&j, &d, now, task_id.as_deref());
+        // The executor's guardrail step: a retire or remove that starts moves its host into
+        // the state it holds, in the same transaction.
+        if let Some(to) = lifecycle_guard(&j.kind, p.stage, obs.lifecycle, j.state, s) {
+            obs.lifecycle = to;
+        }
         j = JobView { state: s, progress: p, ..j };
     }
     panic!("did not finish")
@@ -319,6 +325,115 @@ fn failed_uninstall_returns_the_host_to_retired() {
     obs.task = Some(task("u3", TaskState::Completed, None, 1, Some(TaskOutcome::Failed)));
     let d = decide(&j, &obs, t(0), &Policy::default());
     assert!(matches!(d, Decision::Fail { host_to: Some(HostLifecycle::Retired), state: JobState::FailedRetryable, .. }), "{d:?}");
+}
+
+#[test]
+fn retire_enters_draining_then_cordons_drains_and_retires() {
+    use Stage::*;
+    for from in [HostLifecycle::Active, HostLifecycle::Offline, HostLifecycle::Quarantined, HostLifecycle::Draining] {
+        let mut obs = observed();
+        obs.lifecycle = from;
+        let (done, issued) = drive(job(JobKind::Retire {}), obs);
+        assert_eq!(issued, vec![Cordon, Drain, Retire], "from {from}");
+        assert_eq!(done.state, JobState::Completed);
+    }
+    // Starting puts the host into draining before any stage runs; a host already there stays.
+    let j = job(JobKind::Retire {});
+    let d = decide(&j, &observed(), t(0), &Policy::default());
+    assert!(matches!(d, Decision::Start { .. }), "{d:?}");
+    let (s, p) = apply(&j, &d, t(0), None);
+    assert_eq!(lifecycle_guard(&j.kind, p.stage, HostLifecycle::Active, j.state, s), Some(HostLifecycle::Draining));
+    assert_eq!(lifecycle_guard(&j.kind, p.stage, HostLifecycle::Draining, j.state, s), None);
+}
+
+#[test]
+fn remove_enters_removing_then_uninstalls_and_deletes() {
+    use Stage::*;
+    // The start moved the host into removing: the remove stage is already achieved.
+    let mut obs = observed();
+    obs.lifecycle = HostLifecycle::Retired;
+    let (done, issued) = drive(job(JobKind::Remove {}), obs.clone());
+    assert_eq!(issued, vec![Uninstall, Delete]);
+    assert_eq!(done.state, JobState::Completed);
+    let succeeded: Vec<Stage> = done.progress.history.iter().filter(|e| e.status == StageStatus::Succeeded).map(|e| e.stage).collect();
+    assert_eq!(succeeded, vec![Remove, Uninstall, Delete]);
+    // The uninstall is the agent's task: the delete waits for its result.
+    let j = at_stage(JobKind::Remove {}, Uninstall, 1, Some("u1"));
+    obs.lifecycle = HostLifecycle::Removing;
+    obs.task = Some(task("u1", TaskState::Leased, Some(t(60)), 1, None));
+    assert!(matches!(decide(&j, &obs, t(0), &Policy::default()), Decision::Wait { .. }));
+    obs.task = Some(task("u1", TaskState::Completed, None, 1, Some(TaskOutcome::Succeeded)));
+    assert!(matches!(decide(&j, &obs, t(0), &Policy::default()), Decision::Advance { to_stage: Delete, .. }));
+    // A host that is not removing is not deleted.
+    let j = at_stage(JobKind::Remove {}, Delete, 0, None);
+    obs.lifecycle = HostLifecycle::Retired;
+    obs.task = None;
+    let d = decide(&j, &obs, t(0), &Policy::default());
+    assert!(matches!(d, Decision::Fail { class: FailureClass::Ambiguous, .. }), "{d:?}");
+}
+
+#[test]
+fn a_retire_drain_that_keeps_failing_stops_the_job_and_takes_the_host_offline() {
+    let mut obs = observed();
+    obs.lifecycle = HostLifecycle::Draining;
+    obs.schedulable = false;
+    obs.task = Some(task("d1", TaskState::Completed, None, 1, Some(TaskOutcome::Failed)));
+    // Within the bound: a fresh drain task, the host stays draining.
+    let j = at_stage(JobKind::Retire {}, Stage::Drain, 1, Some("d1"));
+    let d = decide(&j, &obs, t(0), &Policy::default());
+    assert!(matches!(d, Decision::IssueTask { stage: Stage::Drain, attempt: 2, .. }), "{d:?}");
+    let (s, p) = apply(&j, &d, t(0), Some("d2"));
+    assert_eq!(lifecycle_guard(&j.kind, p.stage, obs.lifecycle, j.state, s), None);
+    // The bound spent: the job stops for an operator and the host leaves draining (§3.3).
+    obs.task = Some(task("d3", TaskState::Completed, None, 1, Some(TaskOutcome::Failed)));
+    let j = at_stage(JobKind::Retire {}, Stage::Drain, 3, Some("d3"));
+    let d = decide(&j, &obs, t(0), &Policy::default());
+    assert!(matches!(d, Decision::Fail { class: FailureClass::TaskFailed, state: JobState::FailedManualIntervention, .. }), "{d:?}");
+    let (s, p) = apply(&j, &d, t(0), None);
+    assert_eq!(lifecycle_guard(&j.kind, p.stage, obs.lifecycle, j.state, s), Some(HostLifecycle::Offline));
+    // An agent that never keeps its lease: the same, failed_retryable.
+    obs.task = Some(task("d3", TaskState::Leased, Some(t(-1)), 3, None));
+    let d = decide(&j, &obs, t(0), &Policy::default());
+    assert!(matches!(d, Decision::Fail { class: FailureClass::Transient, state: JobState::FailedRetryable, .. }), "{d:?}");
+    let (s, p) = apply(&j, &d, t(0), None);
+    assert_eq!(lifecycle_guard(&j.kind, p.stage, obs.lifecycle, j.state, s), Some(HostLifecycle::Offline));
+}
+
+#[test]
+fn the_lifecycle_guard_owns_draining_and_removing_for_a_working_job_only() {
+    use HostLifecycle as L;
+    use JobState as J;
+    let full = JobKind::FullDecommission { storage: None, force_release: false, maas: Default::default() };
+    let soft = JobKind::SoftReset { storage: StorageChoice::None };
+    let guard = |kind: &JobKind, stage, host, from, to| lifecycle_guard(kind, stage, host, from, to);
+    // Resumed after a failed drain (the host offline, or active again after a check-in).
+    for host in [L::Offline, L::Active, L::Quarantined] {
+        for from in [J::FailedRetryable, J::FailedManualIntervention, J::Pending] {
+            assert_eq!(guard(&JobKind::Retire {}, Stage::Drain, host, from, J::Running), Some(L::Draining), "{host} {from}");
+        }
+    }
+    // Resumed after a failed uninstall (back to retired): removing again — a full
+    // decommission's too, from its uninstall on, and not before.
+    assert_eq!(guard(&JobKind::Remove {}, Stage::Uninstall, L::Retired, J::FailedRetryable, J::Running), Some(L::Removing));
+    assert_eq!(guard(&full, Stage::Uninstall, L::Retired, J::FailedRetryable, J::Running), Some(L::Removing));
+    assert_eq!(guard(&full, Stage::Delete, L::Retired, J::FailedRetryable, J::Running), Some(L::Removing));
+    assert_eq!(guard(&full, Stage::Drain, L::Active, J::FailedRetryable, J::Running), None);
+    assert_eq!(guard(&soft, Stage::Cordon, L::Active, J::Pending, J::Running), None);
+    // Never an illegal move: a reactivated host is not pulled back into removing.
+    assert_eq!(guard(&JobKind::Remove {}, Stage::Uninstall, L::Active, J::FailedRetryable, J::Running), None);
+    assert_eq!(guard(&JobKind::Retire {}, Stage::Drain, L::Retired, J::FailedRetryable, J::Running), None);
+    // A job that stops never leaves its host draining or removing.
+    for to in [J::FailedRetryable, J::FailedManualIntervention, J::Cancelled, J::Reconciled] {
+        assert_eq!(guard(&JobKind::Retire {}, Stage::Drain, L::Draining, J::Running, to), Some(L::Offline), "{to}");
+        assert_eq!(guard(&JobKind::Remove {}, Stage::Uninstall, L::Removing, J::Running, to), Some(L::Retired), "{to}");
+        assert_eq!(guard(&full, Stage::MaasWorkflow, L::Removing, J::Running, to), Some(L::Retired), "{to}");
+        assert_eq!(guard(&soft, Stage::Drain, L::Active, J::Running, to), None, "{to}");
+    }
+    // Still owned: compensating waits for the task, pending is about to start; a step that
+    // does not change the job's state moves nothing.
+    assert_eq!(guard(&JobKind::Retire {}, Stage::Drain, L::Draining, J::Running, J::Compensating), None);
+    assert_eq!(guard(&JobKind::Retire {}, Stage::Drain, L::Offline, J::Compensating, J::Pending), None);
+    assert_eq!(guard(&JobKind::Retire {}, Stage::Drain, L::Offline, J::Running, J::Running), None);
 }
 
 #[test]
