@@ -1,4 +1,4 @@
-//! `drover get hosts|rollouts|jobs|tasks|events|onboardings`: kubectl-like listings of the coordinator's
+//! `drover get hosts|rollouts|jobs|tasks|events|onboardings|drift`: kubectl-like listings of the coordinator's
 //! operator routes (viewer role), as a table (`-o table`, the default), a wider table
 //! (`-o wide`) or the coordinator's JSON (`-o json`: every page merged into one array).
 //!
@@ -10,6 +10,7 @@
 //! - `get events …`: the same as `drover events` ([`crate::events`]).
 //! - `get onboardings [--batch ID] [--host H] [--state S] [--site SITE]`: MAAS onboardings
 //!   ([`crate::onboarding`]), with the batch's counts by state under `--batch`.
+//! - `get drift [--site SITE]`: hosts with an open MAAS drift ([`crate::drift`]).
 //!
 //! A host filter takes a hostname or an id (a hostname is resolved through the listing). The
 //! listing helpers here ([`list_all`], [`resolve_host`]) are shared with `describe`, `events`
@@ -60,6 +61,8 @@ enum GetWhat {
     /// batch's counts by state.
     #[command(alias = "onboarding")]
     Onboardings(crate::onboarding::ListArgs),
+    /// Hosts whose MAAS machine disagrees with Drover: rule, severity, MAAS status.
+    Drift(crate::drift::DriftListArgs),
 }
 
 /// Arguments of `drover get hosts`.
@@ -409,6 +412,7 @@ pub fn run(args: &GetArgs) -> Result<(), CliError> {
         }
         GetWhat::Events(a) => crate::events::run(a),
         GetWhat::Onboardings(a) => crate::onboarding::run_list(a),
+        GetWhat::Drift(a) => crate::drift::run_list(a),
     }
 }
 

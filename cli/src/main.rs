@@ -23,6 +23,7 @@ mod decommission;
 mod describe;
 mod dev;
 mod dev_maas;
+mod drift;
 mod enroll;
 mod events;
 mod exit;
@@ -79,7 +80,7 @@ enum Command {
     /// Create a host on the coordinator and print the bootstrap command to run on it.
     Enroll(Box<enroll::EnrollArgs>),
     /// Drive a host through its lifecycle: quarantine, unquarantine, retire, reactivate,
-    /// remove, cordon, uncordon (admin).
+    /// remove, cordon, uncordon (admin); retire and remove print the job that carries them out.
     Host(Box<host::HostArgs>),
     /// Act on a rollout: halt, resume, cancel, rollback (admin); or show its status.
     Rollout(Box<rollout::RolloutArgs>),
@@ -99,10 +100,14 @@ enum Command {
     /// Act on a MAAS onboarding: retry, resume, rerun, restart-clean, cancel, adopt,
     /// mark-manual (admin); see `get onboardings`, `describe onboarding`.
     Onboarding(Box<onboarding::OnboardingArgs>),
+    /// MAAS drift reconciliation: run a pass now (admin) or show each site's status.
+    Reconcile(Box<drift::ReconcileArgs>),
+    /// MAAS drift: resolve a host's open drift (admin); see `get drift`.
+    Drift(Box<drift::DriftArgs>),
     /// The local demo (NOT for production): a coordinator and sandboxed agents on loopback,
     /// a signed release rolled out in waves, a soft reset; serves until Ctrl-C.
     Dev(Box<dev::DevArgs>),
-    /// List hosts, rollouts, jobs, tasks, events or onboardings (-o table|wide|json).
+    /// List hosts, rollouts, jobs, tasks, events, onboardings or MAAS drift (-o table|wide|json).
     Get(Box<get::GetArgs>),
     /// Show one host, rollout, job or onboarding in full (-o json for the coordinator's JSON).
     Describe(Box<describe::DescribeArgs>),
@@ -133,6 +138,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Site(args) => site::run(&args),
         Command::Onboard(args) => onboard::run(&args),
         Command::Onboarding(args) => onboarding::run(&args),
+        Command::Reconcile(args) => drift::run_reconcile(&args),
+        Command::Drift(args) => drift::run_drift(&args),
         Command::Dev(args) => dev::run(&args),
         Command::Get(args) => get::run(&args),
         Command::Describe(args) => describe::run(&args),

@@ -127,6 +127,8 @@ pub struct AppState {
     pub secrets: Arc<dyn crate::secrets::SecretStore>,
     /// How the coordinator reaches a site's MAAS.
     pub maas: Arc<dyn crate::sites::probe::MaasProbe>,
+    /// The MAAS drift reconciler's per-site locks and last passes.
+    pub reconciler: crate::reconciler::Reconciler,
 }
 
 /// Why the CRL could not be refreshed.

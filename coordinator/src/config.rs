@@ -251,6 +251,30 @@ pub struct MaasConfig {
     /// Bound on each MAAS call (seconds).
     #[serde(default = "default_maas_call_timeout")]
     pub call_timeout_secs: u64,
+    /// How often each site's drift reconciler lists MAAS's machines (seconds; each wait is
+    /// jittered by up to a tenth either way so sites do not pass in lockstep). 0 turns the
+    /// periodic passes off; passes on demand still run.
+    #[serde(default = "default_reconcile_interval")]
+    pub reconcile_interval_secs: u64,
+    /// Bound on one reconciler pass over a site, MAAS's listing and the store's writes
+    /// included (seconds).
+    #[serde(default = "default_reconcile_timeout")]
+    pub reconcile_timeout_secs: u64,
+    /// Most store changes one reconciler transaction writes.
+    #[serde(default = "default_reconcile_batch")]
+    pub reconcile_batch: usize,
+}
+
+fn default_reconcile_interval() -> u64 {
+    300
+}
+
+fn default_reconcile_timeout() -> u64 {
+    120
+}
+
+fn default_reconcile_batch() -> usize {
+    500
 }
 
 fn default_maas_poll_ms() -> u64 {
@@ -263,7 +287,13 @@ fn default_maas_call_timeout() -> u64 {
 
 impl Default for MaasConfig {
     fn default() -> Self {
-        MaasConfig { poll_ms: default_maas_poll_ms(), call_timeout_secs: default_maas_call_timeout() }
+        MaasConfig {
+            poll_ms: default_maas_poll_ms(),
+            call_timeout_secs: default_maas_call_timeout(),
+            reconcile_interval_secs: default_reconcile_interval(),
+            reconcile_timeout_secs: default_reconcile_timeout(),
+            reconcile_batch: default_reconcile_batch(),
+        }
     }
 }
 
@@ -499,6 +529,15 @@ impl Config {
         }
         if !(1..=600).contains(&config.maas.call_timeout_secs) {
             return Err(invalid("maas.call_timeout_secs", "must be between 1 and 600 seconds".to_owned()));
+        }
+        if config.maas.reconcile_interval_secs > 86_400 {
+            return Err(invalid("maas.reconcile_interval_secs", "must be at most 86400 seconds (0 turns periodic passes off)".to_owned()));
+        }
+        if !(1..=3600).contains(&config.maas.reconcile_timeout_secs) {
+            return Err(invalid("maas.reconcile_timeout_secs", "must be between 1 and 3600 seconds".to_owned()));
+        }
+        if !(1..=10_000).contains(&config.maas.reconcile_batch) {
+            return Err(invalid("maas.reconcile_batch", "must be between 1 and 10000 changes".to_owned()));
         }
         if !(1..=3600).contains(&jobs.scheduler_poll_secs) {
             return Err(invalid("jobs.scheduler_poll_secs", "must be between 1 and 3600 seconds".to_owned()));

@@ -11,6 +11,7 @@
 //! - [`identity`]: who a client certificate proves (host id and hostname, or operator role).
 //! - [`metrics`]: Prometheus counters and the `/metrics` text.
 //! - [`pki`]: the CA: server, host (from a CSR) and operator certificates, the CRL.
+//! - [`reconciler`]: the MAAS drift reconciler's runtime: one pass per site at a time, periodic (jittered) and on demand, batched writes.
 //! - [`state_dir`]: the state directory's files (CA, server credential, director key), `init` and `open`.
 //! - [`releases_dir`]: polling `releases_dir` and publishing what appears there.
 //! - [`run`]: starting it all: state dir, store, TLS, listener.
@@ -38,6 +39,7 @@ pub mod maasflow;
 pub mod metrics;
 pub mod onboarding;
 pub mod pki;
+pub mod reconciler;
 pub mod releases_dir;
 pub mod run;
 pub mod secrets;

@@ -44,6 +44,18 @@ pub struct Metrics {
     /// Sum of durations in microseconds (integers add exactly; rendered as seconds).
     checkin_micros: AtomicU64,
     verification_failures: Mutex<BTreeMap<String, u64>>,
+    /// The MAAS drift reconciler's last pass per site.
+    reconcile: Mutex<BTreeMap<String, ReconcileSample>>,
+}
+
+/// What the metrics keep of a site's reconciler passes.
+#[derive(Debug, Clone, Default)]
+struct ReconcileSample {
+    last_run_unix: i64,
+    last_duration: Duration,
+    runs_ok: u64,
+    runs_failed: u64,
+    open_by_rule: BTreeMap<String, u64>,
 }
 
 /// Records one check-in's duration when dropped, so a long-poll whose client went away (the
@@ -88,6 +100,22 @@ impl Metrics {
             label = "other".to_owned();
         }
         *map.entry(label).or_insert(0) += 1;
+    }
+
+    /// Records a reconciler pass over `site`: when it began, how long it took, whether it
+    /// saw MAAS, and the open drifts by rule after it (the gauges keep the last pass that saw
+    /// MAAS, so an outage does not read as "no drift").
+    pub fn record_reconcile(&self, site: &str, started_unix: i64, took: Duration, ok: bool, open_by_rule: &BTreeMap<String, u64>) {
+        let mut all = self.reconcile.lock().unwrap_or_else(|e| e.into_inner());
+        let s = all.entry(site.to_owned()).or_default();
+        s.last_run_unix = started_unix;
+        s.last_duration = took;
+        if ok {
+            s.runs_ok += 1;
+        } else {
+            s.runs_failed += 1;
+        }
+        s.open_by_rule = open_by_rule.clone();
     }
 
     /// Check-ins counted so far.
@@ -187,6 +215,38 @@ impl Metrics {
             "Unrevoked certificates whose notAfter is less than 7 days away (or past).",
         );
         let _ = writeln!(out, "drover_certificates_expiring_within_7d {}", snap.certs_expiring_7d);
+
+        let reconcile = self.reconcile.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        family(
+            &mut out,
+            "drover_maas_drifted_hosts",
+            "gauge",
+            "Hosts with an open MAAS drift, by site and rule, after the last pass that saw MAAS.",
+        );
+        for (site, s) in &reconcile {
+            for (rule, n) in &s.open_by_rule {
+                let _ = writeln!(out, "drover_maas_drifted_hosts{{site=\"{}\",rule=\"{}\"}} {n}", escape(site), escape(rule));
+            }
+        }
+        family(&mut out, "drover_maas_reconcile_last_run_timestamp_seconds", "gauge", "When the last reconciler pass over the site began.");
+        for (site, s) in &reconcile {
+            let _ = writeln!(out, "drover_maas_reconcile_last_run_timestamp_seconds{{site=\"{}\"}} {}", escape(site), s.last_run_unix);
+        }
+        family(&mut out, "drover_maas_reconcile_last_duration_seconds", "gauge", "How long the last reconciler pass over the site took.");
+        for (site, s) in &reconcile {
+            let _ =
+                writeln!(out, "drover_maas_reconcile_last_duration_seconds{{site=\"{}\"}} {}", escape(site), s.last_duration.as_secs_f64());
+        }
+        family(
+            &mut out,
+            "drover_maas_reconcile_runs_total",
+            "counter",
+            "Reconciler passes by site and outcome (ok, or failed: MAAS not seen).",
+        );
+        for (site, s) in &reconcile {
+            let _ = writeln!(out, "drover_maas_reconcile_runs_total{{site=\"{}\",outcome=\"ok\"}} {}", escape(site), s.runs_ok);
+            let _ = writeln!(out, "drover_maas_reconcile_runs_total{{site=\"{}\",outcome=\"failed\"}} {}", escape(site), s.runs_failed);
+        }
         out
     }
 }
@@ -220,5 +280,18 @@ mod tests {
         let text = m.render(&Snapshot::zeroed());
         assert!(text.contains("drover_verification_failures_total{reason=\"stale \\\"ts\\\"\"} 1\n"), "{text}");
         assert!(text.contains("drover_verification_failures_total{reason=\"other\"}"), "{text}");
+    }
+
+    #[test]
+    fn reconciler_gauges_by_site_and_rule() {
+        let m = Metrics::default();
+        let open: BTreeMap<String, u64> = [("hardware_failure".to_owned(), 2)].into();
+        m.record_reconcile("dc1", 1_900_000_000, Duration::from_millis(1500), true, &open);
+        m.record_reconcile("dc1", 1_900_000_300, Duration::from_millis(250), false, &open);
+        let text = m.render(&Snapshot::zeroed());
+        assert!(text.contains("drover_maas_drifted_hosts{site=\"dc1\",rule=\"hardware_failure\"} 2\n"), "{text}");
+        assert!(text.contains("drover_maas_reconcile_last_run_timestamp_seconds{site=\"dc1\"} 1900000300\n"), "{text}");
+        assert!(text.contains("drover_maas_reconcile_last_duration_seconds{site=\"dc1\"} 0.25\n"), "{text}");
+        assert!(text.contains("drover_maas_reconcile_runs_total{site=\"dc1\",outcome=\"failed\"} 1\n"), "{text}");
     }
 }

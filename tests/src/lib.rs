@@ -169,7 +169,8 @@ impl Harness {
             rollouts: RolloutsConfig::default(),
             jobs: Default::default(),
             secrets: Default::default(),
-            maas: drover_coordinator::config::MaasConfig { poll_ms: 100, ..Default::default() },
+            // Reconciler passes run on demand in tests, so each asserts what one pass did.
+            maas: drover_coordinator::config::MaasConfig { poll_ms: 100, reconcile_interval_secs: 0, ..Default::default() },
         };
         tweak(dir.path(), &mut config);
         drop(state);

@@ -9,6 +9,7 @@ pub mod lifecycle;
 pub mod maintenance;
 pub mod onboardings;
 pub mod operator;
+pub mod reconciliation;
 pub mod releases;
 pub mod rollouts;
 pub mod site_items;
@@ -81,6 +82,10 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/v1/maas/onboardings/batches/{id}", get(onboardings::batch))
         .route("/v1/maas/onboardings/{id}", get(onboardings::get))
         .route("/v1/maas/onboardings/{id}/{action}", post(onboardings::action))
+        .route("/v1/maas/reconciliation/status", get(reconciliation::status))
+        .route("/v1/maas/reconciliation/drift", get(reconciliation::drift))
+        .route("/v1/maas/reconciliation/drift/{host}/resolve", post(reconciliation::resolve))
+        .route("/v1/maas/reconciliation/run", post(reconciliation::run))
         .route("/v1/maas/sites", post(sites::create).get(sites::list))
         .route("/v1/maas/sites/{site}", get(sites::get).patch(sites::patch).delete(sites::delete))
         .route("/v1/maas/sites/{site}/disable", post(sites::disable))

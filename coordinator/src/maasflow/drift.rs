@@ -266,7 +266,11 @@ pub fn judge(machine: Option<&MachineSide>, host: Option<&HostSide>) -> Verdict 
             }
         }
         (N::Deployed, L::Offline) => verdict(Rule::AgentNotPolling, Severity::Warn, Action::None, "Deployed, agent polling", observed),
-        (N::Ready, L::Active) => verdict(Rule::ReleasedOutsideWorkflow, Severity::Critical, Action::Quarantine, "Deployed", observed),
+        // Released, or released and being deployed again (an admin's redeploy, §6.2), with no
+        // workflow of Drover's: the agent is gone and the tenant's session with it.
+        (N::Ready | N::Releasing | N::DiskErasing | N::Allocated | N::Deploying, L::Active) => {
+            verdict(Rule::ReleasedOutsideWorkflow, Severity::Critical, Action::Quarantine, "Deployed", observed)
+        }
         (
             N::FailedCommissioning | N::FailedDeployment | N::FailedTesting | N::FailedReleasing | N::FailedDiskErasing | N::Broken,
             L::Active,
@@ -308,6 +312,13 @@ mod tests {
             (Some(m(N::Deployed, &ip, true)), Some(h(L::Active, &ip)), Rule::Ok, Severity::Debug, Action::None),
             (Some(m(N::Deployed, &ip, true)), Some(h(L::Offline, &ip)), Rule::AgentNotPolling, Severity::Warn, Action::None),
             (Some(m(N::Ready, &[], true)), Some(h(L::Active, &ip)), Rule::ReleasedOutsideWorkflow, Severity::Critical, Action::Quarantine),
+            (
+                Some(m(N::Deploying, &[], true)),
+                Some(h(L::Active, &ip)),
+                Rule::ReleasedOutsideWorkflow,
+                Severity::Critical,
+                Action::Quarantine,
+            ),
             (Some(m(N::Broken, &ip, true)), Some(h(L::Active, &ip)), Rule::HardwareFailure, Severity::Critical, Action::Quarantine),
             (Some(m(N::FailedTesting, &ip, true)), Some(h(L::Active, &ip)), Rule::HardwareFailure, Severity::Critical, Action::Quarantine),
             (Some(m(N::Commissioning, &ip, true)), Some(h(L::Active, &ip)), Rule::Recommissioning, Severity::Warn, Action::None),

@@ -77,6 +77,12 @@ pub async fn load(app: &Arc<AppState>, req: &OnboardingRequest) -> Result<SiteCt
     if profile.status != SiteStatus::Active {
         return Err((MaasFailureClass::InputConfigError, format!("profile {} is {}", profile.name, profile.status.as_str())));
     }
+    let client = client(app, &site).await?;
+    Ok(SiteCtx { site, profile, client })
+}
+
+/// A client for the site's MAAS with its API token, read from the secret store now.
+pub async fn client(app: &Arc<AppState>, site: &Site) -> Result<MaasClient, Failure> {
     let token = read_secret(app, &site.secrets.api_token_path, "token", &format!("site {}'s MAAS API token", site.name)).await?;
     let api_key =
         token.parse().map_err(|e: MaasError| (MaasFailureClass::InputConfigError, format!("site {}'s MAAS API token: {e}", site.name)))?;
@@ -87,8 +93,7 @@ pub async fn load(app: &Arc<AppState>, req: &OnboardingRequest) -> Result<SiteCt
         ca_pem: site.config.maas_ca_pem.as_ref().map(|p| p.as_bytes().to_vec()),
         retries: 1,
     };
-    let client = MaasClient::new(config).map_err(|e| maas_failure(&format!("site {}'s MAAS", site.name), &e))?;
-    Ok(SiteCtx { site, profile, client })
+    MaasClient::new(config).map_err(|e| maas_failure(&format!("site {}'s MAAS", site.name), &e))
 }
 
 #[cfg(test)]

@@ -150,14 +150,38 @@ impl FakeMaas {
     /// Calls the control API (`path` relative to `/_fake/`, e.g. `machines` or
     /// `machines/abc123/fail`) and answers its JSON; a non-2xx answer is an error.
     pub fn control(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, DevkitError> {
-        let (status, bytes) = self.control_raw(method, path, body)?;
-        if !(200..300).contains(&status) {
-            return Err(process_error(format!("{method} /_fake/{path}: {status} {}", String::from_utf8_lossy(&bytes))));
-        }
-        serde_json::from_slice(&bytes).map_err(|e| process_error(format!("{method} /_fake/{path}: bad JSON: {e}")))
+        self.controller().control(method, path, body)
+    }
+
+    /// A handle on the control API that another thread may own (the fake stays this value's).
+    pub fn controller(&self) -> Controller {
+        Controller { authority: self.authority.clone() }
     }
 
     /// Calls the control API and answers the status and raw body (e.g. for `user_data`).
+    pub fn control_raw(&self, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Vec<u8>), DevkitError> {
+        self.controller().control_raw(method, path, body)
+    }
+}
+
+/// The control API of a running fake, detached from its process handle.
+#[derive(Debug, Clone)]
+pub struct Controller {
+    authority: String,
+}
+
+impl Controller {
+    /// Like [`FakeMaas::control`]: the status must be 2xx; the answer is parsed as JSON.
+    pub fn control(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, DevkitError> {
+        let (status, bytes) = self.control_raw(method, path, body)?;
+        let target = format!("/_fake/{}", path.trim_start_matches('/'));
+        if !(200..300).contains(&status) {
+            return Err(process_error(format!("{method} {target}: {status} {}", String::from_utf8_lossy(&bytes))));
+        }
+        serde_json::from_slice(&bytes).map_err(|e| process_error(format!("{method} {target}: bad JSON: {e}")))
+    }
+
+    /// Calls the control API and answers the status and raw body.
     pub fn control_raw(&self, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Vec<u8>), DevkitError> {
         let payload = body.map(Value::to_string).unwrap_or_default();
         let target = format!("/_fake/{}", path.trim_start_matches('/'));

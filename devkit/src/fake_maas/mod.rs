@@ -87,7 +87,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 pub use boot::{BootOptions, DEFAULT_AGENT_CONFIG};
-pub use launcher::{DEFAULT_API_KEY, FakeMaas, FakeMaasOptions};
+pub use launcher::{Controller, DEFAULT_API_KEY, FakeMaas, FakeMaasOptions};
 
 use auth::ApiKey;
 use world::{Delays, World};

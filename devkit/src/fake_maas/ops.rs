@@ -285,7 +285,7 @@ mod tests {
             m.owner = Some("admin".into());
             m.power = Power::On;
             (m.osystem, m.distro_series) = ("ubuntu".into(), "noble".into());
-            (m.enable_hw_sync, m.sync_interval, m.last_sync) = (true, Some(SYNC_INTERVAL_SECS), Some(500));
+            (m.enable_hw_sync, m.sync_interval, m.last_sync) = (true, Some(super::super::machine::SYNC_INTERVAL_SECS), Some(500));
         }
         assert_eq!(post(&mut w, "mark_broken", "comment=fan").status, 200);
         let m = &w.data.machines[0];
