@@ -191,14 +191,16 @@ pub fn run(args: &DevArgs) -> Result<(), CliError> {
         let demo = crate::dev_maas::onboard(&mut fleet, &dir, &bin_dir, &fake_systemd, usize::from(args.maas_nodes), say)?;
         let names: Vec<&str> = demo.hosts.iter().map(|(h, _)| h.as_str()).collect();
         say(format!("{} onboarded through MAAS: deployed, enrolled, hardware sync healthy", names.join(", ")));
-        Some(demo)
+        let drifted = crate::dev_maas::show_drift(&mut fleet, &demo, say)?;
+        Some((demo, drifted))
     } else {
         None
     };
 
     summary(&fleet, &hosts, started.elapsed())?;
-    if let Some(m) = &maas {
+    if let Some((m, drifted)) = &maas {
         say(format!("  MAAS: {} (API key {}); site {}", m.maas.url(), m.maas.api_key(), crate::dev_maas::SITE));
+        say(format!("  drover get drift; drover reconcile status; drover drift resolve {drifted} --reason checked"));
         say(format!("  drover get onboardings --batch {}", m.batch_id));
         say(format!("  drover describe onboarding ID; drover site get {}", crate::dev_maas::SITE));
         if let Some((name, id)) = m.hosts.first() {

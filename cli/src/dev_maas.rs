@@ -4,7 +4,9 @@
 //! machines enlisted (PXE-booted into MAAS as New) and onboarded through MAAS in one batch.
 //! The fake "deploys" by booting the rendered first-boot user data into a sandbox root, so each
 //! host's real `drover-agent` enrolls over mutual TLS, and gets its hardware-sync credentials
-//! through `node.hw_sync_reseed` on a private D-Bus with `fake-systemd`.
+//! through `node.hw_sync_reseed` on a private D-Bus with `fake-systemd`. Then an admin
+//! releases one machine behind Drover's back, through MAAS's API, and the drift reconciler
+//! catches it ([`show_drift`]).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -118,6 +120,50 @@ pub fn onboard(
         })
         .collect();
     Ok(MaasDemo { maas, _bus: bus, batch_id, hosts })
+}
+
+/// Shows a drift being caught: an admin releases the last onboarded machine directly through
+/// MAAS's API (as from its UI), then a reconciler pass (the periodic one runs every
+/// `[maas] reconcile_interval_secs`; the demo asks for one now) finds it Ready while Drover has
+/// it active: the host is quarantined (no new work; tenants are not released) with a CRITICAL
+/// alert. Returns the drifted host's name.
+pub fn show_drift(fleet: &mut LocalFleet, demo: &MaasDemo, say: impl Fn(String)) -> Result<String, CliError> {
+    let (name, _) = demo.hosts.last().ok_or_else(|| software("dev: no MAAS host to drift"))?;
+    let key = demo.maas.api_key().parse().map_err(|e| software(format!("dev: the fake's API key: {e}")))?;
+    let client = drover_maas::MaasClient::new(drover_maas::ClientConfig::new(demo.maas.url(), key))
+        .map_err(|e| software(format!("dev: a MAAS client: {e}")))?;
+    let rt = crate::client::runtime()?;
+    let filter = drover_maas::MachineFilter { hostname: vec![name.clone()], ..Default::default() };
+    let found = rt.block_on(client.list_machine_summaries(&filter)).map_err(|e| software(format!("dev: find {name} in MAAS: {e}")))?;
+    let system_id = found.first().map(|m| m.system_id.clone()).ok_or_else(|| software(format!("dev: {name} is not in the fake MAAS")))?;
+    rt.block_on(
+        client.release(&system_id, &drover_maas::ReleaseOptions { comment: Some("released by hand".into()), ..Default::default() }),
+    )
+    .map_err(|e| software(format!("dev: release {name} in MAAS: {e}")))?;
+    say(format!("an admin released {name} directly in MAAS (outside any Drover workflow); reconciling site {SITE}"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let run =
+            fleet.post("/v1/maas/reconciliation/run", &json!({ "site": SITE })).map_err(|e| software(format!("dev: reconcile: {e}")))?;
+        let drift = fleet.get(&format!("/v1/maas/reconciliation/drift?site={SITE}")).map_err(|e| software(format!("dev: drift: {e}")))?;
+        if let Some(d) = drift["drift"].as_array().and_then(|rows| rows.iter().find(|d| d["hostname"] == name.as_str())) {
+            let details = &d["driftDetails"];
+            say(format!(
+                "drift caught in {} ms: {name} {} ({}): MAAS shows {}, Drover had it active; host now {}, schedulable {}",
+                run["runs"][0]["durationMs"],
+                details["rule"].as_str().unwrap_or("?"),
+                details["severity"].as_str().unwrap_or("?"),
+                d["lastMaasStatus"].as_str().unwrap_or("?"),
+                d["state"].as_str().unwrap_or("?"),
+                d["schedulable"],
+            ));
+            return Ok(name.clone());
+        }
+        if Instant::now() > deadline {
+            return Err(software(format!("dev: the reconciler did not catch {name}'s release within 60 s")));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// Prints each onboarding's stage as it moves until all are completed (bounded); returns the

@@ -16,7 +16,7 @@
 //!
 //! The last run of each site is kept in memory for the status API and the metrics.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -57,26 +57,15 @@ pub struct RunRecord {
     /// Why, when it did not end `ok`.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub message: String,
-    /// Machines MAAS listed.
-    pub machines: u64,
-    /// Bound hosts judged.
-    pub hosts: u64,
-    /// MAAS machines no host is bound to.
-    pub unmanaged: u64,
-    /// Drifts opened.
-    pub detected: u64,
-    /// Drifts healed.
-    pub healed: u64,
-    /// Hosts quarantined.
-    pub quarantined: u64,
+    /// What the pass found (zeros, and the previous open drifts, when it could not see MAAS).
+    #[serde(flatten)]
+    pub report: PassReport,
     /// Store changes written.
     pub changes: u64,
     /// Transactions they took.
     pub batches: u64,
     /// Hosts that moved under the pass (judged again next time).
     pub skipped: u64,
-    /// Open drifts after the pass, by rule.
-    pub open_by_rule: BTreeMap<String, u64>,
 }
 
 #[derive(Default)]
@@ -135,26 +124,18 @@ pub async fn pass(app: &Arc<AppState>, site: &Site) -> RunRecord {
         duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         outcome: Outcome::Ok,
         message: String::new(),
-        machines: 0,
-        hosts: 0,
-        unmanaged: 0,
-        detected: 0,
-        healed: 0,
-        quarantined: 0,
+        report: PassReport::default(),
         changes: 0,
         batches: 0,
         skipped: 0,
-        open_by_rule: BTreeMap::new(),
     };
     match result {
         Ok(done) => {
-            let r = done.report;
-            (record.machines, record.hosts, record.unmanaged) = (r.machines, r.hosts, r.unmanaged);
-            (record.detected, record.healed, record.quarantined) = (r.detected, r.healed, r.quarantined);
+            record.report = done.report;
             (record.changes, record.batches, record.skipped) = (done.changes, done.batches, done.skipped);
-            record.open_by_rule = r.open_by_rule;
-            tracing::info!(site = %site.name, machines = record.machines, hosts = record.hosts, detected = record.detected,
-                healed = record.healed, changes = record.changes, batches = record.batches, duration_ms = record.duration_ms,
+            let r = &record.report;
+            tracing::info!(site = %site.name, machines = r.machines, hosts = r.hosts, detected = r.detected,
+                healed = r.healed, changes = record.changes, batches = record.batches, duration_ms = record.duration_ms,
                 "MAAS drift reconciliation pass");
         }
         Err((outcome, message)) => {
@@ -163,11 +144,12 @@ pub async fn pass(app: &Arc<AppState>, site: &Site) -> RunRecord {
             record.message = message;
             // The drift gauges keep the last pass that saw MAAS.
             if let Some(prev) = slot.last.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
-                record.open_by_rule = prev.open_by_rule.clone();
+                record.report.open_by_rule = prev.report.open_by_rule.clone();
             }
         }
     }
-    app.metrics.record_reconcile(&record.site, started_at.unix(), started.elapsed(), record.outcome == Outcome::Ok, &record.open_by_rule);
+    let ok = record.outcome == Outcome::Ok;
+    app.metrics.record_reconcile(&record.site, started_at.unix(), started.elapsed(), ok, &record.report.open_by_rule);
     *slot.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(record.clone());
     record
 }
@@ -188,7 +170,7 @@ async fn pass_inner(app: &Arc<AppState>, site: &Site, now: Time) -> Result<Done,
         .map(|p| p.name)
         .ok_or_else(|| (Outcome::Failed, format!("site {} has no default profile", site.name)))?;
     let client = crate::onboarding::site::client(app, site).await.map_err(|(class, why)| stop_of(class, why))?;
-    let listed = client.list_machines(&drover_maas::MachineFilter::default()).await.map_err(|e| {
+    let listed = client.list_machine_summaries(&drover_maas::MachineFilter::default()).await.map_err(|e| {
         let (class, why) = crate::onboarding::site::maas_failure(&format!("list site {}'s machines", site.name), &e);
         stop_of(class, why)
     })?;

@@ -69,4 +69,4 @@ pub use machines::{MachineFilter, MachineUpdate, NewMachine};
 pub use network::{Interface, Link, LinkMode, LinkSubnet, NewSubnet, Subnet, Vlan};
 pub use status::{NodeStatus, PowerState};
 pub use storage::BlockDevice;
-pub use types::{Machine, MachineToken, NamedRef, PowerParameters, RackController, Version};
+pub use types::{Machine, MachineSummary, MachineToken, NamedRef, PowerParameters, RackController, Version};

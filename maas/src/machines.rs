@@ -13,7 +13,7 @@ use crate::client::{Call, MaasClient, seg};
 use crate::error::MaasError;
 use crate::form::Params;
 use crate::status::NodeStatus;
-use crate::types::{Machine, PowerParameters};
+use crate::types::{Machine, MachineSummary, PowerParameters};
 
 /// Filters of `GET /machines/`; each list is OR-ed within itself, AND-ed with the others.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -120,6 +120,12 @@ pub(crate) fn machine_path(system_id: &str) -> String {
 impl MaasClient {
     /// `GET /machines/`: every machine matching `filter` (MAAS does not page this list).
     pub async fn list_machines(&self, filter: &MachineFilter) -> Result<Vec<Machine>, MaasError> {
+        self.json(Call::get("/machines/".to_owned()).query(filter.params()?)).await
+    }
+
+    /// `GET /machines/`, each machine reduced to a [`MachineSummary`] (the same call, a
+    /// cheaper parse: what a site-wide pass needs).
+    pub async fn list_machine_summaries(&self, filter: &MachineFilter) -> Result<Vec<MachineSummary>, MaasError> {
         self.json(Call::get("/machines/".to_owned()).query(filter.params()?)).await
     }
 

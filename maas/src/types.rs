@@ -158,6 +158,50 @@ pub struct Machine {
     pub next_sync: Option<String>,
 }
 
+/// A machine as a site-wide listing needs it: status, power, addresses and hardware sync,
+/// nothing else. MAAS sends the whole object either way; this type lets the parser skip the
+/// interface, block-device and hardware sets instead of building them (most of a 10,000-machine
+/// listing's bytes).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct MachineSummary {
+    /// MAAS's id.
+    pub system_id: String,
+    /// Hostname.
+    #[serde(default, deserialize_with = "nullable")]
+    pub hostname: String,
+    /// Status (codes unknown to this client kept as [`NodeStatus::Unknown`]).
+    #[serde(default = "unknown_status")]
+    pub status: NodeStatus,
+    /// MAAS's label of the status.
+    #[serde(default, deserialize_with = "nullable")]
+    pub status_name: String,
+    /// Power state as MAAS last saw it.
+    #[serde(default)]
+    pub power_state: PowerState,
+    /// Addresses MAAS knows for it.
+    #[serde(default, deserialize_with = "nullable")]
+    pub ip_addresses: Vec<String>,
+    /// Hardware sync on.
+    #[serde(default, deserialize_with = "nullable")]
+    pub enable_hw_sync: bool,
+    /// Hardware-sync interval, seconds.
+    #[serde(default)]
+    pub sync_interval: Option<u64>,
+    /// Last hardware-sync report, as sent.
+    #[serde(default)]
+    pub last_sync: Option<String>,
+    /// Next expected report, as sent.
+    #[serde(default)]
+    pub next_sync: Option<String>,
+}
+
+impl MachineSummary {
+    /// The hardware-sync view of this machine (see [`HwSync::is_healthy`]).
+    pub fn hw_sync(&self) -> HwSync {
+        HwSync::from_fields(self.enable_hw_sync, self.sync_interval, self.last_sync.as_deref(), self.next_sync.as_deref())
+    }
+}
+
 fn unknown_status() -> NodeStatus {
     NodeStatus::Unknown(-1)
 }

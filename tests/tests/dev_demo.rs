@@ -199,8 +199,9 @@ fn cheat_sheet_runs_against(env: &[(String, String)]) {
 }
 
 /// `drover dev --maas`: the banner prints the fake MAAS's URL and API key; the MAAS hosts are
-/// onboarded through it (real agents booted from the rendered user data); the cheat-sheet's
-/// onboarding listing works against it; nothing is left running at exit.
+/// onboarded through it (real agents booted from the rendered user data); an admin's release in
+/// MAAS is caught as drift; the cheat-sheet's onboarding listing works against it; nothing is left
+/// running at exit.
 #[test]
 fn drover_dev_maas_onboards_hosts_through_a_fake_maas_and_prints_its_key() {
     let tmp = tempfile::tempdir().expect("tmp");
@@ -220,6 +221,12 @@ fn drover_dev_maas_onboards_hosts_through_a_fake_maas_and_prints_its_key() {
     assert!(url.starts_with("http://127.0.0.1:") && url.ends_with("/MAAS"), "{url}");
     assert_eq!(key.split(':').count(), 3, "{key}");
     assert!(stdout.contains("maas-01, maas-02 onboarded through MAAS"), "{stdout}");
+    // An admin's release in MAAS is caught by the reconciler: quarantined, not schedulable.
+    let caught = stdout.lines().find(|l| l.contains("drift caught")).unwrap_or_else(|| panic!("no drift caught: {stdout}"));
+    assert!(
+        caught.contains("maas-02 released_outside_workflow (critical)") && caught.contains("host now quarantined, schedulable false"),
+        "{caught}"
+    );
     // The coordinator's store saw both enroll through their booted user data.
     let log = std::fs::read_to_string(dir.join("coordinator/coordinator.log")).unwrap_or_default();
     assert!(log.matches("host enrolled").count() >= 3, "one dev agent and two MAAS hosts enrolled");

@@ -1,13 +1,14 @@
 //! MAAS drift reconciliation end to end: a real coordinator, the fake MAAS booting ten
 //! onboarded machines into sandboxes (real agents), and every row of §6.4 caused the way it
 //! happens — an admin releasing, redeploying, recommissioning, marking broken or deleting
-//! through MAAS's API, an address change or a dead agent — then one reconciler pass (on
+//! through MAAS's API, an address change, or a machine powered off — then one reconciler pass (on
 //! demand, as `drover reconcile run` asks) and the action, the alert and the record checked.
 //!
 //! - `every_row_of_the_drift_table_is_caught_as_it_happens`: the rows, the once-per-drift rule
 //!   (a second pass adds nothing), a resolved drift not reopened while unchanged, the retired
 //!   host released and powered off by a `maas_decommission` repair that then heals, unhealthy
-//!   hardware sync repaired by a `maas_resync` (and one that cannot be: alerted, not retried),
+//!   hardware sync repaired by a `maas_resync` (and one that cannot be: a second, critical
+//!   alert, not retried),
 //!   an in-flight reimage not flagged, and a pass while MAAS answers 503 that changes nothing
 //!   and reports `upstream_transient` (the CLI exits 69).
 //!
@@ -201,11 +202,9 @@ async fn every_row_of_the_drift_table_is_caught_as_it_happens() {
     let audit = call(h, "GET", "/v1/audit?limit=1000", None).await.1;
     assert!(audit["items"].as_array().expect("audit").iter().any(|a| a["action"] == "maas.drift.resolve.acknowledge"), "{audit:#}");
 
-    // A dead agent on a deployed machine: offline, then "agent not polling" (WARN, no MAAS call).
-    let boot = maas.control("GET", &format!("machines/{}", sid[&2]), None).expect("machine")["_fake"]["boot"].clone();
-    let pid = boot["agent_pid"].as_i64().expect("agent pid");
-    // The agent runs in its own process group, as a unit's processes would.
-    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL).expect("kill the agent");
+    // Powered off from MAAS: the OS and its agent stop, MAAS still says Deployed; the host
+    // goes offline, then "agent not polling" (WARN, no further MAAS call).
+    client.power_off(&sid[&2], drover_maas::StopMode::Hard, Some("by hand")).await.expect("power off gpu-2");
     // The coordinator's clock is the test's: past the offline threshold, every live agent
     // checks in again at the new time and only the dead one stays silent.
     h.clock.advance(5);
@@ -225,6 +224,7 @@ async fn every_row_of_the_drift_table_is_caught_as_it_happens() {
     })
     .await;
     let before = drover_tests::maas::state_changes(maas).get(&sid[&2]).map_or(0, Vec::len);
+    assert_eq!(client.read_machine(&sid[&2]).await.expect("gpu-2").status, NodeStatus::Deployed);
     pass(h).await;
     assert_eq!(drift(h).await[&name(2)]["driftDetails"]["rule"], "agent_not_polling");
     assert_eq!(drover_tests::maas::state_changes(maas).get(&sid[&2]).map_or(0, Vec::len), before, "no MAAS action for an agent issue");
@@ -261,6 +261,8 @@ async fn every_row_of_the_drift_table_is_caught_as_it_happens() {
     let failed = wait_job(h, &resync(8).expect("gpu-8 re-sync"), &["failed_retryable", "failed_manual_intervention"]).await;
     assert_eq!(failed["failureClass"], "hardware_sync_failure", "{failed:#}");
     assert!(failed["message"].as_str().unwrap_or("").contains("reimage"), "{failed:#}");
+    let gave_up = events(h, "maas.drift.repair_failed").await;
+    assert_eq!((gave_up.len(), gave_up[0]["data"]["severity"].as_str()), (1, Some("critical")), "bounded, then alerted: {gave_up:#?}");
     let config = client.get_config("hardware_sync_interval").await.expect("config");
     assert_eq!(config, json!("1m"), "the site's interval was re-asserted in MAAS");
     pass(h).await;

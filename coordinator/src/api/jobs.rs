@@ -38,7 +38,7 @@ use crate::jobs::{
     ActionOutcome, JobKind, JobView, OperatorAction, Progress, StorageChoice, TaskDirective, TaskObs, act, lifecycle_guard, stages,
 };
 use crate::maasflow::onboard::EraseMode;
-use crate::store::{self, EventFilter, Host, HostOp, Job, JobFilter, JobStep, NewAudit, NewJob, TaskRecord};
+use crate::store::{self, EventFilter, Host, HostOp, Job, JobFilter, JobStep, NewAudit, TaskRecord};
 
 /// A job as the API shows it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -259,15 +259,8 @@ pub async fn decommission(
         }
     }
     let now = app.clock.now();
-    let job_id = Uuid::new_v4();
-    let new = NewJob {
-        job_id,
-        kind: kind.name().to_owned(),
-        host_id: Some(host_id),
-        input: serde_json::to_value(&kind).map_err(|_| ApiError::internal())?,
-        created_at: now,
-        request_id: None,
-    };
+    let new = kind.new_job(host_id, now).map_err(|_| ApiError::internal())?;
+    let job_id = new.job_id;
     let audit = audit(&op, now, &format!("job.{}", kind.name()), &job_id.to_string(), &reason, None, JobState::Pending);
     let job = store::blocking(app.store.clone(), move |s| s.create_job_checked(&new, allowed, &[audit])).await?;
     tracing::info!(%job_id, %host_id, kind = kind.name(), operator = %op.name, %reason, "job created");

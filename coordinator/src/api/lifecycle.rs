@@ -75,7 +75,7 @@ use crate::api::jobs::{self as jobs_api, JobRead};
 use crate::app::AppState;
 use crate::jobs::exec::event;
 use crate::jobs::{Decision, JobKind, JobView, OperatorAction, apply as apply_decision, lifecycle_guard};
-use crate::store::{self, Host, HostCursor, HostFilter, HostOp, Job, JobFilter, JobStep, NewAudit, NewJob, StoreError, TaskRecord};
+use crate::store::{self, Host, HostCursor, HostFilter, HostOp, Job, JobFilter, JobStep, NewAudit, StoreError, TaskRecord};
 
 /// Longest reason an operator may give, in characters.
 pub const MAX_REASON_CHARS: usize = 500;
@@ -380,15 +380,8 @@ async fn apply_job_verb(
         let Some(job) = jobs.first().cloned() else {
             // No job: create the verb's own, as the jobs API does, then take its first step.
             let now = app.clock.now();
-            let job_id = Uuid::new_v4();
-            let new = NewJob {
-                job_id,
-                kind: kind.name().to_owned(),
-                host_id: Some(host_id),
-                input: serde_json::to_value(&kind).map_err(|_| ApiError::internal())?,
-                created_at: now,
-                request_id: None,
-            };
+            let new = kind.new_job(host_id, now).map_err(|_| ApiError::internal())?;
+            let job_id = new.job_id;
             let mut rows = audits;
             rows.push(jobs_api::audit(op, now, &format!("job.{}", kind.name()), &job_id.to_string(), &reason, None, JobState::Pending));
             let allowed = verb.sources();

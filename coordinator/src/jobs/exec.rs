@@ -307,7 +307,7 @@ async fn drive(
         };
         let mut obs = observe(&host, task.as_ref().map(TaskObs::from_record), fleet, rollouts);
         obs.held_by_other_job = other.clone();
-        if view.progress.stage == Stage::MaasWorkflow {
+        if matches!(view.progress.stage, Stage::MaasWorkflow | Stage::Uninstall) {
             let child = view.progress.child_job_id.clone();
             obs.maas = store::blocking(app.store.clone(), move |s| super::maas_child::observe(s, host_id, child.as_deref())).await?;
         }

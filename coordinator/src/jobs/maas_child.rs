@@ -45,7 +45,10 @@ fn find_child(s: &dyn Store, parent: Uuid) -> Result<Option<crate::store::Job>, 
 
 /// What the parent observes: the binding, and the child its progress names.
 pub fn observe(s: &dyn Store, host_id: Uuid, child_id: Option<&str>) -> Result<MaasObs, StoreError> {
-    let bound = s.get_maas_binding(host_id)?.is_some();
+    let binding = s.get_maas_binding(host_id)?;
+    let bound = binding.is_some();
+    let released =
+        binding.and_then(|b| b.observed).is_some_and(|o| matches!(o.status.as_str(), "Ready" | "New" | crate::maasflow::reconcile::ABSENT));
     let child = match child_id.and_then(|c| Uuid::parse_str(c).ok()) {
         Some(id) => s.get_job(id)?.map(|j| {
             let p = OnboardProgress::from_value(&j.progress).unwrap_or_default();
@@ -53,7 +56,7 @@ pub fn observe(s: &dyn Store, host_id: Uuid, child_id: Option<&str>) -> Result<M
         }),
         None => None,
     };
-    Ok(MaasObs { bound, child })
+    Ok(MaasObs { bound, released, child })
 }
 
 /// Finds or creates the child workflow for `parent` working on `host`; returns its id, or why

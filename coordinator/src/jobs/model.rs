@@ -163,6 +163,19 @@ impl JobKind {
         }
     }
 
+    /// A new job of this kind on `host_id`, created at `now` with a fresh id (its input is
+    /// this kind as JSON).
+    pub fn new_job(&self, host_id: uuid::Uuid, now: drover_proto::time::Time) -> Result<crate::store::NewJob, serde_json::Error> {
+        Ok(crate::store::NewJob {
+            job_id: uuid::Uuid::new_v4(),
+            kind: self.name().to_owned(),
+            host_id: Some(host_id),
+            input: serde_json::to_value(self)?,
+            created_at: now,
+            request_id: None,
+        })
+    }
+
     /// The in-progress lifecycle state (`draining`, `removing`) a job of this kind holds its
     /// host in while it works at `stage`, if any. `node-state-model.md` §3.3: those states are
     /// not self-sufficient — entering one creates or resumes the job that owns it, and the job

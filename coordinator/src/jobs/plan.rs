@@ -115,6 +115,9 @@ pub struct Observed {
 pub struct MaasObs {
     /// The host has a MAAS binding.
     pub bound: bool,
+    /// MAAS was last seen holding the machine released or gone (Ready, New, or absent): its
+    /// OS — and the agent — no longer run (e.g. the reconciler released a retired host).
+    pub released: bool,
     /// The child workflow job (`progress.child_job_id`), once created.
     pub child: Option<ChildObs>,
 }
@@ -538,6 +541,11 @@ fn decide_local(job: &JobView, obs: &Observed, stage: Stage, now: Time, policy: 
 
 fn decide_task(job: &JobView, obs: &Observed, stage: Stage, now: Time, policy: &Policy, done: impl Fn(String) -> Decision) -> Decision {
     let p = &job.progress;
+    // No OS runs on a machine MAAS holds released (the drift reconciler releases a retired
+    // host's machine, §6.4), so no agent is left to uninstall itself.
+    if stage == Stage::Uninstall && obs.maas.released {
+        return done("MAAS holds the machine released: its OS and agent are gone, nothing to uninstall".to_owned());
+    }
     let Some(task_id) = &p.task_id else {
         return issue(job, obs, stage, policy, None, format!("stage {stage} starts"));
     };

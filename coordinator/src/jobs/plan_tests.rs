@@ -373,6 +373,23 @@ fn remove_enters_removing_then_uninstalls_and_deletes() {
 }
 
 #[test]
+fn a_machine_released_in_maas_has_no_agent_left_to_uninstall() {
+    // The drift reconciler released a retired host's machine (§6.4): removing it later must
+    // not wait for an uninstall task no agent can run.
+    let mut obs = observed();
+    obs.lifecycle = HostLifecycle::Removing;
+    obs.maas = MaasObs { bound: true, released: true, child: None };
+    let j = at_stage(JobKind::Remove {}, Stage::Uninstall, 0, None);
+    let d = decide(&j, &obs, t(0), &Policy::default());
+    assert!(
+        matches!(&d, Decision::Advance { from: Stage::Uninstall, to_stage: Stage::Delete, reason, .. } if reason.contains("released")),
+        "{d:?}"
+    );
+    obs.maas.released = false;
+    assert!(matches!(decide(&j, &obs, t(0), &Policy::default()), Decision::IssueTask { stage: Stage::Uninstall, .. }));
+}
+
+#[test]
 fn a_retire_drain_that_keeps_failing_stops_the_job_and_takes_the_host_offline() {
     let mut obs = observed();
     obs.lifecycle = HostLifecycle::Draining;
@@ -526,11 +543,12 @@ fn maas_workflow_starts_its_child_then_follows_it_and_skips_an_unbound_host() {
         decide(&j, &observed(), t(0), &policy),
         Decision::Fail { class: FailureClass::Configuration, state: JobState::FailedManualIntervention, .. }
     ));
-    let bound = Observed { maas: MaasObs { bound: true, child: None }, ..observed() };
+    let bound = Observed { maas: MaasObs { bound: true, released: false, child: None }, ..observed() };
     assert!(matches!(decide(&j, &bound, t(0), &policy), Decision::RunLocal { stage: Stage::MaasWorkflow, .. }));
     let child = |state| Observed {
         maas: MaasObs {
             bound: true,
+            released: false,
             child: Some(ChildObs { job_id: "c1".into(), state, stage: "deploy".into(), message: "deploying".into() }),
         },
         ..observed()

@@ -62,7 +62,8 @@ pub struct SiteRef {
 }
 
 /// What a pass found, for the status API, the metrics and the logs.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PassReport {
     /// Machines MAAS listed.
     pub machines: u64,

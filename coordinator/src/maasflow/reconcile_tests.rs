@@ -27,20 +27,7 @@ fn machine(id: &str, status: NodeStatus, ip: &str, sync: bool) -> MachineSnap {
 
 fn row(n: u128, id: &str, state: L) -> ReconcileRow {
     ReconcileRow {
-        binding: MaasBinding {
-            host_id: Uuid::from_u128(n),
-            site_id: site().id,
-            system_id: id.into(),
-            ipmi_ip: Some("10.9.0.1".into()),
-            pxe_mac: None,
-            observed: None,
-            drift: None,
-            drift_detected_at: None,
-            drift_resolved_at: None,
-            acknowledged: None,
-            created_at: t(0),
-            updated_at: t(0),
-        },
+        binding: MaasBinding::new(Uuid::from_u128(n), site().id, id, Some("10.9.0.1".into()), None, t(0)),
         hostname: format!("gpu-{n}"),
         state,
         schedulable: true,

@@ -185,6 +185,20 @@ async fn save(
             }),
         });
     }
+    // A drift repair that gave up is the drift's second alert (§9.1: bounded, then alert): the
+    // reconciler does not try again while the drift stays open.
+    if workflow == Workflow::Resync && job.state != state && matches!(state, JobState::FailedRetryable | JobState::FailedManualIntervention)
+    {
+        events.push(NewEvent {
+            at: now,
+            kind: "maas.drift.repair_failed".into(),
+            host_id,
+            rollout_id: None,
+            job_id: Some(job_id),
+            message: format!("hardware-sync re-sync gave up: {reason}"),
+            data: json!({ "severity": "critical", "rule": "hw_sync_unhealthy", "stage": p.stage, "failureClass": p.failure_class }),
+        });
+    }
     let step = JobStep {
         job_id,
         expected_state: job.state,

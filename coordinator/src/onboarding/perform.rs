@@ -165,20 +165,7 @@ pub async fn ensure_host(app: &Arc<AppState>, ctx: &SiteCtx, req: &OnboardingReq
     .map_err(store_failure)?;
     p.host_id = Some(host.id);
     let system_id = p.system_id.clone().unwrap_or_default();
-    let binding = MaasBinding {
-        host_id: host.id,
-        site_id: ctx.site.id,
-        system_id: system_id.clone(),
-        ipmi_ip: Some(req.ipmi_ip.clone()),
-        pxe_mac: req.pxe_mac.clone(),
-        observed: None,
-        drift: None,
-        drift_detected_at: None,
-        drift_resolved_at: None,
-        acknowledged: None,
-        created_at: now,
-        updated_at: now,
-    };
+    let binding = MaasBinding::new(host.id, ctx.site.id, &system_id, Some(req.ipmi_ip.clone()), req.pxe_mac.clone(), now);
     let log = ChangeLog {
         event: NewEvent {
             at: now,

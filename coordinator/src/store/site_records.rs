@@ -383,6 +383,27 @@ pub struct MaasBinding {
     pub updated_at: Time,
 }
 
+impl MaasBinding {
+    /// A new binding of `host_id` to machine `system_id` of `site_id`, made at `at`: nothing
+    /// observed yet, no drift.
+    pub fn new(host_id: Uuid, site_id: Uuid, system_id: &str, ipmi_ip: Option<String>, pxe_mac: Option<String>, at: Time) -> MaasBinding {
+        MaasBinding {
+            host_id,
+            site_id,
+            system_id: system_id.to_owned(),
+            ipmi_ip,
+            pxe_mac,
+            observed: None,
+            drift: None,
+            drift_detected_at: None,
+            drift_resolved_at: None,
+            acknowledged: None,
+            created_at: at,
+            updated_at: at,
+        }
+    }
+}
+
 /// What MAAS reported about a bound machine at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MaasObservation {

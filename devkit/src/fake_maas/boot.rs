@@ -26,8 +26,8 @@
 //! Each step is reported as an event on the machine (`Booting`, `Booted`, `Boot failed` at
 //! ERROR, `Agent exited` at WARNING), recorded on the next request, and the control API's
 //! `GET /_fake/machines/{id}` shows the boot under `_fake.boot`. A failure never stops the
-//! fake. Release (and mark broken, and delete) powers the machine off: its bootstrap or
-//! agent is killed with its process group; so are all of them when the fake stops on SIGTERM
+//! fake. Release (and mark broken, delete, and `power_off`) powers the machine off: its
+//! bootstrap or agent is killed with its process group (`power_on` does not boot it again); so are all of them when the fake stops on SIGTERM
 //! or SIGINT. A restarted fake does not restart the agents of machines it had booted.
 //!
 //! Hardware sync: with booting on, `last_sync` is set only for a machine whose boot

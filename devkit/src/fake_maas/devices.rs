@@ -92,7 +92,7 @@ pub fn link_subnet(world: &mut World, i: usize, key: &str, p: &Params) -> Reply 
     }
     let ip_address = if mode == "static" {
         let cidr = subnet.as_ref().and_then(subnets::Subnet::cidr);
-        let used: Vec<String> = world.data.machines.iter().flat_map(|m| m.ip_addresses()).collect();
+        let used: std::collections::HashSet<String> = world.data.machines.iter().flat_map(|m| m.ip_addresses()).collect();
         match p.non_empty("ip_address") {
             Some(text) => match text.parse::<IpAddr>() {
                 Err(_) => return Reply::field_error("ip_address", "Enter a valid IPv4 or IPv6 address."),

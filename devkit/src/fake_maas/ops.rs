@@ -173,6 +173,8 @@ fn power_off(world: &mut World, i: usize, user: &str, now: Millis) -> Reply {
     }
     world.event(i, Level::Debug, "User powering down node", "", Some(user), now);
     world.data.machines[i].power = Power::Off;
+    // The OS goes down with the power: a booted machine's agent stops.
+    world.stop_boot(i);
     world.touch();
     // A release waits for the power to go off; now it has.
     if world.data.machines[i].status == Status::Releasing {

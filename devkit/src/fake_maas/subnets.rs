@@ -76,7 +76,7 @@ impl Cidr {
 
     /// The first address not in `used`, skipping the network address (and, for IPv4
     /// subnets wider than /31, the broadcast address).
-    pub fn first_free(&self, used: &[String]) -> Option<String> {
+    pub fn first_free(&self, used: &std::collections::HashSet<String>) -> Option<String> {
         let size: u128 = if self.bits - self.prefix >= 127 { u128::MAX } else { 1u128 << (self.bits - self.prefix) };
         let (start, end) = if size <= 2 { (0, size) } else { (1, if self.bits == 32 { size - 1 } else { size }) };
         (start..end.min(start + 65_536)).map(|i| from_number(self.net + i, self.bits).to_string()).find(|ip| !used.contains(ip))
@@ -221,13 +221,14 @@ mod tests {
         assert_eq!(Cidr::parse("10.0.0.0/0"), None);
         assert_eq!(Cidr::parse("10.0.0.0/33"), None);
         let p31 = Cidr::parse("192.168.7.4/31").unwrap();
-        assert_eq!(p31.first_free(&[]).as_deref(), Some("192.168.7.4"));
-        assert_eq!(p31.first_free(&["192.168.7.4".into()]).as_deref(), Some("192.168.7.5"));
-        assert_eq!(p31.first_free(&["192.168.7.4".into(), "192.168.7.5".into()]), None);
-        assert_eq!(c.first_free(&[]).as_deref(), Some("10.1.2.1"));
+        let used = |ips: &[&str]| ips.iter().map(|s| (*s).to_owned()).collect::<std::collections::HashSet<String>>();
+        assert_eq!(p31.first_free(&used(&[])).as_deref(), Some("192.168.7.4"));
+        assert_eq!(p31.first_free(&used(&["192.168.7.4"])).as_deref(), Some("192.168.7.5"));
+        assert_eq!(p31.first_free(&used(&["192.168.7.4", "192.168.7.5"])), None);
+        assert_eq!(c.first_free(&used(&[])).as_deref(), Some("10.1.2.1"));
         let v6 = Cidr::parse("fd00::/64").unwrap();
         assert!(v6.contains("fd00::5".parse().unwrap()));
-        assert_eq!(v6.first_free(&[]).as_deref(), Some("fd00::1"));
+        assert_eq!(v6.first_free(&used(&[])).as_deref(), Some("fd00::1"));
     }
 
     #[test]

@@ -292,14 +292,15 @@ impl World {
     /// subnet; a machine left with no address at all gets one from 198.18.0.0/15 (the
     /// benchmarking range), so a deployed host always has somewhere to be reached.
     fn assign_addresses(&mut self, i: usize) {
-        let mut used: Vec<String> = self.data.machines.iter().flat_map(Machine::ip_addresses).collect();
+        // A set: a linear scan per candidate address made a site of 10,000 machines cubic.
+        let mut used: std::collections::HashSet<String> = self.data.machines.iter().flat_map(Machine::ip_addresses).collect();
         let subnets = self.data.subnets.clone();
         let m = &mut self.data.machines[i];
         for link in m.interfaces.iter_mut().flat_map(|i| i.links.iter_mut()) {
             if link.mode == "auto" && link.ip_address.is_none() {
                 let cidr = link.subnet.and_then(|id| subnets.iter().find(|s| s.id == id)).and_then(Subnet::cidr);
                 if let Some(ip) = cidr.and_then(|c| c.first_free(&used)) {
-                    used.push(ip.clone());
+                    used.insert(ip.clone());
                     link.ip_address = Some(ip);
                 }
             }

@@ -241,20 +241,7 @@ pub fn roce_upsert_keys_and_scoping(make: super::Factory<'_>) {
 }
 
 fn binding(host: Uuid, site: Uuid, system_id: &str) -> MaasBinding {
-    MaasBinding {
-        host_id: host,
-        site_id: site,
-        system_id: system_id.into(),
-        ipmi_ip: Some("10.9.0.7".into()),
-        pxe_mac: None,
-        observed: None,
-        drift: None,
-        drift_detected_at: None,
-        drift_resolved_at: None,
-        acknowledged: None,
-        created_at: t(1),
-        updated_at: t(1),
-    }
+    MaasBinding::new(host, site, system_id, Some("10.9.0.7".into()), None, t(1))
 }
 
 /// One binding per host and one host per machine of a site; binding again is a no-op; an

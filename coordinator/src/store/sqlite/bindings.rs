@@ -176,22 +176,28 @@ pub(super) fn snapshot(c: &Connection, site_id: Uuid) -> Result<Vec<ReconcileRow
     Ok(out)
 }
 
-/// One batch of a pass; every change re-checks its host's lifecycle first.
+/// One batch of a pass; every change re-checks its host's lifecycle first. Written for the
+/// common case (an observation and nothing else): one read and one update per host.
 pub(super) fn apply_reconcile(c: &Connection, batch: &[ReconcileChange], at: Time) -> Result<ReconcileApplied, StoreError> {
     let mut done = ReconcileApplied::default();
     for ch in batch {
-        let host = hosts::get_host(c, ch.host_id)?;
-        let bound = get(c, ch.host_id)?;
-        let (Some(host), Some(bound)) = (host, bound) else {
-            done.skipped.push(ch.host_id);
-            continue;
-        };
-        if host.state != ch.expected_state {
+        let id = ch.host_id.to_string();
+        let state: Option<String> = c
+            .prepare_cached("SELECT h.state FROM maas_bindings b JOIN hosts h ON h.id = b.host_id WHERE b.host_id = ?1")?
+            .query_row([&id], |r| r.get(0))
+            .optional()?;
+        if state.as_deref() != Some(ch.expected_state.as_str()) {
             done.skipped.push(ch.host_id);
             continue;
         }
         if let Some(o) = &ch.observation {
-            observe(c, ch.host_id, o)?;
+            // Never older than what is stored: a slow pass does not roll the record back.
+            let ips = serde_json::to_string(&o.ips).map_err(StoreError::backend)?;
+            c.prepare_cached(
+                "UPDATE maas_bindings SET last_status = ?2, last_power_state = ?3, last_ips = ?4, last_observed_at = ?5,
+                 updated_at = ?5 WHERE host_id = ?1 AND (last_observed_at IS NULL OR last_observed_at <= ?5)",
+            )?
+            .execute(params![id, o.status, o.power_state, ips, o.at.unix()])?;
         }
         match &ch.drift {
             DriftWrite::Keep => {}
@@ -200,10 +206,10 @@ pub(super) fn apply_reconcile(c: &Connection, batch: &[ReconcileChange], at: Tim
             }
             DriftWrite::Heal => {
                 set_drift(c, ch.host_id, None, at)?;
-                if bound.acknowledged.is_some() {
-                    c.prepare_cached("UPDATE maas_bindings SET acknowledged_drift = NULL, updated_at = ?2 WHERE host_id = ?1")?
-                        .execute(params![ch.host_id.to_string(), at.unix()])?;
-                }
+                c.prepare_cached(
+                    "UPDATE maas_bindings SET acknowledged_drift = NULL, updated_at = ?2 WHERE host_id = ?1 AND acknowledged_drift IS NOT NULL",
+                )?
+                .execute(params![id, at.unix()])?;
             }
         }
         if let Some(reason) = &ch.quarantine {
