@@ -4,6 +4,7 @@
 //! - [`api`]: the error shape, route guards and routes.
 //! - [`cloudinit`]: the versioned cloud-init first-boot bundle MAAS runs on a deployed node (pure renderer).
 //! - [`config`]: `coordinator.toml`, parsed once, errors naming file and key.
+//! - [`devices`]: rack devices' pure decisions: the power shelf's controller tick and maintenance request rules.
 //! - [`executor`]: the rollout executor: store snapshot → planner → one transaction of actions.
 //! - [`jobs`]: the pure decision core of jobs (soft reset, storage cleanup, decommission, maintenance) and operator actions.
 //! - [`maasflow`]: the pure decisions of MAAS workflows: failure taxonomy, stages, discovery, boot disk, deploy failures.
@@ -31,6 +32,7 @@ pub mod app;
 pub mod bundles;
 pub mod cloudinit;
 pub mod config;
+pub mod devices;
 pub mod executor;
 pub mod http1;
 pub mod identity;

@@ -264,6 +264,35 @@ state_enum! {
     }
 }
 
+state_enum! {
+    /// A power shelf's lifecycle (`power-shelf-state-machine.md`); the operation a
+    /// `maintenance` shelf performs (power on or off) is carried beside the state.
+    PowerShelfState, "power shelf" {
+        /// The record exists; awaiting the controller's first tick.
+        Initializing = "initializing",
+        /// Reading the shelf's data from its BMC / PMC.
+        FetchingData = "fetching_data",
+        /// Configuring it (credentials, monitoring).
+        Configuring = "configuring",
+        /// Ready: may be deleted or driven into maintenance on request.
+        Ready = "ready",
+        /// Performing an operator-requested power operation.
+        Maintenance = "maintenance",
+        /// A maintenance operation failed; waits for an operator (or deletion).
+        Error = "error",
+        /// Being removed; ends with the record's final delete.
+        Deleting = "deleting",
+    }
+    transitions {
+        Initializing => [FetchingData],
+        FetchingData => [Configuring],
+        Configuring => [Ready],
+        Ready => [Deleting, Maintenance],
+        Maintenance => [Ready, Error],
+        Error => [Deleting],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,5 +337,28 @@ mod tests {
         assert_eq!(reach(HostLifecycle::BootstrapIssued, HostLifecycle::successors).len(), HostLifecycle::ALL.len());
         assert_eq!(reach(JobState::Pending, JobState::successors).len(), JobState::ALL.len());
         assert_eq!(reach(WaveState::Pending, WaveState::successors).len(), WaveState::ALL.len());
+        assert_eq!(reach(PowerShelfState::Initializing, PowerShelfState::successors).len(), PowerShelfState::ALL.len());
+    }
+
+    #[test]
+    fn power_shelf_transitions_are_exactly_the_seeds() {
+        use PowerShelfState::*;
+        let legal = [
+            (Initializing, FetchingData),
+            (FetchingData, Configuring),
+            (Configuring, Ready),
+            (Ready, Deleting),
+            (Ready, Maintenance),
+            (Maintenance, Ready),
+            (Maintenance, Error),
+            (Error, Deleting),
+        ];
+        for from in PowerShelfState::ALL {
+            for to in PowerShelfState::ALL {
+                assert_eq!(from.can_transition_to(*to), legal.contains(&(*from, *to)), "{from} -> {to}");
+            }
+        }
+        assert!(Deleting.is_terminal(), "a deleting shelf only ends in its final delete");
+        assert!(Error.transition(Ready).is_err(), "an errored shelf waits for an operator, never back to ready by itself");
     }
 }
