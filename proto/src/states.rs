@@ -293,6 +293,30 @@ state_enum! {
     }
 }
 
+state_enum! {
+    /// A rack's lifecycle (`rack-on-demand-maintenance.md`); inside `maintenance` the
+    /// coordinator records which activity runs.
+    RackState, "rack" {
+        /// Learning the rack's topology.
+        Discovering = "discovering",
+        /// Ready: maintenance may be requested.
+        Ready = "ready",
+        /// Running a maintenance cycle (firmware upgrade, NMX cluster, power sequence).
+        Maintenance = "maintenance",
+        /// Checking the rack after a cycle.
+        Validating = "validating",
+        /// A cycle failed; a new request (or nothing) follows.
+        Error = "error",
+    }
+    transitions {
+        Discovering => [Maintenance, Ready],
+        Ready => [Discovering, Maintenance],
+        Maintenance => [Validating, Error],
+        Validating => [Ready, Error],
+        Error => [Maintenance],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,6 +362,7 @@ mod tests {
         assert_eq!(reach(JobState::Pending, JobState::successors).len(), JobState::ALL.len());
         assert_eq!(reach(WaveState::Pending, WaveState::successors).len(), WaveState::ALL.len());
         assert_eq!(reach(PowerShelfState::Initializing, PowerShelfState::successors).len(), PowerShelfState::ALL.len());
+        assert_eq!(reach(RackState::Discovering, RackState::successors).len(), RackState::ALL.len());
     }
 
     #[test]
