@@ -18,6 +18,7 @@
 pub mod conformance;
 pub mod erase;
 pub mod plans;
+pub mod rack_records;
 pub mod records;
 pub mod site_records;
 pub mod sqlite;
@@ -33,6 +34,7 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 pub use plans::*;
+pub use rack_records::*;
 pub use records::*;
 pub use site_records::*;
 pub use sqlite::SqliteStore;
@@ -462,6 +464,37 @@ pub trait Store: Send + Sync {
     /// when unbound): the drift closes, its details are kept as acknowledged so the same
     /// condition is not reopened until it has healed, and `log` is written with it.
     fn resolve_maas_drift(&self, host_id: Uuid, at: Time, log: &ChangeLog) -> Result<MaasBinding, StoreError>;
+
+    // ---- racks and their devices (issue 22) -------------------------------------------
+    //
+    // Every write is one transaction with its `ChangeLog`; a refusal writes nothing.
+
+    /// Creates a rack; `Conflict` when the name is taken.
+    fn create_rack(&self, rack: &Rack, log: &ChangeLog) -> Result<Rack, StoreError>;
+    /// One rack by id.
+    fn get_rack(&self, id: Uuid) -> Result<Option<Rack>, StoreError>;
+    /// Every rack, by name.
+    fn list_racks(&self) -> Result<Vec<Rack>, StoreError>;
+    /// Removes a rack; `Conflict` naming what is still in it (devices or hosts).
+    fn delete_rack(&self, id: Uuid, log: &ChangeLog) -> Result<Rack, StoreError>;
+    /// Adds a switch or power shelf to an existing rack (`NotFound`); `Conflict` when another
+    /// device of the kind has the name.
+    fn create_device(&self, device: &Device, log: &ChangeLog) -> Result<Device, StoreError>;
+    /// One device.
+    fn get_device(&self, id: Uuid) -> Result<Option<Device>, StoreError>;
+    /// Devices, of one rack and/or kind, by name.
+    fn list_devices(&self, rack: Option<Uuid>, kind: Option<DeviceKind>) -> Result<Vec<Device>, StoreError>;
+    /// Deletes a switch at once; marks a power shelf for deletion (its controller removes it
+    /// from `ready` or `error`). Returns the device as it now is.
+    fn delete_device(&self, id: Uuid, log: &ChangeLog) -> Result<Device, StoreError>;
+    /// Places a host in a rack (`None`: in none). `NotFound` for an unknown host or rack.
+    fn place_host(&self, host_id: Uuid, rack: Option<Uuid>, log: &ChangeLog) -> Result<(), StoreError>;
+    /// The hosts placed in a rack, by id.
+    fn rack_hosts(&self, rack: Uuid) -> Result<Vec<Uuid>, StoreError>;
+    /// `SetPowerShelfMaintenance`: sets `request` on every listed shelf in one transaction;
+    /// if any id is not a power shelf (`NotFound`) or is marked for deletion (`Conflict`),
+    /// nothing changes.
+    fn set_shelf_maintenance(&self, ids: &[Uuid], request: &Value, log: &ChangeLog) -> Result<Vec<Device>, StoreError>;
 
     // ---- events and audit --------------------------------------------------------------
 

@@ -25,6 +25,7 @@
 pub mod hosts;
 pub mod jobs;
 pub mod log;
+pub mod racks;
 pub mod releases;
 pub mod sites;
 pub mod work;
@@ -37,6 +38,7 @@ use drover_proto::time::Time;
 pub use hosts::*;
 pub use jobs::*;
 pub use log::*;
+pub use racks::*;
 pub use releases::*;
 pub use sites::*;
 pub use work::*;
@@ -123,6 +125,8 @@ macro_rules! __drover_store_checks {
             maas_binding_is_one_to_one,
             maas_binding_observations_and_drift,
             maas_reconcile_batches_and_resolution,
+            racks_devices_and_placement,
+            shelf_maintenance_is_all_or_nothing,
         }
     };
 }

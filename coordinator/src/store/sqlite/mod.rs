@@ -20,6 +20,7 @@ mod hosts;
 mod jobs;
 mod log;
 mod plans;
+mod racks;
 mod releases;
 mod sites;
 mod work;
@@ -50,10 +51,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (4, include_str!("../migrations/0004_maas_sites.sql")),
     (5, include_str!("../migrations/0005_maas_bindings.sql")),
     (6, include_str!("../migrations/0006_maas_drift_ack.sql")),
+    (7, include_str!("../migrations/0007_racks.sql")),
 ];
 
 /// The schema version this build writes; a file with a higher one is refused.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// How long a connection waits for another process's lock before failing: only a second
 /// process on the same file (an operator's `sqlite3` shell, a backup) ever holds one.
@@ -549,6 +551,40 @@ impl Store for SqliteStore {
     }
     fn resolve_maas_drift(&self, host_id: Uuid, at: Time, log: &ChangeLog) -> Result<MaasBinding, StoreError> {
         self.write(|tx| bindings::resolve(tx, host_id, at, log))
+    }
+
+    fn create_rack(&self, rack: &Rack, log: &ChangeLog) -> Result<Rack, StoreError> {
+        self.write(|tx| racks::create_rack(tx, rack, log))
+    }
+    fn get_rack(&self, id: Uuid) -> Result<Option<Rack>, StoreError> {
+        self.read(|c| racks::get_rack(c, id))
+    }
+    fn list_racks(&self) -> Result<Vec<Rack>, StoreError> {
+        self.read(|c| racks::list_racks(c))
+    }
+    fn delete_rack(&self, id: Uuid, log: &ChangeLog) -> Result<Rack, StoreError> {
+        self.write(|tx| racks::delete_rack(tx, id, log))
+    }
+    fn create_device(&self, device: &Device, log: &ChangeLog) -> Result<Device, StoreError> {
+        self.write(|tx| racks::create_device(tx, device, log))
+    }
+    fn get_device(&self, id: Uuid) -> Result<Option<Device>, StoreError> {
+        self.read(|c| racks::get_device(c, id))
+    }
+    fn list_devices(&self, rack: Option<Uuid>, kind: Option<DeviceKind>) -> Result<Vec<Device>, StoreError> {
+        self.read(|c| racks::list_devices(c, rack, kind))
+    }
+    fn delete_device(&self, id: Uuid, log: &ChangeLog) -> Result<Device, StoreError> {
+        self.write(|tx| racks::delete_device(tx, id, log))
+    }
+    fn place_host(&self, host_id: Uuid, rack: Option<Uuid>, log: &ChangeLog) -> Result<(), StoreError> {
+        self.write(|tx| racks::place_host(tx, host_id, rack, log))
+    }
+    fn rack_hosts(&self, rack: Uuid) -> Result<Vec<Uuid>, StoreError> {
+        self.read(|c| racks::rack_hosts(c, rack))
+    }
+    fn set_shelf_maintenance(&self, ids: &[Uuid], request: &Value, log: &ChangeLog) -> Result<Vec<Device>, StoreError> {
+        self.write(|tx| racks::set_shelf_maintenance(tx, ids, request, log))
     }
 
     fn append_event(&self, event: &NewEvent) -> Result<i64, StoreError> {
