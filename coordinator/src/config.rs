@@ -176,6 +176,10 @@ pub struct JobsConfig {
     /// The most hosts one maintenance request may list (a request over it is refused whole).
     #[serde(default = "default_max_hosts_per_request")]
     pub max_hosts_per_request: usize,
+    /// Most power shelves one `SetPowerShelfMaintenance` request may name (the seed's
+    /// `max_find_by_ids`); a longer list is refused whole.
+    #[serde(default = "default_max_shelves_per_request")]
+    pub max_shelves_per_request: usize,
     /// `node.drain` gives up after this long.
     #[serde(default = "default_drain_timeout")]
     pub drain_timeout_secs: u64,
@@ -226,6 +230,7 @@ impl Default for JobsConfig {
             max_attempts: default_job_attempts(),
             task_ttl_secs: default_job_task_ttl(),
             max_hosts_per_request: default_max_hosts_per_request(),
+            max_shelves_per_request: default_max_shelves_per_request(),
             drain_timeout_secs: default_drain_timeout(),
             gpu_vendor: Default::default(),
             compute_processes: Default::default(),
@@ -383,6 +388,10 @@ fn default_job_task_ttl() -> u64 {
     3600
 }
 
+fn default_max_shelves_per_request() -> usize {
+    100
+}
+
 fn default_max_hosts_per_request() -> usize {
     500
 }
@@ -517,6 +526,9 @@ impl Config {
         }
         if jobs.task_ttl_secs == 0 || jobs.task_ttl_secs > 7 * 86_400 {
             return Err(invalid("jobs.task_ttl_secs", "must be between 1 second and 7 days".to_owned()));
+        }
+        if !(1..=10_000).contains(&jobs.max_shelves_per_request) {
+            return Err(invalid("jobs.max_shelves_per_request", "must be between 1 and 10000".to_owned()));
         }
         if jobs.max_hosts_per_request == 0 || jobs.max_hosts_per_request > 100_000 {
             return Err(invalid("jobs.max_hosts_per_request", "must be between 1 and 100000".to_owned()));

@@ -9,6 +9,7 @@ pub mod lifecycle;
 pub mod maintenance;
 pub mod onboardings;
 pub mod operator;
+pub mod racks;
 pub mod reconciliation;
 pub mod releases;
 pub mod rollouts;
@@ -86,6 +87,14 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/v1/maas/reconciliation/drift", get(reconciliation::drift))
         .route("/v1/maas/reconciliation/drift/{host}/resolve", post(reconciliation::resolve))
         .route("/v1/maas/reconciliation/run", post(reconciliation::run))
+        .route("/v1/racks", post(racks::create_rack).get(racks::list_racks))
+        .route("/v1/racks/{rack}", get(racks::get_rack).delete(racks::delete_rack))
+        .route("/v1/switches", post(racks::create_switch).get(racks::list_switches))
+        .route("/v1/switches/{id}", get(racks::get_switch).delete(racks::delete_switch))
+        .route("/v1/power-shelves", post(racks::create_shelf).get(racks::list_shelves))
+        .route("/v1/power-shelves/maintenance", post(racks::shelf_maintenance))
+        .route("/v1/power-shelves/{id}", get(racks::get_shelf).delete(racks::delete_shelf))
+        .route("/v1/hosts/{id}/rack", post(racks::place_host))
         .route("/v1/maas/sites", post(sites::create).get(sites::list))
         .route("/v1/maas/sites/{site}", get(sites::get).patch(sites::patch).delete(sites::delete))
         .route("/v1/maas/sites/{site}/disable", post(sites::disable))

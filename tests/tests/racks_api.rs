@@ -1,0 +1,116 @@
+//! The rack inventory over the real API (mTLS, curl): racks, switches and power shelves with
+//! their refusals, viewer reads, hosts placed in racks, and `SetPowerShelfMaintenance` refused
+//! whole when one shelf is unknown or marked for deletion, with the seed's initiator string.
+
+use drover_tests::Harness;
+use serde_json::{Value, json};
+
+async fn call(
+    h: &Harness,
+    who: &(std::path::PathBuf, std::path::PathBuf),
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (String, Value) {
+    let body = body.map(|b| b.to_string());
+    let (code, text) = h.call(Some(who), method, path, body.as_deref()).await;
+    (code, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+fn shelf_body(rack: &str, name: &str) -> Value {
+    json!({ "rack": rack, "name": name, "endpoint": "https://10.9.7.21", "credentialsPath": format!("racks/{name}"), "reason": "inventory" })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racks_switches_and_shelves_are_inventoried_with_their_rules() {
+    let h = Harness::start().await;
+    let a = &h.admin;
+    let (code, rack) = call(
+        &h,
+        a,
+        "POST",
+        "/v1/racks",
+        Some(json!({ "name": "C07", "hardwareType": "gb200-nvl72", "labels": {"row": "c"}, "reason": "new rack" })),
+    )
+    .await;
+    assert_eq!(code, "201", "{rack}");
+    assert_eq!((rack["name"].as_str(), rack["state"].as_str()), (Some("c07"), Some("ready")));
+    let (code, v) = call(&h, a, "POST", "/v1/racks", Some(json!({ "name": "c07", "hardwareType": "x", "reason": "again" }))).await;
+    assert_eq!(code, "409", "{v}");
+    let (code, v) = call(&h, &h.viewer, "POST", "/v1/racks", Some(json!({ "name": "c08", "hardwareType": "x", "reason": "viewer" }))).await;
+    assert_eq!(code, "403", "a viewer reads only: {v}");
+
+    let (code, sw) = call(
+        &h,
+        a,
+        "POST",
+        "/v1/switches",
+        Some(json!({ "rack": "c07", "name": "c07-leaf1", "endpoint": "https://10.9.7.2",
+        "credentialsPath": "racks/c07-leaf1", "reason": "inventory" })),
+    )
+    .await;
+    assert_eq!(code, "201", "{sw}");
+    let (code, v) = call(
+        &h,
+        a,
+        "POST",
+        "/v1/switches",
+        Some(json!({ "rack": "c07", "name": "c07-leaf2", "endpoint": "http://10.9.7.3",
+        "credentialsPath": "racks/x", "reason": "plain http" })),
+    )
+    .await;
+    assert_eq!(code, "400", "a BMC is reached over https only: {v}");
+    let (code, v) = call(&h, a, "POST", "/v1/power-shelves", Some(shelf_body("c99", "ps-x"))).await;
+    assert_eq!(code, "404", "{v}");
+    let mut bad = shelf_body("c07", "ps-bad");
+    bad["credentialsPath"] = json!("../etc/shadow");
+    let (code, v) = call(&h, a, "POST", "/v1/power-shelves", Some(bad)).await;
+    assert_eq!(code, "400", "{v}");
+    let (_, ps1) = call(&h, a, "POST", "/v1/power-shelves", Some(shelf_body("c07", "c07-ps1"))).await;
+    let (code, ps2) = call(&h, a, "POST", "/v1/power-shelves", Some(shelf_body("c07", "c07-ps2"))).await;
+    assert_eq!((code.as_str(), ps2["state"].as_str()), ("201", Some("initializing")), "{ps2}");
+    let (id1, id2) = (ps1["id"].as_str().expect("id").to_owned(), ps2["id"].as_str().expect("id").to_owned());
+
+    // A host placed in the rack is the rack's data.
+    let (code, host) = call(&h, a, "POST", "/v1/hosts", Some(json!({ "hostname": "gpu-1", "trustSha256": h.trust.1 }))).await;
+    assert_eq!(code, "201", "{host}");
+    let host_id = host["hostId"].as_str().or(host["id"].as_str()).expect("host id").to_owned();
+    let (code, v) = call(&h, a, "POST", &format!("/v1/hosts/{host_id}/rack"), Some(json!({ "rack": "c07", "reason": "racked" }))).await;
+    assert_eq!(code, "200", "{v}");
+    let (code, r) = call(&h, &h.viewer, "GET", "/v1/racks/c07", None).await;
+    assert_eq!(code, "200", "{r}");
+    assert_eq!((r["devices"].as_array().map(Vec::len), r["hosts"][0].as_str()), (Some(3), Some(host_id.as_str())), "{r}");
+    let (code, v) = call(&h, a, "DELETE", "/v1/racks/c07?reason=decommissioned", None).await;
+    assert_eq!(code, "409", "a rack with devices and hosts stays: {v}");
+
+    // SetPowerShelfMaintenance: checked, then all or nothing.
+    let path = "/v1/power-shelves/maintenance";
+    let (code, v) = call(&h, a, "POST", path, Some(json!({ "powerShelfIds": [id1], "operation": "unspecified" }))).await;
+    assert_eq!(code, "400", "{v}");
+    let (code, v) = call(&h, a, "POST", path, Some(json!({ "powerShelfIds": [], "operation": "power_on" }))).await;
+    assert_eq!(code, "400", "{v}");
+    let ghost = uuid::Uuid::new_v4().to_string();
+    let (code, v) = call(&h, a, "POST", path, Some(json!({ "powerShelfIds": [id1, ghost], "operation": "power_off" }))).await;
+    assert_eq!(code, "404", "one unknown shelf refuses the request: {v}");
+    let (_, s1) = call(&h, a, "GET", &format!("/v1/power-shelves/{id1}"), None).await;
+    assert!(s1["maintenanceRequested"].is_null(), "nothing changed: {s1}");
+    let (code, v) = call(
+        &h,
+        a,
+        "POST",
+        path,
+        Some(json!({ "powerShelfIds": [id1, id2], "operation": "power_off", "reference": "https://tracker/MAINT-123" })),
+    )
+    .await;
+    assert_eq!(code, "200", "{v}");
+    assert_eq!(v["initiator"], "alice (https://tracker/MAINT-123)");
+    assert!(v["items"].as_array().expect("items").iter().all(|d| d["maintenanceRequested"]["operation"] == "power_off"), "{v}");
+    let (code, v) = call(&h, a, "DELETE", &format!("/v1/power-shelves/{id2}?reason=removed"), None).await;
+    assert_eq!((code.as_str(), v["markedForDeletion"].as_bool()), ("200", Some(true)), "{v}");
+    let (code, v) = call(&h, a, "POST", path, Some(json!({ "powerShelfIds": [id1, id2], "operation": "power_on" }))).await;
+    assert_eq!(code, "409", "a shelf marked for deletion refuses the request: {v}");
+    let (_, s1) = call(&h, a, "GET", &format!("/v1/power-shelves/{id1}"), None).await;
+    assert_eq!(s1["maintenanceRequested"]["operation"], "power_off", "the earlier request stands: {s1}");
+    let (code, list) = call(&h, &h.viewer, "GET", "/v1/power-shelves?rack=c07", None).await;
+    assert_eq!((code.as_str(), list["items"].as_array().map(Vec::len)), ("200", Some(2)), "{list}");
+}
