@@ -38,6 +38,7 @@ mod onboard;
 mod onboarding;
 mod output;
 mod plan;
+mod rack;
 mod release;
 mod rollout;
 mod sign_cmd;
@@ -104,6 +105,13 @@ enum Command {
     Reconcile(Box<drift::ReconcileArgs>),
     /// MAAS drift: resolve a host's open drift (admin); see `get drift`.
     Drift(Box<drift::DriftArgs>),
+    /// Racks: create, list, get, delete (admin writes, viewer reads).
+    Rack(Box<rack::RackArgs>),
+    /// Switches of racks: create, list, get, delete.
+    Switch(Box<rack::DeviceArgs>),
+    /// Power shelves of racks: create, list, get, delete, maintenance power-on|power-off (alias
+    /// fix).
+    PowerShelf(Box<rack::DeviceArgs>),
     /// The local demo (NOT for production): a coordinator and sandboxed agents on loopback,
     /// a signed release rolled out in waves, a soft reset; serves until Ctrl-C.
     Dev(Box<dev::DevArgs>),
@@ -140,6 +148,9 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Onboarding(args) => onboarding::run(&args),
         Command::Reconcile(args) => drift::run_reconcile(&args),
         Command::Drift(args) => drift::run_drift(&args),
+        Command::Rack(args) => rack::run_rack(&args),
+        Command::Switch(args) => rack::run_device(&args, false),
+        Command::PowerShelf(args) => rack::run_device(&args, true),
         Command::Dev(args) => dev::run(&args),
         Command::Get(args) => get::run(&args),
         Command::Describe(args) => describe::run(&args),

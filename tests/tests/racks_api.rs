@@ -113,4 +113,45 @@ async fn racks_switches_and_shelves_are_inventoried_with_their_rules() {
     assert_eq!(s1["maintenanceRequested"]["operation"], "power_off", "the earlier request stands: {s1}");
     let (code, list) = call(&h, &h.viewer, "GET", "/v1/power-shelves?rack=c07", None).await;
     assert_eq!((code.as_str(), list["items"].as_array().map(Vec::len)), ("200", Some(2)), "{list}");
+
+    // The CLI as the seed's: `fix`, `--id` with space-separated ids, `--ref`; repeated flags.
+    let out = h
+        .drover_as(
+            a,
+            &[
+                "power-shelf",
+                "create",
+                "c07-ps3",
+                "--rack",
+                "c07",
+                "--endpoint",
+                "https://10.9.7.23",
+                "--credentials-path",
+                "racks/c07-ps3",
+                "--reason",
+                "inventory",
+                "-o",
+                "json",
+            ],
+        )
+        .await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let id3 = serde_json::from_slice::<Value>(&out.stdout).expect("json")["id"].as_str().expect("id").to_owned();
+    let ids = format!("{id1} {id3}");
+    let out = h.drover_as(a, &["power-shelf", "fix", "power-on", "--id", &ids, "--ref", "https://tracker/MAINT-9"]).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("power_on requested on 2 power shelf(s) by alice (https://tracker/MAINT-9)"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = h.drover_as(a, &["power-shelf", "maintenance", "power-off", "--power-shelf-id", &id1, "--power-shelf-id", &id2]).await;
+    assert_eq!(out.status.code(), Some(65), "a marked shelf refuses the request: {}", String::from_utf8_lossy(&out.stderr));
+    let out = h.drover_as(&h.viewer, &["rack", "get", "c07"]).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("c07-leaf1") && stdout.contains("hosts: 1"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

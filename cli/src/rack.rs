@@ -1,0 +1,275 @@
+//! Racks and their devices from the CLI (`/v1/racks`, `/v1/switches`, `/v1/power-shelves`):
+//!
+//! - `drover rack create NAME --hardware-type T [--label K=V]… --reason R`, `rack list`, `rack
+//!   get RACK`, `rack delete RACK --reason R`;
+//! - `drover switch|power-shelf create NAME --rack RACK --endpoint https://… --credentials-path
+//!   P --reason R`, `list [--rack RACK]`, `get ID`, `delete ID --reason R` (a power shelf is
+//!   marked for deletion; its controller removes it);
+//! - `drover power-shelf maintenance power-on|power-off --power-shelf-id ID… [--reference URL]`
+//!   (the seed's CLI: alias `fix`, `--id`, `--ref`; ids repeated or space-separated) — all
+//!   shelves or none.
+//!
+//! Writes need an admin certificate, reads a viewer's. `-o json` prints the coordinator's JSON.
+
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+use crate::client::ConnectArgs;
+use crate::exit::CliError;
+use crate::get::with_query;
+use crate::host::check_reason;
+use crate::job::{clean, get, post};
+use crate::output::{Output, OutputArgs, dash, field, pretty, print, table};
+
+/// Characters of a coordinator string a table cell shows.
+const CELL: usize = 80;
+
+fn text(v: &Value, name: &str) -> String {
+    clean(dash(field(v, name)), CELL)
+}
+
+/// Arguments of `drover rack`.
+#[derive(Args)]
+pub struct RackArgs {
+    #[command(subcommand)]
+    command: RackCommand,
+}
+
+#[derive(Subcommand)]
+enum RackCommand {
+    /// Create a rack (admin).
+    Create(RackCreate),
+    /// List racks.
+    List(Common),
+    /// Show a rack with its devices and hosts.
+    Get(Named),
+    /// Delete an empty rack (admin).
+    Delete(Deleting),
+}
+
+#[derive(Args)]
+struct RackCreate {
+    /// Its name (a-z, 0-9, '-', '_', '.').
+    name: String,
+    /// Hardware type (selects the default firmware).
+    #[arg(long)]
+    hardware_type: String,
+    /// A label, KEY=VALUE; repeat for more.
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    labels: Vec<String>,
+    /// Why (recorded in the event and the audit log).
+    #[arg(long)]
+    reason: String,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+struct Common {
+    #[command(flatten)]
+    output: OutputArgs,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+#[derive(Args)]
+struct Named {
+    /// Id (or, for a rack, name).
+    item: String,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+struct Deleting {
+    /// Id (or, for a rack, name).
+    item: String,
+    /// Why (recorded in the event and the audit log).
+    #[arg(long)]
+    reason: String,
+    #[command(flatten)]
+    common: Common,
+}
+
+/// Arguments of `drover switch` and `drover power-shelf`.
+#[derive(Args)]
+pub struct DeviceArgs {
+    #[command(subcommand)]
+    command: DeviceCommand,
+}
+
+#[derive(Subcommand)]
+enum DeviceCommand {
+    /// Add one to a rack (admin).
+    Create(DeviceCreate),
+    /// List them.
+    List(DeviceList),
+    /// Show one.
+    Get(Named),
+    /// Delete one (admin; a power shelf is marked for its controller).
+    Delete(Deleting),
+    /// Power shelves only: request a power operation on one or more shelves (admin).
+    #[command(visible_alias = "fix")]
+    Maintenance(Maintenance),
+}
+
+#[derive(Args)]
+struct DeviceCreate {
+    /// Its name.
+    name: String,
+    /// Its rack (id or name).
+    #[arg(long)]
+    rack: String,
+    /// Its BMC / PMC, https://….
+    #[arg(long)]
+    endpoint: String,
+    /// Where its credentials live in the secret store.
+    #[arg(long)]
+    credentials_path: String,
+    /// Why (recorded in the event and the audit log).
+    #[arg(long)]
+    reason: String,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+struct DeviceList {
+    /// Only this rack's (id or name).
+    #[arg(long)]
+    rack: Option<String>,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+struct Maintenance {
+    #[command(subcommand)]
+    operation: Operation,
+}
+
+#[derive(Subcommand)]
+enum Operation {
+    /// Power the shelves on.
+    PowerOn(MaintenanceTargets),
+    /// Power the shelves off.
+    PowerOff(MaintenanceTargets),
+}
+
+#[derive(Args)]
+struct MaintenanceTargets {
+    /// One or more power shelf ids: repeat the flag or give several values.
+    #[arg(long = "power-shelf-id", visible_alias = "id", num_args = 1.., required = true)]
+    ids: Vec<String>,
+    /// URL of the ticket tracking this maintenance (part of the initiator string).
+    #[arg(long, visible_alias = "ref")]
+    reference: Option<String>,
+    #[command(flatten)]
+    common: Common,
+}
+
+/// `DELETE path`, the answer as JSON.
+fn delete(connect: &ConnectArgs, path: &str) -> Result<Value, CliError> {
+    let session = crate::client::Session::open(connect)?;
+    Ok(session.runtime.block_on(session.client.request_json::<Value, Value>(reqwest::Method::DELETE, path, None))?)
+}
+
+fn show(common: &Common, v: &Value, render: impl FnOnce(&Value) -> String) -> Result<(), CliError> {
+    print(&match common.output.output {
+        Output::Json => pretty(v)?,
+        _ => render(v),
+    })
+}
+
+fn rack_row(r: &Value) -> Vec<String> {
+    vec![text(r, "name"), text(r, "hardwareType"), text(r, "state"), text(r, "rackId")]
+}
+
+fn device_rows(items: &[Value]) -> String {
+    let rows: Vec<Vec<String>> =
+        items.iter().map(|d| vec![text(d, "name"), text(d, "kind"), text(d, "state"), text(d, "endpoint"), text(d, "id")]).collect();
+    table(&["NAME", "KIND", "STATE", "ENDPOINT", "ID"], &rows)
+}
+
+/// Runs `drover rack`.
+pub fn run_rack(args: &RackArgs) -> Result<(), CliError> {
+    match &args.command {
+        RackCommand::Create(a) => {
+            let reason = check_reason(&a.reason)?;
+            let mut labels = serde_json::Map::new();
+            for l in &a.labels {
+                let (k, v) = l.split_once('=').ok_or_else(|| CliError::usage(format!("--label {l:?}: KEY=VALUE")))?;
+                labels.insert(k.to_owned(), json!(v));
+            }
+            let body = json!({ "name": a.name, "hardwareType": a.hardware_type, "labels": labels, "reason": reason });
+            let v = post(&a.common.connect, "/v1/racks", &body)?;
+            show(&a.common, &v, |r| table(&["NAME", "HARDWARE", "STATE", "ID"], &[rack_row(r)]))
+        }
+        RackCommand::List(c) => {
+            let v = get(&c.connect, "/v1/racks")?;
+            show(c, &v, |v| {
+                let rows: Vec<Vec<String>> = v["racks"].as_array().map(|a| a.iter().map(rack_row).collect()).unwrap_or_default();
+                table(&["NAME", "HARDWARE", "STATE", "ID"], &rows)
+            })
+        }
+        RackCommand::Get(n) => {
+            let v = get(&n.common.connect, &format!("/v1/racks/{}", n.item.trim()))?;
+            show(&n.common, &v, |r| {
+                let hosts = r["hosts"].as_array().map_or(0, Vec::len);
+                let devices = r["devices"].as_array().cloned().unwrap_or_default();
+                format!("{}\nhosts: {hosts}\n{}", table(&["NAME", "HARDWARE", "STATE", "ID"], &[rack_row(r)]), device_rows(&devices))
+            })
+        }
+        RackCommand::Delete(d) => {
+            let reason = check_reason(&d.reason)?;
+            let path = with_query(&format!("/v1/racks/{}", d.item.trim()), &[("reason", reason.to_owned())]);
+            let v = delete(&d.common.connect, &path)?;
+            show(&d.common, &v, |r| format!("rack {} deleted\n", text(r, "name")))
+        }
+    }
+}
+
+/// Runs `drover switch` (`shelves` false) or `drover power-shelf`.
+pub fn run_device(args: &DeviceArgs, shelves: bool) -> Result<(), CliError> {
+    let route = if shelves { "/v1/power-shelves" } else { "/v1/switches" };
+    match &args.command {
+        DeviceCommand::Create(a) => {
+            let reason = check_reason(&a.reason)?;
+            let body =
+                json!({ "rack": a.rack, "name": a.name, "endpoint": a.endpoint, "credentialsPath": a.credentials_path, "reason": reason });
+            let v = post(&a.common.connect, route, &body)?;
+            show(&a.common, &v, |d| device_rows(std::slice::from_ref(d)))
+        }
+        DeviceCommand::List(l) => {
+            let q: Vec<(&str, String)> = l.rack.iter().map(|r| ("rack", r.clone())).collect();
+            let v = get(&l.common.connect, &with_query(route, &q))?;
+            show(&l.common, &v, |v| device_rows(v["items"].as_array().map(Vec::as_slice).unwrap_or_default()))
+        }
+        DeviceCommand::Get(n) => {
+            let v = get(&n.common.connect, &format!("{route}/{}", n.item.trim()))?;
+            show(&n.common, &v, |d| device_rows(std::slice::from_ref(d)))
+        }
+        DeviceCommand::Delete(d) => {
+            let reason = check_reason(&d.reason)?;
+            let path = with_query(&format!("{route}/{}", d.item.trim()), &[("reason", reason.to_owned())]);
+            let v = delete(&d.common.connect, &path)?;
+            show(&d.common, &v, |d| device_rows(std::slice::from_ref(d)))
+        }
+        DeviceCommand::Maintenance(m) => {
+            if !shelves {
+                return Err(CliError::usage("maintenance is a power shelf verb: drover power-shelf maintenance power-on|power-off"));
+            }
+            let (op, t) = match &m.operation {
+                Operation::PowerOn(t) => ("power_on", t),
+                Operation::PowerOff(t) => ("power_off", t),
+            };
+            let ids: Vec<&str> = t.ids.iter().flat_map(|i| i.split_whitespace()).collect();
+            let body = json!({ "powerShelfIds": ids, "operation": op, "reference": t.reference });
+            let v = post(&t.common.connect, "/v1/power-shelves/maintenance", &body)?;
+            show(&t.common, &v, |v| {
+                let n = v["items"].as_array().map_or(0, Vec::len);
+                format!("{op} requested on {n} power shelf(s) by {}\n", text(v, "initiator"))
+            })
+        }
+    }
+}
