@@ -26,8 +26,10 @@ impl PowerTarget {
         }
     }
 
-    /// Reset types that reach the state, most preferred first: a graceful shutdown lets the
-    /// OS stop cleanly; a forced one is the fallback a BMC may be limited to.
+    /// Reset types that reach the state, most preferred first. Off is a power cut first: the
+    /// callers (a power sequence, a shelf's maintenance) have drained the machine already, and
+    /// a graceful shutdown can hang on the OS and never converge; `GracefulShutdown` is the
+    /// fallback for a BMC that allows only it.
     fn reset_types(self) -> &'static [&'static str] {
         match self {
             PowerTarget::On => &["On", "ForceOn"],

@@ -43,17 +43,9 @@ struct SiteStatusJson {
 }
 
 async fn sites(app: &Arc<AppState>, name: Option<&str>) -> Result<Vec<Site>, ApiError> {
-    let all = store::blocking(app.store.clone(), |s| s.list_sites()).await?;
-    match name {
-        None => Ok(all),
-        Some(n) => {
-            let one: Vec<Site> = all.into_iter().filter(|s| s.name == n).collect();
-            if one.is_empty() {
-                return Err(ApiError::not_found(format!("site {n} does not exist")));
-            }
-            Ok(one)
-        }
-    }
+    let Some(n) = name.map(str::to_owned) else { return Ok(store::blocking(app.store.clone(), |s| s.list_sites()).await?) };
+    let one = store::blocking(app.store.clone(), move |s| s.get_site_by_name(&n)).await?;
+    one.map(|s| vec![s]).ok_or_else(|| ApiError::not_found(format!("site {} does not exist", name.unwrap_or_default())))
 }
 
 async fn rows(app: &Arc<AppState>, site: Uuid) -> Result<Vec<ReconcileRow>, ApiError> {

@@ -287,7 +287,7 @@ pub fn judge(machine: Option<&MachineSide>, host: Option<&HostSide>) -> Verdict 
 /// Whether `now` is a drift not acted on yet: a rule's action is taken once per drift, so the
 /// same open rule on the next pass is not new; a different rule, or one after a resolution, is.
 pub fn is_new(open_rule: Option<Rule>, now: &Verdict) -> bool {
-    now.is_drift() && open_rule != Some(now.rule)
+    now.opens_drift() && open_rule != Some(now.rule)
 }
 
 #[cfg(test)]

@@ -227,7 +227,7 @@ pub fn plan(site: &SiteRef, machines: &[MachineSnap], rows: &[ReconcileRow], now
                            "previous": host.known_ips, "action": v.action}),
                 ));
             }
-        } else if v.opens_drift() && open != Some(v.rule) && !acknowledged(b.acknowledged.as_ref(), &v, status) {
+        } else if drift::is_new(open, &v) && !acknowledged(b.acknowledged.as_ref(), &v, status) {
             write = DriftWrite::Open(details(&v, status, &b.system_id));
             final_rule = Some(v.rule);
             report.detected += 1;

@@ -104,17 +104,20 @@ fn require(c: &Connection, host_id: Uuid) -> Result<MaasBinding, StoreError> {
 }
 
 pub(super) fn observe(c: &Connection, host_id: Uuid, o: &MaasObservation) -> Result<MaasBinding, StoreError> {
-    let current = require(c, host_id)?;
-    if current.observed.as_ref().is_some_and(|prev| prev.at > o.at) {
-        return Ok(current);
-    }
+    require(c, host_id)?;
+    write_observation(c, host_id, o)?;
+    require(c, host_id)
+}
+
+/// Records `o` unless the stored observation is newer: a slow reader never rolls state back.
+fn write_observation(c: &Connection, host_id: Uuid, o: &MaasObservation) -> Result<(), StoreError> {
     let ips = serde_json::to_string(&o.ips).map_err(StoreError::backend)?;
     c.prepare_cached(
-        "UPDATE maas_bindings SET last_status = ?2, last_power_state = ?3, last_ips = ?4, last_observed_at = ?5, updated_at = ?5
-         WHERE host_id = ?1",
+        "UPDATE maas_bindings SET last_status = ?2, last_power_state = ?3, last_ips = ?4, last_observed_at = ?5,
+         updated_at = ?5 WHERE host_id = ?1 AND (last_observed_at IS NULL OR last_observed_at <= ?5)",
     )?
     .execute(params![host_id.to_string(), o.status, o.power_state, ips, o.at.unix()])?;
-    require(c, host_id)
+    Ok(())
 }
 
 pub(super) fn set_drift(c: &Connection, host_id: Uuid, drift: Option<&Value>, at: Time) -> Result<MaasBinding, StoreError> {
@@ -191,13 +194,7 @@ pub(super) fn apply_reconcile(c: &Connection, batch: &[ReconcileChange], at: Tim
             continue;
         }
         if let Some(o) = &ch.observation {
-            // Never older than what is stored: a slow pass does not roll the record back.
-            let ips = serde_json::to_string(&o.ips).map_err(StoreError::backend)?;
-            c.prepare_cached(
-                "UPDATE maas_bindings SET last_status = ?2, last_power_state = ?3, last_ips = ?4, last_observed_at = ?5,
-                 updated_at = ?5 WHERE host_id = ?1 AND (last_observed_at IS NULL OR last_observed_at <= ?5)",
-            )?
-            .execute(params![id, o.status, o.power_state, ips, o.at.unix()])?;
+            write_observation(c, ch.host_id, o)?;
         }
         match &ch.drift {
             DriftWrite::Keep => {}
