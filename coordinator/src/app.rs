@@ -129,6 +129,10 @@ pub struct AppState {
     pub maas: Arc<dyn crate::sites::probe::MaasProbe>,
     /// The MAAS drift reconciler's per-site locks and last passes.
     pub reconciler: crate::reconciler::Reconciler,
+    /// How the device controllers reach BMCs and PMCs.
+    pub power: Arc<dyn crate::devices::power::PowerControl>,
+    /// Device work in flight beside the shelf and rack controllers.
+    pub device_work: crate::devices::work::WorkTable,
 }
 
 /// Why the CRL could not be refreshed.

@@ -246,6 +246,50 @@ impl Default for JobsConfig {
     }
 }
 
+/// `[devices]`: the rack device controllers (power shelves, racks) and their BMC calls.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DevicesConfig {
+    /// How often the controllers tick (milliseconds); each tick moves a device at most one
+    /// state. 0 turns the controllers off.
+    #[serde(default = "default_devices_tick_ms")]
+    pub tick_ms: u64,
+    /// Bound on each Redfish request (seconds).
+    #[serde(default = "default_devices_request_timeout")]
+    pub request_timeout_secs: u64,
+    /// Bound on a power change reaching its state on one device (seconds); past it the
+    /// operation fails naming the device.
+    #[serde(default = "default_devices_converge_timeout")]
+    pub converge_timeout_secs: u64,
+    /// Pause between two reads of a changing `PowerState` (milliseconds).
+    #[serde(default = "default_devices_poll_ms")]
+    pub poll_ms: u64,
+}
+
+fn default_devices_tick_ms() -> u64 {
+    1000
+}
+fn default_devices_request_timeout() -> u64 {
+    10
+}
+fn default_devices_converge_timeout() -> u64 {
+    120
+}
+fn default_devices_poll_ms() -> u64 {
+    1000
+}
+
+impl Default for DevicesConfig {
+    fn default() -> Self {
+        DevicesConfig {
+            tick_ms: default_devices_tick_ms(),
+            request_timeout_secs: default_devices_request_timeout(),
+            converge_timeout_secs: default_devices_converge_timeout(),
+            poll_ms: default_devices_poll_ms(),
+        }
+    }
+}
+
 /// `[maas]`: how MAAS workflows (onboarding, reimage, decommission) poll and call MAAS.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -486,6 +530,9 @@ pub struct Config {
     /// MAAS workflows.
     #[serde(default)]
     pub maas: MaasConfig,
+    /// Rack device controllers.
+    #[serde(default)]
+    pub devices: DevicesConfig,
 }
 
 impl Config {
@@ -550,6 +597,19 @@ impl Config {
         }
         if !(1..=10_000).contains(&config.maas.reconcile_batch) {
             return Err(invalid("maas.reconcile_batch", "must be between 1 and 10000 changes".to_owned()));
+        }
+        let d = &config.devices;
+        if d.tick_ms > 3_600_000 {
+            return Err(invalid("devices.tick_ms", "must be at most 3600000 milliseconds (0 turns the controllers off)".to_owned()));
+        }
+        if !(1..=600).contains(&d.request_timeout_secs) {
+            return Err(invalid("devices.request_timeout_secs", "must be between 1 and 600 seconds".to_owned()));
+        }
+        if !(1..=3600).contains(&d.converge_timeout_secs) {
+            return Err(invalid("devices.converge_timeout_secs", "must be between 1 and 3600 seconds".to_owned()));
+        }
+        if !(10..=60_000).contains(&d.poll_ms) {
+            return Err(invalid("devices.poll_ms", "must be between 10 and 60000 milliseconds".to_owned()));
         }
         if !(1..=3600).contains(&jobs.scheduler_poll_secs) {
             return Err(invalid("jobs.scheduler_poll_secs", "must be between 1 and 3600 seconds".to_owned()));

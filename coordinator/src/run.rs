@@ -133,6 +133,7 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
         TlsMaterial::from_pem(state.ca().cert_pem().as_bytes(), state.server_cert_pem().as_bytes(), state.server_key_pem().as_bytes())?;
     let tls = Arc::new(TlsState::new(material, None)?);
     let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: config.listen, source })?;
+    let power = Arc::new(crate::devices::power::RedfishPower::new(secrets.clone(), config.devices.clone()));
     let app = Arc::new(AppState {
         server_pin: state.server_spki_pin(),
         director: Arc::new(state.director_key().clone()),
@@ -151,9 +152,11 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
         pending_checkins: Default::default(),
         metrics: Default::default(),
         executor: Default::default(),
+        power,
         secrets,
         maas: Arc::new(crate::sites::probe::LiveProbe),
         reconciler: Default::default(),
+        device_work: Default::default(),
     });
     // Revocations made before this start must bind from the first handshake.
     app.refresh_crl().await?;
@@ -187,6 +190,7 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
     tokio::spawn(crate::executor::trigger::run(app.clone()));
     tokio::spawn(crate::onboarding::exec::run(app.clone()));
     tokio::spawn(crate::reconciler::run(app.clone()));
+    tokio::spawn(crate::devices::shelf_loop::run(app.clone()));
     // Lapsed task leases are leasable again at once; the sweep also puts them back in the
     // queue so listings show them queued, not leased by a host that went quiet.
     let sweeper = app.clone();

@@ -17,6 +17,7 @@
 pub mod bus;
 pub mod confine;
 pub mod fake_maas;
+pub mod fake_shelf;
 pub mod fleet;
 pub mod hostroot;
 pub mod nixkit;

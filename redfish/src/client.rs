@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::header::{ACCEPT, CONTENT_TYPE, RETRY_AFTER};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, LOCATION, RETRY_AFTER};
 use serde_json::Value;
 
 use crate::error::RedfishError;
@@ -115,15 +115,25 @@ impl RedfishClient {
 
     /// `GET path` as JSON.
     pub async fn get(&self, path: &str) -> Result<Value, RedfishError> {
-        self.send(reqwest::Method::GET, path, None).await.map(|(_, v)| v)
+        self.send(reqwest::Method::GET, path, None).await.map(|(_, v, _)| v)
     }
 
     /// `POST path` with a JSON body; the status and the body (`Null` when empty).
     pub async fn post(&self, path: &str, body: &Value) -> Result<(u16, Value), RedfishError> {
+        self.send(reqwest::Method::POST, path, Some(body)).await.map(|(s, v, _)| (s, v))
+    }
+
+    /// `POST path`, also returning the `Location` header (a 202's task monitor).
+    pub(crate) async fn post_with_location(&self, path: &str, body: &Value) -> Result<(u16, Value, Option<String>), RedfishError> {
         self.send(reqwest::Method::POST, path, Some(body)).await
     }
 
-    async fn send(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> Result<(u16, Value), RedfishError> {
+    /// `GET path` with its status (a task monitor answers 202 while the task runs).
+    pub(crate) async fn get_status(&self, path: &str) -> Result<(u16, Value), RedfishError> {
+        self.send(reqwest::Method::GET, path, None).await.map(|(s, v, _)| (s, v))
+    }
+
+    async fn send(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> Result<(u16, Value, Option<String>), RedfishError> {
         let uri = self.url(path);
         let mut attempt = 0;
         loop {
@@ -144,6 +154,7 @@ impl RedfishClient {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 .map(|s| Duration::from_secs(s).min(MAX_RETRY_AFTER));
+            let location = resp.headers().get(LOCATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
             let bytes = resp.bytes().await.map_err(|source| RedfishError::Unreachable { uri: uri.clone(), source })?;
             if status == 503 && attempt <= RETRIES_ON_503 {
                 // Starting up after a reboot, or overloaded (DSP0266): wait as told, then again.
@@ -154,11 +165,11 @@ impl RedfishClient {
                 return Err(RedfishError::Refused { uri, status, message: error_message(&bytes) });
             }
             if bytes.iter().all(u8::is_ascii_whitespace) {
-                return Ok((status, Value::Null));
+                return Ok((status, Value::Null, location));
             }
             let value = serde_json::from_slice(&bytes)
                 .map_err(|e| RedfishError::Protocol { uri: uri.clone(), reason: format!("not JSON: {e}") })?;
-            return Ok((status, value));
+            return Ok((status, value, location));
         }
     }
 }

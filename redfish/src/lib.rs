@@ -12,6 +12,13 @@
 //!   the target — transitional values (`PoweringOn`, `PoweringOff`) keep it waiting — bounded;
 //!   a device that does not converge in time is an error naming it.
 //!
+//! - [`RedfishClient::set_shelf_power`]: a power shelf (`PowerEquipment/PowerShelves/{id}`)
+//!   has no switch of its own in the DMTF schema: `#Outlet.PowerControl` on each outlet not
+//!   already there, then every outlet's `PowerState` read until all match, bounded.
+//!
+//! - [`RedfishClient::simple_update`]: firmware through `UpdateService.SimpleUpdate`, following
+//!   a 202's task monitor to its end, bounded.
+//!
 //! Errors are one [`RedfishError`] with the device's URI and, for refusals, the BMC's status
 //! and message; the password never appears in one.
 
@@ -20,7 +27,10 @@
 mod client;
 mod error;
 mod power;
+mod shelf;
+mod update;
 
 pub use client::{RedfishClient, RedfishConfig};
 pub use error::RedfishError;
 pub use power::{PowerTarget, System};
+pub use shelf::{Outlet, Shelf};

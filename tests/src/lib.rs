@@ -171,6 +171,8 @@ impl Harness {
             secrets: Default::default(),
             // Reconciler passes run on demand in tests, so each asserts what one pass did.
             maas: drover_coordinator::config::MaasConfig { poll_ms: 100, reconcile_interval_secs: 0, ..Default::default() },
+            // Device controllers tick fast and give up on a device quickly.
+            devices: drover_coordinator::config::DevicesConfig { tick_ms: 100, request_timeout_secs: 5, converge_timeout_secs: 15, poll_ms: 100 },
         };
         tweak(dir.path(), &mut config);
         drop(state);

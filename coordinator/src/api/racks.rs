@@ -206,6 +206,7 @@ async fn create_device(
         shelf_state: (kind == DeviceKind::PowerShelf).then_some(PowerShelfState::Initializing),
         operation: None,
         maintenance_requested: None,
+        facts: None,
         marked_for_deletion: false,
         created_at: now,
         updated_at: now,

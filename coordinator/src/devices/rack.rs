@@ -28,6 +28,15 @@ pub enum Activity {
 impl Activity {
     /// Every activity, in the order a cycle runs them.
     pub const ALL: [Activity; 3] = [Activity::FirmwareUpgrade, Activity::ConfigureNmxCluster, Activity::PowerSequence];
+
+    /// The stable name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Activity::FirmwareUpgrade => "firmware_upgrade",
+            Activity::ConfigureNmxCluster => "configure_nmx_cluster",
+            Activity::PowerSequence => "power_sequence",
+        }
+    }
 }
 
 /// One requested activity with its own configuration (the seed's oneof).

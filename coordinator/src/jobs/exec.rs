@@ -217,6 +217,12 @@ struct RolloutView {
     in_flight_in: BTreeMap<String, HostRolloutState>,
 }
 
+/// Hostnames in flight in any rollout (activating or soaking): out of service, counted
+/// against every budget that selects them.
+pub fn in_flight_hosts(s: &PlanSnapshot) -> BTreeSet<String> {
+    RolloutView::new(s).in_flight_in.into_keys().collect()
+}
+
 impl RolloutView {
     fn new(s: &PlanSnapshot) -> RolloutView {
         let mut v = RolloutView { states: BTreeMap::new(), in_flight_in: BTreeMap::new() };

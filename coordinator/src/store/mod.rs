@@ -495,6 +495,30 @@ pub trait Store: Send + Sync {
     /// if any id is not a power shelf (`NotFound`) or is marked for deletion (`Conflict`),
     /// nothing changes.
     fn set_shelf_maintenance(&self, ids: &[Uuid], request: &Value, log: &ChangeLog) -> Result<Vec<Device>, StoreError>;
+    /// One power-shelf controller step with its event, compare-and-set on `step.from`:
+    /// `Ok(false)` (nothing written) when the shelf has moved on or is gone. The final delete
+    /// removes the record.
+    fn shelf_step(&self, step: &ShelfStep, event: &NewEvent) -> Result<bool, StoreError>;
+    /// Sets (or with `None` removes) a host's BMC; `NotFound` for an unknown host.
+    fn set_host_bmc(&self, host_id: Uuid, bmc: Option<&HostBmc>, log: &ChangeLog) -> Result<(), StoreError>;
+    /// The BMCs of these hosts that have one, by host id.
+    fn host_bmcs(&self, hosts: &[Uuid]) -> Result<Vec<HostBmc>, StoreError>;
+    /// Records a firmware; `Conflict` when the id is taken or its type has a default already.
+    fn create_firmware(&self, firmware: &FirmwareRecord, log: &ChangeLog) -> Result<FirmwareRecord, StoreError>;
+    /// Every firmware record, by id.
+    fn list_firmware(&self) -> Result<Vec<FirmwareRecord>, StoreError>;
+    /// `OnDemandRackMaintenance`: stores `maintenance` on a rack in `ready` or `error` with no
+    /// maintenance pending, else `Conflict` naming why (`NotFound` for no rack); one transaction.
+    fn request_rack_maintenance(&self, rack: Uuid, maintenance: &Value, log: &ChangeLog) -> Result<Rack, StoreError>;
+    /// One rack controller step with its event, compare-and-set on the rack's state and
+    /// maintenance as `expected` read them: `Ok(false)` (nothing written) when it moved on.
+    fn rack_step(
+        &self,
+        expected: &Rack,
+        to: drover_proto::states::RackState,
+        maintenance: Option<&Value>,
+        event: &NewEvent,
+    ) -> Result<bool, StoreError>;
 
     // ---- events and audit --------------------------------------------------------------
 

@@ -127,6 +127,9 @@ macro_rules! __drover_store_checks {
             maas_reconcile_batches_and_resolution,
             racks_devices_and_placement,
             shelf_maintenance_is_all_or_nothing,
+            shelf_steps_are_compare_and_set,
+            rack_maintenance_bmcs_and_firmware,
+            rack_maintenance_holds_its_machines,
         }
     };
 }

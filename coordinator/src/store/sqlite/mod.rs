@@ -52,10 +52,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (5, include_str!("../migrations/0005_maas_bindings.sql")),
     (6, include_str!("../migrations/0006_maas_drift_ack.sql")),
     (7, include_str!("../migrations/0007_racks.sql")),
+    (8, include_str!("../migrations/0008_device_control.sql")),
 ];
 
 /// The schema version this build writes; a file with a higher one is refused.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// How long a connection waits for another process's lock before failing: only a second
 /// process on the same file (an operator's `sqlite3` shell, a backup) ever holds one.
@@ -585,6 +586,33 @@ impl Store for SqliteStore {
     }
     fn set_shelf_maintenance(&self, ids: &[Uuid], request: &Value, log: &ChangeLog) -> Result<Vec<Device>, StoreError> {
         self.write(|tx| racks::set_shelf_maintenance(tx, ids, request, log))
+    }
+    fn shelf_step(&self, step: &ShelfStep, event: &NewEvent) -> Result<bool, StoreError> {
+        self.write(|tx| racks::shelf_step(tx, step, event))
+    }
+    fn set_host_bmc(&self, host_id: Uuid, bmc: Option<&HostBmc>, log: &ChangeLog) -> Result<(), StoreError> {
+        self.write(|tx| racks::set_host_bmc(tx, host_id, bmc, log))
+    }
+    fn host_bmcs(&self, hosts: &[Uuid]) -> Result<Vec<HostBmc>, StoreError> {
+        self.read(|c| racks::host_bmcs(c, hosts))
+    }
+    fn create_firmware(&self, firmware: &FirmwareRecord, log: &ChangeLog) -> Result<FirmwareRecord, StoreError> {
+        self.write(|tx| racks::create_firmware(tx, firmware, log))
+    }
+    fn list_firmware(&self) -> Result<Vec<FirmwareRecord>, StoreError> {
+        self.read(|c| racks::list_firmware(c))
+    }
+    fn request_rack_maintenance(&self, rack: Uuid, maintenance: &Value, log: &ChangeLog) -> Result<Rack, StoreError> {
+        self.write(|tx| racks::request_rack_maintenance(tx, rack, maintenance, log))
+    }
+    fn rack_step(
+        &self,
+        expected: &Rack,
+        to: drover_proto::states::RackState,
+        maintenance: Option<&Value>,
+        event: &NewEvent,
+    ) -> Result<bool, StoreError> {
+        self.write(|tx| racks::rack_step(tx, expected, to, maintenance, event))
     }
 
     fn append_event(&self, event: &NewEvent) -> Result<i64, StoreError> {

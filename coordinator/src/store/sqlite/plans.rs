@@ -110,6 +110,18 @@ pub(super) fn plan_snapshot(c: &Connection) -> Result<PlanSnapshot, StoreError> 
             held.entry(host).or_insert_with(|| format!("job {job} ({kind}, {state})"));
         }
     }
+    // A rack in a maintenance cycle (or validating after one) has its scoped machines out of
+    // service: held like a job's host, counted against every budget that selects them.
+    let mut stmt =
+        c.prepare_cached("SELECT name, maintenance FROM racks WHERE state IN ('maintenance', 'validating') AND maintenance IS NOT NULL")?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, json_col(r, 1)?)))?;
+    for row in rows {
+        let (rack, m) = row?;
+        let machines = m.pointer("/targets/machines").and_then(Value::as_array).cloned().unwrap_or_default();
+        for id in machines.iter().filter_map(Value::as_str).filter_map(|s| Uuid::parse_str(s).ok()) {
+            held.entry(id).or_insert_with(|| format!("rack {rack} maintenance"));
+        }
+    }
     Ok(PlanSnapshot { hosts, rollouts, channels, held, lent })
 }
 

@@ -86,7 +86,7 @@ pub(super) fn delete_rack(c: &Connection, id: Uuid, log: &ChangeLog) -> Result<R
 }
 
 const DEVICE_COLS: &str = "device_id, kind, rack_id, name, endpoint, credentials_path, state, operation, maintenance_requested, \
-                           marked_for_deletion, created_at, updated_at";
+                           marked_for_deletion, created_at, updated_at, facts";
 
 fn device_row(r: &Row<'_>) -> rusqlite::Result<Device> {
     let kind: String = r.get(1)?;
@@ -105,6 +105,7 @@ fn device_row(r: &Row<'_>) -> rusqlite::Result<Device> {
         marked_for_deletion: r.get(9)?,
         created_at: time_col(r, 10)?,
         updated_at: time_col(r, 11)?,
+        facts: opt_json(r, 12)?,
     })
 }
 
@@ -133,17 +134,19 @@ pub(super) fn create_device(c: &Connection, d: &Device, log: &ChangeLog) -> Resu
     if let Some(other) = taken {
         return Err(StoreError::conflict("device", &d.name, format!("{} name {} is taken by {other}", d.kind.as_str(), d.name)));
     }
-    c.prepare_cached(&format!("INSERT INTO rack_devices ({DEVICE_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, NULL, 0, ?8, ?8)"))?
-        .execute(params![
-            d.id.to_string(),
-            d.kind.as_str(),
-            d.rack_id.to_string(),
-            d.name,
-            d.endpoint,
-            d.credentials_path,
-            d.shelf_state.map(PowerShelfState::as_str),
-            d.created_at.unix(),
-        ])?;
+    c.prepare_cached(&format!(
+        "INSERT INTO rack_devices ({DEVICE_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, NULL, 0, ?8, ?8, NULL)"
+    ))?
+    .execute(params![
+        d.id.to_string(),
+        d.kind.as_str(),
+        d.rack_id.to_string(),
+        d.name,
+        d.endpoint,
+        d.credentials_path,
+        d.shelf_state.map(PowerShelfState::as_str),
+        d.created_at.unix(),
+    ])?;
     log_change(c, log)?;
     get_device(c, d.id)?.ok_or_else(|| StoreError::backend("device vanished inside its own transaction"))
 }
@@ -206,4 +209,155 @@ pub(super) fn set_shelf_maintenance(c: &Connection, ids: &[Uuid], request: &Valu
     }
     log_change(c, log)?;
     Ok(out)
+}
+
+pub(super) fn shelf_step(c: &Connection, step: &ShelfStep, event: &NewEvent) -> Result<bool, StoreError> {
+    let id = step.id.to_string();
+    let Some(now) = get_device(c, step.id)?.filter(|d| d.kind == DeviceKind::PowerShelf) else {
+        return Ok(false);
+    };
+    if now.shelf_state != Some(step.from) {
+        return Ok(false);
+    }
+    match step.to {
+        None => {
+            if step.from != PowerShelfState::Deleting {
+                return Err(StoreError::backend("a power shelf is removed only from deleting"));
+            }
+            c.prepare_cached("DELETE FROM rack_devices WHERE device_id = ?1")?.execute([&id])?;
+        }
+        Some(to) => {
+            let facts = match &step.facts {
+                Some(f) => Some(f.to_string()),
+                None => now.facts.as_ref().map(Value::to_string),
+            };
+            c.prepare_cached(
+                "UPDATE rack_devices SET state = ?2, operation = ?3, facts = ?4, updated_at = ?5, \
+                 maintenance_requested = CASE WHEN ?6 THEN NULL ELSE maintenance_requested END WHERE device_id = ?1",
+            )?
+            .execute(params![id, to.as_str(), step.operation, facts, event.at.unix(), step.clear_request])?;
+        }
+    }
+    insert_event(c, event)?;
+    Ok(true)
+}
+
+pub(super) fn set_host_bmc(c: &Connection, host_id: Uuid, bmc: Option<&HostBmc>, log: &ChangeLog) -> Result<(), StoreError> {
+    let exists: Option<String> = c
+        .prepare_cached("SELECT id FROM hosts WHERE id = ?1 AND state <> 'deleted'")?
+        .query_row([host_id.to_string()], |r| r.get(0))
+        .optional()?;
+    if exists.is_none() {
+        return Err(StoreError::not_found("host", host_id));
+    }
+    match bmc {
+        Some(b) => c
+            .prepare_cached(
+                "INSERT INTO host_bmcs (host_id, endpoint, credentials_path, updated_at) VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT (host_id) DO UPDATE SET endpoint = ?2, credentials_path = ?3, updated_at = ?4",
+            )?
+            .execute(params![host_id.to_string(), b.endpoint, b.credentials_path, log.event.at.unix()])?,
+        None => c.prepare_cached("DELETE FROM host_bmcs WHERE host_id = ?1")?.execute([host_id.to_string()])?,
+    };
+    log_change(c, log)
+}
+
+pub(super) fn host_bmcs(c: &Connection, hosts: &[Uuid]) -> Result<Vec<HostBmc>, StoreError> {
+    let mut stmt = c.prepare_cached("SELECT host_id, endpoint, credentials_path FROM host_bmcs WHERE host_id = ?1")?;
+    let mut out = Vec::new();
+    for h in hosts {
+        let row = stmt
+            .query_row([h.to_string()], |r| Ok(HostBmc { host_id: uuid_col(r, 0)?, endpoint: r.get(1)?, credentials_path: r.get(2)? }))
+            .optional()?;
+        out.extend(row);
+    }
+    out.sort_by_key(|b| b.host_id);
+    Ok(out)
+}
+
+const FIRMWARE_COLS: &str = "firmware_id, hardware_type, image_uri, available, is_default, created_at";
+
+fn firmware_row(r: &Row<'_>) -> rusqlite::Result<FirmwareRecord> {
+    Ok(FirmwareRecord {
+        id: r.get(0)?,
+        hardware_type: r.get(1)?,
+        image_uri: r.get(2)?,
+        available: r.get(3)?,
+        default: r.get(4)?,
+        created_at: time_col(r, 5)?,
+    })
+}
+
+pub(super) fn list_firmware(c: &Connection) -> Result<Vec<FirmwareRecord>, StoreError> {
+    let mut stmt = c.prepare_cached(&format!("SELECT {FIRMWARE_COLS} FROM rack_firmware ORDER BY firmware_id"))?;
+    let rows = stmt.query_map([], firmware_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub(super) fn create_firmware(c: &Connection, f: &FirmwareRecord, log: &ChangeLog) -> Result<FirmwareRecord, StoreError> {
+    let all = list_firmware(c)?;
+    if all.iter().any(|o| o.id == f.id) {
+        return Err(StoreError::conflict("firmware", &f.id, format!("firmware {} exists already", f.id)));
+    }
+    if let Some(d) = all.iter().find(|o| f.default && o.default && o.hardware_type == f.hardware_type) {
+        return Err(StoreError::conflict(
+            "firmware",
+            &f.id,
+            format!("hardware type {} has a default firmware already: {}", f.hardware_type, d.id),
+        ));
+    }
+    c.prepare_cached(&format!("INSERT INTO rack_firmware ({FIRMWARE_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"))?.execute(params![
+        f.id,
+        f.hardware_type,
+        f.image_uri,
+        f.available,
+        f.default,
+        f.created_at.unix()
+    ])?;
+    log_change(c, log)?;
+    Ok(f.clone())
+}
+
+pub(super) fn request_rack_maintenance(c: &Connection, id: Uuid, maintenance: &Value, log: &ChangeLog) -> Result<Rack, StoreError> {
+    let rack = get_rack(c, id)?.ok_or_else(|| StoreError::not_found("rack", id))?;
+    if !matches!(rack.state, RackState::Ready | RackState::Error) {
+        return Err(StoreError::conflict(
+            "rack",
+            id,
+            format!("rack {} is {}: maintenance can only be requested on a ready or errored rack", rack.name, rack.state),
+        ));
+    }
+    if rack.maintenance.is_some() {
+        return Err(StoreError::conflict("rack", id, format!("rack {} already has a maintenance request pending", rack.name)));
+    }
+    c.prepare_cached("UPDATE racks SET maintenance = ?2, updated_at = ?3 WHERE rack_id = ?1")?.execute(params![
+        id.to_string(),
+        maintenance.to_string(),
+        log.event.at.unix()
+    ])?;
+    log_change(c, log)?;
+    get_rack(c, id)?.ok_or_else(|| StoreError::backend("rack vanished inside its own transaction"))
+}
+
+pub(super) fn rack_step(
+    c: &Connection,
+    expected: &Rack,
+    to: RackState,
+    maintenance: Option<&Value>,
+    event: &NewEvent,
+) -> Result<bool, StoreError> {
+    let Some(now) = get_rack(c, expected.id)? else {
+        return Ok(false);
+    };
+    if now.state != expected.state || now.maintenance != expected.maintenance {
+        return Ok(false);
+    }
+    c.prepare_cached("UPDATE racks SET state = ?2, maintenance = ?3, updated_at = ?4 WHERE rack_id = ?1")?.execute(params![
+        expected.id.to_string(),
+        to.as_str(),
+        maintenance.map(Value::to_string),
+        event.at.unix()
+    ])?;
+    insert_event(c, event)?;
+    Ok(true)
 }

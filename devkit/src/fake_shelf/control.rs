@@ -1,0 +1,140 @@
+//! The `/_fake/` control API: what only the hardware or a test could do to a real shelf.
+//! JSON in and out, no authentication; errors are `{"error": "…"}` with 400 (bad body), 404
+//! (unknown call or outlet) or 405 (wrong method). The table is in the module docs of
+//! [`fake_shelf`](super).
+
+use std::time::Instant;
+
+use serde_json::{Map, Value, json};
+
+use super::api::{Reply, control_error};
+use super::shelf::Shelf;
+
+/// Answers `METHOD /_fake/{rest}` at `now`.
+pub fn handle(shelf: &mut Shelf, method: &str, rest: &str, body: &[u8], now: Instant) -> Reply {
+    let call = rest.trim_end_matches('/');
+    let expected = match call {
+        "stuck" | "lock" | "busy" => "POST",
+        "state" => "GET",
+        _ => return control_error(404, format!("no control call /_fake/{call}")),
+    };
+    if method != expected {
+        return control_error(405, format!("/_fake/{call} takes {expected}")).with_header("allow", expected);
+    }
+    if call == "state" {
+        return Reply::json(200, state(shelf, now));
+    }
+    let body: Value = match serde_json::from_slice(body) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => return control_error(400, "the body must be a JSON object"),
+        Err(e) => return control_error(400, format!("the body is not JSON: {e}")),
+    };
+    match call {
+        "stuck" => set_flag(shelf, &body, "stuck", |o, v| o.stuck = v),
+        "lock" => set_flag(shelf, &body, "locked", |o, v| o.locked = v),
+        _ => busy(shelf, &body),
+    }
+}
+
+/// `{"outlets": {"A1": "On", …}, "actions": [{"outlet": "A1", "powerState": "Off"}, …]}`.
+fn state(shelf: &Shelf, now: Instant) -> Value {
+    let outlets: Map<String, Value> = shelf.outlets.iter().map(|o| (o.id.clone(), Value::from(o.power_state(now, shelf.delay)))).collect();
+    let actions: Vec<Value> =
+        shelf.actions.iter().map(|(outlet, control)| json!({ "outlet": outlet, "powerState": control.as_str() })).collect();
+    json!({ "outlets": outlets, "actions": actions })
+}
+
+fn set_flag(shelf: &mut Shelf, body: &Value, key: &str, set: impl FnOnce(&mut super::shelf::Outlet, bool)) -> Reply {
+    let Some(id) = body.get("outlet").and_then(Value::as_str) else {
+        return control_error(400, "\"outlet\" (a string) is required");
+    };
+    let Some(value) = body.get(key).and_then(Value::as_bool) else {
+        return control_error(400, format!("\"{key}\" (a boolean) is required"));
+    };
+    let Some(outlet) = shelf.outlet_mut(id) else {
+        return control_error(404, format!("no outlet {id}"));
+    };
+    set(outlet, value);
+    Reply::json(200, json!({ "outlet": id, key: value }))
+}
+
+fn busy(shelf: &mut Shelf, body: &Value) -> Reply {
+    let Some(count) = body.get("count").and_then(Value::as_u64).and_then(|c| u32::try_from(c).ok()) else {
+        return control_error(400, "\"count\" (a non-negative integer) is required");
+    };
+    let retry_after = match body.get("retryAfter") {
+        None => 1,
+        Some(v) => match v.as_u64() {
+            Some(secs) => secs,
+            None => return control_error(400, "\"retryAfter\" must be a non-negative integer of seconds"),
+        },
+    };
+    shelf.busy = count;
+    shelf.retry_after = retry_after;
+    Reply::json(200, json!({ "count": count, "retryAfter": retry_after }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::fake_shelf::shelf::{Control, Identity, Power};
+
+    fn shelf() -> Shelf {
+        Shelf::new(Identity::default(), &["A1".into(), "B1".into()], Power::On, Duration::from_millis(1500))
+    }
+
+    fn call(s: &mut Shelf, method: &str, rest: &str, body: &str) -> (u16, Value) {
+        let r = handle(s, method, rest, body.as_bytes(), Instant::now());
+        (r.status, r.body.unwrap_or(Value::Null))
+    }
+
+    #[test]
+    fn stuck_and_lock_set_their_flags() {
+        let mut s = shelf();
+        assert_eq!(call(&mut s, "POST", "stuck", r#"{"outlet":"A1","stuck":true}"#), (200, json!({"outlet":"A1","stuck":true})));
+        assert!(s.outlet("A1").unwrap().stuck);
+        assert_eq!(call(&mut s, "POST", "lock/", r#"{"outlet":"B1","locked":true}"#).0, 200);
+        assert!(s.outlet("B1").unwrap().locked);
+        assert_eq!(call(&mut s, "POST", "lock", r#"{"outlet":"B1","locked":false}"#).0, 200);
+        assert!(!s.outlet("B1").unwrap().locked);
+        assert_eq!(call(&mut s, "POST", "lock", r#"{"outlet":"C1","locked":true}"#).0, 404);
+        assert_eq!(call(&mut s, "POST", "lock", r#"{"outlet":"A1","locked":"yes"}"#).0, 400);
+        assert_eq!(call(&mut s, "POST", "stuck", r#"{"stuck":true}"#).0, 400);
+        assert_eq!(call(&mut s, "POST", "stuck", "nope").0, 400);
+        assert_eq!(call(&mut s, "POST", "stuck", "[]").0, 400);
+    }
+
+    #[test]
+    fn busy_sets_the_spell() {
+        let mut s = shelf();
+        assert_eq!(call(&mut s, "POST", "busy", r#"{"count":3}"#), (200, json!({"count":3,"retryAfter":1})));
+        assert_eq!((s.busy, s.retry_after), (3, 1));
+        assert_eq!(call(&mut s, "POST", "busy", r#"{"count":1,"retryAfter":7}"#).0, 200);
+        assert_eq!((s.busy, s.retry_after), (1, 7));
+        assert_eq!(call(&mut s, "POST", "busy", r#"{"count":-1}"#).0, 400);
+        assert_eq!(call(&mut s, "POST", "busy", r#"{"count":1,"retryAfter":"soon"}"#).0, 400);
+    }
+
+    #[test]
+    fn state_reports_outlets_and_accepted_actions_in_order() {
+        let mut s = shelf();
+        let now = Instant::now();
+        s.power_control("B1", Control::Off, now).unwrap();
+        s.power_control("A1", Control::PowerCycle, now).unwrap();
+        let (status, v) = call(&mut s, "GET", "state", "");
+        assert_eq!(status, 200);
+        assert_eq!(v["outlets"], json!({"A1": "PoweringOff", "B1": "PoweringOff"}));
+        assert_eq!(v["actions"], json!([{"outlet":"B1","powerState":"Off"},{"outlet":"A1","powerState":"PowerCycle"}]));
+    }
+
+    #[test]
+    fn unknown_calls_and_methods() {
+        let mut s = shelf();
+        assert_eq!(call(&mut s, "GET", "nope", "").0, 404);
+        assert_eq!(call(&mut s, "POST", "state", "{}").0, 405);
+        let r = handle(&mut s, "GET", "busy", b"", Instant::now());
+        assert_eq!((r.status, r.headers), (405, vec![("allow", "POST".to_owned())]));
+    }
+}

@@ -1,0 +1,262 @@
+//! A fake Redfish power shelf (a PMC's service) for Drover's tests and `drover dev`. There
+//! is no real power-shelf Redfish service to run here (sushy-emulator has no
+//! `PowerEquipment`, and DMTF's mockup server never changes state), so this one behaves as
+//! the DMTF schema says a shelf does (`shared/redfish-facts.md` §5–§7): one
+//! `PowerDistribution` with `EquipmentType` `PowerShelf` and no power switch of its own,
+//! whose outlets carry `PowerState` and `#Outlet.PowerControl` with a `PowerState`
+//! parameter. URIs and property names follow DMTF's `public-power-shelf` mockup, except that
+//! action targets carry `/Actions/` as DSP0266 requires (see [`resources`] for the tree).
+//!
+//! # Running it by hand
+//!
+//! ```text
+//! cargo build -p drover-devkit --bin fake-shelf
+//! target/debug/fake-shelf --cert cert.pem --key key.pem --user admin --password secret \
+//!     [--listen 127.0.0.1:0] [--outlets A1,B1] [--delay-ms 1500] [--name NAME] [--serial SN] [--off]
+//! ```
+//!
+//! It serves HTTPS only (TLS 1.2 and 1.3, HTTP/1.1) with the PEM certificate chain and key,
+//! prints exactly one line, `listening on https://127.0.0.1:PORT`, to stdout once bound
+//! (`--listen` defaults to `127.0.0.1:0`, a free port), and serves until SIGTERM or SIGINT.
+//! It never prints the password.
+//!
+//! ```text
+//! curl --cacert cert.pem -u admin:secret https://127.0.0.1:PORT/redfish/v1/PowerEquipment/PowerShelves/1/Outlets/A1
+//! curl --cacert cert.pem -u admin:secret -H 'Content-Type: application/json' -d '{"PowerState":"Off"}' \
+//!   https://127.0.0.1:PORT/redfish/v1/PowerEquipment/PowerShelves/1/Outlets/A1/Actions/Outlet.PowerControl
+//! ```
+//!
+//! From Rust, [`FakeShelf::start`] with [`FakeShelfOptions`] spawns the binary and
+//! [`FakeShelf::control`] calls the control API.
+//!
+//! # Behaviour
+//!
+//! - Authentication: HTTP Basic with `--user`/`--password`. `GET /redfish`, `/redfish/v1`
+//!   and `/redfish/v1/` are open; everything else under `/redfish` without the account
+//!   (unknown paths included) is 401 with `WWW-Authenticate: Basic realm="…"` and a Redfish
+//!   error (`Base.1.0.NoValidSession`). There is no `SessionService`.
+//! - Outlets: `--outlets` names them (default `A1,B1`); all start `On`, or `Off` with
+//!   `--off`. `POST` to an outlet's `#Outlet.PowerControl` target needs
+//!   `Content-Type: application/json` (else 415) and a JSON body (else 400
+//!   `MalformedJSON`) whose `PowerState` is `On`, `Off` or `PowerCycle` (absent: 400
+//!   `ActionParameterMissing`; another value: 400 `PropertyValueNotInList`). A locked outlet
+//!   (`PowerControlLocked`) is 409 `ResourceInUse`. Otherwise 204, and the outlet reads
+//!   `PoweringOff`/`PoweringOn` for `--delay-ms` (default 1500), then the target.
+//!   `PowerCycle` reads `PoweringOff` for one delay and `PoweringOn` for another, then `On`
+//!   (an outlet reading `Off` just powers on). Asking for the state an outlet is in or on its
+//!   way to is 204 and changes nothing. Time is read on each request; there are no timers.
+//! - Other answers: `GET` on an action target is 405 (`Allow: POST`); any method but `GET`
+//!   on a resource is 405 (`Allow: GET`); unknown paths are 404
+//!   `ResourceMissingAtURI`. Trailing slashes are ignored. Every body is
+//!   `application/json`; every answer has `OData-Version: 4.0`.
+//!
+//! # The control API (`/_fake/`, JSON, no authentication, on the same HTTPS port)
+//!
+//! What only the hardware or a test could do to a real shelf. Errors are `{"error": "..."}`
+//! with 400, 404 or 405. [`FakeShelf::control`] calls it over TLS, trusting exactly the
+//! certificate the fake was given (the simpler choice over a second plain-HTTP port: one
+//! port, one listening line).
+//!
+//! | Call | Body | Effect / answer |
+//! |---|---|---|
+//! | `POST /_fake/stuck` | `{"outlet": "A1", "stuck": true}` | The outlet still answers 204 to `PowerControl` (and logs it) but never changes state: a device that never converges. Echoes the body. |
+//! | `POST /_fake/lock` | `{"outlet": "A1", "locked": true}` | Sets `PowerControlLocked`: `PowerControl` is then 409 and not logged. Echoes the body. |
+//! | `POST /_fake/busy` | `{"count": N, "retryAfter"?: 1}` | The next N requests under `/redfish` (authenticated or not) answer 503 `ServiceTemporarilyUnavailable` with `Retry-After: retryAfter`. Echoes the values. |
+//! | `GET /_fake/state` | | `{"outlets": {"A1": "On", …}, "actions": [{"outlet": "A1", "powerState": "Off"}, …]}`: each outlet's `PowerState` now, and every `PowerControl` answered 204 (no-ops and stuck outlets included), in order. |
+
+pub mod api;
+pub mod control;
+pub mod launcher;
+pub mod resources;
+pub mod server;
+pub mod shelf;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use launcher::{DEFAULT_PASSWORD, DEFAULT_USER, FakeShelf, FakeShelfOptions};
+
+use api::Credentials;
+use shelf::{Identity, Power, Shelf};
+
+/// The outlets a shelf has unless `--outlets` says otherwise.
+pub const DEFAULT_OUTLETS: [&str; 2] = ["A1", "B1"];
+
+/// How long an outlet takes to change state unless `--delay-ms` says otherwise.
+pub const DEFAULT_DELAY_MS: u64 = 1500;
+
+/// The command line of `fake-shelf`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Args {
+    /// `--listen ADDR` (default `127.0.0.1:0`).
+    pub listen: String,
+    /// `--cert PEM`: the certificate chain.
+    pub cert: PathBuf,
+    /// `--key PEM`: its private key.
+    pub key: PathBuf,
+    /// `--user U` and `--password P`.
+    pub creds: Credentials,
+    /// `--outlets A1,B1`.
+    pub outlets: Vec<String>,
+    /// `--delay-ms N`.
+    pub delay_ms: u64,
+    /// `--name` and `--serial`.
+    pub identity: Identity,
+    /// `--off`: the outlets start off.
+    pub off: bool,
+}
+
+impl std::fmt::Debug for Args {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Args")
+            .field("listen", &self.listen)
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .field("creds", &self.creds)
+            .field("outlets", &self.outlets)
+            .field("delay_ms", &self.delay_ms)
+            .field("identity", &self.identity)
+            .field("off", &self.off)
+            .finish()
+    }
+}
+
+/// The usage line.
+pub const USAGE: &str = "usage: fake-shelf --cert PEM --key PEM --user U --password P [--listen ADDR] [--outlets A1,B1] \
+                         [--delay-ms N] [--name NAME] [--serial SERIAL] [--off]";
+
+/// Splits and checks `--outlets`: non-empty, distinct ids of ASCII letters, digits, `-`, `_`.
+pub fn parse_outlets(list: &str) -> Result<Vec<String>, String> {
+    let ids: Vec<String> = list.split(',').map(|s| s.trim().to_owned()).collect();
+    for (i, id) in ids.iter().enumerate() {
+        if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            return Err(format!("--outlets: {id:?} is not an outlet id (letters, digits, - and _)"));
+        }
+        if ids[..i].contains(id) {
+            return Err(format!("--outlets: {id} is named twice"));
+        }
+    }
+    Ok(ids)
+}
+
+impl Args {
+    /// Parses the arguments (without the program name).
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
+        let mut out = Args {
+            listen: "127.0.0.1:0".into(),
+            cert: PathBuf::new(),
+            key: PathBuf::new(),
+            creds: Credentials { user: String::new(), password: String::new() },
+            outlets: DEFAULT_OUTLETS.iter().map(|s| (*s).to_owned()).collect(),
+            delay_ms: DEFAULT_DELAY_MS,
+            identity: Identity::default(),
+            off: false,
+        };
+        let mut it = args.into_iter();
+        while let Some(flag) = it.next() {
+            let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+            match flag.as_str() {
+                "--listen" => out.listen = value()?,
+                "--cert" => out.cert = PathBuf::from(value()?),
+                "--key" => out.key = PathBuf::from(value()?),
+                "--user" => out.creds.user = value()?,
+                "--password" => out.creds.password = value()?,
+                "--outlets" => out.outlets = parse_outlets(&value()?)?,
+                "--delay-ms" => {
+                    let v = value()?;
+                    out.delay_ms = v.parse().map_err(|_| format!("--delay-ms: not a number of milliseconds: {v}"))?;
+                }
+                "--name" => out.identity.name = value()?,
+                "--serial" => out.identity.serial = value()?,
+                "--off" => out.off = true,
+                other => return Err(format!("unknown argument {other}")),
+            }
+        }
+        if out.cert.as_os_str().is_empty() || out.key.as_os_str().is_empty() {
+            return Err("--cert and --key are required (the shelf serves HTTPS only)".into());
+        }
+        if out.creds.user.is_empty() || out.creds.password.is_empty() {
+            return Err("--user and --password are required".into());
+        }
+        if out.creds.user.contains(':') {
+            return Err("--user cannot contain ':' (HTTP Basic splits on it)".into());
+        }
+        Ok(out)
+    }
+}
+
+/// Loads the certificate, binds, prints the listening line, and serves until SIGTERM or SIGINT.
+pub async fn run(args: Args) -> Result<(), String> {
+    let tls = server::tls_config(&args.cert, &args.key)?;
+    let power = if args.off { Power::Off } else { Power::On };
+    let shelf = Shelf::new(args.identity, &args.outlets, power, Duration::from_millis(args.delay_ms));
+    let listener = tokio::net::TcpListener::bind(&args.listen).await.map_err(|e| format!("binding {}: {e}", args.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "listening on https://{addr}").and_then(|()| stdout.flush()).map_err(|e| e.to_string())?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
+    tokio::select! {
+        served = server::serve(listener, tls, shelf, args.creds) => served.map_err(|e| e.to_string()),
+        _ = term.recv() => Ok(()),
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Result<Args, String> {
+        Args::parse(list.iter().map(|s| (*s).to_owned()))
+    }
+
+    const BASE: [&str; 8] = ["--cert", "c.pem", "--key", "k.pem", "--user", "admin", "--password", "pa55"];
+
+    fn with(extra: &[&str]) -> Result<Args, String> {
+        let mut all = BASE.to_vec();
+        all.extend_from_slice(extra);
+        args(&all)
+    }
+
+    #[test]
+    fn command_line_defaults_and_options() {
+        let a = with(&[]).unwrap();
+        assert_eq!(a.listen, "127.0.0.1:0");
+        assert_eq!(a.outlets, vec!["A1", "B1"]);
+        assert_eq!(a.delay_ms, 1500);
+        assert!(!a.off);
+        assert_eq!(a.identity, Identity::default());
+        assert!(!format!("{a:?}").contains("pa55"), "the password stays out of Debug");
+        let b = with(&[
+            "--outlets",
+            "A1, B1,C1",
+            "--delay-ms",
+            "0",
+            "--off",
+            "--name",
+            "Shelf 7",
+            "--serial",
+            "SN7",
+            "--listen",
+            "127.0.0.1:8443",
+        ])
+        .unwrap();
+        assert_eq!(b.outlets, vec!["A1", "B1", "C1"]);
+        assert_eq!((b.delay_ms, b.off, b.listen.as_str()), (0, true, "127.0.0.1:8443"));
+        assert_eq!(b.identity, Identity { name: "Shelf 7".into(), serial: "SN7".into() });
+    }
+
+    #[test]
+    fn command_line_refusals() {
+        assert!(with(&["--delay-ms", "soon"]).is_err());
+        assert!(with(&["--outlets", "A1,A1"]).is_err());
+        assert!(with(&["--outlets", "A1,"]).is_err());
+        assert!(with(&["--outlets", "A/1"]).is_err());
+        assert!(with(&["--bogus"]).is_err());
+        assert!(with(&["--name"]).is_err());
+        assert!(args(&["--cert", "c.pem", "--user", "u", "--password", "p"]).is_err());
+        assert!(args(&["--cert", "c.pem", "--key", "k.pem", "--user", "u"]).is_err());
+        assert!(args(&["--cert", "c.pem", "--key", "k.pem", "--user", "u:v", "--password", "p"]).is_err());
+    }
+}

@@ -1,0 +1,212 @@
+//! The `fake-shelf` binary as a process, driven over real HTTPS by reqwest (independent of
+//! Drover's Redfish client) with a throwaway self-signed certificate: TLS 1.2 and 1.3, Basic
+//! authentication, the resource tree from the service root down to the outlets' action
+//! targets, `PowerControl` with its refusals, and every control call.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use drover_devkit::fake_shelf::{FakeShelf, FakeShelfOptions};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+use serde_json::{Value, json};
+
+const ROOT: &str = "/redfish/v1/";
+const SHELF: &str = "/redfish/v1/PowerEquipment/PowerShelves/1";
+const A1: &str = "/redfish/v1/PowerEquipment/PowerShelves/1/Outlets/A1";
+const A1_TARGET: &str = "/redfish/v1/PowerEquipment/PowerShelves/1/Outlets/A1/Actions/Outlet.PowerControl";
+const B1_TARGET: &str = "/redfish/v1/PowerEquipment/PowerShelves/1/Outlets/B1/Actions/Outlet.PowerControl";
+
+struct Shelf {
+    fake: FakeShelf,
+    http: reqwest::Client,
+    user: String,
+    password: String,
+    _dir: tempfile::TempDir,
+}
+
+struct Answer {
+    status: u16,
+    headers: reqwest::header::HeaderMap,
+    body: Value,
+}
+
+/// A client that trusts `cert` and speaks only `version` (None: 1.2 and 1.3).
+fn client(cert: &Path, version: Option<&'static rustls::SupportedProtocolVersion>) -> reqwest::Client {
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(cert).unwrap();
+    for c in CertificateDer::pem_slice_iter(&pem) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let versions: Vec<&'static rustls::SupportedProtocolVersion> =
+        version.map_or_else(|| vec![&rustls::version::TLS13, &rustls::version::TLS12], |v| vec![v]);
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_protocol_versions(&versions)
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    reqwest::Client::builder().use_preconfigured_tls(tls).timeout(Duration::from_secs(20)).build().unwrap()
+}
+
+impl Shelf {
+    fn start(configure: impl FnOnce(&mut FakeShelfOptions)) -> Shelf {
+        let dir = tempfile::tempdir().unwrap();
+        let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
+        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+        std::fs::write(&cert, certified.cert.pem()).unwrap();
+        std::fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
+        let mut options = FakeShelfOptions::new(&cert, &key);
+        options.binary = env!("CARGO_BIN_EXE_fake-shelf").into();
+        configure(&mut options);
+        let fake = FakeShelf::start(&options).expect("fake-shelf starts");
+        assert!(fake.url().starts_with("https://127.0.0.1:"), "{}", fake.url());
+        let http = client(&cert, None);
+        Shelf { fake, http, user: options.user, password: options.password, _dir: dir }
+    }
+
+    async fn send(&self, method: &str, path: &str, auth: Option<(&str, &str)>, body: Option<(&str, &str)>) -> Answer {
+        let url = format!("{}{path}", self.fake.url());
+        let mut req = self.http.request(method.parse().unwrap(), url);
+        if let Some((user, password)) = auth {
+            req = req.basic_auth(user, Some(password));
+        }
+        if let Some((content_type, text)) = body {
+            req = req.header("content-type", content_type).body(text.to_owned());
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let text = resp.text().await.unwrap();
+        let body =
+            if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}: {text}")) };
+        if !body.is_null() {
+            assert_eq!(headers["content-type"], "application/json", "{method} {path}");
+        }
+        Answer { status, headers, body }
+    }
+
+    async fn get(&self, path: &str) -> Answer {
+        self.send("GET", path, Some((&self.user, &self.password)), None).await
+    }
+
+    async fn control(&self, target: &str, power_state: &str) -> Answer {
+        let body = json!({ "PowerState": power_state }).to_string();
+        self.send("POST", target, Some((&self.user, &self.password)), Some(("application/json", &body))).await
+    }
+
+    fn fake(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        self.fake.control(method, path, body.as_ref()).unwrap()
+    }
+}
+
+fn code(a: &Answer) -> &str {
+    a.body["error"]["code"].as_str().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn fake_shelf_serves_tls_12_and_13_and_guards_all_but_the_root() {
+    let shelf = Shelf::start(|_| {});
+    let cert = shelf._dir.path().join("cert.pem");
+    for version in [&rustls::version::TLS12, &rustls::version::TLS13] {
+        let only = client(&cert, Some(version));
+        let root: Value = only.get(format!("{}{ROOT}", shelf.fake.url())).send().await.unwrap().json().await.unwrap();
+        assert_eq!(root["@odata.type"], "#ServiceRoot.v1_20_0.ServiceRoot", "{version:?}");
+    }
+    assert_eq!(shelf.send("GET", "/redfish/v1", None, None).await.status, 200);
+    let denied = shelf.send("GET", SHELF, None, None).await;
+    assert_eq!(denied.status, 401);
+    assert!(denied.headers["www-authenticate"].to_str().unwrap().starts_with("Basic realm=\""));
+    assert_eq!(code(&denied), "Base.1.0.NoValidSession");
+    assert_eq!(shelf.send("GET", SHELF, Some((&shelf.user, "wrong")), None).await.status, 401);
+    assert_eq!(shelf.send("GET", "/redfish/v1/Systems", None, None).await.status, 401);
+    let missing = shelf.get("/redfish/v1/Systems").await;
+    assert_eq!((missing.status, code(&missing)), (404, "Base.1.0.ResourceMissingAtURI"));
+
+    // From the root to the action target by links only.
+    let root = shelf.get(ROOT).await.body;
+    let equipment = shelf.get(root["PowerEquipment"]["@odata.id"].as_str().unwrap()).await.body;
+    assert_eq!(equipment["@odata.type"], "#PowerEquipment.v1_2_0.PowerEquipment");
+    let shelves = shelf.get(equipment["PowerShelves"]["@odata.id"].as_str().unwrap()).await.body;
+    assert_eq!(shelves["Members@odata.count"], 1);
+    let one = shelf.get(shelves["Members"][0]["@odata.id"].as_str().unwrap()).await.body;
+    assert_eq!(
+        (one["@odata.type"].as_str(), one["EquipmentType"].as_str()),
+        (Some("#PowerDistribution.v1_6_0.PowerDistribution"), Some("PowerShelf"))
+    );
+    assert!(one["SerialNumber"].is_string() && one["FirmwareVersion"].is_string() && one["Status"]["Health"] == "OK");
+    let outlets = shelf.get(one["Outlets"]["@odata.id"].as_str().unwrap()).await.body;
+    let ids: Vec<&str> = outlets["Members"].as_array().unwrap().iter().map(|m| m["@odata.id"].as_str().unwrap()).collect();
+    assert_eq!(ids, vec![A1, "/redfish/v1/PowerEquipment/PowerShelves/1/Outlets/B1"]);
+    let a1 = shelf.get(ids[0]).await.body;
+    assert_eq!(a1["@odata.type"], "#Outlet.v1_4_4.Outlet");
+    assert_eq!((a1["PowerState"].as_str(), a1["PowerEnabled"].as_bool()), (Some("On"), Some(true)));
+    assert_eq!(a1["Actions"]["#Outlet.PowerControl"]["target"], A1_TARGET);
+    let chassis = shelf.get(root["Chassis"]["@odata.id"].as_str().unwrap()).await;
+    assert_eq!(chassis.status, 200);
+}
+
+#[tokio::test]
+async fn fake_shelf_power_control_moves_outlets_after_the_delay_and_refuses_bad_requests() {
+    let shelf = Shelf::start(|o| o.delay_ms = 600_000);
+    let auth = Some((shelf.user.as_str(), shelf.password.as_str()));
+    assert_eq!(shelf.control(A1_TARGET, "Off").await.status, 204);
+    assert_eq!(shelf.get(A1).await.body["PowerState"], "PoweringOff");
+    assert_eq!(shelf.control(A1_TARGET, "Off").await.status, 204);
+    assert_eq!(shelf.get(A1).await.body["PowerState"], "PoweringOff");
+
+    let form = shelf.send("POST", B1_TARGET, auth, Some(("text/plain", r#"{"PowerState":"Off"}"#))).await;
+    assert_eq!(form.status, 415);
+    let malformed = shelf.send("POST", B1_TARGET, auth, Some(("application/json", "{"))).await;
+    assert_eq!((malformed.status, code(&malformed)), (400, "Base.1.0.MalformedJSON"));
+    let missing = shelf.send("POST", B1_TARGET, auth, Some(("application/json", r#"{"ResetType":"On"}"#))).await;
+    assert_eq!((missing.status, code(&missing)), (400, "Base.1.0.ActionParameterMissing"));
+    let wrong = shelf.control(B1_TARGET, "ForceOff").await;
+    assert_eq!((wrong.status, code(&wrong)), (400, "Base.1.0.PropertyValueNotInList"));
+    assert_eq!(shelf.get(B1_TARGET).await.status, 405);
+    assert_eq!(shelf.control(&B1_TARGET.replace("B1", "Z9"), "Off").await.status, 404);
+    assert_eq!(shelf.send("POST", B1_TARGET, None, Some(("application/json", r#"{"PowerState":"Off"}"#))).await.status, 401);
+
+    assert_eq!(shelf.fake("POST", "lock", Some(json!({"outlet": "B1", "locked": true}))), json!({"outlet": "B1", "locked": true}));
+    let locked = shelf.control(B1_TARGET, "Off").await;
+    assert_eq!((locked.status, code(&locked)), (409, "Base.1.0.ResourceInUse"));
+    assert_eq!(shelf.get("/redfish/v1/PowerEquipment/PowerShelves/1/Outlets/B1").await.body["PowerControlLocked"], true);
+    shelf.fake("POST", "lock", Some(json!({"outlet": "B1", "locked": false})));
+    shelf.fake("POST", "/_fake/stuck", Some(json!({"outlet": "B1", "stuck": true})));
+    assert_eq!(shelf.control(B1_TARGET, "PowerCycle").await.status, 204);
+
+    let state = shelf.fake("GET", "state", None);
+    assert_eq!(state["outlets"], json!({"A1": "PoweringOff", "B1": "On"}));
+    assert_eq!(
+        state["actions"],
+        json!([
+            {"outlet": "A1", "powerState": "Off"},
+            {"outlet": "A1", "powerState": "Off"},
+            {"outlet": "B1", "powerState": "PowerCycle"},
+        ])
+    );
+    assert!(shelf.fake.control("GET", "nope", None).is_err());
+}
+
+#[tokio::test]
+async fn fake_shelf_with_no_delay_converges_at_once_and_busy_answers_503() {
+    let shelf = Shelf::start(|o| {
+        o.delay_ms = 0;
+        o.start_off = true;
+        o.outlets = vec!["P1".into()];
+        o.serial = Some("SN-42".into());
+    });
+    let p1 = "/redfish/v1/PowerEquipment/PowerShelves/1/Outlets/P1";
+    assert_eq!(shelf.get(p1).await.body["PowerState"], "Off");
+    assert_eq!(shelf.get(SHELF).await.body["SerialNumber"], "SN-42");
+    assert_eq!(shelf.control(&format!("{p1}/Actions/Outlet.PowerControl"), "On").await.status, 204);
+    assert_eq!(shelf.get(p1).await.body["PowerState"], "On");
+
+    assert_eq!(shelf.fake("POST", "busy", Some(json!({"count": 2, "retryAfter": 3}))), json!({"count": 2, "retryAfter": 3}));
+    for path in [ROOT, p1] {
+        let busy = shelf.get(path).await;
+        assert_eq!((busy.status, code(&busy)), (503, "Base.1.0.ServiceTemporarilyUnavailable"));
+        assert_eq!(busy.headers["retry-after"], "3");
+    }
+    assert_eq!(shelf.get(p1).await.status, 200);
+}
