@@ -39,6 +39,7 @@ mod onboarding;
 mod output;
 mod plan;
 mod rack;
+mod rack_ops;
 mod release;
 mod rollout;
 mod sign_cmd;
@@ -105,13 +106,16 @@ enum Command {
     Reconcile(Box<drift::ReconcileArgs>),
     /// MAAS drift: resolve a host's open drift (admin); see `get drift`.
     Drift(Box<drift::DriftArgs>),
-    /// Racks: create, list, get, delete (admin writes, viewer reads).
+    /// Racks: create, list, get, delete, maintenance, place, bmc, firmware (admin writes,
+    /// viewer reads).
     Rack(Box<rack::RackArgs>),
     /// Switches of racks: create, list, get, delete.
     Switch(Box<rack::DeviceArgs>),
     /// Power shelves of racks: create, list, get, delete, maintenance power-on|power-off (alias
     /// fix).
     PowerShelf(Box<rack::DeviceArgs>),
+    /// Component firmware: update compute trays or switches through their rack's maintenance.
+    Component(Box<rack_ops::ComponentArgs>),
     /// The local demo (NOT for production): a coordinator and sandboxed agents on loopback,
     /// a signed release rolled out in waves, a soft reset; serves until Ctrl-C.
     Dev(Box<dev::DevArgs>),
@@ -151,6 +155,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Rack(args) => rack::run_rack(&args),
         Command::Switch(args) => rack::run_device(&args, false),
         Command::PowerShelf(args) => rack::run_device(&args, true),
+        Command::Component(args) => rack_ops::run_component(&args),
         Command::Dev(args) => dev::run(&args),
         Command::Get(args) => get::run(&args),
         Command::Describe(args) => describe::run(&args),

@@ -9,6 +9,9 @@
 //!   (the seed's CLI: alias `fix`, `--id`, `--ref`; ids repeated or space-separated) — all
 //!   shelves or none.
 //!
+//! - `drover rack maintenance|place|bmc|firmware` and `drover component firmware update`: see
+//!   `rack_ops`.
+//!
 //! Writes need an admin certificate, reads a viewer's. `-o json` prints the coordinator's JSON.
 
 use clap::{Args, Subcommand};
@@ -45,6 +48,14 @@ enum RackCommand {
     Get(Named),
     /// Delete an empty rack (admin).
     Delete(Deleting),
+    /// Request on-demand maintenance: scope and activities (admin).
+    Maintenance(crate::rack_ops::RackMaintenance),
+    /// Place a host in a rack (admin).
+    Place(crate::rack_ops::Place),
+    /// Set (or --remove) a host's BMC, which a power sequence drives (admin).
+    Bmc(crate::rack_ops::Bmc),
+    /// Firmware records a rack's firmware upgrade resolves.
+    Firmware(crate::rack_ops::FirmwareArgs),
 }
 
 #[derive(Args)]
@@ -126,6 +137,15 @@ struct DeviceCreate {
     /// Where its credentials live in the secret store.
     #[arg(long)]
     credentials_path: String,
+    /// Store these credentials at the path: the account…
+    #[arg(long, requires = "password_file")]
+    username: Option<String>,
+    /// …and a file holding its password (`-` is stdin).
+    #[arg(long, requires = "username")]
+    password_file: Option<std::path::PathBuf>,
+    /// The CA (or self-signed certificate) the device's certificate chains to, PEM.
+    #[arg(long, requires = "username")]
+    ca_file: Option<std::path::PathBuf>,
     /// Why (recorded in the event and the audit log).
     #[arg(long)]
     reason: String,
@@ -226,6 +246,10 @@ pub fn run_rack(args: &RackArgs) -> Result<(), CliError> {
             let v = delete(&d.common.connect, &path)?;
             show(&d.common, &v, |r| format!("rack {} deleted\n", text(r, "name")))
         }
+        RackCommand::Maintenance(m) => crate::rack_ops::run_maintenance(m),
+        RackCommand::Place(p) => crate::rack_ops::run_place(p),
+        RackCommand::Bmc(b) => crate::rack_ops::run_bmc(b),
+        RackCommand::Firmware(f) => crate::rack_ops::run_firmware(f),
     }
 }
 
@@ -235,8 +259,15 @@ pub fn run_device(args: &DeviceArgs, shelves: bool) -> Result<(), CliError> {
     match &args.command {
         DeviceCommand::Create(a) => {
             let reason = check_reason(&a.reason)?;
-            let body =
+            let mut body =
                 json!({ "rack": a.rack, "name": a.name, "endpoint": a.endpoint, "credentialsPath": a.credentials_path, "reason": reason });
+            if let (Some(user), Some(f)) = (&a.username, &a.password_file) {
+                let mut c = json!({ "username": user, "password": crate::site::read_secret(f, "the device password")? });
+                if let Some(ca) = &a.ca_file {
+                    c["caPem"] = json!(crate::fsio::read_text(ca)?);
+                }
+                body["credentials"] = c;
+            }
             let v = post(&a.common.connect, route, &body)?;
             show(&a.common, &v, |d| device_rows(std::slice::from_ref(d)))
         }

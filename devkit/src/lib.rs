@@ -23,6 +23,7 @@ pub mod hostroot;
 pub mod nixkit;
 pub mod openbao;
 pub mod spec;
+pub mod sushy;
 
 use std::path::PathBuf;
 

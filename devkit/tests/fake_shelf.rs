@@ -1,7 +1,8 @@
 //! The `fake-shelf` binary as a process, driven over real HTTPS by reqwest (independent of
 //! Drover's Redfish client) with a throwaway self-signed certificate: TLS 1.2 and 1.3, Basic
 //! authentication, the resource tree from the service root down to the outlets' action
-//! targets, `PowerControl` with its refusals, and every control call.
+//! targets, `PowerControl` with its refusals, every control call, and firmware updates
+//! (`SimpleUpdate` → 202 → task monitor 202 → 200, the failure switch, refused bodies).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -17,6 +18,8 @@ const SHELF: &str = "/redfish/v1/PowerEquipment/PowerShelves/1";
 const A1: &str = "/redfish/v1/PowerEquipment/PowerShelves/1/Outlets/A1";
 const A1_TARGET: &str = "/redfish/v1/PowerEquipment/PowerShelves/1/Outlets/A1/Actions/Outlet.PowerControl";
 const B1_TARGET: &str = "/redfish/v1/PowerEquipment/PowerShelves/1/Outlets/B1/Actions/Outlet.PowerControl";
+const SIMPLE_UPDATE: &str = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate";
+const MONITOR_1: &str = "/redfish/v1/TaskService/TaskMonitors/1";
 
 struct Shelf {
     fake: FakeShelf,
@@ -93,6 +96,25 @@ impl Shelf {
     async fn control(&self, target: &str, power_state: &str) -> Answer {
         let body = json!({ "PowerState": power_state }).to_string();
         self.send("POST", target, Some((&self.user, &self.password)), Some(("application/json", &body))).await
+    }
+
+    async fn update(&self, body: &Value) -> Answer {
+        self.send("POST", SIMPLE_UPDATE, Some((&self.user, &self.password)), Some(("application/json", &body.to_string()))).await
+    }
+
+    /// Follows a task monitor until it stops answering 202 (every 202 must read `Running`
+    /// with `Retry-After: 1`), within 20 s.
+    async fn follow(&self, monitor: &str) -> Answer {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let a = self.get(monitor).await;
+            if a.status != 202 {
+                return a;
+            }
+            assert_eq!((a.body["TaskState"].as_str(), a.headers["retry-after"].to_str().ok()), (Some("Running"), Some("1")));
+            assert!(std::time::Instant::now() < deadline, "{monitor} still 202 after 20 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     fn fake(&self, method: &str, path: &str, body: Option<Value>) -> Value {
@@ -209,4 +231,110 @@ async fn fake_shelf_with_no_delay_converges_at_once_and_busy_answers_503() {
         assert_eq!(busy.headers["retry-after"], "3");
     }
     assert_eq!(shelf.get(p1).await.status, 200);
+}
+
+fn image(uri: &str) -> Value {
+    json!({ "ImageURI": uri, "Targets": [SHELF] })
+}
+
+#[tokio::test]
+async fn fake_shelf_simple_update_answers_202_and_its_monitor_202_until_completed() {
+    let shelf = Shelf::start(|o| o.update_ms = 50);
+    let root = shelf.get(ROOT).await.body;
+    let service = shelf.get(root["UpdateService"]["@odata.id"].as_str().unwrap()).await.body;
+    assert_eq!(
+        (service["@odata.type"].as_str(), service["ServiceEnabled"].as_bool()),
+        (Some("#UpdateService.v1_11_0.UpdateService"), Some(true))
+    );
+    let action = &service["Actions"]["#UpdateService.SimpleUpdate"];
+    assert_eq!(action["target"], SIMPLE_UPDATE);
+    assert_eq!(action["TransferProtocol@Redfish.AllowableValues"], json!(["HTTP", "HTTPS"]));
+    let inventory = shelf.get(service["FirmwareInventory"]["@odata.id"].as_str().unwrap()).await.body;
+    let firmware_uri = inventory["Members"][0]["@odata.id"].as_str().unwrap().to_owned();
+    assert_eq!(shelf.get(&firmware_uri).await.body["Version"], "1.0.0");
+    assert_eq!(shelf.get(SHELF).await.body["FirmwareVersion"], "1.0.0");
+
+    let accepted = shelf.update(&image("https://fw.example/ps-fw-2.1.bin")).await;
+    assert_eq!(accepted.status, 202);
+    assert_eq!(accepted.headers["location"], MONITOR_1);
+    assert_eq!((accepted.body["@odata.type"].as_str(), accepted.body["TaskState"].as_str()), (Some("#Task.v1_7_0.Task"), Some("Running")));
+    let done = shelf.follow(MONITOR_1).await;
+    assert_eq!(done.status, 200);
+    assert_eq!((done.body["TaskState"].as_str(), done.body["TaskStatus"].as_str()), (Some("Completed"), Some("OK")));
+    assert_eq!(shelf.get(SHELF).await.body["FirmwareVersion"], "ps-fw-2.1");
+    assert_eq!(shelf.get(&firmware_uri).await.body["Version"], "ps-fw-2.1");
+    let task = shelf.get(done.body["@odata.id"].as_str().unwrap()).await;
+    assert_eq!((task.status, task.body["Id"].as_str(), task.body["TaskState"].as_str()), (200, Some("1"), Some("Completed")));
+    let state = shelf.fake("GET", "state", None);
+    assert_eq!(state["firmwareVersion"], "ps-fw-2.1");
+    assert_eq!(state["updates"], json!([{"imageUri": "https://fw.example/ps-fw-2.1.bin", "targets": [SHELF]}]));
+}
+
+#[tokio::test]
+async fn fake_shelf_update_runs_for_update_ms_and_refuses_bad_bodies() {
+    let shelf = Shelf::start(|o| o.update_ms = 600_000);
+    let auth = Some((shelf.user.as_str(), shelf.password.as_str()));
+    assert_eq!(shelf.update(&image("https://fw.example/ps-fw-2.1.bin")).await.status, 202);
+    for _ in 0..2 {
+        let running = shelf.get(MONITOR_1).await;
+        assert_eq!((running.status, running.body["TaskState"].as_str()), (202, Some("Running")));
+        assert_eq!(running.headers["retry-after"], "1");
+    }
+    assert_eq!(shelf.get("/redfish/v1/TaskService/Tasks/1").await.body["TaskState"], "Running");
+    assert_eq!(shelf.get("/redfish/v1/TaskService/Tasks").await.body["Members@odata.count"], 1);
+    assert_eq!(shelf.get(SHELF).await.body["FirmwareVersion"], "1.0.0");
+    assert_eq!(shelf.send("GET", MONITOR_1, None, None).await.status, 401);
+    assert_eq!(shelf.get("/redfish/v1/TaskService/TaskMonitors/2").await.status, 404);
+
+    let missing = shelf.update(&json!({ "ImageURI": "https://fw.example/x.bin" })).await;
+    assert_eq!((missing.status, code(&missing)), (400, "Base.1.0.ActionParameterMissing"));
+    let missing = shelf.update(&json!({ "Targets": [SHELF] })).await;
+    assert_eq!((missing.status, code(&missing)), (400, "Base.1.0.ActionParameterMissing"));
+    let elsewhere = "/redfish/v1/Chassis/PowerShelf";
+    let wrong = shelf.update(&json!({ "ImageURI": "https://fw.example/x.bin", "Targets": [SHELF, elsewhere] })).await;
+    assert_eq!((wrong.status, code(&wrong)), (400, "Base.1.0.ActionParameterValueNotInList"));
+    assert!(wrong.body["error"]["message"].as_str().unwrap().contains(elsewhere), "{}", wrong.body);
+    let empty = shelf.update(&json!({ "ImageURI": "https://fw.example/x.bin", "Targets": [] })).await;
+    assert_eq!(empty.status, 400);
+    let ftp = shelf.update(&image("ftp://fw.example/x.bin")).await;
+    assert_eq!((ftp.status, code(&ftp)), (400, "Base.1.0.ActionParameterValueFormatError"));
+    let typed = shelf.update(&json!({ "ImageURI": ["https://fw.example/x.bin"], "Targets": [SHELF] })).await;
+    assert_eq!((typed.status, code(&typed)), (400, "Base.1.0.ActionParameterValueTypeError"));
+    let malformed = shelf.send("POST", SIMPLE_UPDATE, auth, Some(("application/json", "{"))).await;
+    assert_eq!((malformed.status, code(&malformed)), (400, "Base.1.0.MalformedJSON"));
+    let body = image("https://fw.example/x.bin").to_string();
+    assert_eq!(shelf.send("POST", SIMPLE_UPDATE, auth, Some(("text/plain", &body))).await.status, 415);
+    assert_eq!(shelf.send("POST", SIMPLE_UPDATE, None, Some(("application/json", &body))).await.status, 401);
+    assert_eq!(shelf.get(SIMPLE_UPDATE).await.status, 405);
+    assert_eq!(shelf.fake("GET", "state", None)["updates"].as_array().map(Vec::len), Some(1));
+}
+
+#[tokio::test]
+async fn fake_shelf_failing_updates_end_in_exception_and_keep_the_version() {
+    let shelf = Shelf::start(|o| o.update_ms = 0);
+    let fail = json!({"fail": true, "message": "image signature invalid"});
+    assert_eq!(shelf.fake("POST", "update-fail", Some(fail.clone())), fail);
+    let accepted = shelf.update(&image("https://fw.example/ps-fw-6.6.bin")).await;
+    assert_eq!(accepted.status, 202);
+    let location = accepted.headers["location"].to_str().unwrap().to_owned();
+    let ended = shelf.follow(&location).await;
+    assert_eq!(ended.status, 200);
+    assert_eq!((ended.body["TaskState"].as_str(), ended.body["TaskStatus"].as_str()), (Some("Exception"), Some("Critical")));
+    assert_eq!(ended.body["Messages"][0]["MessageId"], "Update.1.0.ApplyFailed");
+    assert_eq!(ended.body["Messages"][0]["Message"], "image signature invalid");
+    assert_eq!(shelf.get(SHELF).await.body["FirmwareVersion"], "1.0.0");
+
+    assert_eq!(shelf.fake("POST", "update-fail", Some(json!({"fail": false}))), json!({"fail": false}));
+    let accepted = shelf.update(&image("http://fw.example/images/ps-fw-2.2.bin")).await;
+    assert_eq!(accepted.headers["location"], "/redfish/v1/TaskService/TaskMonitors/2");
+    let done = shelf.follow("/redfish/v1/TaskService/TaskMonitors/2").await;
+    assert_eq!((done.status, done.body["TaskState"].as_str()), (200, Some("Completed")));
+    assert_eq!(shelf.get(SHELF).await.body["FirmwareVersion"], "ps-fw-2.2");
+    // The failed task still reads as it ended.
+    assert_eq!(shelf.get(MONITOR_1).await.body["TaskState"], "Exception");
+    let state = shelf.fake("GET", "state", None);
+    assert_eq!(state["firmwareVersion"], "ps-fw-2.2");
+    assert_eq!(state["updates"][0]["imageUri"], "https://fw.example/ps-fw-6.6.bin");
+    assert_eq!(state["updates"][1]["targets"], json!([SHELF]));
+    assert!(shelf.fake.control("POST", "update-fail", Some(&json!({"fail": "yes"}))).is_err());
 }

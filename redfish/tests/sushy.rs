@@ -7,86 +7,30 @@
 //! - `a_wrong_password_is_refused_and_changes_nothing`
 //! - `an_unknown_system_is_refused_naming_it`
 //! - `a_bmc_that_refuses_power_off_is_reported_as_refused`
+//! - `https_with_the_bmcs_own_certificate_works_and_an_untrusted_one_is_refused`
+//! - `simple_update_reaches_the_emulators_handler_which_has_no_firmware_in_fake_mode`
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use drover_devkit::sushy::{SUSHY_PASSWORD as PASS, SUSHY_USER as USER, Sushy, SushyOptions, SushySystem, loopback_certificate};
 use drover_redfish::{PowerTarget, RedfishClient, RedfishConfig, RedfishError};
 
 const OFF: &str = "11111111-2222-3333-4444-000000000001";
 const ON: &str = "11111111-2222-3333-4444-000000000002";
-const USER: &str = "drover";
-const PASS: &str = "bmc-pa55-w0rd";
 
-fn emulator_bin() -> PathBuf {
-    let from_path =
-        std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join("sushy-emulator")).find(|c| c.is_file()));
-    from_path.unwrap_or_else(|| {
-        panic!(
-            "sushy-emulator is not on PATH: install sushy-tools (`python3 -m pip install sushy-tools`, as the README's test command does)"
-        )
-    })
+fn systems() -> Vec<SushySystem> {
+    vec![
+        SushySystem { uuid: OFF.into(), name: "gpu-off".into(), power_state: "Off".into() },
+        SushySystem { uuid: ON.into(), name: "gpu-on".into(), power_state: "On".into() },
+    ]
 }
 
-/// A running emulator, killed when dropped.
-struct Emulator {
-    child: Child,
-    url: String,
-    _dir: tempfile::TempDir,
+fn start(extra: &str) -> Sushy {
+    Sushy::start(&SushyOptions { systems: systems(), tls: None, extra: extra.into() }).expect("sushy-emulator")
 }
 
-impl Drop for Emulator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(extra: &str) -> Emulator {
-    let bin = emulator_bin();
-    let dir = tempfile::tempdir().expect("tempdir");
-    // The htpasswd entry, bcrypt as the emulator requires, made with the emulator's own Python.
-    let python = bin.parent().expect("bin dir").join("python3");
-    let python = if python.is_file() { python } else { PathBuf::from("python3") };
-    let out = Command::new(&python)
-        .args(["-c", &format!("import bcrypt; print(bcrypt.hashpw(b'{PASS}', bcrypt.gensalt()).decode())")])
-        .output()
-        .expect("python3 with bcrypt (installed with sushy-tools)");
-    assert!(out.status.success(), "bcrypt: {}", String::from_utf8_lossy(&out.stderr));
-    let hash = String::from_utf8(out.stdout).expect("utf8");
-    std::fs::write(dir.path().join("htpasswd"), format!("{USER}:{}\n", hash.trim())).expect("htpasswd");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
-    let conf = format!(
-        "SUSHY_EMULATOR_STATE_DIR = {state:?}\nSUSHY_EMULATOR_AUTH_FILE = {auth:?}\n\
-         SUSHY_EMULATOR_FAKE_SYSTEMS = [{{'uuid': '{OFF}', 'name': 'gpu-off', 'power_state': 'Off', 'nics': []}}, \
-         {{'uuid': '{ON}', 'name': 'gpu-on', 'power_state': 'On', 'nics': []}}]\n{extra}\n",
-        state = dir.path().join("state").display().to_string(),
-        auth = dir.path().join("htpasswd").display().to_string(),
-    );
-    std::fs::write(dir.path().join("conf.py"), conf).expect("conf");
-    let child = Command::new(&bin)
-        .args(["--fake", "-i", "127.0.0.1", "-p", &port.to_string(), "--config"])
-        .arg(dir.path().join("conf.py"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn sushy-emulator");
-    let url = format!("http://127.0.0.1:{port}");
-    // Ready when the service root answers (bounded).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "sushy-emulator did not listen within 30 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Emulator { child, url, _dir: dir }
-}
-
-fn client(e: &Emulator, password: &str) -> RedfishClient {
-    let mut c = RedfishConfig::new(&e.url, USER, password);
+fn client(e: &Sushy, password: &str) -> RedfishClient {
+    let mut c = RedfishConfig::new(e.url(), USER, password);
     c.allow_plain_http = true;
     // The emulator applies a change 0–11 s after accepting it.
     c.converge_timeout = Duration::from_secs(40);
@@ -145,4 +89,37 @@ async fn a_bmc_that_refuses_power_off_is_reported_as_refused() {
     let err = c.set_power(&uri, PowerTarget::Off).await.expect_err("refused");
     assert!(matches!(err, RedfishError::Refused { status: 400, .. }), "{err}");
     assert_eq!(c.system(&uri).await.expect("read").power_state, "On", "a refusal changes nothing");
+}
+
+#[tokio::test]
+async fn https_with_the_bmcs_own_certificate_works_and_an_untrusted_one_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cert, key, pem) = loopback_certificate(dir.path()).expect("cert");
+    let e = Sushy::start(&SushyOptions { systems: systems(), tls: Some((cert, key)), extra: String::new() }).expect("sushy");
+    assert!(e.url().starts_with("https://"));
+    let mut config = RedfishConfig::new(e.url(), USER, PASS);
+    config.ca_pem = Some(pem.into_bytes());
+    let c = RedfishClient::new(config).expect("client");
+    // The emulator speaks TLS 1.2 only; the client allows it for BMCs.
+    assert_eq!(c.system(&format!("/redfish/v1/Systems/{ON}")).await.expect("read over TLS 1.2").power_state, "On");
+    let other = loopback_certificate(tempfile::tempdir().expect("tempdir").path()).expect("cert").2;
+    let mut config = RedfishConfig::new(e.url(), USER, PASS);
+    config.ca_pem = Some(other.into_bytes());
+    let err = RedfishClient::new(config).expect("client").systems().await.expect_err("untrusted");
+    assert!(matches!(err, RedfishError::Unreachable { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn simple_update_reaches_the_emulators_handler_which_has_no_firmware_in_fake_mode() {
+    // The fake driver keeps no firmware versions: the emulator checks the body, finds the
+    // target system, then answers 500 "Failed fetching BIOS information". The client reports
+    // that as the BMC's refusal, with its message; the success path and the 202 task monitor
+    // are tested against Drover's fake shelf (`shelf.rs`).
+    let e = start("");
+    let c = client(&e, PASS);
+    let uri = format!("/redfish/v1/Systems/{ON}");
+    let err = c.simple_update("https://fw.example/bios-2.1.bin", std::slice::from_ref(&uri)).await.expect_err("no firmware in fake mode");
+    assert!(matches!(&err, RedfishError::Refused { status: 500, message, .. } if message.contains("BIOS")), "{err}");
+    let err = c.simple_update("https://fw.example/x.bin", &[]).await.expect_err("no targets");
+    assert!(matches!(err, RedfishError::Refused { status: 400, .. }), "{err}");
 }

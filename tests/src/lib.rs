@@ -10,6 +10,7 @@ pub mod fleet;
 pub mod logcapture;
 pub mod maas;
 pub mod procs;
+pub mod racks;
 pub mod sandbox;
 pub mod scheduler;
 pub mod sim_agent;
@@ -172,7 +173,12 @@ impl Harness {
             // Reconciler passes run on demand in tests, so each asserts what one pass did.
             maas: drover_coordinator::config::MaasConfig { poll_ms: 100, reconcile_interval_secs: 0, ..Default::default() },
             // Device controllers tick fast and give up on a device quickly.
-            devices: drover_coordinator::config::DevicesConfig { tick_ms: 100, request_timeout_secs: 5, converge_timeout_secs: 15, poll_ms: 100 },
+            devices: drover_coordinator::config::DevicesConfig {
+                tick_ms: 100,
+                request_timeout_secs: 5,
+                converge_timeout_secs: 15,
+                poll_ms: 100,
+            },
         };
         tweak(dir.path(), &mut config);
         drop(state);

@@ -417,3 +417,86 @@ async fn maintenance_and_a_rollout_on_the_same_hosts_never_exceed_a_budget_toget
     let jobs: Vec<_> = app.store.list_jobs(&Default::default()).expect("jobs").into_iter().map(|j| (j.state, j.progress)).collect();
     panic!("not done after 300 rounds: {:?} {jobs:?}", rollout_states(&app.store));
 }
+
+/// Issue 22's one budget for all disruption: a rack's maintenance cycle and a rollout on the
+/// same hosts. The rack request waits, saying which budget, while the rollout has hosts of it
+/// in flight; once the cycle runs, its machines are held — counted against the budget and not
+/// dispatched — and after every tick no budget has more hosts out of service than it allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rack_maintenance_and_a_rollout_share_one_budget() {
+    let h = Harness::start_with_long_poll(1).await;
+    let agents: Vec<SimAgent> = agents(&h, |_| Behaviour::Healthy)
+        .into_iter()
+        .map(|a| {
+            let old = format!("/nix/store/{:0>32}-nixos-system-{}-old", 0, a.hostname);
+            a.running(&old)
+        })
+        .collect();
+    let (mut agents, _) = step_all(&h, agents).await;
+    let app = h.running.app.clone();
+    let admin = |method: &'static str, path: String, body: serde_json::Value| {
+        let h = &h;
+        async move { h.call(Some(&h.admin), method, &path, Some(&body.to_string())).await }
+    };
+    assert_eq!(admin("POST", "/v1/racks".into(), serde_json::json!({ "name": "r1", "hardwareType": "hgx", "reason": "t" })).await.0, "201");
+    let mut machines = Vec::new();
+    for name in ["gpu-a-01", "gpu-b-01"] {
+        let host = app.store.get_host_by_hostname(name).expect("store").expect("host");
+        let (code, text) = admin("POST", format!("/v1/hosts/{}/rack", host.id), serde_json::json!({ "rack": "r1", "reason": "t" })).await;
+        assert_eq!(code, "200", "{text}");
+        machines.push(host.id.to_string());
+    }
+    let files = release(FLEET, h.clock.now(), 1, "c0ffee");
+    publish(&h, &files).await;
+    let fleet: drover_proto::artifacts::FleetResolved =
+        serde_json::from_slice(files.get("fleet.resolved.json").expect("fleet")).expect("fleet json");
+    let out_of_service = |store: &dyn Store| {
+        let mut out = drover_tests::sim_agent::disrupted(store);
+        for id in store.plan_snapshot().expect("snapshot").held.keys() {
+            out.insert(store.get_host(*id).expect("store").expect("host").hostname);
+        }
+        out
+    };
+    let mut requested = false;
+    for round in 0..300 {
+        let (next, handled) = step_all(&h, agents).await;
+        agents = next;
+        let out = app.executor.tick_now(&app).await.unwrap_or_else(|e| panic!("tick failed in round {round}: {e}"));
+        let now_out = out_of_service(app.store.as_ref());
+        for b in &fleet.disruption_budgets {
+            let n = b.hosts.iter().filter(|x| now_out.contains(*x)).count();
+            assert!(
+                n <= b.allowed(),
+                "round {round}: {n} hosts of budget {:?} out of service (allowed {}): {now_out:?}",
+                b.selector,
+                b.allowed()
+            );
+        }
+        // Ask for the rack's maintenance while the rollout has another gpu host in flight.
+        if !requested && drover_tests::sim_agent::disrupted(app.store.as_ref()).iter().any(|x| x == "gpu-a-02" || x == "gpu-b-02") {
+            let body = serde_json::json!({ "machineIds": machines, "activities": [{ "activity": "configure_nmx_cluster" }] });
+            let (code, text) = admin("POST", "/v1/racks/r1/maintenance".into(), body).await;
+            assert_eq!(code, "202", "{text}");
+            requested = true;
+        }
+        let rack = app.store.list_racks().expect("racks").into_iter().next().expect("rack");
+        let cycles = app.store.list_events(&EventFilter { kind: Some("rack.transition".into()), ..Default::default() }).expect("events");
+        let finished = cycles.iter().any(|e| e.event.message.contains("validation passed"));
+        if requested && finished && rack.maintenance.is_none() && all_converged(&rollout_states(&app.store)) {
+            let waited = app
+                .store
+                .list_events(&EventFilter { kind: Some("rack.maintenance.progress".into()), ..Default::default() })
+                .expect("events")
+                .into_iter()
+                .any(|e| e.event.message.contains("waits for a disruption-budget slot: budget"));
+            assert!(waited, "the rack request waited on a budget the rollout was using");
+            return;
+        }
+        if handled == 0 && out.plan.actions.is_empty() {
+            h.clock.advance(300);
+        }
+        // The rack controller runs on its own tick: give it a moment between rounds.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("not done after 300 rounds: {:?} rack {:?}", rollout_states(&app.store), app.store.list_racks().expect("racks"));
+}

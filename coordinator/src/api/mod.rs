@@ -9,6 +9,7 @@ pub mod lifecycle;
 pub mod maintenance;
 pub mod onboardings;
 pub mod operator;
+pub mod rack_maintenance;
 pub mod racks;
 pub mod reconciliation;
 pub mod releases;
@@ -24,7 +25,7 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 
 use crate::app::AppState;
 
@@ -95,6 +96,10 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/v1/power-shelves/maintenance", post(racks::shelf_maintenance))
         .route("/v1/power-shelves/{id}", get(racks::get_shelf).delete(racks::delete_shelf))
         .route("/v1/hosts/{id}/rack", post(racks::place_host))
+        .route("/v1/hosts/{id}/bmc", put(rack_maintenance::set_bmc).delete(rack_maintenance::delete_bmc))
+        .route("/v1/racks/{rack}/maintenance", post(rack_maintenance::request_maintenance))
+        .route("/v1/components/firmware", post(rack_maintenance::component_firmware))
+        .route("/v1/rack-firmware", post(rack_maintenance::create_firmware).get(rack_maintenance::list_firmware))
         .route("/v1/maas/sites", post(sites::create).get(sites::list))
         .route("/v1/maas/sites/{site}", get(sites::get).patch(sites::patch).delete(sites::delete))
         .route("/v1/maas/sites/{site}/disable", post(sites::disable))

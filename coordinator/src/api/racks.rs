@@ -31,7 +31,7 @@ use crate::devices::shelf::{self, MaintenanceRequest};
 use crate::secrets::SecretPath;
 use crate::store::{self, ChangeLog, Device, DeviceKind, NewAudit, NewEvent, Rack, StoreError};
 
-fn change(app: &AppState, op: &OperatorCaller, kind: &str, target: Uuid, reason: &str, data: Value) -> ChangeLog {
+pub(crate) fn change(app: &AppState, op: &OperatorCaller, kind: &str, target: Uuid, reason: &str, data: Value) -> ChangeLog {
     let at = app.clock.now();
     ChangeLog {
         event: NewEvent {
@@ -56,7 +56,7 @@ fn change(app: &AppState, op: &OperatorCaller, kind: &str, target: Uuid, reason:
     }
 }
 
-fn check_name(field: &str, name: &str) -> Result<String, ApiError> {
+pub(crate) fn check_name(field: &str, name: &str) -> Result<String, ApiError> {
     let n = name.trim().to_ascii_lowercase();
     let ok = !n.is_empty() && n.len() <= 63 && n.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     if !ok {
@@ -73,12 +73,12 @@ fn rack_json(r: &Rack) -> Value {
 fn device_json(d: &Device) -> Value {
     json!({ "id": d.id.to_string(), "kind": d.kind, "rackId": d.rack_id.to_string(), "name": d.name, "endpoint": d.endpoint,
             "credentialsPath": d.credentials_path, "state": d.shelf_state, "operation": d.operation,
-            "maintenanceRequested": d.maintenance_requested, "markedForDeletion": d.marked_for_deletion,
+            "maintenanceRequested": d.maintenance_requested, "markedForDeletion": d.marked_for_deletion, "facts": d.facts,
             "createdAt": d.created_at, "updatedAt": d.updated_at })
 }
 
 /// A rack by id or name.
-async fn find_rack(app: &Arc<AppState>, key: &str) -> Result<Rack, ApiError> {
+pub(crate) async fn find_rack(app: &Arc<AppState>, key: &str) -> Result<Rack, ApiError> {
     let racks = store::blocking(app.store.clone(), |s| s.list_racks()).await?;
     let id = Uuid::parse_str(key).ok();
     racks
@@ -175,7 +175,22 @@ pub struct NewDeviceRequest {
     name: String,
     endpoint: String,
     credentials_path: String,
+    /// The credentials themselves, written to the secret store at `credentialsPath`.
+    #[serde(default)]
+    credentials: Option<crate::api::rack_maintenance::Credentials>,
     reason: Option<String>,
+}
+
+/// A BMC or PMC endpoint: an `https://` URL (Basic authentication is never sent in clear),
+/// optionally naming the resource (`…/redfish/v1/Systems/1`).
+pub(crate) fn check_endpoint(endpoint: &str) -> Result<String, ApiError> {
+    let endpoint = endpoint.trim().trim_end_matches('/').to_owned();
+    let bad = || ApiError::bad_request("endpoint: the BMC's https:// URL (Basic authentication is never sent in clear)");
+    if !endpoint.starts_with("https://") || endpoint.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(bad());
+    }
+    crate::devices::power::split_endpoint(&endpoint).map_err(|e| ApiError::bad_request(format!("endpoint: {e}")))?;
+    Ok(endpoint)
 }
 
 async fn create_device(
@@ -186,15 +201,12 @@ async fn create_device(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let reason = check_reason(req.reason.as_deref())?;
     let name = check_name("name", &req.name)?;
-    let endpoint = req.endpoint.trim().trim_end_matches('/').to_owned();
-    if !endpoint.starts_with("https://")
-        || endpoint.len() <= "https://".len()
-        || endpoint.chars().any(|c| c.is_whitespace() || c.is_control())
-    {
-        return Err(ApiError::bad_request("endpoint: the BMC's https:// URL (Basic authentication is never sent in clear)"));
-    }
-    SecretPath::new(&req.credentials_path).map_err(|e| ApiError::bad_request(format!("credentialsPath: {e}")))?;
+    let endpoint = check_endpoint(&req.endpoint)?;
+    let path = SecretPath::new(req.credentials_path.trim()).map_err(|e| ApiError::bad_request(format!("credentialsPath: {e}")))?;
     let rack = find_rack(&app, &req.rack).await?;
+    if let Some(c) = req.credentials {
+        crate::api::rack_maintenance::write_credentials(&app, &path, c).await?;
+    }
     let now = app.clock.now();
     let device = Device {
         id: Uuid::new_v4(),
@@ -297,7 +309,13 @@ async fn delete_device(
 ) -> Result<Json<Value>, ApiError> {
     let reason = check_reason(q.reason.as_deref())?;
     let d = find_device(&app, kind, &id).await?;
-    let log = change(&app, &op, &format!("{}.deleted", kind.as_str()), d.id, &reason, json!({ "name": d.name }));
+    // A switch goes at once; a shelf is only marked here, and its controller's final delete
+    // writes `power_shelf.deleted`.
+    let kind_name = match kind {
+        DeviceKind::Switch => "switch.deleted",
+        DeviceKind::PowerShelf => "power_shelf.delete_requested",
+    };
+    let log = change(&app, &op, kind_name, d.id, &reason, json!({ "name": d.name }));
     let id = d.id;
     let after = store::blocking(app.store.clone(), move |s| s.delete_device(id, &log)).await?;
     Ok(Json(device_json(&after)))

@@ -92,6 +92,17 @@ async fn run_step(app: Arc<AppState>, m: RackMaintenance, step: DeviceStep, tabl
                 }
             }
             for x in &m.targets.machines {
+                // A machine without a BMC is in scope only for activities that do not drive it
+                // (admission requires one for firmware and power): nothing to read.
+                let has = store::blocking(app.store.clone(), {
+                    let x = *x;
+                    move |s| s.host_bmcs(&[x])
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+                if has.is_empty() {
+                    continue;
+                }
                 let bmc = machine_bmc(&app, *x).await?;
                 let state = power.machine_power_state(&bmc).await.map_err(err)?;
                 if state != "On" {
@@ -106,13 +117,20 @@ async fn run_step(app: Arc<AppState>, m: RackMaintenance, step: DeviceStep, tabl
     Ok(None)
 }
 
-/// Whether the scoped machines all fit the disruption budgets now (`Err`: the first full one).
+/// Whether the scoped machines may all be taken out of service now (`Err`: the first full
+/// budget, or a machine already out of service for other work).
 fn budget_check(m: &RackMaintenance, snapshot: &store::PlanSnapshot, fleet: &FleetView) -> Result<(), String> {
     let names: std::collections::BTreeMap<Uuid, &str> = snapshot.hosts.iter().map(|h| (h.id, h.hostname.as_str())).collect();
     let mut disrupted: BTreeSet<String> = crate::jobs::exec::in_flight_hosts(snapshot);
     disrupted.extend(snapshot.held.keys().chain(&snapshot.lent).filter_map(|id| names.get(id).map(|n| (*n).to_owned())));
     let candidates: Vec<(Uuid, String)> =
         m.targets.machines.iter().filter_map(|id| names.get(id).map(|n| (*id, (*n).to_owned()))).collect();
+    // One owner of disruptive work at a time: a machine in flight in a rollout, or held by a
+    // job, is finished with first (the pacer would admit it without a second slot, which is
+    // right for counting and wrong for powering it off under an activation).
+    if let Some((_, busy)) = candidates.iter().find(|(_, n)| disrupted.contains(n)) {
+        return Err(format!("machine {busy} is out of service for a rollout or a job"));
+    }
     let admission = pacing::admit(&candidates, &disrupted, &fleet.budgets);
     match admission.waiting.into_iter().next() {
         Some((_, why)) => Err(why),

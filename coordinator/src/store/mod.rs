@@ -491,6 +491,8 @@ pub trait Store: Send + Sync {
     fn place_host(&self, host_id: Uuid, rack: Option<Uuid>, log: &ChangeLog) -> Result<(), StoreError>;
     /// The hosts placed in a rack, by id.
     fn rack_hosts(&self, rack: Uuid) -> Result<Vec<Uuid>, StoreError>;
+    /// The rack a host is placed in (`None`: no such host, or in no rack).
+    fn host_rack(&self, host_id: Uuid) -> Result<Option<Uuid>, StoreError>;
     /// `SetPowerShelfMaintenance`: sets `request` on every listed shelf in one transaction;
     /// if any id is not a power shelf (`NotFound`) or is marked for deletion (`Conflict`),
     /// nothing changes.

@@ -1,5 +1,6 @@
 //! `fake-shelf`: a fake Redfish power shelf (PowerEquipment, one PowerShelf, outlets with
-//! `#Outlet.PowerControl`) over HTTPS for tests and `drover dev`. The behaviour, the command
+//! `#Outlet.PowerControl`, an `UpdateService` whose `SimpleUpdate` answers 202 and a task
+//! monitor) over HTTPS for tests and `drover dev`. The behaviour, the command
 //! line and the `/_fake/` control API are documented in `drover_devkit::fake_shelf`; this
 //! binary only parses the arguments and runs it.
 

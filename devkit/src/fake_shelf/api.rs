@@ -3,8 +3,10 @@
 //! spell answers 503 with `Retry-After` (before authentication, as an overloaded BMC
 //! would); `GET /redfish`, `/redfish/v1` and `/redfish/v1/` are open; anything else needs
 //! HTTP Basic with the configured account (else 401 with `WWW-Authenticate`); then `GET` of
-//! a resource, `POST` of an outlet's `#Outlet.PowerControl` target, 405 for other methods
-//! (with `Allow`), 404 for unknown paths. Trailing slashes are ignored.
+//! a resource, `POST` of an outlet's `#Outlet.PowerControl` target, `POST` of
+//! `#UpdateService.SimpleUpdate` (202 with `Location` = the task monitor), `GET` of a task
+//! monitor (202 while the task runs, 200 once it ended), 405 for other methods (with
+//! `Allow`), 404 for unknown paths. Trailing slashes are ignored.
 
 use std::time::Instant;
 
@@ -13,6 +15,7 @@ use serde_json::{Value, json};
 
 use super::resources;
 use super::shelf::{BodyError, Outcome, Refusal, Shelf, parse_control};
+use super::update::{self, Progress, SIMPLE_UPDATE, UpdateBodyError};
 
 /// The realm in `WWW-Authenticate`.
 pub const REALM: &str = "Drover fake power shelf";
@@ -146,6 +149,21 @@ pub fn handle(shelf: &mut Shelf, creds: &Credentials, req: &Request<'_>, now: In
         }
         return power_control(shelf, id, req, now);
     }
+    if path == update::SIMPLE_UPDATE_URI {
+        if req.method != "POST" {
+            return method_not_allowed(req, "POST");
+        }
+        return simple_update(shelf, req, now);
+    }
+    if let Some(id) = update::monitor_id(path) {
+        if shelf.firmware.update(id).is_none() {
+            return not_found(req.path);
+        }
+        if req.method != "GET" {
+            return method_not_allowed(req, "GET");
+        }
+        return task_monitor(shelf, id, now);
+    }
     match resources::get(shelf, path, now) {
         None => not_found(req.path),
         Some(resource) if req.method == "GET" => Reply::json(200, resource),
@@ -178,28 +196,38 @@ fn is_json(content_type: Option<&str>) -> bool {
     content_type.and_then(|c| c.split(';').next()).is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
 }
 
+/// 415 unless the request says it is JSON.
+fn require_json(req: &Request<'_>) -> Result<(), Reply> {
+    if is_json(req.content_type) {
+        return Ok(());
+    }
+    let given = req.content_type.unwrap_or("none");
+    Err(redfish_error(
+        415,
+        "UnrecognizedRequestBody",
+        &format!("The Content-Type {given} is not supported; send application/json."),
+        &[given],
+        "Send the request body as JSON with Content-Type application/json.",
+    ))
+}
+
+fn malformed(why: &str) -> Reply {
+    redfish_error(
+        400,
+        "MalformedJSON",
+        &format!("The request body submitted was malformed JSON and could not be parsed by the receiving service: {why}"),
+        &[],
+        "Ensure that the request body is valid JSON and resubmit the request.",
+    )
+}
+
 fn power_control(shelf: &mut Shelf, id: &str, req: &Request<'_>, now: Instant) -> Reply {
-    if !is_json(req.content_type) {
-        let given = req.content_type.unwrap_or("none");
-        return redfish_error(
-            415,
-            "UnrecognizedRequestBody",
-            &format!("The Content-Type {given} is not supported; send application/json."),
-            &[given],
-            "Send the request body as JSON with Content-Type application/json.",
-        );
+    if let Err(refused) = require_json(req) {
+        return refused;
     }
     let control = match parse_control(req.body) {
         Ok(c) => c,
-        Err(BodyError::Malformed(why)) => {
-            return redfish_error(
-                400,
-                "MalformedJSON",
-                &format!("The request body submitted was malformed JSON and could not be parsed by the receiving service: {why}"),
-                &[],
-                "Ensure that the request body is valid JSON and resubmit the request.",
-            );
-        }
+        Err(BodyError::Malformed(why)) => return malformed(&why),
         Err(BodyError::Missing) => {
             return redfish_error(
                 400,
@@ -229,6 +257,80 @@ fn power_control(shelf: &mut Shelf, id: &str, req: &Request<'_>, now: Instant) -
             &[&id],
             "Clear PowerControlLocked on the outlet and resubmit the request.",
         ),
+    }
+}
+
+/// `#UpdateService.SimpleUpdate`: 202 with the task as created (`Running`), `Location` (its
+/// monitor) and `Retry-After: 1`; 415 or 400 for a body it cannot take.
+fn simple_update(shelf: &mut Shelf, req: &Request<'_>, now: Instant) -> Reply {
+    if let Err(refused) = require_json(req) {
+        return refused;
+    }
+    let request = match update::parse_simple_update(req.body, resources::SHELF_URI) {
+        Ok(r) => r,
+        Err(e) => return update_refusal(e),
+    };
+    let task = shelf.firmware.start(request, now);
+    Reply::json(202, update::task_json(task, Progress::Running(0)))
+        .with_header("location", update::monitor_uri(task.id))
+        .with_header("retry-after", "1")
+}
+
+fn update_refusal(error: UpdateBodyError) -> Reply {
+    let resolution = "Correct the value for the parameter in the request body and resubmit the request.";
+    match error {
+        UpdateBodyError::Malformed(why) => malformed(&why),
+        UpdateBodyError::Missing(param) => redfish_error(
+            400,
+            "ActionParameterMissing",
+            &format!("The action {SIMPLE_UPDATE} requires the parameter {param} to be present in the request body."),
+            &[SIMPLE_UPDATE, param],
+            "Supply the action with the required parameter in the request body when the request is resubmitted.",
+        ),
+        UpdateBodyError::WrongType(param, value) => redfish_error(
+            400,
+            "ActionParameterValueTypeError",
+            &format!(
+                "The value {value} for the parameter {param} in the action {SIMPLE_UPDATE} is of a different type than the parameter can accept."
+            ),
+            &[&value, param, SIMPLE_UPDATE],
+            resolution,
+        ),
+        UpdateBodyError::BadFormat(param, value) => redfish_error(
+            400,
+            "ActionParameterValueFormatError",
+            &format!(
+                "The value {value} for the parameter {param} in the action {SIMPLE_UPDATE} is of a different format than the parameter can accept."
+            ),
+            &[&value, param, SIMPLE_UPDATE],
+            resolution,
+        ),
+        UpdateBodyError::NotInList(param, value) => {
+            let only = if param == "Targets" { format!(" The only target is {}.", resources::SHELF_URI) } else { String::new() };
+            redfish_error(
+                400,
+                "ActionParameterValueNotInList",
+                &format!(
+                    "The value {value} for the parameter {param} in the action {SIMPLE_UPDATE} is not in the list of acceptable values.{only}"
+                ),
+                &[&value, param, SIMPLE_UPDATE],
+                "Choose a value from the enumeration list that the implementation can support and resubmit the request.",
+            )
+        }
+    }
+}
+
+/// A task monitor (DSP0266 §12.2): 202 with the task, `Location` and `Retry-After: 1` while it
+/// runs; 200 with the task once it is `Completed` or `Exception`.
+fn task_monitor(shelf: &Shelf, id: u32, now: Instant) -> Reply {
+    let Some(task) = shelf.firmware.update(id) else {
+        return not_found(&update::monitor_uri(id));
+    };
+    let progress = task.progress(now, shelf.firmware.time);
+    let body = update::task_json(task, progress);
+    match progress {
+        Progress::Running(_) => Reply::json(202, body).with_header("location", update::monitor_uri(id)).with_header("retry-after", "1"),
+        Progress::Completed | Progress::Exception => Reply::json(200, body),
     }
 }
 
@@ -325,6 +427,92 @@ mod tests {
             (409, Some("Base.1.0.ResourceInUse".into()))
         );
         assert_eq!(s.actions.len(), 1);
+    }
+
+    const UPDATE: &str = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate";
+    const IMAGE_BODY: &[u8] = br#"{"ImageURI":"https://fw.example/ps-fw-2.1.bin","Targets":["/redfish/v1/PowerEquipment/PowerShelves/1"]}"#;
+
+    fn header<'r>(r: &'r Reply, name: &str) -> Option<&'r str> {
+        r.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn simple_update_answers_202_and_its_monitor_202_then_200() {
+        let (mut s, c, auth) = setup();
+        let a = Some(auth.as_str());
+        let t0 = Instant::now();
+        let accepted = handle(&mut s, &c, &req("POST", UPDATE, a, IMAGE_BODY), t0);
+        assert_eq!(accepted.status, 202);
+        assert_eq!(header(&accepted, "location"), Some("/redfish/v1/TaskService/TaskMonitors/1"));
+        let task = accepted.body.clone().unwrap();
+        assert_eq!((task["@odata.type"].as_str(), task["TaskState"].as_str()), (Some("#Task.v1_7_0.Task"), Some("Running")));
+        let monitor = "/redfish/v1/TaskService/TaskMonitors/1";
+        let running = handle(&mut s, &c, &req("GET", monitor, a, b""), t0 + Duration::from_millis(999));
+        assert_eq!((running.status, header(&running, "retry-after")), (202, Some("1")));
+        assert_eq!(running.body.unwrap()["TaskState"], "Running");
+        assert_eq!(handle(&mut s, &c, &req("GET", monitor, None, b""), t0).status, 401);
+        let t1 = t0 + s.firmware.time;
+        let done = handle(&mut s, &c, &req("GET", &format!("{monitor}/"), a, b""), t1);
+        assert_eq!(done.status, 200);
+        let body = done.body.unwrap();
+        assert_eq!((body["TaskState"].as_str(), body["TaskStatus"].as_str()), (Some("Completed"), Some("OK")));
+        let shelf = handle(&mut s, &c, &req("GET", "/redfish/v1/PowerEquipment/PowerShelves/1", a, b""), t1);
+        assert_eq!(shelf.body.unwrap()["FirmwareVersion"], "ps-fw-2.1");
+        let task = handle(&mut s, &c, &req("GET", "/redfish/v1/TaskService/Tasks/1", a, b""), t1);
+        assert_eq!((task.status, task.body.unwrap()["TaskState"].as_str().map(str::to_owned)), (200, Some("Completed".into())));
+        let delete = handle(&mut s, &c, &req("DELETE", monitor, a, b""), t1);
+        assert_eq!((delete.status, header(&delete, "allow")), (405, Some("GET")));
+        assert_eq!(handle(&mut s, &c, &req("GET", "/redfish/v1/TaskService/TaskMonitors/2", a, b""), t1).status, 404);
+        let get = handle(&mut s, &c, &req("GET", UPDATE, a, b""), t1);
+        assert_eq!((get.status, header(&get, "allow")), (405, Some("POST")));
+    }
+
+    #[test]
+    fn a_failing_update_ends_200_with_exception_and_the_version_unchanged() {
+        let (mut s, c, auth) = setup();
+        let a = Some(auth.as_str());
+        let t0 = Instant::now();
+        s.firmware.fail = Some("image signature invalid".into());
+        assert_eq!(handle(&mut s, &c, &req("POST", UPDATE, a, IMAGE_BODY), t0).status, 202);
+        let t1 = t0 + s.firmware.time;
+        let ended = handle(&mut s, &c, &req("GET", "/redfish/v1/TaskService/TaskMonitors/1", a, b""), t1);
+        assert_eq!(ended.status, 200);
+        let body = ended.body.unwrap();
+        assert_eq!((body["TaskState"].as_str(), body["TaskStatus"].as_str()), (Some("Exception"), Some("Critical")));
+        assert_eq!(body["Messages"][0]["MessageId"], "Update.1.0.ApplyFailed");
+        assert_eq!(body["Messages"][0]["Message"], "image signature invalid");
+        assert_eq!(s.firmware.version(t1), resources::FIRMWARE_VERSION);
+    }
+
+    #[test]
+    fn simple_update_refusals_name_the_parameter() {
+        let (mut s, c, auth) = setup();
+        let a = Some(auth.as_str());
+        let now = Instant::now();
+        let mut call = |body: &str| {
+            let r = handle(&mut s, &c, &req("POST", UPDATE, a, body.as_bytes()), now);
+            let e = r.body.map(|b| b["error"].clone()).unwrap_or_default();
+            (r.status, e["code"].as_str().unwrap_or_default().to_owned(), e["message"].as_str().unwrap_or_default().to_owned())
+        };
+        assert_eq!(call("{").1, "Base.1.0.MalformedJSON");
+        let missing = call(r#"{"Targets":["/redfish/v1/PowerEquipment/PowerShelves/1"]}"#);
+        assert_eq!((missing.0, missing.1.as_str()), (400, "Base.1.0.ActionParameterMissing"));
+        assert!(missing.2.contains("ImageURI"), "{}", missing.2);
+        assert_eq!(call(r#"{"ImageURI":"https://h/f.bin"}"#).1, "Base.1.0.ActionParameterMissing");
+        assert_eq!(
+            call(r#"{"ImageURI":"ftp://h/f.bin","Targets":["/redfish/v1/PowerEquipment/PowerShelves/1"]}"#).1,
+            "Base.1.0.ActionParameterValueFormatError"
+        );
+        assert_eq!(call(r#"{"ImageURI":"https://h/f.bin","Targets":[]}"#).1, "Base.1.0.ActionParameterValueFormatError");
+        assert_eq!(call(r#"{"ImageURI":"https://h/f.bin","Targets":"x"}"#).1, "Base.1.0.ActionParameterValueTypeError");
+        let wrong = call(r#"{"ImageURI":"https://h/f.bin","Targets":["/redfish/v1/Chassis/PowerShelf"]}"#);
+        assert_eq!((wrong.0, wrong.1.as_str()), (400, "Base.1.0.ActionParameterValueNotInList"));
+        assert!(wrong.2.contains("/redfish/v1/Chassis/PowerShelf"), "{}", wrong.2);
+        let mut form = req("POST", UPDATE, a, IMAGE_BODY);
+        form.content_type = Some("text/plain");
+        assert_eq!(handle(&mut s, &c, &form, now).status, 415);
+        assert_eq!(handle(&mut s, &c, &req("POST", UPDATE, None, IMAGE_BODY), now).status, 401);
+        assert!(s.firmware.updates.is_empty());
     }
 
     #[test]

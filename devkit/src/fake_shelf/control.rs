@@ -9,12 +9,13 @@ use serde_json::{Map, Value, json};
 
 use super::api::{Reply, control_error};
 use super::shelf::Shelf;
+use super::update::DEFAULT_FAILURE;
 
 /// Answers `METHOD /_fake/{rest}` at `now`.
 pub fn handle(shelf: &mut Shelf, method: &str, rest: &str, body: &[u8], now: Instant) -> Reply {
     let call = rest.trim_end_matches('/');
     let expected = match call {
-        "stuck" | "lock" | "busy" => "POST",
+        "stuck" | "lock" | "busy" | "update-fail" => "POST",
         "state" => "GET",
         _ => return control_error(404, format!("no control call /_fake/{call}")),
     };
@@ -32,16 +33,20 @@ pub fn handle(shelf: &mut Shelf, method: &str, rest: &str, body: &[u8], now: Ins
     match call {
         "stuck" => set_flag(shelf, &body, "stuck", |o, v| o.stuck = v),
         "lock" => set_flag(shelf, &body, "locked", |o, v| o.locked = v),
+        "update-fail" => update_fail(shelf, &body),
         _ => busy(shelf, &body),
     }
 }
 
-/// `{"outlets": {"A1": "On", …}, "actions": [{"outlet": "A1", "powerState": "Off"}, …]}`.
+/// `{"outlets": {"A1": "On", …}, "actions": [{"outlet": "A1", "powerState": "Off"}, …],
+/// "firmwareVersion": "1.0.0", "updates": [{"imageUri": "…", "targets": ["…"]}, …]}`.
 fn state(shelf: &Shelf, now: Instant) -> Value {
     let outlets: Map<String, Value> = shelf.outlets.iter().map(|o| (o.id.clone(), Value::from(o.power_state(now, shelf.delay)))).collect();
     let actions: Vec<Value> =
         shelf.actions.iter().map(|(outlet, control)| json!({ "outlet": outlet, "powerState": control.as_str() })).collect();
-    json!({ "outlets": outlets, "actions": actions })
+    let updates: Vec<Value> =
+        shelf.firmware.updates.iter().map(|u| json!({ "imageUri": u.request.image_uri, "targets": u.request.targets })).collect();
+    json!({ "outlets": outlets, "actions": actions, "firmwareVersion": shelf.firmware.version(now), "updates": updates })
 }
 
 fn set_flag(shelf: &mut Shelf, body: &Value, key: &str, set: impl FnOnce(&mut super::shelf::Outlet, bool)) -> Reply {
@@ -56,6 +61,24 @@ fn set_flag(shelf: &mut Shelf, body: &Value, key: &str, set: impl FnOnce(&mut su
     };
     set(outlet, value);
     Reply::json(200, json!({ "outlet": id, key: value }))
+}
+
+/// `{"fail": true, "message"?: "…"}` makes updates accepted from now on end in `Exception`
+/// with that message ([`DEFAULT_FAILURE`] when absent); `{"fail": false}` lets them succeed.
+fn update_fail(shelf: &mut Shelf, body: &Value) -> Reply {
+    let Some(fail) = body.get("fail").and_then(Value::as_bool) else {
+        return control_error(400, "\"fail\" (a boolean) is required");
+    };
+    let message = match body.get("message") {
+        None => DEFAULT_FAILURE.to_owned(),
+        Some(Value::String(m)) if !m.is_empty() => m.clone(),
+        Some(_) => return control_error(400, "\"message\" must be a non-empty string"),
+    };
+    shelf.firmware.fail = fail.then_some(message);
+    match &shelf.firmware.fail {
+        Some(message) => Reply::json(200, json!({ "fail": true, "message": message })),
+        None => Reply::json(200, json!({ "fail": false })),
+    }
 }
 
 fn busy(shelf: &mut Shelf, body: &Value) -> Reply {
@@ -80,6 +103,7 @@ mod tests {
 
     use super::*;
     use crate::fake_shelf::shelf::{Control, Identity, Power};
+    use crate::fake_shelf::update::parse_simple_update;
 
     fn shelf() -> Shelf {
         Shelf::new(Identity::default(), &["A1".into(), "B1".into()], Power::On, Duration::from_millis(1500))
@@ -127,6 +151,35 @@ mod tests {
         assert_eq!(status, 200);
         assert_eq!(v["outlets"], json!({"A1": "PoweringOff", "B1": "PoweringOff"}));
         assert_eq!(v["actions"], json!([{"outlet":"B1","powerState":"Off"},{"outlet":"A1","powerState":"PowerCycle"}]));
+    }
+
+    #[test]
+    fn update_fail_sets_and_clears_the_switch() {
+        let mut s = shelf();
+        let body = r#"{"fail":true,"message":"image signature invalid"}"#;
+        assert_eq!(call(&mut s, "POST", "update-fail", body), (200, json!({"fail": true, "message": "image signature invalid"})));
+        assert_eq!(s.firmware.fail.as_deref(), Some("image signature invalid"));
+        assert_eq!(call(&mut s, "POST", "update-fail", r#"{"fail":true}"#).1["message"], DEFAULT_FAILURE);
+        assert_eq!(call(&mut s, "POST", "update-fail", r#"{"fail":false}"#), (200, json!({"fail": false})));
+        assert_eq!(s.firmware.fail, None);
+        assert_eq!(call(&mut s, "POST", "update-fail", r#"{"fail":"yes"}"#).0, 400);
+        assert_eq!(call(&mut s, "POST", "update-fail", r#"{"fail":true,"message":7}"#).0, 400);
+        assert_eq!(call(&mut s, "GET", "update-fail", "").0, 405);
+    }
+
+    #[test]
+    fn state_reports_the_firmware_version_and_every_update() {
+        let mut s = shelf();
+        let t0 = Instant::now();
+        let (status, v) = call(&mut s, "GET", "state", "");
+        assert_eq!((status, &v["firmwareVersion"], &v["updates"]), (200, &json!("1.0.0"), &json!([])));
+        let shelf_uri = "/redfish/v1/PowerEquipment/PowerShelves/1";
+        let body = json!({"ImageURI": "https://fw.example/ps-fw-2.1.bin", "Targets": [shelf_uri]}).to_string();
+        s.firmware.start(parse_simple_update(body.as_bytes(), shelf_uri).unwrap(), t0);
+        let v = state(&s, t0);
+        assert_eq!(v["firmwareVersion"], "1.0.0");
+        assert_eq!(v["updates"], json!([{"imageUri": "https://fw.example/ps-fw-2.1.bin", "targets": [shelf_uri]}]));
+        assert_eq!(state(&s, t0 + s.firmware.time)["firmwareVersion"], "ps-fw-2.1");
     }
 
     #[test]

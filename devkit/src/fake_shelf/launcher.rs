@@ -1,5 +1,5 @@
 //! Starting the `fake-shelf` binary from tests and `drover dev`: [`FakeShelfOptions`] names
-//! the binary, the certificate and key, the account, the outlets and the delay;
+//! the binary, the certificate and key, the account, the outlets, the delay and the update time;
 //! [`FakeShelf::start`] spawns it on a free loopback port and waits (bounded) for its
 //! `listening on …` line; [`FakeShelf::control`] calls the `/_fake/` API. The fake's only
 //! port is HTTPS, so control calls go over a minimal blocking HTTP/1.1 client on rustls that
@@ -21,7 +21,7 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
 use serde_json::Value;
 
-use super::{DEFAULT_DELAY_MS, DEFAULT_OUTLETS};
+use super::{DEFAULT_DELAY_MS, DEFAULT_OUTLETS, DEFAULT_UPDATE_MS};
 use crate::DevkitError;
 
 /// The account the launcher gives the fake unless told otherwise.
@@ -52,6 +52,8 @@ pub struct FakeShelfOptions {
     pub outlets: Vec<String>,
     /// How long an outlet takes to change state (`--delay-ms`).
     pub delay_ms: u64,
+    /// How long a firmware update takes (`--update-ms`).
+    pub update_ms: u64,
     /// The outlets start off (`--off`).
     pub start_off: bool,
     /// The shelf's `Name` (`--name`).
@@ -69,6 +71,7 @@ impl std::fmt::Debug for FakeShelfOptions {
             .field("user", &self.user)
             .field("outlets", &self.outlets)
             .field("delay_ms", &self.delay_ms)
+            .field("update_ms", &self.update_ms)
             .field("start_off", &self.start_off)
             .field("name", &self.name)
             .field("serial", &self.serial)
@@ -85,7 +88,7 @@ impl FakeShelfOptions {
 
 impl Default for FakeShelfOptions {
     /// [`default_binary`], [`DEFAULT_USER`] and [`DEFAULT_PASSWORD`], outlets `A1,B1`,
-    /// 1500 ms, outlets on; no certificate or key yet (set `cert_pem` and `key_pem`).
+    /// 1500 ms per outlet move, 1000 ms per update, outlets on; no certificate or key yet (set `cert_pem` and `key_pem`).
     fn default() -> FakeShelfOptions {
         FakeShelfOptions {
             binary: default_binary(),
@@ -95,6 +98,7 @@ impl Default for FakeShelfOptions {
             password: DEFAULT_PASSWORD.to_owned(),
             outlets: DEFAULT_OUTLETS.iter().map(|s| (*s).to_owned()).collect(),
             delay_ms: DEFAULT_DELAY_MS,
+            update_ms: DEFAULT_UPDATE_MS,
             start_off: false,
             name: None,
             serial: None,
@@ -136,6 +140,7 @@ impl FakeShelf {
         cmd.args(["--listen", "127.0.0.1:0"]).arg("--cert").arg(&options.cert_pem).arg("--key").arg(&options.key_pem);
         cmd.args(["--user", &options.user, "--password", &options.password]);
         cmd.args(["--outlets", &options.outlets.join(","), "--delay-ms", &options.delay_ms.to_string()]);
+        cmd.args(["--update-ms", &options.update_ms.to_string()]);
         if options.start_off {
             cmd.arg("--off");
         }
@@ -321,6 +326,7 @@ mod tests {
         assert_eq!(o.binary.file_name().unwrap(), "fake-shelf");
         assert_eq!(o.outlets, vec!["A1", "B1"]);
         assert_eq!(o.delay_ms, 1500);
+        assert_eq!(o.update_ms, 1000);
         assert!(!format!("{o:?}").contains(DEFAULT_PASSWORD));
         assert!(matches!(
             FakeShelf::start(&FakeShelfOptions { binary: "/nonexistent/fake-shelf".into(), ..o.clone() }),

@@ -12,7 +12,8 @@
 //! ```text
 //! cargo build -p drover-devkit --bin fake-shelf
 //! target/debug/fake-shelf --cert cert.pem --key key.pem --user admin --password secret \
-//!     [--listen 127.0.0.1:0] [--outlets A1,B1] [--delay-ms 1500] [--name NAME] [--serial SN] [--off]
+//!     [--listen 127.0.0.1:0] [--outlets A1,B1] [--delay-ms 1500] [--update-ms 1000] \
+//!     [--name NAME] [--serial SN] [--off]
 //! ```
 //!
 //! It serves HTTPS only (TLS 1.2 and 1.3, HTTP/1.1) with the PEM certificate chain and key,
@@ -45,6 +46,25 @@
 //!   `PowerCycle` reads `PoweringOff` for one delay and `PoweringOn` for another, then `On`
 //!   (an outlet reading `Off` just powers on). Asking for the state an outlet is in or on its
 //!   way to is 204 and changes nothing. Time is read on each request; there are no timers.
+//! - Firmware updates ([`update`]; `redfish-facts.md` §7, DSP0266 §12.2): the root links
+//!   `UpdateService` and `Tasks` (the `TaskService`); the shelf shows its `FirmwareVersion`
+//!   (`1.0.0` to begin with). `POST /redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate`
+//!   needs JSON like `PowerControl` (415, 400 `MalformedJSON`), `ImageURI` (an `http(s)` URL
+//!   whose last path segment names the image) and `Targets` (a non-empty array of
+//!   `/redfish/v1/PowerEquipment/PowerShelves/1` only); absent: 400 `ActionParameterMissing`,
+//!   wrong type, format or target: 400 `ActionParameterValueTypeError`,
+//!   `ActionParameterValueFormatError` or `ActionParameterValueNotInList` naming the value.
+//!   `TransferProtocol`, if given, is `HTTP` or `HTTPS`; other parameters are ignored.
+//!   Accepted update `n` answers 202 with `Location: /redfish/v1/TaskService/TaskMonitors/{n}`,
+//!   `Retry-After: 1` and its `Task` (`TaskState` `Running`). `GET` on the monitor answers 202
+//!   (the `Task`, `Running`, `Retry-After: 1`) until `--update-ms` (default 1000) has passed
+//!   since it was accepted, then 200 with the `Task` `Completed`/`OK`, and from then on the
+//!   `FirmwareVersion` is the image's last path segment without its extension
+//!   (`https://fw.example/ps-fw-2.1.bin` → `ps-fw-2.1`). With the failure switch on when the
+//!   update was accepted it ends instead `Exception`/`Critical` with one
+//!   `Update.1.0.ApplyFailed` message and the version unchanged. `GET
+//!   /redfish/v1/TaskService/Tasks/{n}` reads the same `Task`. Updates may overlap; the one
+//!   accepted last among those completed sets the version. Tasks are never deleted.
 //! - Other answers: `GET` on an action target is 405 (`Allow: POST`); any method but `GET`
 //!   on a resource is 405 (`Allow: GET`); unknown paths are 404
 //!   `ResourceMissingAtURI`. Trailing slashes are ignored. Every body is
@@ -62,7 +82,8 @@
 //! | `POST /_fake/stuck` | `{"outlet": "A1", "stuck": true}` | The outlet still answers 204 to `PowerControl` (and logs it) but never changes state: a device that never converges. Echoes the body. |
 //! | `POST /_fake/lock` | `{"outlet": "A1", "locked": true}` | Sets `PowerControlLocked`: `PowerControl` is then 409 and not logged. Echoes the body. |
 //! | `POST /_fake/busy` | `{"count": N, "retryAfter"?: 1}` | The next N requests under `/redfish` (authenticated or not) answer 503 `ServiceTemporarilyUnavailable` with `Retry-After: retryAfter`. Echoes the values. |
-//! | `GET /_fake/state` | | `{"outlets": {"A1": "On", …}, "actions": [{"outlet": "A1", "powerState": "Off"}, …]}`: each outlet's `PowerState` now, and every `PowerControl` answered 204 (no-ops and stuck outlets included), in order. |
+//! | `POST /_fake/update-fail` | `{"fail": true, "message"?: "image signature invalid"}` | Updates accepted from now on end with their monitor answering 200, `TaskState` `Exception`, `TaskStatus` `Critical`, `Messages: [{"MessageId": "Update.1.0.ApplyFailed", "Message": message, …}]`, and the version unchanged; `{"fail": false}` lets later ones succeed again. Answers `{"fail": true, "message": …}` (the default message filled in) or `{"fail": false}`. |
+//! | `GET /_fake/state` | | `{"outlets": {"A1": "On", …}, "actions": [{"outlet": "A1", "powerState": "Off"}, …], "firmwareVersion": "1.0.0", "updates": [{"imageUri": "…", "targets": ["…"]}, …]}`: each outlet's `PowerState` now, every `PowerControl` answered 204 (no-ops and stuck outlets included), in order, the shelf's `FirmwareVersion` now, and every `SimpleUpdate` answered 202, in order. |
 
 pub mod api;
 pub mod control;
@@ -70,12 +91,14 @@ pub mod launcher;
 pub mod resources;
 pub mod server;
 pub mod shelf;
+pub mod update;
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
 pub use launcher::{DEFAULT_PASSWORD, DEFAULT_USER, FakeShelf, FakeShelfOptions};
+pub use update::DEFAULT_UPDATE_MS;
 
 use api::Credentials;
 use shelf::{Identity, Power, Shelf};
@@ -101,6 +124,8 @@ pub struct Args {
     pub outlets: Vec<String>,
     /// `--delay-ms N`.
     pub delay_ms: u64,
+    /// `--update-ms N`: how long a firmware update takes.
+    pub update_ms: u64,
     /// `--name` and `--serial`.
     pub identity: Identity,
     /// `--off`: the outlets start off.
@@ -116,6 +141,7 @@ impl std::fmt::Debug for Args {
             .field("creds", &self.creds)
             .field("outlets", &self.outlets)
             .field("delay_ms", &self.delay_ms)
+            .field("update_ms", &self.update_ms)
             .field("identity", &self.identity)
             .field("off", &self.off)
             .finish()
@@ -124,7 +150,7 @@ impl std::fmt::Debug for Args {
 
 /// The usage line.
 pub const USAGE: &str = "usage: fake-shelf --cert PEM --key PEM --user U --password P [--listen ADDR] [--outlets A1,B1] \
-                         [--delay-ms N] [--name NAME] [--serial SERIAL] [--off]";
+                         [--delay-ms N] [--update-ms N] [--name NAME] [--serial SERIAL] [--off]";
 
 /// Splits and checks `--outlets`: non-empty, distinct ids of ASCII letters, digits, `-`, `_`.
 pub fn parse_outlets(list: &str) -> Result<Vec<String>, String> {
@@ -150,6 +176,7 @@ impl Args {
             creds: Credentials { user: String::new(), password: String::new() },
             outlets: DEFAULT_OUTLETS.iter().map(|s| (*s).to_owned()).collect(),
             delay_ms: DEFAULT_DELAY_MS,
+            update_ms: DEFAULT_UPDATE_MS,
             identity: Identity::default(),
             off: false,
         };
@@ -166,6 +193,10 @@ impl Args {
                 "--delay-ms" => {
                     let v = value()?;
                     out.delay_ms = v.parse().map_err(|_| format!("--delay-ms: not a number of milliseconds: {v}"))?;
+                }
+                "--update-ms" => {
+                    let v = value()?;
+                    out.update_ms = v.parse().map_err(|_| format!("--update-ms: not a number of milliseconds: {v}"))?;
                 }
                 "--name" => out.identity.name = value()?,
                 "--serial" => out.identity.serial = value()?,
@@ -190,7 +221,8 @@ impl Args {
 pub async fn run(args: Args) -> Result<(), String> {
     let tls = server::tls_config(&args.cert, &args.key)?;
     let power = if args.off { Power::Off } else { Power::On };
-    let shelf = Shelf::new(args.identity, &args.outlets, power, Duration::from_millis(args.delay_ms));
+    let mut shelf = Shelf::new(args.identity, &args.outlets, power, Duration::from_millis(args.delay_ms));
+    shelf.firmware.time = Duration::from_millis(args.update_ms);
     let listener = tokio::net::TcpListener::bind(&args.listen).await.map_err(|e| format!("binding {}: {e}", args.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let mut stdout = std::io::stdout();
@@ -225,6 +257,7 @@ mod tests {
         assert_eq!(a.listen, "127.0.0.1:0");
         assert_eq!(a.outlets, vec!["A1", "B1"]);
         assert_eq!(a.delay_ms, 1500);
+        assert_eq!(a.update_ms, 1000);
         assert!(!a.off);
         assert_eq!(a.identity, Identity::default());
         assert!(!format!("{a:?}").contains("pa55"), "the password stays out of Debug");
@@ -233,6 +266,8 @@ mod tests {
             "A1, B1,C1",
             "--delay-ms",
             "0",
+            "--update-ms",
+            "25",
             "--off",
             "--name",
             "Shelf 7",
@@ -243,13 +278,15 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(b.outlets, vec!["A1", "B1", "C1"]);
-        assert_eq!((b.delay_ms, b.off, b.listen.as_str()), (0, true, "127.0.0.1:8443"));
+        assert_eq!((b.delay_ms, b.update_ms, b.off, b.listen.as_str()), (0, 25, true, "127.0.0.1:8443"));
         assert_eq!(b.identity, Identity { name: "Shelf 7".into(), serial: "SN7".into() });
     }
 
     #[test]
     fn command_line_refusals() {
         assert!(with(&["--delay-ms", "soon"]).is_err());
+        assert!(with(&["--update-ms", "-1"]).is_err());
+        assert!(with(&["--update-ms"]).is_err());
         assert!(with(&["--outlets", "A1,A1"]).is_err());
         assert!(with(&["--outlets", "A1,"]).is_err());
         assert!(with(&["--outlets", "A/1"]).is_err());

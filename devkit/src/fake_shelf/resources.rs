@@ -14,12 +14,15 @@
 //! | `…/PowerShelves/1/Outlets/{id}` | `#Outlet.v1_4_4.Outlet` |
 //! | `/redfish/v1/Chassis` | `#ChassisCollection.ChassisCollection` |
 //! | `/redfish/v1/Chassis/PowerShelf` | `#Chassis.v1_25_0.Chassis` (no `PowerState`, no `Reset`) |
+//!
+//! The `UpdateService`, the firmware inventory and the `TaskService` are in [`update`].
 
 use std::time::Instant;
 
 use serde_json::{Value, json};
 
 use super::shelf::{ALLOWED_CONTROLS, Outlet, Shelf};
+use super::update::{self, TASK_SERVICE_URI, UPDATE_SERVICE_URI};
 
 /// The service root.
 pub const ROOT_URI: &str = "/redfish/v1/";
@@ -42,7 +45,7 @@ const ACTION_SUFFIX: &str = "/Actions/Outlet.PowerControl";
 pub const MANUFACTURER: &str = "Drover Fake Power";
 /// The model.
 pub const MODEL: &str = "FS-6000";
-/// The firmware version.
+/// The firmware version before any update.
 pub const FIRMWARE_VERSION: &str = "1.0.0";
 /// The `RedfishVersion` of the service root.
 pub const REDFISH_VERSION: &str = "1.21.0";
@@ -78,17 +81,17 @@ pub fn get(shelf: &Shelf, path: &str, now: Instant) -> Option<Value> {
         "/redfish/v1" | ROOT_URI => service_root(),
         POWER_EQUIPMENT_URI => power_equipment(),
         SHELVES_URI => collection(SHELVES_URI, "PowerDistributionCollection", "Power Shelf Collection", &[SHELF_URI.to_owned()]),
-        SHELF_URI => power_shelf(shelf),
+        SHELF_URI => power_shelf(shelf, now),
         OUTLETS_URI => {
             let members: Vec<String> = shelf.outlets.iter().map(|o| outlet_uri(&o.id)).collect();
             collection(OUTLETS_URI, "OutletCollection", "Outlet Collection", &members)
         }
         CHASSIS_COLLECTION_URI => collection(CHASSIS_COLLECTION_URI, "ChassisCollection", "Chassis Collection", &[CHASSIS_URI.to_owned()]),
         CHASSIS_URI => chassis(shelf),
-        _ => {
-            let id = path.strip_prefix(OUTLETS_URI)?.strip_prefix('/')?;
-            outlet(shelf.outlet(id)?, shelf, now)
-        }
+        _ => match path.strip_prefix(OUTLETS_URI).and_then(|rest| rest.strip_prefix('/')) {
+            Some(id) => outlet(shelf.outlet(id)?, shelf, now),
+            None => return update::get(&shelf.firmware, path, now, SHELF_URI, MANUFACTURER),
+        },
     };
     Some(value)
 }
@@ -99,6 +102,7 @@ pub fn versions() -> Value {
 }
 
 /// The service root (unauthenticated). No `SessionService`: the shelf takes Basic only.
+/// `UpdateService` and `Tasks` (the `TaskService`) serve firmware updates.
 pub fn service_root() -> Value {
     json!({
         "@odata.id": ROOT_URI,
@@ -111,6 +115,8 @@ pub fn service_root() -> Value {
         "Product": MODEL,
         "PowerEquipment": link(POWER_EQUIPMENT_URI),
         "Chassis": link(CHASSIS_COLLECTION_URI),
+        "UpdateService": link(UPDATE_SERVICE_URI),
+        "Tasks": link(TASK_SERVICE_URI),
         "Links": {},
     })
 }
@@ -137,7 +143,7 @@ fn collection(uri: &str, kind: &str, name: &str, members: &[String]) -> Value {
     })
 }
 
-fn power_shelf(shelf: &Shelf) -> Value {
+fn power_shelf(shelf: &Shelf, now: Instant) -> Value {
     json!({
         "@odata.id": SHELF_URI,
         "@odata.type": "#PowerDistribution.v1_6_0.PowerDistribution",
@@ -147,7 +153,7 @@ fn power_shelf(shelf: &Shelf) -> Value {
         "Manufacturer": MANUFACTURER,
         "Model": MODEL,
         "SerialNumber": shelf.identity.serial,
-        "FirmwareVersion": FIRMWARE_VERSION,
+        "FirmwareVersion": shelf.firmware.version(now),
         "Status": enabled_ok(),
         "Outlets": link(OUTLETS_URI),
         "Links": { "Chassis": [link(CHASSIS_URI)] },
@@ -226,8 +232,10 @@ mod tests {
 
     #[test]
     fn every_resource_has_the_common_properties_and_links_resolve() {
-        let s = shelf();
+        let mut s = shelf();
         let now = Instant::now();
+        let body = json!({ "ImageURI": "https://fw.example/x.bin", "Targets": [SHELF_URI] }).to_string();
+        s.firmware.start(update::parse_simple_update(body.as_bytes(), SHELF_URI).unwrap(), now);
         let mut todo = vec![ROOT_URI.to_owned()];
         let mut seen = Vec::new();
         while let Some(uri) = todo.pop() {
@@ -247,7 +255,9 @@ mod tests {
             }
             seen.push(uri);
         }
-        for uri in [SHELF_URI.to_owned(), outlet_uri("A1"), outlet_uri("B1"), CHASSIS_URI.to_owned()] {
+        let (a1, b1, task) = (outlet_uri("A1"), outlet_uri("B1"), update::task_uri(1));
+        for uri in [SHELF_URI, &a1, &b1, CHASSIS_URI, update::SHELF_FIRMWARE_URI, update::UPDATE_SERVICE_URI, &task] {
+            let uri = uri.to_owned();
             assert!(seen.contains(&uri), "{uri} reachable from the root: {seen:?}");
         }
     }
@@ -291,6 +301,22 @@ mod tests {
         assert!(get(&s, &outlet_uri("C1"), t0).is_none());
         assert!(get(&s, "/redfish/v1/Systems", t0).is_none());
         assert!(get(&s, &format!("{}/x", outlet_uri("A1")), t0).is_none());
+    }
+
+    #[test]
+    fn the_root_links_the_update_service_and_the_shelf_shows_its_firmware() {
+        let mut s = shelf();
+        let t0 = Instant::now();
+        let root = get(&s, ROOT_URI, t0).unwrap();
+        assert_eq!(root["UpdateService"], json!({"@odata.id": "/redfish/v1/UpdateService"}));
+        assert_eq!(root["Tasks"], json!({"@odata.id": "/redfish/v1/TaskService"}));
+        assert_eq!(get(&s, SHELF_URI, t0).unwrap()["FirmwareVersion"], FIRMWARE_VERSION);
+        let body = json!({ "ImageURI": "https://fw.example/ps-fw-2.1.bin", "Targets": [SHELF_URI] }).to_string();
+        s.firmware.start(update::parse_simple_update(body.as_bytes(), SHELF_URI).unwrap(), t0);
+        let done = t0 + s.firmware.time;
+        assert_eq!(get(&s, SHELF_URI, done - Duration::from_millis(1)).unwrap()["FirmwareVersion"], FIRMWARE_VERSION);
+        assert_eq!(get(&s, SHELF_URI, done).unwrap()["FirmwareVersion"], "ps-fw-2.1");
+        assert!(get(&s, "/redfish/v1/TaskService/TaskMonitors/1", done).is_none(), "monitors are not resources");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The shelf's state, with no I/O and no clock of its own: its identity, its outlets and how
 //! each moves between power states, the switches the control API flips (stuck, locked, busy),
-//! and the log of accepted `PowerControl` requests. Every function that depends on time takes
+//! the log of accepted `PowerControl` requests, and its firmware ([`Firmware`]: updates and
+//! their tasks). Every function that depends on time takes
 //! `now`, so the transitions are tested by passing instants rather than by sleeping.
 //!
 //! An outlet is steady (`On`, `Off`) or moving. A move started at `since` reads its
@@ -13,6 +14,9 @@
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+use super::resources::FIRMWARE_VERSION;
+use super::update::{DEFAULT_UPDATE_MS, Firmware};
 
 /// A steady power state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,13 +219,16 @@ pub struct Shelf {
     pub busy: u32,
     /// The `Retry-After` seconds those 503s carry.
     pub retry_after: u64,
+    /// Its firmware and the updates asked of it (update time [`DEFAULT_UPDATE_MS`] unless set).
+    pub firmware: Firmware,
 }
 
 impl Shelf {
     /// A shelf whose outlets all start at `power`.
     pub fn new(identity: Identity, outlet_ids: &[String], power: Power, delay: Duration) -> Shelf {
         let outlets = outlet_ids.iter().map(|id| Outlet::new(id, power)).collect();
-        Shelf { identity, delay, outlets, actions: Vec::new(), busy: 0, retry_after: 1 }
+        let firmware = Firmware::new(FIRMWARE_VERSION, Duration::from_millis(DEFAULT_UPDATE_MS));
+        Shelf { identity, delay, outlets, actions: Vec::new(), busy: 0, retry_after: 1, firmware }
     }
 
     /// The outlet named `id`.

@@ -584,6 +584,9 @@ impl Store for SqliteStore {
     fn rack_hosts(&self, rack: Uuid) -> Result<Vec<Uuid>, StoreError> {
         self.read(|c| racks::rack_hosts(c, rack))
     }
+    fn host_rack(&self, host_id: Uuid) -> Result<Option<Uuid>, StoreError> {
+        self.read(|c| racks::host_rack(c, host_id))
+    }
     fn set_shelf_maintenance(&self, ids: &[Uuid], request: &Value, log: &ChangeLog) -> Result<Vec<Device>, StoreError> {
         self.write(|tx| racks::set_shelf_maintenance(tx, ids, request, log))
     }

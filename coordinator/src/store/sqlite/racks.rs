@@ -189,6 +189,14 @@ pub(super) fn rack_hosts(c: &Connection, rack: Uuid) -> Result<Vec<Uuid>, StoreE
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+pub(super) fn host_rack(c: &Connection, host_id: Uuid) -> Result<Option<Uuid>, StoreError> {
+    let rack: Option<Option<String>> = c
+        .prepare_cached("SELECT rack_id FROM hosts WHERE id = ?1 AND state <> 'deleted'")?
+        .query_row([host_id.to_string()], |r| r.get(0))
+        .optional()?;
+    Ok(rack.flatten().and_then(|r| Uuid::parse_str(&r).ok()))
+}
+
 pub(super) fn set_shelf_maintenance(c: &Connection, ids: &[Uuid], request: &Value, log: &ChangeLog) -> Result<Vec<Device>, StoreError> {
     // Every shelf is checked before any is written: one refusal leaves all of them as they were.
     for id in ids {

@@ -1,0 +1,332 @@
+//! The rack maintenance API (issue 22, `rack-on-demand-maintenance.md`):
+//!
+//! - `POST /v1/racks/{rack}/maintenance` (admin): `OnDemandRackMaintenance` — a scope (machine,
+//!   switch and power-shelf ids; all empty = the full rack) and activities (empty = all),
+//!   admitted only on a `ready` or `error` rack with nothing pending; every scoped machine
+//!   needs a BMC when an activity drives machines. 409 names why a rack is refused.
+//! - `POST /v1/components/firmware` (admin): `UpdateComponentFirmware` — compute trays or
+//!   switches resolve their rack from the first device and become a rack maintenance request
+//!   with a firmware upgrade carrying the target version; power shelves do not go through the
+//!   rack state machine (the seed's rule) and are refused here with the reason.
+//! - `PUT`/`DELETE /v1/hosts/{id}/bmc` (admin): a host's BMC (endpoint, credentials path, and
+//!   optionally the credentials themselves, written to the secret store, never echoed).
+//! - `POST`/`GET /v1/rack-firmware`: the firmware records the upgrade resolves.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::api::auth::{Admin, OperatorCaller, Reader};
+use crate::api::error::{ApiError, JsonBody};
+use crate::api::lifecycle::check_reason;
+use crate::api::racks::{change, check_endpoint, check_name, find_rack};
+use crate::api::sites::secret_error;
+use crate::app::AppState;
+use crate::devices::rack::{Activity, ActivityConfig, RackDevices, Scope, admit};
+use crate::devices::rack_tick::RackMaintenance;
+use crate::devices::shelf;
+use crate::secrets::{SecretPath, SecretValue};
+use crate::store::{self, DeviceKind, FirmwareRecord, HostBmc, StoreError};
+
+/// Device credentials given with an endpoint: written to the secret store at the device's
+/// credentials path, never stored elsewhere or echoed.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Credentials {
+    username: String,
+    password: String,
+    #[serde(default)]
+    ca_pem: Option<String>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials").field("username", &self.username).finish_non_exhaustive()
+    }
+}
+
+/// Checks `credentials` and writes them at `path`.
+pub async fn write_credentials(app: &AppState, path: &SecretPath, c: Credentials) -> Result<(), ApiError> {
+    if c.username.trim().is_empty() || c.password.is_empty() {
+        return Err(ApiError::bad_request("credentials: username and password are required"));
+    }
+    let mut value = SecretValue::from_pairs([("username", c.username.trim().to_owned()), ("password", c.password)]);
+    if let Some(pem) = c.ca_pem.filter(|p| !p.trim().is_empty()) {
+        if !pem.contains("-----BEGIN CERTIFICATE-----") {
+            return Err(ApiError::bad_request("credentials.caPem: not a PEM certificate"));
+        }
+        value.insert("caPem", pem);
+    }
+    app.secrets.write(path, &value).await.map_err(secret_error)
+}
+
+/// `POST /v1/racks/{rack}/maintenance`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RackMaintenanceRequest {
+    #[serde(default)]
+    machine_ids: Vec<String>,
+    #[serde(default)]
+    switch_ids: Vec<String>,
+    #[serde(default)]
+    power_shelf_ids: Vec<String>,
+    #[serde(default)]
+    activities: Vec<ActivityConfig>,
+    reference: Option<String>,
+}
+
+/// Admits a request and stores it; the answer is the rack as stored.
+async fn request(
+    app: &Arc<AppState>,
+    op: &OperatorCaller,
+    rack_key: &str,
+    scope: Scope,
+    reference: Option<&str>,
+) -> Result<Value, ApiError> {
+    if let Some(r) = reference
+        && (r.len() > 500 || r.chars().any(char::is_control))
+    {
+        return Err(ApiError::bad_request("reference: at most 500 characters without control characters"));
+    }
+    let rack = find_rack(app, rack_key).await?;
+    let id = rack.id;
+    let (machines, devices) = store::blocking(app.store.clone(), move |s| Ok((s.rack_hosts(id)?, s.list_devices(Some(id), None)?))).await?;
+    let of = |k: DeviceKind| devices.iter().filter(|d| d.kind == k).map(|d| d.id).collect::<Vec<_>>();
+    let inventory = RackDevices { machines, switches: of(DeviceKind::Switch), power_shelves: of(DeviceKind::PowerShelf) };
+    let targets = admit(rack.state, rack.maintenance.is_some(), &scope, &inventory).map_err(|e| match e {
+        crate::devices::rack::RackRequestError::WrongState { .. } | crate::devices::rack::RackRequestError::AlreadyPending => {
+            ApiError::new(StatusCode::CONFLICT, "rack_not_ready", format!("rack {}: {e}", rack.name))
+        }
+        other => ApiError::bad_request(other.to_string()),
+    })?;
+    // Every machine a requested activity drives must be reachable: refuse now, naming them,
+    // rather than fail the rack halfway through.
+    if targets.activities.iter().any(|a| matches!(a, Activity::FirmwareUpgrade | Activity::PowerSequence)) && !targets.machines.is_empty() {
+        let ms = targets.machines.clone();
+        let with = store::blocking(app.store.clone(), move |s| s.host_bmcs(&ms)).await?;
+        let missing: Vec<String> =
+            targets.machines.iter().filter(|m| !with.iter().any(|b| b.host_id == **m)).map(Uuid::to_string).collect();
+        if !missing.is_empty() {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "machine_without_bmc",
+                format!("machine(s) without a BMC: {} (set one with PUT /v1/hosts/{{id}}/bmc); nothing was requested", missing.join(", ")),
+            ));
+        }
+    }
+    let initiator = shelf::initiator(Some(&op.name), reference);
+    let m = RackMaintenance {
+        initiator: initiator.clone(),
+        requested_at: app.clock.now(),
+        targets,
+        phase: None,
+        step: 0,
+        firmware: None,
+        waiting: None,
+    };
+    let value = serde_json::to_value(&m).map_err(|_| ApiError::internal())?;
+    let log = change(app, op, "rack.maintenance.requested", rack.id, &initiator, json!({ "rack": rack.name, "targets": value["targets"] }));
+    let stored = store::blocking(app.store.clone(), move |s| s.request_rack_maintenance(id, &value, &log)).await.map_err(|e| match e {
+        StoreError::Conflict { message, .. } => ApiError::new(StatusCode::CONFLICT, "rack_not_ready", message),
+        other => ApiError::from(other),
+    })?;
+    Ok(json!({ "rackId": stored.id.to_string(), "name": stored.name, "state": stored.state, "maintenance": stored.maintenance }))
+}
+
+/// `POST /v1/racks/{rack}/maintenance` (admin).
+pub async fn request_maintenance(
+    State(app): State<Arc<AppState>>,
+    Admin(op): Admin,
+    Path(rack): Path<String>,
+    JsonBody(req): JsonBody<RackMaintenanceRequest>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let scope = Scope {
+        machine_ids: req.machine_ids,
+        switch_ids: req.switch_ids,
+        power_shelf_ids: req.power_shelf_ids,
+        activities: req.activities,
+    };
+    let v = request(&app, &op, &rack, scope, req.reference.as_deref()).await?;
+    Ok((StatusCode::ACCEPTED, Json(v)))
+}
+
+/// `POST /v1/components/firmware`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ComponentFirmwareRequest {
+    #[serde(default)]
+    compute_trays: Vec<String>,
+    #[serde(default)]
+    switches: Vec<String>,
+    #[serde(default)]
+    power_shelves: Vec<String>,
+    target_version: Option<String>,
+    reference: Option<String>,
+}
+
+/// `POST /v1/components/firmware` (admin): `UpdateComponentFirmware`.
+pub async fn component_firmware(
+    State(app): State<Arc<AppState>>,
+    Admin(op): Admin,
+    JsonBody(req): JsonBody<ComponentFirmwareRequest>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let kinds = [!req.compute_trays.is_empty(), !req.switches.is_empty(), !req.power_shelves.is_empty()];
+    if kinds.iter().filter(|k| **k).count() != 1 {
+        return Err(ApiError::bad_request("name one kind of component: computeTrays, switches or powerShelves"));
+    }
+    if !req.power_shelves.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "not_through_racks",
+            "power shelves do not go through the rack state machine, and Drover has no power-shelf firmware backend: nothing was requested",
+        ));
+    }
+    let first = req.compute_trays.first().or(req.switches.first()).cloned().unwrap_or_default();
+    let first_id = Uuid::parse_str(first.trim()).map_err(|_| ApiError::bad_request(format!("component id {first:?} is not a UUID")))?;
+    // The rack of the first device; the scope check then refuses any device not in it.
+    let rack_id = if req.compute_trays.is_empty() {
+        store::blocking(app.store.clone(), move |s| s.get_device(first_id))
+            .await?
+            .filter(|d| d.kind == DeviceKind::Switch)
+            .map(|d| d.rack_id)
+            .ok_or_else(|| ApiError::not_found(format!("switch {first_id} does not exist")))?
+    } else {
+        store::blocking(app.store.clone(), move |s| s.host_rack(first_id))
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("compute tray {first_id} does not exist or is in no rack")))?
+    };
+    let scope = Scope {
+        machine_ids: req.compute_trays,
+        switch_ids: req.switches,
+        power_shelf_ids: Vec::new(),
+        activities: vec![ActivityConfig::FirmwareUpgrade { firmware_version: req.target_version }],
+    };
+    let v = request(&app, &op, &rack_id.to_string(), scope, req.reference.as_deref()).await?;
+    Ok((StatusCode::ACCEPTED, Json(v)))
+}
+
+/// `PUT /v1/hosts/{id}/bmc`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BmcRequest {
+    endpoint: String,
+    credentials_path: String,
+    #[serde(default)]
+    credentials: Option<Credentials>,
+    reason: Option<String>,
+}
+
+fn host_id(id: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(id).map_err(|_| ApiError::bad_request("host id is not a UUID"))
+}
+
+/// `PUT /v1/hosts/{id}/bmc` (admin).
+pub async fn set_bmc(
+    State(app): State<Arc<AppState>>,
+    Admin(op): Admin,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<BmcRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let reason = check_reason(req.reason.as_deref())?;
+    let host = host_id(&id)?;
+    let endpoint = check_endpoint(&req.endpoint)?;
+    let path = SecretPath::new(req.credentials_path.trim()).map_err(|e| ApiError::bad_request(format!("credentialsPath: {e}")))?;
+    if store::blocking(app.store.clone(), move |s| s.get_host(host)).await?.is_none() {
+        return Err(ApiError::not_found(format!("host {host} does not exist")));
+    }
+    if let Some(c) = req.credentials {
+        write_credentials(&app, &path, c).await?;
+    }
+    let bmc = HostBmc { host_id: host, endpoint, credentials_path: path.as_str().to_owned() };
+    let mut log =
+        change(&app, &op, "host.bmc.set", host, &reason, json!({ "endpoint": bmc.endpoint, "credentialsPath": bmc.credentials_path }));
+    log.event.host_id = Some(host);
+    let b = bmc.clone();
+    store::blocking(app.store.clone(), move |s| s.set_host_bmc(host, Some(&b), &log)).await?;
+    Ok(Json(json!({ "hostId": host.to_string(), "endpoint": bmc.endpoint, "credentialsPath": bmc.credentials_path })))
+}
+
+/// `?reason=` of a removal.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReasonQuery {
+    reason: Option<String>,
+}
+
+/// `DELETE /v1/hosts/{id}/bmc?reason=…` (admin).
+pub async fn delete_bmc(
+    State(app): State<Arc<AppState>>,
+    Admin(op): Admin,
+    Path(id): Path<String>,
+    crate::api::operator::QueryParams(q): crate::api::operator::QueryParams<ReasonQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let reason = check_reason(q.reason.as_deref())?;
+    let host = host_id(&id)?;
+    let mut log = change(&app, &op, "host.bmc.removed", host, &reason, json!({}));
+    log.event.host_id = Some(host);
+    store::blocking(app.store.clone(), move |s| s.set_host_bmc(host, None, &log)).await?;
+    Ok(Json(json!({ "hostId": host.to_string(), "bmc": null })))
+}
+
+/// `POST /v1/rack-firmware`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FirmwareRequest {
+    id: String,
+    hardware_type: String,
+    image_uri: String,
+    #[serde(default = "yes")]
+    available: bool,
+    #[serde(default)]
+    default: bool,
+    reason: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn firmware_json(f: &FirmwareRecord) -> Value {
+    json!({ "id": f.id, "hardwareType": f.hardware_type, "imageUri": f.image_uri, "available": f.available,
+            "default": f.default, "createdAt": f.created_at })
+}
+
+/// `POST /v1/rack-firmware` (admin).
+pub async fn create_firmware(
+    State(app): State<Arc<AppState>>,
+    Admin(op): Admin,
+    JsonBody(req): JsonBody<FirmwareRequest>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let reason = check_reason(req.reason.as_deref())?;
+    let id = check_name("id", &req.id)?;
+    let hardware_type = check_name("hardwareType", &req.hardware_type)?;
+    let uri = req.image_uri.trim();
+    if !(uri.starts_with("https://") || uri.starts_with("http://"))
+        || uri.len() > 2000
+        || uri.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(ApiError::bad_request("imageUri: the http(s) URL a BMC fetches the image from"));
+    }
+    let f = FirmwareRecord {
+        id,
+        hardware_type,
+        image_uri: uri.to_owned(),
+        available: req.available,
+        default: req.default,
+        created_at: app.clock.now(),
+    };
+    let log = change(&app, &op, "rack.firmware.created", Uuid::nil(), &reason, firmware_json(&f));
+    let stored = store::blocking(app.store.clone(), move |s| s.create_firmware(&f, &log)).await?;
+    Ok((StatusCode::CREATED, Json(firmware_json(&stored))))
+}
+
+/// `GET /v1/rack-firmware` (viewer).
+pub async fn list_firmware(State(app): State<Arc<AppState>>, Reader(_): Reader) -> Result<Json<Value>, ApiError> {
+    let all = store::blocking(app.store.clone(), |s| s.list_firmware()).await?;
+    Ok(Json(json!({ "firmware": all.iter().map(firmware_json).collect::<Vec<_>>() })))
+}
