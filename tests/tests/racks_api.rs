@@ -154,4 +154,61 @@ async fn racks_switches_and_shelves_are_inventoried_with_their_rules() {
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+
+    // Rack maintenance as a user types it.
+    let ok = |out: &std::process::Output| format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let out = h
+        .drover_as(
+            a,
+            &[
+                "rack",
+                "firmware",
+                "create",
+                "fw-2.0",
+                "--hardware-type",
+                "gb200-nvl72",
+                "--image-uri",
+                "https://fw.example/fw-2.0.bin",
+                "--default",
+                "--reason",
+                "catalogue",
+            ],
+        )
+        .await;
+    assert!(out.status.success(), "{}", ok(&out));
+    let out = h.drover_as(&h.viewer, &["rack", "firmware", "list"]).await;
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("fw-2.0"), "{}", ok(&out));
+    // Power and firmware drive the machines' BMCs: a machine without one is refused up front.
+    let out = h.drover_as(a, &["rack", "maintenance", "c07", "--ref", "https://tracker/RACK-1"]).await;
+    assert_eq!(out.status.code(), Some(65), "{}", ok(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("without a BMC"), "{}", ok(&out));
+    let out = h
+        .drover_as(
+            a,
+            &[
+                "rack",
+                "maintenance",
+                "c07",
+                "--machine-id",
+                &host_id,
+                "--activity",
+                "configure-nmx-cluster",
+                "--ref",
+                "https://tracker/RACK-1",
+            ],
+        )
+        .await;
+    assert!(out.status.success(), "{}", ok(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("maintenance requested on rack c07 by alice (https://tracker/RACK-1): 1 machine(s)"),
+        "{}",
+        ok(&out)
+    );
+    let out = h
+        .drover_as(a, &["rack", "bmc", &host_id, "--endpoint", "http://10.9.8.1", "--credentials-path", "bmc/gpu-1", "--reason", "cabled"])
+        .await;
+    assert_eq!(out.status.code(), Some(65), "a BMC is reached over https only: {}", ok(&out));
+    let out = h.drover_as(a, &["component", "firmware", "update", "--power-shelves", &id1, "--target-version", "fw-2.0"]).await;
+    assert_ne!(out.status.code(), Some(0), "{}", ok(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("do not go through the rack"), "{}", ok(&out));
 }
