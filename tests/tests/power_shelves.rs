@@ -10,6 +10,9 @@
 //!   outlet accepts PowerControl but never changes; the operation fails after the bounded wait
 //!   and the shelf is in error, the event naming the outlet, the request cleared.
 //! - `wrong_credentials_keep_the_shelf_fetching_and_no_secret_is_shown`.
+//! - `shelf_firmware_goes_straight_to_the_pmc_and_a_failed_update_is_reported`: the
+//!   component-firmware entry point sends `UpdateService.SimpleUpdate` to the PMC (202, task
+//!   monitor followed to the end), the outcome an event naming the shelf.
 
 use std::time::{Duration, Instant};
 
@@ -121,4 +124,36 @@ async fn wrong_credentials_keep_the_shelf_fetching_and_no_secret_is_shown() {
     assert!(!v.to_string().contains("not-the-pmc-password"));
     let all = call(&e, "GET", "/v1/events?limit=500", None).await.1.to_string();
     assert!(!all.contains("not-the-pmc-password") && !all.contains(DEFAULT_PASSWORD), "no password in any event");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shelf_firmware_goes_straight_to_the_pmc_and_a_failed_update_is_reported() {
+    let h = Harness::start().await;
+    let e = h.endpoint();
+    let p = Pmc::start(100);
+    let id = shelf(&e, &p, "c07-ps4", None).await;
+    state_is(&e, &id, "ready").await;
+    let body = json!({ "id": "ps-fw-2.1", "hardwareType": "nvl72", "imageUri": "https://fw.example/ps-fw-2.1.bin", "reason": "catalogue" });
+    assert_eq!(call(&e, "POST", "/v1/rack-firmware", Some(body)).await.0, "201");
+    let update = json!({ "powerShelves": [id], "targetVersion": "ps-fw-2.1", "reference": "https://tracker/FW-1" });
+    let (code, v) = call(&e, "POST", "/v1/components/firmware", Some(update.clone())).await;
+    assert_eq!(code, "202", "{v}");
+    until(&e, "/v1/events?kind=power_shelf.firmware.completed", "applied", |c, v| {
+        c == "200" && v["items"].as_array().is_some_and(|a| a.len() == 1)
+    })
+    .await;
+    assert_eq!(p.fake.control("GET", "state", None).expect("state")["firmwareVersion"], "ps-fw-2.1");
+    // The PMC fails the next one: the event names the shelf and carries the PMC's words.
+    p.fake.control("POST", "update-fail", Some(&json!({ "fail": true, "message": "image signature invalid" }))).expect("arm");
+    assert_eq!(call(&e, "POST", "/v1/components/firmware", Some(update)).await.0, "202");
+    let failed = until(&e, "/v1/events?kind=power_shelf.firmware.failed", "reported", |c, v| {
+        c == "200" && v["items"].as_array().is_some_and(|a| !a.is_empty())
+    })
+    .await;
+    let msg = failed["items"][0]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("power shelf c07-ps4") && msg.contains("image signature invalid"), "{msg}");
+    // Unknown firmware: nothing is started.
+    let (code, v) = call(&e, "POST", "/v1/components/firmware", Some(json!({ "powerShelves": [id], "targetVersion": "ps-fw-9" }))).await;
+    assert_eq!(code, "422", "{v}");
+    assert_eq!(p.fake.control("GET", "state", None).expect("state")["updates"].as_array().map(Vec::len), Some(2));
 }

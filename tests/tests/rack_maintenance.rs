@@ -10,7 +10,8 @@
 //!   drives only it; an unknown firmware id sends the rack to error, an unavailable one is
 //!   skipped; the firmware upgrade reaches the emulator's UpdateService, which refuses it in
 //!   fake mode, and the rack fails naming the machine; the component-firmware entry point
-//!   resolves the rack from its first compute tray; the request's refusals.
+//!   resolves the rack from its first compute tray, and sends a power shelf's straight to its
+//!   PMC; the request's refusals.
 //! - `a_machine_whose_bmc_refuses_power_off_fails_the_rack_before_any_shelf_goes_off`.
 //! - `a_shelf_outlet_that_never_switches_fails_the_rack_naming_the_shelf`.
 
@@ -157,8 +158,15 @@ async fn scope_activities_and_firmware_resolution_decide_what_is_driven() {
     settled(&e, "error").await;
     let why = reasons(&events(&e, "rack.transition").await).pop().unwrap_or_default();
     assert!(why.starts_with("firmware_upgrade failed") && why.contains(&r.machines[0]) && why.contains("BIOS"), "{why}");
+    // Power shelves go straight to their PMC, not through the rack.
     let (code, v) = call(&e, "POST", "/v1/components/firmware", Some(json!({ "powerShelves": [r.shelves[0]] }))).await;
-    assert_eq!(code, "422", "power shelves do not go through the rack: {v}");
+    assert_eq!((code.as_str(), v["firmware"].as_str()), ("202", Some("fw-2.0")), "{v}");
+    until(&e, "/v1/events?kind=power_shelf.firmware.completed", "applied", |c, v| {
+        c == "200" && v["items"].as_array().is_some_and(|a| !a.is_empty())
+    })
+    .await;
+    assert_eq!(pmcs[0].fake.control("GET", "state", None).expect("state")["firmwareVersion"], "fw-2.0");
+    assert_eq!(call(&e, "GET", "/v1/racks/c07", None).await.1["state"], "error", "the rack was not involved");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

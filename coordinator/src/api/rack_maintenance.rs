@@ -7,7 +7,7 @@
 //! - `POST /v1/components/firmware` (admin): `UpdateComponentFirmware` — compute trays or
 //!   switches resolve their rack from the first device and become a rack maintenance request
 //!   with a firmware upgrade carrying the target version; power shelves do not go through the
-//!   rack state machine (the seed's rule) and are refused here with the reason.
+//!   rack state machine (the seed's rule): their PMCs get the update directly.
 //! - `PUT`/`DELETE /v1/hosts/{id}/bmc` (admin): a host's BMC (endpoint, credentials path, and
 //!   optionally the credentials themselves, written to the secret store, never echoed).
 //! - `POST`/`GET /v1/rack-firmware`: the firmware records the upgrade resolves.
@@ -180,11 +180,7 @@ pub async fn component_firmware(
         return Err(ApiError::bad_request("name one kind of component: computeTrays, switches or powerShelves"));
     }
     if !req.power_shelves.is_empty() {
-        return Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "not_through_racks",
-            "power shelves do not go through the rack state machine, and Drover has no power-shelf firmware backend: nothing was requested",
-        ));
+        return shelf_firmware(&app, &op, &req.power_shelves, req.target_version.as_deref(), req.reference.as_deref()).await;
     }
     let first = req.compute_trays.first().or(req.switches.first()).cloned().unwrap_or_default();
     let first_id = Uuid::parse_str(first.trim()).map_err(|_| ApiError::bad_request(format!("component id {first:?} is not a UUID")))?;
@@ -208,6 +204,122 @@ pub async fn component_firmware(
     };
     let v = request(&app, &op, &rack_id.to_string(), scope, req.reference.as_deref()).await?;
     Ok((StatusCode::ACCEPTED, Json(v)))
+}
+
+/// Power shelves' firmware goes straight to their PMCs, not through the rack state machine
+/// (the seed's rule): the firmware is resolved as for a rack (the default for the rack's
+/// hardware type, or the record named), every shelf must exist, not be marked for deletion and
+/// be `ready` (else nothing is started), then each PMC gets `UpdateService.SimpleUpdate` and
+/// its outcome is an event (`power_shelf.firmware.completed` or `.failed`, naming the shelf).
+/// A coordinator stopped mid-update loses only that event: the PMC runs its own task.
+async fn shelf_firmware(
+    app: &Arc<AppState>,
+    op: &OperatorCaller,
+    ids: &[String],
+    version: Option<&str>,
+    reference: Option<&str>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let mut parsed = Vec::new();
+    for id in ids {
+        parsed.push(Uuid::parse_str(id.trim()).map_err(|_| ApiError::bad_request(format!("power shelf id {id:?} is not a UUID")))?);
+    }
+    let want = parsed.clone();
+    let (shelves, table) = store::blocking(app.store.clone(), move |s| {
+        let mut out = Vec::new();
+        for id in &want {
+            out.push((*id, s.get_device(*id)?.filter(|d| d.kind == DeviceKind::PowerShelf)));
+        }
+        Ok((out, s.list_firmware()?))
+    })
+    .await?;
+    let mut devices = Vec::new();
+    for (id, d) in shelves {
+        let d = d.ok_or_else(|| ApiError::not_found(format!("power shelf {id} does not exist; nothing was started")))?;
+        if d.marked_for_deletion || d.shelf_state != Some(drover_proto::states::PowerShelfState::Ready) {
+            let state = d.shelf_state.map(|s| s.as_str()).unwrap_or("unknown");
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "power_shelf_not_ready",
+                format!(
+                    "power shelf {} is {state}{}: nothing was started",
+                    d.name,
+                    if d.marked_for_deletion { " and marked for deletion" } else { "" }
+                ),
+            ));
+        }
+        devices.push(d);
+    }
+    let rack = store::blocking(app.store.clone(), {
+        let r = devices[0].rack_id;
+        move |s| s.get_rack(r)
+    })
+    .await?
+    .ok_or_else(ApiError::internal)?;
+    let views: Vec<crate::devices::rack::Firmware> = table
+        .iter()
+        .map(|f| crate::devices::rack::Firmware {
+            id: f.id.clone(),
+            hardware_type: f.hardware_type.clone(),
+            available: f.available,
+            default: f.default,
+        })
+        .collect();
+    let firmware = match crate::devices::rack::resolve_firmware(version, &rack.hardware_type, &views) {
+        crate::devices::rack::FirmwareChoice::Use(id) => id,
+        crate::devices::rack::FirmwareChoice::Skip(why) | crate::devices::rack::FirmwareChoice::Fail(why) => {
+            return Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "firmware_unusable", format!("{why}; nothing was started")));
+        }
+    };
+    let image = table.iter().find(|f| f.id == firmware).map(|f| f.image_uri.clone()).ok_or_else(ApiError::internal)?;
+    let initiator = shelf::initiator(Some(&op.name), reference);
+    let names: Vec<String> = devices.iter().map(|d| d.name.clone()).collect();
+    let log = change(
+        app,
+        op,
+        "power_shelf.firmware.requested",
+        devices[0].id,
+        &initiator,
+        json!({ "powerShelves": names, "firmware": firmware }),
+    );
+    // The request's event and audit record (two writes: nothing else changes with them).
+    store::blocking(app.store.clone(), move |s| {
+        s.append_event(&log.event)?;
+        s.append_audit(&log.audit)
+    })
+    .await?;
+    for d in devices {
+        let (app, image, firmware) = (app.clone(), image.clone(), firmware.clone());
+        tokio::spawn(async move {
+            let bmc = crate::devices::power::Bmc {
+                name: format!("power shelf {}", d.name),
+                endpoint: d.endpoint.clone(),
+                credentials_path: d.credentials_path.clone(),
+            };
+            let outcome = app.power.shelf_firmware(&bmc, &image).await;
+            let (kind, message) = match &outcome {
+                Ok(()) => ("power_shelf.firmware.completed", format!("power shelf {}: firmware {firmware} applied", d.name)),
+                Err(e) => ("power_shelf.firmware.failed", format!("power shelf {}: firmware {firmware} failed: {e}", d.name)),
+            };
+            let ev = crate::store::NewEvent {
+                at: app.clock.now(),
+                kind: kind.into(),
+                host_id: None,
+                rollout_id: None,
+                job_id: None,
+                message,
+                data: json!({ "powerShelfId": d.id, "rackId": d.rack_id, "firmware": firmware }),
+            };
+            if let Err(e) = store::blocking(app.store.clone(), move |s| s.append_event(&ev)).await {
+                tracing::error!(error = %e, "power shelf firmware outcome could not be recorded");
+            }
+        });
+    }
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(
+            json!({ "firmware": firmware, "powerShelfIds": parsed.iter().map(Uuid::to_string).collect::<Vec<_>>(), "initiator": initiator }),
+        ),
+    ))
 }
 
 /// `PUT /v1/hosts/{id}/bmc`.

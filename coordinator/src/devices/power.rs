@@ -83,6 +83,9 @@ pub trait PowerControl: Send + Sync {
     /// Has the machine's BMC apply the firmware image at `image_uri` to the machine, waiting
     /// (bounded) for the update to finish.
     fn machine_firmware<'a>(&'a self, machine: &'a Bmc, image_uri: &'a str) -> PowerFuture<'a, ()>;
+    /// Has a shelf's PMC apply the firmware image at `image_uri` to the shelf, waiting
+    /// (bounded) for the update to finish.
+    fn shelf_firmware<'a>(&'a self, shelf: &'a Bmc, image_uri: &'a str) -> PowerFuture<'a, ()>;
 }
 
 /// [`PowerControl`] over Redfish, with credentials from the secret store.
@@ -201,6 +204,13 @@ impl PowerControl for RedfishPower {
             let (client, uri) = self.system_uri(machine).await?;
             let sys = client.system(&uri).await.map_err(|source| PowerError::Device { device: machine.name.clone(), source })?;
             Ok(sys.power_state)
+        })
+    }
+
+    fn shelf_firmware<'a>(&'a self, shelf: &'a Bmc, image_uri: &'a str) -> PowerFuture<'a, ()> {
+        Box::pin(async move {
+            let (client, uri) = self.shelf_uri(shelf).await?;
+            client.simple_update(image_uri, &[uri]).await.map_err(|source| PowerError::Device { device: shelf.name.clone(), source })
         })
     }
 
