@@ -20,6 +20,7 @@ pub mod fake_maas;
 pub mod fake_shelf;
 pub mod fleet;
 pub mod hostroot;
+mod listening;
 pub mod nixkit;
 pub mod openbao;
 pub mod spec;

@@ -1,8 +1,11 @@
 //! The `fake-shelf` binary as a process, driven over real HTTPS by reqwest (independent of
 //! Drover's Redfish client) with a throwaway self-signed certificate: TLS 1.2 and 1.3, Basic
 //! authentication, the resource tree from the service root down to the outlets' action
-//! targets, `PowerControl` with its refusals, every control call, and firmware updates
-//! (`SimpleUpdate` → 202 → task monitor 202 → 200, the failure switch, refused bodies).
+//! targets, `PowerControl` with its refusals, every control call, firmware updates
+//! (`SimpleUpdate` → 202 → task monitor 202 → 200, the failure switch, refused bodies), and
+//! the optional `ComputerSystem`s (`Reset` converging after the delay, a stuck system that
+//! never changes, refused `ResetType`s, Basic authentication). Waiting for a state is
+//! bounded polling, never a sleep sized to the delay.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -113,6 +116,27 @@ impl Shelf {
             }
             assert_eq!((a.body["TaskState"].as_str(), a.headers["retry-after"].to_str().ok()), (Some("Running"), Some("1")));
             assert!(std::time::Instant::now() < deadline, "{monitor} still 202 after 20 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn reset(&self, target: &str, reset_type: &str) -> Answer {
+        let body = json!({ "ResetType": reset_type }).to_string();
+        self.send("POST", target, Some((&self.user, &self.password)), Some(("application/json", &body))).await
+    }
+
+    /// Reads `uri` until its `PowerState` is `want` (every other reading must be one of
+    /// `passing`), within 20 s.
+    async fn until_power(&self, uri: &str, want: &str, passing: &[&str]) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let a = self.get(uri).await;
+            let state = a.body["PowerState"].as_str().unwrap_or_default().to_owned();
+            if state == want {
+                return;
+            }
+            assert!(passing.contains(&state.as_str()), "{uri} read {state:?} on the way to {want}");
+            assert!(std::time::Instant::now() < deadline, "{uri} still {state} after 20 s");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
@@ -337,4 +361,99 @@ async fn fake_shelf_failing_updates_end_in_exception_and_keep_the_version() {
     assert_eq!(state["updates"][0]["imageUri"], "https://fw.example/ps-fw-6.6.bin");
     assert_eq!(state["updates"][1]["targets"], json!([SHELF]));
     assert!(shelf.fake.control("POST", "update-fail", Some(&json!({"fail": "yes"}))).is_err());
+}
+
+const NODE_1: &str = "/redfish/v1/Systems/node-1";
+const NODE_1_RESET: &str = "/redfish/v1/Systems/node-1/Actions/ComputerSystem.Reset";
+
+#[tokio::test]
+async fn fake_shelf_systems_reset_after_the_delay_and_refuse_bad_requests() {
+    let shelf = Shelf::start(|o| {
+        o.delay_ms = 500;
+        o.systems = vec!["node-1".into(), "node-2".into()];
+    });
+    let auth = Some((shelf.user.as_str(), shelf.password.as_str()));
+    let root = shelf.send("GET", ROOT, None, None).await.body;
+    assert_eq!(root["Systems"], json!({"@odata.id": "/redfish/v1/Systems"}));
+    let systems = shelf.get("/redfish/v1/Systems").await.body;
+    assert_eq!(systems["@odata.type"], "#ComputerSystemCollection.ComputerSystemCollection");
+    let ids: Vec<&str> = systems["Members"].as_array().unwrap().iter().map(|m| m["@odata.id"].as_str().unwrap()).collect();
+    assert_eq!(ids, vec![NODE_1, "/redfish/v1/Systems/node-2"]);
+    let node = shelf.get(NODE_1).await.body;
+    assert_eq!(
+        (node["@odata.type"].as_str(), node["Id"].as_str(), node["PowerState"].as_str()),
+        (Some("#ComputerSystem.v1_13_0.ComputerSystem"), Some("node-1"), Some("On"))
+    );
+    assert!(node["Name"].is_string());
+    let action = &node["Actions"]["#ComputerSystem.Reset"];
+    assert_eq!(action["target"], NODE_1_RESET);
+    assert_eq!(action["ResetType@Redfish.AllowableValues"], json!(["On", "ForceOff", "GracefulShutdown", "ForceRestart"]));
+
+    // Refused: nothing logged, nothing moves.
+    let denied = shelf.send("POST", NODE_1_RESET, None, Some(("application/json", r#"{"ResetType":"ForceOff"}"#))).await;
+    assert_eq!((denied.status, code(&denied)), (401, "Base.1.0.NoValidSession"));
+    assert!(denied.headers["www-authenticate"].to_str().unwrap().starts_with("Basic realm=\""));
+    assert_eq!(shelf.send("GET", NODE_1, Some((&shelf.user, "wrong")), None).await.status, 401);
+    let wrong = shelf.reset(NODE_1_RESET, "Nmi").await;
+    assert_eq!((wrong.status, code(&wrong)), (400, "Base.1.0.ActionParameterValueNotInList"));
+    assert!(wrong.body["error"]["message"].as_str().unwrap().contains("Nmi"), "{}", wrong.body);
+    assert_eq!(code(&shelf.reset(NODE_1_RESET, "PowerCycle").await), "Base.1.0.ActionParameterValueNotInList");
+    let missing = shelf.send("POST", NODE_1_RESET, auth, Some(("application/json", r#"{"PowerState":"Off"}"#))).await;
+    assert_eq!((missing.status, code(&missing)), (400, "Base.1.0.ActionParameterMissing"));
+    let malformed = shelf.send("POST", NODE_1_RESET, auth, Some(("application/json", "{"))).await;
+    assert_eq!((malformed.status, code(&malformed)), (400, "Base.1.0.MalformedJSON"));
+    assert_eq!(shelf.send("POST", NODE_1_RESET, auth, Some(("text/plain", r#"{"ResetType":"ForceOff"}"#))).await.status, 415);
+    assert_eq!(shelf.get(NODE_1_RESET).await.status, 405);
+    assert_eq!(shelf.reset(&NODE_1_RESET.replace("node-1", "node-9"), "ForceOff").await.status, 404);
+    assert_eq!(shelf.fake("GET", "state", None)["resets"], json!([]));
+
+    // ForceOff: PoweringOff for the delay, then Off; again is a no-op; then a restart.
+    assert_eq!(shelf.reset(NODE_1_RESET, "ForceOff").await.status, 204);
+    assert_eq!(shelf.get(NODE_1).await.body["PowerState"], "PoweringOff");
+    shelf.until_power(NODE_1, "Off", &["PoweringOff"]).await;
+    assert_eq!(shelf.reset(NODE_1_RESET, "GracefulShutdown").await.status, 204);
+    assert_eq!(shelf.get(NODE_1).await.body["PowerState"], "Off");
+    assert_eq!(shelf.reset(NODE_1_RESET, "ForceRestart").await.status, 204);
+    shelf.until_power(NODE_1, "On", &["PoweringOn"]).await;
+    let state = shelf.fake("GET", "state", None);
+    assert_eq!(state["systems"], json!({"node-1": "On", "node-2": "On"}));
+    assert_eq!(
+        state["resets"],
+        json!([
+            {"system": "node-1", "resetType": "ForceOff"},
+            {"system": "node-1", "resetType": "GracefulShutdown"},
+            {"system": "node-1", "resetType": "ForceRestart"},
+        ])
+    );
+    assert_eq!(state["actions"], json!([]), "resets are not outlet actions");
+}
+
+#[tokio::test]
+async fn fake_shelf_stuck_system_accepts_resets_and_never_changes() {
+    // No delay: a system that is not stuck reads its target on the very next request, so a
+    // reading that stays put is the stuck switch, not a clock that has not run out.
+    let shelf = Shelf::start(|o| {
+        o.delay_ms = 0;
+        o.systems = vec!["node-1".into()];
+        o.systems_off = true;
+    });
+    assert_eq!(shelf.get(NODE_1).await.body["PowerState"], "Off");
+    let stuck = json!({"system": "node-1", "stuck": true});
+    assert_eq!(shelf.fake("POST", "stuck", Some(stuck.clone())), stuck);
+    for reset_type in ["On", "ForceRestart", "On"] {
+        assert_eq!(shelf.reset(NODE_1_RESET, reset_type).await.status, 204, "{reset_type}");
+        assert_eq!(shelf.get(NODE_1).await.body["PowerState"], "Off", "{reset_type}");
+    }
+    let state = shelf.fake("GET", "state", None);
+    assert_eq!(state["systems"], json!({"node-1": "Off"}));
+    assert_eq!(state["resets"].as_array().map(Vec::len), Some(3));
+    assert_eq!(state["resets"][1], json!({"system": "node-1", "resetType": "ForceRestart"}));
+    assert!(shelf.fake.control("POST", "stuck", Some(&json!({"system": "node-9", "stuck": true}))).is_err());
+    assert!(shelf.fake.control("POST", "stuck", Some(&json!({"system": "node-1", "outlet": "A1", "stuck": true}))).is_err());
+
+    shelf.fake("POST", "stuck", Some(json!({"system": "node-1", "stuck": false})));
+    assert_eq!(shelf.reset(NODE_1_RESET, "On").await.status, 204);
+    assert_eq!(shelf.get(NODE_1).await.body["PowerState"], "On");
+    // The outlets are untouched by all of it.
+    assert_eq!(shelf.fake("GET", "state", None)["outlets"], json!({"A1": "On", "B1": "On"}));
 }

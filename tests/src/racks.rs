@@ -29,12 +29,19 @@ pub struct Pmc {
 impl Pmc {
     /// A fake shelf whose outlets take `delay_ms` to switch.
     pub fn start(delay_ms: u64) -> Pmc {
+        Pmc::start_with_systems(delay_ms, &[])
+    }
+
+    /// Like [`Pmc::start`], also serving ComputerSystems `systems` (a BMC that can be told
+    /// never to converge).
+    pub fn start_with_systems(delay_ms: u64, systems: &[&str]) -> Pmc {
         let dir = tempfile::tempdir().expect("tempdir");
         let (cert, key, pem) = loopback_certificate(dir.path()).expect("cert");
         let fake = FakeShelf::start(&FakeShelfOptions {
             delay_ms,
             name: Some("PS-9000".into()),
             serial: Some("SN-4711".into()),
+            systems: systems.iter().map(|s| (*s).to_owned()).collect(),
             ..FakeShelfOptions::new(cert, key)
         })
         .expect("fake shelf");
@@ -109,15 +116,51 @@ pub async fn add_shelf(e: &Endpoint, rack: &str, p: &Pmc, name: &str, password: 
     v["id"].as_str().expect("id").to_owned()
 }
 
-/// Creates a host, places it in `rack` and gives it the emulator's system `uuid` as its BMC.
-pub async fn add_machine(e: &Endpoint, rack: &str, hostname: &str, bmcs: &Bmcs, uuid: &str) -> String {
+/// A machine's BMC as a test gives it: the system's URL and the account.
+pub struct MachineBmc<'a> {
+    /// `https://…/redfish/v1/Systems/ID`.
+    pub endpoint: String,
+    /// The account.
+    pub username: &'a str,
+    /// Its password.
+    pub password: &'a str,
+    /// The BMC's certificate.
+    pub pem: &'a str,
+}
+
+impl Bmcs {
+    /// The BMC of the emulator's system `uuid`.
+    pub fn machine(&self, uuid: &str) -> MachineBmc<'_> {
+        MachineBmc {
+            endpoint: format!("{}/redfish/v1/Systems/{uuid}", self.sushy.url()),
+            username: SUSHY_USER,
+            password: SUSHY_PASSWORD,
+            pem: &self.pem,
+        }
+    }
+}
+
+impl Pmc {
+    /// The BMC of the fake's system `id` (started with `systems`).
+    pub fn machine(&self, id: &str) -> MachineBmc<'_> {
+        MachineBmc {
+            endpoint: format!("{}/redfish/v1/Systems/{id}", self.fake.url()),
+            username: DEFAULT_USER,
+            password: DEFAULT_PASSWORD,
+            pem: &self.pem,
+        }
+    }
+}
+
+/// Creates a host, places it in `rack` and gives it `bmc`.
+pub async fn add_machine(e: &Endpoint, rack: &str, hostname: &str, bmc: MachineBmc<'_>) -> String {
     let (code, v) = call(e, "POST", "/v1/hosts", Some(json!({ "hostname": hostname, "trustSha256": e.trust_sha256 }))).await;
     assert_eq!(code, "201", "{v}");
     let id = v["hostId"].as_str().or(v["id"].as_str()).expect("host id").to_owned();
     let (code, v) = call(e, "POST", &format!("/v1/hosts/{id}/rack"), Some(json!({ "rack": rack, "reason": "racked" }))).await;
     assert_eq!(code, "200", "{v}");
-    let body = json!({ "endpoint": format!("{}/redfish/v1/Systems/{uuid}", bmcs.sushy.url()), "credentialsPath": format!("bmc/{hostname}"),
-        "credentials": { "username": SUSHY_USER, "password": SUSHY_PASSWORD, "caPem": bmcs.pem }, "reason": "cabled" });
+    let body = json!({ "endpoint": bmc.endpoint, "credentialsPath": format!("bmc/{hostname}"),
+        "credentials": { "username": bmc.username, "password": bmc.password, "caPem": bmc.pem }, "reason": "cabled" });
     let (code, v) = call(e, "PUT", &format!("/v1/hosts/{id}/bmc"), Some(body)).await;
     assert_eq!(code, "200", "{v}");
     id

@@ -47,6 +47,11 @@ async fn a_shelf_is_brought_up_powered_off_and_on_then_deleted() {
         events(&e, "power_shelf.transition").await.iter().map(|e| format!("{}>{}", e["data"]["from"], e["data"]["to"])).collect();
     assert_eq!(moves, ["\"initializing\">\"fetching_data\"", "\"fetching_data\">\"configuring\"", "\"configuring\">\"ready\""]);
 
+    // A second shelf by the same name is refused before its credentials are written: the
+    // first shelf's secret (same path) is untouched, as the power-off below shows.
+    let dup = json!({ "rack": "c07", "name": "c07-ps1", "endpoint": p.fake.url(), "credentialsPath": "racks/c07/c07-ps1",
+        "credentials": { "username": "intruder", "password": "overwritten" }, "reason": "typo" });
+    assert_eq!(call(&e, "POST", "/v1/power-shelves", Some(dup)).await.0, "409");
     let req = json!({ "powerShelfIds": [id], "operation": "power_off", "reference": "https://tracker/MAINT-123" });
     let (code, v) = call(&e, "POST", "/v1/power-shelves/maintenance", Some(req)).await;
     assert_eq!(code, "200", "{v}");

@@ -14,9 +14,12 @@
 //!   PMC; the request's refusals.
 //! - `a_machine_whose_bmc_refuses_power_off_fails_the_rack_before_any_shelf_goes_off`.
 //! - `a_shelf_outlet_that_never_switches_fails_the_rack_naming_the_shelf`.
+//! - `a_machine_that_never_reaches_its_power_state_fails_the_rack_naming_it`: sushy-emulator
+//!   cannot make one (every accepted reset lands within 11 s), so machine 2's BMC is the fake's
+//!   system with its stuck switch on.
 
 use drover_tests::Harness;
-use drover_tests::racks::{Bmcs, Pmc, add_machine, add_shelf, call, events, rack, until};
+use drover_tests::racks::{Bmcs, MachineBmc, Pmc, add_machine, add_shelf, call, events, rack, until};
 use serde_json::{Value, json};
 
 const M: [&str; 3] =
@@ -27,13 +30,13 @@ struct Rack {
     shelves: Vec<String>,
 }
 
-async fn build(e: &drover_tests::Endpoint, bmcs: &Bmcs, odd: Option<&Bmcs>, pmcs: &[Pmc]) -> Rack {
+/// The rack: machines 0 and 1 are `bmcs`' systems, machine 2 is `third` (default: `bmcs`').
+async fn build(e: &drover_tests::Endpoint, bmcs: &Bmcs, third: Option<MachineBmc<'_>>, pmcs: &[Pmc]) -> Rack {
     rack(e, "c07").await;
     let mut machines = Vec::new();
-    for (i, uuid) in M.iter().enumerate() {
-        let b = if i == 2 { odd.unwrap_or(bmcs) } else { bmcs };
-        machines.push(add_machine(e, "c07", &format!("gpu-{i}"), b, uuid).await);
-    }
+    machines.push(add_machine(e, "c07", "gpu-0", bmcs.machine(M[0])).await);
+    machines.push(add_machine(e, "c07", "gpu-1", bmcs.machine(M[1])).await);
+    machines.push(add_machine(e, "c07", "gpu-2", third.unwrap_or_else(|| bmcs.machine(M[2]))).await);
     for i in 0..2 {
         let body = json!({ "rack": "c07", "name": format!("c07-leaf{i}"), "endpoint": format!("https://10.9.7.{}", 21 + i),
             "credentialsPath": format!("racks/c07/leaf{i}"), "reason": "inventory" });
@@ -176,7 +179,7 @@ async fn a_machine_whose_bmc_refuses_power_off_fails_the_rack_before_any_shelf_g
     let bmcs = Bmcs::start(&[(M[0], "On"), (M[1], "On")], "");
     let stubborn = Bmcs::start(&[(M[2], "On")], "SUSHY_EMULATOR_DISABLE_POWER_OFF = True");
     let pmcs = [Pmc::start(100), Pmc::start(100)];
-    let r = build(&e, &bmcs, Some(&stubborn), &pmcs).await;
+    let r = build(&e, &bmcs, Some(stubborn.machine(M[2])), &pmcs).await;
     let body = json!({ "activities": [{ "activity": "power_sequence" }] });
     assert_eq!(call(&e, "POST", "/v1/racks/c07/maintenance", Some(body)).await.0, "202");
     settled(&e, "error").await;
@@ -206,4 +209,32 @@ async fn a_shelf_outlet_that_never_switches_fails_the_rack_naming_the_shelf() {
     let why = reasons(&events(&e, "rack.transition").await).pop().unwrap_or_default();
     assert!(why.contains("power shelf c07-psb") && why.contains("Outlets/A1") && why.contains("PowerState is still"), "{why}");
     assert_eq!(a.outlets(), json!({ "A1": "Off", "B1": "Off" }), "the first shelf did go off");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_machine_that_never_reaches_its_power_state_fails_the_rack_naming_it() {
+    // sushy-emulator lands every accepted reset within 11 s; a machine that never converges
+    // is the fake BMC's system with its stuck switch on (it answers 204 and stays On).
+    let h = Harness::start().await;
+    let e = h.endpoint();
+    let bmcs = Bmcs::start(&[(M[0], "On"), (M[1], "On")], "");
+    let bmc = Pmc::start_with_systems(100, &["node-2"]);
+    bmc.fake.control("POST", "stuck", Some(&json!({ "system": "node-2", "stuck": true }))).expect("arm");
+    let pmcs = [Pmc::start(100)];
+    let r = build(&e, &bmcs, Some(bmc.machine("node-2")), &pmcs).await;
+    assert_eq!(
+        call(&e, "POST", "/v1/racks/c07/maintenance", Some(json!({ "activities": [{ "activity": "power_sequence" }] }))).await.0,
+        "202"
+    );
+    settled(&e, "error").await;
+    let why = reasons(&events(&e, "rack.transition").await).pop().unwrap_or_default();
+    assert!(
+        why.starts_with("power_sequence failed")
+            && why.contains(&format!("machine gpu-2 ({})", r.machines[2]))
+            && why.contains("PowerState is still On"),
+        "{why}"
+    );
+    let resets = bmc.fake.control("GET", "state", None).expect("state")["resets"].clone();
+    assert_eq!(resets.as_array().map(Vec::len), Some(1), "one reset sent, then read until the bound: {resets}");
+    assert!(pmcs[0].actions().is_empty(), "no shelf went off under a machine still on");
 }

@@ -73,6 +73,19 @@ async fn drive(
     panic!("not done after 200 rounds: {:?}", rollout_states(&app.store));
 }
 
+/// Every host of the example fleet, healthy and running an older system (so re-applying the
+/// channel's target is real work), checked in once.
+async fn on_old_systems(h: &Harness) -> Vec<SimAgent> {
+    let agents: Vec<SimAgent> = agents(h, |_| Behaviour::Healthy)
+        .into_iter()
+        .map(|a| {
+            let old = format!("/nix/store/{:0>32}-nixos-system-{}-old", 0, a.hostname);
+            a.running(&old)
+        })
+        .collect();
+    step_all(h, agents).await.0
+}
+
 fn all_converged(states: &BTreeMap<String, RolloutState>) -> bool {
     states.len() == 2 && states.values().all(|s| *s == RolloutState::Converged)
 }
@@ -367,15 +380,7 @@ async fn host_offline_during_the_rollout_gets_the_current_target_when_it_returns
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn maintenance_and_a_rollout_on_the_same_hosts_never_exceed_a_budget_together() {
     let h = Harness::start_with_long_poll(1).await;
-    // Every host runs an older system, so re-applying the channel's target is real work.
-    let agents: Vec<SimAgent> = agents(&h, |_| Behaviour::Healthy)
-        .into_iter()
-        .map(|a| {
-            let old = format!("/nix/store/{:0>32}-nixos-system-{}-old", 0, a.hostname);
-            a.running(&old)
-        })
-        .collect();
-    let (mut agents, _) = step_all(&h, agents).await;
+    let mut agents = on_old_systems(&h).await;
     let files = release(FLEET, h.clock.now(), 1, "c0ffee");
     publish(&h, &files).await;
     let fleet: drover_proto::artifacts::FleetResolved =
@@ -425,14 +430,7 @@ async fn maintenance_and_a_rollout_on_the_same_hosts_never_exceed_a_budget_toget
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rack_maintenance_and_a_rollout_share_one_budget() {
     let h = Harness::start_with_long_poll(1).await;
-    let agents: Vec<SimAgent> = agents(&h, |_| Behaviour::Healthy)
-        .into_iter()
-        .map(|a| {
-            let old = format!("/nix/store/{:0>32}-nixos-system-{}-old", 0, a.hostname);
-            a.running(&old)
-        })
-        .collect();
-    let (mut agents, _) = step_all(&h, agents).await;
+    let mut agents = on_old_systems(&h).await;
     let app = h.running.app.clone();
     let admin = |method: &'static str, path: String, body: serde_json::Value| {
         let h = &h;

@@ -205,6 +205,12 @@ async fn create_device(
     let path = SecretPath::new(req.credentials_path.trim()).map_err(|e| ApiError::bad_request(format!("credentialsPath: {e}")))?;
     let rack = find_rack(&app, &req.rack).await?;
     if let Some(c) = req.credentials {
+        // A request refused for its name must not have replaced a secret on its way: the
+        // name is checked before anything is written (the store checks it again).
+        let taken = store::blocking(app.store.clone(), move |s| s.list_devices(None, Some(kind))).await?.iter().any(|d| d.name == name);
+        if taken {
+            return Err(ApiError::from(StoreError::conflict("device", &name, format!("{} name {name} is taken", kind.as_str()))));
+        }
         crate::api::rack_maintenance::write_credentials(&app, &path, c).await?;
     }
     let now = app.clock.now();

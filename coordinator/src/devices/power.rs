@@ -129,28 +129,25 @@ impl RedfishPower {
         }
     }
 
-    async fn system_uri(&self, bmc: &Bmc) -> Result<(RedfishClient, String), PowerError> {
+    /// A client and the resource to drive: the one the endpoint names, or the only member of
+    /// the service's systems (`shelf` false) or power shelves.
+    async fn resource(&self, bmc: &Bmc, shelf: bool) -> Result<(RedfishClient, String), PowerError> {
         let (client, resource) = self.client(bmc).await?;
-        let uri = match resource {
-            Some(r) => r,
-            None => {
-                let listed = client.systems().await.map_err(|source| PowerError::Device { device: bmc.name.clone(), source })?;
-                Self::only(bmc, "systems", listed)?
-            }
-        };
+        if let Some(r) = resource {
+            return Ok((client, r));
+        }
+        let listed = if shelf { client.power_shelves().await } else { client.systems().await };
+        let listed = listed.map_err(|source| PowerError::Device { device: bmc.name.clone(), source })?;
+        let uri = Self::only(bmc, if shelf { "power shelves" } else { "systems" }, listed)?;
         Ok((client, uri))
     }
 
+    async fn system_uri(&self, bmc: &Bmc) -> Result<(RedfishClient, String), PowerError> {
+        self.resource(bmc, false).await
+    }
+
     async fn shelf_uri(&self, bmc: &Bmc) -> Result<(RedfishClient, String), PowerError> {
-        let (client, resource) = self.client(bmc).await?;
-        let uri = match resource {
-            Some(r) => r,
-            None => {
-                let listed = client.power_shelves().await.map_err(|source| PowerError::Device { device: bmc.name.clone(), source })?;
-                Self::only(bmc, "power shelves", listed)?
-            }
-        };
-        Ok((client, uri))
+        self.resource(bmc, true).await
     }
 }
 

@@ -1,6 +1,7 @@
 //! `fake-shelf`: a fake Redfish power shelf (PowerEquipment, one PowerShelf, outlets with
 //! `#Outlet.PowerControl`, an `UpdateService` whose `SimpleUpdate` answers 202 and a task
-//! monitor) over HTTPS for tests and `drover dev`. The behaviour, the command
+//! monitor, and optionally `ComputerSystem`s with `#ComputerSystem.Reset` that can be made
+//! to never converge) over HTTPS for tests and `drover dev`. The behaviour, the command
 //! line and the `/_fake/` control API are documented in `drover_devkit::fake_shelf`; this
 //! binary only parses the arguments and runs it.
 

@@ -6,11 +6,10 @@
 //! agents of machines it booted; SIGKILL if it has not exited within a few seconds) and
 //! reaps it.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -114,25 +113,7 @@ impl FakeMaas {
                 cmd.arg("--agent-extra-config").arg(extra);
             }
         }
-        let mut child =
-            cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().map_err(crate::io_at(&options.bin))?;
-        let stdout = child.stdout.take().ok_or_else(|| process_error("no stdout"))?;
-        let (tx, rx) = mpsc::channel();
-        // Reads the first line, then keeps draining so the fake never blocks on a full pipe.
-        std::thread::spawn(move || {
-            let mut reader = BufReader::new(stdout);
-            let mut line = String::new();
-            let _ = tx.send(reader.read_line(&mut line).map(|_| line));
-            let _ = std::io::copy(&mut reader, &mut std::io::sink());
-        });
-        let line = match rx.recv_timeout(START_TIMEOUT) {
-            Ok(Ok(line)) => line,
-            Ok(Err(e)) => return Err(kill_with(child, format!("reading its stdout: {e}"))),
-            Err(_) => return Err(kill_with(child, format!("no listening line within {} s", START_TIMEOUT.as_secs()))),
-        };
-        let Some(url) = line.trim().strip_prefix("listening ").map(str::to_owned) else {
-            return Err(kill_with(child, format!("unexpected first line {line:?}")));
-        };
+        let (child, url) = crate::listening::spawn_listening(&mut cmd, "fake-maas", "listening ", START_TIMEOUT)?;
         let authority = url.trim_start_matches("http://").split('/').next().unwrap_or_default().to_owned();
         Ok(FakeMaas { child, url, authority, api_key: options.api_key.clone() })
     }
@@ -187,12 +168,6 @@ impl Controller {
         let target = format!("/_fake/{}", path.trim_start_matches('/'));
         http_call(&self.authority, method, &target, &payload).map_err(|e| process_error(format!("{method} {target}: {e}")))
     }
-}
-
-fn kill_with(mut child: Child, message: String) -> DevkitError {
-    let _ = child.kill();
-    let _ = child.wait();
-    process_error(message)
 }
 
 impl Drop for FakeMaas {

@@ -3,7 +3,8 @@
 //! spell answers 503 with `Retry-After` (before authentication, as an overloaded BMC
 //! would); `GET /redfish`, `/redfish/v1` and `/redfish/v1/` are open; anything else needs
 //! HTTP Basic with the configured account (else 401 with `WWW-Authenticate`); then `GET` of
-//! a resource, `POST` of an outlet's `#Outlet.PowerControl` target, `POST` of
+//! a resource, `POST` of an outlet's `#Outlet.PowerControl` target, `POST` of a system's
+//! `#ComputerSystem.Reset` target (when the shelf has systems), `POST` of
 //! `#UpdateService.SimpleUpdate` (202 with `Location` = the task monitor), `GET` of a task
 //! monitor (202 while the task runs, 200 once it ended), 405 for other methods (with
 //! `Allow`), 404 for unknown paths. Trailing slashes are ignored.
@@ -15,6 +16,7 @@ use serde_json::{Value, json};
 
 use super::resources;
 use super::shelf::{BodyError, Outcome, Refusal, Shelf, parse_control};
+use super::system::{self, RESET, parse_reset};
 use super::update::{self, Progress, SIMPLE_UPDATE, UpdateBodyError};
 
 /// The realm in `WWW-Authenticate`.
@@ -126,7 +128,7 @@ pub fn handle(shelf: &mut Shelf, creds: &Credentials, req: &Request<'_>, now: In
     if req.method == "GET" {
         match path {
             "/redfish" => return Reply::json(200, resources::versions()),
-            "/redfish/v1" => return Reply::json(200, resources::service_root()),
+            "/redfish/v1" => return Reply::json(200, resources::service_root(shelf)),
             _ => {}
         }
     }
@@ -148,6 +150,15 @@ pub fn handle(shelf: &mut Shelf, creds: &Credentials, req: &Request<'_>, now: In
             return method_not_allowed(req, "POST");
         }
         return power_control(shelf, id, req, now);
+    }
+    if let Some(id) = system::reset_system(path) {
+        if shelf.system(id).is_none() {
+            return not_found(req.path);
+        }
+        if req.method != "POST" {
+            return method_not_allowed(req, "POST");
+        }
+        return reset(shelf, id, req, now);
     }
     if path == update::SIMPLE_UPDATE_URI {
         if req.method != "POST" {
@@ -228,15 +239,7 @@ fn power_control(shelf: &mut Shelf, id: &str, req: &Request<'_>, now: Instant) -
     let control = match parse_control(req.body) {
         Ok(c) => c,
         Err(BodyError::Malformed(why)) => return malformed(&why),
-        Err(BodyError::Missing) => {
-            return redfish_error(
-                400,
-                "ActionParameterMissing",
-                "The action Outlet.PowerControl requires the parameter PowerState to be present in the request body.",
-                &["Outlet.PowerControl", "PowerState"],
-                "Supply the action with the required parameter in the request body when the request is resubmitted.",
-            );
-        }
+        Err(BodyError::Missing) => return parameter_missing("Outlet.PowerControl", "PowerState"),
         Err(BodyError::NotInList(value)) => {
             return redfish_error(
                 400,
@@ -249,7 +252,7 @@ fn power_control(shelf: &mut Shelf, id: &str, req: &Request<'_>, now: Instant) -
     };
     match shelf.power_control(id, control, now) {
         Ok(Outcome::Started | Outcome::Unchanged | Outcome::Ignored) => Reply::no_content(),
-        Err(Refusal::UnknownOutlet(_)) => not_found(req.path),
+        Err(Refusal::UnknownOutlet(_) | Refusal::UnknownSystem(_)) => not_found(req.path),
         Err(Refusal::Locked(id)) => redfish_error(
             409,
             "ResourceInUse",
@@ -257,6 +260,50 @@ fn power_control(shelf: &mut Shelf, id: &str, req: &Request<'_>, now: Instant) -
             &[&id],
             "Clear PowerControlLocked on the outlet and resubmit the request.",
         ),
+    }
+}
+
+/// 400 `ActionParameterMissing` naming the action and the parameter.
+fn parameter_missing(action: &str, param: &str) -> Reply {
+    redfish_error(
+        400,
+        "ActionParameterMissing",
+        &format!("The action {action} requires the parameter {param} to be present in the request body."),
+        &[action, param],
+        "Supply the action with the required parameter in the request body when the request is resubmitted.",
+    )
+}
+
+/// 400 `ActionParameterValueNotInList` naming the value (as JSON text), the parameter and the
+/// action; `more` is appended to the message.
+fn parameter_not_in_list(action: &str, param: &str, value: &str, more: &str) -> Reply {
+    redfish_error(
+        400,
+        "ActionParameterValueNotInList",
+        &format!("The value {value} for the parameter {param} in the action {action} is not in the list of acceptable values.{more}"),
+        &[value, param, action],
+        "Choose a value from the enumeration list that the implementation can support and resubmit the request.",
+    )
+}
+
+/// `#ComputerSystem.Reset` of system `id`: 415 or 400 for a body it cannot take, else 204
+/// (a no-op, or a stuck system, included).
+fn reset(shelf: &mut Shelf, id: &str, req: &Request<'_>, now: Instant) -> Reply {
+    if let Err(refused) = require_json(req) {
+        return refused;
+    }
+    let reset = match parse_reset(req.body) {
+        Ok(r) => r,
+        Err(BodyError::Malformed(why)) => return malformed(&why),
+        Err(BodyError::Missing) => return parameter_missing(RESET, "ResetType"),
+        Err(BodyError::NotInList(value)) => {
+            let allowed = format!(" The allowed values are {}.", system::ALLOWED_RESET_TYPES.join(", "));
+            return parameter_not_in_list(RESET, "ResetType", &value, &allowed);
+        }
+    };
+    match shelf.reset(id, reset, now) {
+        Ok(Outcome::Started | Outcome::Unchanged | Outcome::Ignored) => Reply::no_content(),
+        Err(_) => not_found(req.path),
     }
 }
 
@@ -280,13 +327,7 @@ fn update_refusal(error: UpdateBodyError) -> Reply {
     let resolution = "Correct the value for the parameter in the request body and resubmit the request.";
     match error {
         UpdateBodyError::Malformed(why) => malformed(&why),
-        UpdateBodyError::Missing(param) => redfish_error(
-            400,
-            "ActionParameterMissing",
-            &format!("The action {SIMPLE_UPDATE} requires the parameter {param} to be present in the request body."),
-            &[SIMPLE_UPDATE, param],
-            "Supply the action with the required parameter in the request body when the request is resubmitted.",
-        ),
+        UpdateBodyError::Missing(param) => parameter_missing(SIMPLE_UPDATE, param),
         UpdateBodyError::WrongType(param, value) => redfish_error(
             400,
             "ActionParameterValueTypeError",
@@ -307,15 +348,7 @@ fn update_refusal(error: UpdateBodyError) -> Reply {
         ),
         UpdateBodyError::NotInList(param, value) => {
             let only = if param == "Targets" { format!(" The only target is {}.", resources::SHELF_URI) } else { String::new() };
-            redfish_error(
-                400,
-                "ActionParameterValueNotInList",
-                &format!(
-                    "The value {value} for the parameter {param} in the action {SIMPLE_UPDATE} is not in the list of acceptable values.{only}"
-                ),
-                &[&value, param, SIMPLE_UPDATE],
-                "Choose a value from the enumeration list that the implementation can support and resubmit the request.",
-            )
+            parameter_not_in_list(SIMPLE_UPDATE, param, &value, &only)
         }
     }
 }
@@ -427,6 +460,50 @@ mod tests {
             (409, Some("Base.1.0.ResourceInUse".into()))
         );
         assert_eq!(s.actions.len(), 1);
+    }
+
+    const RESET_TARGET: &str = "/redfish/v1/Systems/node-1/Actions/ComputerSystem.Reset";
+
+    #[test]
+    fn reset_refusals_and_success() {
+        let (s, c, auth) = setup();
+        let mut s = s.with_systems(&["node-1".into()], Power::On);
+        let now = Instant::now();
+        let root = handle(&mut s, &c, &req("GET", "/redfish/v1/", None, b""), now).body.unwrap();
+        assert_eq!(root["Systems"]["@odata.id"], "/redfish/v1/Systems");
+        let a = Some(auth.as_str());
+        let mut call = |r: &Request<'_>| {
+            let reply = handle(&mut s, &c, r, now);
+            let e = reply.body.map(|b| b["error"].clone()).unwrap_or_default();
+            (reply.status, e["code"].as_str().unwrap_or_default().to_owned(), e["message"].as_str().unwrap_or_default().to_owned())
+        };
+        assert_eq!(call(&req("GET", "/redfish/v1/Systems/node-1", a, b"")).0, 200);
+        assert_eq!(call(&req("GET", RESET_TARGET, a, b"")).0, 405);
+        let mut form = req("POST", RESET_TARGET, a, br#"{"ResetType":"On"}"#);
+        form.content_type = Some("text/plain");
+        assert_eq!(call(&form).0, 415);
+        assert_eq!(call(&req("POST", RESET_TARGET, a, b"{")).1, "Base.1.0.MalformedJSON");
+        let missing = call(&req("POST", RESET_TARGET, a, br#"{"PowerState":"Off"}"#));
+        assert_eq!((missing.0, missing.1.as_str()), (400, "Base.1.0.ActionParameterMissing"));
+        assert!(missing.2.contains("ResetType"), "{}", missing.2);
+        let wrong = call(&req("POST", RESET_TARGET, a, br#"{"ResetType":"Nmi"}"#));
+        assert_eq!((wrong.0, wrong.1.as_str()), (400, "Base.1.0.ActionParameterValueNotInList"));
+        assert!(wrong.2.contains("\"Nmi\"") && wrong.2.contains("ForceRestart"), "{}", wrong.2);
+        assert_eq!(call(&req("POST", &RESET_TARGET.replace("node-1", "node-9"), a, br#"{"ResetType":"On"}"#)).0, 404);
+        assert_eq!(call(&req("POST", RESET_TARGET, None, br#"{"ResetType":"ForceOff"}"#)).0, 401);
+        assert_eq!(call(&req("POST", &format!("{RESET_TARGET}/"), a, br#"{"ResetType":"ForceOff"}"#)).0, 204);
+        assert_eq!(call(&req("POST", RESET_TARGET, a, br#"{"ResetType":"GracefulShutdown"}"#)).0, 204);
+        assert_eq!(s.system("node-1").unwrap().power_state(now, s.delay), "PoweringOff");
+        let logged: Vec<&str> = s.resets.iter().map(|(_, r)| r.as_str()).collect();
+        assert_eq!(logged, vec!["ForceOff", "GracefulShutdown"]);
+    }
+
+    #[test]
+    fn a_shelf_without_systems_has_no_reset_target() {
+        let (mut s, c, auth) = setup();
+        let r = handle(&mut s, &c, &req("POST", RESET_TARGET, Some(&auth), br#"{"ResetType":"On"}"#), Instant::now());
+        assert_eq!(r.status, 404);
+        assert!(handle(&mut s, &c, &req("GET", "/redfish/v1", None, b""), Instant::now()).body.unwrap().get("Systems").is_none());
     }
 
     const UPDATE: &str = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate";

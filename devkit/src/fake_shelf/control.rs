@@ -1,6 +1,6 @@
 //! The `/_fake/` control API: what only the hardware or a test could do to a real shelf.
 //! JSON in and out, no authentication; errors are `{"error": "…"}` with 400 (bad body), 404
-//! (unknown call or outlet) or 405 (wrong method). The table is in the module docs of
+//! (unknown call, outlet or system) or 405 (wrong method). The table is in the module docs of
 //! [`fake_shelf`](super).
 
 use std::time::Instant;
@@ -31,36 +31,73 @@ pub fn handle(shelf: &mut Shelf, method: &str, rest: &str, body: &[u8], now: Ins
         Err(e) => return control_error(400, format!("the body is not JSON: {e}")),
     };
     match call {
-        "stuck" => set_flag(shelf, &body, "stuck", |o, v| o.stuck = v),
-        "lock" => set_flag(shelf, &body, "locked", |o, v| o.locked = v),
+        "stuck" => stuck(shelf, &body),
+        "lock" => lock(shelf, &body),
         "update-fail" => update_fail(shelf, &body),
         _ => busy(shelf, &body),
     }
 }
 
 /// `{"outlets": {"A1": "On", …}, "actions": [{"outlet": "A1", "powerState": "Off"}, …],
+/// "systems": {"node-1": "On", …}, "resets": [{"system": "node-1", "resetType": "ForceOff"}, …],
 /// "firmwareVersion": "1.0.0", "updates": [{"imageUri": "…", "targets": ["…"]}, …]}`.
 fn state(shelf: &Shelf, now: Instant) -> Value {
     let outlets: Map<String, Value> = shelf.outlets.iter().map(|o| (o.id.clone(), Value::from(o.power_state(now, shelf.delay)))).collect();
     let actions: Vec<Value> =
         shelf.actions.iter().map(|(outlet, control)| json!({ "outlet": outlet, "powerState": control.as_str() })).collect();
+    let systems: Map<String, Value> = shelf.systems.iter().map(|s| (s.id.clone(), Value::from(s.power_state(now, shelf.delay)))).collect();
+    let resets: Vec<Value> = shelf.resets.iter().map(|(system, reset)| json!({ "system": system, "resetType": reset.as_str() })).collect();
     let updates: Vec<Value> =
         shelf.firmware.updates.iter().map(|u| json!({ "imageUri": u.request.image_uri, "targets": u.request.targets })).collect();
-    json!({ "outlets": outlets, "actions": actions, "firmwareVersion": shelf.firmware.version(now), "updates": updates })
+    json!({
+        "outlets": outlets,
+        "actions": actions,
+        "systems": systems,
+        "resets": resets,
+        "firmwareVersion": shelf.firmware.version(now),
+        "updates": updates,
+    })
 }
 
-fn set_flag(shelf: &mut Shelf, body: &Value, key: &str, set: impl FnOnce(&mut super::shelf::Outlet, bool)) -> Reply {
+/// The boolean `key` of the body.
+fn flag(body: &Value, key: &str) -> Result<bool, Reply> {
+    body.get(key).and_then(Value::as_bool).ok_or_else(|| control_error(400, format!("\"{key}\" (a boolean) is required")))
+}
+
+/// `{"outlet": "A1", "stuck": bool}` or `{"system": "node-1", "stuck": bool}`: that device's
+/// switch accepts requests and never moves (or moves again). Echoes the body.
+fn stuck(shelf: &mut Shelf, body: &Value) -> Reply {
+    let value = match flag(body, "stuck") {
+        Ok(v) => v,
+        Err(refused) => return refused,
+    };
+    let (kind, id, switch) = match (body.get("outlet"), body.get("system")) {
+        (Some(Value::String(id)), None) => ("outlet", id, shelf.outlet_mut(id).map(|o| &mut o.switch)),
+        (None, Some(Value::String(id))) => ("system", id, shelf.system_mut(id).map(|s| &mut s.switch)),
+        (Some(_), Some(_)) => return control_error(400, "name an \"outlet\" or a \"system\", not both"),
+        _ => return control_error(400, "\"outlet\" or \"system\" (a string) is required"),
+    };
+    let Some(switch) = switch else {
+        return control_error(404, format!("no {kind} {id}"));
+    };
+    switch.stuck = value;
+    Reply::json(200, json!({ kind: id, "stuck": value }))
+}
+
+/// `{"outlet": "A1", "locked": bool}`: sets the outlet's `PowerControlLocked`. Echoes the body.
+fn lock(shelf: &mut Shelf, body: &Value) -> Reply {
     let Some(id) = body.get("outlet").and_then(Value::as_str) else {
         return control_error(400, "\"outlet\" (a string) is required");
     };
-    let Some(value) = body.get(key).and_then(Value::as_bool) else {
-        return control_error(400, format!("\"{key}\" (a boolean) is required"));
+    let value = match flag(body, "locked") {
+        Ok(v) => v,
+        Err(refused) => return refused,
     };
     let Some(outlet) = shelf.outlet_mut(id) else {
         return control_error(404, format!("no outlet {id}"));
     };
-    set(outlet, value);
-    Reply::json(200, json!({ "outlet": id, key: value }))
+    outlet.locked = value;
+    Reply::json(200, json!({ "outlet": id, "locked": value }))
 }
 
 /// `{"fail": true, "message"?: "…"}` makes updates accepted from now on end in `Exception`
@@ -103,6 +140,7 @@ mod tests {
 
     use super::*;
     use crate::fake_shelf::shelf::{Control, Identity, Power};
+    use crate::fake_shelf::system::ResetType;
     use crate::fake_shelf::update::parse_simple_update;
 
     fn shelf() -> Shelf {
@@ -118,7 +156,7 @@ mod tests {
     fn stuck_and_lock_set_their_flags() {
         let mut s = shelf();
         assert_eq!(call(&mut s, "POST", "stuck", r#"{"outlet":"A1","stuck":true}"#), (200, json!({"outlet":"A1","stuck":true})));
-        assert!(s.outlet("A1").unwrap().stuck);
+        assert!(s.outlet("A1").unwrap().switch.stuck);
         assert_eq!(call(&mut s, "POST", "lock/", r#"{"outlet":"B1","locked":true}"#).0, 200);
         assert!(s.outlet("B1").unwrap().locked);
         assert_eq!(call(&mut s, "POST", "lock", r#"{"outlet":"B1","locked":false}"#).0, 200);
@@ -128,6 +166,30 @@ mod tests {
         assert_eq!(call(&mut s, "POST", "stuck", r#"{"stuck":true}"#).0, 400);
         assert_eq!(call(&mut s, "POST", "stuck", "nope").0, 400);
         assert_eq!(call(&mut s, "POST", "stuck", "[]").0, 400);
+        assert_eq!(call(&mut s, "POST", "stuck", r#"{"system":"node-1","stuck":true}"#).0, 404, "no systems unless asked");
+    }
+
+    #[test]
+    fn stuck_takes_a_system_and_state_reports_systems_and_resets() {
+        let mut s = shelf().with_systems(&["node-1".into(), "node-2".into()], Power::Off);
+        let t0 = Instant::now();
+        assert_eq!(call(&mut s, "POST", "stuck", r#"{"system":"node-1","stuck":true}"#), (200, json!({"system":"node-1","stuck":true})));
+        assert!(s.system("node-1").unwrap().switch.stuck);
+        assert!(!s.outlet("A1").unwrap().switch.stuck);
+        assert_eq!(call(&mut s, "POST", "stuck", r#"{"system":"node-9","stuck":true}"#).0, 404);
+        assert_eq!(call(&mut s, "POST", "stuck", r#"{"system":"node-1","outlet":"A1","stuck":true}"#).0, 400);
+        assert_eq!(call(&mut s, "POST", "stuck", r#"{"system":1,"stuck":true}"#).0, 400);
+        assert_eq!(call(&mut s, "POST", "stuck", r#"{"system":"node-1"}"#).0, 400);
+        s.reset("node-1", ResetType::On, t0).unwrap();
+        s.reset("node-2", ResetType::ForceRestart, t0).unwrap();
+        let v = state(&s, t0);
+        assert_eq!(v["systems"], json!({"node-1": "Off", "node-2": "PoweringOn"}));
+        assert_eq!(v["resets"], json!([{"system": "node-1", "resetType": "On"}, {"system": "node-2", "resetType": "ForceRestart"}]));
+        assert_eq!(v["actions"], json!([]));
+        assert_eq!(call(&mut s, "POST", "stuck", r#"{"system":"node-1","stuck":false}"#).0, 200);
+        s.reset("node-1", ResetType::On, t0).unwrap();
+        assert_eq!(state(&s, t0 + s.delay)["systems"]["node-1"], "On");
+        assert_eq!(state(&shelf(), t0)["systems"], json!({}));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Starting the `fake-shelf` binary from tests and `drover dev`: [`FakeShelfOptions`] names
-//! the binary, the certificate and key, the account, the outlets, the delay and the update time;
+//! the binary, the certificate and key, the account, the outlets, the delay, the update time
+//! and the optional systems;
 //! [`FakeShelf::start`] spawns it on a free loopback port and waits (bounded) for its
 //! `listening on …` line; [`FakeShelf::control`] calls the `/_fake/` API. The fake's only
 //! port is HTTPS, so control calls go over a minimal blocking HTTP/1.1 client on rustls that
@@ -7,11 +8,11 @@
 //! self-signed leaf and a CA-issued one work alike). Dropping the handle kills and reaps the
 //! process.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, mpsc};
+use std::process::{Child, Command};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -60,6 +61,10 @@ pub struct FakeShelfOptions {
     pub name: Option<String>,
     /// The shelf's `SerialNumber` (`--serial`).
     pub serial: Option<String>,
+    /// The `ComputerSystem` ids it also serves (`--systems`; empty: none, no `Systems`).
+    pub systems: Vec<String>,
+    /// The systems start off (`--systems-off`).
+    pub systems_off: bool,
 }
 
 impl std::fmt::Debug for FakeShelfOptions {
@@ -75,6 +80,8 @@ impl std::fmt::Debug for FakeShelfOptions {
             .field("start_off", &self.start_off)
             .field("name", &self.name)
             .field("serial", &self.serial)
+            .field("systems", &self.systems)
+            .field("systems_off", &self.systems_off)
             .finish_non_exhaustive()
     }
 }
@@ -88,7 +95,8 @@ impl FakeShelfOptions {
 
 impl Default for FakeShelfOptions {
     /// [`default_binary`], [`DEFAULT_USER`] and [`DEFAULT_PASSWORD`], outlets `A1,B1`,
-    /// 1500 ms per outlet move, 1000 ms per update, outlets on; no certificate or key yet (set `cert_pem` and `key_pem`).
+    /// 1500 ms per outlet move, 1000 ms per update, outlets on, no systems; no certificate or
+    /// key yet (set `cert_pem` and `key_pem`).
     fn default() -> FakeShelfOptions {
         FakeShelfOptions {
             binary: default_binary(),
@@ -102,6 +110,8 @@ impl Default for FakeShelfOptions {
             start_off: false,
             name: None,
             serial: None,
+            systems: Vec::new(),
+            systems_off: false,
         }
     }
 }
@@ -150,27 +160,15 @@ impl FakeShelf {
         if let Some(serial) = &options.serial {
             cmd.args(["--serial", serial]);
         }
-        let mut child =
-            cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().map_err(crate::io_at(&options.binary))?;
-        let stdout = child.stdout.take().ok_or_else(|| process_error("no stdout"))?;
-        let (tx, rx) = mpsc::channel();
-        // Reads the first line, then keeps draining so the fake never blocks on a full pipe.
-        std::thread::spawn(move || {
-            let mut reader = BufReader::new(stdout);
-            let mut line = String::new();
-            let _ = tx.send(reader.read_line(&mut line).map(|_| line));
-            let _ = std::io::copy(&mut reader, &mut std::io::sink());
-        });
-        let line = match rx.recv_timeout(START_TIMEOUT) {
-            Ok(Ok(line)) => line,
-            Ok(Err(e)) => return Err(kill_with(child, format!("reading its stdout: {e}"))),
-            Err(_) => return Err(kill_with(child, format!("no listening line within {} s", START_TIMEOUT.as_secs()))),
-        };
-        let Some(url) = line.trim().strip_prefix("listening on ").map(str::to_owned) else {
-            return Err(kill_with(child, format!("unexpected first line {line:?} (its stderr says why)")));
-        };
+        if !options.systems.is_empty() {
+            cmd.args(["--systems", &options.systems.join(",")]);
+        }
+        if options.systems_off {
+            cmd.arg("--systems-off");
+        }
+        let (child, url) = crate::listening::spawn_listening(&mut cmd, "fake-shelf", "listening on ", START_TIMEOUT)?;
         let Some(authority) = url.strip_prefix("https://").map(str::to_owned) else {
-            return Err(kill_with(child, format!("not an https URL: {url}")));
+            return Err(crate::listening::kill_with(child, "fake-shelf", format!("not an https URL: {url}")));
         };
         Ok(FakeShelf { child, url, authority, tls })
     }
@@ -193,12 +191,6 @@ impl FakeShelf {
         }
         serde_json::from_slice(&bytes).map_err(|e| process_error(format!("{method} {target}: bad JSON: {e}")))
     }
-}
-
-fn kill_with(mut child: Child, message: String) -> DevkitError {
-    let _ = child.kill();
-    let _ = child.wait();
-    process_error(message)
 }
 
 impl Drop for FakeShelf {
@@ -327,6 +319,7 @@ mod tests {
         assert_eq!(o.outlets, vec!["A1", "B1"]);
         assert_eq!(o.delay_ms, 1500);
         assert_eq!(o.update_ms, 1000);
+        assert!(o.systems.is_empty() && !o.systems_off);
         assert!(!format!("{o:?}").contains(DEFAULT_PASSWORD));
         assert!(matches!(
             FakeShelf::start(&FakeShelfOptions { binary: "/nonexistent/fake-shelf".into(), ..o.clone() }),

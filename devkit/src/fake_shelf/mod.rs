@@ -6,6 +6,9 @@
 //! whose outlets carry `PowerState` and `#Outlet.PowerControl` with a `PowerState`
 //! parameter. URIs and property names follow DMTF's `public-power-shelf` mockup, except that
 //! action targets carry `/Actions/` as DSP0266 requires (see [`resources`] for the tree).
+//! Optionally it also serves `ComputerSystem`s ([`system`]), so that it can stand in for a
+//! machine's BMC whose machine never reaches its power state — something sushy-emulator
+//! cannot do (`redfish-facts.md` §3).
 //!
 //! # Running it by hand
 //!
@@ -13,7 +16,7 @@
 //! cargo build -p drover-devkit --bin fake-shelf
 //! target/debug/fake-shelf --cert cert.pem --key key.pem --user admin --password secret \
 //!     [--listen 127.0.0.1:0] [--outlets A1,B1] [--delay-ms 1500] [--update-ms 1000] \
-//!     [--name NAME] [--serial SN] [--off]
+//!     [--name NAME] [--serial SN] [--off] [--systems node-1,node-2] [--systems-off]
 //! ```
 //!
 //! It serves HTTPS only (TLS 1.2 and 1.3, HTTP/1.1) with the PEM certificate chain and key,
@@ -46,6 +49,20 @@
 //!   `PowerCycle` reads `PoweringOff` for one delay and `PoweringOn` for another, then `On`
 //!   (an outlet reading `Off` just powers on). Asking for the state an outlet is in or on its
 //!   way to is 204 and changes nothing. Time is read on each request; there are no timers.
+//! - Systems ([`system`]): none unless `--systems` names them (ids of letters, digits, `-`
+//!   and `_`); all start `On`, or `Off` with `--systems-off`. With systems the root links
+//!   `"Systems": {"@odata.id": "/redfish/v1/Systems"}`, the collection lists them, and
+//!   `/redfish/v1/Systems/{id}` is a `#ComputerSystem.v1_13_0.ComputerSystem` with `Id`,
+//!   `Name`, `PowerState` and `#ComputerSystem.Reset` (target
+//!   `/redfish/v1/Systems/{id}/Actions/ComputerSystem.Reset`, `ResetType@Redfish.AllowableValues`
+//!   `On`, `ForceOff`, `GracefulShutdown`, `ForceRestart`). `POST` to it needs JSON as
+//!   `PowerControl` does (415, 400 `MalformedJSON`) and a `ResetType` (absent: 400
+//!   `ActionParameterMissing`; another value: 400 `ActionParameterValueNotInList`), then
+//!   answers 204: the machine moves as an outlet does, with the same `--delay-ms` —
+//!   `On` like `On`, `ForceOff` and `GracefulShutdown` like `Off`, `ForceRestart` like
+//!   `PowerCycle` (`PoweringOff`, then `PoweringOn`, then `On`; an `Off` machine just powers
+//!   on). The state it is in or on its way to changes nothing. Without systems all of this is
+//!   404.
 //! - Firmware updates ([`update`]; `redfish-facts.md` §7, DSP0266 §12.2): the root links
 //!   `UpdateService` and `Tasks` (the `TaskService`); the shelf shows its `FirmwareVersion`
 //!   (`1.0.0` to begin with). `POST /redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate`
@@ -79,18 +96,20 @@
 //!
 //! | Call | Body | Effect / answer |
 //! |---|---|---|
-//! | `POST /_fake/stuck` | `{"outlet": "A1", "stuck": true}` | The outlet still answers 204 to `PowerControl` (and logs it) but never changes state: a device that never converges. Echoes the body. |
+//! | `POST /_fake/stuck` | `{"outlet": "A1", "stuck": true}` or `{"system": "node-1", "stuck": true}` | The outlet still answers 204 to `PowerControl` (the system to `Reset`), and logs it, but never changes state: a device that never converges. `"stuck": false` lets it move again. Exactly one of `outlet` and `system`. Echoes the body. |
 //! | `POST /_fake/lock` | `{"outlet": "A1", "locked": true}` | Sets `PowerControlLocked`: `PowerControl` is then 409 and not logged. Echoes the body. |
 //! | `POST /_fake/busy` | `{"count": N, "retryAfter"?: 1}` | The next N requests under `/redfish` (authenticated or not) answer 503 `ServiceTemporarilyUnavailable` with `Retry-After: retryAfter`. Echoes the values. |
 //! | `POST /_fake/update-fail` | `{"fail": true, "message"?: "image signature invalid"}` | Updates accepted from now on end with their monitor answering 200, `TaskState` `Exception`, `TaskStatus` `Critical`, `Messages: [{"MessageId": "Update.1.0.ApplyFailed", "Message": message, …}]`, and the version unchanged; `{"fail": false}` lets later ones succeed again. Answers `{"fail": true, "message": …}` (the default message filled in) or `{"fail": false}`. |
-//! | `GET /_fake/state` | | `{"outlets": {"A1": "On", …}, "actions": [{"outlet": "A1", "powerState": "Off"}, …], "firmwareVersion": "1.0.0", "updates": [{"imageUri": "…", "targets": ["…"]}, …]}`: each outlet's `PowerState` now, every `PowerControl` answered 204 (no-ops and stuck outlets included), in order, the shelf's `FirmwareVersion` now, and every `SimpleUpdate` answered 202, in order. |
+//! | `GET /_fake/state` | | `{"outlets": {"A1": "On", …}, "actions": [{"outlet": "A1", "powerState": "Off"}, …], "systems": {"node-1": "On", …}, "resets": [{"system": "node-1", "resetType": "ForceOff"}, …], "firmwareVersion": "1.0.0", "updates": [{"imageUri": "…", "targets": ["…"]}, …]}`: each outlet's `PowerState` now, every `PowerControl` answered 204 (no-ops and stuck outlets included), in order, each system's `PowerState` now (`{}` without systems), every `Reset` answered 204 (no-ops and stuck systems included), in order, the shelf's `FirmwareVersion` now, and every `SimpleUpdate` answered 202, in order. |
 
 pub mod api;
 pub mod control;
 pub mod launcher;
+pub mod power;
 pub mod resources;
 pub mod server;
 pub mod shelf;
+pub mod system;
 pub mod update;
 
 use std::io::Write;
@@ -130,6 +149,10 @@ pub struct Args {
     pub identity: Identity,
     /// `--off`: the outlets start off.
     pub off: bool,
+    /// `--systems node-1,node-2`: the machines it also serves (default none).
+    pub systems: Vec<String>,
+    /// `--systems-off`: the systems start off.
+    pub systems_off: bool,
 }
 
 impl std::fmt::Debug for Args {
@@ -144,23 +167,27 @@ impl std::fmt::Debug for Args {
             .field("update_ms", &self.update_ms)
             .field("identity", &self.identity)
             .field("off", &self.off)
+            .field("systems", &self.systems)
+            .field("systems_off", &self.systems_off)
             .finish()
     }
 }
 
 /// The usage line.
 pub const USAGE: &str = "usage: fake-shelf --cert PEM --key PEM --user U --password P [--listen ADDR] [--outlets A1,B1] \
-                         [--delay-ms N] [--update-ms N] [--name NAME] [--serial SERIAL] [--off]";
+                         [--delay-ms N] [--update-ms N] [--name NAME] [--serial SERIAL] [--off] \
+                         [--systems ID,ID] [--systems-off]";
 
-/// Splits and checks `--outlets`: non-empty, distinct ids of ASCII letters, digits, `-`, `_`.
-pub fn parse_outlets(list: &str) -> Result<Vec<String>, String> {
+/// Splits and checks the list of `flag` (`--outlets`, `--systems`): non-empty, distinct ids
+/// of ASCII letters, digits, `-`, `_`.
+pub fn parse_ids(flag: &str, list: &str) -> Result<Vec<String>, String> {
     let ids: Vec<String> = list.split(',').map(|s| s.trim().to_owned()).collect();
     for (i, id) in ids.iter().enumerate() {
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-            return Err(format!("--outlets: {id:?} is not an outlet id (letters, digits, - and _)"));
+            return Err(format!("{flag}: {id:?} is not an id (letters, digits, - and _)"));
         }
         if ids[..i].contains(id) {
-            return Err(format!("--outlets: {id} is named twice"));
+            return Err(format!("{flag}: {id} is named twice"));
         }
     }
     Ok(ids)
@@ -179,6 +206,8 @@ impl Args {
             update_ms: DEFAULT_UPDATE_MS,
             identity: Identity::default(),
             off: false,
+            systems: Vec::new(),
+            systems_off: false,
         };
         let mut it = args.into_iter();
         while let Some(flag) = it.next() {
@@ -189,7 +218,9 @@ impl Args {
                 "--key" => out.key = PathBuf::from(value()?),
                 "--user" => out.creds.user = value()?,
                 "--password" => out.creds.password = value()?,
-                "--outlets" => out.outlets = parse_outlets(&value()?)?,
+                "--outlets" => out.outlets = parse_ids("--outlets", &value()?)?,
+                "--systems" => out.systems = parse_ids("--systems", &value()?)?,
+                "--systems-off" => out.systems_off = true,
                 "--delay-ms" => {
                     let v = value()?;
                     out.delay_ms = v.parse().map_err(|_| format!("--delay-ms: not a number of milliseconds: {v}"))?;
@@ -221,7 +252,9 @@ impl Args {
 pub async fn run(args: Args) -> Result<(), String> {
     let tls = server::tls_config(&args.cert, &args.key)?;
     let power = if args.off { Power::Off } else { Power::On };
-    let mut shelf = Shelf::new(args.identity, &args.outlets, power, Duration::from_millis(args.delay_ms));
+    let systems_power = if args.systems_off { Power::Off } else { Power::On };
+    let mut shelf =
+        Shelf::new(args.identity, &args.outlets, power, Duration::from_millis(args.delay_ms)).with_systems(&args.systems, systems_power);
     shelf.firmware.time = Duration::from_millis(args.update_ms);
     let listener = tokio::net::TcpListener::bind(&args.listen).await.map_err(|e| format!("binding {}: {e}", args.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
@@ -259,6 +292,7 @@ mod tests {
         assert_eq!(a.delay_ms, 1500);
         assert_eq!(a.update_ms, 1000);
         assert!(!a.off);
+        assert!(a.systems.is_empty() && !a.systems_off);
         assert_eq!(a.identity, Identity::default());
         assert!(!format!("{a:?}").contains("pa55"), "the password stays out of Debug");
         let b = with(&[
@@ -275,8 +309,12 @@ mod tests {
             "SN7",
             "--listen",
             "127.0.0.1:8443",
+            "--systems",
+            "node-1, node_2",
+            "--systems-off",
         ])
         .unwrap();
+        assert_eq!((b.systems.clone(), b.systems_off), (vec!["node-1".to_owned(), "node_2".to_owned()], true));
         assert_eq!(b.outlets, vec!["A1", "B1", "C1"]);
         assert_eq!((b.delay_ms, b.update_ms, b.off, b.listen.as_str()), (0, 25, true, "127.0.0.1:8443"));
         assert_eq!(b.identity, Identity { name: "Shelf 7".into(), serial: "SN7".into() });
@@ -290,6 +328,10 @@ mod tests {
         assert!(with(&["--outlets", "A1,A1"]).is_err());
         assert!(with(&["--outlets", "A1,"]).is_err());
         assert!(with(&["--outlets", "A/1"]).is_err());
+        assert!(with(&["--systems", "n1,n1"]).unwrap_err().contains("--systems"));
+        assert!(with(&["--systems", ""]).is_err());
+        assert!(with(&["--systems", "node 1"]).is_err());
+        assert!(with(&["--systems"]).is_err());
         assert!(with(&["--bogus"]).is_err());
         assert!(with(&["--name"]).is_err());
         assert!(args(&["--cert", "c.pem", "--user", "u", "--password", "p"]).is_err());

@@ -15,13 +15,16 @@
 //! | `/redfish/v1/Chassis` | `#ChassisCollection.ChassisCollection` |
 //! | `/redfish/v1/Chassis/PowerShelf` | `#Chassis.v1_25_0.Chassis` (no `PowerState`, no `Reset`) |
 //!
-//! The `UpdateService`, the firmware inventory and the `TaskService` are in [`update`].
+//! The `UpdateService`, the firmware inventory and the `TaskService` are in [`update`]; the
+//! optional `ComputerSystem`s (`/redfish/v1/Systems`, linked from the root only when there
+//! are some) in [`system`].
 
 use std::time::Instant;
 
 use serde_json::{Value, json};
 
 use super::shelf::{ALLOWED_CONTROLS, Outlet, Shelf};
+use super::system;
 use super::update::{self, TASK_SERVICE_URI, UPDATE_SERVICE_URI};
 
 /// The service root.
@@ -66,11 +69,13 @@ pub fn action_outlet(path: &str) -> Option<&str> {
     (!id.is_empty() && !id.contains('/')).then_some(id)
 }
 
-fn link(uri: &str) -> Value {
+/// `{"@odata.id": uri}`.
+pub(super) fn link(uri: &str) -> Value {
     json!({ "@odata.id": uri })
 }
 
-fn enabled_ok() -> Value {
+/// `Status`: enabled and healthy.
+pub(super) fn enabled_ok() -> Value {
     json!({ "State": "Enabled", "Health": "OK" })
 }
 
@@ -78,7 +83,7 @@ fn enabled_ok() -> Value {
 /// accepted either way) as read at `now`; None when there is none.
 pub fn get(shelf: &Shelf, path: &str, now: Instant) -> Option<Value> {
     let value = match path {
-        "/redfish/v1" | ROOT_URI => service_root(),
+        "/redfish/v1" | ROOT_URI => service_root(shelf),
         POWER_EQUIPMENT_URI => power_equipment(),
         SHELVES_URI => collection(SHELVES_URI, "PowerDistributionCollection", "Power Shelf Collection", &[SHELF_URI.to_owned()]),
         SHELF_URI => power_shelf(shelf, now),
@@ -90,7 +95,10 @@ pub fn get(shelf: &Shelf, path: &str, now: Instant) -> Option<Value> {
         CHASSIS_URI => chassis(shelf),
         _ => match path.strip_prefix(OUTLETS_URI).and_then(|rest| rest.strip_prefix('/')) {
             Some(id) => outlet(shelf.outlet(id)?, shelf, now),
-            None => return update::get(&shelf.firmware, path, now, SHELF_URI, MANUFACTURER),
+            None => {
+                return system::get(&shelf.systems, path, now, shelf.delay)
+                    .or_else(|| update::get(&shelf.firmware, path, now, SHELF_URI, MANUFACTURER));
+            }
         },
     };
     Some(value)
@@ -102,9 +110,10 @@ pub fn versions() -> Value {
 }
 
 /// The service root (unauthenticated). No `SessionService`: the shelf takes Basic only.
-/// `UpdateService` and `Tasks` (the `TaskService`) serve firmware updates.
-pub fn service_root() -> Value {
-    json!({
+/// `UpdateService` and `Tasks` (the `TaskService`) serve firmware updates; `Systems` is there
+/// only when the shelf has systems.
+pub fn service_root(shelf: &Shelf) -> Value {
+    let mut root = json!({
         "@odata.id": ROOT_URI,
         "@odata.type": "#ServiceRoot.v1_20_0.ServiceRoot",
         "Id": "RootService",
@@ -118,7 +127,11 @@ pub fn service_root() -> Value {
         "UpdateService": link(UPDATE_SERVICE_URI),
         "Tasks": link(TASK_SERVICE_URI),
         "Links": {},
-    })
+    });
+    if let (Some(systems), Value::Object(map)) = (system::root_link(&shelf.systems), &mut root) {
+        map.insert("Systems".into(), systems);
+    }
+    root
 }
 
 fn power_equipment() -> Value {
@@ -133,7 +146,8 @@ fn power_equipment() -> Value {
     })
 }
 
-fn collection(uri: &str, kind: &str, name: &str, members: &[String]) -> Value {
+/// A resource collection of `kind` (its `@odata.type` is `#{kind}.{kind}`).
+pub(super) fn collection(uri: &str, kind: &str, name: &str, members: &[String]) -> Value {
     json!({
         "@odata.id": uri,
         "@odata.type": format!("#{kind}.{kind}"),
@@ -232,7 +246,7 @@ mod tests {
 
     #[test]
     fn every_resource_has_the_common_properties_and_links_resolve() {
-        let mut s = shelf();
+        let mut s = shelf().with_systems(&["node-1".into()], Power::Off);
         let now = Instant::now();
         let body = json!({ "ImageURI": "https://fw.example/x.bin", "Targets": [SHELF_URI] }).to_string();
         s.firmware.start(update::parse_simple_update(body.as_bytes(), SHELF_URI).unwrap(), now);
@@ -255,8 +269,8 @@ mod tests {
             }
             seen.push(uri);
         }
-        let (a1, b1, task) = (outlet_uri("A1"), outlet_uri("B1"), update::task_uri(1));
-        for uri in [SHELF_URI, &a1, &b1, CHASSIS_URI, update::SHELF_FIRMWARE_URI, update::UPDATE_SERVICE_URI, &task] {
+        let (a1, b1, task, node) = (outlet_uri("A1"), outlet_uri("B1"), update::task_uri(1), system::system_uri("node-1"));
+        for uri in [SHELF_URI, &a1, &b1, CHASSIS_URI, update::SHELF_FIRMWARE_URI, update::UPDATE_SERVICE_URI, &task, &node] {
             let uri = uri.to_owned();
             assert!(seen.contains(&uri), "{uri} reachable from the root: {seen:?}");
         }
@@ -309,6 +323,9 @@ mod tests {
         let t0 = Instant::now();
         let root = get(&s, ROOT_URI, t0).unwrap();
         assert_eq!(root["UpdateService"], json!({"@odata.id": "/redfish/v1/UpdateService"}));
+        assert!(root.get("Systems").is_none(), "no systems, no link");
+        let with = shelf().with_systems(&["n1".into()], Power::On);
+        assert_eq!(get(&with, ROOT_URI, t0).unwrap()["Systems"], json!({"@odata.id": "/redfish/v1/Systems"}));
         assert_eq!(root["Tasks"], json!({"@odata.id": "/redfish/v1/TaskService"}));
         assert_eq!(get(&s, SHELF_URI, t0).unwrap()["FirmwareVersion"], FIRMWARE_VERSION);
         let body = json!({ "ImageURI": "https://fw.example/ps-fw-2.1.bin", "Targets": [SHELF_URI] }).to_string();

@@ -1,31 +1,21 @@
-//! The shelf's state, with no I/O and no clock of its own: its identity, its outlets and how
-//! each moves between power states, the switches the control API flips (stuck, locked, busy),
-//! the log of accepted `PowerControl` requests, and its firmware ([`Firmware`]: updates and
-//! their tasks). Every function that depends on time takes
-//! `now`, so the transitions are tested by passing instants rather than by sleeping.
+//! The shelf's state, with no I/O and no clock of its own: its identity, its outlets (each a
+//! [`Switch`] from [`power`](super::power)), the machines it may stand in for
+//! ([`System`]s, none unless asked), the switches the control API flips (stuck, locked,
+//! busy), the logs of accepted `PowerControl` and `Reset` requests, and its firmware
+//! ([`Firmware`]: updates and their tasks). Every function that depends on time takes `now`,
+//! so the transitions are tested by passing instants rather than by sleeping.
 //!
-//! An outlet is steady (`On`, `Off`) or moving. A move started at `since` reads its
-//! transitional state (`PoweringOn`, `PoweringOff`) until `since + delay`, then its target. A
-//! `PowerCycle` of an outlet that does not read `Off` reads `PoweringOff` for one delay, then
-//! `PoweringOn` for another, then `On`; a `PowerCycle` of an outlet that reads `Off` powers
-//! it on (one delay of `PoweringOn`). A request for the move already under way, or for the
-//! steady state the outlet is in, changes nothing.
+//! Outlets and machines move the same way (the module docs of [`power`](super::power)):
+//! `PowerControl`'s `On`/`Off`/`PowerCycle` are [`Target`]s `On`/`Off`/`Cycle`, and so are
+//! `Reset`'s `On` / `ForceOff`, `GracefulShutdown` / `ForceRestart`. One `delay` serves both.
 
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
+pub use super::power::{BodyError, Outcome, Power};
+use super::power::{Switch, Target, parse_param};
 use super::resources::FIRMWARE_VERSION;
+use super::system::{ResetType, System};
 use super::update::{DEFAULT_UPDATE_MS, Firmware};
-
-/// A steady power state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Power {
-    /// Powered.
-    On,
-    /// Not powered.
-    Off,
-}
 
 /// The `PowerState` parameter of `#Outlet.PowerControl`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,55 +50,20 @@ impl Control {
             _ => None,
         }
     }
-}
 
-/// Why a `PowerControl` body was refused (all 400).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BodyError {
-    /// Not JSON, or not a JSON object.
-    Malformed(String),
-    /// No `PowerState`.
-    Missing,
-    /// `PowerState` is not one of [`ALLOWED_CONTROLS`] (the value as JSON text).
-    NotInList(String),
+    /// Where it sends the outlet.
+    pub fn target(self) -> Target {
+        match self {
+            Control::On => Target::On,
+            Control::Off => Target::Off,
+            Control::PowerCycle => Target::Cycle,
+        }
+    }
 }
 
 /// Parses the body of `#Outlet.PowerControl`: a JSON object with `PowerState`.
 pub fn parse_control(body: &[u8]) -> Result<Control, BodyError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| BodyError::Malformed(e.to_string()))?;
-    let Value::Object(map) = value else {
-        return Err(BodyError::Malformed("the body is not a JSON object".into()));
-    };
-    match map.get("PowerState") {
-        None => Err(BodyError::Missing),
-        Some(Value::String(s)) => Control::parse(s).ok_or_else(|| BodyError::NotInList(Value::String(s.clone()).to_string())),
-        Some(other) => Err(BodyError::NotInList(other.to_string())),
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Steady(Power),
-    /// Moving to `target` since `since`.
-    Moving {
-        target: Power,
-        since: Instant,
-    },
-    /// Off, then on, since `since`.
-    Cycling {
-        since: Instant,
-    },
-}
-
-/// What an accepted `PowerControl` did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// A move began.
-    Started,
-    /// The outlet was already there or on its way: nothing changed.
-    Unchanged,
-    /// The outlet is stuck: accepted, nothing changed.
-    Ignored,
+    parse_param(body, "PowerState", Control::parse)
 }
 
 /// One outlet.
@@ -118,65 +73,19 @@ pub struct Outlet {
     pub id: String,
     /// `PowerControlLocked`: `PowerControl` is refused with 409.
     pub locked: bool,
-    /// Accepts `PowerControl` and never moves (a device that never converges).
-    pub stuck: bool,
-    phase: Phase,
+    /// Its power (`switch.stuck`: accepts `PowerControl` and never moves).
+    pub switch: Switch,
 }
 
 impl Outlet {
     /// A steady outlet.
     pub fn new(id: &str, power: Power) -> Outlet {
-        Outlet { id: id.to_owned(), locked: false, stuck: false, phase: Phase::Steady(power) }
+        Outlet { id: id.to_owned(), locked: false, switch: Switch::new(power) }
     }
 
     /// `PowerState` at `now` for a shelf whose moves take `delay`.
     pub fn power_state(&self, now: Instant, delay: Duration) -> &'static str {
-        let elapsed = |since: Instant| now.saturating_duration_since(since);
-        match self.phase {
-            Phase::Steady(Power::On) => "On",
-            Phase::Steady(Power::Off) => "Off",
-            Phase::Moving { target, since } if elapsed(since) >= delay => steady_name(target),
-            Phase::Moving { target: Power::On, .. } => "PoweringOn",
-            Phase::Moving { target: Power::Off, .. } => "PoweringOff",
-            Phase::Cycling { since } if elapsed(since) < delay => "PoweringOff",
-            Phase::Cycling { since } if elapsed(since) < delay.saturating_mul(2) => "PoweringOn",
-            Phase::Cycling { .. } => "On",
-        }
-    }
-
-    /// Folds a finished move into a steady state.
-    pub fn settle(&mut self, now: Instant, delay: Duration) {
-        match self.power_state(now, delay) {
-            "On" => self.phase = Phase::Steady(Power::On),
-            "Off" => self.phase = Phase::Steady(Power::Off),
-            _ => {}
-        }
-    }
-
-    /// Applies an accepted, unlocked `PowerControl` at `now`.
-    fn control(&mut self, control: Control, now: Instant, delay: Duration) -> Outcome {
-        if self.stuck {
-            return Outcome::Ignored;
-        }
-        self.settle(now, delay);
-        let next = match (control, self.phase) {
-            (Control::On, Phase::Steady(Power::On) | Phase::Moving { target: Power::On, .. } | Phase::Cycling { .. })
-            | (Control::Off, Phase::Steady(Power::Off) | Phase::Moving { target: Power::Off, .. })
-            | (Control::PowerCycle, Phase::Cycling { .. }) => return Outcome::Unchanged,
-            (Control::On, _) => Phase::Moving { target: Power::On, since: now },
-            (Control::Off, _) => Phase::Moving { target: Power::Off, since: now },
-            (Control::PowerCycle, Phase::Steady(Power::Off)) => Phase::Moving { target: Power::On, since: now },
-            (Control::PowerCycle, _) => Phase::Cycling { since: now },
-        };
-        self.phase = next;
-        Outcome::Started
-    }
-}
-
-fn steady_name(power: Power) -> &'static str {
-    match power {
-        Power::On => "On",
-        Power::Off => "Off",
+        self.switch.power_state(now, delay)
     }
 }
 
@@ -187,6 +96,8 @@ pub enum Refusal {
     UnknownOutlet(String),
     /// The outlet has `PowerControlLocked` (409).
     Locked(String),
+    /// No such system.
+    UnknownSystem(String),
 }
 
 /// What the shelf says about itself.
@@ -215,6 +126,10 @@ pub struct Shelf {
     pub outlets: Vec<Outlet>,
     /// Every accepted `PowerControl`, in order: (outlet, requested `PowerState`).
     pub actions: Vec<(String, Control)>,
+    /// The machines it stands in for (`/redfish/v1/Systems`; none unless asked).
+    pub systems: Vec<System>,
+    /// Every accepted `#ComputerSystem.Reset`, in order: (system, `ResetType`).
+    pub resets: Vec<(String, ResetType)>,
     /// How many more Redfish requests answer 503.
     pub busy: u32,
     /// The `Retry-After` seconds those 503s carry.
@@ -228,7 +143,13 @@ impl Shelf {
     pub fn new(identity: Identity, outlet_ids: &[String], power: Power, delay: Duration) -> Shelf {
         let outlets = outlet_ids.iter().map(|id| Outlet::new(id, power)).collect();
         let firmware = Firmware::new(FIRMWARE_VERSION, Duration::from_millis(DEFAULT_UPDATE_MS));
-        Shelf { identity, delay, outlets, actions: Vec::new(), busy: 0, retry_after: 1, firmware }
+        Shelf { identity, delay, outlets, actions: Vec::new(), systems: Vec::new(), resets: Vec::new(), busy: 0, retry_after: 1, firmware }
+    }
+
+    /// The same shelf, also serving the machines `system_ids`, all starting at `power`.
+    pub fn with_systems(mut self, system_ids: &[String], power: Power) -> Shelf {
+        self.systems = system_ids.iter().map(|id| System::new(id, power)).collect();
+        self
     }
 
     /// The outlet named `id`.
@@ -248,8 +169,28 @@ impl Shelf {
         if outlet.locked {
             return Err(Refusal::Locked(id.to_owned()));
         }
-        let outcome = outlet.control(control, now, delay);
+        let outcome = outlet.switch.request(control.target(), now, delay);
         self.actions.push((id.to_owned(), control));
+        Ok(outcome)
+    }
+
+    /// The system named `id`.
+    pub fn system(&self, id: &str) -> Option<&System> {
+        self.systems.iter().find(|s| s.id == id)
+    }
+
+    /// The system named `id`, to change.
+    pub fn system_mut(&mut self, id: &str) -> Option<&mut System> {
+        self.systems.iter_mut().find(|s| s.id == id)
+    }
+
+    /// `#ComputerSystem.Reset` of system `id` at `now`: logged and applied (a stuck system
+    /// logs it and stays as it is).
+    pub fn reset(&mut self, id: &str, reset: ResetType, now: Instant) -> Result<Outcome, Refusal> {
+        let delay = self.delay;
+        let system = self.systems.iter_mut().find(|s| s.id == id).ok_or_else(|| Refusal::UnknownSystem(id.to_owned()))?;
+        let outcome = system.reset(reset, now, delay);
+        self.resets.push((id.to_owned(), reset));
         Ok(outcome)
     }
 
@@ -359,15 +300,29 @@ mod tests {
     }
 
     #[test]
-    fn settle_folds_a_finished_move_and_keeps_an_unfinished_one() {
+    fn systems_reset_through_the_same_switch_and_every_reset_is_logged() {
         let t0 = Instant::now();
-        let mut o = Outlet::new("A1", Power::On);
-        assert_eq!(o.control(Control::Off, t0, D), Outcome::Started);
-        o.settle(t0 + ms(10), D);
-        assert_eq!(o.power_state(t0 + D, D), "Off");
-        o.settle(t0 + D, D);
-        // Settled: the reading no longer depends on the clock.
-        assert_eq!(o.power_state(t0, D), "Off");
+        let ids = ["node-1".to_owned(), "node-2".to_owned()];
+        let mut s = shelf(Power::On).with_systems(&ids, Power::Off);
+        let read = |s: &Shelf, id: &str, now: Instant| s.system(id).unwrap().power_state(now, s.delay);
+        assert_eq!(s.reset("node-1", ResetType::On, t0), Ok(Outcome::Started));
+        assert_eq!(read(&s, "node-1", t0 + ms(1499)), "PoweringOn");
+        assert_eq!(read(&s, "node-1", t0 + D), "On");
+        assert_eq!(read(&s, "node-2", t0 + D), "Off");
+        assert_eq!(s.reset("node-2", ResetType::GracefulShutdown, t0), Ok(Outcome::Unchanged));
+        let t1 = t0 + D;
+        assert_eq!(s.reset("node-1", ResetType::ForceRestart, t1), Ok(Outcome::Started));
+        assert_eq!(read(&s, "node-1", t1), "PoweringOff");
+        assert_eq!(read(&s, "node-1", t1 + D), "PoweringOn");
+        assert_eq!(read(&s, "node-1", t1 + D + D), "On");
+        s.system_mut("node-2").unwrap().switch.stuck = true;
+        assert_eq!(s.reset("node-2", ResetType::On, t1), Ok(Outcome::Ignored));
+        assert_eq!(read(&s, "node-2", t1 + ms(3_600_000)), "Off");
+        assert_eq!(s.reset("node-3", ResetType::On, t1), Err(Refusal::UnknownSystem("node-3".into())));
+        let logged: Vec<(&str, &str)> = s.resets.iter().map(|(id, r)| (id.as_str(), r.as_str())).collect();
+        assert_eq!(logged, vec![("node-1", "On"), ("node-2", "GracefulShutdown"), ("node-1", "ForceRestart"), ("node-2", "On")]);
+        assert!(s.actions.is_empty(), "resets are not outlet actions");
+        assert!(shelf(Power::On).systems.is_empty(), "no systems unless asked");
     }
 
     #[test]
@@ -384,7 +339,7 @@ mod tests {
     fn stuck_accepts_and_never_moves_locked_refuses_and_is_not_logged() {
         let t0 = Instant::now();
         let mut s = shelf(Power::On);
-        s.outlet_mut("A1").unwrap().stuck = true;
+        s.outlet_mut("A1").unwrap().switch.stuck = true;
         assert_eq!(s.power_control("A1", Control::Off, t0), Ok(Outcome::Ignored));
         assert_eq!(state(&s, "A1", t0 + ms(3_600_000)), "On");
         s.outlet_mut("B1").unwrap().locked = true;

@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::resources::{collection, enabled_ok, link};
+
 /// The update service.
 pub const UPDATE_SERVICE_URI: &str = "/redfish/v1/UpdateService";
 /// Its `#UpdateService.SimpleUpdate` target.
@@ -246,14 +248,6 @@ impl Firmware {
     }
 }
 
-fn link(uri: &str) -> Value {
-    json!({ "@odata.id": uri })
-}
-
-fn enabled_ok() -> Value {
-    json!({ "State": "Enabled", "Health": "OK" })
-}
-
 /// A task as JSON in the given state (the 202 that accepts an update shows it `Running` at 0 %).
 pub fn task_json(update: &Update, progress: Progress) -> Value {
     let id = update.id.to_string();
@@ -322,7 +316,7 @@ pub fn get(firmware: &Firmware, path: &str, now: Instant, shelf_uri: &str, manuf
             },
         }),
         FIRMWARE_INVENTORY_URI => {
-            collection(FIRMWARE_INVENTORY_URI, "SoftwareInventoryCollection", "Firmware Inventory", &[SHELF_FIRMWARE_URI])
+            collection(FIRMWARE_INVENTORY_URI, "SoftwareInventoryCollection", "Firmware Inventory", &[SHELF_FIRMWARE_URI.to_owned()])
         }
         SHELF_FIRMWARE_URI => json!({
             "@odata.id": SHELF_FIRMWARE_URI,
@@ -348,22 +342,11 @@ pub fn get(firmware: &Firmware, path: &str, now: Instant, shelf_uri: &str, manuf
         }),
         TASKS_URI => {
             let members: Vec<String> = firmware.updates.iter().map(|u| task_uri(u.id)).collect();
-            let members: Vec<&str> = members.iter().map(String::as_str).collect();
             collection(TASKS_URI, "TaskCollection", "Task Collection", &members)
         }
         _ => firmware.task(firmware.update(numbered(path, TASKS_URI)?)?, now),
     };
     Some(value)
-}
-
-fn collection(uri: &str, kind: &str, name: &str, members: &[&str]) -> Value {
-    json!({
-        "@odata.id": uri,
-        "@odata.type": format!("#{kind}.{kind}"),
-        "Name": name,
-        "Members@odata.count": members.len(),
-        "Members": members.iter().map(|m| link(m)).collect::<Vec<_>>(),
-    })
 }
 
 #[cfg(test)]
