@@ -190,7 +190,7 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
     tokio::spawn(crate::executor::trigger::run(app.clone()));
     tokio::spawn(crate::onboarding::exec::run(app.clone()));
     tokio::spawn(crate::reconciler::run(app.clone()));
-    tokio::spawn(crate::devices::shelf_loop::run(app.clone()));
+    tokio::spawn(crate::devices::run(app.clone()));
     // Lapsed task leases are leasable again at once; the sweep also puts them back in the
     // queue so listings show them queued, not leased by a host that went quiet.
     let sweeper = app.clone();

@@ -9,6 +9,9 @@
 //!   again).
 //! - [`shelf_loop`]: the power-shelf controller: every tick, each shelf one step, written
 //!   compare-and-set with its event.
+//! - [`rack_tick`] and [`rack_loop`]: the rack controller, pure and applied: maintenance cycles
+//!   step by step, each step committed, budgets first.
+//! - [`run`]: the loop that ticks both.
 //! - [`rack`]: on-demand rack maintenance: preconditions, scope, activities, the firmware
 //!   resolution table, the next activity, and the power sequence's safe order.
 //! - [`shelf`]: the power shelf's controller tick (one transition per tick, with its reason)
@@ -22,3 +25,24 @@ pub mod rack_tick;
 pub mod shelf;
 pub mod shelf_loop;
 pub mod work;
+
+/// The device controllers' loop (off when `[devices] tick_ms` is 0): every tick, each power
+/// shelf and then each rack takes at most one step. One loop for both, so a rack's shelf step
+/// and the shelf's own controller never interleave within a tick.
+pub async fn run(app: std::sync::Arc<crate::app::AppState>) {
+    let ms = app.config.devices.tick_ms;
+    if ms == 0 {
+        return;
+    }
+    let mut every = tokio::time::interval(std::time::Duration::from_millis(ms));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        if let Err(e) = shelf_loop::tick_all(&app).await {
+            tracing::error!(error = %e, "power shelf controller tick failed");
+        }
+        if let Err(e) = rack_loop::tick_all(&app).await {
+            tracing::error!(error = %e, "rack controller tick failed");
+        }
+    }
+}

@@ -174,7 +174,9 @@ async fn step_one(
             *fleet = Some(FleetView::load(app).await);
         }
         let snapshot = store::blocking(app.store.clone(), |s| s.plan_snapshot()).await?;
-        budget = budget_check(m, &snapshot, fleet.as_ref().expect("loaded above"));
+        if let Some(f) = fleet.as_ref() {
+            budget = budget_check(m, &snapshot, f);
+        }
     }
     let firmware: Vec<Firmware> = table.iter().map(fw_view).collect();
     let cx =

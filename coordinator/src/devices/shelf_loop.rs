@@ -131,22 +131,3 @@ pub async fn tick_all(app: &Arc<AppState>) -> Result<usize, store::StoreError> {
     }
     Ok(moved)
 }
-
-/// The controller loop (off when `[devices] tick_ms` is 0).
-pub async fn run(app: Arc<AppState>) {
-    let ms = app.config.devices.tick_ms;
-    if ms == 0 {
-        return;
-    }
-    let mut every = tokio::time::interval(std::time::Duration::from_millis(ms));
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        every.tick().await;
-        if let Err(e) = tick_all(&app).await {
-            tracing::error!(error = %e, "power shelf controller tick failed");
-        }
-        if let Err(e) = super::rack_loop::tick_all(&app).await {
-            tracing::error!(error = %e, "rack controller tick failed");
-        }
-    }
-}
