@@ -12,6 +12,7 @@
 //!   the target — transitional values (`PoweringOn`, `PoweringOff`) keep it waiting — bounded;
 //!   a device that does not converge in time is an error naming it.
 //!
+//! - [`RedfishClient::power_cycle`]: `PowerCycle` where the BMC advertises it, else off then on.
 //! - [`RedfishClient::set_shelf_power`]: a power shelf (`PowerEquipment/PowerShelves/{id}`)
 //!   has no switch of its own in the DMTF schema: `#Outlet.PowerControl` on each outlet not
 //!   already there, then every outlet's `PowerState` read until all match, bounded.

@@ -102,21 +102,51 @@ impl RedfishClient {
             })?;
         tracing::info!(system = %sys.uri, reset_type = %reset, "redfish reset");
         self.post(&action, &json!({ "ResetType": reset })).await?;
+        self.wait_for(&sys.uri, target).await
+    }
+
+    /// Reads the system until its `PowerState` is `target` (transitional values keep it
+    /// waiting), bounded by `converge_timeout`.
+    async fn wait_for(&self, uri: &str, target: PowerTarget) -> Result<System, RedfishError> {
         let started = Instant::now();
         loop {
-            let now = self.system(&sys.uri).await?;
+            let now = self.system(uri).await?;
             if now.power_state == target.as_str() {
                 return Ok(now);
             }
             if started.elapsed() >= self.config.converge_timeout {
                 return Err(RedfishError::NotConverged {
-                    uri: sys.uri,
+                    uri: uri.to_owned(),
                     target: target.as_str().into(),
                     last: now.power_state,
                     waited_secs: started.elapsed().as_secs(),
                 });
             }
             tokio::time::sleep(self.config.poll_interval).await;
+        }
+    }
+}
+
+impl RedfishClient {
+    /// Power-cycles a system. With `PowerCycle` among the reset types the BMC advertises, that
+    /// one reset is sent and the system read until it is `On` again (bounded); otherwise — the
+    /// DMTF emulator advertises none — it is powered off, then on, each change waited for.
+    /// A system that is off is simply powered on.
+    pub async fn power_cycle(&self, uri: &str) -> Result<System, RedfishError> {
+        let sys = self.system(uri).await?;
+        if sys.power_state == PowerTarget::Off.as_str() {
+            return self.set_power(uri, PowerTarget::On).await;
+        }
+        match (&sys.reset_target, sys.allowed.iter().any(|a| a == "PowerCycle")) {
+            (Some(action), true) => {
+                tracing::info!(system = %sys.uri, reset_type = "PowerCycle", "redfish reset");
+                self.post(action, &json!({ "ResetType": "PowerCycle" })).await?;
+                self.wait_for(&sys.uri, PowerTarget::On).await
+            }
+            _ => {
+                self.set_power(uri, PowerTarget::Off).await?;
+                self.set_power(uri, PowerTarget::On).await
+            }
         }
     }
 }

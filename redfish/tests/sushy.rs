@@ -9,6 +9,7 @@
 //! - `a_bmc_that_refuses_power_off_is_reported_as_refused`
 //! - `https_with_the_bmcs_own_certificate_works_and_an_untrusted_one_is_refused`
 //! - `simple_update_reaches_the_emulators_handler_which_has_no_firmware_in_fake_mode`
+//! - `power_cycle_without_an_advertised_power_cycle_is_off_then_on`
 
 use std::time::{Duration, Instant};
 
@@ -122,4 +123,17 @@ async fn simple_update_reaches_the_emulators_handler_which_has_no_firmware_in_fa
     assert!(matches!(&err, RedfishError::Refused { status: 500, message, .. } if message.contains("BIOS")), "{err}");
     let err = c.simple_update("https://fw.example/x.bin", &[]).await.expect_err("no targets");
     assert!(matches!(err, RedfishError::Refused { status: 400, .. }), "{err}");
+}
+
+#[tokio::test]
+async fn power_cycle_without_an_advertised_power_cycle_is_off_then_on() {
+    // The emulator advertises no PowerCycle (and 501s it): the client powers off, then on.
+    let e = start("");
+    let c = client(&e, PASS);
+    let uri = format!("/redfish/v1/Systems/{ON}");
+    assert!(!c.system(&uri).await.expect("read").allowed.iter().any(|a| a == "PowerCycle"));
+    assert_eq!(c.power_cycle(&uri).await.expect("cycle").power_state, "On");
+    // An off system is simply powered on.
+    let off = format!("/redfish/v1/Systems/{OFF}");
+    assert_eq!(c.power_cycle(&off).await.expect("on").power_state, "On");
 }
