@@ -397,7 +397,7 @@ async fn fake_shelf_systems_reset_after_the_delay_and_refuse_bad_requests() {
     let wrong = shelf.reset(NODE_1_RESET, "Nmi").await;
     assert_eq!((wrong.status, code(&wrong)), (400, "Base.1.0.ActionParameterValueNotInList"));
     assert!(wrong.body["error"]["message"].as_str().unwrap().contains("Nmi"), "{}", wrong.body);
-    assert_eq!(code(&shelf.reset(NODE_1_RESET, "PowerCycle").await), "Base.1.0.ActionParameterValueNotInList");
+    assert_eq!(code(&shelf.reset(NODE_1_RESET, "PushPowerButton").await), "Base.1.0.ActionParameterValueNotInList");
     let missing = shelf.send("POST", NODE_1_RESET, auth, Some(("application/json", r#"{"PowerState":"Off"}"#))).await;
     assert_eq!((missing.status, code(&missing)), (400, "Base.1.0.ActionParameterMissing"));
     let malformed = shelf.send("POST", NODE_1_RESET, auth, Some(("application/json", "{"))).await;

@@ -11,6 +11,7 @@
 //! - `a_wrong_password_is_refused_without_echoing_it`
 //! - `simple_update_follows_the_task_monitor_to_completion`
 //! - `an_untrusted_certificate_is_refused`
+//! - `power_cycle_uses_an_advertised_power_cycle_and_ends_on`
 //!
 //! The binary is found the way `FakeShelfOptions`' default does (`default_binary()`):
 //! `fake-shelf` in the directory above this test executable's `deps/`, i.e. the target
@@ -216,4 +217,15 @@ async fn an_untrusted_certificate_is_refused() {
     assert!(matches!(err, RedfishError::Unreachable { .. }), "{err}");
     // The fake's own certificate works on the same service.
     assert_eq!(fake.client(PASS).power_shelves().await.expect("trusted"), vec![SHELF.to_owned()]);
+}
+
+#[tokio::test]
+async fn power_cycle_uses_an_advertised_power_cycle_and_ends_on() {
+    let fake = Fake::start(|o| o.systems = vec!["node-1".into()]);
+    let c = fake.client(PASS);
+    let uri = "/redfish/v1/Systems/node-1";
+    assert!(c.system(uri).await.expect("read").allowed.iter().any(|a| a == "PowerCycle"));
+    assert_eq!(c.power_cycle(uri).await.expect("cycle").power_state, "On");
+    let resets = fake.state()["resets"].clone();
+    assert_eq!(resets, json!([{ "system": "node-1", "resetType": "PowerCycle" }]), "one reset, the advertised one");
 }

@@ -11,8 +11,8 @@
 //!
 //! Both exist only when the shelf has systems (`--systems`); the service root then links
 //! `Systems`. `#ComputerSystem.Reset` (target `…/Systems/{id}/Actions/ComputerSystem.Reset`)
-//! allows `On`, `ForceOff`, `GracefulShutdown` and `ForceRestart`: `On` moves the switch on,
-//! `ForceOff` and `GracefulShutdown` off, `ForceRestart` cycles it (off, then on; an `Off`
+//! allows `On`, `ForceOff`, `GracefulShutdown`, `ForceRestart` and `PowerCycle`: `On` moves the
+//! switch on, `ForceOff` and `GracefulShutdown` off, `ForceRestart` and `PowerCycle` cycle it (off, then on; an `Off`
 //! machine just powers on, as sushy's restarts do), each after the shelf's delay with
 //! `PoweringOn`/`PoweringOff` in between (sushy reports only `On`/`Off`).
 
@@ -41,10 +41,12 @@ pub enum ResetType {
     GracefulShutdown,
     /// Power off, then on.
     ForceRestart,
+    /// Power off, then on (the schema's `PowerCycle`, v1_4_0).
+    PowerCycle,
 }
 
 /// The values `#ComputerSystem.Reset` allows, as advertised in `ResetType@Redfish.AllowableValues`.
-pub const ALLOWED_RESET_TYPES: [&str; 4] = ["On", "ForceOff", "GracefulShutdown", "ForceRestart"];
+pub const ALLOWED_RESET_TYPES: [&str; 5] = ["On", "ForceOff", "GracefulShutdown", "ForceRestart", "PowerCycle"];
 
 impl ResetType {
     /// The Redfish spelling.
@@ -54,6 +56,7 @@ impl ResetType {
             ResetType::ForceOff => "ForceOff",
             ResetType::GracefulShutdown => "GracefulShutdown",
             ResetType::ForceRestart => "ForceRestart",
+            ResetType::PowerCycle => "PowerCycle",
         }
     }
 
@@ -64,6 +67,7 @@ impl ResetType {
             "ForceOff" => Some(ResetType::ForceOff),
             "GracefulShutdown" => Some(ResetType::GracefulShutdown),
             "ForceRestart" => Some(ResetType::ForceRestart),
+            "PowerCycle" => Some(ResetType::PowerCycle),
             _ => None,
         }
     }
@@ -73,7 +77,7 @@ impl ResetType {
         match self {
             ResetType::On => Target::On,
             ResetType::ForceOff | ResetType::GracefulShutdown => Target::Off,
-            ResetType::ForceRestart => Target::Cycle,
+            ResetType::ForceRestart | ResetType::PowerCycle => Target::Cycle,
         }
     }
 }
@@ -215,7 +219,10 @@ mod tests {
         );
         let action = &s["Actions"]["#ComputerSystem.Reset"];
         assert_eq!(action["target"], "/redfish/v1/Systems/node-1/Actions/ComputerSystem.Reset");
-        assert_eq!(action["ResetType@Redfish.AllowableValues"], json!(["On", "ForceOff", "GracefulShutdown", "ForceRestart"]));
+        assert_eq!(
+            action["ResetType@Redfish.AllowableValues"],
+            json!(["On", "ForceOff", "GracefulShutdown", "ForceRestart", "PowerCycle"])
+        );
         assert_eq!(get(&all, "/redfish/v1/Systems/node-1", t0 + D, D).unwrap()["PowerState"], "Off");
         assert_eq!(get(&all, "/redfish/v1/Systems/node_2", t0, D).unwrap()["PowerState"], "Off");
         assert!(get(&all, "/redfish/v1/Systems/node-3", t0, D).is_none());
