@@ -387,7 +387,7 @@ async fn fake_shelf_systems_reset_after_the_delay_and_refuse_bad_requests() {
     assert!(node["Name"].is_string());
     let action = &node["Actions"]["#ComputerSystem.Reset"];
     assert_eq!(action["target"], NODE_1_RESET);
-    assert_eq!(action["ResetType@Redfish.AllowableValues"], json!(["On", "ForceOff", "GracefulShutdown", "ForceRestart"]));
+    assert_eq!(action["ResetType@Redfish.AllowableValues"], json!(["On", "ForceOff", "GracefulShutdown", "ForceRestart", "PowerCycle"]));
 
     // Refused: nothing logged, nothing moves.
     let denied = shelf.send("POST", NODE_1_RESET, None, Some(("application/json", r#"{"ResetType":"ForceOff"}"#))).await;
