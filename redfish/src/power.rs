@@ -74,9 +74,13 @@ impl RedfishClient {
         system_of(uri, &v)
     }
 
-    /// The systems the service lists.
+    /// The systems the service lists (service root → `Systems`, following the link).
     pub async fn systems(&self) -> Result<Vec<String>, RedfishError> {
-        let v = self.get("/redfish/v1/Systems").await?;
+        let root = self.get("/redfish/v1/").await?;
+        let Some(systems) = root["Systems"]["@odata.id"].as_str() else {
+            return Ok(Vec::new());
+        };
+        let v = self.get(systems).await?;
         Ok(v["Members"]
             .as_array()
             .map(|m| m.iter().filter_map(|x| x["@odata.id"].as_str()).map(str::to_owned).collect())
