@@ -133,6 +133,8 @@ pub struct AppState {
     pub power: Arc<dyn crate::devices::power::PowerControl>,
     /// Device work in flight beside the shelf and rack controllers.
     pub device_work: crate::devices::work::WorkTable,
+    /// The listener's connection bounds and their counters.
+    pub connections: Arc<crate::conn_limits::ConnLimits>,
 }
 
 /// Why the CRL could not be refreshed.

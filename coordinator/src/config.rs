@@ -127,6 +127,76 @@ impl Default for HostsConfig {
     }
 }
 
+/// `[connections]`: what the listener holds open, and for how long, before a client has
+/// proven who it is. Authenticated connections (a verified client certificate) are never
+/// refused by these caps; only the accept loop's total and the handshake bound slow them, by
+/// waiting (the kernel's backlog holds new connections), never by refusing.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectionsConfig {
+    /// Every open connection; at the cap the accept loop waits for one to close. Keep it above
+    /// the fleet (each agent holds one) plus operators, and below the open-files limit.
+    #[serde(default = "default_max_open")]
+    pub max_open: usize,
+    /// TLS handshakes in progress; at the cap the accept loop waits.
+    #[serde(default = "default_max_handshakes")]
+    pub max_handshakes: usize,
+    /// How long a handshake may take.
+    #[serde(default = "default_handshake_secs")]
+    pub handshake_secs: u64,
+    /// Connections that presented no client certificate (they reach only the enrollment and
+    /// bootstrap routes); past the cap the newest is closed at once.
+    #[serde(default = "default_max_unauthenticated")]
+    pub max_unauthenticated: usize,
+    /// Unauthenticated connections (handshaking, or without a certificate) from one source
+    /// address; past the cap the newest is closed at once.
+    #[serde(default = "default_max_unauthenticated_per_source")]
+    pub max_unauthenticated_per_source: usize,
+    /// After the handshake, the first request must begin within this (every connection).
+    #[serde(default = "default_first_request_secs")]
+    pub first_request_secs: u64,
+    /// How long a connection without a certificate may sit idle between requests
+    /// (authenticated ones: 120 s, the agents' long-poll needs it).
+    #[serde(default = "default_unauthenticated_idle_secs")]
+    pub unauthenticated_idle_secs: u64,
+}
+
+fn default_max_open() -> usize {
+    50_000
+}
+fn default_max_handshakes() -> usize {
+    1024
+}
+fn default_handshake_secs() -> u64 {
+    10
+}
+fn default_max_unauthenticated() -> usize {
+    1024
+}
+fn default_max_unauthenticated_per_source() -> usize {
+    64
+}
+fn default_first_request_secs() -> u64 {
+    10
+}
+fn default_unauthenticated_idle_secs() -> u64 {
+    10
+}
+
+impl Default for ConnectionsConfig {
+    fn default() -> Self {
+        ConnectionsConfig {
+            max_open: default_max_open(),
+            max_handshakes: default_max_handshakes(),
+            handshake_secs: default_handshake_secs(),
+            max_unauthenticated: default_max_unauthenticated(),
+            max_unauthenticated_per_source: default_max_unauthenticated_per_source(),
+            first_request_secs: default_first_request_secs(),
+            unauthenticated_idle_secs: default_unauthenticated_idle_secs(),
+        }
+    }
+}
+
 /// Rollout executor settings.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -511,6 +581,9 @@ pub struct Config {
     /// Host lifecycle.
     #[serde(default)]
     pub hosts: HostsConfig,
+    /// The listener's connection bounds.
+    #[serde(default)]
+    pub connections: ConnectionsConfig,
     /// The rollout executor.
     #[serde(default)]
     pub rollouts: RolloutsConfig,
@@ -597,6 +670,31 @@ impl Config {
         }
         if !(1..=10_000).contains(&config.maas.reconcile_batch) {
             return Err(invalid("maas.reconcile_batch", "must be between 1 and 10000 changes".to_owned()));
+        }
+        let c = &config.connections;
+        if !(16..=1_000_000).contains(&c.max_open) {
+            return Err(invalid("connections.max_open", "must be between 16 and 1000000".to_owned()));
+        }
+        if !(1..=c.max_open).contains(&c.max_handshakes) {
+            return Err(invalid("connections.max_handshakes", "must be between 1 and connections.max_open".to_owned()));
+        }
+        if !(1..=c.max_open).contains(&c.max_unauthenticated) {
+            return Err(invalid("connections.max_unauthenticated", "must be between 1 and connections.max_open".to_owned()));
+        }
+        if !(1..=c.max_unauthenticated.max(c.max_handshakes)).contains(&c.max_unauthenticated_per_source) {
+            return Err(invalid(
+                "connections.max_unauthenticated_per_source",
+                "must be between 1 and the larger of max_unauthenticated and max_handshakes".to_owned(),
+            ));
+        }
+        for (key, v) in [
+            ("connections.handshake_secs", c.handshake_secs),
+            ("connections.first_request_secs", c.first_request_secs),
+            ("connections.unauthenticated_idle_secs", c.unauthenticated_idle_secs),
+        ] {
+            if !(1..=300).contains(&v) {
+                return Err(invalid(key, "must be between 1 and 300 seconds".to_owned()));
+            }
         }
         let d = &config.devices;
         if d.tick_ms > 3_600_000 {

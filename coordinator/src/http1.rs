@@ -23,6 +23,7 @@
 use std::future::Future;
 use std::io::Write as _;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -36,6 +37,7 @@ use tower::ServiceExt as _;
 
 use crate::api::auth::Peer;
 use crate::api::error::ApiError;
+use crate::conn_limits::{ConnLimits, Deadline};
 
 /// Largest request head (request line and header fields).
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
@@ -167,13 +169,20 @@ enum BodyRead {
 
 /// Serves HTTP/1.1 requests on `io` into `router` until the client closes, a request
 /// asks to close, or one is refused. Every request carries `peer` and `remote`.
-pub fn serve_connection<S>(io: S, remote: SocketAddr, peer: Peer, router: Router) -> impl Future<Output = ()>
+pub fn serve_connection<S>(
+    io: S,
+    remote: SocketAddr,
+    peer: Peer,
+    router: Router,
+    waits: crate::server::Waits,
+    limits: Arc<ConnLimits>,
+) -> impl Future<Output = ()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     // Not an `async fn`: its arguments would stay in the future beside the connection they
     // are moved into, a second copy of the TLS stream (1.2 KB) in every parked connection.
-    let mut conn = Conn { io, buf: Vec::new() };
+    let mut conn = Conn { io, buf: Vec::new(), waits, served: false, limits };
     async move {
         let linger = match conn.serve(remote, peer, router).await {
             Ok(linger) => linger,
@@ -197,6 +206,12 @@ where
 struct Conn<S> {
     io: S,
     buf: Vec<u8>,
+    /// How long to wait for the first request, then between requests.
+    waits: crate::server::Waits,
+    /// A request has been read (the idle wait applies from now on).
+    served: bool,
+    /// Where deadlines that close the connection are counted.
+    limits: Arc<ConnLimits>,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
@@ -264,8 +279,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     /// requests.
     async fn read_head(&mut self) -> Result<Option<Head>, Http1Error> {
         if self.buf.is_empty() {
-            match timeout(IDLE_TIMEOUT, self.read_more()).await {
-                Err(_) | Ok(Ok(0)) => return Ok(None),
+            let wait = if self.served { self.waits.idle } else { self.waits.first };
+            match timeout(wait, self.read_more()).await {
+                Err(_) => {
+                    self.limits.timed_out(if self.served { Deadline::Idle } else { Deadline::FirstRequest });
+                    return Ok(None);
+                }
+                Ok(Ok(0)) => return Ok(None),
                 Ok(Ok(_)) => {}
                 // A reset between requests is how clients often leave.
                 Ok(Err(_)) => return Ok(None),
@@ -275,6 +295,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         loop {
             if let Some((head, used)) = parse_head(&self.buf)? {
                 self.buf.drain(..used);
+                self.served = true;
                 return Ok(Some(head));
             }
             if self.buf.len() >= MAX_HEAD_BYTES {

@@ -32,6 +32,7 @@ pub mod app;
 pub mod bundles;
 pub mod cloudinit;
 pub mod config;
+pub mod conn_limits;
 pub mod devices;
 pub mod executor;
 pub mod http1;

@@ -134,6 +134,7 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
     let tls = Arc::new(TlsState::new(material, None)?);
     let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: config.listen, source })?;
     let power = Arc::new(crate::devices::power::RedfishPower::new(secrets.clone(), config.devices.clone()));
+    let connections = config.connections.clone();
     let app = Arc::new(AppState {
         server_pin: state.server_spki_pin(),
         director: Arc::new(state.director_key().clone()),
@@ -157,6 +158,7 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
         maas: Arc::new(crate::sites::probe::LiveProbe),
         reconciler: Default::default(),
         device_work: Default::default(),
+        connections: crate::conn_limits::ConnLimits::new(connections),
     });
     // Revocations made before this start must bind from the first handshake.
     app.refresh_crl().await?;
@@ -207,7 +209,8 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
         }
     });
     let router = crate::api::router(app.clone());
-    let task = tokio::spawn(crate::server::serve(listener, tls, router));
+    let limits = app.connections.clone();
+    let task = tokio::spawn(crate::server::serve(listener, tls, router, limits));
     tracing::info!(%addr, "coordinator listening (TLS 1.3 only)");
     Ok(Running { addr, app, task })
 }

@@ -5,8 +5,11 @@
 //! for it.
 //!
 //! The identity is computed once per connection from the certificate rustls verified; no
-//! header or body can change it. A handshake that stalls is dropped after a bound, so slow
-//! clients cannot pin connections before they authenticate.
+//! header or body can change it. What a connection may hold before it authenticates, and for
+//! how long, is [`crate::conn_limits`]: the accept loop waits at its caps (it never refuses an
+//! agent for being one too many), unauthenticated connections are capped in all and per
+//! source (the newest refused), and the handshake, the first request and idling have
+//! deadlines — on HTTP/2 too, where hyper has no idle deadline and one is watched here.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -23,17 +26,38 @@ use tokio_rustls::server::TlsStream;
 use tower::ServiceExt;
 
 use crate::api::auth::Peer;
+use crate::conn_limits::{ConnLimits, Deadline};
 use crate::identity::{Identity, cert_serial_hex};
 use crate::tls::TlsState;
 
-/// How long a TLS handshake may take.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Concurrent streams one HTTP/2 connection may open (an agent needs one or two).
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 16;
+/// Concurrent streams of an HTTP/2 connection without a client certificate (enrollment and
+/// bootstrap need one at a time).
+pub const MAX_STREAMS_UNAUTHENTICATED: u32 = 2;
+/// After an idle HTTP/2 connection is told to go away (GOAWAY), how long it has to close
+/// before it is dropped.
+pub const H2_CLOSE_GRACE: Duration = Duration::from_secs(5);
+/// How long an authenticated connection may idle between requests (an agent's long-poll
+/// re-arms well inside it).
+pub const AUTHENTICATED_IDLE: Duration = crate::http1::IDLE_TIMEOUT;
 
-/// Serves `router` on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, tls: Arc<TlsState>, router: Router) -> std::io::Result<()> {
+/// How long a connection may wait for a request: the first after the handshake, then between
+/// requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Waits {
+    /// Before the first request.
+    pub first: Duration,
+    /// Between requests.
+    pub idle: Duration,
+}
+
+/// Serves `router` on `listener` until the task is dropped, within `limits`.
+pub async fn serve(listener: TcpListener, tls: Arc<TlsState>, router: Router, limits: Arc<ConnLimits>) -> std::io::Result<()> {
     loop {
+        // At a cap the loop waits here and the kernel queues new connections: nothing is
+        // refused for being one too many, only for being unauthenticated past its caps.
+        let (open, handshaking) = limits.room().await;
         let (tcp, remote) = match listener.accept().await {
             Ok(c) => c,
             // Out of file descriptors and the like: log, back off briefly so the loop does
@@ -44,31 +68,52 @@ pub async fn serve(listener: TcpListener, tls: Arc<TlsState>, router: Router) ->
                 continue;
             }
         };
+        let Ok(slot) = limits.admit_source(remote.ip()) else {
+            // The newest unauthenticated connection of a source at its cap: closed at once.
+            drop(tcp);
+            continue;
+        };
         let acceptor = tls.acceptor();
         let router = router.clone();
+        let limits = limits.clone();
         tokio::spawn(async move {
-            let Some((stream, peer)) = handshake(acceptor, tcp, remote).await else { return };
+            let _open = open;
+            let handshake = handshake(acceptor, tcp, remote, &limits).await;
+            drop(handshaking);
+            let Some((stream, peer)) = handshake else { return };
+            let (slot, waits) = match &peer {
+                Peer::Verified { .. } => {
+                    slot.authenticated();
+                    (None, Waits { first: limits.first_request_timeout(), idle: AUTHENTICATED_IDLE })
+                }
+                Peer::Anonymous => match slot.anonymous() {
+                    Ok(slot) => (Some(slot), Waits { first: limits.first_request_timeout(), idle: limits.unauthenticated_idle() }),
+                    Err(_) => return,
+                },
+            };
             // Set at the handshake from both sides' lists: h2 only when the client offered
             // nothing else. The HTTP/2 connection's state is boxed: every connection's task
             // is as large as its largest state, and most connections are HTTP/1.1.
             if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-                Box::pin(serve_http2(stream, remote, peer, router)).await;
+                Box::pin(serve_http2(stream, remote, peer, router, waits, limits.clone())).await;
             } else {
-                crate::http1::serve_connection(stream, remote, peer, router).await;
+                crate::http1::serve_connection(stream, remote, peer, router, waits, limits.clone()).await;
             }
+            drop(slot);
         });
     }
 }
 
 /// The TLS handshake, bounded in time, and the identity of the certificate it verified.
-async fn handshake(acceptor: TlsAcceptor, tcp: TcpStream, remote: SocketAddr) -> Option<(TlsStream<TcpStream>, Peer)> {
-    let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+async fn handshake(acceptor: TlsAcceptor, tcp: TcpStream, remote: SocketAddr, limits: &ConnLimits) -> Option<(TlsStream<TcpStream>, Peer)> {
+    let stream = match tokio::time::timeout(limits.handshake_timeout(), acceptor.accept(tcp)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             tracing::debug!(%remote, error = %e, "TLS handshake refused");
             return None;
         }
         Err(_) => {
+            limits.timed_out(Deadline::Handshake);
             tracing::debug!(%remote, "TLS handshake timed out");
             return None;
         }
@@ -82,15 +127,63 @@ async fn handshake(acceptor: TlsAcceptor, tcp: TcpStream, remote: SocketAddr) ->
     Some((stream, peer))
 }
 
-async fn serve_http2<S>(stream: S, remote: SocketAddr, peer: Peer, router: Router)
+/// Requests in flight on an HTTP/2 connection and when the last one ended: what its idle
+/// deadline is measured from.
+#[derive(Default)]
+struct Activity {
+    in_flight: std::sync::atomic::AtomicUsize,
+    served: std::sync::atomic::AtomicBool,
+    last: std::sync::Mutex<Option<tokio::time::Instant>>,
+}
+
+impl Activity {
+    /// How long the connection may stay as it is now; `None` while a request runs.
+    fn deadline(&self, started: tokio::time::Instant, waits: Waits) -> Option<tokio::time::Instant> {
+        use std::sync::atomic::Ordering;
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let last = *self.last.lock().unwrap_or_else(|p| p.into_inner());
+        Some(match last {
+            Some(t) if self.served.load(Ordering::Acquire) => t + waits.idle,
+            _ => started + waits.first,
+        })
+    }
+}
+
+/// Marks a request in flight until dropped (also when the client resets the stream).
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn new(a: &Arc<Activity>) -> InFlight {
+        a.in_flight.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        InFlight(a.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering;
+        *self.0.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(tokio::time::Instant::now());
+        self.0.served.store(true, Ordering::Release);
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+async fn serve_http2<S>(stream: S, remote: SocketAddr, peer: Peer, router: Router, waits: Waits, limits: Arc<ConnLimits>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let streams = if matches!(peer, Peer::Anonymous) { MAX_STREAMS_UNAUTHENTICATED } else { MAX_STREAMS_PER_CONNECTION };
+    let activity = Arc::new(Activity::default());
+    let seen = activity.clone();
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(peer.clone());
         req.extensions_mut().insert(axum::extract::ConnectInfo(remote));
         let router = router.clone();
+        let guard = InFlight::new(&seen);
         async move {
+            let _guard = guard;
             let answer = match crate::api::read_whole_body(req.map(Body::new)).await {
                 Ok(req) => router.oneshot(req).await.unwrap_or_else(|e| match e {}),
                 Err(refusal) => refusal,
@@ -100,8 +193,37 @@ where
     });
     // One connection multiplexes a bounded number of streams.
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-    builder.timer(TokioTimer::new()).max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
-    if let Err(e) = builder.serve_connection(TokioIo::new(stream), service).await {
-        tracing::debug!(%remote, error = %e, "connection ended with an error");
+    builder.timer(TokioTimer::new()).max_concurrent_streams(streams);
+    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    // hyper's HTTP/2 server has no idle deadline of its own: watch for one. A connection with
+    // no request in flight past its wait is shut down gracefully (GOAWAY), then dropped if it
+    // does not close within the stall bound.
+    let started = tokio::time::Instant::now();
+    let mut closing: Option<tokio::time::Instant> = None;
+    loop {
+        let wake = match closing {
+            Some(t) => t,
+            None => activity.deadline(started, waits).unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(1)),
+        };
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(%remote, error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            () = tokio::time::sleep_until(wake) => {
+                if closing.is_some() {
+                    return;
+                }
+                if activity.deadline(started, waits).is_some_and(|d| d <= tokio::time::Instant::now()) {
+                    let first = !activity.served.load(std::sync::atomic::Ordering::Acquire);
+                    limits.timed_out(if first { Deadline::FirstRequest } else { Deadline::Idle });
+                    conn.as_mut().graceful_shutdown();
+                    closing = Some(tokio::time::Instant::now() + H2_CLOSE_GRACE);
+                }
+            }
+        }
     }
 }

@@ -15,7 +15,9 @@ use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::routing::{get, post};
 use drover_coordinator::api::auth::Peer;
-use drover_coordinator::http1::{HEADER_READ_TIMEOUT, MAX_HEAD_BYTES, serve_connection};
+use drover_coordinator::conn_limits::ConnLimits;
+use drover_coordinator::http1::{HEADER_READ_TIMEOUT, IDLE_TIMEOUT, MAX_HEAD_BYTES, serve_connection};
+use drover_coordinator::server::Waits;
 use hyper::body::Frame;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::sync::Notify;
@@ -81,7 +83,10 @@ fn start(seen: Arc<Seen>) -> DuplexStream {
 fn start_with_buffer(seen: Arc<Seen>, buffer: usize) -> (DuplexStream, tokio::task::JoinHandle<()>) {
     let (client, server) = tokio::io::duplex(buffer);
     let remote: SocketAddr = "192.0.2.7:40000".parse().expect("addr");
-    let task = tokio::spawn(serve_connection(server, remote, Peer::Anonymous, router(seen)));
+    // The listener's per-connection waits as an authenticated connection has them.
+    let waits = Waits { first: IDLE_TIMEOUT, idle: IDLE_TIMEOUT };
+    let limits = ConnLimits::new(Default::default());
+    let task = tokio::spawn(serve_connection(server, remote, Peer::Anonymous, router(seen), waits, limits));
     (client, task)
 }
 

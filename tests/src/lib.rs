@@ -167,6 +167,7 @@ impl Harness {
             releases_dir: None,
             releases_poll_secs: 10,
             hosts: HostsConfig::default(),
+            connections: Default::default(),
             rollouts: RolloutsConfig::default(),
             jobs: Default::default(),
             secrets: Default::default(),

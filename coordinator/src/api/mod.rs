@@ -144,13 +144,31 @@ pub const MAX_DRAIN_BYTES: usize = 16 << 20;
 /// before the body was read, and over HTTP/2 the stream reset that follows makes some
 /// clients (curl 7.88) drop the answer. Doing it outside the router also keeps a middleware
 /// future out of every parked long-poll.
+///
+/// The same deadlines as HTTP/1.1's bound the read: no progress for
+/// [`crate::http1::BODY_STALL_TIMEOUT`], or more than [`crate::http1::BODY_TIMEOUT`] in all,
+/// answers 408 — a body that never ends cannot hold its stream, and its buffer, for ever.
 pub async fn read_whole_body(req: Request) -> Result<Request, Response> {
     use http_body_util::BodyExt as _;
     let (parts, mut body) = req.into_parts();
     let limit = body_limit(&parts);
     let mut buf: Vec<u8> = Vec::new();
     let mut seen = 0usize;
-    while let Some(frame) = body.frame().await {
+    let deadline = tokio::time::Instant::now() + crate::http1::BODY_TIMEOUT;
+    loop {
+        let next = tokio::time::timeout_at(deadline.min(tokio::time::Instant::now() + crate::http1::BODY_STALL_TIMEOUT), body.frame());
+        let frame = match next.await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break,
+            Err(_) => {
+                return Err(error::ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "request_timeout",
+                    "the request body did not arrive in time (30 s without progress, 300 s in all)",
+                )
+                .into_response());
+            }
+        };
         let Ok(frame) = frame else { return Err(too_large(limit)) };
         if let Ok(data) = frame.into_data() {
             seen = seen.saturating_add(data.len());
@@ -176,4 +194,36 @@ pub fn too_large(limit: usize) -> Response {
         format!("request body is unreadable or larger than {limit} bytes"),
     )
     .into_response()
+}
+
+#[cfg(test)]
+mod body_deadline_tests {
+    use std::convert::Infallible;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use axum::body::{Body, Bytes, HttpBody};
+    use hyper::body::Frame;
+
+    use super::*;
+
+    /// A body whose next frame never comes: a client that stopped sending mid-body.
+    struct Stalled;
+
+    impl HttpBody for Stalled {
+        type Data = Bytes;
+        type Error = Infallible;
+        fn poll_frame(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            Poll::Pending
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_body_that_never_ends_is_answered_408_at_the_stall_deadline() {
+        let req = Request::builder().method("POST").uri("/v1/enroll").body(Body::new(Stalled)).expect("request");
+        let started = tokio::time::Instant::now();
+        let answer = read_whole_body(req).await.expect_err("refused");
+        assert_eq!(answer.status(), StatusCode::REQUEST_TIMEOUT);
+        assert_eq!(started.elapsed(), crate::http1::BODY_STALL_TIMEOUT);
+    }
 }

@@ -472,7 +472,8 @@ pub async fn metrics(State(app): State<Arc<AppState>>, _caller: Reader) -> Resul
     let now = app.clock.now();
     let mut snap = store::blocking(app.store.clone(), move |s| snapshot(s, now)).await?;
     snap.long_polls_held = app.hub.held() as u64;
-    let body = app.metrics.render(&snap);
+    let mut body = app.metrics.render(&snap);
+    app.connections.render_into(&mut body);
     Ok(([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response())
 }
 
