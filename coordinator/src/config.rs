@@ -174,7 +174,10 @@ fn default_max_unauthenticated() -> usize {
     1024
 }
 fn default_max_unauthenticated_per_source() -> usize {
-    64
+    // Agents behind one NAT address handshake from one source: legitimate handshakes finish
+    // in milliseconds, so even a fleet reconnecting at once rarely has this many in progress
+    // from one address; stalled ones (the attack) are what the cap is for.
+    256
 }
 fn default_first_request_secs() -> u64 {
     10
