@@ -104,8 +104,10 @@ pub(crate) fn check_reason(reason: &str) -> Result<&str, CliError> {
     if reason.is_empty() {
         return Err(CliError::usage("--reason must say why (it is recorded in the events and the audit log)"));
     }
-    if reason.chars().count() > MAX_REASON_CHARS || reason.chars().any(char::is_control) {
-        return Err(CliError::usage(format!("--reason must be at most {MAX_REASON_CHARS} characters on one line")));
+    if reason.chars().count() > MAX_REASON_CHARS || !drover_proto::text::is_plain(reason) {
+        return Err(CliError::usage(format!(
+            "--reason must be at most {MAX_REASON_CHARS} characters on one line, without bidirectional controls or zero-width characters"
+        )));
     }
     Ok(reason)
 }

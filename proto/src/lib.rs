@@ -31,6 +31,7 @@ pub mod sig;
 pub mod spec;
 pub mod states;
 pub mod task;
+pub mod text;
 pub mod time;
 pub mod trust;
 pub mod verify;

@@ -55,12 +55,12 @@ pub fn is_sha256_hex(s: &str) -> bool {
 
 /// Checks a channel name.
 pub fn check_channel(s: &str) -> Result<(), NameError> {
-    if is_token(s) { Ok(()) } else { Err(NameError::BadToken { what: "channel name", value: s.to_owned() }) }
+    if is_token(s) { Ok(()) } else { Err(NameError::BadToken { what: "channel name", value: crate::text::echo(s).into_owned() }) }
 }
 
 /// Checks a channel ref.
 pub fn check_ref(s: &str) -> Result<(), NameError> {
-    if is_token(s) { Ok(()) } else { Err(NameError::BadToken { what: "channel ref", value: s.to_owned() }) }
+    if is_token(s) { Ok(()) } else { Err(NameError::BadToken { what: "channel ref", value: crate::text::echo(s).into_owned() }) }
 }
 
 /// Checks a hostname (lowercase RFC 1123).
@@ -71,7 +71,11 @@ pub fn check_hostname(s: &str) -> Result<(), NameError> {
             && !l.starts_with('-')
             && !l.ends_with('-')
     };
-    if (1..=253).contains(&s.len()) && s.split('.').all(label_ok) { Ok(()) } else { Err(NameError::BadHostname { value: s.to_owned() }) }
+    if (1..=253).contains(&s.len()) && s.split('.').all(label_ok) {
+        Ok(())
+    } else {
+        Err(NameError::BadHostname { value: crate::text::echo(s).into_owned() })
+    }
 }
 
 /// Checks a Nix store path: `/nix/store/`, a 32-character hash in Nix's base-32 alphabet,
@@ -79,7 +83,7 @@ pub fn check_hostname(s: &str) -> Result<(), NameError> {
 /// arguments of `nix-store` and `nix-env` run as root, so nothing else is let through.
 pub fn check_store_path(s: &str) -> Result<(), NameError> {
     const NIX32: &[u8] = b"0123456789abcdfghijklmnpqrsvwxyz";
-    let bad = || NameError::BadStorePath { value: s.to_owned() };
+    let bad = || NameError::BadStorePath { value: crate::text::echo(s).into_owned() };
     let rest = s.strip_prefix("/nix/store/").ok_or_else(bad)?;
     let (hash, name) = rest.split_at_checked(32).ok_or_else(bad)?;
     let name = name.strip_prefix('-').ok_or_else(bad)?;
@@ -93,7 +97,7 @@ pub fn check_store_path(s: &str) -> Result<(), NameError> {
 pub fn check_tag(s: &str) -> Result<(), NameError> {
     let ok = (1..=128).contains(&s.len())
         && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':' | b'=' | b'/'));
-    if ok { Ok(()) } else { Err(NameError::BadTag { value: s.to_owned() }) }
+    if ok { Ok(()) } else { Err(NameError::BadTag { value: crate::text::echo(s).into_owned() }) }
 }
 
 /// `"{channel}@{channelRef}"`: the key of one rollout, recomputed from a manifest's own fields
@@ -111,7 +115,7 @@ impl RolloutId {
 
     /// Parses `channel@ref`.
     pub fn parse(s: &str) -> Result<Self, NameError> {
-        let bad = || NameError::BadRolloutId { value: s.to_owned() };
+        let bad = || NameError::BadRolloutId { value: crate::text::echo(s).into_owned() };
         let (channel, channel_ref) = s.split_once('@').ok_or_else(bad)?;
         Self::new(channel, channel_ref).map_err(|_| bad())
     }

@@ -281,11 +281,25 @@ impl Endpoint {
             args.extend(["--cert".to_owned(), cert.display().to_string(), "--key".to_owned(), key.display().to_string()]);
         }
         args.extend(["-X".to_owned(), method.to_owned(), "-w".to_owned(), "\n%{http_code}".to_owned()]);
+        // A body too large for an argument list goes through a file.
+        let mut file = None;
         if let Some(b) = body {
-            args.extend(["-H".to_owned(), "content-type: application/json".to_owned(), "--data-binary".to_owned(), b.to_owned()]);
+            let data = if b.len() > 64 * 1024 {
+                let f = self.tmp.join(format!("body-{}.json", uuid::Uuid::new_v4()));
+                std::fs::write(&f, b).expect("write the request body");
+                let arg = format!("@{}", f.display());
+                file = Some(f);
+                arg
+            } else {
+                b.to_owned()
+            };
+            args.extend(["-H".to_owned(), "content-type: application/json".to_owned(), "--data-binary".to_owned(), data]);
         }
         args.push(format!("{}{path}", self.url));
         let out = run_blocking("curl", args, Vec::new()).await;
+        if let Some(f) = file {
+            let _ = std::fs::remove_file(f);
+        }
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
         (code.trim().to_owned(), body.to_owned())

@@ -139,3 +139,30 @@ async fn host_certificate_calling_an_operator_route_is_403() {
     let (code, text) = h.call(Some(&cert), "GET", "/v1/hosts", None).await;
     assert_api_error(&code, &text, "403");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_900_kilobyte_hostname_comes_back_bounded() {
+    let h = Harness::start().await;
+    let body = serde_json::json!({ "hostname": "a".repeat(900 * 1024), "trustSha256": h.trust.1 }).to_string();
+    let (code, text) = h.call(Some(&h.admin), "POST", "/v1/hosts", Some(&body)).await;
+    assert_api_error(&code, &text, "400");
+    assert!(text.len() < 4096, "a 900 KB name is not echoed whole: {} bytes", text.len());
+    assert!(text.contains("bytes)"), "the cut says how long the input was: {text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reason_with_a_bidi_override_or_zero_width_space_is_refused() {
+    let h = Harness::start().await;
+    let body = serde_json::json!({ "hostname": "bidi-1", "trustSha256": h.trust.1 }).to_string();
+    let (code, text) = h.call(Some(&h.admin), "POST", "/v1/hosts", Some(&body)).await;
+    assert_eq!(code, "201", "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let id = v["hostId"].as_str().or(v["id"].as_str()).expect("id").to_owned();
+    // "cordon for RMA" that an auditor would read reversed, and one with a hidden space.
+    for reason in ["approved by ops \u{202E}AMR rof", "disk\u{200B}swap"] {
+        let body = format!(r#"{{"reason":"{reason}"}}"#);
+        let (code, text) = h.call(Some(&h.admin), "POST", &format!("/v1/hosts/{id}/cordon"), Some(&body)).await;
+        assert_api_error(&code, &text, "400");
+        assert!(text.contains("bidirectional"), "{text}");
+    }
+}

@@ -252,3 +252,20 @@ async fn cli_publishes_a_release_directory() {
     assert_eq!(out.status.code(), Some(65), "{stderr}");
     assert!(stderr.contains("VersionRollback"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_three_megabyte_file_name_is_echoed_bounded_in_the_answer_and_the_event() {
+    let h = Harness::start().await;
+    let pat = publisher(&h);
+    let files = release(h.clock.now(), 9, "c0ffee9");
+    let mut req = PublishRequest::from_files(&files, Some("test".into())).expect("utf-8");
+    let huge = format!("rollouts/{}.json", "x".repeat(3 << 20));
+    req.files.insert(huge, "{}".into());
+    let (code, text) = h.call(Some(&pat), "POST", "/v1/releases", Some(&serde_json::to_string(&req).expect("json"))).await;
+    assert_eq!(code, "422", "refused by verification, naming the file: {}", &text[..text.len().min(300)]);
+    assert!(text.len() < 4096, "the answer is bounded: {} bytes", text.len());
+    assert!(text.contains("bytes)"), "the cut says how long the name was: {text}");
+    let refused =
+        h.running.app.store.list_events(&EventFilter { kind: Some("release.refused".into()), ..Default::default() }).expect("events");
+    assert!(!refused.is_empty() && refused.iter().all(|e| e.event.message.len() < 4096), "the event is bounded");
+}

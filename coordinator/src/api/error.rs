@@ -7,6 +7,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use drover_proto::report::{ApiError as WireError, ApiErrorBody};
 
+/// The longest error message sent, in characters.
+pub const MAX_MESSAGE_CHARS: usize = 2048;
+
 /// A failed request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
@@ -20,8 +23,15 @@ pub struct ApiError {
 
 impl ApiError {
     /// With an explicit status and code.
+    /// The message is bounded ([`MAX_MESSAGE_CHARS`]): whatever of the caller's input it
+    /// repeats, an error is never larger than that.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError { status, code, message: message.into() }
+        let message = message.into();
+        let message = match drover_proto::text::bounded(&message, MAX_MESSAGE_CHARS) {
+            std::borrow::Cow::Borrowed(_) => message,
+            std::borrow::Cow::Owned(cut) => cut,
+        };
+        ApiError { status, code, message }
     }
     /// 400: the request is malformed.
     pub fn bad_request(message: impl Into<String>) -> Self {

@@ -209,8 +209,11 @@ pub fn check_reason(reason: Option<&str>) -> Result<String, ApiError> {
     if reason.is_empty() {
         return Err(ApiError::bad_request("reason is required: say why, it is recorded in the events and the audit"));
     }
-    if reason.chars().count() > MAX_REASON_CHARS || reason.chars().any(char::is_control) {
-        return Err(ApiError::bad_request(format!("reason must be at most {MAX_REASON_CHARS} characters without control characters")));
+    if reason.chars().count() > MAX_REASON_CHARS || !drover_proto::text::is_plain(reason) {
+        return Err(ApiError::bad_request(format!(
+            "reason must be at most {MAX_REASON_CHARS} characters without control characters, bidirectional controls or \
+             zero-width characters (they change what an auditor reads)"
+        )));
     }
     Ok(reason.to_owned())
 }

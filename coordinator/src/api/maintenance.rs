@@ -99,7 +99,7 @@ pub async fn request(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let reason = check_reason(req.reason.as_deref())?;
     if let Some(r) = &req.reference
-        && (r.chars().count() > MAX_REFERENCE_CHARS || r.chars().any(char::is_control))
+        && (r.chars().count() > MAX_REFERENCE_CHARS || !drover_proto::text::is_plain(r))
     {
         return Err(ApiError::bad_request(format!(
             "reference must be at most {MAX_REFERENCE_CHARS} characters without control characters"

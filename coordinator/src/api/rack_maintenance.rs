@@ -89,7 +89,7 @@ async fn request(
     reference: Option<&str>,
 ) -> Result<Value, ApiError> {
     if let Some(r) = reference
-        && (r.len() > 500 || r.chars().any(char::is_control))
+        && (r.len() > 500 || !drover_proto::text::is_plain(r))
     {
         return Err(ApiError::bad_request("reference: at most 500 characters without control characters"));
     }

@@ -108,7 +108,7 @@ pub async fn create_rack(
     let name = check_name("name", &req.name)?;
     let hardware_type = check_name("hardwareType", &req.hardware_type)?;
     if req.labels.len() > 32
-        || req.labels.iter().any(|(k, v)| k.is_empty() || k.len() > 63 || v.len() > 253 || v.chars().any(char::is_control))
+        || req.labels.iter().any(|(k, v)| k.is_empty() || k.len() > 63 || v.len() > 253 || !drover_proto::text::is_plain(v))
     {
         return Err(ApiError::bad_request("labels: at most 32, keys 1-63 characters, values at most 253 without control characters"));
     }
@@ -367,7 +367,7 @@ pub async fn shelf_maintenance(
     let (ids, operation) = shelf::parse_request(&req.power_shelf_ids, &req.operation, app.config.jobs.max_shelves_per_request)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     if let Some(r) = &req.reference
-        && (r.len() > 500 || r.chars().any(char::is_control))
+        && (r.len() > 500 || !drover_proto::text::is_plain(r))
     {
         return Err(ApiError::bad_request("reference: at most 500 characters without control characters"));
     }

@@ -129,7 +129,11 @@ pub async fn publish_release(app: &Arc<AppState>, files: ReleaseFiles, actor: Ac
             Ok(published)
         }
         Err(refusal) => {
-            tracing::warn!(rule = refusal.rule(), error = %refusal, actor = %actor.name, "release refused");
+            // The refusal repeats what it refused (a file name, a value): bounded in the log
+            // and the event, whatever the release held.
+            let said = refusal.to_string();
+            let said = drover_proto::text::bounded(&said, 1024);
+            tracing::warn!(rule = refusal.rule(), error = %said, actor = %actor.name, "release refused");
             app.metrics.record_verification_failure(refusal.rule());
             let event = NewEvent {
                 at: now,
@@ -137,7 +141,7 @@ pub async fn publish_release(app: &Arc<AppState>, files: ReleaseFiles, actor: Ac
                 host_id: None,
                 rollout_id: None,
                 job_id: None,
-                message: format!("release from {} refused: {}: {refusal}", actor.name, refusal.rule()),
+                message: format!("release from {} refused: {}: {said}", actor.name, refusal.rule()),
                 data: json!({ "rule": refusal.rule(), "actor": actor.name }),
             };
             store::blocking(app.store.clone(), move |s| s.append_event(&event)).await?;

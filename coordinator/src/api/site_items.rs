@@ -85,7 +85,7 @@ pub struct CreateProfile {
 
 fn description(d: Option<&str>) -> Result<Option<String>, ApiError> {
     match d.map(str::trim).filter(|d| !d.is_empty()) {
-        Some(d) if d.chars().count() > 500 || d.chars().any(char::is_control) => {
+        Some(d) if d.chars().count() > 500 || !drover_proto::text::is_plain(d) => {
             Err(ApiError::bad_request("description: at most 500 characters without control characters"))
         }
         other => Ok(other.map(str::to_owned)),
