@@ -17,10 +17,8 @@
 //! certificate) means enrollment completed.
 
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -118,9 +116,6 @@ pub struct StateDir {
     dir: PathBuf,
 }
 
-/// Distinguishes temporary files of concurrent writes within one process.
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
 impl StateDir {
     /// Opens `dir`, creating it (and missing parents) with mode 0700; an existing directory
     /// with group or other permissions is tightened to 0700.
@@ -179,24 +174,7 @@ impl StateDir {
     /// Writes `name` atomically with `mode` (see the module doc).
     pub fn write_atomic(&self, name: &str, bytes: &[u8], mode: u32) -> Result<(), StateError> {
         let path = self.file(name);
-        let seq = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let tmp = self.file(&format!(".{name}.tmp-{}-{seq}", std::process::id()));
-        let result = (|| {
-            // Created with its final mode, so a private key is never readable by others,
-            // not even for an instant.
-            let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
-            // The umask may have cleared bits of `mode` (0644 under umask 077); set it exactly.
-            f.set_permissions(fs::Permissions::from_mode(mode))?;
-            f.write_all(bytes)?;
-            f.sync_all()?;
-            drop(f);
-            fs::rename(&tmp, &path)?;
-            fs::File::open(&self.dir)?.sync_all()
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        result.map_err(|source| StateError::Write { file: path, source })
+        drover_fsio::write_atomic(&path, bytes, mode, drover_fsio::Mode::Replace).map_err(|source| StateError::Write { file: path, source })
     }
 
     /// Reads `name`.

@@ -3,7 +3,6 @@
 
 use std::fs;
 use std::io::{Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use drover_proto::release::{FLEET_RESOLVED, ROLLOUTS_DIR, ReleaseFiles, TIMESTAMP};
@@ -48,30 +47,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, exclusive: bool) -> Re
     if exclusive && path.symlink_metadata().is_ok() {
         return Err(CliError::new(codes::CANT_CREATE, format!("{} already exists; refusing to overwrite", path.display())));
     }
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = (|| {
-        let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))?;
-        if exclusive {
-            // link(2) fails if the target exists, so a file created after the check above is
-            // not replaced either (rename(2) would silently replace it).
-            fs::hard_link(&tmp, path)?;
-            fs::remove_file(&tmp)?;
-        } else {
-            fs::rename(&tmp, path)?;
-        }
-        if let Ok(d) = fs::File::open(dir) {
-            d.sync_all()?;
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
+    let mode_of = if exclusive { drover_fsio::Mode::Exclusive } else { drover_fsio::Mode::Replace };
+    let result = drover_fsio::write_atomic(path, bytes, mode, mode_of);
     result.map_err(cant)
 }
 

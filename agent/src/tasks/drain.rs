@@ -17,7 +17,6 @@
 //!   (`tenant-processes`) only reports how many tenant processes remain (`ok`, with their
 //!   pids in `data`), so the coordinator sees what revoke_user will have to stop.
 
-use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
@@ -59,18 +58,9 @@ pub fn run(timeout_secs: u64, env: &TaskEnv<'_>) -> Vec<StepResult> {
     })
 }
 
-/// Writes `contents` to `path` atomically, creating its parent directories.
+/// Writes the marker atomically (fresh temporary, no symlink followed, fsync, rename).
 fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let name = path.file_name().ok_or_else(|| std::io::Error::other("cordon_file has no file name"))?;
-    let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(contents)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path)?;
-    std::fs::File::open(dir)?.sync_all()
+    drover_fsio::write_atomic(path, contents, 0o644, drover_fsio::Mode::Replace)
 }
 
 fn cordon(env: &TaskEnv<'_>) -> Done {

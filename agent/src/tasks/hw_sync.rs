@@ -27,8 +27,7 @@
 //! characters (no whitespace, quotes, `#`, `@`, newlines), `system_id` is MAAS's shape
 //! (`[a-z0-9]{1,32}`), and a secret is 1–256 printable ASCII characters without spaces.
 
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use drover_proto::report::StepResult;
@@ -177,27 +176,7 @@ pub fn plan(params: &Params<'_>, settings: &super::TaskSettings) -> Result<Vec<S
 
 /// Writes `bytes` to `path` atomically with mode `mode` (see the module docs).
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().ok_or_else(|| std::io::Error::other("the path has no file name"))?;
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".{}.tmp-{}-{:016x}", name.to_string_lossy(), std::process::id(), rand::random::<u64>()));
-    let written = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)?;
-        std::fs::File::open(dir)?.sync_all()
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
+    drover_fsio::write_atomic(path, bytes, mode, drover_fsio::Mode::Replace)
 }
 
 /// Runs the task.
@@ -306,6 +285,7 @@ fn verify(params: &Params<'_>, env: &TaskEnv<'_>) -> Done {
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write;
     use std::sync::{Arc, Mutex};
 
     use drover_proto::report::StepOutcome;
