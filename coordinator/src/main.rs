@@ -52,6 +52,44 @@ enum Command {
     OperatorCert(OperatorCertArgs),
     /// Run the coordinator: one TLS 1.3 listener for enrollment, agents and operators.
     Serve(ServeArgs),
+    /// Copy the store while the coordinator serves: one consistent snapshot, checked.
+    Backup(BackupArgs),
+    /// Install a backup as the store of a state directory that has none (coordinator stopped).
+    Restore(RestoreArgs),
+}
+
+#[derive(Args)]
+struct BackupArgs {
+    /// The state directory.
+    #[arg(long, value_name = "DIR")]
+    state_dir: PathBuf,
+    /// Where to write the copy (must not exist).
+    #[arg(long, value_name = "FILE")]
+    out: PathBuf,
+}
+
+#[derive(Args)]
+struct RestoreArgs {
+    /// The state directory (its `coordinator.db` must not exist).
+    #[arg(long, value_name = "DIR")]
+    state_dir: PathBuf,
+    /// The backup to install.
+    #[arg(long, value_name = "FILE")]
+    from: PathBuf,
+}
+
+fn backup(args: &BackupArgs) -> anyhow::Result<()> {
+    let db = args.state_dir.join(state_dir::DB_FILE);
+    let info = drover_coordinator::store::sqlite_backup::backup(&db, &args.out)?;
+    println!("backed up {} to {} ({} bytes, schema version {})", db.display(), args.out.display(), info.bytes, info.schema_version);
+    Ok(())
+}
+
+fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
+    let db = args.state_dir.join(state_dir::DB_FILE);
+    let info = drover_coordinator::store::sqlite_backup::restore(&args.from, &db)?;
+    println!("restored {} into {} ({} bytes, schema version {})", args.from.display(), db.display(), info.bytes, info.schema_version);
+    Ok(())
 }
 
 #[derive(Args)]
@@ -217,6 +255,13 @@ fn exit_code(error: &anyhow::Error) -> u8 {
         if cause.downcast_ref::<drover_coordinator::config::ConfigError>().is_some() {
             return codes::CONFIG;
         }
+        if let Some(e) = cause.downcast_ref::<drover_coordinator::store::StoreError>() {
+            return match e {
+                drover_coordinator::store::StoreError::Conflict { .. } => codes::CANT_CREATE,
+                drover_coordinator::store::StoreError::NotFound { .. } => codes::NO_INPUT,
+                _ => codes::DATA,
+            };
+        }
     }
     codes::SOFTWARE
 }
@@ -234,6 +279,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Init(args) => init(&args, now),
         Command::OperatorCert(args) => operator_cert(&args, now),
         Command::Serve(args) => serve(&args),
+        Command::Backup(args) => backup(&args),
+        Command::Restore(args) => restore(&args),
     }
 }
 

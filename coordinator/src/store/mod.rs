@@ -38,6 +38,7 @@ pub use rack_records::*;
 pub use records::*;
 pub use site_records::*;
 pub use sqlite::SqliteStore;
+pub use sqlite::backup as sqlite_backup;
 
 /// Everything a store operation can refuse or fail with.
 #[derive(Debug, thiserror::Error)]

@@ -15,6 +15,7 @@
 //! `jobs` (jobs, job steps, maintenance requests), `log` (events, audit), `sites` (MAAS sites,
 //! profiles, power-credential overrides, RoCE assignments), `bindings` (hosts bound to MAAS machines).
 
+pub mod backup;
 mod bindings;
 mod hosts;
 mod jobs;
