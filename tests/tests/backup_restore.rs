@@ -19,7 +19,8 @@ async fn hostnames(e: &drover_tests::Endpoint) -> Vec<String> {
     let (code, text) = e.call(Some(&e.admin), "GET", "/v1/hosts?limit=1000", None).await;
     assert_eq!(code, "200", "{text}");
     let v: Value = serde_json::from_str(&text).expect("json");
-    let mut names: Vec<String> = v["items"].as_array().expect("items").iter().filter_map(|h| h["hostname"].as_str().map(str::to_owned)).collect();
+    let mut names: Vec<String> =
+        v["items"].as_array().expect("items").iter().filter_map(|h| h["hostname"].as_str().map(str::to_owned)).collect();
     names.sort();
     names
 }
