@@ -255,15 +255,7 @@ async fn shelf_firmware(
     })
     .await?
     .ok_or_else(ApiError::internal)?;
-    let views: Vec<crate::devices::rack::Firmware> = table
-        .iter()
-        .map(|f| crate::devices::rack::Firmware {
-            id: f.id.clone(),
-            hardware_type: f.hardware_type.clone(),
-            available: f.available,
-            default: f.default,
-        })
-        .collect();
+    let views: Vec<crate::devices::rack::Firmware> = table.iter().map(crate::devices::rack_loop::fw_view).collect();
     let firmware = match crate::devices::rack::resolve_firmware(version, &rack.hardware_type, &views) {
         crate::devices::rack::FirmwareChoice::Use(id) => id,
         crate::devices::rack::FirmwareChoice::Skip(why) | crate::devices::rack::FirmwareChoice::Fail(why) => {
@@ -363,19 +355,12 @@ pub async fn set_bmc(
     Ok(Json(json!({ "hostId": host.to_string(), "endpoint": bmc.endpoint, "credentialsPath": bmc.credentials_path })))
 }
 
-/// `?reason=` of a removal.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ReasonQuery {
-    reason: Option<String>,
-}
-
 /// `DELETE /v1/hosts/{id}/bmc?reason=…` (admin).
 pub async fn delete_bmc(
     State(app): State<Arc<AppState>>,
     Admin(op): Admin,
     Path(id): Path<String>,
-    crate::api::operator::QueryParams(q): crate::api::operator::QueryParams<ReasonQuery>,
+    crate::api::operator::QueryParams(q): crate::api::operator::QueryParams<crate::api::racks::ReasonQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let reason = check_reason(q.reason.as_deref())?;
     let host = host_id(&id)?;

@@ -145,11 +145,11 @@ pub async fn get_rack(State(app): State<Arc<AppState>>, Reader(_): Reader, Path(
     Ok(Json(v))
 }
 
-/// `?reason=` of a delete.
+/// `?reason=` of a delete or a removal.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReasonQuery {
-    reason: Option<String>,
+    pub(crate) reason: Option<String>,
 }
 
 /// `DELETE /v1/racks/{rack}?reason=…` (admin): only an empty rack.

@@ -33,7 +33,8 @@ use crate::jobs::exec::FleetView;
 use crate::jobs::pacing;
 use crate::store::{self, DeviceKind, NewEvent, Rack, StoreError};
 
-fn fw_view(r: &store::FirmwareRecord) -> Firmware {
+/// A stored firmware record as the pure resolution table reads it.
+pub(crate) fn fw_view(r: &store::FirmwareRecord) -> Firmware {
     Firmware { id: r.id.clone(), hardware_type: r.hardware_type.clone(), available: r.available, default: r.default }
 }
 
