@@ -24,33 +24,32 @@ use drover_proto::names::RolloutId;
 use drover_proto::report::ReportEvent;
 use drover_proto::sig::Envelope;
 use drover_proto::time::Time;
-use drover_proto::trust::{KeySet, TrustRoots};
+use drover_proto::trust::TrustRoots;
 use drover_proto::verify::{
     HostIdentity, ManifestAnchors, VerifiedManifest, VerifiedTimestamp, VerifyContext, VerifyError, VersionFloor, verify_intent,
     verify_manifest, verify_task, verify_timestamp,
 };
 use sha2::{Digest, Sha256};
 
+use crate::director::DirectorKeys;
 use crate::records::{CachedManifest, Seen};
-use crate::state::{DIRECTOR, StateDir, StateError, TRUST};
+use crate::state::{StateDir, StateError, TRUST};
 
 /// The keys the agent checks against, both pinned at enrollment from the operator's side.
 #[derive(Debug, Clone)]
 pub struct Anchors {
     /// The CI trust roots (`trust.json`).
     pub ci: TrustRoots,
-    /// The director key (`director.pub`), for intents and tasks.
-    pub director: KeySet,
+    /// The director key (`director.pub`) and the rotation it signed, for intents and tasks.
+    pub director: DirectorKeys,
 }
 
 impl Anchors {
     /// Loads both from the state directory.
-    pub fn load(state: &StateDir) -> Result<Anchors, StateError> {
+    pub fn load(state: &StateDir, now: Time) -> Result<Anchors, StateError> {
         let corrupt = |name: &str, message: String| StateError::Corrupt { file: state.file(name), message };
         let ci = TrustRoots::from_json(&state.read(TRUST)?).map_err(|e| corrupt(TRUST, e.to_string()))?;
-        let pem = String::from_utf8(state.read(DIRECTOR)?).map_err(|e| corrupt(DIRECTOR, e.to_string()))?;
-        let key = drover_proto::keys::verifying_key_from_text(&pem).map_err(|e| corrupt(DIRECTOR, e.to_string()))?;
-        Ok(Anchors { ci, director: KeySet::single(key) })
+        Ok(Anchors { ci, director: DirectorKeys::load(state, now)? })
     }
 }
 
@@ -134,7 +133,8 @@ pub fn admit_intent(
     let anchors_m = ManifestAnchors { advertised_id: Some(&rollout), timestamp: &timestamp, fleet: None };
     let manifest = verify_manifest(bundle.manifest.as_bytes(), bundle.manifest_sig.as_bytes(), &anchors.ci, &ctx, anchors_m)
         .map_err(|e| refusal(&rid, &format!("rollouts/{rid}.json"), &e))?;
-    let intent = verify_intent(env, &anchors.director, host, &manifest, &timestamp, &ctx).map_err(|e| refusal(&rid, "intent", &e))?;
+    let intent =
+        verify_intent(env, anchors.director.key_set(), host, &manifest, &timestamp, &ctx).map_err(|e| refusal(&rid, "intent", &e))?;
     let cache =
         CachedManifest { rollout_id: rollout, sha256, manifest: bundle.manifest.clone(), manifest_sig: bundle.manifest_sig.clone() };
     Ok(Admitted { intent, manifest, timestamp, cache })
@@ -150,7 +150,7 @@ pub fn admit_task(
 ) -> Result<drover_proto::task::Task, (String, ReportEvent)> {
     let id_hint = env.payload::<serde_json::Value>().ok().and_then(|v| v.get("taskId").and_then(|t| t.as_str()).map(str::to_owned));
     let id = id_hint.unwrap_or_default();
-    let task = verify_task(env, &anchors.director, host_id, &VerifyContext::at(now))
+    let task = verify_task(env, anchors.director.key_set(), host_id, &VerifyContext::at(now))
         .map_err(|e| (id.clone(), ReportEvent::TaskRefused { task_id: id.clone(), reason: format!("{}: {e}", e.rule()) }))?;
     if journal.contains(&task.task_id) {
         return Err((

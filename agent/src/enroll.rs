@@ -28,8 +28,12 @@
 //!    client trusted, the host id is the one we asked for, the certificate carries our public
 //!    key, chains to that CA as a client certificate, and names that host id
 //!    (`urn:drover:host:<uuid>`) and the returned hostname (subject CN); the director key parses;
-//! 6. write `key.pem` (0600), `cert.pem`, `ca.crt`, `trust.json` (the verified bytes),
-//!    `director.pub` and, last, `identity.json`, each atomically.
+//!    With the CSR go the host's sealing public key and a CSR for its evidence key
+//!    ([`crate::host_keys`]); the evidence certificate returned must name this host and
+//!    certify that key;
+//! 6. write `seal.key`, `evidence.pem` (0600) and `evidence.crt`, `key.pem` (0600),
+//!    `cert.pem`, `ca.crt`, `trust.json` (the verified bytes), `director.pub` and, last,
+//!    `identity.json`, each atomically.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -360,9 +364,26 @@ pub async fn enroll(config: &Config, host_id: &str, token: Secret, trust_sha256:
 
     let key = generate_key()?;
     let csr = build_csr(&key)?;
-    let resp: EnrollResponse = coordinator.post_json(ENROLL_PATH, &EnrollRequest { host_id: host_id.clone(), token, csr }).await?;
-    let identity = check_enrollment(&resp, &host_id, &key.public_key_der(), &ca, &display(&config.ca_file), UnixTime::now())?;
+    let keys = crate::host_keys::generate()?;
+    let request = EnrollRequest {
+        host_id: host_id.clone(),
+        token,
+        csr,
+        seal_key: Some(keys.seal.public_b64()),
+        evidence_csr: Some(keys.evidence_csr.clone()),
+    };
+    let resp: EnrollResponse = coordinator.post_json(ENROLL_PATH, &request).await?;
+    let now = UnixTime::now();
+    let identity = check_enrollment(&resp, &host_id, &key.public_key_der(), &ca, &display(&config.ca_file), now)?;
+    if let Some(cert) = &resp.evidence_certificate {
+        let at = drover_proto::time::Time::from_unix(i64::try_from(now.as_secs()).unwrap_or(i64::MAX))
+            .map_err(|e| EnrollError::BadResponse { message: format!("this host's clock: {e}") })?;
+        keys.check_certificate(cert, &identity.host_id, at)?;
+    } else {
+        tracing::warn!("the coordinator issued no evidence certificate: this host will sign no evidence");
+    }
 
+    keys.store(&state, resp.evidence_certificate.as_deref())?;
     state.write_key(&key.serialize_pem())?;
     state.write_cert(&resp.certificate)?;
     state.write_ca(&resp.ca_certificate)?;

@@ -7,6 +7,11 @@
 //! what the report uses: memory, CPU usage and disk space. It never loads the process list,
 //! which would cost more memory than the whole agent is allowed (< 15 MiB RSS).
 //!
+//! The agent's own state directory is reported too ([`state_dir_health`]): not ready while
+//! its filesystem has less than [`MIN_STATE_FREE_BYTES`] free, or while the agent's last
+//! write there failed for want of space and no room has been freed since. An agent that
+//! cannot write its records cannot raise its version floors or journal the tasks it took.
+//!
 //! A part that cannot be collected (systemd unreachable, GPU driver down, a configured disk
 //! not mounted) does not fail the report: it is left out and named in
 //! [`HealthReport::collect_errors`]. The calls are blocking (D-Bus, `nvidia-smi`): run
@@ -17,14 +22,20 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use drover_proto::report::{DiskUsage, GpuSummary, HealthReport, HwSyncState};
+use drover_proto::report::{DiskUsage, GpuSummary, HealthReport, HwSyncState, StateDirHealth};
 use drover_proto::time::Time;
 use serde::Deserialize;
 use sysinfo::{DiskRefreshKind, Disks, MemoryRefreshKind, System};
 
 use crate::exec::{CommandRunner, SystemRunner};
 use crate::gpu::{self, GpuError, GpuTool, NvidiaSmi};
+use crate::state::StateDir;
 use crate::systemd::{Systemd, SystemdError};
+
+/// Free space below which the state directory is reported not ready: its largest record, a
+/// cached manifest, is a few hundred KiB, and an atomic write needs room for the old file
+/// and the new one at once.
+pub const MIN_STATE_FREE_BYTES: u64 = 1 << 20;
 
 /// Where MAAS keeps the machine's hardware-sync credentials.
 pub const DEFAULT_MAAS_CREDS_FILE: &str = "/etc/maas/maas-machine-creds.yml";
@@ -144,6 +155,7 @@ impl HealthCollector {
             gpu,
             hw_sync,
             collect_errors: errors.iter().map(ToString::to_string).collect(),
+            state_dir: None,
         }
     }
 
@@ -203,14 +215,39 @@ static COLLECTOR: Mutex<Option<HealthCollector>> = Mutex::new(None);
 /// Collects a report now with the process-wide [`HealthCollector`] (created on first use, and
 /// again if `settings` change), asking `nvidia-smi` (as `settings` names it) through `runner`.
 /// Blocking: call it off the async runtime.
-pub fn collect<R: CommandRunner + Clone>(settings: &HealthSettings, systemd: &dyn Systemd, runner: &R) -> HealthReport {
+/// The report carries the state directory `state`'s health ([`state_dir_health`]).
+pub fn collect<R: CommandRunner + Clone>(settings: &HealthSettings, state: &StateDir, systemd: &dyn Systemd, runner: &R) -> HealthReport {
     let gpu = NvidiaSmi::with_program(runner.clone(), &settings.nvidia_smi, gpu::DEFAULT_QUERY_TIMEOUT);
     let mut slot = COLLECTOR.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let collector = match slot.take() {
         Some(c) if c.settings == *settings => slot.insert(c),
         _ => slot.insert(HealthCollector::new(settings.clone())),
     };
-    collector.collect(crate::probes::wall_clock(), systemd, Some(&gpu))
+    let mut report = collector.collect(crate::probes::wall_clock(), systemd, Some(&gpu));
+    report.state_dir = Some(state_dir_health(state));
+    report
+}
+
+/// Whether the agent can keep its records in `state` (see the module docs). A filesystem
+/// whose space cannot be read is not ready either, with the error as the reason.
+pub fn state_dir_health(state: &StateDir) -> StateDirHealth {
+    let path = state.path().display().to_string();
+    let space = match drover_fsio::space(state.path()) {
+        Ok(s) => s,
+        Err(e) => {
+            let reason = Some(format!("cannot read the free space of the state directory: {e}"));
+            return StateDirHealth { path, total_bytes: 0, available_bytes: 0, ready: false, reason };
+        }
+    };
+    let failed = state.out_of_space().filter(|f| space.available_bytes <= f.available_bytes);
+    let reason = if let Some(f) = failed {
+        Some(format!("disk full: writing {} failed for want of space and no room has been freed since", f.file.display()))
+    } else if space.available_bytes < MIN_STATE_FREE_BYTES {
+        Some(format!("disk full: {} bytes free, below the {MIN_STATE_FREE_BYTES} the agent's records need", space.available_bytes))
+    } else {
+        None
+    };
+    StateDirHealth { path, total_bytes: space.total_bytes, available_bytes: space.available_bytes, ready: reason.is_none(), reason }
 }
 
 fn is_file(path: &Path) -> bool {
@@ -393,13 +430,17 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let systemd = FakeSystemd { failed: Some(vec![]), units: Some(vec![]) };
         let s = HealthSettings { nvidia_smi: dir.path().join("nvidia-smi"), ..settings(&dir) };
-        let first = collect(&s, &systemd, &SystemRunner);
+        let state = StateDir::open(&dir.path().join("state")).expect("state dir");
+        let first = collect(&s, &state, &systemd, &SystemRunner);
         assert_eq!((first.cpu_usage_pct, &first.gpu), (None, &None), "{first:?}");
         if let Some(c) = COLLECTOR.lock().expect("lock").as_mut() {
             c.cpu_read_at = Instant::now().checked_sub(Duration::from_secs(1)).expect("instant");
         }
-        let second = collect(&s, &systemd, &SystemRunner);
+        let second = collect(&s, &state, &systemd, &SystemRunner);
         assert!(second.cpu_usage_pct.is_some(), "{second:?}");
+        let sd = second.state_dir.expect("the state directory is reported");
+        assert_eq!(sd.path, state.path().display().to_string());
+        assert!(sd.total_bytes > 0 && sd.available_bytes <= sd.total_bytes, "{sd:?}");
         assert!(second.collect_errors.is_empty(), "{:?}", second.collect_errors);
     }
 

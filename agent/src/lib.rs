@@ -25,11 +25,13 @@
 pub mod activation;
 pub mod admit;
 pub mod config;
+pub mod director;
 pub mod enroll;
 pub mod exec;
 pub mod exit;
 pub mod gpu;
 pub mod health;
+pub mod host_keys;
 pub mod probes;
 pub mod pull;
 pub mod records;

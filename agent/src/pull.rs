@@ -31,6 +31,7 @@ use drover_proto::verify::HostIdentity;
 use tokio::sync::watch;
 
 use crate::admit::{self, Admitted, Anchors};
+use crate::director::{DirectorError, Followed};
 use crate::records::{JournalEntry, Records};
 use crate::state::{Identity, StateDir, StateError};
 use crate::timekeeping::{self, read_clock};
@@ -72,6 +73,12 @@ pub trait HostOps: Send + Sync + 'static {
     /// The last act of `node.uninstall`, once its result was reported: stop the agent's own
     /// unit. An error means the caller must exit by itself.
     fn finish_uninstall(&self) -> Result<(), String>;
+    /// `subject` signed with the host's evidence key, made `at`; `None` where the host has
+    /// no evidence key (or signing failed, which is logged).
+    fn evidence(&self, at: drover_proto::time::Time, subject: drover_proto::evidence::Subject) -> Option<drover_proto::evidence::Evidence> {
+        let _ = (at, subject);
+        None
+    }
 }
 
 /// Loop settings (the `[checkin]` table of `agent.toml`).
@@ -170,7 +177,7 @@ impl Agent {
         local_probes: Vec<ProbeSpec>,
     ) -> Result<Agent, StateError> {
         let identity = state.read_identity()?;
-        let anchors = Anchors::load(&state)?;
+        let anchors = Anchors::load(&state, clock.now())?;
         Ok(Agent {
             state,
             identity,
@@ -296,8 +303,17 @@ impl Agent {
         }
 
         let probes: Vec<ProbeSpec> = self.manifest_probes.iter().chain(&self.local_probes).cloned().collect();
-        let (health, generation, probe_results) = self
-            .blocking(move |h| (h.health(), h.current_generation(), if probes.is_empty() { Vec::new() } else { h.probes(&probes) }))
+        let (health, generation, probe_results, probe_evidence) = self
+            .blocking(move |h| {
+                let results = if probes.is_empty() { Vec::new() } else { h.probes(&probes) };
+                // What the probes said, in the host's own signed word (when it has a key).
+                let evidence = if results.is_empty() {
+                    None
+                } else {
+                    h.evidence(now, drover_proto::evidence::Subject::Probes { results: results.clone() })
+                };
+                (h.health(), h.current_generation(), results, evidence)
+            })
             .await?;
         let mut journal = self.state.journal()?;
         let task_results = journal.unacknowledged();
@@ -309,6 +325,7 @@ impl Agent {
             current_generation: generation,
             health,
             probe_results,
+            probe_evidence,
             task_results: task_results.clone(),
             activation: self.activation.clone(),
             events: events.clone(),
@@ -327,6 +344,8 @@ impl Agent {
             journal.prune(now, JOURNAL_GRACE_SECS);
             self.state.put_journal(&journal)?;
         }
+        // Before the intent and tasks: they may already be signed by the successor key.
+        self.follow_director_rotation(resp.director_rotation.as_ref(), now)?;
         if let Some(env) = resp.intent {
             self.handle_intent(env, now).await?;
         }
@@ -334,6 +353,26 @@ impl Agent {
             self.handle_task(env, now)?;
         }
         Ok(Duration::from_secs(resp.next_checkin_secs.min(MAX_NEXT_CHECKIN_SECS)))
+    }
+
+    /// Follows a director-key rotation handed out on check-in and promotes the successor once
+    /// due. A refused statement is logged and changes nothing: it may be an attack, and the
+    /// pinned key keeps working; only a state directory that cannot be written is an error.
+    fn follow_director_rotation(&mut self, env: Option<&Envelope>, now: Time) -> Result<(), StateError> {
+        if let Some(env) = env {
+            match self.anchors.director.follow(&self.state, env, now) {
+                Ok(Followed::Stored { new_key_id, valid_from }) => {
+                    tracing::info!(%new_key_id, %valid_from, "director key rotation stored");
+                }
+                Ok(Followed::Nothing) => {}
+                Err(DirectorError::State(e)) => return Err(e),
+                Err(DirectorError::Refused(e)) => tracing::warn!(error = %e, "director key rotation refused"),
+            }
+        }
+        if self.anchors.director.promote_if_due(&self.state, now)? {
+            tracing::info!("director key rotated: the successor key is now pinned");
+        }
+        Ok(())
     }
 
     /// The last check-in of an uninstalled agent: only the uninstall's result (its state dir
@@ -348,6 +387,7 @@ impl Agent {
             current_generation: None,
             health: None,
             probe_results: Vec::new(),
+            probe_evidence: None,
             task_results: vec![result.clone()],
             activation: None,
             events: Vec::new(),

@@ -129,6 +129,7 @@ impl Journal {
                 }],
                 started_at: now,
                 finished_at: now,
+                evidence: None,
             });
             n += 1;
         }
@@ -309,6 +310,7 @@ mod tests {
             steps: Vec::new(),
             started_at: t(0),
             finished_at: t(0),
+            evidence: None,
         };
         let mut j = Journal::default();
         j.tasks.insert("old-acked".into(), JournalEntry { expires_at: t(0), unacknowledged: None, running: false });

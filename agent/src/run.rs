@@ -12,6 +12,7 @@ use std::time::Duration;
 use drover_client::{ClientError, ClientIdentity, CoordinatorClient};
 use drover_proto::report::{ActivationPhase, ActivationStatus, ConfirmRequest, HealthReport, ProbeOutcome, ProbeResult, TaskResult};
 use drover_proto::spec::{Mode, ProbeSpec};
+use drover_proto::task::TaskKind;
 use tokio::sync::watch;
 
 use crate::activation::{self, ActivationSettings, Activator, ConfirmAnswer, Confirmer, HealthGate};
@@ -182,6 +183,8 @@ pub struct RealHost {
     runner: SystemRunner,
     confirmer: ClientConfirmer,
     tasks: crate::tasks::TaskSettings,
+    /// The evidence key, when this host enrolled with one.
+    evidence: Option<crate::host_keys::EvidenceSigner>,
 }
 
 impl RealHost {
@@ -243,7 +246,7 @@ fn failed_resume_status(e: &activation::ActivationError) -> ActivationStatus {
 
 impl HostOps for RealHost {
     fn health(&self) -> Option<HealthReport> {
-        Some(crate::health::collect(&self.health, &self.systemd, &self.runner))
+        Some(crate::health::collect(&self.health, &self.state, &self.systemd, &self.runner))
     }
 
     fn current_generation(&self) -> Option<String> {
@@ -270,11 +273,59 @@ impl HostOps for RealHost {
     }
 
     fn run_task(&self, task: &drover_proto::task::Task) -> TaskResult {
-        crate::tasks::run_task(task, &self.task_env())
+        let mut result = crate::tasks::run_task(task, &self.task_env());
+        // What a tenant or auditor may ask the host itself to vouch for: that it is clean.
+        if matches!(task.kind, TaskKind::ValidateClean { .. } | TaskKind::GpuScrub { .. }) {
+            let subject = drover_proto::evidence::Subject::Task {
+                task_id: task.task_id.clone(),
+                job_id: task.job_id.clone(),
+                task_type: task.kind.type_name().to_owned(),
+                outcome: result.outcome,
+                steps: result.steps.clone(),
+                started_at: result.started_at,
+                finished_at: result.finished_at,
+            };
+            result.evidence = self.evidence(result.finished_at, subject);
+        }
+        result
+    }
+
+    fn evidence(&self, at: drover_proto::time::Time, subject: drover_proto::evidence::Subject) -> Option<drover_proto::evidence::Evidence> {
+        let signer = self.evidence.as_ref()?;
+        match signer.sign(at, subject) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot sign evidence; the report goes without it");
+                None
+            }
+        }
     }
 
     fn finish_uninstall(&self) -> Result<(), String> {
         crate::tasks::uninstall::finish(&self.task_env())
+    }
+}
+
+/// The host's evidence key, if it enrolled with one; a host without (enrolled before) or
+/// with an unreadable one runs on and signs nothing, saying so once.
+fn load_evidence_signer(state: &StateDir) -> Option<crate::host_keys::EvidenceSigner> {
+    let host_id = match state.read_identity() {
+        Ok(identity) => identity.host_id,
+        Err(e) => {
+            tracing::warn!(error = %e, "no identity to sign evidence as; no evidence will be signed");
+            return None;
+        }
+    };
+    match crate::host_keys::EvidenceSigner::load(state.path(), &host_id) {
+        Ok(Some(signer)) => Some(signer),
+        Ok(None) => {
+            tracing::warn!("this host has no evidence key (it enrolled before evidence existed); its reports go unsigned");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "the evidence key cannot be read; reports go unsigned");
+            None
+        }
     }
 }
 
@@ -300,6 +351,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         runner: SystemRunner,
         confirmer: ClientConfirmer { client: client.clone(), handle: tokio::runtime::Handle::current() },
         tasks: config.tasks.clone(),
+        evidence: load_evidence_signer(&state),
     });
     let local = crate::probes::observe_only(config.probes.clone());
     let agent = Agent::new(state, client, make_client, host, Arc::new(SystemClock), config.checkin.clone(), boot_id, local)?;

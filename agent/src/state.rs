@@ -19,6 +19,7 @@
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
@@ -114,6 +115,18 @@ pub struct Identity {
 #[derive(Debug, Clone)]
 pub struct StateDir {
     dir: PathBuf,
+    /// The last write that failed for want of space, until a write succeeds; shared by every
+    /// clone, so the health report sees what the pull loop's writes met.
+    out_of_space: Arc<Mutex<Option<OutOfSpace>>>,
+}
+
+/// A write to the state directory that failed because its filesystem is full.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutOfSpace {
+    /// The file that could not be written (it is as it was before).
+    pub file: PathBuf,
+    /// Bytes free on the filesystem when it failed (0 where that could not be read).
+    pub available_bytes: u64,
 }
 
 impl StateDir {
@@ -135,7 +148,7 @@ impl StateDir {
             }
             Err(e) => return Err(dir_err(e)),
         }
-        let state = StateDir { dir: dir.to_owned() };
+        let state = StateDir { dir: dir.to_owned(), out_of_space: Arc::default() };
         state.remove_stale_temporaries();
         Ok(state)
     }
@@ -172,9 +185,31 @@ impl StateDir {
     }
 
     /// Writes `name` atomically with `mode` (see the module doc).
+    /// A write that fails for want of space is remembered ([`StateDir::out_of_space`]) until
+    /// one succeeds.
     pub fn write_atomic(&self, name: &str, bytes: &[u8], mode: u32) -> Result<(), StateError> {
         let path = self.file(name);
-        drover_fsio::write_atomic(&path, bytes, mode, drover_fsio::Mode::Replace).map_err(|source| StateError::Write { file: path, source })
+        let result = drover_fsio::write_atomic(&path, bytes, mode, drover_fsio::Mode::Replace);
+        let mut latch = self.out_of_space.lock().unwrap_or_else(PoisonError::into_inner);
+        match result {
+            Ok(()) => {
+                *latch = None;
+                Ok(())
+            }
+            Err(source) => {
+                if drover_fsio::is_out_of_space(&source) {
+                    let available_bytes = drover_fsio::space(&self.dir).map_or(0, |s| s.available_bytes);
+                    *latch = Some(OutOfSpace { file: path.clone(), available_bytes });
+                }
+                Err(StateError::Write { file: path, source })
+            }
+        }
+    }
+
+    /// The last write that failed because the filesystem is full, if no write has succeeded
+    /// since.
+    pub fn out_of_space(&self) -> Option<OutOfSpace> {
+        self.out_of_space.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Reads `name`.

@@ -95,5 +95,6 @@ fn crashed(task: &Task, why: &str, now: drover_proto::time::Time) -> TaskResult 
         }],
         started_at: now,
         finished_at: now,
+        evidence: None,
     }
 }

@@ -143,6 +143,14 @@ impl Fake {
         params.distinguished_name.push(DnType::CommonName, HOSTNAME);
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         let cert = params.signed_by(&csr.public_key, &self.ca_cert, &self.ca_key).expect("issue");
+        // The evidence key's certificate, as the coordinator makes it: documentSigning only.
+        let evidence_certificate = req.evidence_csr.as_deref().map(|pem| {
+            let csr = rcgen::CertificateSigningRequestParams::from_pem(pem).expect("evidence csr");
+            let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+            params.subject_alt_names.push(SanType::URI(format!("{HOST_URI_PREFIX}{HOST_ID}").try_into().expect("ia5")));
+            params.extended_key_usages = vec![ExtendedKeyUsagePurpose::Other(vec![1, 3, 6, 1, 5, 5, 7, 3, 36])];
+            params.signed_by(&csr.public_key, &self.ca_cert, &self.ca_key).expect("issue").pem()
+        });
         let resp = EnrollResponse {
             host_id: HOST_ID.to_owned(),
             hostname: HOSTNAME.to_owned(),
@@ -150,6 +158,7 @@ impl Fake {
             ca_certificate: self.ca_cert.pem(),
             director_public_key: self.director_pub.clone(),
             coordinator_urls: vec!["https://127.0.0.1".to_owned()],
+            evidence_certificate,
         };
         (200, serde_json::to_vec(&resp).expect("json"))
     }
@@ -197,6 +206,15 @@ async fn enrolls_after_failing_over_from_a_dead_url_and_stores_everything() {
     let key = KeyPair::from_pem(&String::from_utf8(st.read(state::KEY).expect("key")).expect("utf8")).expect("pkcs8");
     let cert = drover_agent::client::parse_certificates("cert", &st.read(state::CERT).expect("cert")).expect("pem");
     enroll::check_public_key(&cert[0], &key.public_key_der()).expect("our key");
+    // The sealing and evidence keys are private to the host; the evidence certificate it kept
+    // signs statements that verify under the CA.
+    for private in [drover_agent::host_keys::SEAL_KEY, drover_agent::host_keys::EVIDENCE_KEY] {
+        assert_eq!(mode(&st.file(private)), 0o600, "{private}");
+    }
+    let signer = drover_agent::host_keys::EvidenceSigner::load(st.path(), HOST_ID).expect("load").expect("an evidence key");
+    let at = drover_proto::time::Time::from_unix(1_800_000_000).expect("time");
+    let evidence = signer.sign(at, drover_proto::evidence::Subject::Probes { results: vec![] }).expect("sign");
+    drover_proto::evidence::verify(&evidence, Some(&fake.ca_cert.pem()), &Default::default()).expect("verifies under the CA");
 
     // A second run is refused before it talks to anyone.
     let e = enroll::enroll(&config, HOST_ID, Secret::new(TOKEN), &fake.trust_sha256()).await.expect_err("refused");

@@ -39,6 +39,7 @@ fn write_round(state: &StateDir, n: u64) {
             steps: Vec::new(),
             started_at: t(i),
             finished_at: t(i),
+            evidence: None,
         };
         journal.tasks.insert(format!("task-{i}"), JournalEntry { expires_at: t(n + 3600), unacknowledged: Some(result), running: false });
     }

@@ -17,7 +17,7 @@ static NO_SYSTEMD: std::sync::LazyLock<FakeSystemd> = std::sync::LazyLock::new(F
 
 fn run_validate(settings: &TaskSettings, check_gpu: bool, state: &Path) -> Vec<StepResult> {
     let env = TaskEnv { settings, runner: &SystemRunner, systemd: &*NO_SYSTEMD, clock: &SystemClock, state_dir: state };
-    validate::run(check_gpu, &env)
+    validate::run(&validate::Params { check_gpu, memory_used_threshold_mib: None }, &env)
 }
 
 /// An executable written by a `cp` child (never through a descriptor of this process, which a
@@ -66,6 +66,8 @@ fn fake_host(root: &Path) -> TaskSettings {
         mountinfo_file: root.join("mountinfo"),
         storage_roots: vec![scratch, root.join("var-tmp-tenant")],
         nvidia_smi: root.join("no-such-nvidia-smi"),
+        amd_smi: root.join("no-such-amd-smi"),
+        rocm_smi: root.join("no-such-rocm-smi"),
         gpu_tool_timeout_secs: 20,
         ..TaskSettings::default()
     }

@@ -26,6 +26,7 @@ mod dev_maas;
 mod drift;
 mod enroll;
 mod events;
+mod evidence;
 mod exit;
 mod explain;
 mod fsio;
@@ -125,6 +126,9 @@ enum Command {
     Describe(Box<describe::DescribeArgs>),
     /// Print the coordinator's events; --follow keeps printing new ones.
     Events(Box<events::EventsArgs>),
+    /// Host-signed evidence: get what a host or job holds on the coordinator; verify a file
+    /// offline with the CA certificate.
+    Evidence(Box<evidence::EvidenceArgs>),
     /// Explain why a host is or is not on its channel's target, from the planner's report.
     Explain(Box<explain::ExplainArgs>),
     /// Print the RFC 8785 canonical form of a JSON file (or stdin).
@@ -160,6 +164,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Get(args) => get::run(&args),
         Command::Describe(args) => describe::run(&args),
         Command::Events(args) => events::run(&args),
+        Command::Evidence(args) => evidence::run(&args),
         Command::Explain(args) => explain::run(&args),
         Command::Canonicalize { file } => {
             let (name, bytes) = fsio::read_input(file.as_deref())?;
@@ -190,6 +195,9 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod fuzz_tests;
 
 #[cfg(test)]
 mod tests {

@@ -158,7 +158,7 @@ fn release_error(context: &str, e: ReleaseError) -> CliError {
     match e {
         ReleaseError::Sign(SignError::Signer { .. }) | ReleaseError::NoSigner => CliError::new(codes::SOFTWARE, message),
         ReleaseError::Missing { .. } => CliError::new(codes::NO_INPUT, message),
-        ReleaseError::Sign(SignError::Canonical(_))
+        ReleaseError::Sign(SignError::Canonical(_) | SignError::Schema(_))
         | ReleaseError::Canonical(_)
         | ReleaseError::Resolve(_)
         | ReleaseError::Malformed { .. }

@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use drover_proto::time::Time;
-use ed25519_dalek::SigningKey;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
@@ -96,8 +95,8 @@ pub struct AppState {
     pub ca: Arc<Ca>,
     /// The live TLS config (swapped on revocation).
     pub tls: Arc<TlsState>,
-    /// The director key (signs intents and tasks).
-    pub director: Arc<SigningKey>,
+    /// The director keys (sign intents and tasks), with their rotation if one is in place.
+    pub director: Arc<crate::director::Director>,
     /// The server key's pin, `sha256//…`, for bootstrap commands.
     pub server_pin: String,
     /// The CI trust roots served to enrolling agents, byte-exact.

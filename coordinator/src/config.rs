@@ -159,6 +159,22 @@ pub struct ConnectionsConfig {
     /// (authenticated ones: 120 s, the agents' long-poll needs it).
     #[serde(default = "default_unauthenticated_idle_secs")]
     pub unauthenticated_idle_secs: u64,
+    /// Which HTTP/1.1 stack serves clients that pick HTTP/1.1 in ALPN: the coordinator's own
+    /// (`"drover"`, the default) or hyper's (`"hyper"`, tuned alike; for comparing the two,
+    /// see BENCHMARKS.md). HTTP/2 is hyper's either way.
+    #[serde(default)]
+    pub http1: Http1Stack,
+}
+
+/// `connections.http1`: which HTTP/1.1 implementation serves the listener.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Http1Stack {
+    /// [`crate::http1`]: holds no buffer while a long-poll waits.
+    #[default]
+    Drover,
+    /// hyper's `http1::Builder`, with the same head, header-count and deadline bounds.
+    Hyper,
 }
 
 fn default_max_open() -> usize {
@@ -196,6 +212,7 @@ impl Default for ConnectionsConfig {
             max_unauthenticated_per_source: default_max_unauthenticated_per_source(),
             first_request_secs: default_first_request_secs(),
             unauthenticated_idle_secs: default_unauthenticated_idle_secs(),
+            http1: Http1Stack::default(),
         }
     }
 }

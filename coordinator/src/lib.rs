@@ -34,6 +34,7 @@ pub mod cloudinit;
 pub mod config;
 pub mod conn_limits;
 pub mod devices;
+pub mod director;
 pub mod executor;
 pub mod http1;
 pub mod identity;

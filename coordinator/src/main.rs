@@ -56,6 +56,26 @@ enum Command {
     Backup(BackupArgs),
     /// Install a backup as the store of a state directory that has none (coordinator stopped).
     Restore(RestoreArgs),
+    /// Hand the director key over to a new one after an overlap; restart `serve` to take effect.
+    RotateDirectorKey(RotateArgs),
+}
+
+#[derive(Args)]
+struct RotateArgs {
+    /// The state directory.
+    #[arg(long, value_name = "DIR")]
+    state_dir: PathBuf,
+    /// Seconds from now until the new key takes over; agents learn it on check-in meanwhile.
+    #[arg(long, value_name = "SECS")]
+    overlap_secs: u64,
+}
+
+fn rotate_director_key(args: &RotateArgs, now: Time) -> anyhow::Result<()> {
+    let state = StateDir::open(&args.state_dir)?;
+    let rotated = drover_coordinator::director::rotate(state.path(), state.director_key(), now, args.overlap_secs)?;
+    println!("director key {} hands over to {} at {}", state.director_key_id(), rotated.new_key_id, rotated.valid_from);
+    println!("restart the coordinator to serve the rotation");
+    Ok(())
 }
 
 #[derive(Args)]
@@ -239,7 +259,15 @@ fn now() -> anyhow::Result<Time> {
 
 /// Maps the first error in the chain that says what went wrong to its exit code.
 fn exit_code(error: &anyhow::Error) -> u8 {
+    use drover_coordinator::director::DirectorError;
     for cause in error.chain() {
+        let cause = match cause.downcast_ref::<DirectorError>() {
+            Some(DirectorError::State(e)) => e as &(dyn std::error::Error + 'static),
+            Some(DirectorError::AlreadyRotating { .. } | DirectorError::Write { .. }) => return codes::CANT_CREATE,
+            Some(DirectorError::Sign { .. }) => return codes::SOFTWARE,
+            Some(_) => return codes::DATA,
+            None => cause,
+        };
         if let Some(e) = cause.downcast_ref::<StateDirError>() {
             return match e {
                 StateDirError::Exists { .. } | StateDirError::CreateDir { .. } | StateDirError::Write { .. } => codes::CANT_CREATE,
@@ -281,6 +309,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve(&args),
         Command::Backup(args) => backup(&args),
         Command::Restore(args) => restore(&args),
+        Command::RotateDirectorKey(args) => rotate_director_key(&args, now),
     }
 }
 

@@ -39,6 +39,10 @@ pub const HOST_CERT_VALIDITY_SECS: u64 = 30 * DAY_SECS;
 /// have no automatic renewal, so a short life would mostly produce outages; a lost or
 /// departed operator's certificate is revoked through the CRL instead.
 pub const OPERATOR_CERT_VALIDITY_SECS: u64 = 365 * DAY_SECS;
+/// Validity of a host's evidence certificate.
+pub const EVIDENCE_CERT_VALIDITY_SECS: u64 = 3 * 365 * DAY_SECS;
+/// id-kp-documentSigning (RFC 9336), 1.3.6.1.5.5.7.3.36.
+const DOCUMENT_SIGNING_OID: &[u64] = &[1, 3, 6, 1, 5, 5, 7, 3, 36];
 /// How far `notBefore` is set before `now`, so a peer whose clock lags a little does not
 /// see a freshly issued certificate as not yet valid. `notAfter` is still `now + validity`.
 pub const BACKDATE_SECS: u64 = 300;
@@ -356,6 +360,26 @@ impl Ca {
         params.distinguished_name = common_name(hostname);
         params.subject_alt_names = vec![SanType::URI(ia5(&format!("{HOST_URI_PREFIX}{host_id}"))?), SanType::DnsName(ia5(hostname)?)];
         self.sign(params, &public_key, "host certificate", now, HOST_CERT_VALIDITY_SECS)
+    }
+
+    /// Issues a host's evidence certificate for the Ed25519 key of `csr_pem`
+    /// ([`drover_proto::evidence`]): CN `hostname`, SAN URI `urn:drover:host:<host_id>`,
+    /// extended key usage id-kp-documentSigning alone (RFC 9336), so the certificate names
+    /// whose statements the key signs and can never authenticate a TLS client. Valid
+    /// [`EVIDENCE_CERT_VALIDITY_SECS`]: the key lives as long as the host's installation (a
+    /// reimage enrolls, and certifies, a new one).
+    pub fn issue_evidence_from_csr(&self, csr_pem: &str, host_id: Uuid, hostname: &str, now: Time) -> Result<IssuedCert, PkiError> {
+        if drover_proto::names::check_hostname(hostname).is_err() {
+            return Err(PkiError::BadHostname { value: hostname.to_owned() });
+        }
+        let public_key = csr_public_key(csr_pem)?;
+        if PublicKeyData::algorithm(&public_key) != &rcgen::PKCS_ED25519 {
+            return Err(PkiError::UnsupportedCsrKey);
+        }
+        let mut params = leaf_params(now, EVIDENCE_CERT_VALIDITY_SECS, ExtendedKeyUsagePurpose::Other(DOCUMENT_SIGNING_OID.to_vec()))?;
+        params.distinguished_name = common_name(hostname);
+        params.subject_alt_names = vec![SanType::URI(ia5(&format!("{HOST_URI_PREFIX}{host_id}"))?)];
+        self.sign(params, &public_key, "evidence certificate", now, EVIDENCE_CERT_VALIDITY_SECS)
     }
 
     /// Issues an operator credential with a fresh key: CN `name`, SAN URI

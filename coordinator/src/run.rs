@@ -20,6 +20,9 @@ pub enum StartError {
     /// The state dir is missing or broken.
     #[error(transparent)]
     StateDir(#[from] StateDirError),
+    /// The director key's rotation is broken.
+    #[error(transparent)]
+    Director(#[from] crate::director::DirectorError),
     /// The store could not be opened.
     #[error("store: {0}")]
     Store(#[from] StoreError),
@@ -122,6 +125,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, Sta
 /// port 0 first so the URL they put in the config is the real one).
 pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Clock>) -> Result<Running, StartError> {
     let state = StateDir::open(&config.state_dir)?;
+    let director = crate::director::Director::load(state.path(), state.director_key().clone())?;
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(state.db_path())?);
     let secrets = crate::secrets::from_config(&config).map_err(|e| StartError::Secrets { message: e.to_string() })?;
     let trust_json = read(&config.trust_file)?;
@@ -137,7 +141,7 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
     let connections = config.connections.clone();
     let app = Arc::new(AppState {
         server_pin: state.server_spki_pin(),
-        director: Arc::new(state.director_key().clone()),
+        director: Arc::new(director),
         ca: Arc::new(state.into_ca()),
         config,
         store,
@@ -210,7 +214,7 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
     });
     let router = crate::api::router(app.clone());
     let limits = app.connections.clone();
-    let task = tokio::spawn(crate::server::serve(listener, tls, router, limits));
+    let task = tokio::spawn(crate::server::serve(listener, tls, router, limits, app.config.connections.http1));
     tracing::info!(%addr, "coordinator listening (TLS 1.3 only)");
     Ok(Running { addr, app, task })
 }

@@ -1,7 +1,8 @@
 //! The one listener: TCP accept, TLS 1.3 handshake, then HTTP/1.1 or HTTP/2 (by ALPN) into
 //! the router, with the peer's certificate identity attached to every request of the
 //! connection. HTTP/1.1 is the coordinator's own ([`crate::http1`], preferred in ALPN: it
-//! holds no buffers while a long-poll waits); HTTP/2 is hyper's, for clients that ask only
+//! holds no buffers while a long-poll waits), or hyper's where `connections.http1 = "hyper"`
+//! (kept to measure the one against the other); HTTP/2 is hyper's, for clients that ask only
 //! for it.
 //!
 //! The identity is computed once per connection from the certificate rustls verified; no
@@ -26,6 +27,7 @@ use tokio_rustls::server::TlsStream;
 use tower::ServiceExt;
 
 use crate::api::auth::Peer;
+use crate::config::Http1Stack;
 use crate::conn_limits::{ConnLimits, Deadline};
 use crate::identity::{Identity, cert_serial_hex};
 use crate::tls::TlsState;
@@ -52,8 +54,15 @@ pub struct Waits {
     pub idle: Duration,
 }
 
-/// Serves `router` on `listener` until the task is dropped, within `limits`.
-pub async fn serve(listener: TcpListener, tls: Arc<TlsState>, router: Router, limits: Arc<ConnLimits>) -> std::io::Result<()> {
+/// Serves `router` on `listener` until the task is dropped, within `limits`, HTTP/1.1 with
+/// the `http1` stack.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Arc<TlsState>,
+    router: Router,
+    limits: Arc<ConnLimits>,
+    http1: Http1Stack,
+) -> std::io::Result<()> {
     loop {
         // At a cap the loop waits here and the kernel queues new connections: nothing is
         // refused for being one too many, only for being unauthenticated past its caps.
@@ -92,10 +101,12 @@ pub async fn serve(listener: TcpListener, tls: Arc<TlsState>, router: Router, li
                 },
             };
             // Set at the handshake from both sides' lists: h2 only when the client offered
-            // nothing else. The HTTP/2 connection's state is boxed: every connection's task
-            // is as large as its largest state, and most connections are HTTP/1.1.
+            // nothing else. hyper's connection state is boxed: every connection's task is as
+            // large as its largest state, and most connections are HTTP/1.1.
             if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-                Box::pin(serve_http2(stream, remote, peer, router, waits, limits.clone())).await;
+                Box::pin(serve_hyper(Hyper::Http2, stream, remote, peer, router, waits, limits.clone())).await;
+            } else if http1 == Http1Stack::Hyper {
+                Box::pin(serve_hyper(Hyper::Http1, stream, remote, peer, router, waits, limits.clone())).await;
             } else {
                 crate::http1::serve_connection(stream, remote, peer, router, waits, limits.clone()).await;
             }
@@ -170,7 +181,34 @@ impl Drop for InFlight {
     }
 }
 
-async fn serve_http2<S>(stream: S, remote: SocketAddr, peer: Peer, router: Router, waits: Waits, limits: Arc<ConnLimits>)
+/// Which of hyper's connection types serves a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hyper {
+    Http1,
+    Http2,
+}
+
+/// hyper's HTTP/1.1 server, tuned as far as its builder allows for a fleet of long-polls:
+/// the same head and header-count bounds and head deadline as [`crate::http1`], a read
+/// buffer capped at the head bound, vectored writes (no flattening buffer), half-closed
+/// clients treated as gone (their long-polls dropped).
+fn hyper_http1() -> hyper::server::conn::http1::Builder {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(crate::http1::HEADER_READ_TIMEOUT)
+        .keep_alive(true)
+        .half_close(false)
+        .writev(true)
+        .max_headers(crate::http1::MAX_HEADERS)
+        // hyper's floor is 8 KiB; the read buffer grows to this only for a large head.
+        .max_buf_size(crate::http1::MAX_HEAD_BYTES);
+    builder
+}
+
+/// One connection served by hyper, with the first-request and idle deadlines watched here:
+/// hyper has no idle deadline of its own.
+async fn serve_hyper<S>(which: Hyper, stream: S, remote: SocketAddr, peer: Peer, router: Router, waits: Waits, limits: Arc<ConnLimits>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -191,14 +229,36 @@ where
             Ok::<_, Infallible>(answer)
         }
     });
-    // One connection multiplexes a bounded number of streams.
-    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-    builder.timer(TokioTimer::new()).max_concurrent_streams(streams);
-    let conn = builder.serve_connection(TokioIo::new(stream), service);
-    tokio::pin!(conn);
-    // hyper's HTTP/2 server has no idle deadline of its own: watch for one. A connection with
-    // no request in flight past its wait is shut down gracefully (GOAWAY), then dropped if it
-    // does not close within the stall bound.
+    let io = TokioIo::new(stream);
+    match which {
+        Hyper::Http2 => {
+            // One connection multiplexes a bounded number of streams.
+            let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+            builder.timer(TokioTimer::new()).max_concurrent_streams(streams);
+            let conn = builder.serve_connection(io, service);
+            tokio::pin!(conn);
+            watch_idle(conn, |c| c.graceful_shutdown(), &activity, remote, waits, &limits).await;
+        }
+        Hyper::Http1 => {
+            let conn = hyper_http1().serve_connection(io, service);
+            tokio::pin!(conn);
+            watch_idle(conn, |c| c.graceful_shutdown(), &activity, remote, waits, &limits).await;
+        }
+    }
+}
+
+/// Drives `conn` to its end. A connection with no request in flight past its wait is shut
+/// down gracefully (HTTP/2: GOAWAY), then dropped if it does not close within the grace.
+async fn watch_idle<C>(
+    mut conn: std::pin::Pin<&mut C>,
+    shutdown: fn(std::pin::Pin<&mut C>),
+    activity: &Activity,
+    remote: SocketAddr,
+    waits: Waits,
+    limits: &ConnLimits,
+) where
+    C: std::future::Future<Output = Result<(), hyper::Error>>,
+{
     let started = tokio::time::Instant::now();
     let mut closing: Option<tokio::time::Instant> = None;
     loop {
@@ -220,7 +280,7 @@ where
                 if activity.deadline(started, waits).is_some_and(|d| d <= tokio::time::Instant::now()) {
                     let first = !activity.served.load(std::sync::atomic::Ordering::Acquire);
                     limits.timed_out(if first { Deadline::FirstRequest } else { Deadline::Idle });
-                    conn.as_mut().graceful_shutdown();
+                    shutdown(conn.as_mut());
                     closing = Some(tokio::time::Instant::now() + H2_CLOSE_GRACE);
                 }
             }

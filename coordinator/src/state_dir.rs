@@ -347,7 +347,7 @@ pub fn write_new_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), StateD
 
 /// Reads a state file as text; with `private`, refuses it when group or others have any
 /// access. The mode is taken from the open file, so it is the mode of what is read.
-fn read_state_file(path: &Path, private: bool) -> Result<String, StateDirError> {
+pub(crate) fn read_state_file(path: &Path, private: bool) -> Result<String, StateDirError> {
     let read_err = |source: io::Error| {
         if source.kind() == io::ErrorKind::NotFound {
             StateDirError::Missing { path: path.to_owned() }

@@ -11,6 +11,11 @@
 //! the directory is fsynced so the rename itself survives a crash. A planted symbolic link at a
 //! predictable temporary name, the old drain marker's weakness, is never followed: there is no
 //! predictable name, and a link there would make the create fail.
+//!
+//! A failed write says which step failed, and when the filesystem is full it says so and that
+//! nothing was replaced: the temporary is removed and the target is as it was. [`space`] reads
+//! how much room the filesystem under a path has, for health reports that go not-ready before
+//! a write fails.
 
 #![forbid(unsafe_code)]
 
@@ -18,6 +23,9 @@ use std::fs;
 use std::io::Write as _;
 use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
+
+mod space;
+pub use space::{Space, is_out_of_space, space};
 
 /// Whether the target may be replaced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,10 +43,11 @@ fn temporary(dir: &Path, path: &Path) -> std::io::Result<PathBuf> {
 }
 
 /// Writes `bytes` to `path` atomically with permission bits `perm`, creating the parent
-/// directories (see the module docs).
+/// directories (see the module docs). An error keeps the kind of the step's error and says
+/// which step failed; the target is then as it was.
 pub fn write_atomic(path: &Path, bytes: &[u8], perm: u32, mode: Mode) -> std::io::Result<()> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    fs::create_dir_all(dir)?;
+    fs::create_dir_all(dir).map_err(|e| step("creating its directory", &e))?;
     let tmp = temporary(dir, path)?;
     let result = (|| {
         let mut f = fs::OpenOptions::new()
@@ -46,25 +55,34 @@ pub fn write_atomic(path: &Path, bytes: &[u8], perm: u32, mode: Mode) -> std::io
             .create_new(true)
             .mode(perm)
             .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
-            .open(&tmp)?;
+            .open(&tmp)
+            .map_err(|e| step("creating a temporary beside it", &e))?;
         // The umask may have cleared bits of `perm`; set them exactly.
-        f.set_permissions(fs::Permissions::from_mode(perm))?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
+        f.set_permissions(fs::Permissions::from_mode(perm)).map_err(|e| step("setting the temporary's mode", &e))?;
+        f.write_all(bytes).map_err(|e| step("writing a temporary beside it", &e))?;
+        f.sync_all().map_err(|e| step("syncing a temporary beside it", &e))?;
         drop(f);
         match mode {
-            Mode::Replace => fs::rename(&tmp, path)?,
+            Mode::Replace => fs::rename(&tmp, path).map_err(|e| step("moving the temporary into place", &e))?,
             Mode::Exclusive => {
-                fs::hard_link(&tmp, path)?;
-                fs::remove_file(&tmp)?;
+                fs::hard_link(&tmp, path).map_err(|e| step("linking the temporary into place", &e))?;
+                fs::remove_file(&tmp).map_err(|e| step("removing the temporary", &e))?;
             }
         }
-        fs::File::open(dir)?.sync_all()
+        fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| step("syncing its directory", &e))
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// `e` with the step that failed in front, its kind kept (callers match on `AlreadyExists`,
+/// [`is_out_of_space`] on `StorageFull`). A full filesystem is named as such, with what it
+/// means for the target: the old file, if any, is untouched.
+fn step(what: &str, e: &std::io::Error) -> std::io::Error {
+    let full = if is_out_of_space(e) { " (no space left on the filesystem; nothing was replaced)" } else { "" };
+    std::io::Error::new(e.kind(), format!("{what}: {e}{full}"))
 }
 
 #[cfg(test)]

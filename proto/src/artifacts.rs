@@ -3,10 +3,22 @@
 //!
 //! Arrays whose order JCS cannot fix (host sets, budget host lists, wave host lists) are
 //! sorted by their producer; `check_sorted` lets a verifier refuse any other order.
+//!
+//! # Schema rule: safe integers
+//!
+//! Every signed document — these artifacts and the `signed` part of a per-host envelope
+//! (intents, tasks) — carries integers within ±(2^53 − 1) only ([`check_safe_integers`]).
+//! RFC 8785 reads every number as a double, so a larger integer is signed as the double
+//! nearest to it, and readers disagree about its value: Rust reads `1152921504606847000`
+//! as that u64, a JavaScript or Python JCS reader as 2^60. The canonicaliser writes such
+//! numbers as RFC 8785 says; producers refuse to sign them and verifiers refuse to read
+//! them (`VerifyError::UnsafeInteger`), so a signature never covers a number whose value
+//! depends on who reads it.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::names::RolloutId;
 use crate::selector::Selector;
@@ -15,6 +27,67 @@ use crate::time::Time;
 
 /// Schema version of every artifact this crate writes.
 pub const SCHEMA_VERSION: u64 = 1;
+
+/// The largest integer magnitude a signed document may carry: 2^53 − 1, the largest `n`
+/// such that every integer up to `n` is exactly an IEEE-754 double (I-JSON's limit).
+pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// A document that breaks a rule of the artifact schema before it is even typed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    /// An integer beyond ±(2^53 − 1) (schema rule: safe integers).
+    #[error("integer {number} at {pointer:?} is outside ±(2^53 - 1): signed documents carry only integers every JSON reader holds exactly")]
+    UnsafeInteger {
+        /// Where it is, as a JSON pointer (RFC 6901), cut to a bound.
+        pointer: String,
+        /// The number as parsed.
+        number: String,
+    },
+}
+
+/// Schema rule: no integer beyond ±(2^53 − 1) anywhere in `value`. A double written without
+/// a fraction (`1e17`, `9007199254740992.0`) counts as the integer it is. The first offender
+/// in document order (members in key order) is reported.
+pub fn check_safe_integers(value: &Value) -> Result<(), SchemaError> {
+    let Some((mut path, number)) = first_unsafe_integer(value) else {
+        return Ok(());
+    };
+    path.reverse();
+    let pointer: String = path.iter().map(|segment| format!("/{}", segment.replace('~', "~0").replace('/', "~1"))).collect();
+    Err(SchemaError::UnsafeInteger { pointer: crate::text::echo(&pointer).into_owned(), number: number.to_string() })
+}
+
+/// Whether `n` is an integer of magnitude above [`MAX_SAFE_INTEGER`].
+fn is_unsafe_integer(n: &serde_json::Number) -> bool {
+    if let Some(u) = n.as_u64() {
+        return u > MAX_SAFE_INTEGER;
+    }
+    if let Some(i) = n.as_i64() {
+        return i.unsigned_abs() > MAX_SAFE_INTEGER;
+    }
+    n.as_f64().is_some_and(|f| f.trunc() == f && f.abs() > MAX_SAFE_INTEGER as f64)
+}
+
+/// The first unsafe integer and its path, innermost segment first (built while unwinding,
+/// so the common case of a clean document allocates nothing).
+fn first_unsafe_integer(value: &Value) -> Option<(Vec<String>, &serde_json::Number)> {
+    match value {
+        Value::Number(n) => is_unsafe_integer(n).then(|| (Vec::new(), n)),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, item)| {
+            first_unsafe_integer(item).map(|(mut path, n)| {
+                path.push(i.to_string());
+                (path, n)
+            })
+        }),
+        Value::Object(map) => map.iter().find_map(|(key, item)| {
+            first_unsafe_integer(item).map(|(mut path, n)| {
+                path.push(key.clone());
+                (path, n)
+            })
+        }),
+        Value::Null | Value::Bool(_) | Value::String(_) => None,
+    }
+}
 
 /// Provenance of a release.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,6 +5,12 @@
 //! numbers are written the way ECMAScript's `Number.prototype.toString` writes IEEE-754
 //! doubles, object keys are ordered by their UTF-16 code units (not by UTF-8 bytes, which
 //! differs above U+FFFF), and strings escape only what JSON requires, in the short forms.
+//!
+//! Every JSON number is a double here, as it is to `JSON.parse`: an integer literal beyond
+//! 2^53 becomes the nearest double and is written as ECMAScript writes that double
+//! (`9007199254740993` → `9007199254740992`, `1e21` → `1e+21`), so the canonicaliser takes
+//! every finite number. Whether a *signed artifact* may carry such an integer is a rule of
+//! the artifact schema, not of this module: see [`crate::artifacts::check_safe_integers`].
 
 use serde::Serialize;
 use serde_json::{Map, Number, Value};
@@ -19,14 +25,6 @@ pub enum CanonicalError {
         #[source]
         source: serde_json::Error,
     },
-    /// An integer outside ±(2^53 − 1) cannot be represented exactly as an IEEE-754 double,
-    /// which I-JSON (and therefore JCS) requires. This includes a double whose canonical
-    /// form would be such an integer (integral, beyond ±(2^53 − 1), below 10^21).
-    #[error("number {number} is outside the I-JSON safe integer range ±(2^53 - 1)")]
-    NumberOutOfRange {
-        /// The offending number as parsed.
-        number: String,
-    },
     /// NaN and the infinities have no JSON form.
     #[error("non-finite number has no JSON form")]
     NonFinite,
@@ -39,8 +37,9 @@ pub enum CanonicalError {
     },
 }
 
-/// Largest integer a double holds exactly (2^53 − 1).
-const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+/// Up to this magnitude (2^53) an integer is exactly a double, and ECMAScript writes it as its
+/// own decimal digits, so it needs no trip through the double formatter.
+const EXACT_INTEGER: u64 = 1 << 53;
 
 /// Canonical bytes of a parsed JSON value.
 pub fn to_vec(value: &Value) -> Result<Vec<u8>, CanonicalError> {
@@ -240,29 +239,19 @@ fn write_string(s: &str, out: &mut Vec<u8>) {
 }
 
 fn write_number(n: &Number, out: &mut Vec<u8>) -> Result<(), CanonicalError> {
-    if let Some(u) = n.as_u64() {
-        if u > MAX_SAFE_INTEGER {
-            return Err(CanonicalError::NumberOutOfRange { number: n.to_string() });
-        }
+    if let Some(u) = n.as_u64().filter(|u| *u <= EXACT_INTEGER) {
         out.extend_from_slice(u.to_string().as_bytes());
         return Ok(());
     }
-    if let Some(i) = n.as_i64() {
-        if i.unsigned_abs() > MAX_SAFE_INTEGER {
-            return Err(CanonicalError::NumberOutOfRange { number: n.to_string() });
-        }
+    if let Some(i) = n.as_i64().filter(|i| i.unsigned_abs() <= EXACT_INTEGER) {
         out.extend_from_slice(i.to_string().as_bytes());
         return Ok(());
     }
+    // Everything else is the double it denotes, as `JSON.parse` reads it: serde_json holds
+    // a larger integer literal as u64/i64 and `as_f64` rounds it to the nearest double (ties
+    // to even, as the literal's decimal-to-double conversion does); a literal too large for
+    // u64 or with a fraction or exponent is already that double (`float_roundtrip`).
     let f = n.as_f64().ok_or(CanonicalError::NonFinite)?;
-    // A double that is integral, beyond ±(2^53 − 1) and below 10^21 (e.g. `1e17` or
-    // `9007199254740992.0`) is written as a bare integer, which the branches above refuse
-    // when it is read back: accepting it here would produce bytes that are not themselves
-    // canonical (`is_canonical` false, so signed output would fail verification). It is
-    // refused like the integer it prints as. From 10^21 on, the form has an exponent.
-    if f.trunc() == f && f.abs() > MAX_SAFE_INTEGER as f64 && f.abs() < 1e21 {
-        return Err(CanonicalError::NumberOutOfRange { number: n.to_string() });
-    }
     out.extend_from_slice(format_es6(f)?.as_bytes());
     Ok(())
 }
@@ -428,9 +417,29 @@ mod tests {
     }
 
     #[test]
-    fn unsafe_integers_are_refused() {
-        assert!(matches!(canonicalize(b"9007199254740993"), Err(CanonicalError::NumberOutOfRange { .. })));
-        assert!(matches!(canonicalize(b"-9007199254740993"), Err(CanonicalError::NumberOutOfRange { .. })));
-        assert_eq!(canonicalize(b"9007199254740991").expect("safe"), b"9007199254740991");
+    fn integers_beyond_2_pow_53_print_as_the_double_they_denote() {
+        for (input, expected) in [
+            ("9007199254740991", "9007199254740991"),
+            ("9007199254740992", "9007199254740992"),
+            ("9007199254740993", "9007199254740992"),
+            ("-9007199254740993", "-9007199254740992"),
+            ("9007199254740995", "9007199254740996"),
+            ("18446744073709551615", "18446744073709552000"),
+            ("-9223372036854775808", "-9223372036854776000"),
+            ("18446744073709551616", "18446744073709552000"),
+            ("1152921504606846976", "1152921504606847000"),
+            ("100000000000000000000", "100000000000000000000"),
+            ("1000000000000000000000", "1e+21"),
+            ("1e21", "1e+21"),
+            ("123456789012345678901234567890", "1.2345678901234568e+29"),
+        ] {
+            let out = canonicalize(input.as_bytes()).unwrap_or_else(|e| panic!("{input}: {e}"));
+            assert_eq!(std::str::from_utf8(&out).expect("utf8"), expected, "{input}");
+            assert!(is_canonical(expected.as_bytes()), "{expected} is its own canonical form");
+        }
+        // Typed values serde_json holds as integers take the same double path.
+        assert_eq!(to_vec(&Value::from(u64::MAX)).expect("finite"), b"18446744073709552000");
+        assert_eq!(to_vec(&Value::from(i64::MIN + 1)).expect("finite"), b"-9223372036854776000");
+        assert!(!is_canonical(b"9007199254740993"), "an integer that is not a double is not canonical");
     }
 }

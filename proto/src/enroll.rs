@@ -46,6 +46,14 @@ pub struct EnrollRequest {
     pub token: Secret,
     /// A PEM certificate signing request; only its public key is used.
     pub csr: String,
+    /// The host's X25519 public key (base64 of 32 bytes): task secrets are sealed to it
+    /// ([`crate::seal`]). A host without one receives no task that carries a secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seal_key: Option<String>,
+    /// A PEM CSR for the host's Ed25519 evidence key ([`crate::evidence`]); only its public
+    /// key is used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence_csr: Option<String>,
 }
 
 /// `POST /v1/enroll` response.
@@ -64,6 +72,9 @@ pub struct EnrollResponse {
     pub director_public_key: String,
     /// Where to reach the coordinator.
     pub coordinator_urls: Vec<String>,
+    /// The evidence key's certificate (PEM), when the request carried an `evidenceCsr`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence_certificate: Option<String>,
 }
 
 /// `POST /v1/agent/renew` body.

@@ -9,7 +9,9 @@
 //! - [`verify`]: every verification rule, one [`verify::VerifyError`] variant per rule.
 //! - [`intent`], [`task`], [`report`], [`states`]: per-host messages, agent reports and the
 //!   state enums with their legal transitions; [`enroll`]: enrollment and distribution;
-//!   [`publish`]: publishing a release to the coordinator.
+//!   [`publish`]: publishing a release to the coordinator; [`seal`]: task secrets sealed to
+//!   their host (HPKE); [`evidence`]: host-signed statements a tenant verifies offline;
+//!   [`rotation`]: the director key handing over to its successor.
 //!
 //! No I/O and no clock: time is always a parameter.
 
@@ -19,6 +21,7 @@ pub mod artifacts;
 pub mod canonical;
 pub mod duration;
 pub mod enroll;
+pub mod evidence;
 pub mod intent;
 pub mod keys;
 pub mod names;
@@ -26,6 +29,8 @@ pub mod publish;
 pub mod release;
 pub mod report;
 pub mod resolve;
+pub mod rotation;
+pub mod seal;
 pub mod selector;
 pub mod sig;
 pub mod spec;

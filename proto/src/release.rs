@@ -11,14 +11,14 @@ use crate::artifacts::{RevertableRollout, SCHEMA_VERSION, TimestampChannel, Time
 use crate::canonical::{self, CanonicalError};
 use crate::keys::Signer;
 use crate::names::RolloutId;
-use crate::resolve::{ReleaseMeta, ResolveError, resolve, sha256_hex};
+use crate::resolve::{ReleaseMeta, ResolveError, resolve, sha256_hex, signed_bytes_of};
 use crate::sig::{SignError, sign_bytes};
 use crate::spec::FleetSpec;
 use crate::time::Time;
 use crate::trust::{KeySet, TrustRoots};
 use crate::verify::{
     ManifestAnchors, Proof, VerifiedFleet, VerifiedManifest, VerifiedTimestamp, VerifyContext, VerifyError, check_canonical,
-    check_detached, verify_fleet_resolved, verify_manifest, verify_timestamp,
+    check_detached, check_safe_integers, verify_fleet_resolved, verify_manifest, verify_timestamp,
 };
 
 /// Path of the resolved fleet inside a release.
@@ -182,7 +182,7 @@ pub fn build_release<S: Signer>(spec: &FleetSpec, params: &ReleaseParams, signer
         channels,
     };
     files.put_signed(FLEET_RESOLVED.to_owned(), resolved.fleet_bytes, signers)?;
-    files.put_signed(TIMESTAMP.to_owned(), canonical::to_vec_of(&timestamp)?, signers)?;
+    files.put_signed(TIMESTAMP.to_owned(), signed_bytes_of(TIMESTAMP, &timestamp)?, signers)?;
     Ok(files)
 }
 
@@ -230,6 +230,7 @@ pub fn open_own_timestamp<S: Signer>(files: &ReleaseFiles, signers: &[S], at: Ti
     let sig = files.get(&sig_path(TIMESTAMP)).ok_or_else(|| ReleaseError::Missing { path: sig_path(TIMESTAMP) })?;
     let ours = KeySet::any_of(signers.iter().map(Signer::verifying_key));
     let value = check_canonical(TIMESTAMP, bytes).map_err(|source| ReleaseError::NotOurs { source })?;
+    check_safe_integers(TIMESTAMP, &value).map_err(|source| ReleaseError::NotOurs { source })?;
     check_detached(TIMESTAMP, bytes, sig, &ours, at).map_err(|source| ReleaseError::NotOurs { source })?;
     let doc: TimestampDoc =
         serde_json::from_value(value).map_err(|e| ReleaseError::Malformed { path: TIMESTAMP.to_owned(), message: e.to_string() })?;
@@ -266,7 +267,7 @@ pub fn resign_timestamp<S: Signer>(
     }
     doc.version = next;
     doc.signed_at = signed_at;
-    files.put_signed(TIMESTAMP.to_owned(), canonical::to_vec_of(&doc)?, signers)?;
+    files.put_signed(TIMESTAMP.to_owned(), signed_bytes_of(TIMESTAMP, &doc)?, signers)?;
     Ok(doc)
 }
 

@@ -95,6 +95,29 @@ pub struct HealthReport {
     /// line each; the rest of the report stands.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub collect_errors: Vec<String>,
+    /// The agent's own state directory: whether it can keep its records there. Absent from
+    /// older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<StateDirHealth>,
+}
+
+/// The agent's state directory inside a health report: whether the agent can keep its records
+/// (version floors, replay journal, pending activation) there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StateDirHealth {
+    /// The directory.
+    pub path: String,
+    /// Its filesystem's size.
+    pub total_bytes: u64,
+    /// Space available to the agent there.
+    pub available_bytes: u64,
+    /// Whether the agent can write its records: false while the filesystem is full, or nearly,
+    /// or while its last write there failed for want of space and no room has been freed.
+    pub ready: bool,
+    /// Why not, when not ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// One filesystem's usage inside a health report.
@@ -200,6 +223,10 @@ pub struct TaskResult {
     pub started_at: Time,
     /// When it finished.
     pub finished_at: Time,
+    /// The host's signed statement of this result (`node.validate_clean`, `node.gpu_scrub`),
+    /// when the host has an evidence key ([`crate::evidence`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<crate::evidence::Evidence>,
 }
 
 /// Something the agent refused or noticed, reported as a typed event.
@@ -321,6 +348,9 @@ pub struct CheckinRequest {
     /// Probe results since the last check-in.
     #[serde(default)]
     pub probe_results: Vec<ProbeResult>,
+    /// The host's signed statement of `probe_results`, when it has an evidence key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_evidence: Option<crate::evidence::Evidence>,
     /// Task results not yet acknowledged.
     #[serde(default)]
     pub task_results: Vec<TaskResult>,
@@ -347,6 +377,10 @@ pub struct CheckinResponse {
     pub tasks: Vec<Envelope>,
     /// When to check in next.
     pub next_checkin_secs: u64,
+    /// The director key's hand-over to its successor, signed by the current key
+    /// ([`crate::rotation`]); served through the overlap and after, so offline agents follow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub director_rotation: Option<Envelope>,
 }
 
 /// `POST /v1/agent/confirm` body (magic rollback).

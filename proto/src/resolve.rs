@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 
 use crate::artifacts::{
-    FleetResolved, FrozenBudget, HostSetEntry, ManifestWave, ResolvedChannel, ResolvedMeta, ResolvedWave, RolloutManifest, SCHEMA_VERSION,
+    self, FleetResolved, FrozenBudget, HostSetEntry, ManifestWave, ResolvedChannel, ResolvedMeta, ResolvedWave, RolloutManifest,
+    SCHEMA_VERSION, SchemaError,
 };
 use crate::canonical::{self, CanonicalError};
 use crate::names::{NameError, RolloutId, check_ref};
@@ -55,6 +56,16 @@ pub enum ResolveError {
     /// Canonicalisation failed.
     #[error(transparent)]
     Canonical(#[from] CanonicalError),
+    /// A document to sign breaks the artifact schema (an integer beyond ±(2^53 − 1), e.g. a
+    /// soak time of 2^60 seconds in the spec).
+    #[error("{artifact}: refusing to sign: {source}")]
+    Schema {
+        /// Which artifact.
+        artifact: String,
+        /// The rule broken.
+        #[source]
+        source: SchemaError,
+    },
 }
 
 /// `fleet.resolved` and the manifests, as values and as canonical bytes.
@@ -74,6 +85,14 @@ pub struct Resolved {
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     hex::encode(Sha256::digest(bytes))
+}
+
+/// Canonical bytes of a document CI is about to sign, held to the artifact schema's
+/// safe-integer rule so that CI never signs what every verifier refuses.
+pub fn signed_bytes_of<T: serde::Serialize>(artifact: &str, doc: &T) -> Result<Vec<u8>, ResolveError> {
+    let value = serde_json::to_value(doc).map_err(|source| CanonicalError::Serialize { source })?;
+    artifacts::check_safe_integers(&value).map_err(|source| ResolveError::Schema { artifact: artifact.to_owned(), source })?;
+    Ok(canonical::to_vec(&value)?)
 }
 
 /// Projects a validated spec.
@@ -132,12 +151,12 @@ pub fn resolve(spec: &FleetSpec, meta: &ReleaseMeta) -> Result<Resolved, Resolve
         channel_edges: spec.channel_edges.clone(),
         disruption_budgets: budgets,
     };
-    let fleet_bytes = canonical::to_vec_of(&fleet)?;
+    let fleet_bytes = signed_bytes_of("fleet.resolved.json", &fleet)?;
     let fleet_sha256 = sha256_hex(&fleet_bytes);
     let mut manifests = BTreeMap::new();
     for name in fleet.channels.keys() {
         let manifest = project_manifest(&fleet, name, &fleet_sha256)?;
-        let bytes = canonical::to_vec_of(&manifest)?;
+        let bytes = signed_bytes_of(&format!("rollouts/{}.json", manifest.rollout_id), &manifest)?;
         manifests.insert(name.clone(), (manifest, bytes));
     }
     Ok(Resolved { fleet, fleet_bytes, fleet_sha256, manifests })

@@ -5,6 +5,7 @@ use base64::Engine as _;
 use ed25519_dalek::Signature;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
+use crate::artifacts::{self, SchemaError};
 use crate::canonical::{self, CanonicalError};
 use crate::keys::{KeyId, Signer};
 
@@ -48,6 +49,10 @@ pub enum SignError {
     /// The value has no canonical form.
     #[error(transparent)]
     Canonical(#[from] CanonicalError),
+    /// The message breaks the artifact schema (an integer beyond ±(2^53 − 1)), which every
+    /// verifier would refuse.
+    #[error("refusing to sign: {0}")]
+    Schema(#[from] SchemaError),
     /// The signer (an external command, an HSM) failed.
     #[error("signer for key {key_id} failed: {source}")]
     Signer {
@@ -96,6 +101,7 @@ impl Envelope {
     /// Signs a typed message.
     pub fn seal<T: Serialize, S: Signer>(message: &T, signers: &[S]) -> Result<Self, SignError> {
         let signed = serde_json::to_value(message).map_err(|source| CanonicalError::Serialize { source })?;
+        artifacts::check_safe_integers(&signed)?;
         let bytes = canonical::to_vec(&signed)?;
         let file = sign_bytes(&bytes, signers)?;
         Ok(Envelope { signed, signatures: file.signatures })

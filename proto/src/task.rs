@@ -106,21 +106,14 @@ pub enum TaskKind {
         /// Also check GPU allocations and memory.
         #[serde(default = "yes")]
         check_gpu: bool,
+        /// With `check_gpu`: a GPU using more memory than this (MiB) is a residue; absent,
+        /// memory is not judged (only compute processes are).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        memory_used_threshold_mib: Option<u64>,
     },
     /// Rewrite the MAAS hardware-sync credentials and restart the timer.
-    #[serde(rename = "node.hw_sync_reseed", rename_all = "camelCase")]
-    HwSyncReseed {
-        /// MAAS base URL.
-        maas_url: String,
-        /// The machine's MAAS system id.
-        system_id: String,
-        /// OAuth consumer key of the machine token.
-        consumer_key: Secret,
-        /// OAuth token key.
-        token_key: Secret,
-        /// OAuth token secret.
-        token_secret: Secret,
-    },
+    #[serde(rename = "node.hw_sync_reseed")]
+    HwSyncReseed(HwSyncReseed),
     /// Cordon, then run the configured drain hook and wait for it.
     #[serde(rename = "node.drain", rename_all = "camelCase")]
     Drain {
@@ -141,6 +134,90 @@ pub enum TaskKind {
         #[serde(default)]
         purge_state: bool,
     },
+}
+
+/// `node.hw_sync_reseed`'s parameters. On the wire the token is either the three plain
+/// fields (an operator's request to the coordinator) or `sealedToken` (every task the
+/// coordinator signs, stores and serves: see [`crate::seal`]); never both.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "ReseedWire", into = "ReseedWire")]
+pub struct HwSyncReseed {
+    /// MAAS base URL.
+    pub maas_url: String,
+    /// The machine's MAAS system id.
+    pub system_id: String,
+    /// The machine's OAuth token.
+    pub token: MachineToken,
+}
+
+/// A MAAS machine token, in the clear (only between an operator and the coordinator, and
+/// inside the agent once opened) or sealed to its host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MachineToken {
+    /// The three OAuth parts.
+    Plain(MaasToken),
+    /// Sealed to the host's key for this task.
+    Sealed(crate::seal::SealedBox),
+}
+
+/// The three parts of a MAAS OAuth token; also the plaintext a [`MachineToken::Sealed`]
+/// holds (its canonical JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MaasToken {
+    /// OAuth consumer key of the machine token.
+    pub consumer_key: Secret,
+    /// OAuth token key.
+    pub token_key: Secret,
+    /// OAuth token secret.
+    pub token_secret: Secret,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ReseedWire {
+    maas_url: String,
+    system_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    consumer_key: Option<Secret>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    token_key: Option<Secret>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    token_secret: Option<Secret>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sealed_token: Option<crate::seal::SealedBox>,
+}
+
+impl TryFrom<ReseedWire> for HwSyncReseed {
+    type Error = String;
+    fn try_from(w: ReseedWire) -> Result<Self, String> {
+        let token = match (w.consumer_key, w.token_key, w.token_secret, w.sealed_token) {
+            (Some(consumer_key), Some(token_key), Some(token_secret), None) => {
+                MachineToken::Plain(MaasToken { consumer_key, token_key, token_secret })
+            }
+            (None, None, None, Some(sealed)) => MachineToken::Sealed(sealed),
+            (_, _, _, Some(_)) => return Err("node.hw_sync_reseed: sealedToken and plain token fields together".into()),
+            _ => return Err("node.hw_sync_reseed: needs consumerKey, tokenKey and tokenSecret (or sealedToken)".into()),
+        };
+        Ok(HwSyncReseed { maas_url: w.maas_url, system_id: w.system_id, token })
+    }
+}
+
+impl From<HwSyncReseed> for ReseedWire {
+    fn from(r: HwSyncReseed) -> Self {
+        let (plain, sealed_token) = match r.token {
+            MachineToken::Plain(t) => (Some(t), None),
+            MachineToken::Sealed(s) => (None, Some(s)),
+        };
+        ReseedWire {
+            maas_url: r.maas_url,
+            system_id: r.system_id,
+            consumer_key: plain.as_ref().map(|t| t.consumer_key.clone()),
+            token_key: plain.as_ref().map(|t| t.token_key.clone()),
+            token_secret: plain.map(|t| t.token_secret),
+            sealed_token,
+        }
+    }
 }
 
 fn yes() -> bool {
@@ -187,18 +264,38 @@ mod tests {
 
     #[test]
     fn secrets_never_print() {
-        let k = TaskKind::HwSyncReseed {
+        let k = TaskKind::HwSyncReseed(HwSyncReseed {
             maas_url: "http://maas:5240/MAAS".into(),
             system_id: "abc123".into(),
-            consumer_key: Secret::new("ck-VALUE"),
-            token_key: Secret::new("tk-VALUE"),
-            token_secret: Secret::new("ts-VALUE"),
-        };
+            token: MachineToken::Plain(MaasToken {
+                consumer_key: Secret::new("ck-VALUE"),
+                token_key: Secret::new("tk-VALUE"),
+                token_secret: Secret::new("ts-VALUE"),
+            }),
+        });
         let shown = format!("{k:?}");
         assert!(!shown.contains("VALUE"), "{shown}");
         let json = serde_json::to_string(&k).expect("json");
         assert!(json.contains("\"type\":\"node.hw_sync_reseed\""), "{json}");
-        assert!(json.contains("ts-VALUE"), "the wire form carries the secret to the agent");
+        assert!(json.contains("ts-VALUE"), "an operator's request carries the token to the coordinator");
+        assert_eq!(serde_json::from_str::<TaskKind>(&json).expect("back"), k);
+    }
+
+    #[test]
+    fn a_reseed_carries_a_plain_or_a_sealed_token_never_both_or_part() {
+        let plain = r#"{"type":"node.hw_sync_reseed","maasUrl":"u","systemId":"s","consumerKey":"a","tokenKey":"b","tokenSecret":"c"}"#;
+        assert!(serde_json::from_str::<TaskKind>(plain).is_ok());
+        let sealed =
+            r#"{"type":"node.hw_sync_reseed","maasUrl":"u","systemId":"s","sealedToken":{"suite":"x","enc":"e","ciphertext":"c"}}"#;
+        let TaskKind::HwSyncReseed(r) = serde_json::from_str::<TaskKind>(sealed).expect("sealed") else { panic!("kind") };
+        assert!(matches!(r.token, MachineToken::Sealed(_)));
+        let both = r#"{"type":"node.hw_sync_reseed","maasUrl":"u","systemId":"s","consumerKey":"a","tokenKey":"b","tokenSecret":"c","sealedToken":{"suite":"x","enc":"e","ciphertext":"c"}}"#;
+        assert!(serde_json::from_str::<TaskKind>(both).is_err());
+        let part = r#"{"type":"node.hw_sync_reseed","maasUrl":"u","systemId":"s","consumerKey":"a"}"#;
+        assert!(serde_json::from_str::<TaskKind>(part).is_err());
+        let extra =
+            r#"{"type":"node.hw_sync_reseed","maasUrl":"u","systemId":"s","consumerKey":"a","tokenKey":"b","tokenSecret":"c","x":1}"#;
+        assert!(serde_json::from_str::<TaskKind>(extra).is_err());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Verification: each check is named after the rule it enforces, and each refusal is a
 //! variant of [`VerifyError`] naming that rule.
 //!
-//! Order matters and is fixed: bytes must be canonical before anything is parsed; signatures
+//! Order matters and is fixed: bytes must be canonical, and carry only safe integers (a rule
+//! of the artifact schema), before anything is parsed; signatures
 //! must reach the threshold before any field is trusted; only then are dates, versions and
 //! cross-artifact anchors checked. Time is always the caller's `now`.
 
@@ -9,7 +10,7 @@ use std::collections::BTreeSet;
 
 use serde::de::DeserializeOwned;
 
-use crate::artifacts::{FleetResolved, RolloutManifest, SCHEMA_VERSION, TimestampDoc};
+use crate::artifacts::{self, FleetResolved, RolloutManifest, SCHEMA_VERSION, SchemaError, TimestampDoc};
 use crate::canonical;
 use crate::intent::Intent;
 use crate::keys::KeyId;
@@ -35,6 +36,16 @@ pub enum VerifyError {
     NotCanonical {
         /// Which artifact.
         artifact: String,
+    },
+    /// Schema rule: a signed document carries an integer beyond ±(2^53 − 1), whose value
+    /// depends on who reads it (see [`crate::artifacts::check_safe_integers`]).
+    #[error("{artifact}: {source}")]
+    UnsafeInteger {
+        /// Which artifact.
+        artifact: String,
+        /// Where, and which number.
+        #[source]
+        source: SchemaError,
     },
     /// The artifact or its signature file does not parse as its type.
     #[error("{artifact}: malformed: {message}")]
@@ -265,6 +276,7 @@ impl VerifyError {
     pub fn rule(&self) -> &'static str {
         match self {
             VerifyError::NotCanonical { .. } => "NotCanonical",
+            VerifyError::UnsafeInteger { .. } => "UnsafeInteger",
             VerifyError::Malformed { .. } => "Malformed",
             VerifyError::UnsupportedSchemaVersion { .. } => "UnsupportedSchemaVersion",
             VerifyError::BadSignature { .. } => "BadSignature",
@@ -311,6 +323,12 @@ fn malformed(artifact: &str, message: impl ToString) -> VerifyError {
 /// only once the signatures hold.
 pub fn check_canonical(artifact: &str, bytes: &[u8]) -> Result<serde_json::Value, VerifyError> {
     canonical::parse_if_canonical(bytes).ok_or_else(|| VerifyError::NotCanonical { artifact: artifact.to_owned() })
+}
+
+/// Rule (artifact schema): no integer beyond ±(2^53 − 1). Checked on the parsed value before
+/// the signatures, like canonical form: it is a property of the bytes, not of who signed them.
+pub fn check_safe_integers(artifact: &str, value: &serde_json::Value) -> Result<(), VerifyError> {
+    artifacts::check_safe_integers(value).map_err(|source| VerifyError::UnsafeInteger { artifact: artifact.to_owned(), source })
 }
 
 /// Types a value whose signatures already verified.
@@ -461,8 +479,8 @@ impl VerifyContext {
     }
 }
 
-/// The rules every CI-signed artifact shares, in their fixed order: canonical bytes, the
-/// CI threshold, the typed shape, the schema version, rejectBefore and no future date.
+/// The rules every CI-signed artifact shares, in their fixed order: canonical bytes, safe
+/// integers, the CI threshold, the typed shape, the schema version, rejectBefore and no future date.
 /// `dated` gives the artifact's schema version and signing time.
 fn open_ci_artifact<T: DeserializeOwned>(
     artifact: &str,
@@ -473,6 +491,7 @@ fn open_ci_artifact<T: DeserializeOwned>(
     dated: impl Fn(&T) -> (u64, Time),
 ) -> Result<T, VerifyError> {
     let value = check_canonical(artifact, bytes)?;
+    check_safe_integers(artifact, &value)?;
     check_detached(artifact, bytes, sig, &trust.ci, ctx.now)?;
     let parsed: T = parse_signed(artifact, value)?;
     let (schema_version, signed_at) = dated(&parsed);
@@ -667,6 +686,7 @@ fn check_per_host(
 }
 
 fn open_envelope<T: DeserializeOwned>(artifact: &str, env: &Envelope, director: &KeySet, now: Time) -> Result<T, VerifyError> {
+    check_safe_integers(artifact, &env.signed)?;
     let bytes = env.signed_bytes().map_err(|e| malformed(artifact, e))?;
     check_threshold(artifact, &bytes, &env.signatures, director, now)?;
     env.payload().map_err(|e| malformed(artifact, e))
@@ -749,51 +769,4 @@ pub fn verify_task(env: &Envelope, director: &KeySet, host_id: &str, ctx: &Verif
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-
-    use ed25519_dalek::SigningKey;
-
-    use super::*;
-    use crate::artifacts::TimestampChannel;
-    use crate::keys::{KeySigner, Signer as _, verifying_key_to_pem};
-    use crate::trust::{KeySetDoc, TrustDoc, TrustKeyDoc};
-
-    #[test]
-    fn stale_timestamp_is_refused_unless_report_stale_is_asked() {
-        let signer = KeySigner::new(SigningKey::from_bytes(&[7; 32]));
-        let key = TrustKeyDoc {
-            key_id: signer.key_id().clone(),
-            alg: "ed25519".to_owned(),
-            public_key: verifying_key_to_pem(&signer.verifying_key()).expect("pem"),
-            not_before: None,
-            not_after: None,
-        };
-        let doc = TrustDoc { schema_version: 1, ci: KeySetDoc { threshold: 1, keys: vec![key], reject_before: None } };
-        let trust = TrustRoots::from_doc(&doc).expect("trust");
-        let signed_at = Time::from_unix(1_800_000_000).expect("time");
-        let id = RolloutId::new("gpu", "c0ffee").expect("id");
-        let channel = TimestampChannel { rollout_id: id, manifest_sha256: "0".repeat(64), freshness_window_secs: 3600, revertable: vec![] };
-        let ts = TimestampDoc {
-            schema_version: SCHEMA_VERSION,
-            version: 5,
-            signed_at,
-            fleet_resolved_sha256: "0".repeat(64),
-            channels: BTreeMap::from([("gpu".to_owned(), channel)]),
-        };
-        let bytes = canonical::to_vec_of(&ts).expect("canonical");
-        let sig = serde_json::to_vec(&crate::sig::sign_bytes(&bytes, &[signer]).expect("sign")).expect("sig json");
-        let stale = VerifyContext::at(signed_at.plus_secs(3601));
-        assert!(matches!(verify_timestamp(&bytes, &sig, &trust, &stale), Err(VerifyError::Stale { .. })));
-        assert_eq!(VerifyContext::at(signed_at).freshness, Freshness::Enforce, "enforcing is the default");
-        let reported = verify_timestamp(&bytes, &sig, &trust, &stale.reporting_stale()).expect("stale but reported");
-        assert_eq!(reported.doc.signed_at, signed_at);
-        // Only staleness is waived: a version rollback, a bad signature still refuse.
-        let floor = stale.reporting_stale().with_floor(VersionFloor::Above(5));
-        assert!(matches!(verify_timestamp(&bytes, &sig, &trust, &floor), Err(VerifyError::VersionRollback { .. })));
-        let mut tampered = bytes.clone();
-        let at = tampered.iter().position(|b| *b == b'5').expect("a digit");
-        tampered[at] = b'6';
-        assert!(verify_timestamp(&tampered, &sig, &trust, &stale.reporting_stale()).is_err());
-    }
-}
+mod tests;

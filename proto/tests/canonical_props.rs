@@ -2,20 +2,12 @@
 //! values: canonicalisation is idempotent, loses nothing, always yields bytes that
 //! `is_canonical` accepts, and ignores formatting and key order in its input.
 
-use drover_proto::canonical::{self, CanonicalError};
+use drover_proto::canonical;
 use proptest::prelude::*;
 use serde_json::{Map, Number, Value};
 
 /// Largest integer a double holds exactly (2^53 − 1).
 const MAX_SAFE: i64 = (1 << 53) - 1;
-
-/// True for a double that JCS writes as a bare integer beyond ±(2^53 − 1) (integral, at
-/// least 2^53 and below 10^21): `canonical` refuses those (see
-/// `integral_doubles_beyond_the_safe_range_are_refused` below), so the document strategy
-/// leaves them out.
-fn prints_as_unsafe_integer(f: f64) -> bool {
-    f.trunc() == f && f.abs() > MAX_SAFE as f64 && f.abs() < 1e21
-}
 
 /// Characters that stress escaping and UTF-16 key order, mixed with arbitrary ones.
 fn arb_char() -> impl Strategy<Value = char> {
@@ -33,7 +25,7 @@ fn arb_string(max: usize) -> impl Strategy<Value = String> {
     prop::collection::vec(arb_char(), 0..=max).prop_map(String::from_iter)
 }
 
-/// Finite doubles of every class, without the ones that print as unsafe integers.
+/// Finite doubles of every class, the integral ones beyond 2^53 included.
 fn arb_f64() -> impl Strategy<Value = f64> {
     prop_oneof![
         any::<f64>(),
@@ -43,15 +35,18 @@ fn arb_f64() -> impl Strategy<Value = f64> {
             let p: f64 = format!("1e{e}").parse().expect("float literal");
             f64::from_bits((p.to_bits() as i64 + ulps) as u64)
         }),
+        (-1e21f64..1e21).prop_map(f64::trunc),
         Just(-0.0),
     ]
-    .prop_filter("finite, and not an integer beyond 2^53 - 1 in fixed notation", |f| f.is_finite() && !prints_as_unsafe_integer(*f))
+    .prop_filter("finite", |f| f.is_finite())
 }
 
 fn arb_number() -> impl Strategy<Value = Value> {
     prop_oneof![
         (-MAX_SAFE..=MAX_SAFE).prop_map(Value::from),
         (-1000i64..1000).prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
         arb_f64().prop_map(|f| Value::Number(Number::from_f64(f).expect("finite"))),
     ]
 }
@@ -193,19 +188,25 @@ proptest! {
         prop_assert!(canonical::is_canonical(&canon(&Value::String(s))));
     }
 
-    /// Every finite double either formats (and then re-canonicalises to the same text) or,
-    /// exactly when it would print as an integer beyond ±(2^53 − 1), is refused.
+    /// Every finite double is written exactly as `format_es6` writes it (integral doubles
+    /// beyond 2^53 and from 10^21 on included), and that text is its own canonical form.
     #[test]
-    fn integral_doubles_beyond_the_safe_range_are_refused(f in any::<f64>().prop_filter("finite", |f| f.is_finite())) {
-        let value = Value::Number(Number::from_f64(f).expect("finite"));
-        match canonical::to_vec(&value) {
-            Ok(bytes) => {
-                prop_assert!(!prints_as_unsafe_integer(f), "{:e} accepted as {}", f, text(&bytes));
-                prop_assert_eq!(text(&bytes), canonical::format_es6(f).expect("finite"));
-                prop_assert!(canonical::is_canonical(&bytes), "{} is not canonical", text(&bytes));
-            }
-            Err(CanonicalError::NumberOutOfRange { .. }) => prop_assert!(prints_as_unsafe_integer(f), "{:e} refused", f),
-            Err(e) => prop_assert!(false, "{:e}: unexpected error {}", f, e),
+    fn every_finite_double_is_written_as_ecmascript_writes_it(f in any::<f64>().prop_filter("finite", |f| f.is_finite())) {
+        let bytes = canonical::to_vec(&Value::Number(Number::from_f64(f).expect("finite"))).expect("every finite double");
+        prop_assert_eq!(text(&bytes), canonical::format_es6(f).expect("finite"));
+        prop_assert!(canonical::is_canonical(&bytes), "{} is not canonical", text(&bytes));
+        let back: f64 = text(&bytes).parse().expect("a number");
+        prop_assert_eq!(back.to_bits(), if f == 0.0 { 0 } else { f.to_bits() }, "{:e} does not read back from {}", f, text(&bytes));
+    }
+
+    /// An integer serde_json holds as u64 or i64 is written as the double nearest to it, as
+    /// `JSON.parse` would hold it, whether it comes typed or as an integer literal.
+    #[test]
+    fn integers_are_written_as_the_double_nearest_to_them(u in any::<u64>(), i in any::<i64>()) {
+        for (value, literal, double) in [(Value::from(u), u.to_string(), u as f64), (Value::from(i), i.to_string(), i as f64)] {
+            let expected = canonical::format_es6(double).expect("finite");
+            prop_assert_eq!(text(&canonical::to_vec(&value).expect("every integer")), expected.as_str());
+            prop_assert_eq!(text(&canonical::canonicalize(literal.as_bytes()).expect("every integer")), expected.as_str());
         }
     }
 }

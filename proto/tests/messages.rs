@@ -18,12 +18,12 @@ use drover_proto::names::RolloutId;
 use drover_proto::release::{self, ReleaseParams};
 use drover_proto::report::{
     ActivationPhase, ActivationStatus, ApiError, ApiErrorBody, CheckinRequest, CheckinResponse, ConfirmRequest, DiskUsage, GpuSummary,
-    HealthReport, HwSyncState, ProbeOutcome, ProbeResult, ReportEvent, StepOutcome, StepResult, TaskOutcome, TaskResult,
+    HealthReport, HwSyncState, ProbeOutcome, ProbeResult, ReportEvent, StateDirHealth, StepOutcome, StepResult, TaskOutcome, TaskResult,
 };
 use drover_proto::sig::Envelope;
 use drover_proto::spec::Mode;
 use drover_proto::states::{HostLifecycle, HostRolloutState, JobState, RolloutState, WaveState};
-use drover_proto::task::{ComputeProcessPolicy, GpuVendor, Secret, StorageScope, Task, TaskKind};
+use drover_proto::task::{ComputeProcessPolicy, GpuVendor, HwSyncReseed, MaasToken, MachineToken, Secret, StorageScope, Task, TaskKind};
 use ed25519_dalek::SigningKey;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -93,14 +93,16 @@ fn task(kind: TaskKind) -> Task {
     }
 }
 
+fn maas_token() -> MaasToken {
+    MaasToken { consumer_key: Secret::new(CK), token_key: Secret::new(TK), token_secret: Secret::new(TS) }
+}
+
 fn reseed() -> TaskKind {
-    TaskKind::HwSyncReseed {
+    TaskKind::HwSyncReseed(HwSyncReseed {
         maas_url: "http://maas.example:5240/MAAS".to_owned(),
         system_id: "abc123".to_owned(),
-        consumer_key: Secret::new(CK),
-        token_key: Secret::new(TK),
-        token_secret: Secret::new(TS),
-    }
+        token: MachineToken::Plain(maas_token()),
+    })
 }
 
 fn every_task_kind() -> Vec<(TaskKind, &'static str)> {
@@ -115,7 +117,7 @@ fn every_task_kind() -> Vec<(TaskKind, &'static str)> {
             "node.gpu_scrub",
         ),
         (TaskKind::StorageCleanup { scope: StorageScope::All }, "node.storage_cleanup"),
-        (TaskKind::ValidateClean { check_gpu: false }, "node.validate_clean"),
+        (TaskKind::ValidateClean { check_gpu: false, memory_used_threshold_mib: Some(64) }, "node.validate_clean"),
         (reseed(), "node.hw_sync_reseed"),
         (TaskKind::Drain { timeout_secs: 600 }, "node.drain"),
         (TaskKind::RevokeUser { users: Some(vec!["alice".to_owned(), "bob".to_owned()]) }, "allocation.revoke_user"),
@@ -178,7 +180,7 @@ fn task_kind_fields_are_camel_case_with_defaults() {
     assert_eq!(v["maasUrl"], json!("http://maas.example:5240/MAAS"));
     assert_eq!(v["tokenSecret"], json!(TS), "the wire form carries the secret to the agent");
     let k: TaskKind = serde_json::from_value(json!({ "type": "node.validate_clean" })).expect("parse");
-    assert_eq!(k, TaskKind::ValidateClean { check_gpu: true });
+    assert_eq!(k, TaskKind::ValidateClean { check_gpu: true, memory_used_threshold_mib: None });
     let k: TaskKind = serde_json::from_value(json!({ "type": "node.gpu_scrub", "memoryUsedThresholdMib": 10 })).expect("parse");
     assert_eq!(
         k,
@@ -212,6 +214,13 @@ fn checkin_request() -> CheckinRequest {
             gpu: Some(GpuSummary { vendor: "nvidia".to_owned(), count: 8, unhealthy: 1 }),
             hw_sync: Some(HwSyncState { creds_present: true, timer_active: false }),
             collect_errors: vec![],
+            state_dir: Some(StateDirHealth {
+                path: "/var/lib/drover".to_owned(),
+                total_bytes: 1 << 39,
+                available_bytes: 0,
+                ready: false,
+                reason: Some("no space left on the filesystem".to_owned()),
+            }),
         }),
         probe_results: vec![
             ProbeResult {
@@ -239,6 +248,7 @@ fn checkin_request() -> CheckinRequest {
                 observed_at: t("2026-11-21T10:05:07Z"),
             },
         ],
+        probe_evidence: None,
         task_results: vec![TaskResult {
             task_id: "c1d2e3f4-a5b6-4c7d-8e9f-0a1b2c3d4e5f".to_owned(),
             outcome: TaskOutcome::Failed,
@@ -264,6 +274,7 @@ fn checkin_request() -> CheckinRequest {
             ],
             started_at: t("2026-11-21T10:01:00Z"),
             finished_at: t("2026-11-21T10:02:30Z"),
+            evidence: None,
         }],
         activation: Some(ActivationStatus {
             intent_id: "7d3c2a5e-3c1f-4b7e-9a4d-1f2e3d4c5b6a".to_owned(),
@@ -344,7 +355,7 @@ fn checkin_response_with_envelopes_round_trips() {
     let s = signer();
     let intent_env = Envelope::seal(&intent(), std::slice::from_ref(&s)).expect("seal");
     let task_env = Envelope::seal(&task(TaskKind::StorageCleanup { scope: StorageScope::Local }), std::slice::from_ref(&s)).expect("seal");
-    let resp = CheckinResponse { intent: Some(intent_env.clone()), tasks: vec![task_env], next_checkin_secs: 30 };
+    let resp = CheckinResponse { intent: Some(intent_env.clone()), tasks: vec![task_env], next_checkin_secs: 30, director_rotation: None };
     let v = round_trip(&resp);
     assert_eq!(keys(&v), ["intent", "nextCheckinSecs", "tasks"].into());
     assert_eq!(keys(&v["intent"]), ["signatures", "signed"].into());
@@ -357,7 +368,7 @@ fn checkin_response_with_envelopes_round_trips() {
     assert_eq!(back.tasks[0].payload::<Task>().expect("task").kind.type_name(), "node.storage_cleanup");
 
     let idle: CheckinResponse = serde_json::from_value(json!({ "nextCheckinSecs": 60 })).expect("parse");
-    assert_eq!(idle, CheckinResponse { intent: None, tasks: vec![], next_checkin_secs: 60 });
+    assert_eq!(idle, CheckinResponse { intent: None, tasks: vec![], next_checkin_secs: 60, director_rotation: None });
     assert_eq!(keys(&round_trip(&idle)), ["nextCheckinSecs", "tasks"].into());
 }
 
@@ -459,21 +470,35 @@ fn secrets_never_appear_in_debug_of_a_task() {
     assert!(shown.contains("abc123"), "non-secret fields still show: {shown}");
     assert_no_secret(&format!("{task:#?}"));
     assert_no_secret(&format!("{:?}", reseed()));
-    let TaskKind::HwSyncReseed { token_secret, .. } = reseed() else { unreachable!() };
-    assert_no_secret(&token_secret.to_string());
-    assert_eq!(token_secret.expose(), TS);
+    let TaskKind::HwSyncReseed(HwSyncReseed { token: MachineToken::Plain(token), .. }) = reseed() else { unreachable!() };
+    assert_no_secret(&token.token_secret.to_string());
+    assert_eq!(token.token_secret.expose(), TS);
 }
 
 #[test]
-fn secrets_never_appear_in_debug_of_a_checkin_response_or_its_task_payload() {
-    let env = Envelope::seal(&task(reseed()), &[signer()]).expect("seal");
-    let resp = CheckinResponse { intent: None, tasks: vec![env], next_checkin_secs: 30 };
+fn secrets_never_appear_on_the_wire_or_in_debug_of_a_checkin_response() {
+    // As the coordinator sends it: the token sealed to the host's key for this task.
+    let host = drover_proto::seal::SealKeyPair::generate();
+    let mut sealed_task = task(reseed());
+    let aad = drover_proto::seal::secret_aad(&sealed_task.task_id, &sealed_task.host_id);
+    let plain = drover_proto::canonical::to_vec_of(&maas_token()).expect("canonical");
+    let sealed = drover_proto::seal::seal(&host.public_b64(), &plain, &aad).expect("seal");
+    sealed_task.kind = TaskKind::HwSyncReseed(HwSyncReseed {
+        maas_url: "http://maas.example:5240/MAAS".to_owned(),
+        system_id: "abc123".to_owned(),
+        token: MachineToken::Sealed(sealed),
+    });
+    let env = Envelope::seal(&sealed_task, &[signer()]).expect("seal");
+    let resp = CheckinResponse { intent: None, tasks: vec![env], next_checkin_secs: 30, director_rotation: None };
     let wire = serde_json::to_vec(&resp).expect("json");
-    assert!(String::from_utf8_lossy(&wire).contains(TS), "the wire form carries the secret to the agent");
+    assert_no_secret(&String::from_utf8_lossy(&wire));
     let back: CheckinResponse = serde_json::from_slice(&wire).expect("parse");
     let parsed: Task = back.tasks[0].payload().expect("task payload");
-    let TaskKind::HwSyncReseed { ref token_secret, .. } = parsed.kind else { panic!("wrong kind {parsed:?}") };
-    assert_eq!(token_secret.expose(), TS);
+    let TaskKind::HwSyncReseed(HwSyncReseed { token: MachineToken::Sealed(ref sealed), .. }) = parsed.kind else {
+        panic!("wrong kind {parsed:?}")
+    };
+    let opened: MaasToken = serde_json::from_slice(&host.open(sealed, &aad).expect("opens on its host")).expect("token");
+    assert_eq!(opened.token_secret.expose(), TS);
     assert_no_secret(&format!("{parsed:?}"));
     assert_no_secret(&format!("{parsed:#?}"));
     assert_no_secret(&format!("{:?}", back.tasks[0]));

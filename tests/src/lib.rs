@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod binaries;
 pub mod bus;
 pub mod fleet;
 pub mod logcapture;
@@ -84,15 +85,10 @@ pub fn ci_trust_json() -> Vec<u8> {
 }
 
 /// A binary of this workspace's build: next to the test executable's `deps/` directory, or
-/// beside the running binary (`drover-bench` in `target/release/`).
+/// beside the running binary (`drover-bench` in `target/release/`); never older than its
+/// sources: built first under cargo, refused outside it ([`binaries::fresh_binary`]).
 pub fn workspace_binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap_or_default();
-    let parent = exe.parent().map(Path::to_path_buf).unwrap_or_default();
-    let dir =
-        if parent.file_name().is_some_and(|n| n == "deps") { parent.parent().map(Path::to_path_buf).unwrap_or_default() } else { parent };
-    let path = dir.join(name);
-    assert!(path.is_file(), "{} is missing: build it first (`cargo build -p {name}`; `cargo test --workspace` does)", path.display());
-    path
+    binaries::fresh_binary(name)
 }
 
 /// A running coordinator and the credentials to talk to it.

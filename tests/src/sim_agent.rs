@@ -135,7 +135,7 @@ impl SimAgent {
         let client = connect(url, &files);
         let ci = drover_proto::trust::TrustRoots::from_json(trust_json).expect("trust");
         let director = drover_proto::keys::verifying_key_from_text(director_pem).expect("director key");
-        let anchors = Anchors { ci, director: drover_proto::trust::KeySet::single(director) };
+        let anchors = Anchors { ci, director: drover_agent::director::DirectorKeys::pinned(director) };
         let mut agent = SimAgent::with_client(client, hostname, host_id, anchors, behaviour);
         agent.files = Some(files);
         agent
@@ -204,6 +204,7 @@ impl SimAgent {
             gpu: None,
             hw_sync: None,
             collect_errors: Vec::new(),
+            state_dir: None,
         };
         let probe_results = self
             .probes
@@ -223,6 +224,7 @@ impl SimAgent {
             current_generation: self.running.clone(),
             health: Some(health),
             probe_results,
+            probe_evidence: None,
             task_results: self.task_results.clone(),
             activation: self.activation.clone(),
             events: Vec::new(),
@@ -298,7 +300,12 @@ impl SimAgent {
         }
         let host_id = self.host_id.to_string();
         for env in tasks {
-            match drover_proto::verify::verify_task(env, &self.anchors.director, &host_id, &drover_proto::verify::VerifyContext::at(now)) {
+            match drover_proto::verify::verify_task(
+                env,
+                self.anchors.director.key_set(),
+                &host_id,
+                &drover_proto::verify::VerifyContext::at(now),
+            ) {
                 Ok(task) if self.tasks_run.contains(&task.task_id) => self.refused.push(format!("replayed task {}", task.task_id)),
                 Ok(task) => {
                     self.tasks_run.push(task.task_id.clone());
@@ -313,6 +320,7 @@ impl SimAgent {
                         }],
                         started_at: now,
                         finished_at: now,
+                        evidence: None,
                     });
                 }
                 Err(e) => self.refused.push(format!("task refused: {e}")),
@@ -408,7 +416,8 @@ impl VerifyCache {
                 },
             ));
         }
-        let intent = verify_intent(env, &anchors.director, host, manifest, timestamp, &ctx).map_err(|e| refusal(&rid, "intent", &e))?;
+        let intent =
+            verify_intent(env, anchors.director.key_set(), host, manifest, timestamp, &ctx).map_err(|e| refusal(&rid, "intent", &e))?;
         let cache = drover_agent::records::CachedManifest {
             rollout_id: manifest.manifest.rollout_id.clone(),
             sha256: manifest.sha256.clone(),

@@ -72,7 +72,7 @@ async fn soft_reset_tasks_run_end_to_end_through_a_real_agent() {
 /// A task the director signed, queued for `host` by hand (what a compromised or buggy
 /// coordinator, or a replaying attacker with a copy of an answer, could serve).
 async fn queue_raw(h: &Harness, host: Uuid, task: &Task) {
-    let signer = KeySigner::new((*h.running.app.director).clone());
+    let signer = KeySigner::new(h.running.app.director.signing_key(h.clock.now()).clone());
     let envelope = serde_json::to_vec(&Envelope::seal(task, std::slice::from_ref(&signer)).expect("seal")).expect("json");
     let row = NewTask { task_id: Uuid::new_v4(), host_id: host, job_id: None, envelope, created_at: h.clock.now() };
     h.running.app.dispatch_task(row).await.expect("queued");

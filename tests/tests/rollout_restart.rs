@@ -151,7 +151,7 @@ impl Site {
             let req = CreateHostRequest { hostname: hostname.into(), trust_sha256: trust_sha256.clone(), token_ttl_secs: None };
             let created: CreateHostResponse = admin.post_json("/v1/hosts", &req).await.expect("create host");
             let (key_pem, csr) = key_and_csr(hostname);
-            let req = EnrollRequest { host_id: created.host_id.clone(), token: created.token, csr };
+            let req = EnrollRequest { host_id: created.host_id.clone(), token: created.token, csr, seal_key: None, evidence_csr: None };
             let enrolled: EnrollResponse = anonymous.post_json("/v1/enroll", &req).await.expect("enroll");
             assert_eq!((enrolled.host_id.as_str(), enrolled.hostname.as_str()), (created.host_id.as_str(), hostname));
             let (crt, key) = (self.path(&format!("{hostname}.crt")), self.path(&format!("{hostname}.key")));

@@ -57,6 +57,7 @@ fn response(ca: &Ca, certificate: String) -> EnrollResponse {
         ca_certificate: ca.cert.pem(),
         director_public_key: director_pem(),
         coordinator_urls: vec!["https://127.0.0.1:8443".to_owned()],
+        evidence_certificate: None,
     }
 }
 

@@ -1,7 +1,7 @@
-//! AMD GPUs for `node.gpu_scrub`: `amd-smi` (ROCm 6 and later), else `rocm-smi` (older
-//! stacks). Kept modest: inventory, compute processes, reset by index, and a verification of
-//! processes, memory used and (with `amd-smi`) uncorrectable ECC errors. AMD GPUs have no
-//! persistence mode to handle.
+//! AMD GPUs for `node.gpu_scrub` and `node.validate_clean`: `amd-smi` (ROCm 6 and later), else
+//! `rocm-smi` (older stacks). Kept modest: inventory, compute processes (with the GPU each one
+//! holds), reset by index, and a verification of processes, memory used and (with `amd-smi`)
+//! uncorrectable ECC errors. AMD GPUs have no persistence mode to handle.
 //!
 //! `amd-smi` (JSON; ROCm 7 wraps the list in `{"gpu_data": [...]}`, both are read):
 //!
@@ -13,20 +13,32 @@
 //!   {"value": 283, "unit": "MB"}, …}, "ecc": {"total_uncorrectable_count": 0, …}}, …]`
 //! - `amd-smi reset --gpureset -g N`
 //!
+//! `amd-smi` reports a library error (permission denied, a GPU that does not answer) as
+//! `{"error": "AMDSMI has returned error '-1010' - 'Permission Denied'", "code": -1010}` on
+//! stdout *with exit status 0*; that object is read as the tool's failure, never as "no GPU".
+//! Without the driver it exits 255 with "Driver not initialized (amdgpu not found in modules)"
+//! on stderr.
+//!
+//! Whether the driver is loaded ([`amdgpu_loaded`]) is read from `<proc_dir>/modules`, the
+//! table `lsmod` prints: the same fact `amd-smi` checks (`/sys/module/amdgpu/initstate`,
+//! which exists only for a loaded module), through the configurable `proc_dir`.
+//!
 //! `rocm-smi` (fallback): `--showbus --json` (`{"card0": {"PCI Bus": "0000:0C:00.0"}}`),
 //! `--showpids --json` (`{"system": {"PID1234": "python3, 1, 4096, 0, 0"}}`, or the line "No KFD
 //! PIDs currently running"), `--showmeminfo vram --json` (`{"card0": {"VRAM Total Used Memory
 //! (B)": "11087872", …}}`), `--resetgpu -d N`. It has no ECC verification here (its RAS output
 //! is not stable across versions); the step's data says so.
 
+use std::path::Path;
+
 use serde_json::Value;
 
-use super::gpu_tools::{GpuState, ScrubApp, ScrubGpu, ToolError, Tools};
+use super::gpu_tools::{Backend, GpuState, ScrubApp, ScrubGpu, ToolError, Tools};
 use super::steps::Done;
 use crate::exec::{CommandOutput, ExecError};
 use crate::gpu::tool_message;
 
-fn run_json(tools: &Tools<'_>, program: &std::path::Path, args: &[&str]) -> Result<String, ToolError> {
+fn run_json(tools: &Tools<'_>, program: &Path, args: &[&str]) -> Result<String, ToolError> {
     let command = std::iter::once(program.display().to_string()).chain(args.iter().map(|a| (*a).to_owned())).collect::<Vec<_>>().join(" ");
     match tools.call(program, args) {
         Ok(out) if out.success() => Ok(out.stdout),
@@ -44,8 +56,14 @@ fn parse(text: &str, what: &str) -> Result<Value, String> {
     serde_json::from_str(text.trim()).map_err(|e| format!("cannot parse {what} JSON: {e}"))
 }
 
-/// The per-GPU array: the top-level array, or ROCm 7's `{"gpu_data": [...]}`.
+/// The per-GPU array: the top-level array, or ROCm 7's `{"gpu_data": [...]}`. amd-smi's error
+/// object (`{"error": "…", "code": -1010}`, printed with exit status 0) is the tool's failure.
 fn gpu_array<'v>(v: &'v Value, what: &str) -> Result<&'v Vec<Value>, String> {
+    if let Some(error) = v.get("error") {
+        let message = error.as_str().map_or_else(|| error.to_string(), str::to_owned);
+        let code = v.get("code").map_or_else(|| "none".to_owned(), Value::to_string);
+        return Err(format!("{what} reported an error: {message} (code {code})"));
+    }
     v.as_array().or_else(|| v.get("gpu_data").and_then(Value::as_array)).ok_or_else(|| format!("{what}: expected a JSON array of GPUs"))
 }
 
@@ -86,12 +104,27 @@ pub fn parse_amd_list(text: &str) -> Result<Vec<ScrubGpu>, String> {
         .collect()
 }
 
-/// Parses `amd-smi process --json`.
-pub fn parse_amd_processes(text: &str) -> Result<Vec<ScrubApp>, String> {
+/// A compute process on an AMD GPU, as `node.validate_clean` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AmdProcess {
+    /// The tool's GPU index; `None` from `rocm-smi`, which lists processes for the whole host.
+    pub gpu: Option<u32>,
+    /// Its pid.
+    pub pid: u32,
+    /// Its name.
+    pub name: String,
+    /// Device memory it holds, MiB, where the tool says.
+    pub vram_mib: Option<u64>,
+}
+
+/// Parses `amd-smi process --json`: one entry per (GPU, process), so a process holding two
+/// GPUs is listed twice.
+pub fn parse_amd_process_entries(text: &str) -> Result<Vec<AmdProcess>, String> {
     let v = parse(text, "amd-smi process")?;
-    let mut apps: Vec<ScrubApp> = Vec::new();
+    let mut out = Vec::new();
     for item in gpu_array(&v, "amd-smi process")? {
         let Some(list) = item.get("process_list").and_then(Value::as_array) else { continue };
+        let gpu = gpu_index(item, "amd-smi process")?;
         for entry in list {
             let info = entry.get("process_info").unwrap_or(entry);
             if info.is_string() {
@@ -102,12 +135,28 @@ pub fn parse_amd_processes(text: &str) -> Result<Vec<ScrubApp>, String> {
                 .and_then(as_u64)
                 .and_then(|p| u32::try_from(p).ok())
                 .ok_or_else(|| format!("amd-smi process: an entry has no pid: {info}"))?;
-            if !apps.iter().any(|a| a.pid == pid) {
-                apps.push(ScrubApp { pid, name: info.get("name").and_then(Value::as_str).unwrap_or_default().to_owned() });
-            }
+            // ROCm 6.1+ splits the memory by kind; older versions give one `mem_usage` total.
+            let vram_mib = info.get("memory_usage").and_then(|m| m.get("vram_mem")).or_else(|| info.get("mem_usage")).and_then(mib);
+            let name = info.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+            out.push(AmdProcess { gpu: Some(gpu), pid, name, vram_mib });
         }
     }
-    Ok(apps)
+    Ok(out)
+}
+
+/// Parses `amd-smi process --json` into the scrub's view: each process once.
+pub fn parse_amd_processes(text: &str) -> Result<Vec<ScrubApp>, String> {
+    Ok(unique_apps(parse_amd_process_entries(text)?))
+}
+
+fn unique_apps(entries: Vec<AmdProcess>) -> Vec<ScrubApp> {
+    let mut apps: Vec<ScrubApp> = Vec::new();
+    for p in entries {
+        if !apps.iter().any(|a| a.pid == p.pid) {
+            apps.push(ScrubApp { pid: p.pid, name: p.name });
+        }
+    }
+    apps
 }
 
 /// Parses `amd-smi metric --mem-usage --ecc --json`.
@@ -145,8 +194,9 @@ pub fn parse_rocm_bus(text: &str) -> Result<Vec<ScrubGpu>, String> {
     Ok(gpus)
 }
 
-/// Parses `rocm-smi --showpids --json`.
-pub fn parse_rocm_pids(text: &str) -> Result<Vec<ScrubApp>, String> {
+/// Parses `rocm-smi --showpids --json`: `"PID<n>": "<name>, <GPUs>, <VRAM bytes>, <SDMA>, <CU
+/// occupancy>"`, host-wide (no GPU index).
+pub fn parse_rocm_pid_entries(text: &str) -> Result<Vec<AmdProcess>, String> {
     if text.contains("No KFD PIDs currently running") {
         return Ok(Vec::new());
     }
@@ -157,10 +207,17 @@ pub fn parse_rocm_pids(text: &str) -> Result<Vec<ScrubApp>, String> {
         .filter_map(|(key, value)| key.strip_prefix("PID").map(|pid| (pid, value)))
         .map(|(pid, value)| {
             let pid = pid.parse().map_err(|_| format!("rocm-smi --showpids: bad pid key PID{pid}"))?;
-            let name = value.as_str().and_then(|s| s.split(", ").next()).unwrap_or_default().to_owned();
-            Ok(ScrubApp { pid, name })
+            let fields: Vec<&str> = value.as_str().map(|s| s.split(", ").collect()).unwrap_or_default();
+            let name = fields.first().copied().unwrap_or_default().to_owned();
+            let vram_mib = fields.get(2).and_then(|b| b.trim().parse::<u64>().ok()).map(|b| b / (1024 * 1024));
+            Ok(AmdProcess { gpu: None, pid, name, vram_mib })
         })
         .collect()
+}
+
+/// Parses `rocm-smi --showpids --json` into the scrub's view.
+pub fn parse_rocm_pids(text: &str) -> Result<Vec<ScrubApp>, String> {
+    Ok(unique_apps(parse_rocm_pid_entries(text)?))
 }
 
 /// Parses `rocm-smi --showmeminfo vram --json`.
@@ -200,7 +257,7 @@ impl<'t, 'a> AmdSmi<'t, 'a> {
         AmdSmi { tools }
     }
 
-    fn program(&self) -> &std::path::Path {
+    fn program(&self) -> &Path {
         &self.tools.settings().amd_smi
     }
 
@@ -211,7 +268,12 @@ impl<'t, 'a> AmdSmi<'t, 'a> {
 
     /// The compute processes.
     pub fn apps(&self) -> Result<Vec<ScrubApp>, ToolError> {
-        parse_amd_processes(&run_json(self.tools, self.program(), &["process", "--json"])?).map_err(ToolError::Failed)
+        self.processes().map(unique_apps)
+    }
+
+    /// The compute processes, per GPU.
+    pub fn processes(&self) -> Result<Vec<AmdProcess>, ToolError> {
+        parse_amd_process_entries(&run_json(self.tools, self.program(), &["process", "--json"])?).map_err(ToolError::Failed)
     }
 
     /// Memory used and ECC per GPU.
@@ -238,7 +300,7 @@ impl<'t, 'a> RocmSmi<'t, 'a> {
         RocmSmi { tools }
     }
 
-    fn program(&self) -> &std::path::Path {
+    fn program(&self) -> &Path {
         &self.tools.settings().rocm_smi
     }
 
@@ -249,7 +311,12 @@ impl<'t, 'a> RocmSmi<'t, 'a> {
 
     /// The compute processes.
     pub fn apps(&self) -> Result<Vec<ScrubApp>, ToolError> {
-        parse_rocm_pids(&run_json(self.tools, self.program(), &["--showpids", "--json"])?).map_err(ToolError::Failed)
+        self.processes().map(unique_apps)
+    }
+
+    /// The compute processes (host-wide: no GPU index).
+    pub fn processes(&self) -> Result<Vec<AmdProcess>, ToolError> {
+        parse_rocm_pid_entries(&run_json(self.tools, self.program(), &["--showpids", "--json"])?).map_err(ToolError::Failed)
     }
 
     /// Memory used per GPU (no ECC through rocm-smi).
@@ -263,6 +330,53 @@ impl<'t, 'a> RocmSmi<'t, 'a> {
         let index = gpu.index.to_string();
         judge_reset("rocm-smi", gpu, self.tools.call(self.program(), &["--resetgpu", "-d", &index]))
     }
+}
+
+/// Whether the `amdgpu` kernel module is loaded: its line in `<proc_dir>/modules`. No such
+/// table (a kernel without modules, a test root without one) is "not loaded"; a table that
+/// cannot be read is an error, so a host is never called AMD-free on a guess.
+pub fn amdgpu_loaded(proc_dir: &Path) -> Result<bool, String> {
+    let path = proc_dir.join("modules");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(text.lines().any(|l| l.split_whitespace().next() == Some("amdgpu"))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+/// What the host's AMD tool says for `node.validate_clean`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AmdReport {
+    /// The tool that answered.
+    pub backend: Backend,
+    /// The compute processes.
+    pub processes: Vec<AmdProcess>,
+    /// Memory used per GPU, when asked for.
+    pub memory: Option<Vec<GpuState>>,
+}
+
+/// Asks `amd-smi`, else (not installed) `rocm-smi`, for the compute processes and, when
+/// `with_memory`, the memory used per GPU; `Ok(None)` when neither tool is installed. A tool
+/// that is installed and fails is an error naming it: it is not replaced by the other.
+pub fn validation_report(tools: &Tools<'_>, with_memory: bool) -> Result<Option<AmdReport>, String> {
+    let amd_smi = AmdSmi::new(tools);
+    let rocm_smi = RocmSmi::new(tools);
+    let (backend, processes) = match amd_smi.processes() {
+        Ok(p) => (Backend::AmdSmi, p),
+        Err(ToolError::NotInstalled(_)) => match rocm_smi.processes() {
+            Ok(p) => (Backend::RocmSmi, p),
+            Err(ToolError::NotInstalled(_)) => return Ok(None),
+            Err(ToolError::Failed(e)) => return Err(format!("cannot list AMD compute processes: {e}")),
+        },
+        Err(ToolError::Failed(e)) => return Err(format!("cannot list AMD compute processes: {e}")),
+    };
+    let memory = if with_memory {
+        let states = if backend == Backend::AmdSmi { amd_smi.states() } else { rocm_smi.states() };
+        Some(states.map_err(|e| format!("cannot read AMD GPU memory used: {e}"))?)
+    } else {
+        None
+    };
+    Ok(Some(AmdReport { backend, processes, memory }))
 }
 
 #[cfg(test)]
@@ -309,5 +423,52 @@ mod tests {
         let vram = parse_rocm_vram(r#"{"card0": {"VRAM Total Memory (B)": "68702699520", "VRAM Total Used Memory (B)": "11087872"}}"#)
             .expect("parses");
         assert_eq!(vram[0].memory_used_mib, Some(10));
+    }
+
+    #[test]
+    fn amd_smi_process_entries_keep_the_gpu_and_the_vram_held() {
+        let text = r#"{"gpu_data": [{"gpu": 0, "process_list": [{"process_info": {"name": "python3", "pid": 41872,
+            "memory_usage": {"gtt_mem": {"value": 2097152, "unit": "B"}, "cpu_mem": {"value": 0, "unit": "B"}, "vram_mem": {"value": 1073741824, "unit": "B"}},
+            "mem_usage": {"value": 1075838976, "unit": "B"}}}]},
+            {"gpu": 3, "process_list": [{"process_info": {"name": "python3", "pid": 41872, "mem_usage": {"value": 2147483648, "unit": "B"}}},
+                                        {"process_info": {"name": "torchrun", "pid": 41990}}]}]}"#;
+        let entries = parse_amd_process_entries(text).expect("parses");
+        let seen: Vec<(Option<u32>, u32, Option<u64>)> = entries.iter().map(|p| (p.gpu, p.pid, p.vram_mib)).collect();
+        assert_eq!(seen, vec![(Some(0), 41872, Some(1024)), (Some(3), 41872, Some(2048)), (Some(3), 41990, None)]);
+        // The scrub sees each process once.
+        assert_eq!(parse_amd_processes(text).expect("parses").iter().map(|a| a.pid).collect::<Vec<_>>(), vec![41872, 41990]);
+    }
+
+    #[test]
+    fn amd_smi_error_object_is_a_failure_not_an_empty_list() {
+        let text = r#"{"error": "AMDSMI has returned error '-1010' - 'Permission Denied'", "code": -1010}"#;
+        for result in [parse_amd_process_entries(text).map(|_| ()), parse_amd_metrics(text).map(|_| ()), parse_amd_list(text).map(|_| ())] {
+            let e = result.expect_err("an error object");
+            assert!(e.ends_with("reported an error: AMDSMI has returned error '-1010' - 'Permission Denied' (code -1010)"), "{e}");
+        }
+        let bare = parse_amd_process_entries(r#"{"error": {"detail": "x"}}"#).expect_err("an error object");
+        assert!(bare.contains(r#"{"detail":"x"} (code none)"#), "{bare}");
+    }
+
+    #[test]
+    fn rocm_smi_pid_entries_carry_the_vram_and_no_gpu() {
+        let p = parse_rocm_pid_entries(r#"{"system": {"PID41872": "python3, 2, 1073741824, 0, 0", "PID7": "odd"}}"#).expect("parses");
+        let seen: Vec<(Option<u32>, u32, &str, Option<u64>)> = p.iter().map(|e| (e.gpu, e.pid, e.name.as_str(), e.vram_mib)).collect();
+        assert_eq!(seen, vec![(None, 41872, "python3", Some(1024)), (None, 7, "odd", None)]);
+    }
+
+    #[test]
+    fn the_amdgpu_driver_is_loaded_when_proc_modules_lists_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(amdgpu_loaded(dir.path()), Ok(false), "no modules table");
+        let modules = dir.path().join("modules");
+        std::fs::write(&modules, "drm_ttm_helper 16384 1 amdgpu, Live 0xffffffffc0b40000\namdgpu_extra 4096 0 - Live 0x0\n")
+            .expect("write");
+        assert_eq!(amdgpu_loaded(dir.path()), Ok(false), "a module that only names amdgpu as a user, or shares its prefix");
+        std::fs::write(&modules, "nvme 57344 3 - Live 0xffffffffc0400000\namdgpu 15241216 0 - Live 0xffffffffc0e00000\n").expect("write");
+        assert_eq!(amdgpu_loaded(dir.path()), Ok(true));
+        std::fs::remove_file(&modules).expect("rm");
+        std::fs::create_dir(&modules).expect("a directory where the table should be");
+        assert!(amdgpu_loaded(dir.path()).is_err_and(|e| e.contains("cannot read")), "an unreadable table is not \"not loaded\"");
     }
 }

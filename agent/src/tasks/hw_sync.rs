@@ -479,6 +479,70 @@ mod tests {
         }
     }
 
+    /// A reseed task `task_id` as the coordinator sends it: the token sealed to this host's
+    /// key (written into `state_dir`) for the task `sealed_for`.
+    fn sealed_task(o: &Owned, state_dir: &std::path::Path, task_id: &str, sealed_for: &str) -> drover_proto::task::Task {
+        use drover_proto::seal::{SealKeyPair, seal, secret_aad};
+        use drover_proto::task::{HwSyncReseed, MaasToken, MachineToken, TaskKind};
+        let key_file = state_dir.join(crate::host_keys::SEAL_KEY);
+        let key = match std::fs::read_to_string(&key_file) {
+            Ok(text) => SealKeyPair::from_private_b64(&text).expect("key"),
+            Err(_) => {
+                let key = SealKeyPair::generate();
+                std::fs::write(&key_file, key.private_b64()).expect("write key");
+                key
+            }
+        };
+        let token = MaasToken { consumer_key: o.ck.clone(), token_key: o.tk.clone(), token_secret: o.ts.clone() };
+        let plain = drover_proto::canonical::to_vec_of(&token).expect("canonical");
+        let sealed = seal(&key.public_b64(), &plain, &secret_aad(sealed_for, "h-1")).expect("seal");
+        drover_proto::task::Task {
+            task_id: task_id.into(),
+            host_id: "h-1".into(),
+            job_id: None,
+            issued_at: drover_proto::time::Time::from_unix(1_795_000_000).expect("time"),
+            expires_at: drover_proto::time::Time::from_unix(1_795_000_600).expect("time"),
+            kind: TaskKind::HwSyncReseed(HwSyncReseed {
+                maas_url: o.url.clone(),
+                system_id: o.id.clone(),
+                token: MachineToken::Sealed(sealed),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_token_sealed_for_another_task_or_sent_unsealed_is_refused() {
+        use drover_proto::task::{HwSyncReseed, MaasToken, MachineToken, TaskKind};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = settings(dir.path());
+        let o = Owned::new();
+        let sd = systemd();
+        // Lifted from another task: the associated data differs, so it does not open.
+        let lifted = crate::tasks::run_task(&sealed_task(&o, dir.path(), "t-2", "t-1"), &env(&s, &sd, dir.path()));
+        assert_eq!(lifted.outcome, drover_proto::report::TaskOutcome::Failed);
+        assert!(lifted.steps[0].message.contains("does not open"), "{:?}", lifted.steps);
+        // In the clear: refused, nothing written.
+        let mut plain = sealed_task(&o, dir.path(), "t-3", "t-3");
+        plain.kind = TaskKind::HwSyncReseed(HwSyncReseed {
+            maas_url: o.url.clone(),
+            system_id: o.id.clone(),
+            token: MachineToken::Plain(MaasToken { consumer_key: o.ck.clone(), token_key: o.tk.clone(), token_secret: o.ts.clone() }),
+        });
+        let refused = crate::tasks::run_task(&plain, &env(&s, &sd, dir.path()));
+        assert_eq!(refused.outcome, drover_proto::report::TaskOutcome::Failed);
+        assert!(refused.steps[0].message.contains("unsealed"), "{:?}", refused.steps);
+        // Another host's key: does not open either.
+        std::fs::write(dir.path().join(crate::host_keys::SEAL_KEY), drover_proto::seal::SealKeyPair::generate().private_b64())
+            .expect("key");
+        let mut other = sealed_task(&o, dir.path(), "t-4", "t-4");
+        std::fs::write(dir.path().join(crate::host_keys::SEAL_KEY), drover_proto::seal::SealKeyPair::generate().private_b64())
+            .expect("key");
+        other.task_id = "t-4".into();
+        let misdirected = crate::tasks::run_task(&other, &env(&s, &sd, dir.path()));
+        assert!(misdirected.steps[0].message.contains("does not open"), "{:?}", misdirected.steps);
+        assert!(!s.maas_creds_file.exists(), "no refused token was written");
+    }
+
     #[test]
     fn secrets_do_not_reach_step_results_or_logs() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -495,20 +559,7 @@ mod tests {
             // "never"): ask again now that one listens.
             tracing::callsite::rebuild_interest_cache();
             // Through the task runner (its start/finish lines), a success, a failure, a refusal.
-            let task = drover_proto::task::Task {
-                task_id: "t-1".into(),
-                host_id: "h-1".into(),
-                job_id: None,
-                issued_at: drover_proto::time::Time::from_unix(1_795_000_000).expect("time"),
-                expires_at: drover_proto::time::Time::from_unix(1_795_000_600).expect("time"),
-                kind: drover_proto::task::TaskKind::HwSyncReseed {
-                    maas_url: o.url.clone(),
-                    system_id: o.id.clone(),
-                    consumer_key: o.ck.clone(),
-                    token_key: o.tk.clone(),
-                    token_secret: o.ts.clone(),
-                },
-            };
+            let task = sealed_task(&o, dir.path(), "t-1", "t-1");
             let sd = systemd();
             let result = crate::tasks::run_task(&task, &env(&s, &sd, dir.path()));
             all.push(format!("{result:?}"));

@@ -2,8 +2,9 @@
 
 use std::path::Path;
 
-use drover_proto::report::TaskResult;
-use drover_proto::task::{Task, TaskKind};
+use drover_proto::report::{StepOutcome, StepResult, TaskResult};
+use drover_proto::task::{MaasToken, MachineToken, Task, TaskKind};
+use serde_json::Value;
 
 use super::steps;
 use super::{TaskSettings, drain, gpu_scrub, hw_sync, storage, uninstall, users, validate};
@@ -25,6 +26,29 @@ pub struct TaskEnv<'a> {
     pub state_dir: &'a Path,
 }
 
+/// The MAAS token of a reseed, opened with this host's sealing key. A token that arrives in
+/// the clear is refused: the coordinator seals every task secret to the host's key, so a
+/// plain one means it was kept somewhere in the clear, and running it would make that normal.
+fn open_token(task: &Task, token: &MachineToken, env: &TaskEnv<'_>) -> Result<MaasToken, String> {
+    match token {
+        MachineToken::Plain(_) => Err("refused: the MAAS token arrived unsealed; task secrets must be sealed to this host's key".into()),
+        MachineToken::Sealed(sealed) => {
+            let bytes = crate::host_keys::open(env.state_dir, sealed, &task.task_id, &task.host_id).map_err(|e| e.to_string())?;
+            serde_json::from_slice(&bytes)
+                .map_err(|e| format!("the sealed token is not a MAAS token ({} at column {})", classify(&e), e.column()))
+        }
+    }
+}
+
+fn classify(e: &serde_json::Error) -> &'static str {
+    match e.classify() {
+        serde_json::error::Category::Io => "I/O error",
+        serde_json::error::Category::Syntax => "syntax error",
+        serde_json::error::Category::Data => "wrong fields",
+        serde_json::error::Category::Eof => "truncated",
+    }
+}
+
 /// Runs `task` and reports every step. Never panics on bad input: a task whose facts cannot
 /// be read fails with a step saying why.
 pub fn run_task(task: &Task, env: &TaskEnv<'_>) -> TaskResult {
@@ -41,15 +65,27 @@ pub fn run_task(task: &Task, env: &TaskEnv<'_>) -> TaskResult {
             env,
         ),
         TaskKind::StorageCleanup { scope } => storage::run(*scope, env),
-        TaskKind::ValidateClean { check_gpu } => validate::run(*check_gpu, env),
-        TaskKind::HwSyncReseed { maas_url, system_id, consumer_key, token_key, token_secret } => {
-            hw_sync::run(&hw_sync::Params { maas_url, system_id, consumer_key, token_key, token_secret }, env)
+        TaskKind::ValidateClean { check_gpu, memory_used_threshold_mib } => {
+            validate::run(&validate::Params { check_gpu: *check_gpu, memory_used_threshold_mib: *memory_used_threshold_mib }, env)
         }
+        TaskKind::HwSyncReseed(reseed) => match open_token(task, &reseed.token, env) {
+            Ok(t) => hw_sync::run(
+                &hw_sync::Params {
+                    maas_url: &reseed.maas_url,
+                    system_id: &reseed.system_id,
+                    consumer_key: &t.consumer_key,
+                    token_key: &t.token_key,
+                    token_secret: &t.token_secret,
+                },
+                env,
+            ),
+            Err(message) => vec![StepResult { name: "open sealed token".into(), outcome: StepOutcome::Error, message, data: Value::Null }],
+        },
         TaskKind::Drain { timeout_secs } => drain::run(*timeout_secs, env),
         TaskKind::RevokeUser { users } => users::run(users.as_deref(), env),
         TaskKind::Uninstall { purge_state } => uninstall::run(*purge_state, env),
     };
     let outcome = steps::outcome(&steps);
     tracing::info!(task_id = %task.task_id, kind = task.kind.type_name(), ?outcome, "task finished");
-    TaskResult { task_id: task.task_id.clone(), outcome, steps, started_at, finished_at: env.clock.now() }
+    TaskResult { task_id: task.task_id.clone(), outcome, steps, started_at, finished_at: env.clock.now(), evidence: None }
 }

@@ -10,17 +10,21 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use drover_proto::enroll::{RenewRequest, RenewResponse, RolloutBundle};
+use drover_proto::evidence::Evidence;
 use drover_proto::names::RolloutId;
 use drover_proto::release::{TIMESTAMP, sig_path};
-use drover_proto::report::{CheckinRequest, CheckinResponse, ConfirmRequest, MAX_EVENT_TEXT_BYTES, MAX_EVENTS_PER_CHECKIN, ReportEvent};
+use drover_proto::report::{
+    CheckinRequest, CheckinResponse, ConfirmRequest, MAX_EVENT_TEXT_BYTES, MAX_EVENTS_PER_CHECKIN, ReportEvent, TaskResult,
+};
 use drover_proto::sig::Envelope;
 use drover_proto::states::HostLifecycle;
+use drover_proto::time::Time;
 use uuid::Uuid;
 
 use crate::api::auth::HostCaller;
 use crate::api::error::{ApiError, JsonBody};
 use crate::app::AppState;
-use crate::store::{self, CertKind, Checkin, CheckinView, HostReport, IntentStatus, NewCert, StoreError};
+use crate::store::{self, CertKind, Checkin, CheckinView, HostKeys, HostReport, IntentStatus, NewCert, NewEvent, NewEvidence, StoreError};
 
 /// How long a leased task is the host's before it is requeued.
 pub const TASK_LEASE_SECS: u64 = 300;
@@ -92,6 +96,12 @@ fn check_report(req: &CheckinRequest) -> Result<(), ApiError> {
     if let Some(g) = &req.current_generation {
         short("currentGeneration", g, 512)?;
     }
+    if let Some(sd) = req.health.as_ref().and_then(|h| h.state_dir.as_ref()) {
+        short("health.stateDir.path", &sd.path, 1024)?;
+        if let Some(reason) = &sd.reason {
+            short("health.stateDir.reason", reason, 2048)?;
+        }
+    }
     if req.events.len() > MAX_EVENTS_PER_CHECKIN {
         return Err(ApiError::bad_request(format!("at most {MAX_EVENTS_PER_CHECKIN} events per check-in")));
     }
@@ -115,6 +125,42 @@ fn check_report(req: &CheckinRequest) -> Result<(), ApiError> {
         }
     }
     Ok(())
+}
+
+/// Evidence as the store keeps it: the document exactly as it verified.
+fn kept_evidence(
+    host: Uuid,
+    task_id: Option<Uuid>,
+    job_id: Option<Uuid>,
+    kind: &str,
+    e: &Evidence,
+    now: Time,
+) -> Result<NewEvidence, StoreError> {
+    Ok(NewEvidence {
+        host_id: host,
+        task_id,
+        job_id,
+        kind: kind.to_owned(),
+        signed_at: e.statement.at,
+        received_at: now,
+        document: serde_json::to_string(e).map_err(StoreError::backend)?,
+    })
+}
+
+/// The event that says a host's evidence was refused, and by which rule.
+fn evidence_refused(host: Uuid, task_id: Option<Uuid>, why: &str, now: Time) -> NewEvent {
+    NewEvent {
+        at: now,
+        kind: "evidence.refused".into(),
+        host_id: Some(host),
+        rollout_id: None,
+        job_id: None,
+        message: match task_id {
+            Some(t) => format!("evidence for task {t} refused: {why}; the result was not accepted"),
+            None => format!("probe evidence refused: {why}"),
+        },
+        data: serde_json::json!({ "taskId": task_id.map(|t| t.to_string()), "reason": why }),
+    }
 }
 
 /// Most probe results one check-in may carry.
@@ -185,6 +231,7 @@ pub async fn checkin(
         intent: work.intent.as_deref().map(envelope).transpose()?,
         tasks: work.tasks.iter().map(|t| envelope(t)).collect::<Result<_, _>>()?,
         next_checkin_secs: NEXT_CHECKIN_SECS,
+        director_rotation: app.director.rotation().cloned(),
     }))
 }
 
@@ -206,9 +253,11 @@ async fn record_checkin(app: &Arc<AppState>, host: Uuid, req: CheckinRequest) ->
     let returning = matches!(record.state, HostLifecycle::Enrolling | HostLifecycle::Offline);
     // A task result may finish a job's stage: the job executor acts on it at once.
     let wake_executor = returning || changed.is_some() || !req.task_results.is_empty();
-    if returning || changed.is_some() || !req.task_results.is_empty() || !req.events.is_empty() {
+    if returning || changed.is_some() || !req.task_results.is_empty() || !req.events.is_empty() || req.probe_evidence.is_some() {
         let results = req.task_results;
         let reported = req.events;
+        let probe_results = req.probe_results;
+        let probe_evidence = req.probe_evidence;
         let first = returning.then(|| checkin.clone());
         store::blocking(app.store.clone(), move |s| {
             if let Some(report) = &changed {
@@ -230,14 +279,39 @@ async fn record_checkin(app: &Arc<AppState>, host: Uuid, req: CheckinRequest) ->
             // Each result stands alone: one the store refuses (not this host's task, or a
             // second, different result for a task already completed) is logged and skipped,
             // so an agent resending its results can never wedge its own check-ins.
+            let signed = probe_evidence.is_some() || results.iter().any(|r| r.evidence.is_some());
+            let keys = if signed { s.host_keys(host)? } else { HostKeys::default() };
+            if let Some(evidence) = &probe_evidence {
+                match super::evidence::check_probes(&keys, host, &probe_results, evidence) {
+                    Ok(()) => {
+                        s.put_evidence(&kept_evidence(host, None, None, "probes", evidence, now)?)?;
+                    }
+                    Err(why) => {
+                        s.append_event(&evidence_refused(host, None, &why, now))?;
+                    }
+                }
+            }
             for result in &results {
                 let Ok(task_id) = Uuid::parse_str(&result.task_id) else {
                     tracing::warn!(%host, task_id = %result.task_id, "task result with a malformed task id ignored");
                     continue;
                 };
-                let value = serde_json::to_value(result).map_err(StoreError::backend)?;
+                let evidence = match super::evidence::check_task_result(&keys, host, result) {
+                    Ok(e) => e,
+                    Err(why) => {
+                        tracing::warn!(%host, %task_id, reason = %why, "task result refused: its evidence does not verify");
+                        s.append_event(&evidence_refused(host, Some(task_id), &why, now))?;
+                        continue;
+                    }
+                };
+                // The statement is kept on its own (below); the result row holds the report.
+                let value = serde_json::to_value(TaskResult { evidence: None, ..result.clone() }).map_err(StoreError::backend)?;
                 match s.complete_task(host, task_id, &value, now) {
-                    Ok(_) => {}
+                    Ok(record) => {
+                        if let Some(evidence) = &evidence {
+                            s.put_evidence(&kept_evidence(host, Some(task_id), record.task.job_id, "task", evidence, now)?)?;
+                        }
+                    }
                     Err(e @ (StoreError::NotFound { .. } | StoreError::Conflict { .. })) => {
                         tracing::warn!(%host, %task_id, error = %e, "task result refused");
                     }

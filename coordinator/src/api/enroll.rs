@@ -23,7 +23,7 @@ use crate::api::auth::Admin;
 use crate::api::error::{ApiError, JsonBody};
 use crate::app::{AppState, CrlError};
 use crate::identity::Role;
-use crate::store::{self, CertKind, EnrollmentToken, NewAudit, NewCert, NewHost, StoreError, hash_token};
+use crate::store::{self, CertKind, Enrolled, EnrollmentToken, HostKeys, NewAudit, NewCert, NewHost, StoreError, hash_token};
 
 /// The bootstrap script, with the agent binary's sha256 filled in per server.
 const BOOTSTRAP_TEMPLATE: &str = include_str!("../enroll/bootstrap.sh");
@@ -115,13 +115,22 @@ pub async fn enroll(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<En
     let now = app.clock.now();
     // Check the CSR before the token is spent, so a malformed request does not burn it.
     crate::pki::check_csr(&req.csr).map_err(|e| ApiError::bad_request(format!("csr: {e}")))?;
+    if let Some(key) = &req.seal_key {
+        drover_proto::seal::check_public_b64(key).map_err(|e| ApiError::bad_request(format!("sealKey: {e}")))?;
+    }
+    if let Some(csr) = &req.evidence_csr {
+        crate::pki::check_csr(csr).map_err(|e| ApiError::bad_request(format!("evidenceCsr: {e}")))?;
+    }
     let token_hash = hash_token(req.token.expose());
     let ca = app.ca.clone();
     let csr = req.csr.clone();
+    let seal_key = req.seal_key.clone();
+    let evidence_csr = req.evidence_csr.clone();
     // Token, lifecycle and certificate in one transaction: a failure anywhere leaves the
     // token unspent, so the host can simply run its command again.
-    let (host, cert) = store::blocking(app.store.clone(), move |s| {
+    let (host, cert, evidence_cert) = store::blocking(app.store.clone(), move |s| {
         let mut issued = None;
+        let mut evidence_issued = None;
         let mut issue = |host: &crate::store::Host| {
             let cert = ca.issue_host_from_csr(&csr, host.id, &host.hostname, now).map_err(StoreError::backend)?;
             let record = NewCert {
@@ -132,19 +141,28 @@ pub async fn enroll(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<En
                 not_before: cert.not_before,
                 not_after: cert.not_after,
             };
+            let evidence_cert = match &evidence_csr {
+                Some(csr) => Some(
+                    ca.issue_evidence_from_csr(csr, host.id, &host.hostname, now)
+                        .map_err(|e| StoreError::Invalid { what: "evidenceCsr", message: e.to_string() })?,
+                ),
+                None => None,
+            };
+            let keys = HostKeys { seal_key: seal_key.clone(), evidence_cert: evidence_cert.as_ref().map(|c| c.pem.clone()) };
             issued = Some(cert);
-            Ok(record)
+            evidence_issued = evidence_cert.map(|c| c.pem);
+            Ok(Enrolled { cert: record, keys })
         };
         let host = s.enroll_host(&token_hash, host_id, now, &mut issue)?;
         let cert = issued.ok_or_else(|| StoreError::backend("enrollment recorded no certificate"))?;
-        Ok((host, cert))
+        Ok((host, cert, evidence_issued))
     })
     .await
     .map_err(|e| match e {
         StoreError::TokenRefused { .. } => ApiError::new(StatusCode::FORBIDDEN, "token_refused", e.to_string()),
         other => ApiError::from(other),
     })?;
-    let director_public_key = drover_proto::keys::verifying_key_to_pem(&app.director.verifying_key()).map_err(|e| {
+    let director_public_key = drover_proto::keys::verifying_key_to_pem(&app.director.signing_key(now).verifying_key()).map_err(|e| {
         tracing::error!(error = %e, "cannot encode director key");
         ApiError::internal()
     })?;
@@ -156,6 +174,7 @@ pub async fn enroll(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<En
         ca_certificate: app.ca.cert_pem().to_owned(),
         director_public_key,
         coordinator_urls: app.config.public_urls.clone(),
+        evidence_certificate: evidence_cert,
     }))
 }
 

@@ -53,6 +53,18 @@ impl ApiError {
     pub fn conflict(message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, "conflict", message)
     }
+    /// 507 Insufficient Storage: the coordinator's disk is full, so the write was not made
+    /// (none of it: the store's transaction was rolled back whole). RFC 4918 defines 507 for
+    /// exactly this — the server cannot store what the request needs, a condition considered
+    /// temporary — where a 500 would say nothing and a 503 would suggest overload. The
+    /// message names the condition but no path: the log has those.
+    pub fn insufficient_storage() -> Self {
+        Self::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "insufficient_storage",
+            "the coordinator's disk is full: nothing was written; retry once space is freed (reads still work)",
+        )
+    }
     /// 500: the coordinator failed; details go to the log, not the client.
     pub fn internal() -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error; see the coordinator's log")
@@ -69,6 +81,10 @@ impl IntoResponse for ApiError {
 impl From<crate::store::StoreError> for ApiError {
     fn from(e: crate::store::StoreError) -> Self {
         use crate::store::ErrorKind;
+        if let crate::store::StoreError::StorageFull { .. } = e {
+            tracing::error!(error = %e, "a write refused: the store's disk is full");
+            return ApiError::insufficient_storage();
+        }
         match e.kind() {
             ErrorKind::NotFound => ApiError::not_found(e.to_string()),
             ErrorKind::Conflict => ApiError::conflict(e.to_string()),

@@ -4,6 +4,7 @@ pub mod agent;
 pub mod auth;
 pub mod enroll;
 pub mod error;
+pub mod evidence;
 pub mod jobs;
 pub mod lifecycle;
 pub mod maintenance;
@@ -74,6 +75,8 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/v1/hosts/{id}/decommission", post(jobs::decommission))
         .route("/v1/jobs", get(jobs::list))
         .route("/v1/jobs/{id}", get(jobs::get))
+        .route("/v1/jobs/{id}/evidence", get(evidence::for_job))
+        .route("/v1/hosts/{id}/evidence", get(evidence::for_host))
         .route("/v1/jobs/{id}/{action}", post(jobs::action))
         .route("/v1/maintenance", post(maintenance::request).get(maintenance::list))
         .route("/v1/maintenance/{id}", get(maintenance::get))

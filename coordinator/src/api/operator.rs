@@ -59,7 +59,7 @@ where
 }
 
 /// The page size asked for: default when absent, 400 when 0, clamped to [`MAX_PAGE`].
-fn page_size(limit: Option<u32>) -> Result<u32, ApiError> {
+pub(crate) fn page_size(limit: Option<u32>) -> Result<u32, ApiError> {
     match limit {
         None => Ok(DEFAULT_PAGE),
         Some(0) => Err(ApiError::bad_request("limit must be at least 1")),
@@ -481,20 +481,30 @@ pub async fn metrics(State(app): State<Arc<AppState>>, _caller: Reader) -> Resul
 ///
 /// Ready means "can serve agents what they need": the store answers, and the latest stored
 /// release verifies against the CI trust roots at the coordinator's clock (signatures,
-/// thresholds, freshness). A coordinator with no release at all is **not** ready (503): it
-/// could enroll hosts but has nothing to roll out, and a replica that lost its store content
-/// must not take traffic. A release that has gone stale (CI stopped re-signing the timestamp)
+/// thresholds, freshness), and the disk under the store has room for writes (`disk_full`
+/// otherwise: reads would work, but no agent's report or operator's change could be kept).
+/// A coordinator with no release at all is **not** ready (503): it could enroll hosts but
+/// has nothing to roll out, and a replica that lost its store content must not take traffic. A release that has gone stale (CI stopped re-signing the timestamp)
 /// makes it unready too, since every agent would refuse what it serves.
 pub async fn readyz(State(app): State<Arc<AppState>>) -> Result<Response, ApiError> {
     let unready = |code: &'static str, message: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, message);
     let latest = store::blocking(app.store.clone(), |s| {
         s.ping()?;
+        s.check_writable()?;
         s.latest_release()
     })
     .await
-    .map_err(|e| {
-        tracing::warn!(error = %e, "readiness: store does not answer");
-        unready("store_unavailable", "the store does not answer".to_owned())
+    .map_err(|e| match e {
+        // Named, with the free space but not the path: this route is anonymous.
+        store::StoreError::StorageFull { available_bytes, .. } => {
+            tracing::warn!(error = %e, "readiness: the store's disk is full");
+            let free = available_bytes.map(|b| format!(" ({b} bytes free)")).unwrap_or_default();
+            unready("disk_full", format!("the disk under the coordinator's store is full{free}: writes fail until space is freed"))
+        }
+        e => {
+            tracing::warn!(error = %e, "readiness: store does not answer");
+            unready("store_unavailable", "the store does not answer".to_owned())
+        }
     })?;
     let Some(release) = latest else {
         return Err(unready("no_release", "no release has been published yet; nothing to serve".to_owned()));

@@ -17,7 +17,7 @@ use axum::http::StatusCode;
 use drover_proto::keys::KeySigner;
 use drover_proto::sig::Envelope;
 use drover_proto::states::HostLifecycle;
-use drover_proto::task::{Task, TaskKind};
+use drover_proto::task::{MachineToken, Task, TaskKind};
 use drover_proto::time::Time;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -102,9 +102,10 @@ impl From<&TaskRecord> for TaskView {
 /// Signs `kind` for `host_id` (director key) and returns the task and the store row that
 /// queues it. Shared by the task route and the job executor, which queues it inside the job's
 /// own transaction.
-pub fn seal(app: &AppState, host_id: Uuid, job_id: Option<Uuid>, kind: TaskKind, ttl_secs: u64) -> Result<(Task, NewTask), String> {
+pub fn seal(app: &AppState, host_id: Uuid, job_id: Option<Uuid>, kind: TaskKind, ttl_secs: u64) -> Result<(Task, NewTask), SealTaskError> {
     let now = app.clock.now();
     let task_id = Uuid::new_v4();
+    let kind = seal_secrets(app, host_id, task_id, kind)?;
     let task = Task {
         task_id: task_id.to_string(),
         host_id: host_id.to_string(),
@@ -113,17 +114,66 @@ pub fn seal(app: &AppState, host_id: Uuid, job_id: Option<Uuid>, kind: TaskKind,
         expires_at: now.plus_secs(ttl_secs),
         kind,
     };
-    let signer = KeySigner::new((*app.director).clone());
-    let envelope = Envelope::seal(&task, std::slice::from_ref(&signer)).map_err(|e| e.to_string())?;
-    let bytes = serde_json::to_vec(&envelope).map_err(|e| e.to_string())?;
+    let signer = KeySigner::new(app.director.signing_key(now).clone());
+    let envelope = Envelope::seal(&task, std::slice::from_ref(&signer)).map_err(|e| match e {
+        drover_proto::sig::SignError::Schema(source) => SealTaskError::Invalid { message: source.to_string() },
+        other => SealTaskError::Failed { message: other.to_string() },
+    })?;
+    let bytes = serde_json::to_vec(&envelope).map_err(|e| SealTaskError::Failed { message: e.to_string() })?;
     Ok((task, NewTask { task_id, host_id, job_id, envelope: bytes, created_at: now }))
+}
+
+/// Why a task could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum SealTaskError {
+    /// The task carries a secret and the host has no key to seal it to.
+    #[error(
+        "host {host_id} registered no sealing key (its agent enrolled before task secrets were sealed): enroll it again to send it a task that carries a secret"
+    )]
+    NoSealKey {
+        /// The host.
+        host_id: Uuid,
+    },
+    /// The task breaks the signed artifacts' schema (an integer beyond ±(2^53 − 1)).
+    #[error("task cannot be signed: {message}")]
+    Invalid {
+        /// Which rule.
+        message: String,
+    },
+    /// Sealing or signing failed.
+    #[error("cannot seal or sign the task: {message}")]
+    Failed {
+        /// Why.
+        message: String,
+    },
+}
+
+/// `kind` with every secret it carries sealed to the host's key for this task
+/// ([`drover_proto::seal`]): what is signed, stored and served never holds a secret in the
+/// clear. A host that registered no sealing key gets no task that carries a secret.
+fn seal_secrets(app: &AppState, host_id: Uuid, task_id: Uuid, kind: TaskKind) -> Result<TaskKind, SealTaskError> {
+    let TaskKind::HwSyncReseed(mut reseed) = kind else { return Ok(kind) };
+    let MachineToken::Plain(token) = &reseed.token else { return Ok(TaskKind::HwSyncReseed(reseed)) };
+    // One indexed read, only for the rare task that carries a secret.
+    let failed = |message: String| SealTaskError::Failed { message };
+    let keys = app.store.host_keys(host_id).map_err(|e| failed(e.to_string()))?;
+    let Some(public) = keys.seal_key else { return Err(SealTaskError::NoSealKey { host_id }) };
+    let plain = drover_proto::canonical::to_vec_of(token).map_err(|e| failed(e.to_string()))?;
+    let sealed = drover_proto::seal::seal(&public, &plain, &drover_proto::seal::secret_aad(&task_id.to_string(), &host_id.to_string()))
+        .map_err(|e| failed(e.to_string()))?;
+    reseed.token = MachineToken::Sealed(sealed);
+    Ok(TaskKind::HwSyncReseed(reseed))
 }
 
 /// Signs `kind` for `host_id` and queues it; wakes the host.
 pub async fn issue(app: &Arc<AppState>, host_id: Uuid, job_id: Option<Uuid>, kind: TaskKind, ttl_secs: u64) -> Result<Task, ApiError> {
-    let (task, row) = seal(app, host_id, job_id, kind, ttl_secs).map_err(|e| {
-        tracing::error!(error = %e, "cannot sign a task");
-        ApiError::internal()
+    let (task, row) = seal(app, host_id, job_id, kind, ttl_secs).map_err(|e| match e {
+        SealTaskError::NoSealKey { .. } => ApiError::conflict(e.to_string()),
+        SealTaskError::Invalid { .. } => ApiError::bad_request(e.to_string()),
+        SealTaskError::Failed { .. } => {
+            tracing::error!(error = %e, "cannot sign a task");
+            ApiError::internal()
+        }
     })?;
     app.dispatch_task(row).await?;
     Ok(task)

@@ -85,7 +85,7 @@ pub async fn tick(app: &Arc<AppState>) -> Result<TickOutcome, ExecutorError> {
     }
     let after = input::applied(&built.input, &plan, now);
     let next_due = input::next_due(&after, now);
-    let signer = drover_proto::keys::KeySigner::new((*app.director).clone());
+    let signer = drover_proto::keys::KeySigner::new(app.director.signing_key(now).clone());
     let issue = writes::IntentIssuer { signer: &signer, confirm_window_secs: app.config.rollouts.confirm_window_secs };
     let (write, woken) = writes::plan_write(&built, &plan, &after, now, &issue)?;
     store::blocking(app.store.clone(), move |s| s.apply_plan(&write, &[])).await?;

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use drover_proto::states::{HostLifecycle, JobState};
-use drover_proto::task::{ComputeProcessPolicy, GpuVendor, Secret, StorageScope, TaskKind};
+use drover_proto::task::{ComputeProcessPolicy, GpuVendor, HwSyncReseed, MaasToken, MachineToken, Secret, StorageScope, TaskKind};
 use drover_proto::time::Time;
 use serde::{Deserialize, Serialize};
 
@@ -296,16 +296,23 @@ impl Stage {
                 memory_used_threshold_mib: settings.memory_used_threshold_mib,
                 dcgm_diag_level: settings.dcgm_diag_level,
             },
-            Stage::ValidateClean => TaskKind::ValidateClean { check_gpu: settings.validate_check_gpu },
+            Stage::ValidateClean => TaskKind::ValidateClean {
+                check_gpu: settings.validate_check_gpu,
+                // After a scrub in the same job, its own memory bound holds at validation too
+                // (on NVIDIA and AMD alike); without one, tenant processes are what is judged.
+                memory_used_threshold_mib: stages(kind).contains(&Stage::ScrubGpu).then_some(settings.memory_used_threshold_mib),
+            },
             Stage::HwSyncReseed => {
                 let c = settings.hw_sync.as_ref().ok_or(MissingSetting("MAAS hardware-sync credentials"))?;
-                TaskKind::HwSyncReseed {
+                TaskKind::HwSyncReseed(HwSyncReseed {
                     maas_url: c.maas_url.clone(),
                     system_id: c.system_id.clone(),
-                    consumer_key: c.consumer_key.clone(),
-                    token_key: c.token_key.clone(),
-                    token_secret: c.token_secret.clone(),
-                }
+                    token: MachineToken::Plain(MaasToken {
+                        consumer_key: c.consumer_key.clone(),
+                        token_key: c.token_key.clone(),
+                        token_secret: c.token_secret.clone(),
+                    }),
+                })
             }
             Stage::Uninstall => TaskKind::Uninstall { purge_state: settings.uninstall_purge_state },
             Stage::Cordon

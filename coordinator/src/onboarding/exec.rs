@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use drover_maas::{Machine, NodeStatus, ReleaseOptions};
 use drover_proto::states::{HostLifecycle, JobState};
-use drover_proto::task::{Secret, TaskKind};
+use drover_proto::task::{HwSyncReseed, MaasToken, MachineToken, Secret, TaskKind};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -525,13 +525,15 @@ async fn step(
             let Some(host_id) = p.host_id else {
                 return fail(app, job, p, (MaasFailureClass::StateAmbiguity, "no host to seed".into()), None).await.map(Some);
             };
-            let kind = TaskKind::HwSyncReseed {
+            let kind = TaskKind::HwSyncReseed(HwSyncReseed {
                 maas_url: ctx.site.config.api_base_url.clone(),
                 system_id: sid,
-                consumer_key: Secret::new(token.consumer_key),
-                token_key: Secret::new(token.token_key),
-                token_secret: Secret::new(token.token_secret),
-            };
+                token: MachineToken::Plain(MaasToken {
+                    consumer_key: Secret::new(token.consumer_key),
+                    token_key: Secret::new(token.token_key),
+                    token_secret: Secret::new(token.token_secret),
+                }),
+            });
             let (task, row) = match crate::api::tasks::seal(app, host_id, Some(job.job.job_id), kind, app.config.jobs.task_ttl_secs) {
                 Ok(v) => v,
                 Err(e) => {

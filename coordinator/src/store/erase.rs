@@ -3,11 +3,16 @@
 //! hold only until the host has acknowledged the task (issue: "the coordinator erases it from
 //! the stored task once acknowledged"). The envelope's signature no longer verifies
 //! afterwards, which is fine: a completed task is never served again.
+//!
+//! Since issue 23 the token is stored only sealed to the host's key (`sealedToken`, see
+//! `drover_proto::seal`), so erasing removes ciphertext; the plain field names stay listed for
+//! stores written before then. With `secure_delete` on and the WAL truncated after an erasure
+//! (`SqliteStore`), the old row does not linger in free pages or the WAL either.
 
 use serde_json::Value;
 
 /// The task fields that hold secrets (`drover_proto::task::Secret` values), by kind.
-const SECRET_FIELDS: &[&str] = &["consumerKey", "tokenKey", "tokenSecret"];
+const SECRET_FIELDS: &[&str] = &["consumerKey", "tokenKey", "tokenSecret", "sealedToken"];
 
 /// What replaces an erased value.
 pub const ERASED: &str = "<erased>";

@@ -17,6 +17,7 @@
 
 pub mod conformance;
 pub mod erase;
+pub mod evidence_records;
 pub mod plans;
 pub mod rack_records;
 pub mod records;
@@ -33,6 +34,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+pub use evidence_records::*;
 pub use plans::*;
 pub use rack_records::*;
 pub use records::*;
@@ -121,6 +123,17 @@ pub enum StoreError {
         /// Highest version this build knows.
         supported: i64,
     },
+    /// The filesystem under the store is full. The write was rolled back whole (nothing of it
+    /// is kept, SQLite's transaction guarantee) and writes fail until space is freed; reads go
+    /// on.
+    #[error("no space left for the store{}: {source}", free_note(.available_bytes))]
+    StorageFull {
+        /// Bytes still free on the filesystem when it was seen, where that was read.
+        available_bytes: Option<u64>,
+        /// What failed.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The backend itself failed (I/O, corruption, a lost connection).
     #[error("store backend failed: {source}")]
     Backend {
@@ -154,7 +167,7 @@ impl StoreError {
             | StoreError::VersionNotIncreasing { .. }
             | StoreError::ManifestBytesDiffer { .. } => ErrorKind::Conflict,
             StoreError::TokenRefused { .. } | StoreError::Invalid { .. } => ErrorKind::Refused,
-            StoreError::SchemaTooNew { .. } | StoreError::Backend { .. } => ErrorKind::Backend,
+            StoreError::SchemaTooNew { .. } | StoreError::StorageFull { .. } | StoreError::Backend { .. } => ErrorKind::Backend,
         }
     }
 
@@ -176,6 +189,11 @@ impl StoreError {
     }
 }
 
+/// ` (N bytes free)` when the free space is known.
+fn free_note(available_bytes: &Option<u64>) -> String {
+    available_bytes.map(|b| format!(" ({b} bytes free)")).unwrap_or_default()
+}
+
 /// Lowercase hex sha256 of an enrollment token: the only form the store ever sees.
 pub fn hash_token(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
@@ -187,6 +205,13 @@ pub fn hash_token(token: &str) -> String {
 pub trait Store: Send + Sync {
     /// Cheap liveness probe for `/readyz`.
     fn ping(&self) -> Result<(), StoreError>;
+    /// Whether writes can be expected to succeed, for `/readyz`: [`StoreError::StorageFull`]
+    /// while the filesystem under the store is (nearly) full, so a coordinator goes not-ready
+    /// before, not only after, a write fails for want of space. Backends with nothing to check
+    /// keep the default.
+    fn check_writable(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 
     // ---- hosts -------------------------------------------------------------------------
 
@@ -241,7 +266,7 @@ pub trait Store: Send + Sync {
     fn list_certs(&self, host_id: Option<Uuid>) -> Result<Vec<CertRecord>, StoreError>;
     /// Enrollment as one transaction: spends the token (single use, unexpired, issued for
     /// `host_id`), moves the host `bootstrap_issued -> enrolling`, and records the certificate
-    /// `issue` makes for it. A re-enrollment — an `offline` host none of whose certificates is
+    /// `issue` makes for it, with the keys it registers. A re-enrollment — an `offline` host none of whose certificates is
     /// still valid, as a reimage leaves it — keeps its state (its first check-in makes it
     /// `active`) and gets the new certificate. Any refusal or failure — including `issue`'s — leaves the token
     /// unspent and nothing written, so a failed enrollment can simply be retried.
@@ -250,8 +275,15 @@ pub trait Store: Send + Sync {
         token_hash: &str,
         host_id: Uuid,
         now: Time,
-        issue: &mut dyn FnMut(&Host) -> Result<NewCert, StoreError>,
+        issue: &mut dyn FnMut(&Host) -> Result<Enrolled, StoreError>,
     ) -> Result<Host, StoreError>;
+    /// The keys a host registered when it last enrolled (both `None` for a host that has
+    /// not, or whose agent predates them). `NotFound` for an unknown host.
+    fn host_keys(&self, host_id: Uuid) -> Result<HostKeys, StoreError>;
+    /// Keeps host-signed evidence (already verified by the caller); returns its `seq`.
+    fn put_evidence(&self, evidence: &NewEvidence) -> Result<i64, StoreError>;
+    /// Kept evidence matching `filter`, oldest first.
+    fn list_evidence(&self, filter: &EvidenceFilter) -> Result<Vec<EvidenceRecord>, StoreError>;
     /// Revokes one certificate; `false` if it already was (the first revocation stays).
     fn revoke_cert(&self, serial: &str, at: Time, reason: &str) -> Result<bool, StoreError>;
     /// Revokes every unrevoked certificate of a host and ends its unused enrollment tokens

@@ -33,8 +33,9 @@ struct FleetArgs {
     /// the baseline of the ratio column.
     #[arg(long, value_delimiter = ',', default_value = "1000")]
     agents: Vec<usize>,
-    /// HTTP versions the agents ask for, each run at every size: `1.1` (ALPN `h2, http/1.1`,
-    /// as `drover-agent` sends; the coordinator picks HTTP/1.1) or `2` (ALPN `h2` only).
+    /// HTTP stacks, each run at every size: `1.1` (ALPN `h2, http/1.1`, as `drover-agent`
+    /// sends; the coordinator's own HTTP/1.1 serves), `2` (ALPN `h2` only: hyper's HTTP/2), or
+    /// `1.1-hyper` (as `1.1`, the coordinator configured with `connections.http1 = "hyper"`).
     #[arg(long, value_delimiter = ',', default_value = "1.1")]
     http: Vec<String>,
     /// Channels (one rollout each).
@@ -158,7 +159,7 @@ fn table(reports: &[Report]) -> String {
     let fmt = |spec: &str, v: f64| if spec == "{:.1}" { format!("{v:.1}") } else { format!("{v:.0}") };
     let mut out = format!("{:<32}", "agents / HTTP");
     for r in reports {
-        out.push_str(&format!("{:>12}", format!("{} / {}", r.agents, r.http)));
+        out.push_str(&format!("{:>18}", format!("{} / {}", r.agents, r.http)));
     }
     if reports.len() > 1 {
         out.push_str("   × first run (last / first)");
@@ -167,7 +168,7 @@ fn table(reports: &[Report]) -> String {
     for (name, get, spec) in rows {
         out.push_str(&format!("{name:<32}"));
         for r in reports {
-            out.push_str(&format!("{:>12}", fmt(spec, get(r))));
+            out.push_str(&format!("{:>18}", fmt(spec, get(r))));
         }
         if let (Some(first), Some(last), true) = (reports.first(), reports.last(), reports.len() > 1) {
             let (a, b) = (get(first), get(last));
@@ -201,7 +202,7 @@ fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
     let https = args
         .http
         .iter()
-        .map(|h| Http::parse(h).with_context(|| format!("--http {h}: expected 1.1 or 2")))
+        .map(|h| Http::parse(h).with_context(|| format!("--http {h}: expected 1.1, 2 or 1.1-hyper")))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let scenarios = args
         .agents

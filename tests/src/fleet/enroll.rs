@@ -100,7 +100,7 @@ async fn enroll_one(
     let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(|e| FleetError::Setup(e.to_string()))?;
     params.distinguished_name.push(rcgen::DnType::CommonName, hostname);
     let csr = params.serialize_request(&key).and_then(|r| r.pem()).map_err(|e| FleetError::Setup(format!("csr for {hostname}: {e}")))?;
-    let request = EnrollRequest { host_id: created.host_id.clone(), token: created.token, csr };
+    let request = EnrollRequest { host_id: created.host_id.clone(), token: created.token, csr, seal_key: None, evidence_csr: None };
     let answer: EnrollResponse =
         anonymous.post_json("/v1/enroll", &request).await.map_err(FleetError::client(format!("enroll {hostname}")))?;
     let host_id = Uuid::parse_str(&answer.host_id).map_err(|e| FleetError::Setup(format!("{hostname}: host id {e}")))?;

@@ -165,8 +165,9 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
     // Every simulated agent connects from this one machine's loopback address: a source cap
     // sized for distinct hosts would throttle the whole fleet, so it is lifted here.
     let sections = format!(
-        "[agent]\nlong_poll_secs = {}\n\n[connections]\nmax_open = 100000\nmax_unauthenticated = 100000\nmax_unauthenticated_per_source = 100000\nmax_handshakes = 100000\n",
-        scenario.long_poll_secs
+        "[agent]\nlong_poll_secs = {}\n\n[connections]\nmax_open = 100000\nmax_unauthenticated = 100000\nmax_unauthenticated_per_source = 100000\nmax_handshakes = 100000\nhttp1 = \"{}\"\n",
+        scenario.long_poll_secs,
+        scenario.http.coordinator_http1()
     );
     let agent = shipped_agent(dir, &bins.agent)?;
     let server =
@@ -191,7 +192,7 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
     let director =
         drover_proto::keys::verifying_key_from_text(&anchors.director_pem).map_err(|e| FleetError::Setup(format!("director key: {e}")))?;
     let ci = drover_proto::trust::TrustRoots::from_json(&crate::ci_trust_json()).map_err(|e| FleetError::Setup(e.to_string()))?;
-    let agent_anchors = drover_agent::admit::Anchors { ci, director: drover_proto::trust::KeySet::single(director) };
+    let agent_anchors = drover_agent::admit::Anchors { ci, director: drover_agent::director::DirectorKeys::pinned(director) };
 
     // Ramp-up: agents started at a steady rate (each opens its connection with its first
     // check-in), until the coordinator holds a long-poll for every one.

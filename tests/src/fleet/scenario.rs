@@ -65,6 +65,9 @@ pub enum Http {
     Http11,
     /// ALPN `h2` only: the coordinator's HTTP/2 stack (hyper).
     Http2,
+    /// ALPN `h2, http/1.1` against a coordinator configured with `connections.http1 =
+    /// "hyper"`: hyper's HTTP/1.1 instead of the coordinator's own.
+    HyperHttp11,
 }
 
 impl Http {
@@ -73,14 +76,16 @@ impl Http {
         match self {
             Http::Http11 => "1.1",
             Http::Http2 => "2",
+            Http::HyperHttp11 => "1.1-hyper",
         }
     }
 
-    /// `1.1` or `2`.
+    /// `1.1`, `2` or `1.1-hyper`.
     pub fn parse(s: &str) -> Option<Http> {
         match s {
             "1.1" => Some(Http::Http11),
             "2" => Some(Http::Http2),
+            "1.1-hyper" => Some(Http::HyperHttp11),
             _ => None,
         }
     }
@@ -88,8 +93,16 @@ impl Http {
     /// The client's ALPN list.
     pub fn alpn(self) -> Vec<Vec<u8>> {
         match self {
-            Http::Http11 => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+            Http::Http11 | Http::HyperHttp11 => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
             Http::Http2 => vec![b"h2".to_vec()],
+        }
+    }
+
+    /// The coordinator's `connections.http1` for this run.
+    pub fn coordinator_http1(self) -> &'static str {
+        match self {
+            Http::HyperHttp11 => "hyper",
+            Http::Http11 | Http::Http2 => "drover",
         }
     }
 }

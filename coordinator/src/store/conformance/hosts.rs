@@ -287,24 +287,62 @@ pub fn token_expired_refused(make: Factory<'_>) {
 pub fn enrollment_is_one_transaction(make: Factory<'_>) {
     let s = make();
     let h = host_with_token(&*s, "gpu-01", "tok", 1000);
-    let mut failing = |_: &Host| -> Result<NewCert, StoreError> { Err(StoreError::backend("CA unavailable")) };
+    let mut failing = |_: &Host| -> Result<Enrolled, StoreError> { Err(StoreError::backend("CA unavailable")) };
     assert!(s.enroll_host(&hash_token("tok"), h.id, t(10), &mut failing).is_err());
     assert!(s.list_tokens(Some(h.id)).unwrap()[0].used_at.is_none(), "a failed enrollment spent the token");
     assert_eq!(s.get_host(h.id).unwrap().unwrap().state, HostLifecycle::BootstrapIssued);
-    let mut issue = |host: &Host| -> Result<NewCert, StoreError> {
-        Ok(NewCert {
-            serial: "0a".repeat(16),
-            kind: CertKind::Host,
-            host_id: Some(host.id),
-            subject: host.hostname.clone(),
-            not_before: t(10),
-            not_after: t(10_000),
+    let mut issue = |host: &Host| -> Result<Enrolled, StoreError> {
+        Ok(Enrolled {
+            cert: NewCert {
+                serial: "0a".repeat(16),
+                kind: CertKind::Host,
+                host_id: Some(host.id),
+                subject: host.hostname.clone(),
+                not_before: t(10),
+                not_after: t(10_000),
+            },
+            keys: HostKeys { seal_key: Some("SEAL".into()), evidence_cert: Some("CERT".into()) },
         })
     };
     let enrolled = s.enroll_host(&hash_token("tok"), h.id, t(11), &mut issue).unwrap();
     assert_eq!(enrolled.state, HostLifecycle::Enrolling);
     assert!(s.get_cert(&"0a".repeat(16)).unwrap().is_some());
+    let keys = s.host_keys(h.id).unwrap();
+    assert_eq!((keys.seal_key.as_deref(), keys.evidence_cert.as_deref()), (Some("SEAL"), Some("CERT")), "the keys are recorded with it");
     assert_eq!(refusal(s.enroll_host(&hash_token("tok"), h.id, t(12), &mut issue)), TokenRefusal::AlreadyUsed);
+}
+
+/// Evidence is kept as sent and listed by host, job and task, oldest first, paged by `seq`;
+/// a host's keys read back `NotFound` for an unknown host.
+pub fn evidence_is_kept_and_listed_by_host_job_and_task(make: Factory<'_>) {
+    let s = make();
+    let a = host(&*s, "gpu-a");
+    let b = host(&*s, "gpu-b");
+    assert_eq!(s.host_keys(a.id).unwrap(), HostKeys::default(), "no keys before enrolling");
+    assert!(matches!(s.host_keys(Uuid::new_v4()), Err(StoreError::NotFound { .. })));
+    let job = Uuid::new_v4();
+    let task = Uuid::new_v4();
+    let item = |host_id: Uuid, task_id: Option<Uuid>, job_id: Option<Uuid>, n: i64| NewEvidence {
+        host_id,
+        task_id,
+        job_id,
+        kind: if task_id.is_some() { "task".into() } else { "probes".into() },
+        signed_at: t(n),
+        received_at: t(n + 1),
+        document: format!("{{\"n\":{n}}}"),
+    };
+    let first = s.put_evidence(&item(a.id, Some(task), Some(job), 1)).unwrap();
+    s.put_evidence(&item(a.id, None, None, 2)).unwrap();
+    s.put_evidence(&item(b.id, Some(Uuid::new_v4()), Some(job), 3)).unwrap();
+    let all = |f: EvidenceFilter| s.list_evidence(&EvidenceFilter { limit: 100, ..f }).unwrap();
+    let docs = |v: Vec<EvidenceRecord>| v.into_iter().map(|r| r.evidence.document).collect::<Vec<_>>();
+    assert_eq!(docs(all(EvidenceFilter { host_id: Some(a.id), ..Default::default() })), ["{\"n\":1}", "{\"n\":2}"]);
+    assert_eq!(docs(all(EvidenceFilter { job_id: Some(job), ..Default::default() })), ["{\"n\":1}", "{\"n\":3}"]);
+    assert_eq!(docs(all(EvidenceFilter { task_id: Some(task), ..Default::default() })), ["{\"n\":1}"]);
+    assert_eq!(docs(all(EvidenceFilter { after: Some(first), ..Default::default() })), ["{\"n\":2}", "{\"n\":3}"]);
+    let kept = all(EvidenceFilter { task_id: Some(task), ..Default::default() }).remove(0).evidence;
+    assert_eq!(kept, item(a.id, Some(task), Some(job), 1), "kept exactly as given");
+    assert_eq!(s.list_evidence(&EvidenceFilter { limit: 1, ..Default::default() }).unwrap().len(), 1);
 }
 
 /// A reimage's re-enrollment: an `offline` host whose every certificate is revoked enrolls
@@ -315,7 +353,7 @@ pub fn reenrollment_needs_an_offline_host_with_no_live_certificate(make: Factory
     let s = make();
     let h = host_with_token(&*s, "gpu-01", "first", 1000);
     let cert = |serial: &'static str| {
-        move |host: &Host| -> Result<NewCert, StoreError> {
+        move |host: &Host| -> Result<Enrolled, StoreError> {
             Ok(NewCert {
                 serial: serial.repeat(16),
                 kind: CertKind::Host,
@@ -323,7 +361,8 @@ pub fn reenrollment_needs_an_offline_host_with_no_live_certificate(make: Factory
                 subject: host.hostname.clone(),
                 not_before: t(10),
                 not_after: t(10_000),
-            })
+            }
+            .into())
         }
     };
     s.enroll_host(&hash_token("first"), h.id, t(10), &mut cert("0a")).unwrap();

@@ -75,6 +75,7 @@ macro_rules! __drover_store_checks {
             token_expired_refused,
             revoking_a_host_ends_its_unused_tokens,
             enrollment_is_one_transaction,
+            evidence_is_kept_and_listed_by_host_job_and_task,
             reenrollment_needs_an_offline_host_with_no_live_certificate,
             token_unknown_or_malformed_refused,
             token_hash_never_listed,

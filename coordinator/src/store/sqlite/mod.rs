@@ -17,6 +17,7 @@
 
 pub mod backup;
 mod bindings;
+mod evidence;
 mod hosts;
 mod jobs;
 mod log;
@@ -54,10 +55,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (6, include_str!("../migrations/0006_maas_drift_ack.sql")),
     (7, include_str!("../migrations/0007_racks.sql")),
     (8, include_str!("../migrations/0008_device_control.sql")),
+    (9, include_str!("../migrations/0009_host_keys_and_evidence.sql")),
 ];
 
 /// The schema version this build writes; a file with a higher one is refused.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// How long a connection waits for another process's lock before failing: only a second
 /// process on the same file (an operator's `sqlite3` shell, a backup) ever holds one.
@@ -66,11 +68,20 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Idle read connections kept open; more are opened on demand and closed after use.
 const MAX_IDLE_READERS: usize = 8;
 
+/// Free space below which the store reports itself not writable ([`Store::check_writable`]):
+/// the WAL grows to about this much between checkpoints (SQLite's default of 1,000 pages of
+/// 4 KiB), so with less room a burst of writes can fail before the next checkpoint.
+pub const MIN_FREE_BYTES: u64 = 4 << 20;
+
 /// The SQLite [`Store`].
 pub struct SqliteStore {
     path: PathBuf,
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
+    /// Set when a write failed for want of space, to the bytes then free (0 when that could
+    /// not be read); cleared by the next write that succeeds. While set, the store stays not
+    /// writable until the filesystem has more room than it had then.
+    out_of_space: Mutex<Option<u64>>,
     /// Whatever must live as long as the store (see [`SqliteStore::keep_alive`]).
     _guard: Option<Box<dyn Any + Send + Sync>>,
 }
@@ -95,7 +106,7 @@ impl SqliteStore {
             return Err(StoreError::backend(format!("{}: SQLite refused WAL mode (journal_mode is {mode})", path.display())));
         }
         migrate(&mut writer, unix_now())?;
-        Ok(SqliteStore { path, writer: Mutex::new(writer), readers: Mutex::new(Vec::new()), _guard: None })
+        Ok(SqliteStore { path, writer: Mutex::new(writer), readers: Mutex::new(Vec::new()), out_of_space: Mutex::new(None), _guard: None })
     }
 
     /// Ties `guard` to the store's lifetime, e.g. the temporary directory holding its file in
@@ -124,10 +135,46 @@ impl SqliteStore {
         // A panic while holding the lock poisons it, but the transaction was rolled back when
         // it unwound, so the connection is as good as before.
         let mut conn = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let out = f(&tx)?;
-        tx.commit()?;
-        Ok(out)
+        let result = (|| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let out = f(&tx)?;
+            tx.commit()?;
+            Ok(out)
+        })();
+        match result {
+            Ok(out) => {
+                *self.out_of_space.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                Ok(out)
+            }
+            Err(StoreError::StorageFull { source, .. }) => {
+                // SQLite does not know how much room is left; the filesystem does.
+                let free = self.space().map(|s| s.available_bytes).ok();
+                *self.out_of_space.lock().unwrap_or_else(PoisonError::into_inner) = Some(free.unwrap_or(0));
+                tracing::error!(store = %self.path.display(), free_bytes = ?free, "a store write failed: no space left; it was rolled back whole");
+                Err(StoreError::StorageFull { available_bytes: free, source })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Checkpoints the whole WAL into the database file and truncates it to zero bytes, so a
+    /// row just overwritten (a task's erased secret) survives in neither. Best effort: a
+    /// reader still holding an old snapshot makes SQLite refuse (`SQLITE_BUSY`); the WAL is
+    /// then truncated by a later erasure, and its frames are overwritten as it is reused.
+    fn truncate_wal(&self) {
+        let conn = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        match conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get::<_, i64>(0)) {
+            Ok(0) => {}
+            Ok(_) => {
+                tracing::debug!(store = %self.path.display(), "WAL not truncated after an erasure: a reader holds it; a later one will")
+            }
+            Err(e) => tracing::warn!(store = %self.path.display(), error = %e, "WAL truncation after an erasure failed"),
+        }
+    }
+
+    /// The space of the filesystem holding the store.
+    fn space(&self) -> std::io::Result<drover_fsio::Space> {
+        drover_fsio::space(self.path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")))
     }
 
     /// Runs `f` on a pooled read-only connection inside one read transaction, so a read of
@@ -166,6 +213,9 @@ fn configure(conn: &Connection) -> Result<(), StoreError> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.pragma_update(None, "foreign_keys", true)?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
+    // Deleted and overwritten content is zeroed in the file rather than left in free pages:
+    // an erased task secret must not be recoverable from a copy of the store.
+    conn.pragma_update(None, "secure_delete", true)?;
     Ok(())
 }
 
@@ -192,6 +242,11 @@ fn unix_now() -> i64 {
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
+        // SQLITE_FULL: a write found no room (the OS said ENOSPC); the transaction is rolled
+        // back. Kept apart so callers can say "disk full" instead of "internal error".
+        if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
+            return StoreError::StorageFull { available_bytes: None, source: Box::new(e) };
+        }
         StoreError::backend(e)
     }
 }
@@ -260,6 +315,19 @@ impl Store for SqliteStore {
         self.read(|c| Ok(c.query_row("SELECT 1", [], |_| Ok(()))?))
     }
 
+    fn check_writable(&self) -> Result<(), StoreError> {
+        let space = self.space().map_err(|e| StoreError::backend(format!("reading the free space under {}: {e}", self.path.display())))?;
+        let failed_with = *self.out_of_space.lock().unwrap_or_else(PoisonError::into_inner);
+        let why = if space.available_bytes < MIN_FREE_BYTES {
+            format!("the filesystem has less than the {MIN_FREE_BYTES} bytes free the store needs to take writes")
+        } else if failed_with.is_some_and(|then| space.available_bytes <= then) {
+            "the last write failed for want of space and no room has been freed since".to_owned()
+        } else {
+            return Ok(());
+        };
+        Err(StoreError::StorageFull { available_bytes: Some(space.available_bytes), source: why.into() })
+    }
+
     fn create_host(&self, new: &NewHost) -> Result<Host, StoreError> {
         self.write(|tx| hosts::create_host(tx, new))
     }
@@ -311,7 +379,7 @@ impl Store for SqliteStore {
         token_hash: &str,
         host_id: Uuid,
         now: Time,
-        issue: &mut dyn FnMut(&Host) -> Result<NewCert, StoreError>,
+        issue: &mut dyn FnMut(&Host) -> Result<Enrolled, StoreError>,
     ) -> Result<Host, StoreError> {
         self.write(|tx| {
             let owner = hosts::consume_token(tx, token_hash, Some(host_id), now)?;
@@ -324,9 +392,20 @@ impl Store for SqliteStore {
             } else {
                 hosts::transition_host(tx, owner, HostLifecycle::BootstrapIssued, HostLifecycle::Enrolling, "enrollment token used", now)?
             };
-            hosts::record_cert(tx, &issue(&host)?)?;
+            let enrolled = issue(&host)?;
+            hosts::record_cert(tx, &enrolled.cert)?;
+            evidence::set_host_keys(tx, host.id, &enrolled.keys)?;
             Ok(host)
         })
+    }
+    fn host_keys(&self, host_id: Uuid) -> Result<HostKeys, StoreError> {
+        self.read(|c| evidence::host_keys(c, host_id))
+    }
+    fn put_evidence(&self, evidence: &NewEvidence) -> Result<i64, StoreError> {
+        self.write(|tx| evidence::put_evidence(tx, evidence))
+    }
+    fn list_evidence(&self, filter: &EvidenceFilter) -> Result<Vec<EvidenceRecord>, StoreError> {
+        self.read(|c| evidence::list_evidence(c, filter))
     }
     fn record_cert(&self, cert: &NewCert) -> Result<(), StoreError> {
         self.write(|tx| hosts::record_cert(tx, cert))
@@ -434,7 +513,11 @@ impl Store for SqliteStore {
         self.write(|tx| work::lease_tasks(tx, host_id, now, lease_secs, max))
     }
     fn complete_task(&self, host_id: Uuid, task_id: Uuid, result: &Value, now: Time) -> Result<TaskRecord, StoreError> {
-        self.write(|tx| work::complete_task(tx, host_id, task_id, result, now))
+        let (record, erased) = self.write(|tx| work::complete_task(tx, host_id, task_id, result, now))?;
+        if erased {
+            self.truncate_wal();
+        }
+        Ok(record)
     }
     fn requeue_expired(&self, now: Time) -> Result<u64, StoreError> {
         self.write(|tx| work::requeue_expired(tx, now))

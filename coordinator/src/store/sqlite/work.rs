@@ -204,7 +204,15 @@ pub(super) fn lease_tasks(c: &Connection, host_id: Uuid, now: Time, lease_secs: 
     Ok(out)
 }
 
-pub(super) fn complete_task(c: &Connection, host_id: Uuid, task_id: Uuid, result: &Value, now: Time) -> Result<TaskRecord, StoreError> {
+/// Completes a task; the flag says whether a secret was erased from its envelope (the
+/// caller then truncates the WAL, which still holds the old row).
+pub(super) fn complete_task(
+    c: &Connection,
+    host_id: Uuid,
+    task_id: Uuid,
+    result: &Value,
+    now: Time,
+) -> Result<(TaskRecord, bool), StoreError> {
     let sql = format!("SELECT {TASK_COLS} FROM tasks WHERE task_id = ?1 AND host_id = ?2");
     let stored = c
         .prepare_cached(&sql)?
@@ -213,7 +221,7 @@ pub(super) fn complete_task(c: &Connection, host_id: Uuid, task_id: Uuid, result
         .ok_or_else(|| StoreError::not_found("task", task_id))?;
     if stored.state == TaskState::Completed {
         if stored.result.as_ref() == Some(result) {
-            return Ok(stored);
+            return Ok((stored, false));
         }
         return Err(StoreError::conflict("task", task_id, "already completed with another result"));
     }
@@ -222,7 +230,8 @@ pub(super) fn complete_task(c: &Connection, host_id: Uuid, task_id: Uuid, result
     c.prepare_cached("UPDATE tasks SET state = 'completed', lease_expires_at = NULL, result = ?1, completed_at = ?2 WHERE task_id = ?3")?
         .execute(params![result.to_string(), now.unix(), task_id.to_string()])?;
     // Acknowledged: secrets the task carried (a MAAS token) are not kept any longer.
-    if let Some(erased) = crate::store::erase::erase_task_secrets(&stored.task.envelope) {
+    let erased = crate::store::erase::erase_task_secrets(&stored.task.envelope);
+    if let Some(erased) = &erased {
         c.prepare_cached("UPDATE tasks SET envelope = ?1 WHERE task_id = ?2")?.execute(params![erased, task_id.to_string()])?;
     }
     insert_event(
@@ -237,7 +246,8 @@ pub(super) fn complete_task(c: &Connection, host_id: Uuid, task_id: Uuid, result
             data: json!({ "taskId": task_id.to_string() }),
         },
     )?;
-    get_task(c, task_id)?.ok_or_else(|| StoreError::not_found("task", task_id))
+    let record = get_task(c, task_id)?.ok_or_else(|| StoreError::not_found("task", task_id))?;
+    Ok((record, erased.is_some()))
 }
 
 pub(super) fn requeue_expired(c: &Connection, now: Time) -> Result<u64, StoreError> {

@@ -19,6 +19,10 @@
 //! those gaps); bodies are bounded by [`crate::api::body_limit`] before they are buffered.
 //! While a handler runs, the connection watches for the client going away and drops the
 //! handler when it does, so an abandoned long-poll does not stay parked.
+//!
+//! The framing rules live in [`decode`], which does no I/O and keeps no clock; this module
+//! is the socket loop around it: reads (each within its deadline) into the connection's
+//! buffer, the decoder's steps applied to that buffer, `100 Continue`, the handler, the answer.
 
 use std::future::Future;
 use std::io::Write as _;
@@ -28,7 +32,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, HttpBody};
-use axum::http::{self, HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri, Version, header};
+use axum::http::{HeaderMap, Method, Request, StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt as _;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
@@ -38,11 +42,11 @@ use tower::ServiceExt as _;
 use crate::api::auth::Peer;
 use crate::api::error::ApiError;
 use crate::conn_limits::{ConnLimits, Deadline};
+use decode::{BodyDecoder, BodyEnd, BodyStep, DecodeError, Framing, Head, READ_CHUNK};
 
-/// Largest request head (request line and header fields).
-pub const MAX_HEAD_BYTES: usize = 16 * 1024;
-/// Most header fields in one request.
-pub const MAX_HEADERS: usize = 64;
+pub mod decode;
+
+pub use decode::{MAX_HEAD_BYTES, MAX_HEADERS};
 /// How long a request head may take once its first byte arrived.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a connection may sit between requests. Longer than HTTP clients keep idle
@@ -61,10 +65,6 @@ const LINGER: Duration = Duration::from_secs(2);
 const WRITE_CHUNK: usize = 64 * 1024;
 /// Bodies of known length up to this are written in one piece with the head.
 const COALESCE_BYTES: usize = 64 * 1024;
-/// How much a read asks for at a time.
-const READ_CHUNK: usize = 4096;
-/// Longest chunk-size line of a chunked body (size and extensions).
-const MAX_CHUNK_LINE: usize = 1024;
 
 /// Why a request was refused before it reached the router, or the connection ended.
 #[derive(Debug, thiserror::Error)]
@@ -79,17 +79,12 @@ pub enum Http1Error {
         #[source]
         source: std::io::Error,
     },
-    /// The request head (or a chunked body's trailer section) exceeded its bound.
-    #[error("request head larger than {limit} bytes or more than {MAX_HEADERS} header fields")]
-    HeadTooLarge {
-        /// The bound.
-        limit: usize,
-    },
-    /// The request is not valid HTTP/1.1.
-    #[error("malformed request: {what}")]
-    Malformed {
-        /// What is wrong with it.
-        what: String,
+    /// The bytes are not an acceptable request.
+    #[error(transparent)]
+    Decode {
+        /// Which rule they break.
+        #[from]
+        source: DecodeError,
     },
     /// The client was too slow.
     #[error("timed out {during}")]
@@ -100,18 +95,6 @@ pub enum Http1Error {
     /// The client stopped reading the answer.
     #[error("the client stopped reading the answer")]
     WriteStalled,
-    /// A transfer coding this server does not decode.
-    #[error("transfer coding {coding:?} is not supported (only chunked)")]
-    UnsupportedCoding {
-        /// The coding named.
-        coding: String,
-    },
-    /// An `Expect` other than `100-continue`.
-    #[error("expectation {value:?} cannot be met (only 100-continue)")]
-    Expectation {
-        /// The value sent.
-        value: String,
-    },
 }
 
 impl Http1Error {
@@ -119,42 +102,24 @@ impl Http1Error {
     fn api_error(&self) -> Option<ApiError> {
         let (status, code) = match self {
             Http1Error::Closed | Http1Error::Io { .. } | Http1Error::WriteStalled => return None,
-            Http1Error::HeadTooLarge { .. } => (StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "headers_too_large"),
-            Http1Error::Malformed { .. } => (StatusCode::BAD_REQUEST, "bad_request"),
+            Http1Error::Decode { source: DecodeError::HeadTooLarge { .. } } => {
+                (StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "headers_too_large")
+            }
+            Http1Error::Decode { source: DecodeError::Malformed { .. } } => (StatusCode::BAD_REQUEST, "bad_request"),
             Http1Error::TimedOut { .. } => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             // RFC 9112 suggests 501; a 4xx, because the request is what cannot be served
             // (Drover answers bad input with a 4xx naming it, never a 5xx).
-            Http1Error::UnsupportedCoding { .. } => (StatusCode::BAD_REQUEST, "unsupported_transfer_coding"),
-            Http1Error::Expectation { .. } => (StatusCode::EXPECTATION_FAILED, "expectation_failed"),
+            Http1Error::Decode { source: DecodeError::UnsupportedCoding { .. } } => {
+                (StatusCode::BAD_REQUEST, "unsupported_transfer_coding")
+            }
+            Http1Error::Decode { source: DecodeError::Expectation { .. } } => (StatusCode::EXPECTATION_FAILED, "expectation_failed"),
         };
         Some(ApiError::new(status, code, self.to_string()))
     }
 }
 
-fn malformed(what: impl Into<String>) -> Http1Error {
-    Http1Error::Malformed { what: what.into() }
-}
-
 fn io_error(source: std::io::Error) -> Http1Error {
     Http1Error::Io { source }
-}
-
-/// How a request's body is delimited (RFC 9112 §6.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Framing {
-    Empty,
-    Length(u64),
-    Chunked,
-}
-
-/// A parsed request head and what it says about the connection.
-#[derive(Debug)]
-struct Head {
-    parts: http::request::Parts,
-    framing: Framing,
-    /// The connection ends after this request's answer.
-    close: bool,
-    expect_continue: bool,
 }
 
 /// A request body as read.
@@ -293,13 +258,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         }
         let deadline = Instant::now() + HEADER_READ_TIMEOUT;
         loop {
-            if let Some((head, used)) = parse_head(&self.buf)? {
+            if let Some((head, used)) = decode::decode_head(&self.buf)? {
                 self.buf.drain(..used);
                 self.served = true;
                 return Ok(Some(head));
-            }
-            if self.buf.len() >= MAX_HEAD_BYTES {
-                return Err(Http1Error::HeadTooLarge { limit: MAX_HEAD_BYTES });
             }
             match timeout_at(deadline, self.read_more()).await {
                 Err(_) => return Err(Http1Error::TimedOut { during: "reading the request head" }),
@@ -320,109 +282,39 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         }
     }
 
+    /// The body [`decode::BodyDecoder`] delimits, read within [`BODY_TIMEOUT`].
     async fn read_body(&mut self, framing: Framing, limit: usize) -> Result<BodyRead, Http1Error> {
-        let ceiling = limit.saturating_add(crate::api::MAX_DRAIN_BYTES) as u64;
         let deadline = Instant::now() + BODY_TIMEOUT;
-        match framing {
-            Framing::Empty => Ok(BodyRead::Whole(Vec::new())),
-            Framing::Length(n) if n > ceiling => Ok(BodyRead::TooLarge { drained: false }),
-            Framing::Length(n) if n > limit as u64 => {
-                let mut left = n;
-                while left > 0 {
-                    if self.buf.is_empty() {
-                        self.read_body_bytes(left.min(READ_CHUNK as u64) as usize, deadline).await?;
-                    }
-                    let take = left.min(self.buf.len() as u64) as usize;
-                    self.buf.drain(..take);
-                    left -= take as u64;
-                }
-                Ok(BodyRead::TooLarge { drained: true })
-            }
-            Framing::Length(n) => {
-                // n <= limit, which the caller's role already bounds.
-                let n = n as usize;
-                self.buf.reserve_exact(n.saturating_sub(self.buf.len()));
-                while self.buf.len() < n {
-                    self.read_body_bytes(n - self.buf.len(), deadline).await?;
-                }
-                let rest = self.buf.split_off(n);
-                Ok(BodyRead::Whole(std::mem::replace(&mut self.buf, rest)))
-            }
-            Framing::Chunked => self.read_chunked(limit, ceiling, deadline).await,
+        if let Framing::Length(n) = framing
+            && n <= limit as u64
+        {
+            // It is handed over whole: read it into a buffer of its exact size.
+            self.buf.reserve_exact((n as usize).saturating_sub(self.buf.len()));
         }
-    }
-
-    /// A chunked body (RFC 9112 §7.1): sizes in hex, extensions ignored, trailers read and
-    /// dropped (bounded like a head).
-    async fn read_chunked(&mut self, limit: usize, ceiling: u64, deadline: Instant) -> Result<BodyRead, Http1Error> {
+        let mut decoder = BodyDecoder::new(framing, limit, crate::api::MAX_DRAIN_BYTES);
         let mut body = Vec::new();
-        let mut seen: u64 = 0;
         loop {
-            let line = self.read_line(MAX_CHUNK_LINE, deadline).await?;
-            let size = parse_chunk_size(&line)?;
-            if size == 0 {
-                break;
-            }
-            seen = seen.saturating_add(size);
-            if seen > ceiling {
-                return Ok(BodyRead::TooLarge { drained: false });
-            }
-            let mut left = size;
-            while left > 0 {
-                if self.buf.is_empty() {
-                    self.read_body_bytes(left.min(READ_CHUNK as u64) as usize, deadline).await?;
+            match decoder.decode(&self.buf)? {
+                BodyStep::NeedMore { max } => self.read_body_bytes(max, deadline).await?,
+                BodyStep::Spent { used, keep } => {
+                    body.extend_from_slice(&self.buf[keep]);
+                    self.buf.drain(..used);
                 }
-                let take = left.min(self.buf.len() as u64) as usize;
-                if seen <= limit as u64 {
-                    body.extend_from_slice(&self.buf[..take]);
+                BodyStep::End { used, keep, outcome } => {
+                    if body.is_empty() && used > 0 && keep == (0..used) {
+                        // The whole body is the front of the buffer: keep that allocation.
+                        let rest = self.buf.split_off(used);
+                        body = std::mem::replace(&mut self.buf, rest);
+                    } else {
+                        body.extend_from_slice(&self.buf[keep]);
+                        self.buf.drain(..used);
+                    }
+                    return Ok(match outcome {
+                        BodyEnd::Whole => BodyRead::Whole(body),
+                        BodyEnd::TooLarge { drained } => BodyRead::TooLarge { drained },
+                    });
                 }
-                self.buf.drain(..take);
-                left -= take as u64;
             }
-            while self.buf.len() < 2 {
-                self.read_body_bytes(2 - self.buf.len(), deadline).await?;
-            }
-            if !self.buf.starts_with(b"\r\n") {
-                return Err(malformed("chunk data longer than its size"));
-            }
-            self.buf.drain(..2);
-        }
-        let mut trailers = 0usize;
-        loop {
-            let line = self.read_line(MAX_HEAD_BYTES, deadline).await?;
-            if line.iter().any(|b| b.is_ascii_control() && *b != b'\t') {
-                return Err(malformed("control character in a trailer field"));
-            }
-            trailers += line.len() + 2;
-            if trailers > MAX_HEAD_BYTES {
-                return Err(Http1Error::HeadTooLarge { limit: MAX_HEAD_BYTES });
-            }
-            if line.is_empty() {
-                break;
-            }
-        }
-        if seen > limit as u64 { Ok(BodyRead::TooLarge { drained: true }) } else { Ok(BodyRead::Whole(body)) }
-    }
-
-    /// One CRLF-terminated line of at most `max` bytes, without its CRLF.
-    async fn read_line(&mut self, max: usize, deadline: Instant) -> Result<Vec<u8>, Http1Error> {
-        // Where the search for CRLF resumes: bytes trickling in one at a time are not
-        // scanned again from the start each time.
-        let mut scanned = 0;
-        loop {
-            if let Some(at) = self.buf[scanned..].windows(2).position(|w| w == b"\r\n").map(|at| at + scanned) {
-                if at > max {
-                    return Err(malformed("chunk framing line too long"));
-                }
-                let line = self.buf[..at].to_vec();
-                self.buf.drain(..at + 2);
-                return Ok(line);
-            }
-            if self.buf.len() > max + 1 {
-                return Err(malformed("chunk framing line too long"));
-            }
-            scanned = self.buf.len().saturating_sub(1);
-            self.read_body_bytes(READ_CHUNK, deadline).await?;
         }
     }
 
@@ -492,7 +384,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     /// no body for HEAD, 1xx, 204 and 304.
     async fn write_response(&mut self, response: Response, is_head: bool, close: bool, version: Version) -> Result<(), Http1Error> {
         // HTTP/1.0 has no chunked coding: a body of unknown length ends where the connection
-        // does (a 1.0 request's head always asks for the close; see `parse_head`).
+        // does (a 1.0 request's head always asks for the close; see [`decode::decode_head`]).
         let (parts, mut body) = response.into_parts();
         let status = parts.status;
         let bodiless_status = status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
@@ -569,116 +461,4 @@ fn write_fields(out: &mut Vec<u8>, headers: &HeaderMap, keep_length: bool) {
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-}
-
-/// Parses a complete head at the start of `buf`: the head and its length, None while
-/// incomplete.
-fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, Http1Error> {
-    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut parsed = httparse::Request::new(&mut fields);
-    let used = match parsed.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => return Err(Http1Error::HeadTooLarge { limit: MAX_HEAD_BYTES }),
-        Err(e) => return Err(malformed(e.to_string())),
-    };
-    if used > MAX_HEAD_BYTES {
-        return Err(Http1Error::HeadTooLarge { limit: MAX_HEAD_BYTES });
-    }
-    let method = parsed.method.ok_or_else(|| malformed("no method"))?;
-    let method = Method::from_bytes(method.as_bytes()).map_err(|_| malformed("invalid method"))?;
-    let target = parsed.path.ok_or_else(|| malformed("no request target"))?;
-    let uri: Uri = target.parse().map_err(|_| malformed("invalid request target"))?;
-    if uri.path_and_query().is_none() && method != Method::OPTIONS {
-        return Err(malformed("request target has no path"));
-    }
-    let version = match parsed.version {
-        Some(1) => Version::HTTP_11,
-        Some(0) => Version::HTTP_10,
-        _ => return Err(malformed("unsupported HTTP version")),
-    };
-    let mut headers = HeaderMap::with_capacity(parsed.headers.len());
-    for field in parsed.headers.iter() {
-        let name = HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| malformed("invalid header field name"))?;
-        let value = HeaderValue::from_bytes(field.value).map_err(|_| malformed(format!("invalid value of {name}")))?;
-        headers.append(name, value);
-    }
-    let framing = framing(&headers, version)?;
-    let close = version == Version::HTTP_10 || has_token(&headers, header::CONNECTION, "close");
-    let expect_continue = match headers.get(header::EXPECT) {
-        None => false,
-        Some(v) if v.as_bytes().eq_ignore_ascii_case(b"100-continue") => version == Version::HTTP_11,
-        Some(v) => return Err(Http1Error::Expectation { value: String::from_utf8_lossy(v.as_bytes()).into_owned() }),
-    };
-    if version == Version::HTTP_11 && headers.get_all(header::HOST).iter().count() != 1 {
-        return Err(malformed("an HTTP/1.1 request needs exactly one Host field"));
-    }
-    let (mut parts, ()) = Request::new(()).into_parts();
-    parts.method = method;
-    parts.uri = uri;
-    parts.version = version;
-    parts.headers = headers;
-    Ok(Some((Head { parts, framing, close, expect_continue }, used)))
-}
-
-/// The body's framing; the ambiguous combinations request smuggling relies on are refused.
-fn framing(headers: &HeaderMap, version: Version) -> Result<Framing, Http1Error> {
-    let mut codings = Vec::new();
-    for value in headers.get_all(header::TRANSFER_ENCODING) {
-        let value = value.to_str().map_err(|_| malformed("invalid Transfer-Encoding"))?;
-        codings.extend(value.split(',').map(|c| c.trim().to_ascii_lowercase()).filter(|c| !c.is_empty()));
-    }
-    let lengths = headers.get_all(header::CONTENT_LENGTH).iter().count();
-    if headers.contains_key(header::TRANSFER_ENCODING) {
-        if lengths > 0 {
-            return Err(malformed("both Content-Length and Transfer-Encoding"));
-        }
-        if codings.is_empty() {
-            return Err(malformed("an empty Transfer-Encoding"));
-        }
-        if version == Version::HTTP_10 {
-            return Err(malformed("Transfer-Encoding in an HTTP/1.0 request"));
-        }
-        return match codings.as_slice() {
-            [only] if only == "chunked" => Ok(Framing::Chunked),
-            _ => Err(Http1Error::UnsupportedCoding { coding: codings.join(", ") }),
-        };
-    }
-    let mut length: Option<u64> = None;
-    for value in headers.get_all(header::CONTENT_LENGTH) {
-        for item in value.as_bytes().split(|b| *b == b',') {
-            let item = item.trim_ascii();
-            if item.is_empty() || item.len() > 19 || !item.iter().all(u8::is_ascii_digit) {
-                return Err(malformed("invalid Content-Length"));
-            }
-            let n: u64 = std::str::from_utf8(item).ok().and_then(|s| s.parse().ok()).ok_or_else(|| malformed("invalid Content-Length"))?;
-            if length.is_some_and(|l| l != n) {
-                return Err(malformed("differing Content-Length values"));
-            }
-            length = Some(n);
-        }
-    }
-    Ok(match length {
-        None | Some(0) => Framing::Empty,
-        Some(n) => Framing::Length(n),
-    })
-}
-
-fn has_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
-    headers.get_all(name).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).any(|t| t.trim().eq_ignore_ascii_case(token))
-}
-
-/// The size of a chunk from its line (`1a3f;name=value`).
-fn parse_chunk_size(line: &[u8]) -> Result<u64, Http1Error> {
-    // Only SP and HTAB may stand between the size and its extensions, and no control
-    // character anywhere: a bare CR or LF is how two parsers come to disagree on framing.
-    if line.iter().any(|b| b.is_ascii_control() && *b != b'\t') {
-        return Err(malformed("control character in a chunk size line"));
-    }
-    let size = line.split(|b| *b == b';').next().unwrap_or_default();
-    let digits = &size[..size.iter().rposition(|b| *b != b' ' && *b != b'\t').map_or(0, |i| i + 1)];
-    if digits.is_empty() || digits.len() > 15 || !digits.iter().all(u8::is_ascii_hexdigit) {
-        return Err(malformed("invalid chunk size"));
-    }
-    std::str::from_utf8(digits).ok().and_then(|s| u64::from_str_radix(s, 16).ok()).ok_or_else(|| malformed("invalid chunk size"))
 }
