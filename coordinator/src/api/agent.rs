@@ -253,11 +253,13 @@ async fn record_checkin(app: &Arc<AppState>, host: Uuid, req: CheckinRequest) ->
     let returning = matches!(record.state, HostLifecycle::Enrolling | HostLifecycle::Offline);
     // A task result may finish a job's stage: the job executor acts on it at once.
     let wake_executor = returning || changed.is_some() || !req.task_results.is_empty();
-    if returning || changed.is_some() || !req.task_results.is_empty() || !req.events.is_empty() || req.probe_evidence.is_some() {
+    if returning || changed.is_some() || !req.task_results.is_empty() || !req.events.is_empty() {
         let results = req.task_results;
         let reported = req.events;
         let probe_results = req.probe_results;
-        let probe_evidence = req.probe_evidence;
+        // Signed probe results are kept when they change what is known of the host, not on
+        // every check-in: a routine check-in writes nothing (see below), evidence included.
+        let probe_evidence = req.probe_evidence.filter(|_| changed.is_some());
         let first = returning.then(|| checkin.clone());
         store::blocking(app.store.clone(), move |s| {
             if let Some(report) = &changed {
