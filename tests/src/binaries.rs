@@ -367,7 +367,9 @@ mod tests {
         for name in ["drover-coordinator", "drover-agent", "drover", "fake-systemd", "fake-maas", "fake-shelf", "drover-bench"] {
             let path = fresh_binary(name);
             match judge(&path).expect("judge") {
-                Freshness::Fresh => {}
+                // `cargo test` alone leaves no `NAME.d` beside the binaries it builds for the
+                // tests (only `cargo build` does); such a binary was built by this very run.
+                Freshness::Fresh | Freshness::Unrecorded => {}
                 other => panic!("{} handed out as {other:?}", path.display()),
             }
         }
