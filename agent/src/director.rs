@@ -11,7 +11,7 @@
 use std::io::ErrorKind;
 
 use drover_proto::keys::{KeyId, verifying_key_from_text, verifying_key_to_pem};
-use drover_proto::rotation::{RotationDecision, RotationError, VerifiedRotation, decide};
+use drover_proto::rotation::{DirectorRotation, RotationDecision, RotationError, VerifiedRotation, decide};
 use drover_proto::sig::Envelope;
 use drover_proto::time::Time;
 use drover_proto::trust::KeySet;
@@ -79,6 +79,14 @@ impl DirectorKeys {
             RotationDecision::Ignore => {}
         }
         Ok(keys)
+    }
+
+    /// Whether a statement names the pinned key as the one it replaces, read before any check:
+    /// one addressed to another key is not for this agent now (a step it already followed, or
+    /// one after a step it has yet to follow) and is passed over. One that does not parse is
+    /// taken as addressed here, so that checking it reports why it is refused.
+    pub fn addressed_to_pinned(&self, env: &Envelope) -> bool {
+        env.payload::<DirectorRotation>().map_or(true, |s| s.previous_key_id == KeyId::of(&self.pinned))
     }
 
     /// The keys intents and tasks are verified against (windows judged at verification time).

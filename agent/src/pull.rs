@@ -345,7 +345,7 @@ impl Agent {
             self.state.put_journal(&journal)?;
         }
         // Before the intent and tasks: they may already be signed by the successor key.
-        self.follow_director_rotation(resp.director_rotation.as_ref(), now)?;
+        self.follow_director_rotations(&resp.director_rotations, now)?;
         if let Some(env) = resp.intent {
             self.handle_intent(env, now).await?;
         }
@@ -355,11 +355,18 @@ impl Agent {
         Ok(Duration::from_secs(resp.next_checkin_secs.min(MAX_NEXT_CHECKIN_SECS)))
     }
 
-    /// Follows a director-key rotation handed out on check-in and promotes the successor once
-    /// due. A refused statement is logged and changes nothing: it may be an attack, and the
-    /// pinned key keeps working; only a state directory that cannot be written is an error.
-    fn follow_director_rotation(&mut self, env: Option<&Envelope>, now: Time) -> Result<(), StateError> {
-        if let Some(env) = env {
+    /// Follows the director-key rotations handed out on check-in, oldest first, promoting each
+    /// successor once due, so an agent that missed several rotations walks the chain. A
+    /// statement addressed to another key than the pinned one is passed over (an older step
+    /// already followed, or a later one not yet reachable); a refused one is logged and changes
+    /// nothing: it may be an attack, and the pinned key keeps working. Only a state directory
+    /// that cannot be written is an error.
+    fn follow_director_rotations(&mut self, envs: &[Envelope], now: Time) -> Result<(), StateError> {
+        for env in envs {
+            // Read afresh each turn: following a step changes the pinned key.
+            if !self.anchors.director.addressed_to_pinned(env) {
+                continue;
+            }
             match self.anchors.director.follow(&self.state, env, now) {
                 Ok(Followed::Stored { new_key_id, valid_from }) => {
                     tracing::info!(%new_key_id, %valid_from, "director key rotation stored");
@@ -368,7 +375,13 @@ impl Agent {
                 Err(DirectorError::State(e)) => return Err(e),
                 Err(DirectorError::Refused(e)) => tracing::warn!(error = %e, "director key rotation refused"),
             }
+            self.promote_director_if_due(now)?;
         }
+        // A rotation held from an earlier check-in may have come due since.
+        self.promote_director_if_due(now)
+    }
+
+    fn promote_director_if_due(&mut self, now: Time) -> Result<(), StateError> {
         if self.anchors.director.promote_if_due(&self.state, now)? {
             tracing::info!("director key rotated: the successor key is now pinned");
         }

@@ -10,72 +10,15 @@
 //! The outer test re-runs this binary's `#[ignore]`d inner test under `unshare`, so the tmpfs
 //! is never mounted in the namespace the tests run in.
 
-use std::io::Write as _;
 use std::path::Path;
-use std::process::Command;
+
+#[path = "common/mount_ns.rs"]
+mod mount_ns;
 
 use drover_agent::health::{MIN_STATE_FREE_BYTES, state_dir_health};
 use drover_agent::records::{Records as _, SEEN, Seen};
 use drover_agent::state::StateDir;
-
-/// Set for the inner half: the outer test's mount namespace, which the inner one must not be.
-const INNER_ENV: &str = "DROVER_AGENT_FULL_DISK_OUTER_MOUNT_NS";
-const INNER_MARK: &str = "agent full-disk inner test ran in a private mount namespace";
-
-/// Runs the `#[ignore]`d test `inner` of this binary in a private mount namespace: as root
-/// with `unshare -m`; otherwise in a user namespace too (`-r`), where mounting a tmpfs is
-/// allowed unprivileged. Where neither can be made, says so and returns.
-fn in_private_mount_namespace(inner: &str) {
-    let root = nix::unistd::geteuid().is_root();
-    let mut cmd = Command::new("unshare");
-    if !root {
-        cmd.arg("--map-root-user");
-    }
-    cmd.args(["--mount", "--propagation", "private"])
-        .arg(std::env::current_exe().expect("test executable"))
-        .args(["--exact", inner, "--ignored", "--nocapture", "--test-threads=1"])
-        .env(INNER_ENV, std::fs::read_link("/proc/self/ns/mnt").expect("own mount namespace"));
-    let out = cmd.output().unwrap_or_else(|e| panic!("`unshare` (util-linux) is required for the full-disk tests and could not run: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !root && !stdout.contains(INNER_MARK) && stderr.contains("unshare:") {
-        eprintln!("not run: this user cannot make a private mount namespace here: {stderr}");
-        return;
-    }
-    assert!(out.status.success(), "inner test {inner} failed ({:?}):\n{stdout}\n{stderr}", out.status);
-    assert!(stdout.contains("1 passed") && stdout.contains(INNER_MARK), "inner test {inner} did not run:\n{stdout}\n{stderr}");
-}
-
-/// Whether this is the inner half, inside its own mount namespace.
-fn inside_private_mount_namespace() -> bool {
-    let Some(outer) = std::env::var_os(INNER_ENV) else {
-        eprintln!("not run: this test mounts, and runs only inside a private mount namespace (started by its outer test)");
-        return false;
-    };
-    let mine = std::fs::read_link("/proc/self/ns/mnt").expect("own mount namespace");
-    assert_ne!(mine.as_os_str(), outer, "refusing to mount in the outer test's mount namespace");
-    println!("{INNER_MARK}");
-    true
-}
-
-fn run(program: &str, args: &[&str]) {
-    let status = Command::new(program).args(args).status().unwrap_or_else(|e| panic!("{program}: {e}"));
-    assert!(status.success(), "{program} {args:?}: {status}");
-}
-
-/// Writes `path` until the filesystem has no room left.
-fn fill(path: &Path) {
-    let mut f = std::fs::File::create(path).expect("filler");
-    let chunk = vec![0x5au8; 256 << 10];
-    loop {
-        match f.write(&chunk) {
-            Ok(0) => return,
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => return,
-            Err(e) => panic!("filling {}: {e}", path.display()),
-        }
-    }
-}
+use mount_ns::{fill, in_private_mount_namespace, inside_private_mount_namespace, run};
 
 fn listing(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> =

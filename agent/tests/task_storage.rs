@@ -7,14 +7,17 @@
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
+
+#[path = "common/mount_ns.rs"]
+mod mount_ns;
 
 use drover_agent::exec::SystemRunner;
 use drover_agent::tasks::TaskSettings;
 use drover_agent::tasks::storage;
 use drover_proto::report::{StepOutcome, StepResult};
 use drover_proto::task::StorageScope;
+use mount_ns::{in_private_mount_namespace, inside_private_mount_namespace, run};
 use serde_json::Value;
 
 /// Tests here write scripts and start processes; one at a time, so no child forked by one
@@ -124,49 +127,6 @@ fn symlink_swapped_in_after_listing_does_not_escape() {
     assert_eq!(num(&steps[0], "freedBytes"), 0, "only links were removed");
 }
 
-/// Set for the inner half of a mount test, which runs in a private mount namespace: the
-/// outer test's mount namespace (`/proc/self/ns/mnt`), which the inner one must not be.
-const INNER_ENV: &str = "DROVER_STORAGE_TEST_IN_PRIVATE_MOUNT_NS";
-const INNER_MARK: &str = "inner mount test ran in a private mount namespace";
-
-/// Runs the `#[ignore]`d test `inner` of this binary in a private mount namespace.
-fn in_private_mount_namespace(inner: &str) {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("not run: mounting inside a private mount namespace needs root");
-        return;
-    }
-    let exe = std::env::current_exe().expect("test executable");
-    let out = Command::new("unshare")
-        .args(["-m", "--propagation", "private"])
-        .arg(&exe)
-        .args(["--exact", inner, "--ignored", "--nocapture", "--test-threads=1"])
-        .env(INNER_ENV, fs::read_link("/proc/self/ns/mnt").expect("own mount namespace"))
-        .output()
-        .unwrap_or_else(|e| panic!("`unshare` (util-linux) is required for the mount tests and could not run: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "inner test {inner} failed ({:?}):\n{stdout}\n{stderr}", out.status);
-    assert!(stdout.contains("1 passed") && stdout.contains(INNER_MARK), "inner test {inner} did not run:\n{stdout}\n{stderr}");
-}
-
-/// Whether this is the inner half, inside its own mount namespace (never mounts in the
-/// host's: run directly with `--ignored`, it does nothing).
-fn inside_private_mount_namespace() -> bool {
-    let Some(outer) = std::env::var_os(INNER_ENV) else {
-        eprintln!("not run: this test mounts, and runs only inside a private mount namespace (started by its outer test)");
-        return false;
-    };
-    let mine = fs::read_link("/proc/self/ns/mnt").expect("own mount namespace");
-    assert_ne!(mine.as_os_str(), outer, "refusing to mount in the outer test's mount namespace");
-    println!("{INNER_MARK}");
-    true
-}
-
-fn sh(program: &str, args: &[&str]) {
-    let status = Command::new(program).args(args).status().unwrap_or_else(|e| panic!("{program}: {e}"));
-    assert!(status.success(), "{program} {args:?}: {status}");
-}
-
 fn p(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")
 }
@@ -191,9 +151,9 @@ fn bind_mount_of_the_same_filesystem_is_not_crossed_inner() {
     fs::create_dir_all(root.join("deep/er/bound")).expect("mkdir");
     write(&root.join("deep/er/sibling.txt"), 20);
     write(&root.join("file-bound"), 1);
-    sh("mount", &["--bind", p(&outside), p(&root.join("bound"))]);
-    sh("mount", &["--bind", p(&outside.join("sub")), p(&root.join("deep/er/bound"))]);
-    sh("mount", &["--bind", p(&outside.join("precious")), p(&root.join("file-bound"))]);
+    run("mount", &["--bind", p(&outside), p(&root.join("bound"))]);
+    run("mount", &["--bind", p(&outside.join("sub")), p(&root.join("deep/er/bound"))]);
+    run("mount", &["--bind", p(&outside.join("precious")), p(&root.join("file-bound"))]);
     let dev = |p: &Path| fs::metadata(p).expect("stat").dev();
     assert_eq!(dev(&root), dev(&root.join("bound")), "same filesystem: st_dev alone cannot tell");
 
@@ -209,7 +169,7 @@ fn bind_mount_of_the_same_filesystem_is_not_crossed_inner() {
     assert_eq!(num(&steps[0], "freedBytes"), 30);
 
     for m in ["bound", "deep/er/bound", "file-bound"] {
-        sh("umount", &[p(&root.join(m))]);
+        run("umount", &[p(&root.join(m))]);
     }
     assert_precious_intact(&outside);
 }
@@ -231,7 +191,7 @@ fn tmpfs_inside_a_root_is_not_crossed_inner() {
     write(&root.join("plain.txt"), 10);
     let mnt = root.join("ram");
     fs::create_dir_all(&mnt).expect("mkdir");
-    sh("mount", &["-t", "tmpfs", "-o", "size=1m", "tenant-tmpfs", p(&mnt)]);
+    run("mount", &["-t", "tmpfs", "-o", "size=1m", "tenant-tmpfs", p(&mnt)]);
     write(&mnt.join("on-tmpfs/file"), 4);
 
     let steps = clean(StorageScope::Local, &roots(&[&root]));
@@ -240,7 +200,7 @@ fn tmpfs_inside_a_root_is_not_crossed_inner() {
     assert_eq!(fs::read(mnt.join("on-tmpfs/file")).expect("the tmpfs was not entered"), b"xxxx");
     assert_eq!(listing(&root), ["ram"]);
     assert_eq!((num(&steps[0], "entries"), num(&steps[0], "freedBytes")), (1, 10));
-    sh("umount", &[p(&mnt)]);
+    run("umount", &[p(&mnt)]);
 }
 
 /// Real `wekafs` lines as the Weka client writes them (one path with an escaped space, one

@@ -73,7 +73,10 @@ struct RotateArgs {
 fn rotate_director_key(args: &RotateArgs, now: Time) -> anyhow::Result<()> {
     let state = StateDir::open(&args.state_dir)?;
     let rotated = drover_coordinator::director::rotate(state.path(), state.director_key(), now, args.overlap_secs)?;
-    println!("director key {} hands over to {} at {}", state.director_key_id(), rotated.new_key_id, rotated.valid_from);
+    println!(
+        "director key {} hands over to {} at {} (rotation step {})",
+        rotated.previous_key_id, rotated.new_key_id, rotated.valid_from, rotated.step
+    );
     println!("restart the coordinator to serve the rotation");
     Ok(())
 }

@@ -377,10 +377,11 @@ pub struct CheckinResponse {
     pub tasks: Vec<Envelope>,
     /// When to check in next.
     pub next_checkin_secs: u64,
-    /// The director key's hand-over to its successor, signed by the current key
-    /// ([`crate::rotation`]); served through the overlap and after, so offline agents follow.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub director_rotation: Option<Envelope>,
+    /// The director key's latest hand-overs to a successor, oldest first, each signed by the
+    /// key before it ([`crate::rotation`]); served through each overlap and after, so an
+    /// agent offline through one or several rotations walks the chain.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub director_rotations: Vec<Envelope>,
 }
 
 /// `POST /v1/agent/confirm` body (magic rollback).

@@ -8,8 +8,10 @@
 //! rule the trust windows of [`crate::trust`] apply, so a stolen new key is useless before
 //! the switch and a stolen old key is useless after it.
 //!
-//! Only one step is followed: an agent still pinned to the key before the previous rotation
-//! cannot check a statement signed by the key it never learned, and must re-enroll.
+//! Rotations chain: each statement is signed by the key the one before it handed over to, and
+//! a check-in carries the latest few, oldest first. An agent follows the one whose previous
+//! key is the key it pins, promotes it once due, and so walks as many steps as it missed;
+//! statements addressed to another key are not for it and are passed over.
 
 use base64::Engine as _;
 use ed25519_dalek::VerifyingKey;

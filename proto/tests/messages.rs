@@ -355,7 +355,8 @@ fn checkin_response_with_envelopes_round_trips() {
     let s = signer();
     let intent_env = Envelope::seal(&intent(), std::slice::from_ref(&s)).expect("seal");
     let task_env = Envelope::seal(&task(TaskKind::StorageCleanup { scope: StorageScope::Local }), std::slice::from_ref(&s)).expect("seal");
-    let resp = CheckinResponse { intent: Some(intent_env.clone()), tasks: vec![task_env], next_checkin_secs: 30, director_rotation: None };
+    let resp =
+        CheckinResponse { intent: Some(intent_env.clone()), tasks: vec![task_env], next_checkin_secs: 30, director_rotations: vec![] };
     let v = round_trip(&resp);
     assert_eq!(keys(&v), ["intent", "nextCheckinSecs", "tasks"].into());
     assert_eq!(keys(&v["intent"]), ["signatures", "signed"].into());
@@ -368,7 +369,7 @@ fn checkin_response_with_envelopes_round_trips() {
     assert_eq!(back.tasks[0].payload::<Task>().expect("task").kind.type_name(), "node.storage_cleanup");
 
     let idle: CheckinResponse = serde_json::from_value(json!({ "nextCheckinSecs": 60 })).expect("parse");
-    assert_eq!(idle, CheckinResponse { intent: None, tasks: vec![], next_checkin_secs: 60, director_rotation: None });
+    assert_eq!(idle, CheckinResponse { intent: None, tasks: vec![], next_checkin_secs: 60, director_rotations: vec![] });
     assert_eq!(keys(&round_trip(&idle)), ["nextCheckinSecs", "tasks"].into());
 }
 
@@ -489,7 +490,7 @@ fn secrets_never_appear_on_the_wire_or_in_debug_of_a_checkin_response() {
         token: MachineToken::Sealed(sealed),
     });
     let env = Envelope::seal(&sealed_task, &[signer()]).expect("seal");
-    let resp = CheckinResponse { intent: None, tasks: vec![env], next_checkin_secs: 30, director_rotation: None };
+    let resp = CheckinResponse { intent: None, tasks: vec![env], next_checkin_secs: 30, director_rotations: vec![] };
     let wire = serde_json::to_vec(&resp).expect("json");
     assert_no_secret(&String::from_utf8_lossy(&wire));
     let back: CheckinResponse = serde_json::from_slice(&wire).expect("parse");

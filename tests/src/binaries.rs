@@ -156,12 +156,19 @@ pub fn judge(binary: &Path) -> Result<Freshness, BinaryError> {
     let dep_info = PathBuf::from(dep_info);
     let text = match std::fs::read_to_string(&dep_info) {
         Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Freshness::Unrecorded),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match rustc_dep_info(binary)? {
+            Some(text) => text,
+            None => return Ok(Freshness::Unrecorded),
+        },
         Err(source) => return Err(BinaryError::Read { path: dep_info, source }),
     };
     let built = modified(binary)?;
     let mut newer = Vec::new();
+    // rustc's own dep-info names the workspace's files relative to the directory cargo runs
+    // it in, the workspace root (this crate's parent); cargo's `NAME.d` names them absolute.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap_or(Path::new("/"));
     for source in dep_info_sources(&text) {
+        let source = root.join(source);
         // The rule's own target is the binary; anything else gone or newer makes it stale.
         if source == binary {
             continue;
@@ -172,6 +179,36 @@ pub fn judge(binary: &Path) -> Result<Freshness, BinaryError> {
         }
     }
     Ok(if newer.is_empty() { Freshness::Fresh } else { Freshness::Stale(newer) })
+}
+
+/// The dep-info rustc wrote for the file `binary` was copied from. Cargo builds a binary as
+/// `deps/CRATE-HASH` (with `deps/CRATE-HASH.d` beside it) and hard-links it up as `NAME`;
+/// only `cargo build` also writes `NAME.d`, so for a binary that `cargo test` built, the
+/// original is found in `deps/` by its inode. `None` when there is no such file.
+fn rustc_dep_info(binary: &Path) -> Result<Option<String>, BinaryError> {
+    use std::os::unix::fs::MetadataExt as _;
+    let (Some(dir), Some(name)) = (binary.parent(), binary.file_name().and_then(|n| n.to_str())) else { return Ok(None) };
+    let meta = std::fs::metadata(binary).map_err(|source| BinaryError::Read { path: binary.to_path_buf(), source })?;
+    let prefix = format!("{}-", name.replace('-', "_"));
+    let Ok(entries) = std::fs::read_dir(dir.join("deps")) else { return Ok(None) };
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let Some(file) = file.to_str() else { continue };
+        if !file.starts_with(&prefix) || file.contains('.') {
+            continue;
+        }
+        let same = entry.metadata().is_ok_and(|m| m.dev() == meta.dev() && m.ino() == meta.ino());
+        if !same {
+            continue;
+        }
+        let path = dir.join("deps").join(format!("{file}.d"));
+        return match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(Some(text)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(BinaryError::Read { path, source }),
+        };
+    }
+    Ok(None)
 }
 
 /// The `cargo build` that rebuilds every binary of the workspace (`manifest` is a member's or
@@ -317,6 +354,26 @@ mod tests {
     }
 
     #[test]
+    fn a_binary_cargo_test_uplifted_is_judged_by_rustcs_dep_info_in_deps() {
+        let (dir, bin, a, _) = built_tree();
+        std::fs::remove_file(dir.path().join("target/debug/drover-coordinator.d")).expect("rm");
+        // What `cargo test` leaves: deps/CRATE-HASH and its dep-info, NAME a hard link to it.
+        let original = dir.path().join("target/debug/deps/drover_coordinator-0123abcd");
+        std::fs::create_dir_all(original.parent().expect("deps")).expect("mkdir");
+        std::fs::remove_file(&bin).expect("rm");
+        touch(&original, at(100));
+        std::fs::hard_link(&original, &bin).expect("link");
+        // A library of the same crate name with its own dep-info is not the binary.
+        touch(&dir.path().join("target/debug/deps/drover_coordinator-ffff0000"), at(100));
+        std::fs::write(dir.path().join("target/debug/deps/drover_coordinator-ffff0000.d"), "x: \n").expect("other");
+        let rule = format!("{}: {}\n", original.display(), a.display());
+        std::fs::write(dir.path().join("target/debug/deps/drover_coordinator-0123abcd.d"), rule).expect("dep-info");
+        assert_eq!(judge(&bin).expect("judge"), Freshness::Fresh);
+        touch(&a, at(101));
+        assert_eq!(judge(&bin).expect("judge"), Freshness::Stale(vec![a]));
+    }
+
+    #[test]
     fn layouts_of_test_bench_and_cross_builds() {
         let dir = tempfile::tempdir().expect("tempdir");
         let t = dir.path().join("target");
@@ -366,12 +423,9 @@ mod tests {
     fn every_binary_a_test_gets_is_not_older_than_its_sources() {
         for name in ["drover-coordinator", "drover-agent", "drover", "fake-systemd", "fake-maas", "fake-shelf", "drover-bench"] {
             let path = fresh_binary(name);
-            match judge(&path).expect("judge") {
-                // `cargo test` alone leaves no `NAME.d` beside the binaries it builds for the
-                // tests (only `cargo build` does); such a binary was built by this very run.
-                Freshness::Fresh | Freshness::Unrecorded => {}
-                other => panic!("{} handed out as {other:?}", path.display()),
-            }
+            // Under cargo, whether `cargo build` (NAME.d) or `cargo test` (deps/CRATE-HASH.d)
+            // built it, the binary's sources are on record.
+            assert_eq!(judge(&path).expect("judge"), Freshness::Fresh, "{} handed out", path.display());
         }
     }
 }

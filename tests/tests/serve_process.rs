@@ -89,3 +89,107 @@ fn serve_runs_from_a_config_file_and_stops_on_sigterm() {
     let status = child.wait().expect("wait");
     assert!(status.success(), "serve did not stop cleanly on SIGTERM: {status}");
 }
+
+/// The agent's pinned director key, as a key id.
+fn pinned_director(agent_state: &std::path::Path) -> drover_proto::keys::KeyId {
+    let pem = std::fs::read_to_string(agent_state.join("director.pub")).expect("director.pub");
+    drover_proto::keys::KeyId::of(&drover_proto::keys::verifying_key_from_text(&pem).expect("key"))
+}
+
+/// `rotate-director-key` on a stopped coordinator's state dir; returns the new key id from its
+/// first line (`director key A hands over to B at T (rotation step N)`).
+fn rotate(state: &std::path::Path, overlap_secs: u64) -> String {
+    let overlap = overlap_secs.to_string();
+    let out = coordinator(&["rotate-director-key", "--state-dir", state.to_str().expect("utf8"), "--overlap-secs", &overlap]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().next().unwrap_or_default();
+    line.split(" hands over to ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("no successor in {stdout:?}"))
+        .to_owned()
+}
+
+/// Two director-key rotations through real processes: `serve` stopped, `rotate-director-key`
+/// run, `serve` started again on the same state dir and port, while one real `drover-agent run`
+/// keeps checking in. The agent stores each statement during its overlap, pins the successor
+/// once due, and keeps running tasks the coordinator now signs with the new key — no host
+/// re-enrolled. A rotation during another's overlap is refused (73).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn director_key_rotates_twice_under_a_running_agent_without_re_enrolling() {
+    use drover_tests::procs::{fixed_port_site, log_tail};
+    use drover_tests::sandbox::sandbox;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (paths, endpoint) = fixed_port_site(dir.path(), "[agent]\nlong_poll_secs = 1\n");
+    let logs = || {
+        format!(
+            "coordinator:\n{}\nagent:\n{}",
+            log_tail(&paths.dir.join("coordinator.log"), 20),
+            log_tail(&paths.dir.join("agent.log"), 20)
+        )
+    };
+    let wait_for = async |what: &str, check: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !check() {
+            assert!(Instant::now() < deadline, "{what}: not within 60 s\n{}", logs());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let issue_and_wait = async |host: uuid::Uuid, why: &str| {
+        let body = serde_json::json!({ "task": { "type": "node.validate_clean", "checkGpu": false }, "reason": why }).to_string();
+        let (code, text) = endpoint.call(Some(&endpoint.admin), "POST", &format!("/v1/hosts/{host}/tasks"), Some(&body)).await;
+        assert_eq!(code, "201", "{text}");
+        let id = serde_json::from_str::<serde_json::Value>(&text).expect("json")["taskId"].as_str().expect("taskId").to_owned();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (_, text) = endpoint.call(Some(&endpoint.admin), "GET", &format!("/v1/tasks/{id}"), None).await;
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            // Completed with its steps: the agent accepted the signature and ran it (a refused
+            // task is never completed). Its verdict on the sandbox's planted residue is beside
+            // the point.
+            if v["state"] == "completed" {
+                assert!(v["result"]["steps"].as_array().is_some_and(|s| s.iter().any(|s| s["name"] == "users")), "{v}");
+                return;
+            }
+            assert!(Instant::now() < deadline, "task {why} never completed: {v}\n{}", logs());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+
+    let mut server = paths.serve();
+    let root = paths.dir.join("root");
+    let extra = format!("{}\n[checkin]\nbackoff_base_secs = 1\nbackoff_max_secs = 1\n", sandbox(&root));
+    let (host, config) = endpoint.enroll_sandboxed("gpu-rotate-01", &root, &extra).await;
+    let agent_log = std::fs::File::create(paths.dir.join("agent.log")).expect("agent log");
+    let _agent = drover_tests::start_agent(&config, "info", Stdio::from(agent_log));
+    let agent_state = root.join("var/lib/drover");
+    let initial = pinned_director(&agent_state);
+    issue_and_wait(host, "before any rotation").await;
+
+    let mut previous = initial.clone();
+    for step in 1..=2 {
+        // Stop, rotate with a short overlap, serve again on the same port.
+        drop(server);
+        let successor = rotate(&paths.state, 4);
+        let refused = Command::new(workspace_binary("drover-coordinator"))
+            .args(["rotate-director-key", "--state-dir", paths.state.to_str().expect("utf8"), "--overlap-secs", "4"])
+            .output()
+            .expect("runs");
+        assert_eq!(refused.status.code(), Some(73), "a rotation during the overlap: {}", String::from_utf8_lossy(&refused.stderr));
+        server = paths.serve();
+
+        // The agent learns the statement on check-in, pins the successor once due, and the
+        // tasks the coordinator now signs with it run.
+        wait_for(&format!("step {step} pinned"), &|| pinned_director(&agent_state).to_string() == successor).await;
+        assert_ne!(pinned_director(&agent_state), previous);
+        issue_and_wait(host, &format!("after rotation {step}")).await;
+        previous = pinned_director(&agent_state);
+    }
+    assert_ne!(previous, initial);
+    // The coordinator served the whole time from one state dir; no host was enrolled again.
+    let (_, text) = endpoint.call(Some(&endpoint.admin), "GET", &format!("/v1/hosts/{host}"), None).await;
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&text).expect("json")["state"], "active", "{text}");
+    drop(server);
+}

@@ -174,7 +174,7 @@ pub fn seal<T: serde::Serialize>(message: &T, by: &KeySigner) -> Envelope {
 
 /// A check-in answer carrying `intent` and `tasks`.
 pub fn checkin_answer(intent: Option<Envelope>, tasks: Vec<Envelope>) -> Vec<u8> {
-    serde_json::to_vec(&CheckinResponse { intent, tasks, next_checkin_secs: NEXT_CHECKIN_SECS, director_rotation: None }).expect("json")
+    serde_json::to_vec(&CheckinResponse { intent, tasks, next_checkin_secs: NEXT_CHECKIN_SECS, director_rotations: vec![] }).expect("json")
 }
 
 /// The route the agent fetches a rollout's bundle from.

@@ -231,7 +231,7 @@ pub async fn checkin(
         intent: work.intent.as_deref().map(envelope).transpose()?,
         tasks: work.tasks.iter().map(|t| envelope(t)).collect::<Result<_, _>>()?,
         next_checkin_secs: NEXT_CHECKIN_SECS,
-        director_rotation: app.director.rotation().cloned(),
+        director_rotations: app.director.rotations(),
     }))
 }
 

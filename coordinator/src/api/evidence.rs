@@ -30,6 +30,11 @@ fn check(keys: &HostKeys, host: Uuid, evidence: &Evidence, task_id: Option<&str>
     let Some(registered) = keys.evidence_cert.as_deref() else {
         return Err("this host registered no evidence key at enrollment".into());
     };
+    // Kept whole in the store and served to auditors: bounded like any other document.
+    let size = serde_json::to_vec(evidence).map(|b| b.len()).unwrap_or(usize::MAX);
+    if size > evidence::MAX_EVIDENCE_BYTES {
+        return Err(format!("evidence is {size} bytes, more than the {} a document may hold", evidence::MAX_EVIDENCE_BYTES));
+    }
     if registered.trim() != evidence.certificate.trim() {
         return Err("signed by a key other than the one this host registered".into());
     }
@@ -281,5 +286,19 @@ mod tests {
             observed_at: at(1),
         }];
         assert!(check_probes(&keys, host, &reported, &e).is_err());
+    }
+
+    #[test]
+    fn oversized_evidence_is_refused_before_it_is_kept() {
+        let ca = Ca::generate(at(0)).expect("ca");
+        let host = Uuid::new_v4();
+        let (key, cert) = evidence_identity(&ca, host);
+        let keys = HostKeys { seal_key: None, evidence_cert: Some(cert.clone()) };
+        let mut r = result("5b0e9c1d-2a3f-4b6c-8d7e-0f1a2b3c4d5e");
+        // Genuinely signed by the registered key, yet larger than any document may be.
+        r.steps[0].message = "x".repeat(evidence::MAX_EVIDENCE_BYTES);
+        r.evidence = Some(signed(&r, host, &key, &cert));
+        let e = check_task_result(&keys, host, &r).expect_err("refused");
+        assert!(e.contains("more than the"), "{e}");
     }
 }

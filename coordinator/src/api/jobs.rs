@@ -413,11 +413,7 @@ pub async fn take_action(
         }
         TaskDirective::Issue(kind) => {
             let host_id = job.job.host_id.ok_or_else(|| ApiError::conflict("job names no host"))?;
-            let (task, row) =
-                crate::api::tasks::seal(app, host_id, Some(job_id), kind.clone(), app.config.jobs.task_ttl_secs).map_err(|e| {
-                    tracing::error!(error = %e, "cannot sign a job's task");
-                    ApiError::internal()
-                })?;
+            let (task, row) = crate::api::tasks::seal(app, host_id, Some(job_id), kind.clone(), app.config.jobs.task_ttl_secs).await?;
             progress.bind_task(task.task_id.clone());
             task_note = format!("issued {}", task.task_id);
             task_row = Some(row);

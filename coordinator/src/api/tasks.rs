@@ -102,10 +102,16 @@ impl From<&TaskRecord> for TaskView {
 /// Signs `kind` for `host_id` (director key) and returns the task and the store row that
 /// queues it. Shared by the task route and the job executor, which queues it inside the job's
 /// own transaction.
-pub fn seal(app: &AppState, host_id: Uuid, job_id: Option<Uuid>, kind: TaskKind, ttl_secs: u64) -> Result<(Task, NewTask), SealTaskError> {
-    let now = app.clock.now();
+pub async fn seal(
+    app: &AppState,
+    host_id: Uuid,
+    job_id: Option<Uuid>,
+    kind: TaskKind,
+    ttl_secs: u64,
+) -> Result<(Task, NewTask), SealTaskError> {
     let task_id = Uuid::new_v4();
-    let kind = seal_secrets(app, host_id, task_id, kind)?;
+    let kind = seal_secrets(app, host_id, task_id, kind).await?;
+    let now = app.clock.now();
     let task = Task {
         task_id: task_id.to_string(),
         host_id: host_id.to_string(),
@@ -148,15 +154,28 @@ pub enum SealTaskError {
     },
 }
 
+impl From<SealTaskError> for ApiError {
+    fn from(e: SealTaskError) -> ApiError {
+        match e {
+            SealTaskError::NoSealKey { .. } => ApiError::conflict(e.to_string()),
+            SealTaskError::Invalid { .. } => ApiError::bad_request(e.to_string()),
+            SealTaskError::Failed { .. } => {
+                tracing::error!(error = %e, "cannot sign a task");
+                ApiError::internal()
+            }
+        }
+    }
+}
+
 /// `kind` with every secret it carries sealed to the host's key for this task
 /// ([`drover_proto::seal`]): what is signed, stored and served never holds a secret in the
 /// clear. A host that registered no sealing key gets no task that carries a secret.
-fn seal_secrets(app: &AppState, host_id: Uuid, task_id: Uuid, kind: TaskKind) -> Result<TaskKind, SealTaskError> {
+async fn seal_secrets(app: &AppState, host_id: Uuid, task_id: Uuid, kind: TaskKind) -> Result<TaskKind, SealTaskError> {
     let TaskKind::HwSyncReseed(mut reseed) = kind else { return Ok(kind) };
     let MachineToken::Plain(token) = &reseed.token else { return Ok(TaskKind::HwSyncReseed(reseed)) };
     // One indexed read, only for the rare task that carries a secret.
     let failed = |message: String| SealTaskError::Failed { message };
-    let keys = app.store.host_keys(host_id).map_err(|e| failed(e.to_string()))?;
+    let keys = store::blocking(app.store.clone(), move |s| s.host_keys(host_id)).await.map_err(|e| failed(e.to_string()))?;
     let Some(public) = keys.seal_key else { return Err(SealTaskError::NoSealKey { host_id }) };
     let plain = drover_proto::canonical::to_vec_of(token).map_err(|e| failed(e.to_string()))?;
     let sealed = drover_proto::seal::seal(&public, &plain, &drover_proto::seal::secret_aad(&task_id.to_string(), &host_id.to_string()))
@@ -167,14 +186,7 @@ fn seal_secrets(app: &AppState, host_id: Uuid, task_id: Uuid, kind: TaskKind) ->
 
 /// Signs `kind` for `host_id` and queues it; wakes the host.
 pub async fn issue(app: &Arc<AppState>, host_id: Uuid, job_id: Option<Uuid>, kind: TaskKind, ttl_secs: u64) -> Result<Task, ApiError> {
-    let (task, row) = seal(app, host_id, job_id, kind, ttl_secs).map_err(|e| match e {
-        SealTaskError::NoSealKey { .. } => ApiError::conflict(e.to_string()),
-        SealTaskError::Invalid { .. } => ApiError::bad_request(e.to_string()),
-        SealTaskError::Failed { .. } => {
-            tracing::error!(error = %e, "cannot sign a task");
-            ApiError::internal()
-        }
-    })?;
+    let (task, row) = seal(app, host_id, job_id, kind, ttl_secs).await?;
     app.dispatch_task(row).await?;
     Ok(task)
 }

@@ -24,9 +24,10 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::local::{self, AllocationsQuery, ReleaseNotice};
-use super::model::{JobKind, Stage};
+use super::model::{FailureClass, JobKind, Stage};
 use super::pacing::{self, PaceBudget};
 use super::plan::{Decision, JobView, Observed, SchedulerAnswer, TaskObs, after_scheduler_answer, apply, decide, lifecycle_guard};
+use crate::api::tasks::SealTaskError;
 use crate::app::AppState;
 use crate::store::{self, Host, HostOp, Job, JobFilter, JobStep, NewEvent, PlanSnapshot, Store, StoreError, TaskRecord};
 
@@ -351,25 +352,37 @@ async fn execute(
     let job_id = job.job.job_id;
     let stage = view.progress.stage;
     let mut task_row = None;
-    let mut host_ops = Vec::new();
-    let mut events = Vec::new();
-    let mut why = format!("job {job_id} ({}), stage {stage}: {}", view.kind.name(), decision.reason());
-    let mut data = json!({});
-    let (mut state, mut progress) = match &decision {
-        Decision::IssueTask { kind, .. } => {
-            match crate::api::tasks::seal(app, host.id, Some(job_id), kind.clone(), app.config.jobs.task_ttl_secs) {
+    let mut sealed_task_id = None;
+    let decision = match decision {
+        Decision::IssueTask { ref kind, .. } => {
+            match crate::api::tasks::seal(app, host.id, Some(job_id), kind.clone(), app.config.jobs.task_ttl_secs).await {
                 Ok((task, row)) => {
                     task_row = Some(row);
-                    apply(view, &decision, now, Some(&task.task_id))
+                    sealed_task_id = Some(task.task_id);
+                    decision
                 }
+                // No retry can mend these (the host must enroll again, or the task breaks the
+                // schema): the job stops with the reason instead of trying every tick.
+                Err(e @ (SealTaskError::NoSealKey { .. } | SealTaskError::Invalid { .. })) => Decision::Fail {
+                    class: FailureClass::Configuration,
+                    state: JobState::FailedManualIntervention,
+                    message: format!("stage {stage}: {e}"),
+                    quarantine: false,
+                    host_to: None,
+                },
                 Err(e) => {
                     tracing::error!(error = %e, %job_id, "cannot sign a job's task");
                     return Ok(job.clone());
                 }
             }
         }
-        _ => apply(view, &decision, now, None),
+        d => d,
     };
+    let mut host_ops = Vec::new();
+    let mut events = Vec::new();
+    let mut why = format!("job {job_id} ({}), stage {stage}: {}", view.kind.name(), decision.reason());
+    let mut data = json!({});
+    let (mut state, mut progress) = apply(view, &decision, now, sealed_task_id.as_deref());
     match &decision {
         Decision::RunLocal { stage: Stage::ForceRelease, .. } => {
             // The scheduler owns the allocations: with forceRelease it is told to end them

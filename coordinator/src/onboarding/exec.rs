@@ -534,8 +534,13 @@ async fn step(
                     token_secret: Secret::new(token.token_secret),
                 }),
             });
-            let (task, row) = match crate::api::tasks::seal(app, host_id, Some(job.job.job_id), kind, app.config.jobs.task_ttl_secs) {
+            let (task, row) = match crate::api::tasks::seal(app, host_id, Some(job.job.job_id), kind, app.config.jobs.task_ttl_secs).await {
                 Ok(v) => v,
+                // The agent enrolled without a sealing key, so MAAS's token cannot reach it
+                // sealed; no retry mends that: the onboarding stops and says why.
+                Err(e @ crate::api::tasks::SealTaskError::NoSealKey { .. }) => {
+                    return fail(app, job, p, (MaasFailureClass::AgentEnrollmentFailure, e.to_string()), None).await.map(Some);
+                }
                 Err(e) => {
                     tracing::error!(error = %e, "cannot sign the hardware-sync seeding task");
                     return Ok(None);
