@@ -3,9 +3,9 @@
 //!
 //! Each target is an ordinary `#[test]` built on bolero: under `cargo test` it runs its
 //! checked-in corpus (`tests/__fuzz__/<target>/corpus/`) and then random inputs for
-//! [`TEST_TIME`] (`BOLERO_RANDOM_TEST_TIME_MS` overrides it); under `cargo bolero test` the
-//! same target runs coverage-guided. Inputs are bytes, so that a corpus file is an input
-//! as it stands.
+//! [`TEST_TIME`] (`BOLERO_RANDOM_TEST_TIME_MS` overrides it); under `fuzz/run-coverage.sh
+//! TARGET` (libFuzzer, on stable Rust) the same target runs coverage-guided. Inputs are
+//! bytes, so that a corpus file is an input as it stands.
 //!
 //! An input is either a replacement for the genuine document or an edit script over it (see
 //! [`variant`]): random bytes thus mostly make near-misses of a valid signed document, the
