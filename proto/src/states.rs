@@ -224,7 +224,9 @@ state_enum! {
         Deleted = "deleted",
     }
     transitions {
-        BootstrapIssued => [Enrolling],
+        // A host that never enrolled (a typo, an expired token) can be deleted outright:
+        // nothing was installed, so there is nothing to drain or uninstall.
+        BootstrapIssued => [Enrolling, Deleted],
         Enrolling => [Active, Quarantined],
         Active => [Offline, Quarantined, Draining],
         Offline => [Active, Quarantined, Draining],

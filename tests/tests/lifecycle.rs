@@ -121,11 +121,19 @@ async fn quarantine_then_unquarantine() {
     assert_eq!(body["state"], "quarantined");
     assert_eq!(body["hostId"], id.to_string());
     assert_eq!(body["hostname"], "gpu-q");
-    assert_eq!(body["schedulable"], true);
+    // What a scheduler reads: a quarantined host is never schedulable, and cannot be made so.
+    assert_eq!(body["schedulable"], false);
     assert_eq!(state(&h, id), HostLifecycle::Quarantined);
+    let (code, body) = verb(&h, id, "uncordon", "let tenants back").await;
+    assert_eq!(code, "409", "{body}");
+    assert!(body.to_string().contains("unquarantine it first"), "{body}");
     let (code, body) = verb(&h, id, "unquarantine", "GPU 3 replaced").await;
     assert_eq!(code, "200", "{body}");
     assert_eq!(body["state"], "active");
+    // Back in service but still cordoned: taking tenants again is the operator's own step.
+    assert_eq!(body["schedulable"], false);
+    let (code, body) = verb(&h, id, "uncordon", "GPU 3 replaced and tested").await;
+    assert_eq!((code.as_str(), body["schedulable"].as_bool()), ("200", Some(true)), "{body}");
     // One event per transition, each carrying the operator's reason.
     let events = transitions(&h, id);
     assert!(events.iter().any(|m| m.contains("ECC errors on GPU 3")), "{events:?}");
@@ -340,7 +348,7 @@ async fn drover_host_cli_drives_the_lifecycle() {
     let id_text = id.to_string();
     let out = h.drover_as(&h.admin, &["host", "quarantine", &id_text, "--reason", "cli test"]).await;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("{id} gpu-cli quarantined schedulable"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("{id} gpu-cli quarantined cordoned"));
     let out = h.drover_as(&h.admin, &["host", "cordon", &id_text, "--reason", "cli test"]).await;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("{id} gpu-cli quarantined cordoned"));
@@ -351,4 +359,33 @@ async fn drover_host_cli_drives_the_lifecycle() {
     let out = h.drover_as(&h.viewer, &["host", "unquarantine", &id_text, "--reason", "cli test"]).await;
     assert_eq!(out.status.code(), Some(77), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(state(&h, id), HostLifecycle::Quarantined);
+}
+
+/// A host created for enrollment that never enrolled (a typo, an expired token) is removed at
+/// once: deleted, its token ended (enrolling with it now fails), its hostname free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_never_enrolled_can_be_removed_and_its_token_ends() {
+    let h = Harness::start().await;
+    let created = h.create_host("gpu-typo").await;
+    let id = Uuid::parse_str(created["hostId"].as_str().expect("id")).expect("uuid");
+    let token = created["token"].as_str().expect("token").to_owned();
+    assert_eq!(state(&h, id), HostLifecycle::BootstrapIssued);
+    // No other verb applies to it…
+    assert_eq!(verb(&h, id, "retire", "typo").await.0, "409");
+    // …but remove does, without a job: nothing was installed.
+    let (code, body) = verb(&h, id, "remove", "typo in the hostname").await;
+    assert_eq!(code, "200", "{body}");
+    assert_eq!((body["state"].as_str(), body["jobId"].as_str()), (Some("deleted"), None), "{body}");
+    assert_eq!(state(&h, id), HostLifecycle::Deleted);
+    let audit = h.running.app.store.list_audit(&AuditFilter { target: Some(id.to_string()), ..Default::default() }).expect("audit");
+    assert!(audit.iter().any(|a| a.audit.action == "host.remove" && a.audit.reason == "typo in the hostname"), "{audit:?}");
+    // The token enrolls nothing any more.
+    let (_key, csr) = drover_tests::key_and_csr("gpu-typo");
+    let enroll = serde_json::json!({ "hostId": id.to_string(), "token": token, "csr": csr }).to_string();
+    let (code, text) = h.call(None, "POST", "/v1/enroll", Some(&enroll)).await;
+    assert!(code.starts_with('4'), "enrolling with the ended token: {code} {text}");
+    assert_eq!(state(&h, id), HostLifecycle::Deleted);
+    // The hostname is free again, under a new id.
+    let again = h.create_host("gpu-typo").await;
+    assert_ne!(again["hostId"].as_str(), Some(id.to_string().as_str()));
 }

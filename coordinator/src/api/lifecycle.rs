@@ -147,7 +147,7 @@ impl Verb {
             // The in-progress state itself: asking again resumes (§8).
             Verb::Retire => &[Active, Offline, Quarantined, Draining],
             Verb::Reactivate => &[Retired],
-            Verb::Remove => &[Retired, Removing],
+            Verb::Remove => &[Retired, Removing, BootstrapIssued],
         }
     }
 
@@ -232,7 +232,7 @@ fn refusal(verb: Verb, host: &Host) -> ApiError {
             "deleted is terminal: a removed host's identity is never reactivated or reused; enroll the machine again as a new host"
                 .to_owned()
         }
-        (Verb::Remove, _) => "only a retired host can be removed: retire it first".to_owned(),
+        (Verb::Remove, _) => "only a retired host, or one that never enrolled, can be removed: retire it first".to_owned(),
         _ => format!("{} needs the host in {allowed}", verb.action()),
     };
     ApiError::conflict(format!("host {id} is {state}: {why}"))
@@ -296,6 +296,27 @@ async fn apply(app: &Arc<AppState>, op: &OperatorCaller, host_id: Uuid, verb: Ve
     // A host leaving or re-entering service changes what a rollout may do with it.
     app.executor.poke();
     Ok(current)
+}
+
+/// `remove` of a host that never enrolled: straight to deleted (nothing was installed, so
+/// there is nothing to uninstall), its unused enrollment tokens ended, audited. Its hostname
+/// is free again at once (only live hosts hold one).
+async fn cancel_enrollment(app: &Arc<AppState>, op: &OperatorCaller, host: &Host, reason: String) -> Result<Host, ApiError> {
+    let host_id = host.id;
+    let why = format!("{} by {}: {reason} (never enrolled; its enrollment token ended)", Verb::Remove.action(), op.name);
+    let audit = verb_audit(app, op, Verb::Remove, host, &reason);
+    let at = app.clock.now();
+    let deleted = store::blocking(app.store.clone(), move |s| {
+        // The transition first: if the host enrolled meanwhile it fails and nothing changes.
+        let deleted = s.transition_host(host_id, HostLifecycle::BootstrapIssued, HostLifecycle::Deleted, &why, at)?;
+        s.revoke_host_certs(host_id, at, &why)?;
+        s.append_audit(&audit)?;
+        Ok(deleted)
+    })
+    .await
+    .map_err(store_error)?;
+    tracing::info!(%host_id, operator = %op.name, %reason, "host that never enrolled deleted");
+    Ok(deleted)
 }
 
 /// What `retire` / `remove` read: the host, its unfinished jobs, and the first one's task.
@@ -455,6 +476,11 @@ async fn set_schedulable(
         if host.state == HostLifecycle::Deleted {
             return Ok(Err(ApiError::conflict(format!("host {host_id} is deleted: deleted is terminal, its flags no longer change"))));
         }
+        if schedulable && host.state == HostLifecycle::Quarantined {
+            return Ok(Err(ApiError::conflict(format!(
+                "host {host_id} is quarantined, and a quarantined host is never schedulable: unquarantine it first (drover host unquarantine {host_id} --reason …), then uncordon it"
+            ))));
+        }
         // The store makes a same-value set a no-op without an event; the request is still
         // an operator action, so it is audited either way.
         let updated = s.set_schedulable(host_id, schedulable, &format!("{action} by {actor}: {why}"), at)?;
@@ -485,6 +511,13 @@ async fn verb_route(
 ) -> Result<Json<HostStateResponse>, ApiError> {
     let host_id = parse_host_id(&id)?;
     let reason = check_reason(req.reason.as_deref())?;
+    if verb == Verb::Remove {
+        let host = read_host(&app, host_id).await?;
+        if host.state == HostLifecycle::BootstrapIssued {
+            let host = cancel_enrollment(&app, &op, &host, reason).await?;
+            return Ok(Json(HostStateResponse::from(&host)));
+        }
+    }
     if verb.job().is_some() {
         let (host, job) = apply_job_verb(&app, &op, host_id, verb, reason.clone()).await?;
         tracing::info!(%host_id, operator = %op.name, action = verb.action(), state = %host.state, job_id = %job.job.job_id, job_state = %job.state, %reason, "host lifecycle verb applied");
@@ -541,7 +574,8 @@ pub async fn reactivate(
 
 /// `POST /v1/hosts/{id}/remove` (admin): retired → removing, owned by a `remove` job (created,
 /// or resumed for a host already removing) that uninstalls the agent, revokes the host and
-/// deletes it.
+/// deletes it; a host that never enrolled (`bootstrap_issued`) is deleted at once, its
+/// enrollment token ended.
 pub async fn remove(
     State(app): State<Arc<AppState>>,
     Admin(op): Admin,

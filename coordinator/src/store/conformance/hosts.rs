@@ -227,6 +227,28 @@ pub fn host_schedulable_flag(make: Factory<'_>) {
     assert_eq!(kind(), 2);
 }
 
+/// Invariant: a quarantined host is never schedulable. Quarantine cordons it (with an event),
+/// and uncordoning it while quarantined is refused; leaving quarantine leaves it cordoned.
+pub fn quarantined_host_is_never_schedulable(make: Factory<'_>) {
+    let s = make();
+    let h = host(&*s, "gpu-01");
+    s.transition_host(h.id, HostLifecycle::BootstrapIssued, HostLifecycle::Enrolling, "enrolled", t(1)).unwrap();
+    s.transition_host(h.id, HostLifecycle::Enrolling, HostLifecycle::Active, "healthy", t(2)).unwrap();
+    assert!(s.get_host(h.id).unwrap().unwrap().schedulable);
+    let q = s.transition_host(h.id, HostLifecycle::Active, HostLifecycle::Quarantined, "ECC errors", t(3)).unwrap();
+    assert!(!q.schedulable, "quarantine cordons");
+    let e = s.set_schedulable(h.id, true, "uncordon", t(4)).expect_err("refused");
+    assert!(matches!(e, StoreError::IllegalTransition { .. }), "{e:?}");
+    assert!(!s.get_host(h.id).unwrap().unwrap().schedulable);
+    let back = s.transition_host(h.id, HostLifecycle::Quarantined, HostLifecycle::Active, "fixed", t(5)).unwrap();
+    assert!(!back.schedulable, "leaving quarantine does not uncordon");
+    assert!(s.set_schedulable(h.id, true, "tested", t(6)).unwrap().schedulable);
+    // Every host in quarantine, however it got there, reads unschedulable.
+    for host in s.list_hosts(&Default::default()).unwrap() {
+        assert!(host.state != HostLifecycle::Quarantined || !host.schedulable, "{host:?}");
+    }
+}
+
 /// A token enrolls its host once; a second use is refused.
 pub fn token_consumed_once(make: Factory<'_>) {
     let s = make();

@@ -150,6 +150,11 @@ pub(super) fn transition_host(
             data: json!({ "from": from.as_str(), "to": to.as_str(), "hostname": host.hostname }),
         },
     )?;
+    // The flag is what a scheduler reads: a host blocked pending investigation must never
+    // read as schedulable, whoever quarantined it (an operator, a failed validation, drift).
+    if to == HostLifecycle::Quarantined && host.schedulable {
+        set_schedulable(c, id, false, "quarantined: a quarantined host is never schedulable", at)?;
+    }
     require_host(c, id)
 }
 
@@ -167,6 +172,9 @@ pub(super) fn set_schedulable(c: &Connection, id: Uuid, schedulable: bool, reaso
     let host = require_host(c, id)?;
     if host.schedulable == schedulable {
         return Ok(host);
+    }
+    if schedulable && host.state == HostLifecycle::Quarantined {
+        return Err(StoreError::IllegalTransition { what: "host schedulable flag", from: "quarantined".into(), to: "schedulable".into() });
     }
     c.prepare_cached("UPDATE hosts SET schedulable = ?1, updated_at = ?2 WHERE id = ?3")?.execute(params![
         schedulable,
