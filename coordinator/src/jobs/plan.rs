@@ -457,6 +457,11 @@ fn decide_local(job: &JobView, obs: &Observed, stage: Stage, now: Time, policy: 
     use HostLifecycle as L;
     let achieved = match stage {
         Stage::Cordon => (!obs.schedulable).then(|| "host is cordoned".to_owned()),
+        // A quarantined host is never schedulable: cleaned or not, it stays cordoned until an
+        // operator unquarantines it and uncordons it.
+        Stage::Uncordon if obs.lifecycle == L::Quarantined => {
+            Some("host is quarantined: it stays cordoned until an operator unquarantines and uncordons it".to_owned())
+        }
         Stage::Uncordon => obs.schedulable.then(|| "host is schedulable again".to_owned()),
         // Drover does not track tenant allocations: the scheduler is asked (the executor runs
         // the stage and decides on its answer, `after_scheduler_answer`). Without a

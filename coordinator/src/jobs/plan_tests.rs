@@ -96,6 +96,18 @@ fn soft_reset_runs_its_stages_in_order() {
 }
 
 #[test]
+fn soft_reset_of_a_quarantined_host_leaves_it_cordoned() {
+    use Stage::*;
+    let obs = Observed { lifecycle: HostLifecycle::Quarantined, schedulable: false, ..observed() };
+    let (done, issued) = drive(job(JobKind::SoftReset { storage: StorageChoice::None }), obs);
+    assert_eq!(done.state, JobState::Completed);
+    // Cleaned, but the uncordon is not run: a quarantined host is never schedulable.
+    assert!(!issued.contains(&Uncordon), "{issued:?}");
+    let last = done.progress.history.iter().rev().find(|e| e.stage == Uncordon).expect("uncordon recorded");
+    assert!(last.message.contains("quarantined"), "{last:?}");
+}
+
+#[test]
 fn storage_none_skips_cleanup() {
     let (_, issued) = drive(job(JobKind::SoftReset { storage: StorageChoice::None }), observed());
     assert!(!issued.contains(&Stage::CleanupStorage), "{issued:?}");
