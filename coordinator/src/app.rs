@@ -118,6 +118,8 @@ pub struct AppState {
     /// Check-ins of hosts whose state does not change, buffered and written in one
     /// transaction every [`CHECKIN_FLUSH_MS`] (see [`AppState::flush_checkins`]).
     pub pending_checkins: Mutex<HashMap<Uuid, store::Checkin>>,
+    /// Hosts' latest health reports, buffered and written with the check-ins.
+    pub pending_health: Mutex<HashMap<Uuid, store::HostHealth>>,
     /// Event counters for `/metrics` (state gauges are read from the store at scrape time).
     pub metrics: crate::metrics::Metrics,
     /// Wakes the rollout executor.
@@ -181,10 +183,23 @@ impl AppState {
     pub async fn flush_checkins(self: &Arc<Self>) -> Result<u64, StoreError> {
         let batch: Vec<(Uuid, store::Checkin)> =
             std::mem::take(&mut *self.pending_checkins.lock().unwrap_or_else(|e| e.into_inner())).into_iter().collect();
-        if batch.is_empty() {
+        let health: Vec<store::HostHealth> =
+            std::mem::take(&mut *self.pending_health.lock().unwrap_or_else(|e| e.into_inner())).into_values().collect();
+        if batch.is_empty() && health.is_empty() {
             return Ok(0);
         }
-        store::blocking(self.store.clone(), move |s| s.record_checkins(&batch)).await
+        store::blocking(self.store.clone(), move |s| {
+            if !health.is_empty() {
+                s.record_host_health(&health)?;
+            }
+            if batch.is_empty() { Ok(0) } else { s.record_checkins(&batch) }
+        })
+        .await
+    }
+
+    /// Buffers a host's latest health report for the next flush (a later one replaces it).
+    pub fn note_health(&self, health: store::HostHealth) {
+        self.pending_health.lock().unwrap_or_else(|e| e.into_inner()).insert(health.host_id, health);
     }
 
     /// Whether a certificate serial is revoked (as of the last refresh).

@@ -155,6 +155,7 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
         revoked: Default::default(),
         crl_lock: Default::default(),
         pending_checkins: Default::default(),
+        pending_health: Default::default(),
         metrics: Default::default(),
         executor: Default::default(),
         power,

@@ -90,6 +90,26 @@ async fn agent_runs_checks_in_notifies_systemd_and_stops_on_sigterm() {
     }
     let store = h.running.app.store.clone();
     until("the host to become active", || store.get_host(host).ok().flatten().is_some_and(|r| r.state.as_str() == "active")).await;
+    // What the agent says of itself reaches the operator's view of the host: its memory, load,
+    // state directory, as this machine has them (the check-in flush writes them).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let view = loop {
+        h.running.app.flush_checkins().await.expect("flush");
+        let (code, text) = h.call(Some(&h.admin), "GET", &format!("/v1/hosts/{host}"), None).await;
+        assert_eq!(code, "200", "{text}");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        if !v["health"].is_null() {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "no health in the host's view: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let health = &view["health"];
+    assert!(health["reportedAt"].is_string(), "{health}");
+    assert!(health["health"]["memTotalBytes"].as_u64().is_some_and(|m| m > 0), "{health}");
+    assert!(health["health"]["loadAvg1m"].is_number() && health["health"]["uptimeSecs"].is_number(), "{health}");
+    assert!(health["health"]["stateDir"].is_object(), "{health}");
+    assert!(health["probes"].is_array(), "{health}");
     let status = stop(agent);
     assert!(status.success(), "the agent did not stop cleanly on SIGTERM: {status:?}");
     // Pings may still be queued before it: read until STOPPING=1 (bounded by the socket's

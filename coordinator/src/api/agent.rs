@@ -247,6 +247,14 @@ async fn record_checkin(app: &Arc<AppState>, host: Uuid, req: CheckinRequest) ->
     let report = merged_report(seen.report.as_ref(), &req);
     let changed = (seen.report.as_ref() != Some(&report) && (seen.report.is_some() || report != HostReport::default())).then_some(report);
     let checkin = Checkin { at: now, agent_version: req.agent_version, boot_id: req.boot_id, current_generation: req.current_generation };
+    // What the host says of itself, for operators: kept with the buffered check-in writes.
+    if req.health.is_some() || !req.probe_results.is_empty() {
+        let report = super::operator::HostHealthReport { health: req.health, probes: req.probe_results.clone() };
+        match serde_json::to_string(&report) {
+            Ok(report) => app.note_health(store::HostHealth { host_id: host, reported_at: now, report }),
+            Err(e) => tracing::warn!(%host, error = %e, "health report not kept"),
+        }
+    }
     // First contact after enrollment, or back from silence: written now, with the
     // transition. A routine check-in only updates last-seen fields, which are buffered and
     // written in batches (see AppState::flush_checkins), so it writes nothing here.

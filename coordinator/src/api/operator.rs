@@ -185,20 +185,55 @@ pub struct CertView {
     revoked_at: Option<Time>,
 }
 
-/// One host with its certificates.
+/// What a host's agent last said of itself: its health report (GPUs, disks, load, memory,
+/// failed units, its state directory) and its probe results. Kept as this JSON in the store.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostHealthReport {
+    /// The health report, when the check-in carried one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<drover_proto::report::HealthReport>,
+    /// The probe results it carried.
+    #[serde(default)]
+    pub probes: Vec<drover_proto::report::ProbeResult>,
+}
+
+/// A host's latest report, with when it arrived.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthView {
+    reported_at: Time,
+    #[serde(flatten)]
+    report: HostHealthReport,
+}
+
+/// One host with its certificates and its latest health report.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HostDetail {
     #[serde(flatten)]
     host: HostView,
     certificates: Vec<CertView>,
+    /// Absent until the host's agent has reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    health: Option<HealthView>,
 }
 
 /// `GET /v1/hosts/{id}`: the host, its last check-in and its certificates.
 pub async fn get_host(State(app): State<Arc<AppState>>, _caller: Reader, Path(id): Path<String>) -> Result<Json<HostDetail>, ApiError> {
     let id = parse_uuid("host id", &id)?;
-    let (host, certs) = store::blocking(app.store.clone(), move |s| Ok((s.get_host(id)?, s.list_certs(Some(id))?))).await?;
+    let (host, certs, health) =
+        store::blocking(app.store.clone(), move |s| Ok((s.get_host(id)?, s.list_certs(Some(id))?, s.host_health(id)?))).await?;
     let host = host.ok_or_else(|| ApiError::not_found(format!("host {id} not found")))?;
+    // Written by this coordinator from a report it checked; one that no longer parses (an
+    // older build's shape) is left out rather than failing the read.
+    let health = health.and_then(|h| match serde_json::from_str::<HostHealthReport>(&h.report) {
+        Ok(report) => Some(HealthView { reported_at: h.reported_at, report }),
+        Err(e) => {
+            tracing::warn!(host = %id, error = %e, "stored health report does not parse; not shown");
+            None
+        }
+    });
     let certificates = certs
         .into_iter()
         .map(|c| CertView {
@@ -210,7 +245,7 @@ pub async fn get_host(State(app): State<Arc<AppState>>, _caller: Reader, Path(id
             revoked_at: c.revoked.map(|r| r.at),
         })
         .collect();
-    Ok(Json(HostDetail { host: host.into(), certificates }))
+    Ok(Json(HostDetail { host: host.into(), certificates, health }))
 }
 
 // ---- tokens --------------------------------------------------------------------------------

@@ -1,11 +1,24 @@
-//! What the store keeps of a host's own keys and the evidence it signs (issue 23, points 6
-//! and 7): the keys are registered at enrollment, in the enrollment's transaction; evidence is
-//! kept as the host sent it, so it verifies offline with the CA certificate alone.
+//! What the store keeps of what a host says of itself: its own keys and the evidence it signs
+//! (issue 23, points 6 and 7), and its latest health report (issue 24, point 5). The keys are
+//! registered at enrollment, in the enrollment's transaction; evidence is kept as the host sent
+//! it, so it verifies offline with the CA certificate alone.
 
 use drover_proto::time::Time;
 use uuid::Uuid;
 
 use super::NewCert;
+
+/// A host's latest health report: what its agent last said of itself (health, probe results),
+/// as the JSON of [`crate::api::operator::HostHealthReport`], and when it arrived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostHealth {
+    /// The host.
+    pub host_id: Uuid,
+    /// When the check-in that carried it arrived (coordinator time).
+    pub reported_at: Time,
+    /// The report, JSON.
+    pub report: String,
+}
 
 /// The public keys a host registered when it last enrolled.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -280,6 +280,12 @@ pub trait Store: Send + Sync {
     /// The keys a host registered when it last enrolled (both `None` for a host that has
     /// not, or whose agent predates them). `NotFound` for an unknown host.
     fn host_keys(&self, host_id: Uuid) -> Result<HostKeys, StoreError>;
+    /// Replaces each host's latest health report with the one given, unless the stored one is
+    /// newer; hosts that do not exist are skipped. One transaction; returns how many rows
+    /// were written.
+    fn record_host_health(&self, batch: &[HostHealth]) -> Result<u64, StoreError>;
+    /// A host's latest health report, if its agent ever sent one.
+    fn host_health(&self, host_id: Uuid) -> Result<Option<HostHealth>, StoreError>;
     /// Keeps host-signed evidence (already verified by the caller); returns its `seq`.
     fn put_evidence(&self, evidence: &NewEvidence) -> Result<i64, StoreError>;
     /// Kept evidence matching `filter`, oldest first.

@@ -249,6 +249,24 @@ pub fn quarantined_host_is_never_schedulable(make: Factory<'_>) {
     }
 }
 
+/// A host's latest health report replaces the one before, never by an older one; a report
+/// for a host that does not exist is skipped.
+pub fn host_health_keeps_the_latest_report(make: Factory<'_>) {
+    let s = make();
+    let h = host(&*s, "gpu-01");
+    assert_eq!(s.host_health(h.id).unwrap(), None);
+    let report = |at: i64, text: &str| HostHealth { host_id: h.id, reported_at: t(at), report: text.to_owned() };
+    assert_eq!(s.record_host_health(&[report(10, "{\"n\":1}")]).unwrap(), 1);
+    assert_eq!(s.host_health(h.id).unwrap(), Some(report(10, "{\"n\":1}")));
+    s.record_host_health(&[report(20, "{\"n\":2}")]).unwrap();
+    // Late, out of order: the newer report stays.
+    s.record_host_health(&[report(15, "{\"n\":0}")]).unwrap();
+    assert_eq!(s.host_health(h.id).unwrap(), Some(report(20, "{\"n\":2}")));
+    let ghost = HostHealth { host_id: Uuid::new_v4(), reported_at: t(30), report: "{}".into() };
+    assert_eq!(s.record_host_health(&[ghost.clone()]).unwrap(), 0);
+    assert_eq!(s.host_health(ghost.host_id).unwrap(), None);
+}
+
 /// A token enrolls its host once; a second use is refused.
 pub fn token_consumed_once(make: Factory<'_>) {
     let s = make();

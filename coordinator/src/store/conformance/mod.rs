@@ -70,6 +70,7 @@ macro_rules! __drover_store_checks {
             host_checkin_recorded,
             host_schedulable_flag,
             quarantined_host_is_never_schedulable,
+            host_health_keeps_the_latest_report,
             token_consumed_once,
             token_single_use_under_concurrency,
             token_for_other_host_refused,

@@ -18,6 +18,7 @@
 pub mod backup;
 mod bindings;
 mod evidence;
+mod health;
 mod hosts;
 mod jobs;
 mod log;
@@ -56,10 +57,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (7, include_str!("../migrations/0007_racks.sql")),
     (8, include_str!("../migrations/0008_device_control.sql")),
     (9, include_str!("../migrations/0009_host_keys_and_evidence.sql")),
+    (10, include_str!("../migrations/0010_host_health.sql")),
 ];
 
 /// The schema version this build writes; a file with a higher one is refused.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// How long a connection waits for another process's lock before failing: only a second
 /// process on the same file (an operator's `sqlite3` shell, a backup) ever holds one.
@@ -400,6 +402,12 @@ impl Store for SqliteStore {
     }
     fn host_keys(&self, host_id: Uuid) -> Result<HostKeys, StoreError> {
         self.read(|c| evidence::host_keys(c, host_id))
+    }
+    fn record_host_health(&self, batch: &[HostHealth]) -> Result<u64, StoreError> {
+        self.write(|tx| health::record_host_health(tx, batch))
+    }
+    fn host_health(&self, host_id: Uuid) -> Result<Option<HostHealth>, StoreError> {
+        self.read(|c| health::host_health(c, host_id))
     }
     fn put_evidence(&self, evidence: &NewEvidence) -> Result<i64, StoreError> {
         self.write(|tx| evidence::put_evidence(tx, evidence))
