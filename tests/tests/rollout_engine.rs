@@ -118,8 +118,12 @@ async fn rollout_converges_wave_by_wave_through_the_executor() {
     // One event per transition, in RFC-0002 §7's shape, with the budgets of the rollout.
     let events =
         app.store.list_events(&EventFilter { kind: Some("rollout.host".into()), limit: 500, ..Default::default() }).expect("events");
-    let dispatches: Vec<_> = events.iter().filter(|e| e.event.data["transition"] == "Pending -> Activating").collect();
-    assert_eq!(dispatches.len(), 5, "one dispatch per host");
+    // A dispatch is any move into Activating: from Pending, or from Skipped when a loaded
+    // machine let a host's check-ins lapse past the offline sweep while its wave ran.
+    let dispatches: Vec<_> =
+        events.iter().filter(|e| e.event.data["transition"].as_str().is_some_and(|t| t.ends_with("-> Activating"))).collect();
+    let transitions: Vec<_> = events.iter().map(|e| e.event.data["transition"].to_string()).collect();
+    assert_eq!(dispatches.len(), 5, "one dispatch per host: {transitions:?}");
     for e in &events {
         let d = &e.event.data;
         for key in ["ts", "rollout", "wave", "host", "transition", "reason", "budgets"] {
@@ -135,13 +139,13 @@ async fn rollout_converges_wave_by_wave_through_the_executor() {
     let at = |host: &str, transition: &str| {
         events
             .iter()
-            .find(|e| e.event.data["host"] == host && e.event.data["transition"] == transition)
+            .find(|e| e.event.data["host"] == host && e.event.data["transition"].as_str().is_some_and(|t| t.ends_with(transition)))
             .map(|e| e.id)
             .unwrap_or_else(|| panic!("no {transition} event for {host}"))
     };
-    assert!(at("infra-01", "Soaking -> Converged") < at("gpu-a-01", "Pending -> Activating"), "channel edge infra → gpu");
-    assert!(at("gpu-a-01", "Soaking -> Converged") < at("gpu-a-02", "Pending -> Activating"), "wave 0 before wave 1");
-    assert!(at("gpu-b-01", "Soaking -> Converged") < at("gpu-b-02", "Pending -> Activating"), "host edge");
+    assert!(at("infra-01", "Soaking -> Converged") < at("gpu-a-01", "-> Activating"), "channel edge infra → gpu");
+    assert!(at("gpu-a-01", "Soaking -> Converged") < at("gpu-a-02", "-> Activating"), "wave 0 before wave 1");
+    assert!(at("gpu-b-01", "Soaking -> Converged") < at("gpu-b-02", "-> Activating"), "host edge");
     let deferred = app.store.list_events(&EventFilter { kind: Some("rollout.deferred".into()), ..Default::default() }).expect("events");
     assert_eq!(deferred.len(), 1, "RolloutDeferred once per change, not per tick");
 
