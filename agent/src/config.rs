@@ -23,8 +23,8 @@
 //! ```
 //!
 //! `coordinator_urls` are tried in order (fail-over on a connection failure); each must be an
-//! `https://` URL with a host and nothing after the path. Relative paths are resolved against
-//! the directory holding the configuration file. Later settings (check-in, tasks, probes) are
+//! `https://` URL with a host and nothing after the path. A relative `state_dir` is resolved
+//! against the directory holding the configuration file; `ca_file` must be absolute. Later settings (check-in, tasks, probes) are
 //! added as new fields, each with a serde default or as an optional table, so existing files
 //! keep parsing.
 
@@ -46,8 +46,9 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    /// TOML syntax, an unknown key, a wrong type.
-    #[error("{file}: key `{key}`: {message}", file = file.display())]
+    /// TOML syntax, an unknown key, a wrong type: `FILE:LINE:COL: key `K`: message`, without
+    /// the key for a syntax error (whose key is the document, `.`).
+    #[error("{file}{}: {}{message}", at_line_col(*at), key_prefix(key), file = file.display())]
     Parse {
         /// The file.
         file: PathBuf,
@@ -55,6 +56,8 @@ pub enum ConfigError {
         key: String,
         /// What is wrong.
         message: String,
+        /// The line and column the parser stopped at, when it says.
+        at: Option<(usize, usize)>,
     },
     /// A value breaks a rule.
     #[error("{file}: key `{key}`: {message}", file = file.display())]
@@ -66,6 +69,16 @@ pub enum ConfigError {
         /// What is wrong.
         message: String,
     },
+    /// The CA file `ca_file` names cannot be read or holds no usable certificate (the agent
+    /// main prints only the top error, so the cause is in the message as well as the source).
+    #[error("{file}: key `ca_file`: {source}", file = file.display())]
+    Ca {
+        /// The configuration file.
+        file: PathBuf,
+        /// Why the CA file is unusable.
+        #[source]
+        source: drover_client::ClientError,
+    },
 }
 
 impl ExitStatus for ConfigError {
@@ -74,6 +87,8 @@ impl ExitStatus for ConfigError {
             // Missing or unreadable alike (sysexits: "did not exist or was not readable").
             ConfigError::Read { .. } => codes::NO_INPUT,
             ConfigError::Parse { .. } | ConfigError::Invalid { .. } => codes::DATA,
+            // 66 when it is missing or unreadable, 65 when it is not a certificate.
+            ConfigError::Ca { source, .. } => source.exit_code(),
         }
     }
 }
@@ -123,7 +138,9 @@ impl Config {
         let de = toml::Deserializer::new(text);
         let mut config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
             let key = e.path().to_string();
-            ConfigError::Parse { file: file.to_owned(), key, message: e.into_inner().message().trim().to_owned() }
+            let e = e.into_inner();
+            let at = e.span().map(|span| drover_proto::text::line_col(text, span.start));
+            ConfigError::Parse { file: file.to_owned(), key, message: one_line(e.message()), at }
         })?;
         let invalid = |key, message: String| ConfigError::Invalid { file: file.to_owned(), key, message };
         if config.coordinator_urls.is_empty() {
@@ -137,6 +154,11 @@ impl Config {
         }
         if config.ca_file.as_os_str().is_empty() {
             return Err(invalid("ca_file", "must not be empty".to_owned()));
+        }
+        // The one root the agent's TLS trusts is named exactly, never found relative to
+        // wherever the configuration (or the agent's working directory) happens to be.
+        if !config.ca_file.is_absolute() {
+            return Err(invalid("ca_file", format!("{} must be an absolute path", config.ca_file.display())));
         }
         let c = &config.checkin;
         if c.request_timeout_secs < 10 || c.request_timeout_secs > 3600 {
@@ -163,8 +185,14 @@ impl Config {
         config.tasks.validate().map_err(|(key, message)| invalid(key, message))?;
         let base = file.parent().unwrap_or(Path::new(""));
         config.state_dir = base.join(&config.state_dir);
-        config.ca_file = base.join(&config.ca_file);
         Ok(config)
+    }
+
+    /// Reads `ca_file` as every connection does ([`drover_client::tls::load_ca`]): what
+    /// `check-config` adds to parsing, so a CA the agent could not use fails there and not
+    /// only at the first check-in. `file` is the configuration, for the message.
+    pub fn check_ca(&self, file: &Path) -> Result<(), ConfigError> {
+        drover_client::tls::load_ca(&self.ca_file).map(drop).map_err(|source| ConfigError::Ca { file: file.to_owned(), source })
     }
 }
 
@@ -185,6 +213,21 @@ fn check_url(url: &str) -> Result<(), &'static str> {
         return Err("must not have a query or fragment");
     }
     Ok(())
+}
+
+/// `:LINE:COL` when the parser said where, else nothing.
+fn at_line_col(at: Option<(usize, usize)>) -> String {
+    at.map(|(line, col)| format!(":{line}:{col}")).unwrap_or_default()
+}
+
+/// "key `K`: " for a key inside the document; nothing for the document itself.
+fn key_prefix(key: &str) -> String {
+    if key == "." { String::new() } else { format!("key `{key}`: ") }
+}
+
+/// The parser's message on one line: it puts what it expected on a second one.
+fn one_line(message: &str) -> String {
+    message.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(": ")
 }
 
 #[cfg(test)]
@@ -210,11 +253,13 @@ ca_file = "/etc/drover/ca.crt"
     }
 
     #[test]
-    fn relative_paths_are_resolved_against_the_config_directory() {
-        let text = GOOD.replace("/var/lib/drover", "state").replace("/etc/drover/ca.crt", "ca.crt");
-        let c = Config::parse(Path::new("/srv/agent/agent.toml"), &text).expect("valid");
+    fn a_relative_state_dir_is_resolved_against_the_config_directory_and_a_relative_ca_file_refused() {
+        let c = Config::parse(Path::new("/srv/agent/agent.toml"), &GOOD.replace("/var/lib/drover", "state")).expect("valid");
         assert_eq!(c.state_dir, Path::new("/srv/agent/state"));
-        assert_eq!(c.ca_file, Path::new("/srv/agent/ca.crt"));
+        let e = err(&GOOD.replace("/etc/drover/ca.crt", "ca.crt"));
+        assert_eq!(e.exit_code(), codes::DATA);
+        let e = e.to_string();
+        assert!(e.starts_with("/etc/drover/agent.toml: key `ca_file`: ca.crt must be an absolute path"), "{e}");
     }
 
     #[test]
@@ -222,8 +267,8 @@ ca_file = "/etc/drover/ca.crt"
         let e = err(&format!("{GOOD}\ncoordinator_url = \"https://x\"\n"));
         assert_eq!(e.exit_code(), codes::DATA);
         let e = e.to_string();
-        assert!(e.starts_with("/etc/drover/agent.toml: key `"), "{e}");
-        assert!(e.contains("coordinator_url"), "{e}");
+        // Where it is (line 6: GOOD's own lines, a blank one, then the misspelt key) and what.
+        assert!(e.starts_with("/etc/drover/agent.toml:6:1: key `coordinator_url`: unknown field"), "{e}");
     }
 
     #[test]
@@ -247,11 +292,13 @@ ca_file = "/etc/drover/ca.crt"
     #[test]
     fn missing_keys_wrong_types_and_syntax_errors_name_the_file() {
         let e = err("state_dir = \"/x\"\nca_file = \"/y\"\n").to_string();
-        assert!(e.starts_with("/etc/drover/agent.toml: ") && e.contains("coordinator_urls"), "{e}");
+        assert!(e.starts_with("/etc/drover/agent.toml:") && e.contains("missing field `coordinator_urls`"), "{e}");
         let e = err(&GOOD.replace("\"/var/lib/drover\"", "7")).to_string();
         assert!(e.contains("key `state_dir`"), "{e}");
-        let e = err("coordinator_urls = [").to_string();
-        assert!(e.starts_with("/etc/drover/agent.toml: "), "{e}");
+        // A syntax error: where the parser stopped, on one line, without the document's key.
+        let e = err("ca_file = \"/y\"\ncoordinator_urls = [").to_string();
+        assert!(e.starts_with("/etc/drover/agent.toml:2:21: "), "{e}");
+        assert!(!e.contains('\n') && !e.contains("key `.`"), "{e}");
     }
 
     #[test]

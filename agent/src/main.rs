@@ -33,8 +33,8 @@ enum Command {
     /// Run the agent: check in, verify, act, report, until SIGTERM (a systemd `Type=notify`
     /// service: READY=1 once running, watchdog pings when the unit asks for them).
     Run(RunArgs),
-    /// Check a configuration file and exit: 0 when it would start, 65 naming the file and
-    /// the key when it would not.
+    /// Check a configuration file and the CA file it names, and exit: 0 when it would start,
+    /// 65 naming the file and the key when it would not, 66 when a file is missing.
     CheckConfig(CheckConfigArgs),
 }
 
@@ -46,12 +46,17 @@ struct RunArgs {
     config: PathBuf,
 }
 
-/// Arguments of `drover-agent check-config`.
+/// Arguments of `drover-agent check-config`: `--config FILE` as `run` takes it, or the file
+/// alone (the older form).
 #[derive(Args)]
+#[command(group(ArgGroup::new("file_arg").required(true).args(["config", "file"])))]
 struct CheckConfigArgs {
-    /// The configuration file to check.
+    /// The agent configuration (`agent.toml`).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The configuration file, without `--config`.
     #[arg(value_name = "FILE")]
-    file: PathBuf,
+    file: Option<PathBuf>,
 }
 
 /// Arguments of `drover-agent enroll`. The token is read from stdin or a file, never taken
@@ -109,8 +114,10 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
 }
 
 fn check_config(args: CheckConfigArgs) -> anyhow::Result<()> {
-    Config::load(&args.file)?;
-    println!("{}: ok", args.file.display());
+    // The group makes one of the two required and they conflict.
+    let file = args.config.or(args.file).context("no configuration file given")?;
+    Config::load(&file)?.check_ca(&file)?;
+    println!("{}: ok", file.display());
     Ok(())
 }
 

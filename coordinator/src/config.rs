@@ -51,8 +51,8 @@ use serde::Deserialize;
 /// Why the configuration was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file could not be read.
-    #[error("{file}: cannot read: {source}")]
+    /// The file could not be read (the OS error is the source: printed once, after this).
+    #[error("{file}: cannot read")]
     Read {
         /// The file.
         file: PathBuf,
@@ -60,8 +60,9 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    /// TOML syntax, an unknown key, a wrong type.
-    #[error("{file}: key `{key}`: {message}")]
+    /// TOML syntax, an unknown key, a wrong type: `FILE:LINE:COL: key `K`: message`, without
+    /// the key for a syntax error (whose key is the document, `.`).
+    #[error("{file}{}: {}{message}", at_line_col(*at), key_prefix(key))]
     Parse {
         /// The file.
         file: PathBuf,
@@ -69,6 +70,8 @@ pub enum ConfigError {
         key: String,
         /// What is wrong.
         message: String,
+        /// The line and column the parser stopped at, when it says.
+        at: Option<(usize, usize)>,
     },
     /// A value breaks a rule.
     #[error("{file}: key `{key}`: {message}")]
@@ -164,6 +167,15 @@ pub struct ConnectionsConfig {
     /// see BENCHMARKS.md). HTTP/2 is hyper's either way.
     #[serde(default)]
     pub http1: Http1Stack,
+    /// Whether accepted sockets set `TCP_NODELAY` (the default): without it a response
+    /// written in two pieces waits on the client's delayed ACK (Nagle's algorithm), ~40 ms.
+    /// `false` exists only to measure that (BENCHMARKS.md).
+    #[serde(default = "default_tcp_nodelay")]
+    pub tcp_nodelay: bool,
+}
+
+fn default_tcp_nodelay() -> bool {
+    true
 }
 
 /// `connections.http1`: which HTTP/1.1 implementation serves the listener.
@@ -213,6 +225,7 @@ impl Default for ConnectionsConfig {
             first_request_secs: default_first_request_secs(),
             unauthenticated_idle_secs: default_unauthenticated_idle_secs(),
             http1: Http1Stack::default(),
+            tcp_nodelay: default_tcp_nodelay(),
         }
     }
 }
@@ -640,7 +653,9 @@ impl Config {
         let de = toml::Deserializer::new(text);
         let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
             let key = e.path().to_string();
-            ConfigError::Parse { file: file.to_owned(), key, message: e.into_inner().message().trim().to_owned() }
+            let e = e.into_inner();
+            let at = e.span().map(|span| drover_proto::text::line_col(text, span.start));
+            ConfigError::Parse { file: file.to_owned(), key, message: one_line(e.message()), at }
         })?;
         let invalid = |key, message: String| ConfigError::Invalid { file: file.to_owned(), key, message };
         if config.public_urls.is_empty() {
@@ -793,6 +808,21 @@ impl Config {
     }
 }
 
+/// `:LINE:COL` when the parser said where, else nothing.
+fn at_line_col(at: Option<(usize, usize)>) -> String {
+    at.map(|(line, col)| format!(":{line}:{col}")).unwrap_or_default()
+}
+
+/// "key `K`: " for a key inside the document; nothing for the document itself.
+fn key_prefix(key: &str) -> String {
+    if key == "." { String::new() } else { format!("key `{key}`: ") }
+}
+
+/// The parser's message on one line: it puts what it expected on a second one.
+fn one_line(message: &str) -> String {
+    message.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(": ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -823,8 +853,8 @@ token_ttl_secs = 3600
     #[test]
     fn unknown_keys_are_refused_naming_file_and_key() {
         let e = err(&GOOD.replace("token_ttl_secs = 3600", "token_ttl_secs = 3600\ntoken_tll = 5"));
-        assert!(e.starts_with("coordinator.toml: key `enrollment"), "{e}");
-        assert!(e.contains("token_tll"), "{e}");
+        // Line 9: GOOD opens with a blank line; the misspelt key follows token_ttl_secs.
+        assert!(e.starts_with("coordinator.toml:9:1: key `enrollment.token_tll`: unknown field"), "{e}");
         let e = err(&format!("{GOOD}\nlisten_port = 1\n"));
         assert!(e.contains("listen_port"), "{e}");
     }
@@ -855,8 +885,10 @@ token_ttl_secs = 3600
         assert!(e.contains("key `rollouts"), "{e}");
         let c = Config::parse(Path::new("coordinator.toml"), GOOD).expect("valid");
         assert_eq!((c.rollouts.interval_secs, c.rollouts.debounce_ms), (30, 500));
+        // A syntax error: where the parser stopped, on one line, without the document's key.
         let e = err("listen = ");
-        assert!(e.starts_with("coordinator.toml: "), "{e}");
+        assert!(e.starts_with("coordinator.toml:1:10: "), "{e}");
+        assert!(!e.contains('\n') && !e.contains("key `.`"), "{e}");
     }
 
     #[test]

@@ -101,6 +101,11 @@ impl ConnLimits {
         })
     }
 
+    /// Whether accepted sockets set `TCP_NODELAY`.
+    pub fn tcp_nodelay(&self) -> bool {
+        self.config.tcp_nodelay
+    }
+
     /// Waits for room for one more open connection and one more handshake (the accept loop
     /// calls this before accepting: at a cap it waits, the kernel queues).
     pub async fn room(&self) -> (OwnedSemaphorePermit, OwnedSemaphorePermit) {

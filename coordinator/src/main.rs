@@ -5,10 +5,12 @@
 //!   curl's `sha256//…` form, the director key id.
 //! - `operator-cert --state-dir D --role R --name N --out DIR`: issue an operator credential.
 //! - `serve --config coordinator.toml`: run the server (TLS 1.3, mTLS) until SIGINT/SIGTERM.
+//! - `check-config --config coordinator.toml`: everything `serve` checks before it binds, then
+//!   "ok" — the same code path, so the same refusals and exit codes.
 //!
-//! Exit codes follow sysexits: 0 ok, 64 usage, 65 bad input data, 66 missing state file,
-//! 70 internal, 73 cannot create output (an existing file is never replaced), 74 I/O error,
-//! 78 bad configuration file.
+//! Exit codes follow sysexits: 0 ok, 64 usage, 65 bad input data, 66 a missing input (a state
+//! dir or state file, the trust file, the agent binary), 70 internal, 73 cannot create output
+//! (an existing file is never replaced), 74 I/O error, 78 bad configuration file.
 
 #![forbid(unsafe_code)]
 
@@ -21,6 +23,7 @@ use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 use drover_coordinator::identity::Role;
 use drover_coordinator::pki::{PkiError, San};
+use drover_coordinator::run::StartError;
 use drover_coordinator::state_dir::{self, StateDir, StateDirError};
 use drover_coordinator::store::Store as _;
 use drover_proto::time::Time;
@@ -52,6 +55,9 @@ enum Command {
     OperatorCert(OperatorCertArgs),
     /// Run the coordinator: one TLS 1.3 listener for enrollment, agents and operators.
     Serve(ServeArgs),
+    /// Check a configuration as `serve` would before binding (state dir, trust file, agent
+    /// binary included); print "ok", or exit with serve's error and code.
+    CheckConfig(ServeArgs),
     /// Copy the store while the coordinator serves: one consistent snapshot, checked.
     Backup(BackupArgs),
     /// Install a backup as the store of a state directory that has none (coordinator stopped).
@@ -122,10 +128,23 @@ struct ServeArgs {
     config: PathBuf,
 }
 
+/// What `serve` and `check-config` share: the configuration parsed and everything it names
+/// read and checked. A refusal names the configuration file, then the key and the file.
+fn load_and_prepare(file: &std::path::Path) -> anyhow::Result<drover_coordinator::run::Prepared> {
+    let config = drover_coordinator::config::Config::load(file)?;
+    drover_coordinator::run::prepare(config).with_context(|| file.display().to_string())
+}
+
+fn check_config(args: &ServeArgs) -> anyhow::Result<()> {
+    load_and_prepare(&args.config)?;
+    println!("{}: ok", args.config.display());
+    Ok(())
+}
+
 fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     // Before any thread exists (the runtime's, the log writer's): see drover-malloc.
     let one_arena = drover_malloc::limit_arenas();
-    let config = drover_coordinator::config::Config::load(&args.config)?;
+    let prepared = load_and_prepare(&args.config)?;
     tracing_subscriber::fmt()
         .json()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("DROVER_LOG").unwrap_or_else(|_| "info".into()))
@@ -140,7 +159,7 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(async {
-        let running = drover_coordinator::run::start(config, std::sync::Arc::new(drover_coordinator::app::SystemClock)).await?;
+        let running = drover_coordinator::run::start(prepared, std::sync::Arc::new(drover_coordinator::app::SystemClock)).await?;
         let app = running.app.clone();
         println!("listening on {}", running.addr);
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("cannot watch SIGTERM")?;
@@ -283,8 +302,14 @@ fn exit_code(error: &anyhow::Error) -> u8 {
         if let Some(e) = cause.downcast_ref::<PkiError>() {
             return pki_code(e);
         }
-        if cause.downcast_ref::<drover_coordinator::config::ConfigError>().is_some() {
-            return codes::CONFIG;
+        if let Some(code) = cause.downcast_ref::<StartError>().and_then(start_code) {
+            return code;
+        }
+        if let Some(e) = cause.downcast_ref::<drover_coordinator::config::ConfigError>() {
+            return match e {
+                drover_coordinator::config::ConfigError::Read { source, .. } => io_input_code(source),
+                _ => codes::CONFIG,
+            };
         }
         if let Some(e) = cause.downcast_ref::<drover_coordinator::store::StoreError>() {
             return match e {
@@ -295,6 +320,25 @@ fn exit_code(error: &anyhow::Error) -> u8 {
         }
     }
     codes::SOFTWARE
+}
+
+/// A start-up error's own code; `None` where its source, next in the chain, decides.
+fn start_code(error: &StartError) -> Option<u8> {
+    match error {
+        // sysexits' EX_NOINPUT: "did not exist or was not readable".
+        StartError::Read { source, .. } => Some(io_input_code(source)),
+        StartError::Trust { .. } => Some(codes::DATA),
+        _ => None,
+    }
+}
+
+/// An input file that could not be read: sysexits' EX_NOINPUT ("did not exist or was not
+/// readable"), EX_IOERR for anything else.
+fn io_input_code(error: &std::io::Error) -> u8 {
+    match error.kind() {
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::IsADirectory => codes::NO_INPUT,
+        _ => codes::IO,
+    }
 }
 
 fn pki_code(error: &PkiError) -> u8 {
@@ -310,6 +354,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Init(args) => init(&args, now),
         Command::OperatorCert(args) => operator_cert(&args, now),
         Command::Serve(args) => serve(&args),
+        Command::CheckConfig(args) => check_config(&args),
         Command::Backup(args) => backup(&args),
         Command::Restore(args) => restore(&args),
         Command::RotateDirectorKey(args) => rotate_director_key(&args, now),

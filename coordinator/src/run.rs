@@ -1,7 +1,10 @@
 //! Putting the coordinator together: state dir, store, trust roots, agent binary, TLS, and
-//! the listener. `drover-coordinator serve` and the end-to-end tests start it the same way.
+//! the listener. `drover-coordinator serve` and the end-to-end tests start it the same way;
+//! `drover-coordinator check-config` runs [`prepare`], the part of it that only reads and
+//! checks, so it refuses exactly what `serve` would refuse before binding.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
@@ -17,29 +20,43 @@ use crate::tls::{TlsError, TlsMaterial, TlsState};
 /// Why the coordinator could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// The state dir is missing or broken.
-    #[error(transparent)]
-    StateDir(#[from] StateDirError),
-    /// The director key's rotation is broken.
-    #[error(transparent)]
-    Director(#[from] crate::director::DirectorError),
+    /// The state dir is missing or broken. Not transparent: the caller's exit code comes from
+    /// the [`StateDirError`] it finds in the chain.
+    #[error("key `state_dir` ({})", path.display())]
+    StateDir {
+        /// The configured directory.
+        path: PathBuf,
+        /// What is missing or broken in it.
+        #[source]
+        source: StateDirError,
+    },
+    /// The director key's rotation is broken (its message names the file in the state dir).
+    #[error("key `state_dir`")]
+    Director {
+        /// What is wrong with the rotation.
+        #[source]
+        source: crate::director::DirectorError,
+    },
     /// The store could not be opened.
     #[error("store: {0}")]
     Store(#[from] StoreError),
-    /// A configured file could not be read.
-    #[error("{path}: {source}")]
+    /// A file the configuration names could not be read (the OS error is the source, so it
+    /// is printed once, after this).
+    #[error("key `{key}`: cannot read {}", path.display())]
     Read {
+        /// The configuration key naming the file.
+        key: &'static str,
         /// The file.
-        path: String,
+        path: PathBuf,
         /// The OS error.
         #[source]
         source: std::io::Error,
     },
     /// The configured trust file is not valid trust roots.
-    #[error("{path}: not valid trust roots: {message}")]
+    #[error("key `trust_file`: {} is not valid trust roots: {message}", path.display())]
     Trust {
         /// The file.
-        path: String,
+        path: PathBuf,
         /// Why.
         message: String,
     },
@@ -83,8 +100,45 @@ pub struct Running {
     pub task: JoinHandle<std::io::Result<()>>,
 }
 
-fn read(path: &std::path::Path) -> Result<Vec<u8>, StartError> {
-    std::fs::read(path).map_err(|source| StartError::Read { path: path.display().to_string(), source })
+fn read(key: &'static str, path: &Path) -> Result<Vec<u8>, StartError> {
+    std::fs::read(path).map_err(|source| StartError::Read { key, path: path.to_owned(), source })
+}
+
+/// Everything [`prepare`] read and checked, ready for [`start_prepared`].
+pub struct Prepared {
+    config: Config,
+    state: StateDir,
+    director: crate::director::Director,
+    trust_json: Vec<u8>,
+    trust: drover_proto::trust::TrustRoots,
+    agent: AgentBinary,
+    tls: Arc<TlsState>,
+}
+
+/// Reads and checks everything the configuration names — the state dir (CA, server
+/// certificate and key, director key and rotations), the trust file, the agent binary — and
+/// builds the TLS configuration, writing nothing. `check-config` stops here; `serve` goes on
+/// to open the store and the secret store (which may create files) and to bind.
+pub fn prepare(config: Config) -> Result<Prepared, StartError> {
+    let state_error = |source| StartError::StateDir { path: config.state_dir.clone(), source };
+    // Without this the first file looked for inside it is what is reported missing.
+    if let Err(e) = std::fs::metadata(&config.state_dir)
+        && e.kind() == std::io::ErrorKind::NotFound
+    {
+        return Err(state_error(StateDirError::Missing { path: config.state_dir.clone() }));
+    }
+    let state = StateDir::open(&config.state_dir).map_err(state_error)?;
+    let director =
+        crate::director::Director::load(state.path(), state.director_key().clone()).map_err(|source| StartError::Director { source })?;
+    let trust_json = read("trust_file", &config.trust_file)?;
+    let trust = drover_proto::trust::TrustRoots::from_json(&trust_json)
+        .map_err(|e| StartError::Trust { path: config.trust_file.clone(), message: e.to_string() })?;
+    let agent_bytes = read("agent_binary", &config.agent_binary)?;
+    let agent = AgentBinary { sha256: hex::encode(Sha256::digest(&agent_bytes)), bytes: agent_bytes.into() };
+    let material =
+        TlsMaterial::from_pem(state.ca().cert_pem().as_bytes(), state.server_cert_pem().as_bytes(), state.server_key_pem().as_bytes())?;
+    let tls = Arc::new(TlsState::new(material, None)?);
+    Ok(Prepared { config, state, director, trust_json, trust, agent, tls })
 }
 
 /// Connections the kernel queues for `accept` (capped by `net.core.somaxconn`). After a
@@ -115,27 +169,24 @@ pub fn raise_open_files_limit() -> Result<(u64, u64), nix::Error> {
     Ok((soft, hard))
 }
 
-/// Binds the configured address, then [`start_on`] it.
-pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, StartError> {
-    let listener = bind(config.listen).map_err(|source| StartError::Bind { addr: config.listen, source })?;
-    start_on(listener, config, clock).await
+/// Binds the configured address of what [`prepare`] checked, then [`start_prepared`] on it.
+pub async fn start(prepared: Prepared, clock: Arc<dyn Clock>) -> Result<Running, StartError> {
+    let listen = prepared.config.listen;
+    let listener = bind(listen).map_err(|source| StartError::Bind { addr: listen, source })?;
+    start_prepared(listener, prepared, clock).await
 }
 
 /// Opens everything the config names and serves on an already bound listener (tests bind
 /// port 0 first so the URL they put in the config is the real one).
 pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Clock>) -> Result<Running, StartError> {
-    let state = StateDir::open(&config.state_dir)?;
-    let director = crate::director::Director::load(state.path(), state.director_key().clone())?;
+    start_prepared(listener, prepare(config)?, clock).await
+}
+
+/// Opens the store and the secret store and serves what [`prepare`] checked on `listener`.
+pub async fn start_prepared(listener: TcpListener, prepared: Prepared, clock: Arc<dyn Clock>) -> Result<Running, StartError> {
+    let Prepared { config, state, director, trust_json, trust, agent, tls } = prepared;
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(state.db_path())?);
     let secrets = crate::secrets::from_config(&config).map_err(|e| StartError::Secrets { message: e.to_string() })?;
-    let trust_json = read(&config.trust_file)?;
-    let trust = drover_proto::trust::TrustRoots::from_json(&trust_json)
-        .map_err(|e| StartError::Trust { path: config.trust_file.display().to_string(), message: e.to_string() })?;
-    let agent_bytes = read(&config.agent_binary)?;
-    let agent = AgentBinary { sha256: hex::encode(Sha256::digest(&agent_bytes)), bytes: agent_bytes.into() };
-    let material =
-        TlsMaterial::from_pem(state.ca().cert_pem().as_bytes(), state.server_cert_pem().as_bytes(), state.server_key_pem().as_bytes())?;
-    let tls = Arc::new(TlsState::new(material, None)?);
     let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: config.listen, source })?;
     let power = Arc::new(crate::devices::power::RedfishPower::new(secrets.clone(), config.devices.clone()));
     let connections = config.connections.clone();

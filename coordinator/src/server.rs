@@ -77,6 +77,13 @@ pub async fn serve(
                 continue;
             }
         };
+        // Every response is written in more than one piece (head, body, TLS records): with
+        // Nagle's algorithm the later ones wait for the client's delayed ACK, ~40 ms a call.
+        if limits.tcp_nodelay() {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+            }
+        }
         let Ok(slot) = limits.admit_source(remote.ip()) else {
             // The newest unauthenticated connection of a source at its cap: closed at once.
             drop(tcp);

@@ -7,6 +7,8 @@
 //!   CVE-2021-42574). An auditor must read what was written.
 //! - [`bounded`]: a caller's input echoed back is cut to a bound, with an ellipsis and the
 //!   whole length, so a megabyte of input never becomes a megabyte of error, event or log.
+//! - [`line_col`]: where in a file a parser stopped, as an editor counts it, for the
+//!   `FILE:LINE:COL: message` form of configuration errors.
 
 use std::borrow::Cow;
 
@@ -41,6 +43,19 @@ pub fn echo(s: &str) -> Cow<'_, str> {
     bounded(s, ECHO_MAX_CHARS)
 }
 
+/// The 1-based line and column (in characters, as editors count them) of byte `offset` in
+/// `text`; an offset past the end, or inside a character, counts up to the end or that
+/// character.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut end = offset.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let before = &text[..end];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (before.matches('\n').count() + 1, before[line_start..].chars().count() + 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +77,17 @@ mod tests {
         assert!(cut.ends_with("… (3145728 bytes)"), "{cut}");
         // Cut on a character boundary.
         assert_eq!(bounded("ääää", 2), "ää… (8 bytes)");
+    }
+
+    #[test]
+    fn offsets_become_editor_lines_and_columns() {
+        let text = "a = 1\nbé = \"x\nc";
+        assert_eq!(line_col(text, 0), (1, 1));
+        assert_eq!(line_col(text, 4), (1, 5));
+        assert_eq!(line_col(text, 6), (2, 1));
+        // Columns count characters: `é` is two bytes, one column.
+        assert_eq!(line_col(text, 10), (2, 4));
+        assert_eq!(line_col(text, text.len() + 10), (3, 2));
+        assert_eq!(line_col(text, 8), (2, 2));
     }
 }

@@ -155,8 +155,8 @@ pub enum VerifyError {
         /// The cut-off.
         reject_before: Time,
     },
-    /// A timestamp version below the highest accepted.
-    #[error("timestamp version {version} is below the highest accepted ({floor}{})", if *.equal_allowed { "" } else { ", and must exceed it" })]
+    /// A timestamp version below the highest accepted (or equal to it, where it must exceed it).
+    #[error("timestamp version {version} {}", rollback_said(*.version, *.floor, *.equal_allowed))]
     VersionRollback {
         /// The version received.
         version: u64,
@@ -269,6 +269,16 @@ pub enum VerifyError {
         /// The verification time.
         now: Time,
     },
+}
+
+/// What a [`VerifyError::VersionRollback`] says after "timestamp version N": true for an
+/// equal version as much as for a lower one.
+fn rollback_said(version: u64, floor: u64, equal_allowed: bool) -> String {
+    match (version == floor, equal_allowed) {
+        (true, _) => format!("was already accepted: a new release must have a version above {floor}"),
+        (false, true) => format!("is below the highest accepted ({floor})"),
+        (false, false) => format!("is below the highest accepted ({floor}), and must exceed it"),
+    }
 }
 
 impl VerifyError {

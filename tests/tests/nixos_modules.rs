@@ -47,12 +47,12 @@ fn package(dir: &Path) -> PathBuf {
     dir.join("pkg")
 }
 
-fn agent_expr(pkg: &Path) -> String {
+fn agent_expr(pkg: &Path, ca: &Path) -> String {
     format!(
         r#"import ./lib/agent.nix {{
             package = "{pkg}";
             coordinatorUrls = [ "https://coord-1.example:8443" "https://coord-2.example:8443" ];
-            caFile = "/etc/drover/ca.crt";
+            caFile = "{ca}";
             hostId = "9f1c2a6e-3b8d-4c1e-9a57-0d2f4e6b8c10";
             tokenFile = "/run/keys/drover-token";
             trustSha256 = "{sha}";
@@ -65,8 +65,20 @@ fn agent_expr(pkg: &Path) -> String {
             extraConfig = {{ checkin.backoff_max_secs = 120; }};
         }}"#,
         pkg = pkg.display(),
+        ca = ca.display(),
         sha = "0".repeat(64)
     )
+}
+
+/// A CA certificate (PEM) in `dir`: `check-config` reads `ca_file` as a connection would.
+fn ca_file(dir: &Path) -> PathBuf {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let cert = params.self_signed(&key).expect("self-signed");
+    let path = dir.join("ca.crt");
+    std::fs::write(&path, cert.pem()).expect("ca");
+    path
 }
 
 fn coordinator_expr(pkg: &Path) -> String {
@@ -109,7 +121,7 @@ fn every_module_file_parses() {
 fn rendered_agent_toml_passes_the_agents_own_check() {
     let dir = tempfile::tempdir().expect("tmp");
     let pkg = package(dir.path());
-    let toml = eval(&format!("({}).toml", agent_expr(&pkg)));
+    let toml = eval(&format!("({}).toml", agent_expr(&pkg, &ca_file(dir.path()))));
     let file = dir.path().join("agent.toml");
     std::fs::write(&file, toml.as_str().expect("a string")).expect("write");
     let out = Command::new(workspace_binary("drover-agent")).arg("check-config").arg(&file).output().expect("check-config");
@@ -155,7 +167,7 @@ fn rendered_units_verify_and_are_hardened() {
     let pkg = package(dir.path());
     let units = dir.path().join("units");
     std::fs::create_dir_all(&units).expect("mkdir");
-    for expr in [agent_expr(&pkg), coordinator_expr(&pkg)] {
+    for expr in [agent_expr(&pkg, Path::new("/etc/drover/ca.crt")), coordinator_expr(&pkg)] {
         let rendered = eval(&format!("({expr}).units"));
         for (name, text) in rendered.as_object().expect("units") {
             std::fs::write(units.join(name), text.as_str().expect("text")).expect("write");

@@ -101,13 +101,35 @@ async fn replayed_release_is_refused() {
     let h = Harness::start().await;
     let pat = publisher(&h);
     let files = release(h.clock.now(), 7, "c0ffee");
-    let (code, text) = h.call(Some(&pat), "POST", "/v1/releases", Some(&body(&files))).await;
-    assert_eq!(code, "201", "{text}");
-    let (code, text) = h.call(Some(&pat), "POST", "/v1/releases", Some(&body(&files))).await;
+    let (code, first) = h.call(Some(&pat), "POST", "/v1/releases", Some(&body(&files))).await;
+    assert_eq!(code, "201", "{first}");
+    let audit_of =
+        |h: &Harness| h.running.app.store.list_audit(&AuditFilter { target: Some("7".into()), ..Default::default() }).expect("audit");
+    let published =
+        || h.running.app.store.list_events(&EventFilter { kind: Some("release.published".into()), ..Default::default() }).expect("events");
+    let (audits, events) = (audit_of(&h).len(), published().len());
+    // The same release again, byte-for-byte (a retried publish): a no-op success answering the
+    // stored release, writing nothing.
+    let (code, again) = h.call(Some(&pat), "POST", "/v1/releases", Some(&body(&files))).await;
+    assert_eq!(code, "200", "{again}");
+    assert_eq!(again, first, "the answer is the stored release");
+    assert_eq!((audit_of(&h).len(), published().len()), (audits, events), "a no-op writes no audit record or event");
+    assert_eq!(h.running.app.store.list_releases().expect("list").len(), 1);
+    // Still a no-op once its timestamp has gone stale: it is already what is served.
+    h.clock.advance(30 * 86_400);
+    let (code, again) = h.call(Some(&pat), "POST", "/v1/releases", Some(&body(&files))).await;
+    assert_eq!((code.as_str(), again.as_str()), ("200", first.as_str()));
+    // The same version with other content is refused, saying so.
+    let (code, text) = h.call(Some(&pat), "POST", "/v1/releases", Some(&body(&release(h.clock.now(), 7, "c0ffee7")))).await;
     assert_refused(&code, &text, "422", "VersionRollback");
-    // An older version is refused the same way.
+    let said: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let said = said["error"]["message"].as_str().expect("message");
+    assert!(said.contains("version 7 was already accepted with different content") && !said.contains("below"), "{said}");
+    assert_eq!(h.running.app.store.get_release(7).expect("store").expect("stored").files, files, "the stored release is untouched");
+    // An older version — a replay of an earlier release, or a new one — is refused as a rollback.
     let (code, text) = h.call(Some(&pat), "POST", "/v1/releases", Some(&body(&release(h.clock.now(), 6, "old")))).await;
     assert_refused(&code, &text, "422", "VersionRollback");
+    assert!(text.contains("version 6 is below the highest accepted (7)"), "{text}");
     let events =
         h.running.app.store.list_events(&EventFilter { kind: Some("release.refused".into()), ..Default::default() }).expect("events");
     assert!(events.iter().any(|e| e.event.data["rule"] == "VersionRollback"), "refusals are recorded as events");
@@ -246,11 +268,20 @@ async fn cli_publishes_a_release_directory() {
     assert!(stdout.contains("rollout gpu@c0ffee"), "{stdout}");
     assert_eq!(h.running.app.store.get_release(7).expect("store").expect("stored").files, files);
 
-    // The same again: the coordinator's refusal, named, with exit 65 (EX_DATAERR).
+    // The same again: a no-op success, as the first time.
     let out = run_blocking(program, args(&dir), Vec::new()).await;
+    let again = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{again}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(again, stdout, "the same answer");
+    // The same version with other content: the coordinator's refusal, named, with exit 65
+    // (EX_DATAERR).
+    let other = h.dir.path().join("other");
+    write_release(&other, &release(h.clock.now(), 7, "c0ffee7"));
+    let out = run_blocking(program, args(&other), Vec::new()).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(65), "{stderr}");
-    assert!(stderr.contains("VersionRollback"), "{stderr}");
+    assert!(stderr.contains("VersionRollback") && stderr.contains("version 7 was already accepted with different content"), "{stderr}");
+    assert_eq!(h.running.app.store.get_release(7).expect("store").expect("stored").files, files);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

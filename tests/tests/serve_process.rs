@@ -193,3 +193,90 @@ async fn director_key_rotates_twice_under_a_running_agent_without_re_enrolling()
     assert_eq!(serde_json::from_str::<serde_json::Value>(&text).expect("json")["state"], "active", "{text}");
     drop(server);
 }
+
+/// `serve` and `check-config` with `file` → (exit code, stdout, stderr), each.
+fn serve_and_check(file: &std::path::Path) -> [(Option<i32>, String, String); 2] {
+    ["serve", "check-config"].map(|verb| {
+        let out = coordinator(&[verb, "--config", file.to_str().expect("utf8")]);
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    })
+}
+
+/// Start-up refusals as an operator meets them: `serve` and `check-config` give the same exit
+/// code and the same message, naming the configuration file, the key and the file it names,
+/// the OS error once; a TOML syntax error says where (`FILE:LINE:COL:`). `check-config` on a
+/// good configuration prints "ok" without binding anything.
+#[test]
+fn start_up_refusals_name_key_and_file_and_check_config_agrees_with_serve() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let state = d.join("state");
+    let out = coordinator(&["init", "--state-dir", state.to_str().expect("utf8"), "--san", "127.0.0.1"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ci = ed25519_dalek::SigningKey::from_bytes(&[9u8; 32]).verifying_key();
+    let trust = serde_json::json!({ "schemaVersion": 1, "ci": { "threshold": 1, "keys": [{
+        "keyId": drover_proto::keys::KeyId::of(&ci).to_string(), "alg": "ed25519",
+        "publicKey": drover_proto::keys::verifying_key_to_pem(&ci).expect("pem") }] } });
+    std::fs::write(d.join("trust.json"), trust.to_string()).expect("trust");
+    let agent = workspace_binary("drover-agent");
+    // Port 1, which an unprivileged test could not bind: check-config never binds.
+    let config = |state: &std::path::Path, trust: &std::path::Path, agent: &std::path::Path| {
+        format!(
+            "listen = \"127.0.0.1:1\"\nstate_dir = \"{}\"\npublic_urls = [\"https://127.0.0.1:1\"]\ntrust_file = \"{}\"\nagent_binary = \"{}\"\n",
+            state.display(),
+            trust.display(),
+            agent.display()
+        )
+    };
+    let good = d.join("good.toml");
+    std::fs::write(&good, config(&state, &d.join("trust.json"), &agent)).expect("config");
+    let out = coordinator(&["check-config", "--config", good.to_str().expect("utf8")]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{}: ok\n", good.display()));
+
+    let cases = [
+        ("no-state.toml", config(&d.join("absent-state"), &d.join("trust.json"), &agent), 66, "key `state_dir`", "absent-state"),
+        ("no-trust.toml", config(&state, &d.join("absent-trust.json"), &agent), 66, "key `trust_file`", "absent-trust.json"),
+        ("no-agent.toml", config(&state, &d.join("trust.json"), &d.join("absent-agent")), 66, "key `agent_binary`", "absent-agent"),
+        ("bad-trust.toml", config(&state, &good, &agent), 65, "key `trust_file`", "good.toml is not valid trust roots"),
+    ];
+    for (name, text, code, key, named) in cases {
+        let file = d.join(name);
+        std::fs::write(&file, text).expect("config");
+        let [serve, check] = serve_and_check(&file);
+        assert_eq!(serve, check, "{name}: check-config and serve differ");
+        let (got, _, stderr) = serve;
+        assert_eq!(got, Some(code), "{name}: {stderr}");
+        assert!(stderr.starts_with(&format!("drover-coordinator: {}: {key}", file.display())), "{name}: {stderr}");
+        assert!(stderr.contains(named), "{name}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{name}: one line: {stderr}");
+        // A missing state dir is said in words; a missing file carries the OS error, once.
+        let os_errors = if code == 66 && key != "key `state_dir`" { 1 } else { 0 };
+        assert_eq!(stderr.matches("No such file or directory").count(), os_errors, "{name}: {stderr}");
+    }
+
+    // TOML syntax: the line and column of the unterminated string (line 4, after its quote).
+    let file = d.join("syntax.toml");
+    std::fs::write(&file, config(&state, &d.join("trust.json"), &agent).replace("trust_file = \"", "trust_file = \"\n#")).expect("config");
+    let text = std::fs::read_to_string(&file).expect("read");
+    let line = text.lines().position(|l| l.starts_with("trust_file")).expect("line") + 1;
+    let [serve, check] = serve_and_check(&file);
+    assert_eq!(serve, check, "check-config and serve differ");
+    let (got, _, stderr) = serve;
+    assert_eq!(got, Some(78), "{stderr}");
+    assert!(stderr.starts_with(&format!("drover-coordinator: {}:{line}:15: ", file.display())), "{stderr}");
+    // An unknown key: where, and which.
+    let file = d.join("unknown.toml");
+    std::fs::write(&file, format!("{}listen_backlog = 5\n", config(&state, &d.join("trust.json"), &agent))).expect("config");
+    let [serve, check] = serve_and_check(&file);
+    assert_eq!(serve, check, "check-config and serve differ");
+    let (got, _, stderr) = serve;
+    assert_eq!(got, Some(78), "{stderr}");
+    assert!(stderr.contains(&format!("{}:6:", file.display())) && stderr.contains("listen_backlog"), "{stderr}");
+    // The configuration file itself missing: 66, the OS error once.
+    let [serve, check] = serve_and_check(&d.join("absent.toml"));
+    assert_eq!(serve, check, "check-config and serve differ");
+    let (got, _, stderr) = serve;
+    assert_eq!(got, Some(66), "{stderr}");
+    assert!(stderr.contains("absent.toml: cannot read") && stderr.matches("No such file or directory").count() == 1, "{stderr}");
+}

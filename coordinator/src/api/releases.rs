@@ -7,6 +7,13 @@
 //! timestamp freshness, a version above every stored one, manifest ↔ fleet.resolved anchors,
 //! every manifest listed in the timestamp) against the trust roots read at start. A refusal
 //! names the rule broken, as the HTTP error code and in a `release.refused` event.
+//!
+//! The latest release published again byte-for-byte is a no-op success (a retried publish,
+//! CI run twice): nothing is written, and the answer is the stored release. It is still
+//! verified (freshness aside — it is already what the coordinator serves), so a release the
+//! trust roots no longer accept is never answered as accepted. Every other version at or below
+//! the latest — a replay of an older release, or the latest version with other content — is
+//! refused as `VersionRollback`.
 
 use std::sync::Arc;
 
@@ -47,6 +54,8 @@ pub struct Published {
     pub version: u64,
     /// Every rollout id whose manifest it carries, sorted.
     pub rollouts: Vec<String>,
+    /// False when it was the latest release already, byte-for-byte, and nothing was written.
+    pub created: bool,
 }
 
 /// Why a release was not stored.
@@ -64,16 +73,29 @@ pub enum PublishError {
 impl From<PublishError> for ApiError {
     fn from(e: PublishError) -> Self {
         match e {
-            PublishError::Refused(v) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, v.rule(), v.to_string()),
+            PublishError::Refused(v) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, v.rule(), refusal_message(&v)),
             PublishError::Store(s) => ApiError::from(s),
         }
+    }
+}
+
+/// What a refusal says. Only the latest release's own bytes pass its version (they are a
+/// no-op), so an equal version refused here always came with other content: say so, rather
+/// than the generic "not above the highest accepted".
+fn refusal_message(refusal: &VerifyError) -> String {
+    match refusal {
+        VerifyError::VersionRollback { version, floor, .. } if version == floor => {
+            format!("timestamp version {version} was already accepted with different content: a new release needs a version above {floor}")
+        }
+        other => other.to_string(),
     }
 }
 
 /// Verifies `files` against the coordinator's trust roots, at the app clock's now, with a
 /// version floor strictly above the highest stored release, and stores them byte-exact with
 /// an audit record and a `release.published` event. A refusal is recorded as a
-/// `release.refused` event naming the rule, and nothing else is written.
+/// `release.refused` event naming the rule, and nothing else is written. The latest release
+/// again, byte-for-byte, verifies (staleness aside) and writes nothing (`created: false`).
 pub async fn publish_release(app: &Arc<AppState>, files: ReleaseFiles, actor: Actor, reason: String) -> Result<Published, PublishError> {
     let now = app.clock.now();
     let trust = app.trust.clone();
@@ -81,9 +103,18 @@ pub async fn publish_release(app: &Arc<AppState>, files: ReleaseFiles, actor: Ac
     // Verification parses and checks megabytes of signed JSON: run it on the blocking pool
     // with the store calls, never on a runtime worker.
     let outcome = store::blocking(app.store.clone(), move |s| {
-        let prior = s.latest_release()?.map(|r| r.version);
-        let floor = prior.map_or(VersionFloor::None, VersionFloor::Above);
-        let verified = match verify_release(&files, &trust, &VerifyContext::at(now).with_floor(floor)) {
+        let latest = s.latest_release()?;
+        let unchanged = latest.as_ref().is_some_and(|r| r.files == files);
+        let prior = latest.map(|r| r.version);
+        let ctx = VerifyContext::at(now);
+        let ctx = match prior {
+            // Already what is served: checked again against today's trust roots, but a
+            // timestamp gone stale since is the readiness check's business, not a refusal.
+            Some(_) if unchanged => ctx.reporting_stale(),
+            Some(v) => ctx.with_floor(VersionFloor::Above(v)),
+            None => ctx,
+        };
+        let verified = match verify_release(&files, &trust, &ctx) {
             Ok(v) => v,
             Err(e) => return Ok(Err(e)),
         };
@@ -96,6 +127,9 @@ pub async fn publish_release(app: &Arc<AppState>, files: ReleaseFiles, actor: Ac
             .collect();
         rollouts.sort();
         rollouts.dedup();
+        if unchanged {
+            return Ok(Ok(Published { version, rollouts, created: false }));
+        }
         // The store re-checks that the version increases, inside its transaction: two
         // concurrent publishes verified against the same floor cannot both land.
         s.put_release(version, verified.timestamp.doc.signed_at, &files)?;
@@ -118,10 +152,14 @@ pub async fn publish_release(app: &Arc<AppState>, files: ReleaseFiles, actor: Ac
             message: format!("release version {version} published by {} ({})", audit_actor.name, audit_actor.role),
             data: json!({ "version": version, "rollouts": rollouts, "actor": audit_actor.name }),
         })?;
-        Ok(Ok(Published { version, rollouts }))
+        Ok(Ok(Published { version, rollouts, created: true }))
     })
     .await?;
     match outcome {
+        Ok(published) if !published.created => {
+            tracing::info!(version = published.version, actor = %actor.name, "release published again unchanged: nothing to do");
+            Ok(published)
+        }
         Ok(published) => {
             tracing::info!(version = published.version, rollouts = ?published.rollouts, actor = %actor.name, "release published");
             // A new ref for a channel: plan now (RFC-0002 §6).
@@ -131,7 +169,7 @@ pub async fn publish_release(app: &Arc<AppState>, files: ReleaseFiles, actor: Ac
         Err(refusal) => {
             // The refusal repeats what it refused (a file name, a value): bounded in the log
             // and the event, whatever the release held.
-            let said = refusal.to_string();
+            let said = refusal_message(&refusal);
             let said = drover_proto::text::bounded(&said, 1024);
             tracing::warn!(rule = refusal.rule(), error = %said, actor = %actor.name, "release refused");
             app.metrics.record_verification_failure(refusal.rule());
@@ -150,8 +188,9 @@ pub async fn publish_release(app: &Arc<AppState>, files: ReleaseFiles, actor: Ac
     }
 }
 
-/// `POST /v1/releases` (publisher or admin): 201 with the stored version and rollout ids;
-/// 422 with the broken rule as the error code when verification refuses; 409 when the store
+/// `POST /v1/releases` (publisher or admin): 201 with the stored version and rollout ids; 200
+/// with the same when it is the latest release again, byte-for-byte (nothing written); 422
+/// with the broken rule as the error code when verification refuses; 409 when the store
 /// already holds that version or a manifest id with other bytes.
 pub async fn publish(
     State(app): State<Arc<AppState>>,
@@ -167,5 +206,6 @@ pub async fn publish(
     };
     let actor = Actor { name: op.name.clone(), role: op.role.as_str().to_owned() };
     let published = publish_release(&app, req.to_files(), actor, reason).await?;
-    Ok((StatusCode::CREATED, Json(PublishResponse { version: published.version, rollouts: published.rollouts })))
+    let status = if published.created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(PublishResponse { version: published.version, rollouts: published.rollouts })))
 }

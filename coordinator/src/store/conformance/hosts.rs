@@ -263,7 +263,7 @@ pub fn host_health_keeps_the_latest_report(make: Factory<'_>) {
     s.record_host_health(&[report(15, "{\"n\":0}")]).unwrap();
     assert_eq!(s.host_health(h.id).unwrap(), Some(report(20, "{\"n\":2}")));
     let ghost = HostHealth { host_id: Uuid::new_v4(), reported_at: t(30), report: "{}".into() };
-    assert_eq!(s.record_host_health(&[ghost.clone()]).unwrap(), 0);
+    assert_eq!(s.record_host_health(std::slice::from_ref(&ghost)).unwrap(), 0);
     assert_eq!(s.host_health(ghost.host_id).unwrap(), None);
 }
 
