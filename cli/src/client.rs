@@ -156,6 +156,11 @@ impl Session {
         Ok(self.runtime.block_on(self.client.get_json(path))?)
     }
 
+    /// `POST path` with a JSON body; the answer decoded.
+    pub fn post<B: serde::Serialize + ?Sized, T: serde::de::DeserializeOwned>(&self, path: &str, body: &B) -> Result<T, CliError> {
+        Ok(self.runtime.block_on(self.client.post_json(path, body))?)
+    }
+
     /// `GET path` as raw bytes.
     pub fn get_bytes(&self, path: &str) -> Result<Vec<u8>, CliError> {
         Ok(self.runtime.block_on(self.client.get_bytes(path))?)

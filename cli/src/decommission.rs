@@ -1,22 +1,24 @@
-//! `drover decommission HOST_ID --mode soft-reset|storage-cleanup|full|reimage [--storage
+//! `drover decommission HOST --mode soft-reset|storage-cleanup|full|reimage [--storage
 //! none|local|weka|all] [--force-release] [--erase none|quick|secure] [--remove-maas-record]
-//! [--profile NAME] --reason TEXT`: start a decommission job for one host through the
-//! coordinator's admin route `POST /v1/hosts/{id}/decommission`.
+//! [--profile NAME] --reason TEXT`: start a decommission job for one host (a hostname or an
+//! id, [`crate::resolve`]) through the coordinator's admin route `POST
+//! /v1/hosts/{id}/decommission`.
 //!
 //! `--mode storage-cleanup` needs a storage other than `none`; `--force-release` and
 //! `--remove-maas-record` only apply to `--mode full`, `--erase` to `full` and `reimage`,
 //! `--profile` to `reimage`; all are refused here (64) before any request. The coordinator refuses an
-//! unknown host (404) and a host that is deleted or held by another unfinished job (409, the
+//! unknown host id (404; an unknown hostname is refused here) and a host that is deleted or held by another unfinished job (409, the
 //! message names the job), both exit 65. On success stdout carries `JOB_ID KIND STATE`, or the
 //! job's JSON with `-o json`; follow it with `drover job describe JOB_ID`.
 
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use crate::client::ConnectArgs;
+use crate::client::{ConnectArgs, Session};
 use crate::exit::CliError;
 use crate::host::check_reason;
 use crate::job::{self, JobJson, OutputArgs};
+use crate::resolve::HostName;
 
 /// What a decommission does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -93,8 +95,9 @@ impl Erase {
 /// Arguments of `drover decommission`.
 #[derive(Args)]
 pub struct DecommissionArgs {
-    /// The host's id (as `drover enroll` printed it).
-    host_id: String,
+    /// The host: its hostname or its id.
+    #[arg(value_name = "HOST")]
+    host: String,
     /// What to do.
     #[arg(long, value_enum)]
     mode: Mode,
@@ -149,9 +152,9 @@ pub struct DecommissionRequest<'a> {
     pub reason: &'a str,
 }
 
-/// The path and body of the request, or the usage error (64) that stops it.
-fn request(args: &DecommissionArgs) -> Result<(String, DecommissionRequest<'_>), CliError> {
-    let host_id = job::parse_host_id("HOST_ID", &args.host_id)?;
+/// The body of the request, or the usage error (64) that stops it before any request.
+fn request(args: &DecommissionArgs) -> Result<DecommissionRequest<'_>, CliError> {
+    HostName::parse("HOST", &args.host)?;
     if args.mode == Mode::StorageCleanup && matches!(args.storage, None | Some(Storage::None)) {
         return Err(CliError::usage("--mode storage-cleanup needs --storage local, weka or all"));
     }
@@ -168,7 +171,7 @@ fn request(args: &DecommissionArgs) -> Result<(String, DecommissionRequest<'_>),
         return Err(CliError::usage("--profile only applies to --mode reimage"));
     }
     let reason = check_reason(&args.reason)?;
-    let body = DecommissionRequest {
+    Ok(DecommissionRequest {
         mode: args.mode.wire(),
         storage: args.storage.map(Storage::wire),
         force_release: args.force_release,
@@ -176,8 +179,7 @@ fn request(args: &DecommissionArgs) -> Result<(String, DecommissionRequest<'_>),
         remove_maas_record: args.remove_maas_record,
         profile: args.profile.as_deref(),
         reason,
-    };
-    Ok((format!("/v1/hosts/{host_id}/decommission"), body))
+    })
 }
 
 /// The line `drover decommission` prints: `JOB_ID KIND STATE`.
@@ -187,8 +189,10 @@ fn render(job: &JobJson) -> String {
 
 /// Runs `drover decommission`.
 pub fn run(args: &DecommissionArgs) -> Result<(), CliError> {
-    let (path, body) = request(args)?;
-    let value = job::post(&args.connect, &path, &body)?;
+    let body = request(args)?;
+    let session = Session::open(&args.connect)?;
+    let path = format!("/v1/hosts/{}/decommission", crate::resolve::host_id(&session, "HOST", &args.host)?);
+    let value: serde_json::Value = session.post(&path, &body)?;
     job::print_answer(args.output.output, &path, &value, render)
 }
 
@@ -215,23 +219,22 @@ mod tests {
     #[test]
     fn modes_and_storage_go_on_the_wire_in_snake_case() {
         let a = parse(&["--mode", "soft-reset", "--reason", " reimage "]);
-        let (path, body) = request(&a).expect("ok");
-        assert_eq!(path, format!("/v1/hosts/{HOST}/decommission"));
+        let body = request(&a).expect("ok");
         assert_eq!(serde_json::to_value(&body).expect("json"), serde_json::json!({"mode": "soft_reset", "reason": "reimage"}));
         let a = parse(&["--mode", "storage-cleanup", "--storage", "weka", "--reason", "r"]);
-        let body = serde_json::to_value(request(&a).expect("ok").1).expect("json");
+        let body = serde_json::to_value(request(&a).expect("ok")).expect("json");
         assert_eq!(body, serde_json::json!({"mode": "storage_cleanup", "storage": "weka", "reason": "r"}));
         let a = parse(&["--mode", "full", "--storage", "all", "--force-release", "--reason", "r"]);
-        let body = serde_json::to_value(request(&a).expect("ok").1).expect("json");
+        let body = serde_json::to_value(request(&a).expect("ok")).expect("json");
         assert_eq!(body, serde_json::json!({"mode": "full", "storage": "all", "forceRelease": true, "reason": "r"}));
         let a = parse(&["--mode", "full", "--storage", "none", "--reason", "r"]);
-        let body = serde_json::to_value(request(&a).expect("ok").1).expect("json");
+        let body = serde_json::to_value(request(&a).expect("ok")).expect("json");
         assert_eq!(body, serde_json::json!({"mode": "full", "storage": "none", "reason": "r"}));
         let a = parse(&["--mode", "reimage", "--erase", "quick", "--profile", "gpu", "--reason", "os drift"]);
-        let body = serde_json::to_value(request(&a).expect("ok").1).expect("json");
+        let body = serde_json::to_value(request(&a).expect("ok")).expect("json");
         assert_eq!(body, serde_json::json!({"mode": "reimage", "erase": "quick", "profile": "gpu", "reason": "os drift"}));
         let a = parse(&["--mode", "full", "--erase", "secure", "--remove-maas-record", "--reason", "r"]);
-        let body = serde_json::to_value(request(&a).expect("ok").1).expect("json");
+        let body = serde_json::to_value(request(&a).expect("ok")).expect("json");
         assert_eq!(body, serde_json::json!({"mode": "full", "erase": "secure", "removeMaasRecord": true, "reason": "r"}));
     }
 
@@ -249,8 +252,9 @@ mod tests {
             let e = run(&parse(extra)).expect_err("refused");
             assert_eq!(e.code(), codes::USAGE, "{extra:?}: {e}");
         }
-        let a = Wrap::try_parse_from(["decommission", "gpu-a-01", "--mode", "full", "--reason", "r"]).expect("parse").args;
-        assert!(run(&a).expect_err("not a uuid").to_string().contains("HOST_ID"));
+        let a = Wrap::try_parse_from(["decommission", "gpu a/01", "--mode", "full", "--reason", "r"]).expect("parse").args;
+        let e = run(&a).expect_err("no hostname");
+        assert_eq!((e.code(), e.to_string()), (codes::USAGE, "HOST \"gpu a/01\" is not a hostname or a host id".to_owned()));
         assert!(Wrap::try_parse_from(["decommission", HOST, "--mode", "full"]).is_err(), "--reason is required");
         assert!(Wrap::try_parse_from(["decommission", HOST, "--mode", "nuke", "--reason", "r"]).is_err());
     }

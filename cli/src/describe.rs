@@ -5,7 +5,7 @@
 //!
 //! - host (hostname or id): identity, lifecycle, last check-in, certificates, its jobs and
 //!   its latest events (`GET /v1/events?host=`).
-//! - rollout (`CHANNEL@REF`): state, per-wave progress with the bars of the `--watch` view,
+//! - rollout (its id `CHANNEL@REF`, a unique prefix of it, or a channel: [`crate::resolve`]): state, per-wave progress with the bars of the `--watch` view,
 //!   every host's state and target, the latest events (`GET /v1/events?rollout=`);
 //!   `--watch` turns it into the live view of that rollout ([`crate::watch`]).
 //! - job: the view of `drover job describe` (stages, history, events).
@@ -15,12 +15,11 @@
 use std::fmt::Write as _;
 
 use clap::{Args, Subcommand};
-use drover_proto::names::RolloutId;
 use serde_json::Value;
 
 use crate::client::{ConnectArgs, Session};
 use crate::exit::CliError;
-use crate::get::{encode, list_all, resolve_host};
+use crate::get::{encode, list_all};
 use crate::job::{check_job_id, clean};
 use crate::output::{OutputArgs, age, dash, field, indented_table, pretty, print};
 
@@ -60,7 +59,8 @@ struct HostArgs {
 /// Arguments of `drover describe rollout`.
 #[derive(Args)]
 struct RolloutArgs {
-    /// The rollout, `CHANNEL@REF`.
+    /// The rollout: its id (CHANNEL@REF), a unique prefix of it, or a channel (its current
+    /// rollout).
     rollout: String,
     /// How many of the latest events to show.
     #[arg(long, value_name = "N", default_value_t = 20)]
@@ -221,7 +221,8 @@ pub fn run(args: &DescribeArgs) -> Result<(), CliError> {
     match &args.what {
         DescribeWhat::Host(a) => {
             let s = Session::open(&a.connect)?;
-            let (id, _) = resolve_host(&s, &a.host)?;
+            // An id goes straight to the host's route, which refuses an unknown one itself.
+            let id = crate::resolve::host_id(&s, "HOST", &a.host)?;
             let host = s.get(&format!("/v1/hosts/{id}"))?;
             if a.output.output.is_json() {
                 return print(&pretty(&host)?);
@@ -231,9 +232,8 @@ pub fn run(args: &DescribeArgs) -> Result<(), CliError> {
             print(&render_host(crate::clock::now()?, &host, &jobs, &events, a.events))
         }
         DescribeWhat::Rollout(a) => {
-            let id = RolloutId::parse(&a.rollout)
-                .map_err(|e| CliError::usage(format!("ROLLOUT {:?} is not CHANNEL@REF: {e}", clean(&a.rollout, 80))))?;
             let s = Session::open(&a.connect)?;
+            let id = crate::resolve::rollout(&s, "ROLLOUT", &a.rollout)?;
             if a.watch {
                 let opts = crate::watch::WatchOptions::new(Some(id), true, std::time::Duration::from_secs(a.timeout));
                 return crate::watch::watch_stdout(&s, &opts);

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use crate::client::{ConnectArgs, Session};
 use crate::exit::{CliError, codes};
-use crate::get::{hostnames, list_all, resolve_host};
+use crate::get::{hostnames, list_all};
 use crate::job::clean;
 use crate::output::{Output, OutputArgs, dash, field, pretty, print, table};
 
@@ -38,7 +38,8 @@ pub struct EventsArgs {
     /// Only this host's events (hostname or id).
     #[arg(long, value_name = "HOST")]
     host: Option<String>,
-    /// Only this rollout's events (CHANNEL@REF).
+    /// Only this rollout's events: its id (CHANNEL@REF), a unique prefix of it, or a channel
+    /// (its current rollout).
     #[arg(long, value_name = "ROLLOUT")]
     rollout: Option<String>,
     /// Only events of this kind (e.g. rollout.opened, host.state).
@@ -63,10 +64,17 @@ pub struct EventsArgs {
 fn filters(s: &Session, args: &EventsArgs) -> Result<Vec<(&'static str, String)>, CliError> {
     let mut q = vec![("limit", args.page_size.to_string())];
     if let Some(h) = &args.host {
-        q.push(("host", resolve_host(s, h)?.0.to_string()));
+        q.push(("host", crate::resolve::host(s, "--host", h)?.id.to_string()));
     }
     if let Some(r) = &args.rollout {
-        let id = RolloutId::parse(r).map_err(|e| CliError::usage(format!("--rollout {:?} is not CHANNEL@REF: {e}", clean(r, 80))))?;
+        let id = match crate::resolve::rollout(s, "--rollout", r) {
+            Ok(id) => id,
+            // Events outlive the rollouts they are about: a whole id is asked for as typed.
+            Err(crate::resolve::ResolveError::UnknownRollout { .. }) if RolloutId::parse(r.trim()).is_ok() => {
+                RolloutId::parse(r.trim()).map_err(|e| CliError::usage(format!("--rollout: {e}")))?
+            }
+            Err(e) => return Err(e.into()),
+        };
         q.push(("rollout", id.to_string()));
     }
     if let Some(k) = &args.kind {

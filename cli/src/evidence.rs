@@ -23,7 +23,7 @@ use uuid::Uuid;
 
 use crate::client::{ConnectArgs, Session};
 use crate::exit::{CliError, codes};
-use crate::get::{list_all, resolve_host};
+use crate::get::list_all;
 use crate::job::clean;
 use crate::output::{OutputArgs, dash, field, pretty, print, table};
 
@@ -84,10 +84,10 @@ fn get(target: &str, output: &OutputArgs, connect: &ConnectArgs) -> Result<(), C
         // A job id, or else a host id.
         Ok(id) => match s.get(&format!("/v1/jobs/{id}")) {
             Ok(_) => format!("/v1/jobs/{id}/evidence"),
-            Err(e) if e.code() == codes::DATA => format!("/v1/hosts/{}/evidence", resolve_host(&s, target)?.0),
+            Err(e) if e.code() == codes::DATA => format!("/v1/hosts/{}/evidence", crate::resolve::host(&s, "TARGET", target)?.id),
             Err(e) => return Err(e),
         },
-        Err(_) => format!("/v1/hosts/{}/evidence", resolve_host(&s, target)?.0),
+        Err(_) => format!("/v1/hosts/{}/evidence", crate::resolve::host(&s, "TARGET", target)?.id),
     };
     let items = list_all(&s, &base, &[("limit", "500".to_owned())], "items", None)?;
     if output.output.is_json() {

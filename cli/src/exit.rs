@@ -58,6 +58,9 @@ impl CliError {
     }
 }
 
+// So that the errors of modules that ask the coordinator can carry it as their `#[source]`.
+impl std::error::Error for CliError {}
+
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)

@@ -31,10 +31,11 @@ use serde_json::Value;
 
 use crate::client::{ConnectArgs, Session};
 use crate::exit::{CliError, codes};
-use crate::get::{all_hosts, resolve_host};
+use crate::get::all_hosts;
 use crate::job::clean;
 use crate::output::{OutputArgs, field, pretty, print};
 use crate::plan::LivePlanInput;
+use crate::resolve::HostName;
 
 /// Arguments of `drover explain`.
 #[derive(Args)]
@@ -322,13 +323,16 @@ pub fn run(args: &ExplainArgs) -> Result<(), CliError> {
 
     // The host by id or by name; a name in a manifest but unknown to the coordinator is
     // still explained (it was never enrolled).
-    let (hostname, record) = if uuid::Uuid::parse_str(&a.host).is_ok() {
-        let (id, name) = resolve_host(&s, &a.host)?;
-        (name, record_of(&s.get(&format!("/v1/hosts/{id}"))?))
-    } else {
-        crate::job::check_id("HOST", "hostname or host id", &a.host)?;
-        let listed = all_hosts(&s)?.into_iter().find(|h| field(h, "hostname") == a.host);
-        (a.host.clone(), listed.as_ref().map(record_of).unwrap_or_default())
+    let (hostname, record) = match HostName::parse("HOST", &a.host)? {
+        HostName::Id(_) => {
+            let host = crate::resolve::host(&s, "HOST", &a.host)?;
+            (host.hostname, record_of(&s.get(&format!("/v1/hosts/{}", host.id))?))
+        }
+        HostName::Name(name) => {
+            let listed = all_hosts(&s)?.into_iter().find(|h| field(h, "hostname") == name);
+            let record = listed.as_ref().map(record_of).unwrap_or_default();
+            (name, record)
+        }
     };
     let in_release = input.channels.values().any(|c| c.manifest.host(&hostname).is_some());
     if record.id.is_none() && !in_release && !input.hosts.contains_key(&hostname) {

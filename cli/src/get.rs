@@ -2,7 +2,9 @@
 //! operator routes (viewer role), as a table (`-o table`, the default), a wider table
 //! (`-o wide`) or the coordinator's JSON (`-o json`: every page merged into one array).
 //!
-//! - `get hosts [--state S] [--limit N]`: `GET /v1/hosts`, paged by the opaque `next` cursor.
+//! - `get hosts [--state S] [--limit N]`: `GET /v1/hosts`, paged by the opaque `next` cursor;
+//!   `get host HOST` (a hostname or an id): that one host's row (`GET /v1/hosts/{id}`), or its
+//!   JSON object with `-o json`.
 //! - `get rollouts [--state S] [--channel C] [--watch [--timeout SECS]]`: `GET /v1/rollouts`;
 //!   `--watch` is the live progress view of [`crate::watch`].
 //! - `get jobs [--host H] [--state S] [--kind K]`: `GET /v1/jobs`.
@@ -12,19 +14,18 @@
 //!   ([`crate::onboarding`]), with the batch's counts by state under `--batch`.
 //! - `get drift [--site SITE]`: hosts with an open MAAS drift ([`crate::drift`]).
 //!
-//! A host filter takes a hostname or an id (a hostname is resolved through the listing). The
-//! listing helpers here ([`list_all`], [`resolve_host`]) are shared with `describe`, `events`
-//! and `explain`.
+//! A host, as a filter or as `get host HOST`, is a hostname or an id ([`crate::resolve`]). The
+//! listing helpers here ([`list_all`], [`all_hosts`]) are shared with `describe`, `events`,
+//! `explain` and the resolver.
 
 use std::collections::BTreeMap;
 
 use clap::{Args, Subcommand};
 use serde_json::Value;
-use uuid::Uuid;
 
 use crate::client::{ConnectArgs, Session};
 use crate::exit::{CliError, codes};
-use crate::job::{JobKind, JobState, check_id, clean};
+use crate::job::{JobKind, JobState, clean};
 use crate::output::{Output, OutputArgs, age, dash, field, pretty, print, table};
 
 /// Most pages one listing follows: a coordinator that keeps answering `next` forever (a bug)
@@ -42,7 +43,7 @@ pub struct GetArgs {
 
 #[derive(Subcommand)]
 enum GetWhat {
-    /// Hosts: name, lifecycle state, schedulable, last check-in.
+    /// Hosts: name, lifecycle state, schedulable, last check-in; `get host HOST` shows one.
     #[command(alias = "host")]
     Hosts(HostsArgs),
     /// Rollouts: id, channel, state, age; `--watch` shows live wave progress.
@@ -68,6 +69,9 @@ enum GetWhat {
 /// Arguments of `drover get hosts`.
 #[derive(Args)]
 struct HostsArgs {
+    /// One host (a hostname or an id): its row, or its JSON object with -o json.
+    #[arg(value_name = "HOST", conflicts_with_all = ["state", "limit"])]
+    host: Option<String>,
     /// Only hosts in this lifecycle state (active, offline, quarantined, retired, …).
     #[arg(long, value_name = "STATE")]
     state: Option<String>,
@@ -198,25 +202,6 @@ pub fn list_all(s: &Session, base: &str, query: &[(&str, String)], items_key: &s
 /// Every host (`GET /v1/hosts`, all pages).
 pub fn all_hosts(s: &Session) -> Result<Vec<Value>, CliError> {
     list_all(s, "/v1/hosts", &[("limit", PAGE.to_string())], "items", None)
-}
-
-/// A host given as a hostname or an id: its id and hostname. An unknown host is 65.
-pub fn resolve_host(s: &Session, given: &str) -> Result<(Uuid, String), CliError> {
-    if let Ok(id) = Uuid::parse_str(given) {
-        let host = s.get(&format!("/v1/hosts/{id}")).map_err(|e| {
-            if e.code() == codes::DATA { CliError::data(format!("unknown host {id}: no host with that id on the coordinator")) } else { e }
-        })?;
-        return Ok((id, field(&host, "hostname").to_owned()));
-    }
-    check_id("HOST", "hostname or host id", given)?;
-    for h in all_hosts(s)? {
-        if field(&h, "hostname") == given {
-            let id = Uuid::parse_str(field(&h, "id"))
-                .map_err(|_| CliError::new(codes::PROTOCOL, format!("/v1/hosts: unexpected answer: host {given} has no id")))?;
-            return Ok((id, given.to_owned()));
-        }
-    }
-    Err(CliError::data(format!("unknown host {:?}: no host of that name on the coordinator", clean(given, 80))))
 }
 
 /// Host id → hostname, for tables that show tasks and events by host.
@@ -354,6 +339,15 @@ pub fn run(args: &GetArgs) -> Result<(), CliError> {
     match &args.what {
         GetWhat::Hosts(a) => {
             let s = Session::open(&a.connect)?;
+            if let Some(given) = &a.host {
+                // An id goes straight to the host's route, which refuses an unknown one itself.
+                let id = crate::resolve::host_id(&s, "HOST", given)?;
+                let host = s.get(&format!("/v1/hosts/{id}"))?;
+                if a.output.output.is_json() {
+                    return print(&pretty(&host)?);
+                }
+                return print(&render_hosts(now, std::slice::from_ref(&host), a.output.output == Output::Wide));
+            }
             let page = a.page_size as usize;
             let mut q = vec![("limit", a.limit.map_or(page, |l| (l as usize).min(page)).to_string())];
             if let Some(st) = &a.state {
@@ -382,7 +376,7 @@ pub fn run(args: &GetArgs) -> Result<(), CliError> {
             let s = Session::open(&a.connect)?;
             let mut q = Vec::new();
             if let Some(h) = &a.host {
-                q.push(("host", resolve_host(&s, h)?.0.to_string()));
+                q.push(("host", crate::resolve::host(&s, "--host", h)?.id.to_string()));
             }
             if let Some(st) = a.state {
                 q.push(("state", st.wire().to_owned()));
@@ -398,7 +392,7 @@ pub fn run(args: &GetArgs) -> Result<(), CliError> {
             let s = Session::open(&a.connect)?;
             let mut q = Vec::new();
             if let Some(h) = &a.host {
-                q.push(("host", resolve_host(&s, h)?.0.to_string()));
+                q.push(("host", crate::resolve::host(&s, "--host", h)?.id.to_string()));
             }
             if let Some(j) = &a.job {
                 q.push(("job", crate::job::parse_host_id("--job", j)?.to_string()));

@@ -1,6 +1,7 @@
-//! `drover host VERB HOST_ID --reason TEXT`: the operator verbs of the host lifecycle
+//! `drover host VERB HOST --reason TEXT`: the operator verbs of the host lifecycle
 //! (quarantine, unquarantine, retire, reactivate, remove, cordon, uncordon) against the
-//! coordinator's admin routes `POST /v1/hosts/{id}/<verb>`.
+//! coordinator's admin routes `POST /v1/hosts/{id}/<verb>`. HOST is a hostname or an id
+//! ([`crate::resolve`]); an unknown hostname is exit 65 before anything is asked of the host.
 //!
 //! The coordinator decides legality (only the transitions of the host state machine, no
 //! reactivation after removal) and answers a refusal with a 409 and the guardrail, which this
@@ -13,12 +14,10 @@
 
 use std::io::Write;
 
+use crate::client::{ConnectArgs, Session};
+use crate::exit::{CliError, codes};
 use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
-
-use crate::client::{self, ConnectArgs};
-use crate::exit::{CliError, codes};
 
 /// Longest reason the coordinator accepts, in characters (checked here too, to fail early).
 const MAX_REASON_CHARS: usize = 500;
@@ -64,8 +63,9 @@ pub struct HostArgs {
     /// What to do.
     #[arg(value_enum)]
     verb: Verb,
-    /// The host's id (as `drover enroll` printed it).
-    host_id: String,
+    /// The host: its hostname or its id.
+    #[arg(value_name = "HOST")]
+    host: String,
     /// Why (required; recorded in the host's events and the audit log).
     #[arg(long, value_name = "TEXT")]
     reason: String,
@@ -114,12 +114,12 @@ pub(crate) fn check_reason(reason: &str) -> Result<&str, CliError> {
 
 /// Runs `drover host`.
 pub fn run(args: &HostArgs) -> Result<(), CliError> {
-    let host_id = Uuid::parse_str(&args.host_id).map_err(|_| CliError::usage(format!("HOST_ID {:?} is not a UUID", args.host_id)))?;
+    crate::resolve::HostName::parse("HOST", &args.host)?;
     let reason = check_reason(&args.reason)?;
-    let target = args.connect.resolve()?;
-    let client = client::connect(&target)?;
+    let session = Session::open(&args.connect)?;
+    let host_id = crate::resolve::host_id(&session, "HOST", &args.host)?;
     let path = format!("/v1/hosts/{host_id}/{}", args.verb.path_segment());
-    let host: HostState = crate::client::block_on(client.post_json(&path, &LifecycleRequest { reason }))?;
+    let host: HostState = session.post(&path, &LifecycleRequest { reason })?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", render(&host)).and_then(|()| out.flush()).map_err(|e| CliError::new(codes::IO, format!("cannot write stdout: {e}")))
 }

@@ -1,7 +1,7 @@
 //! `drover job`: the coordinator's jobs (decommissions and maintenance, one per host), read
 //! and acted on.
 //!
-//! - `drover job get [JOB_ID] [--host HOST_ID] [--state STATE] [--kind KIND]` (viewer):
+//! - `drover job get [JOB_ID] [--host HOST] [--state STATE] [--kind KIND]` (viewer):
 //!   `GET /v1/jobs/{id}` or `GET /v1/jobs?host=…&state=…&kind=…`, printed as a table
 //!   (`JOB KIND HOST STATE STAGE ATTEMPT MESSAGE`).
 //! - `drover job describe JOB_ID` (viewer): the job with its stages (the current one marked),
@@ -185,8 +185,8 @@ impl Action {
 struct GetArgs {
     /// One job; all jobs (matching the filters) when absent.
     job_id: Option<String>,
-    /// Only this host's jobs.
-    #[arg(long, value_name = "HOST_ID", conflicts_with = "job_id")]
+    /// Only this host's jobs (hostname or id).
+    #[arg(long, value_name = "HOST", conflicts_with = "job_id")]
     host: Option<String>,
     /// Only jobs in this state.
     #[arg(long, value_enum, conflicts_with = "job_id")]
@@ -376,12 +376,19 @@ pub fn parse_host_id(what: &str, id: &str) -> Result<Uuid, CliError> {
     Uuid::parse_str(id).map_err(|_| CliError::usage(format!("{what} {:?} is not a UUID", clean(id, 80))))
 }
 
-/// The path of `drover job get`: one job, or the list with its filters.
-fn get_path(args: &GetArgs) -> Result<String, CliError> {
+/// The path of `drover job get`: one job, or the list with its filters, `--host` checked and
+/// then turned into an id by `host_id` (which may ask the coordinator).
+fn get_path(args: &GetArgs, host_id: impl FnOnce(&str) -> Result<Uuid, CliError>) -> Result<String, CliError> {
     if let Some(id) = &args.job_id {
         return Ok(format!("/v1/jobs/{}", check_job_id(id)?));
     }
-    let host = args.host.as_deref().map(|h| parse_host_id("--host", h)).transpose()?;
+    let host = match args.host.as_deref() {
+        Some(h) => {
+            crate::resolve::HostName::parse("--host", h)?;
+            Some(host_id(h)?)
+        }
+        None => None,
+    };
     Ok(list_path(host, args.state, args.kind))
 }
 
@@ -587,8 +594,15 @@ pub fn run(args: &JobArgs) -> Result<(), CliError> {
 }
 
 fn run_get(args: &GetArgs) -> Result<(), CliError> {
-    let path = get_path(args)?;
-    let value = get(&args.connect, &path)?;
+    let mut session = None;
+    let path = get_path(args, |h| {
+        let s = session.insert(client::Session::open(&args.connect)?);
+        Ok(crate::resolve::host(s, "--host", h)?.id)
+    })?;
+    let value = match session {
+        Some(s) => s.get(&path)?,
+        None => get(&args.connect, &path)?,
+    };
     let jobs = if args.job_id.is_some() { vec![decode::<JobJson>(&path, &value)?] } else { decode::<JobList>(&path, &value)?.jobs };
     print(&match args.output.output {
         Output::Json => pretty(&value)?,

@@ -42,6 +42,7 @@ mod plan;
 mod rack;
 mod rack_ops;
 mod release;
+mod resolve;
 mod rollout;
 mod sign_cmd;
 mod site;

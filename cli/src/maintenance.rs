@@ -1,9 +1,10 @@
 //! `drover maintenance`: maintenance requests, one job per host, through the coordinator.
 //!
-//! - `drover maintenance request [--group LABEL] [--host HOST_ID]... [--activity A]...
+//! - `drover maintenance request [--group LABEL] [--host HOST]... [--activity A]...
 //!   [--storage local|weka|all] [--reference REF] --reason TEXT` (admin): `POST
-//!   /v1/maintenance`. The scope is a fleet-spec host tag (`--group`), explicit hosts, or
-//!   both (the hosts of the group); neither is refused here (64). Activities are `gpu_scrub`,
+//!   /v1/maintenance`. The scope is a fleet-spec host tag (`--group`), explicit hosts
+//!   (hostnames or ids, [`crate::resolve`]; an unknown hostname is 65 before anything is
+//!   sent), or both (the hosts of the group); neither is refused here (64). Activities are `gpu_scrub`,
 //!   `storage_cleanup`, `validate_clean`, `hw_sync_reseed`, `activate` (none given: all). The
 //!   coordinator is all-or-nothing: any host it refuses is a 409 (exit 65) and nothing starts.
 //!   Prints `REQUEST_ID INITIATOR STATE`, then one `JOB_ID HOSTNAME STATE` line per job.
@@ -18,10 +19,13 @@ use std::fmt::Write as _;
 use clap::{Args, Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
 
-use crate::client::ConnectArgs;
+use uuid::Uuid;
+
+use crate::client::{ConnectArgs, Session};
 use crate::exit::CliError;
 use crate::host::check_reason;
 use crate::job::{self, JobJson, Output, OutputArgs, clean};
+use crate::resolve::HostName;
 
 /// One maintenance activity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -100,8 +104,8 @@ struct RequestArgs {
     /// --host, those of them).
     #[arg(long, value_name = "LABEL")]
     group: Option<String>,
-    /// A host's id; repeat for more.
-    #[arg(long = "host", value_name = "HOST_ID")]
+    /// A host (its hostname or its id); repeat for more.
+    #[arg(long = "host", value_name = "HOST")]
     hosts: Vec<String>,
     /// An activity; repeat for more (none given: all of them).
     #[arg(long = "activity", value_enum, value_name = "ACTIVITY")]
@@ -207,18 +211,18 @@ fn check_text<'a>(flag: &str, value: &'a str, max: usize) -> Result<&'a str, Cli
     Ok(value)
 }
 
-/// The body of `POST /v1/maintenance`, or the usage error (64) that stops it.
-fn request_body(args: &RequestArgs) -> Result<MaintenanceRequest<'_>, CliError> {
+/// The body of `POST /v1/maintenance`, or the error that stops it. Everything is checked
+/// (64) before `host_ids` turns the `--host` arguments into ids, which may ask the coordinator.
+fn request_body<'a>(
+    args: &'a RequestArgs,
+    host_ids: impl FnOnce(&[String]) -> Result<Vec<Uuid>, CliError>,
+) -> Result<MaintenanceRequest<'a>, CliError> {
     if args.group.is_none() && args.hosts.is_empty() {
-        return Err(CliError::usage("say which hosts: --group LABEL, --host HOST_ID (repeatable), or both"));
+        return Err(CliError::usage("say which hosts: --group LABEL, --host HOST (repeatable), or both"));
     }
     let group = args.group.as_deref().map(|g| check_text("--group", g, 128)).transpose()?;
-    let mut hosts: Vec<String> = Vec::with_capacity(args.hosts.len());
     for h in &args.hosts {
-        let id = job::parse_host_id("--host", h)?.to_string();
-        if !hosts.contains(&id) {
-            hosts.push(id);
-        }
+        HostName::parse("--host", h)?;
     }
     let mut activities: Vec<&'static str> = Vec::with_capacity(args.activities.len());
     for a in &args.activities {
@@ -228,6 +232,13 @@ fn request_body(args: &RequestArgs) -> Result<MaintenanceRequest<'_>, CliError> 
     }
     let reference = args.reference.as_deref().map(|r| check_text("--reference", r, 200)).transpose()?;
     let reason = check_reason(&args.reason)?;
+    let mut hosts: Vec<String> = Vec::with_capacity(args.hosts.len());
+    for id in if args.hosts.is_empty() { Vec::new() } else { host_ids(&args.hosts)? } {
+        let id = id.to_string();
+        if !hosts.contains(&id) {
+            hosts.push(id);
+        }
+    }
     Ok(MaintenanceRequest { group, hosts, activities, storage: args.storage.map(Storage::wire), reference, reason })
 }
 
@@ -299,9 +310,17 @@ fn render_list(requests: &[MaintenanceJson]) -> String {
 pub fn run(args: &MaintenanceArgs) -> Result<(), CliError> {
     match &args.command {
         MaintenanceCommand::Request(a) => {
-            let body = request_body(a)?;
+            let mut session = None;
+            let body = request_body(a, |hosts| {
+                let s = session.insert(Session::open(&a.connect)?);
+                Ok(crate::resolve::host_ids(s, "--host", hosts)?)
+            })?;
             let path = "/v1/maintenance";
-            let value = job::post(&a.connect, path, &body)?;
+            let session = match session {
+                Some(s) => s,
+                None => Session::open(&a.connect)?,
+            };
+            let value: serde_json::Value = session.post(path, &body)?;
             job::print_answer(a.output.output, path, &value, render_created)
         }
         MaintenanceCommand::Get(a) => {
@@ -345,7 +364,10 @@ mod tests {
 
     fn body_of(args: &[&str]) -> Result<Value, CliError> {
         let MaintenanceCommand::Request(a) = parse(args) else { panic!("request") };
-        request_body(&a).map(|b| serde_json::to_value(b).expect("json"))
+        // Ids stand for themselves here; hostnames are resolved against a coordinator in the
+        // end-to-end tests.
+        let ids = |hosts: &[String]| Ok(hosts.iter().map(|h| Uuid::parse_str(h).expect("a host id")).collect());
+        request_body(&a, ids).map(|b| serde_json::to_value(b).expect("json"))
     }
 
     const H1: &str = "7f0c6a56-1d51-4bb4-9a5e-3c8f1d2f9a10";
@@ -407,7 +429,8 @@ mod tests {
         assert_eq!(e.code(), codes::USAGE);
         assert!(e.to_string().contains("--group"), "{e}");
         assert_eq!(body_of(&["request", "--group", "g", "--reason", " "]).expect_err("blank").code(), codes::USAGE);
-        assert_eq!(body_of(&["request", "--host", "gpu-a-01", "--reason", "r"]).expect_err("not a uuid").code(), codes::USAGE);
+        let e = body_of(&["request", "--host", "gpu/a-01", "--reason", "r"]).expect_err("no hostname");
+        assert_eq!((e.code(), e.to_string()), (codes::USAGE, "--host \"gpu/a-01\" is not a hostname or a host id".to_owned()));
         assert_eq!(body_of(&["request", "--group", "", "--reason", "r"]).expect_err("empty group").code(), codes::USAGE);
         assert!(Wrap::try_parse_from(["maintenance", "request", "--group", "g"]).is_err(), "--reason is required");
         assert!(Wrap::try_parse_from(["maintenance", "request", "--group", "g", "--activity", "dance", "--reason", "r"]).is_err());

@@ -3,8 +3,8 @@
 //! - `drover rack maintenance RACK [--machine-id ID…] [--switch-id ID…] [--power-shelf-id ID…]
 //!   [--activity firmware-upgrade|configure-nmx-cluster|power-sequence]… [--firmware-version V]
 //!   [--reference URL]` — on-demand maintenance: no ids = the full rack, no activity = all;
-//! - `drover rack place HOST_ID RACK --reason R` (`--none` takes it out of any rack);
-//! - `drover rack bmc HOST_ID --endpoint https://… --credentials-path P [--username U
+//! - `drover rack place HOST RACK --reason R` (`--none` takes it out of any rack);
+//! - `drover rack bmc HOST --endpoint https://… --credentials-path P [--username U
 //!   --password-file F] [--ca-file F] --reason R` — the machine's BMC a power sequence drives
 //!   (`--remove` forgets it); the password is read from a file (`-` is stdin), never an argument;
 //! - `drover rack firmware create ID --hardware-type T --image-uri URL [--unavailable]
@@ -12,6 +12,8 @@
 //! - `drover component firmware update --compute-trays ID,… | --switches ID,… | --power-shelves
 //!   ID,… [--target-version V]` — the component-firmware entry point: the rack of the first
 //!   device gets a firmware-upgrade request.
+//!
+//! HOST is a hostname or an id ([`crate::resolve`]).
 
 use std::path::PathBuf;
 
@@ -24,6 +26,7 @@ use crate::get::with_query;
 use crate::host::check_reason;
 use crate::job::{get, post};
 use crate::output::{Output, OutputArgs, dash, field, pretty, print, table};
+use crate::resolve::HostName;
 
 /// Activities of a maintenance cycle.
 #[derive(Clone, Copy, ValueEnum)]
@@ -66,8 +69,9 @@ pub struct RackMaintenance {
 /// `drover rack place`.
 #[derive(Args)]
 pub struct Place {
-    /// The host's id.
-    host_id: String,
+    /// The host: its hostname or its id.
+    #[arg(value_name = "HOST")]
+    host: String,
     /// The rack (id or name); omit with `--none`.
     rack: Option<String>,
     /// Take the host out of any rack.
@@ -83,8 +87,9 @@ pub struct Place {
 /// `drover rack bmc`.
 #[derive(Args)]
 pub struct Bmc {
-    /// The host's id.
-    host_id: String,
+    /// The host: its hostname or its id.
+    #[arg(value_name = "HOST")]
+    host: String,
     /// The BMC, https://… (or the system's own URL, …/redfish/v1/Systems/ID).
     #[arg(long, required_unless_present = "remove")]
     endpoint: Option<String>,
@@ -266,15 +271,19 @@ pub fn run_place(a: &Place) -> Result<(), CliError> {
     if a.rack.is_none() && !a.none {
         return Err(CliError::usage("name the RACK, or --none to take the host out of any rack"));
     }
-    let v = post(&a.common.connect, &format!("/v1/hosts/{}/rack", a.host_id.trim()), &json!({ "rack": a.rack, "reason": reason }))?;
+    HostName::parse("HOST", &a.host)?;
+    let session = crate::client::Session::open(&a.common.connect)?;
+    let path = format!("/v1/hosts/{}/rack", crate::resolve::host_id(&session, "HOST", &a.host)?);
+    let v: Value = session.post(&path, &json!({ "rack": a.rack, "reason": reason }))?;
     show(&a.common, &v, |v| format!("host {} placed in rack {}\n", dash(field(v, "hostId")), dash(field(v, "rack"))))
 }
 
 /// Runs `drover rack bmc`.
 pub fn run_bmc(a: &Bmc) -> Result<(), CliError> {
     let reason = check_reason(&a.reason)?;
-    let path = format!("/v1/hosts/{}/bmc", a.host_id.trim());
+    HostName::parse("HOST", &a.host)?;
     let session = crate::client::Session::open(&a.common.connect)?;
+    let path = format!("/v1/hosts/{}/bmc", crate::resolve::host_id(&session, "HOST", &a.host)?);
     let v: Value = if a.remove {
         let p = with_query(&path, &[("reason", reason.to_owned())]);
         session.runtime.block_on(session.client.request_json::<Value, Value>(reqwest::Method::DELETE, &p, None))?

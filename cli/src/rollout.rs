@@ -1,7 +1,9 @@
-//! `drover rollout VERB ROLLOUT_ID`: the operator's rollout actions against the coordinator's
+//! `drover rollout VERB ROLLOUT`: the operator's rollout actions against the coordinator's
 //! admin routes `POST /v1/rollouts/{id}/<verb>` — halt, resume, cancel, rollback (each with a
 //! required `--reason`, recorded in the events and the audit log) — and `status` (viewer),
-//! the rollout with every host's state.
+//! the rollout with every host's state. ROLLOUT is a rollout id (`CHANNEL@REF`), a unique
+//! prefix of one, or a channel, meaning its current rollout ([`crate::resolve`]): `drover
+//! rollout status training`.
 //!
 //! The coordinator decides legality and answers a refusal with a 409 naming the states the
 //! action needs (exit 65); a viewer certificate gets 403 (exit 77). On success an action
@@ -11,10 +13,9 @@
 use std::io::Write;
 
 use clap::{Args, ValueEnum};
-use drover_proto::names::RolloutId;
 use serde::{Deserialize, Serialize};
 
-use crate::client::{self, ConnectArgs};
+use crate::client::{ConnectArgs, Session};
 use crate::exit::{CliError, codes};
 use crate::host::check_reason;
 
@@ -52,8 +53,10 @@ pub struct RolloutArgs {
     /// What to do.
     #[arg(value_enum)]
     verb: Verb,
-    /// The rollout, `CHANNEL@REF`.
-    rollout_id: String,
+    /// The rollout: its id (CHANNEL@REF), a unique prefix of it, or a channel (the channel's
+    /// newest live rollout, else its newest).
+    #[arg(value_name = "ROLLOUT")]
+    rollout: String,
     /// Why (required for every verb but `status`; recorded in the events and the audit log).
     #[arg(long, value_name = "TEXT")]
     reason: Option<String>,
@@ -82,31 +85,28 @@ struct RolloutState {
 
 /// Runs `drover rollout`.
 pub fn run(args: &RolloutArgs) -> Result<(), CliError> {
-    let id = RolloutId::parse(&args.rollout_id)
-        .map_err(|e| CliError::usage(format!("ROLLOUT_ID {:?} is not CHANNEL@REF: {e}", args.rollout_id)))?;
     let reason = match (args.verb, args.reason.as_deref()) {
         (Verb::Status, _) => None,
         (_, Some(r)) => Some(check_reason(r)?),
         (_, None) => return Err(CliError::usage("--reason must say why (it is recorded in the events and the audit log)")),
     };
+    if args.watch && args.verb != Verb::Status {
+        return Err(CliError::usage("--watch goes with `status` only"));
+    }
+    let session = Session::open(&args.connect)?;
+    let id = crate::resolve::rollout(&session, "ROLLOUT", &args.rollout)?;
     if args.watch {
-        if args.verb != Verb::Status {
-            return Err(CliError::usage("--watch goes with `status` only"));
-        }
-        let session = client::Session::open(&args.connect)?;
         let opts = crate::watch::WatchOptions::new(Some(id), true, std::time::Duration::from_secs(args.timeout));
         return crate::watch::watch_stdout(&session, &opts);
     }
-    let target = args.connect.resolve()?;
-    let client = client::connect(&target)?;
     let path = format!("/v1/rollouts/{id}/{}", args.verb.path_segment());
     let line = match reason {
         None => {
-            let status: serde_json::Value = crate::client::block_on(client.get_json(&path))?;
+            let status = session.get(&path)?;
             serde_json::to_string_pretty(&status).map_err(|e| CliError::new(codes::SOFTWARE, format!("internal error: {e}")))?
         }
         Some(reason) => {
-            let r: RolloutState = crate::client::block_on(client.post_json(&path, &ActionRequest { reason }))?;
+            let r: RolloutState = session.post(&path, &ActionRequest { reason })?;
             format!("{} {}", r.rollout_id, r.state)
         }
     };

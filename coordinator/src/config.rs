@@ -62,7 +62,7 @@ pub enum ConfigError {
     },
     /// TOML syntax, an unknown key, a wrong type: `FILE:LINE:COL: key `K`: message`, without
     /// the key for a syntax error (whose key is the document, `.`).
-    #[error("{file}{}: {}{message}", at_line_col(*at), key_prefix(key))]
+    #[error("{file}{}: {}{message}", drover_proto::text::at_line_col(*at), drover_proto::text::key_prefix(key))]
     Parse {
         /// The file.
         file: PathBuf,
@@ -655,7 +655,7 @@ impl Config {
             let key = e.path().to_string();
             let e = e.into_inner();
             let at = e.span().map(|span| drover_proto::text::line_col(text, span.start));
-            ConfigError::Parse { file: file.to_owned(), key, message: one_line(e.message()), at }
+            ConfigError::Parse { file: file.to_owned(), key, message: drover_proto::text::one_line(e.message()), at }
         })?;
         let invalid = |key, message: String| ConfigError::Invalid { file: file.to_owned(), key, message };
         if config.public_urls.is_empty() {
@@ -806,21 +806,6 @@ impl Config {
         }
         Ok(config)
     }
-}
-
-/// `:LINE:COL` when the parser said where, else nothing.
-fn at_line_col(at: Option<(usize, usize)>) -> String {
-    at.map(|(line, col)| format!(":{line}:{col}")).unwrap_or_default()
-}
-
-/// "key `K`: " for a key inside the document; nothing for the document itself.
-fn key_prefix(key: &str) -> String {
-    if key == "." { String::new() } else { format!("key `{key}`: ") }
-}
-
-/// The parser's message on one line: it puts what it expected on a second one.
-fn one_line(message: &str) -> String {
-    message.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(": ")
 }
 
 #[cfg(test)]

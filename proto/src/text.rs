@@ -56,6 +56,21 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (before.matches('\n').count() + 1, before[line_start..].chars().count() + 1)
 }
 
+/// `:LINE:COL` when a parser said where, else nothing (after a file name in a config error).
+pub fn at_line_col(at: Option<(usize, usize)>) -> String {
+    at.map(|(line, col)| format!(":{line}:{col}")).unwrap_or_default()
+}
+
+/// "key `K`: " for a key inside a TOML document; nothing for the document itself (`.`).
+pub fn key_prefix(key: &str) -> String {
+    if key == "." { String::new() } else { format!("key `{key}`: ") }
+}
+
+/// A parser's message on one line: the TOML parser puts what it expected on a second one.
+pub fn one_line(message: &str) -> String {
+    message.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(": ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

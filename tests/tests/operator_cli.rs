@@ -178,7 +178,11 @@ async fn get_and_describe_every_kind_of_object() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown host \"no-such-host\""), "{}", text(&out));
     exits(&h, &["get", "jobs", "--host", "no-such-host"], 65).await;
     exits(&h, &["get", "hosts", "-o", "yaml"], 64).await;
-    exits(&h, &["describe", "rollout", "not-a-rollout"], 64).await;
+    // A rollout is named by its id, a unique prefix of it or its channel: a name that fits
+    // none is 65, one that could never be any of them 64.
+    let out = exits(&h, &["describe", "rollout", "not-a-rollout"], 65).await;
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown rollout \"not-a-rollout\""), "{}", text(&out));
+    exits(&h, &["describe", "rollout", "not a/rollout"], 64).await;
     exits(&h, &["describe", "rollout", "nope@beef"], 65).await;
     exits(&h, &["get", "hosts", "--state", "sideways"], 65).await;
 }

@@ -75,8 +75,8 @@ async fn rollout_verbs_halt_resume_and_status_with_roles_and_exit_codes() {
     assert_eq!(out.status.code(), Some(77), "a viewer may not act: {}", text(&out));
     let out = h.drover_as(&h.admin, &["rollout", "halt", "infra@c0ffee"]).await;
     assert_eq!(out.status.code(), Some(64), "a reason is required: {}", text(&out));
-    let out = h.drover_as(&h.admin, &["rollout", "halt", "infra", "--reason", "x"]).await;
-    assert_eq!(out.status.code(), Some(64), "not CHANNEL@REF: {}", text(&out));
+    let out = h.drover_as(&h.admin, &["rollout", "halt", "in/fra", "--reason", "x"]).await;
+    assert_eq!(out.status.code(), Some(64), "no rollout id, prefix or channel: {}", text(&out));
     let out = h.drover_as(&h.admin, &["rollout", "halt", "infra@c0ffee", "--reason", "looks wrong"]).await;
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "infra@c0ffee Halted");
