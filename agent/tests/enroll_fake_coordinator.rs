@@ -173,7 +173,8 @@ fn dead_port() -> u16 {
 fn write_config(dir: &Path, fake: &Fake, urls: &[String]) -> PathBuf {
     std::fs::write(dir.join("ca.crt"), fake.ca_cert.pem()).expect("ca");
     let urls: Vec<String> = urls.iter().map(|u| format!("{u:?}")).collect();
-    let text = format!("coordinator_urls = [{}]\nstate_dir = \"state\"\nca_file = \"ca.crt\"\n", urls.join(", "));
+    // `ca_file` must be absolute (a relative one is refused); `state_dir` may be relative.
+    let text = format!("coordinator_urls = [{}]\nstate_dir = \"state\"\nca_file = {:?}\n", urls.join(", "), dir.join("ca.crt"));
     let path = dir.join("agent.toml");
     std::fs::write(&path, text).expect("config");
     path
