@@ -91,7 +91,10 @@ fn bad_input_exits_64_before_any_request() {
     run(&["maintenance", "request", "--activity", "gpu_scrub", "--reason", "r"]).fails_with(64).stderr_has(&["--group", "--host"]);
     run(&["maintenance", "request", "--group", "g", "--reason", " "]).fails_with(64).stderr_has(&["--reason"]);
     run(&["decommission", HOST, "--mode", "storage-cleanup", "--reason", "r"]).fails_with(64).stderr_has(&["--storage"]);
-    run(&["decommission", "gpu-a-01", "--mode", "full", "--reason", "r"]).fails_with(64).stderr_has(&["HOST_ID"]);
+    // A hostname is as good as an id; text that can be neither is refused before a request.
+    run(&["decommission", "gpu/a-01", "--mode", "full", "--reason", "r"])
+        .fails_with(64)
+        .stderr_has(&["gpu/a-01", "not a hostname or a host id"]);
     run(&["job", "cancel", "../x", "--reason", "r"]).fails_with(64).stderr_has(&["JOB_ID"]);
     assert_eq!(run(&["job", "cancel", "job-1"]).code, 64, "--reason is required");
     assert_eq!(run(&["job", "get", "--state", "sleeping"]).code, 64);
