@@ -147,7 +147,8 @@ impl Verb {
             // The in-progress state itself: asking again resumes (§8).
             Verb::Retire => &[Active, Offline, Quarantined, Draining],
             Verb::Reactivate => &[Retired],
-            Verb::Remove => &[Retired, Removing, BootstrapIssued],
+            // (A host that never enrolled is removed without a job: see `cancel_enrollment`.)
+            Verb::Remove => &[Retired, Removing],
         }
     }
 
@@ -730,6 +731,10 @@ mod tests {
                 assert!(from == held || from.can_transition_to(held), "{verb:?}: {from} -> {held}");
             }
             assert!(held.can_transition_to(verb.target()), "{verb:?}: {held} -> {}", verb.target());
+            // `remove` of a host that never enrolled goes straight to its target, without a job.
+            if verb == Verb::Remove {
+                assert!(HostLifecycle::BootstrapIssued.can_transition_to(verb.target()));
+            }
             for stage in crate::jobs::stages(&kind) {
                 assert_eq!(kind.holds(stage), Some(held), "{verb:?} at {stage}");
             }
