@@ -598,7 +598,7 @@ fn host_rollout_state_transitions() {
 #[test]
 fn host_lifecycle_transitions_are_exactly_node_state_model() {
     use HostLifecycle::*;
-    // node-state-model.md §3.2, verbatim.
+    // node-state-model.md §3.2, verbatim, and one addition.
     let legal = [
         (BootstrapIssued, Enrolling),
         (Enrolling, Active),
@@ -617,6 +617,8 @@ fn host_lifecycle_transitions_are_exactly_node_state_model() {
         (Retired, Removing),
         (Removing, Retired),
         (Removing, Deleted),
+        // Beyond §3.2 (issue 24): a host that never enrolled is deleted outright.
+        (BootstrapIssued, Deleted),
     ];
     for &from in HostLifecycle::ALL {
         for &to in HostLifecycle::ALL {
