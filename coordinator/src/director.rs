@@ -27,7 +27,9 @@ use drover_proto::keys::{self, KeyError, KeyId, KeySigner};
 use drover_proto::rotation::{self, DirectorRotation, ROTATION_SCHEMA_VERSION, RotationError};
 use drover_proto::sig::{Envelope, SignError};
 use drover_proto::time::Time;
-use ed25519_dalek::{SigningKey, VerifyingKey};
+use ed25519_dalek::SigningKey;
+#[cfg(test)]
+use ed25519_dalek::VerifyingKey;
 
 use crate::state_dir::{StateDirError, read_state_file};
 
@@ -266,7 +268,8 @@ pub fn rotate(dir: &Path, initial: &SigningKey, now: Time, overlap_secs: u64) ->
     })
 }
 
-/// The public half of every key of the chain, oldest first (for tests and listings).
+/// The public half of every key of the chain, oldest first.
+#[cfg(test)]
 pub fn chain_keys(director: &Director) -> Vec<VerifyingKey> {
     std::iter::once(director.initial.verifying_key()).chain(director.steps.iter().map(|s| s.key.verifying_key())).collect()
 }

@@ -29,15 +29,7 @@ fn the_seed_configuration_is_valid() {
 
 #[test]
 fn coordinator_config() {
-    bolero::check!(name = "coordinator_config").with_test_time(fuzzing::TEST_TIME).with_max_len(fuzzing::MAX_LEN).for_each(
-        |input: &[u8]| {
-            let (mode, operand) = fuzzing::split(input);
-            let bytes = fuzzing::variant(VALID.as_bytes(), mode, operand);
-            let Ok(text) = std::str::from_utf8(&bytes) else { return };
-            if let Err(e) = Config::parse(Path::new(FILE), text) {
-                let message = e.to_string();
-                assert!(message.contains(FILE), "the error does not name the file: {message}");
-            }
-        },
-    );
+    bolero::check!(name = "coordinator_config").with_test_time(fuzzing::TEST_TIME).with_max_len(fuzzing::MAX_LEN).for_each(|input: &[u8]| {
+        fuzzing::check_config_loader(VALID, FILE, input, |text| Config::parse(Path::new(FILE), text));
+    });
 }

@@ -77,3 +77,16 @@ pub fn split(input: &[u8]) -> (u8, &[u8]) {
         None => (1, &[]),
     }
 }
+
+/// The body of the TOML configuration targets: `input` makes a variant of `valid` (see
+/// [`variant`]); text that `parse` accepts is fine, and text it refuses must be refused with
+/// an error that names `file`, the one thing an operator needs to find the mistake.
+pub fn check_config_loader<T, E: std::fmt::Display>(valid: &str, file: &str, input: &[u8], parse: impl FnOnce(&str) -> Result<T, E>) {
+    let (mode, operand) = split(input);
+    let bytes = variant(valid.as_bytes(), mode, operand);
+    let Ok(text) = std::str::from_utf8(&bytes) else { return };
+    if let Err(e) = parse(text) {
+        let message = e.to_string();
+        assert!(message.contains(file), "the error does not name the file: {message}");
+    }
+}
