@@ -9,7 +9,7 @@ let
   cfg = config.services.drover-agent;
   inherit (lib) mkEnableOption mkOption mkIf types;
   rendered = import ./lib/agent.nix {
-    inherit (cfg) package coordinatorUrls caFile stateDir probes tenantUids drainHook extraConfig;
+    inherit (cfg) package coordinatorUrls caFile stateDir probes tenantUids drainHook settings;
     configFile = "/etc/drover/agent.toml";
     hostId = cfg.enrollment.hostId;
     tokenFile = cfg.enrollment.tokenFile;
@@ -19,13 +19,26 @@ let
     hwSync = cfg.hwSync;
   };
   toSystemd = import ./lib/nixos-unit.nix lib;
+  toml = pkgs.formats.toml { };
+  # Unset (null) leaves the key out of agent.toml, so the agent's own default applies.
+  optional = type: default: description: mkOption {
+    type = types.nullOr type;
+    default = null;
+    description = "${description} Unset: the agent's default, ${default}.";
+  };
+  path = types.either types.path types.str;
 in
 {
   options.services.drover-agent = {
     enable = mkEnableOption "the Drover node agent";
     package = mkOption {
       type = types.package;
-      description = "The package providing bin/drover-agent.";
+      default = pkgs.callPackage ./package.nix { };
+      defaultText = lib.literalExpression "pkgs.callPackage ./nixos-modules/package.nix { }";
+      description = ''
+        The package providing bin/drover-agent. The default builds this checkout's workspace
+        (`package.nix`); set it to a prebuilt or pinned Drover to skip that build.
+      '';
     };
     coordinatorUrls = mkOption {
       type = types.nonEmptyListOf types.str;
@@ -77,22 +90,28 @@ in
       default = [ ];
       description = "Local probes (observe-only), in agent.toml's [[probes]] shape.";
     };
-    gpu = mkOption {
-      type = types.attrs;
-      default = { };
-      example = { nvidiaSmi = "/run/current-system/sw/bin/nvidia-smi"; toolTimeoutSecs = 120; };
-      description = "GPU task settings: nvidiaSmi, amdSmi, rocmSmi, dcgmi, toolTimeoutSecs.";
+    # The three groups below map onto agent.toml's `[tasks]` (and `[health]`) keys, which the
+    # agent parses with unknown fields denied: the names here are the only spellings accepted.
+    gpu = {
+      nvidiaSmi = optional path "nvidia-smi on PATH" "The `nvidia-smi` the GPU scrub and health checks run (tasks.nvidia_smi, health.nvidia_smi).";
+      amdSmi = optional path "amd-smi on PATH" "The `amd-smi` for AMD GPUs (tasks.amd_smi).";
+      rocmSmi = optional path "rocm-smi on PATH" "The `rocm-smi` for older AMD stacks (tasks.rocm_smi).";
+      dcgmi = optional path "dcgmi on PATH" "The DCGM CLI the diagnostics run (tasks.dcgmi).";
+      toolTimeoutSecs = optional types.ints.positive "120" "Longest one GPU tool call may take, in seconds (tasks.gpu_tool_timeout_secs).";
     };
-    storage = mkOption {
-      type = types.attrs;
-      default = { };
-      example = { roots = [ "/scratch" ]; wekaFsTypes = [ "wekafs" ]; };
-      description = "Storage cleanup settings: roots (emptied, each kept), wekaFsTypes.";
+    storage = {
+      roots = mkOption {
+        type = types.listOf path;
+        default = [ ];
+        example = [ "/scratch" "/local/nvme" ];
+        description = "Directories emptied between tenants, each kept itself with its mode (tasks.storage_roots). Empty: none.";
+      };
+      wekaFsTypes = optional (types.listOf types.str) "[ \"wekafs\" ]" "Filesystem types unmounted as tenant WEKA mounts (tasks.weka_fs_types).";
     };
-    hwSync = mkOption {
-      type = types.attrs;
-      default = { };
-      description = "MAAS hardware-sync settings: credsFile, timer, service.";
+    hwSync = {
+      credsFile = optional path "/etc/maas/maas-machine-creds.yml" "The MAAS machine credentials hardware sync reads (tasks.maas_creds_file, health.maas_creds_file).";
+      timer = optional types.str "maas_hardware_sync.timer" "The hardware-sync timer unit (tasks.hw_sync_timer, health.hw_sync_timer).";
+      service = optional types.str "maas_hardware_sync.service" "The hardware-sync service unit (tasks.hw_sync_service).";
     };
     tenantUids = mkOption {
       type = types.nullOr (types.submodule { options = { min = mkOption { type = types.int; }; max = mkOption { type = types.int; }; }; });
@@ -104,12 +123,40 @@ in
       default = [ ];
       description = "argv run by node.drain (no shell).";
     };
-    extraConfig = mkOption {
-      type = types.attrs;
+    settings = mkOption {
+      # RFC 42: any agent.toml key in its own name. The keys declared here are typed (a wrong
+      # type fails evaluation naming the option); the rest are checked as TOML here and by
+      # name by the agent, whose parser refuses unknown keys (`drover-agent check-config`).
+      type = types.submodule {
+        freeformType = toml.type;
+        options = {
+          systemd_bus = optional types.str "the system bus" "The D-Bus address of systemd.";
+          checkin = mkOption {
+            type = types.submodule {
+              freeformType = toml.type;
+              options = {
+                request_timeout_secs = optional types.ints.positive "330" "Longest a check-in may take, in seconds; must exceed the coordinator's long-poll hold.";
+                backoff_base_secs = optional types.ints.positive "1" "First backoff after a failed check-in, in seconds.";
+                backoff_max_secs = optional types.ints.positive "300" "Longest backoff, in seconds.";
+              };
+            };
+            default = { };
+            description = "The check-in loop.";
+          };
+        };
+      };
       default = { };
-      description = "Merged over the rendered agent.toml (its own key names).";
+      example = { checkin.backoff_max_secs = 120; };
+      description = ''
+        agent.toml, in its own key names, merged over the file rendered from the options above
+        (which set `coordinator_urls`, `state_dir`, `ca_file`, `probes`, `[tasks]`, `[health]`).
+        Formerly `extraConfig`, which still works with a warning.
+      '';
     };
   };
+
+  # The old untyped option keeps working: its value becomes `settings`, with a warning.
+  imports = [ (lib.mkRenamedOptionModule [ "services" "drover-agent" "extraConfig" ] [ "services" "drover-agent" "settings" ]) ];
 
   config = mkIf cfg.enable {
     assertions = [

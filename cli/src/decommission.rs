@@ -9,7 +9,15 @@
 //! `--profile` to `reimage`; all are refused here (64) before any request. The coordinator refuses an
 //! unknown host id (404; an unknown hostname is refused here) and a host that is deleted or held by another unfinished job (409, the
 //! message names the job), both exit 65. On success stdout carries `JOB_ID KIND STATE`, or the
-//! job's JSON with `-o json`; follow it with `drover job describe JOB_ID`.
+//! job's JSON with `-o json`; follow it with `drover job describe JOB_ID`, or pass `--wait`
+//! ([`crate::wait`]) to wait for the job to finish.
+//!
+//! `--mode full` takes the host out of the fleet for good, so it asks first: a y/N prompt on
+//! a terminal, and without one (a script, a pipe) it is refused (64) unless `--yes` is given.
+//! `--dry-run` (any mode) prints the host, its state and the stages the job would run, and
+//! starts nothing.
+
+use std::io::{BufRead, IsTerminal, Write};
 
 use clap::{Args, ValueEnum};
 use serde::Serialize;
@@ -121,6 +129,14 @@ pub struct DecommissionArgs {
     /// Why (required; recorded in the job's events and the audit log).
     #[arg(long, value_name = "TEXT")]
     reason: String,
+    /// Do not ask for confirmation (--mode full asks; without a terminal it needs --yes).
+    #[arg(long, short = 'y')]
+    yes: bool,
+    /// Print the host, its state and the job's stages; start nothing.
+    #[arg(long, conflicts_with = "wait")]
+    dry_run: bool,
+    #[command(flatten)]
+    wait: crate::wait::WaitArgs,
     #[command(flatten)]
     output: OutputArgs,
     #[command(flatten)]
@@ -187,13 +203,108 @@ fn render(job: &JobJson) -> String {
     format!("{} {} {}\n", job::clean(&job.job_id, 64), job::clean(&job.kind, 32), job::clean(&job.state, 32))
 }
 
+/// The stages the coordinator's job for `mode` runs, in order, as its job model lists them
+/// (`jobs::model::stages` in the coordinator; `drover` does not link the coordinator, so the
+/// list is repeated here for `--dry-run` only). `maas_workflow` runs only for a host MAAS
+/// holds, so it is marked so.
+pub fn planned_stages(mode: Mode, storage: Option<Storage>) -> Vec<&'static str> {
+    let cleans = matches!(storage, Some(Storage::Local | Storage::Weka | Storage::All));
+    let mut v = Vec::new();
+    match mode {
+        Mode::SoftReset => {
+            v.extend(["cordon", "drain", "revoke_users"]);
+            if cleans {
+                v.push("cleanup_storage");
+            }
+            v.extend(["scrub_gpu", "validate_clean", "uncordon"]);
+        }
+        Mode::StorageCleanup => v.extend(["cleanup_storage", "validate_clean"]),
+        Mode::Full => {
+            v.extend(["cordon", "force_release", "drain", "revoke_users"]);
+            if cleans {
+                v.push("cleanup_storage");
+            }
+            v.extend(["retire", "remove", "uninstall", "maas_workflow (only for a host MAAS holds)", "delete"]);
+        }
+        Mode::Reimage => {
+            v.extend(["cordon", "drain", "revoke_users"]);
+            if cleans {
+                v.push("cleanup_storage");
+            }
+            v.extend(["maas_workflow", "uncordon"]);
+        }
+    }
+    v
+}
+
+/// What `--dry-run` prints.
+fn render_dry_run(args: &DecommissionArgs, hostname: &str, id: &str, state: &str) -> String {
+    let mut out = format!(
+        "dry run: would start a {} decommission of {} ({}), now {}\n  stages:\n",
+        args.mode.wire(),
+        job::clean(hostname, 64),
+        job::clean(id, 64),
+        job::clean(state, 32)
+    );
+    for (i, stage) in planned_stages(args.mode, args.storage).iter().enumerate() {
+        out.push_str(&format!("    {}. {stage}\n", i + 1));
+    }
+    out.push_str("nothing was started\n");
+    out
+}
+
+/// Whether an answer to the y/N prompt is a yes.
+pub fn is_yes(answer: &str) -> bool {
+    matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+}
+
+/// Asks before a full decommission (see the module doc): 64 without a terminal and without
+/// `--yes`, 1 when the operator declines.
+fn confirm(args: &DecommissionArgs, hostname: &str, interactive: bool) -> Result<(), CliError> {
+    if args.mode != Mode::Full || args.yes || args.dry_run {
+        return Ok(());
+    }
+    if !interactive {
+        return Err(CliError::usage(format!(
+            "decommission --mode full removes {} from the fleet for good; stdin is not a terminal, so pass --yes to confirm",
+            job::clean(hostname, 64)
+        )));
+    }
+    eprint!("Decommission {} fully (it leaves the fleet for good)? [y/N] ", job::clean(hostname, 64));
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer).map_err(|e| CliError::new(crate::exit::codes::IO, format!("stdin: {e}")))?;
+    if is_yes(&answer) { Ok(()) } else { Err(CliError::refused("not confirmed; nothing was started")) }
+}
+
 /// Runs `drover decommission`.
 pub fn run(args: &DecommissionArgs) -> Result<(), CliError> {
     let body = request(args)?;
+    // Refused before connecting, so a script without --yes learns it at once.
+    if args.mode == Mode::Full && !args.yes && !args.dry_run && !std::io::stdin().is_terminal() {
+        confirm(args, &args.host, false)?;
+    }
     let session = Session::open(&args.connect)?;
-    let path = format!("/v1/hosts/{}/decommission", crate::resolve::host_id(&session, "HOST", &args.host)?);
+    let host = crate::resolve::host(&session, "HOST", &args.host)?;
+    if args.dry_run {
+        let row = session.get(&format!("/v1/hosts/{}", host.id))?;
+        return job::print(&render_dry_run(args, &host.hostname, &host.id.to_string(), crate::output::field(&row, "state")));
+    }
+    confirm(args, &host.hostname, std::io::stdin().is_terminal())?;
+    let path = format!("/v1/hosts/{}/decommission", host.id);
     let value: serde_json::Value = session.post(&path, &body)?;
-    job::print_answer(args.output.output, &path, &value, render)
+    job::print_answer(args.output.output, &path, &value, render)?;
+    if args.wait.wait {
+        let started: JobJson = job::decode(&path, &value)?;
+        crate::wait::wait_jobs(
+            &session,
+            &[started.job_id],
+            false,
+            args.wait.limit(),
+            &mut crate::wait::progress_sink(args.output.output.is_json()),
+        )?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -257,6 +368,48 @@ mod tests {
         assert_eq!((e.code(), e.to_string()), (codes::USAGE, "HOST \"gpu a/01\" is not a hostname or a host id".to_owned()));
         assert!(Wrap::try_parse_from(["decommission", HOST, "--mode", "full"]).is_err(), "--reason is required");
         assert!(Wrap::try_parse_from(["decommission", HOST, "--mode", "nuke", "--reason", "r"]).is_err());
+    }
+
+    #[test]
+    fn a_full_decommission_asks_first() {
+        let full = parse(&["--mode", "full", "--reason", "r"]);
+        let e = confirm(&full, "gpu-a-01", false).expect_err("no terminal, no --yes");
+        assert_eq!(e.code(), codes::USAGE);
+        assert!(e.to_string().contains("--yes") && e.to_string().contains("gpu-a-01"), "{e}");
+        confirm(&parse(&["--mode", "full", "--yes", "--reason", "r"]), "h", false).expect("--yes confirms");
+        confirm(&parse(&["--mode", "full", "--dry-run", "--reason", "r"]), "h", false).expect("a dry run starts nothing");
+        confirm(&parse(&["--mode", "soft-reset", "--reason", "r"]), "h", false).expect("only full asks");
+        assert!(is_yes(" y\n") && is_yes("YES\n") && !is_yes("\n") && !is_yes("no\n") && !is_yes("yess"));
+        assert!(Wrap::try_parse_from(["decommission", HOST, "--mode", "full", "--dry-run", "--wait", "--reason", "r"]).is_err());
+    }
+
+    #[test]
+    fn a_dry_run_lists_the_stages() {
+        assert_eq!(
+            planned_stages(Mode::Full, Some(Storage::Weka)),
+            [
+                "cordon",
+                "force_release",
+                "drain",
+                "revoke_users",
+                "cleanup_storage",
+                "retire",
+                "remove",
+                "uninstall",
+                "maas_workflow (only for a host MAAS holds)",
+                "delete"
+            ]
+        );
+        assert!(!planned_stages(Mode::Full, Some(Storage::None)).contains(&"cleanup_storage"));
+        assert_eq!(planned_stages(Mode::StorageCleanup, Some(Storage::Local)), ["cleanup_storage", "validate_clean"]);
+        let text = render_dry_run(&parse(&["--mode", "full", "--dry-run", "--reason", "r"]), "gpu-a-01", HOST, "active");
+        assert!(
+            text.starts_with(&format!(
+                "dry run: would start a full decommission of gpu-a-01 ({HOST}), now active\n  stages:\n    1. cordon\n"
+            )),
+            "{text}"
+        );
+        assert!(text.ends_with("delete\nnothing was started\n"), "{text}");
     }
 
     #[test]

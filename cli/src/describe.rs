@@ -3,8 +3,9 @@
 //! the object unchanged (`GET /v1/hosts/{id}`, `GET /v1/rollouts/{id}/status`, `GET
 //! /v1/jobs/{id}`, `GET /v1/maas/onboardings/{id}`).
 //!
-//! - host (hostname or id): identity, lifecycle, last check-in, certificates, its jobs and
-//!   its latest events (`GET /v1/events?host=`).
+//! - host (hostname or id): identity, lifecycle, last check-in, certificates, the agent's
+//!   latest health report (GPUs, disks, load, memory, failed units, probe results) as the
+//!   coordinator stored it, its jobs and its latest events (`GET /v1/events?host=`).
 //! - rollout (its id `CHANNEL@REF`, a unique prefix of it, or a channel: [`crate::resolve`]): state, per-wave progress with the bars of the `--watch` view,
 //!   every host's state and target, the latest events (`GET /v1/events?rollout=`);
 //!   `--watch` turns it into the live view of that rollout ([`crate::watch`]).
@@ -32,7 +33,7 @@ pub struct DescribeArgs {
 
 #[derive(Subcommand)]
 enum DescribeWhat {
-    /// A host: lifecycle, last check-in, certificates, jobs, latest events.
+    /// A host: lifecycle, last check-in, certificates, health, jobs, latest events.
     Host(HostArgs),
     /// A rollout: state, per-wave progress, every host's state, latest events.
     Rollout(RolloutArgs),
@@ -88,9 +89,9 @@ struct JobArgs {
     connect: ConnectArgs,
 }
 
-/// One `Name:  value` line.
+/// One `Name:  value` line (at least one space after a long name).
 fn line(out: &mut String, name: &str, value: &str) {
-    let _ = writeln!(out, "{:<15}{}", format!("{name}:"), clean(dash(value), 300));
+    let _ = writeln!(out, "{:<14} {}", format!("{name}:"), clean(dash(value), 300));
 }
 
 /// The latest `n` events, as a section.
@@ -153,6 +154,7 @@ pub fn render_host(now: drover_proto::time::Time, host: &Value, jobs: &[Value], 
         })
         .collect();
     out.push_str(&indented_table(&["SERIAL", "KIND", "NOT-BEFORE", "NOT-AFTER", "REVOKED"], &certs));
+    health_section(&mut out, now, host.get("health").filter(|h| !h.is_null()));
     out.push_str("Jobs:\n");
     let jobs: Vec<Vec<String>> = jobs
         .iter()
@@ -168,6 +170,72 @@ pub fn render_host(now: drover_proto::time::Time, host: &Value, jobs: &[Value], 
     out.push_str(&indented_table(&["JOB", "KIND", "STATE", "STAGE"], &jobs));
     events_section(&mut out, events, n);
     out
+}
+
+/// Bytes in GiB with one decimal, the unit a GPU host's disks and memory read in.
+fn gib(v: Option<&Value>) -> String {
+    v.and_then(Value::as_u64).map_or_else(|| "-".to_owned(), |b| format!("{:.1} GiB", b as f64 / f64::from(1u32 << 30)))
+}
+
+/// The host's latest health report (`health` of `GET /v1/hosts/{id}`): when it arrived, the
+/// agent's own view (GPUs, load, memory, disks, failed units) and each probe's last result.
+fn health_section(out: &mut String, now: drover_proto::time::Time, health: Option<&Value>) {
+    let Some(h) = health else {
+        line(out, "Health", "no health report yet");
+        return;
+    };
+    let at = field(h, "reportedAt");
+    line(out, "Health", &format!("reported {at} ({} ago)", age(now, Some(at))));
+    match h.get("health").filter(|r| !r.is_null()) {
+        // A check-in may carry probe results without a health report.
+        None => line(out, "  Report", "none in the latest check-in"),
+        Some(r) => {
+            let gpu = match r.get("gpu").filter(|g| !g.is_null()) {
+                None => "none".to_owned(),
+                Some(g) => {
+                    let n = |k: &str| g.get(k).and_then(Value::as_u64).unwrap_or(0);
+                    format!("{} {} ({} unhealthy)", field(g, "vendor"), n("count"), n("unhealthy"))
+                }
+            };
+            line(out, "  GPUs", &gpu);
+            let load = r.get("loadAvg1m").and_then(Value::as_f64).map_or_else(|| "-".to_owned(), |l| format!("{l:.2}"));
+            let cpu = r.get("cpuUsagePct").and_then(Value::as_f64).map(|c| format!(", CPU {c:.0}% busy")).unwrap_or_default();
+            line(out, "  Load (1m)", &format!("{load}{cpu}"));
+            line(out, "  Memory", &format!("{} available of {}", gib(r.get("memAvailableBytes")), gib(r.get("memTotalBytes"))));
+            let units: Vec<&str> = r.get("failedUnits").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+            line(out, "  Failed units", &if units.is_empty() { "none".to_owned() } else { units.join(", ") });
+            out.push_str("  Disks:\n");
+            let disks: Vec<Vec<String>> = r
+                .get("disks")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|d| vec![clean(field(d, "mountPoint"), 120), gib(d.get("totalBytes")), gib(d.get("availableBytes"))])
+                .collect();
+            for l in indented_table(&["MOUNT", "SIZE", "AVAILABLE"], &disks).lines() {
+                let _ = writeln!(out, "  {l}");
+            }
+        }
+    }
+    out.push_str("  Probes:\n");
+    let probes: Vec<Vec<String>> = h
+        .get("probes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            vec![
+                clean(field(p, "name"), 64),
+                clean(field(p, "outcome"), 16),
+                clean(field(p, "mode"), 16),
+                age(now, p.get("observedAt").and_then(Value::as_str)),
+                clean(dash(field(p, "message")), 120),
+            ]
+        })
+        .collect();
+    for l in indented_table(&["NAME", "OUTCOME", "MODE", "AGE", "MESSAGE"], &probes).lines() {
+        let _ = writeln!(out, "  {l}");
+    }
 }
 
 /// The human view of a rollout's `/status`, its manifest's hosts (hostname → wave, when
@@ -284,6 +352,32 @@ mod tests {
             assert!(out.contains(needle), "{needle:?} in\n{out}");
         }
         assert!(!out.contains("m1"), "{out}");
+        assert!(out.contains("Health:        no health report yet\n"), "{out}");
+    }
+
+    #[test]
+    fn a_hosts_stored_health_report_is_shown() {
+        let now = drover_proto::time::Time::parse_lenient("2025-01-01T01:00:00Z").expect("time");
+        let host = json!({"id": "h1", "hostname": "gpu-a-01", "state": "active", "schedulable": true, "certificates": [],
+            "health": {"reportedAt": "2025-01-01T00:59:30Z",
+                "health": {"collectedAt": "2025-01-01T00:59:29Z", "uptimeSecs": 60, "loadAvg1m": 1.5, "cpuUsagePct": 12.0,
+                    "memTotalBytes": 68_719_476_736u64, "memAvailableBytes": 34_359_738_368u64,
+                    "disks": [{"mountPoint": "/", "totalBytes": 107_374_182_400u64, "availableBytes": 10_737_418_240u64}],
+                    "failedUnits": ["nvidia-persistenced.service"], "gpu": {"vendor": "nvidia", "count": 8, "unhealthy": 1}},
+                "probes": [{"name": "nccl", "outcome": "failed", "mode": "enforce", "message": "exit 3", "durationMs": 5,
+                    "observedAt": "2025-01-01T00:59:00Z"}]}});
+        let out = render_host(now, &host, &[], &[], 20);
+        for needle in [
+            "Health:        reported 2025-01-01T00:59:30Z (30s ago)\n",
+            "  GPUs:        nvidia 8 (1 unhealthy)\n",
+            "  Load (1m):   1.50, CPU 12% busy\n",
+            "  Memory:      32.0 GiB available of 64.0 GiB\n",
+            "  Failed units: nvidia-persistenced.service\n",
+            "    MOUNT  SIZE       AVAILABLE\n    /      100.0 GiB  10.0 GiB\n",
+            "    NAME  OUTCOME  MODE     AGE  MESSAGE\n    nccl  failed   enforce  60s  exit 3\n",
+        ] {
+            assert!(out.contains(needle), "{needle:?} in\n{out}");
+        }
     }
 
     #[test]

@@ -212,12 +212,19 @@ pub fn run(args: &DevArgs) -> Result<(), CliError> {
         return Ok(());
     }
     say("serving until Ctrl-C");
-    wait_for_ctrl_c()?;
+    serve(&mut fleet)?;
     say("stopping");
     Ok(())
 }
 
-fn wait_for_ctrl_c() -> Result<(), CliError> {
+/// How often the serving demo looks at the processes it started: a death is reported (and
+/// the process reaped) within this.
+const SUPERVISE_EVERY: Duration = Duration::from_millis(200);
+
+/// Serves until Ctrl-C or SIGTERM, supervising what the demo started: an agent that exits is
+/// reported at once on stderr (and reaped); a coordinator that exits ends the demo with an
+/// error, since the banner's commands would all fail against it.
+fn serve(fleet: &mut LocalFleet) -> Result<(), CliError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -225,11 +232,38 @@ fn wait_for_ctrl_c() -> Result<(), CliError> {
     rt.block_on(async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .map_err(|e| CliError::new(codes::SOFTWARE, format!("cannot wait for signals: {e}")))?;
-        tokio::select! {
-            r = tokio::signal::ctrl_c() => r.map_err(|e| CliError::new(codes::SOFTWARE, format!("cannot wait for Ctrl-C: {e}"))),
-            _ = term.recv() => Ok(()),
+        let mut tick = tokio::time::interval(SUPERVISE_EVERY);
+        let mut reported: Vec<u32> = Vec::new();
+        loop {
+            tokio::select! {
+                r = tokio::signal::ctrl_c() => {
+                    return r.map_err(|e| CliError::new(codes::SOFTWARE, format!("cannot wait for Ctrl-C: {e}")));
+                }
+                _ = term.recv() => return Ok(()),
+                _ = tick.tick() => supervise(fleet, &mut reported)?,
+            }
         }
     })
+}
+
+/// One look at the demo's processes; `reported` holds the agents already reported dead.
+fn supervise(fleet: &mut LocalFleet, reported: &mut Vec<u32>) -> Result<(), CliError> {
+    let pid = fleet.coordinator.pid();
+    if let Some(status) = fleet.coordinator.exited() {
+        return Err(CliError::new(
+            codes::UNAVAILABLE,
+            format!("dev: the coordinator (drover-coordinator serve, pid {pid}) exited: {status}; stopping the demo"),
+        ));
+    }
+    for agent in &mut fleet.agents {
+        if let Some((pid, status)) = agent.exited()
+            && !reported.contains(&pid)
+        {
+            reported.push(pid);
+            eprintln!("drover dev: the agent of {} (drover-agent run, pid {pid}) exited: {status}", agent.hostname);
+        }
+    }
+    Ok(())
 }
 
 /// Prints the rollouts' progress (per wave, hosts per state: the `--watch` view's line form)

@@ -2,8 +2,10 @@
 //! (also `drover get events`): the coordinator's event log, `GET /v1/events`, paged by event
 //! id.
 //!
-//! Without `--follow` it prints every matching event (or the first `--limit`) as a table, or
-//! with `-o json` as one JSON array. With `--follow` it prints what exists, then polls every
+//! Without `--follow` it prints every matching event (or the newest `--limit`, oldest first) as
+//! a table, or with `-o json` as one JSON array. With `--follow` it prints the last
+//! [`FOLLOW_BACKLOG`] matching events (like `tail -f`; all after `--since ID` when given), then
+//! polls every
 //! `--interval` seconds (default 1) for events after the last one seen, printing each on its
 //! own line as it arrives (fixed columns, no header re-alignment; `-o json` prints one JSON
 //! object a line) and flushing per line, until SIGINT (exit 0) or stdout closes. A coordinator
@@ -14,6 +16,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use clap::Args;
+use drover_proto::event_kinds::{KindFilter, parse_filter};
 use drover_proto::names::RolloutId;
 use serde_json::Value;
 
@@ -26,13 +29,18 @@ use crate::output::{Output, OutputArgs, dash, field, pretty, print, table};
 /// The page size asked for.
 const PAGE: usize = 500;
 
+/// Events `--follow` shows from before it started when no `--since` is given: enough context
+/// to see where things stand without replaying the whole history.
+const FOLLOW_BACKLOG: usize = 10;
+
 /// Arguments of `drover events` and `drover get events`.
 #[derive(Args)]
 pub struct EventsArgs {
     /// Keep printing new events as they happen (until interrupted).
     #[arg(short = 'f', long, visible_alias = "watch")]
     follow: bool,
-    /// Only events after this event id.
+    /// Only events after this event id (with --follow: start there instead of at the last
+    /// few events).
     #[arg(long, value_name = "ID")]
     since: Option<i64>,
     /// Only this host's events (hostname or id).
@@ -42,10 +50,10 @@ pub struct EventsArgs {
     /// (its current rollout).
     #[arg(long, value_name = "ROLLOUT")]
     rollout: Option<String>,
-    /// Only events of this kind (e.g. rollout.opened, host.state).
-    #[arg(long, value_name = "KIND")]
-    kind: Option<String>,
-    /// Without --follow: show at most this many events.
+    /// Only events of this kind (e.g. rollout.opened, host.transition) or family (host.*).
+    #[arg(long, value_name = "KIND", value_parser = parse_kind)]
+    kind: Option<KindFilter>,
+    /// Without --follow: show only the newest N events (oldest first).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     limit: Option<u32>,
     /// With --follow: seconds between polls (1 to 60).
@@ -77,10 +85,24 @@ fn filters(s: &Session, args: &EventsArgs) -> Result<Vec<(&'static str, String)>
         };
         q.push(("rollout", id.to_string()));
     }
-    if let Some(k) = &args.kind {
+    // A family is filtered here: the coordinator matches kinds exactly.
+    if let Some(KindFilter::Exact(k)) = &args.kind {
         q.push(("kind", k.clone()));
     }
     Ok(q)
+}
+
+/// `--kind`: a kind the coordinator records, or a family of them.
+fn parse_kind(s: &str) -> Result<KindFilter, String> {
+    parse_filter(s).map_err(|e| e.to_string())
+}
+
+/// The events of `events` that pass `--kind`.
+fn of_kind(events: Vec<Value>, kind: Option<&KindFilter>) -> Vec<Value> {
+    match kind {
+        Some(k) => events.into_iter().filter(|e| k.matches(field(e, "kind"))).collect(),
+        None => events,
+    }
 }
 
 /// What an event is about: its host (by name when known), rollout or job.
@@ -139,6 +161,21 @@ fn fixed(r: &[String]) -> String {
     line.trim_end().to_owned() + "\n"
 }
 
+/// The last `limit` of `events` (all of them without a limit), in their order.
+fn newest(mut events: Vec<Value>, limit: Option<usize>) -> Vec<Value> {
+    if let Some(n) = limit {
+        events.drain(..events.len().saturating_sub(n));
+    }
+    events
+}
+
+/// Where a follow without `--since` starts: after the event before the last `backlog` of
+/// `events` (so those are shown first); `None` when there are no more than that.
+fn follow_start(events: &[Value], backlog: usize) -> Option<i64> {
+    let skip = events.len().checked_sub(backlog + 1)?;
+    last_id(&events[..=skip])
+}
+
 /// The id of the last event of `events`.
 fn last_id(events: &[Value]) -> Option<i64> {
     events.iter().filter_map(|e| e.get("id").and_then(Value::as_i64)).max()
@@ -155,7 +192,9 @@ pub fn run(args: &EventsArgs) -> Result<(), CliError> {
     // Host names make the OBJECT column readable; JSON keeps the coordinator's ids.
     let names = if output.is_json() { Default::default() } else { hostnames(&s)? };
     if !args.follow {
-        let events = list_all(&s, "/v1/events", &q, "items", args.limit.map(|l| l as usize))?;
+        // Events page oldest first by id: the newest N are the tail of the whole listing.
+        let all = of_kind(list_all(&s, "/v1/events", &q, "items", None)?, args.kind.as_ref());
+        let events = newest(all, args.limit.map(|l| l as usize));
         if output.is_json() {
             return print(&pretty(&Value::Array(events))?);
         }
@@ -176,7 +215,10 @@ fn follow(
     mut names: std::collections::BTreeMap<String, String>,
 ) -> Result<(), CliError> {
     let output = args.output.output;
-    let mut after = args.since;
+    let mut after = match args.since {
+        Some(id) => Some(id),
+        None => follow_start(&of_kind(list_all(s, "/v1/events", &base, "items", None)?, args.kind.as_ref()), FOLLOW_BACKLOG),
+    };
     let mut stdout = std::io::stdout().lock();
     if !output.is_json() {
         let mut cols: Vec<String> = ["ID", "AT", "KIND", "OBJECT", "MESSAGE"].map(str::to_owned).to_vec();
@@ -202,7 +244,7 @@ fn follow(
                 if !output.is_json() && events.iter().any(unknown) {
                     names = hostnames(s).unwrap_or(names);
                 }
-                for e in &events {
+                for e in events.iter().filter(|e| args.kind.as_ref().is_none_or(|k| k.matches(field(e, "kind")))) {
                     if !write_line(&mut stdout, &follow_line(e, &names, output)?)? {
                         return Ok(());
                     }
@@ -240,7 +282,7 @@ mod tests {
         vec![
             json!({"id": 7, "at": "2025-01-01T00:00:00Z", "kind": "rollout.opened", "hostId": null, "rolloutId": "gpu@c0ffee",
                    "jobId": null, "message": "opened", "data": {"a": 1}}),
-            json!({"id": 9, "at": "2025-01-01T00:01:00Z", "kind": "host.state", "hostId": "h1", "rolloutId": null,
+            json!({"id": 9, "at": "2025-01-01T00:01:00Z", "kind": "host.transition", "hostId": "h1", "rolloutId": null,
                    "jobId": null, "message": "active\nnow", "data": null}),
         ]
     }
@@ -251,19 +293,43 @@ mod tests {
         let t = render_events(&events(), &names, false);
         assert_eq!(
             t,
-            "ID  AT                    KIND            OBJECT              MESSAGE\n\
-             7   2025-01-01T00:00:00Z  rollout.opened  rollout/gpu@c0ffee  opened\n\
-             9   2025-01-01T00:01:00Z  host.state      host/gpu-a-01       active now\n"
+            "ID  AT                    KIND             OBJECT              MESSAGE\n\
+             7   2025-01-01T00:00:00Z  rollout.opened   rollout/gpu@c0ffee  opened\n\
+             9   2025-01-01T00:01:00Z  host.transition  host/gpu-a-01       active now\n"
         );
         assert!(render_events(&events(), &names, true).contains("{\"a\":1}"));
         assert_eq!(last_id(&events()), Some(9));
+    }
+
+    fn numbered(n: i64) -> Vec<Value> {
+        (1..=n).map(|id| json!({"id": id, "kind": "host.transition"})).collect()
+    }
+
+    fn ids(events: &[Value]) -> Vec<i64> {
+        events.iter().filter_map(|e| e["id"].as_i64()).collect()
+    }
+
+    #[test]
+    fn limit_keeps_the_newest_in_order() {
+        assert_eq!(ids(&newest(numbered(5), Some(2))), vec![4, 5]);
+        assert_eq!(ids(&newest(numbered(2), Some(9))), vec![1, 2]);
+        assert_eq!(ids(&newest(numbered(3), None)), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn follow_starts_before_the_last_few() {
+        // 25 events, backlog 10: start after event 15 so 16..=25 are shown first.
+        assert_eq!(follow_start(&numbered(25), 10), Some(15));
+        assert_eq!(follow_start(&numbered(11), 10), Some(1));
+        assert_eq!(follow_start(&numbered(10), 10), None);
+        assert_eq!(follow_start(&[], 10), None);
     }
 
     #[test]
     fn followed_events_are_one_line_each() {
         let names = BTreeMap::new();
         let line = follow_line(&events()[1], &names, Output::Table).expect("line");
-        assert!(line.starts_with("9       2025-01-01T00:01:00Z  host.state") && line.ends_with("active now\n"), "{line:?}");
+        assert!(line.starts_with("9       2025-01-01T00:01:00Z  host.transition") && line.ends_with("active now\n"), "{line:?}");
         assert_eq!(line.matches('\n').count(), 1);
         let json = follow_line(&events()[0], &names, Output::Json).expect("json");
         assert_eq!(serde_json::from_str::<Value>(&json).expect("parses")["id"], 7);

@@ -13,6 +13,9 @@ pub struct CliError {
 pub mod codes {
     /// Verification refused the input (not a usage or I/O problem).
     pub const REFUSED: u8 = 1;
+    /// What `--wait` awaited ended badly: a job failed or was cancelled, a rollout halted,
+    /// reverted, failed or was cancelled.
+    pub const FAILED: u8 = 2;
     /// EX_USAGE.
     pub const USAGE: u8 = 64;
     /// EX_DATAERR: input data malformed.

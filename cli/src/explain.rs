@@ -127,6 +127,11 @@ pub struct Explanation {
     pub planned: Vec<Action>,
     /// Why it (its rollout, its channel) waits, from the planner's report.
     pub waits: Vec<Wait>,
+    /// When its state in the target's rollout is `Skipped`: why the planner skipped it (the
+    /// reason of the `rollout.host` event that moved it there), with when. A skipped host of a
+    /// finished rollout is in no wait of the planner's report, so only the event says why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
     /// The instant planned at.
     pub now: Time,
     /// The release planned against.
@@ -194,6 +199,7 @@ pub fn explain(
         verdict: String::new(),
         planned: Vec::new(),
         waits: Vec::new(),
+        skipped: None,
         now,
         release_version,
         verified_against,
@@ -270,6 +276,9 @@ pub fn render(x: &Explanation) -> String {
         line("Held", t(h));
     }
     line("Verdict", t(&x.verdict));
+    if let Some(why) = &x.skipped {
+        line("Skipped", t(why));
+    }
     out.push_str("Planned now:\n");
     if x.planned.is_empty() {
         out.push_str("  (nothing)\n");
@@ -280,7 +289,11 @@ pub fn render(x: &Explanation) -> String {
     }
     out.push_str("Waiting because:\n");
     if x.waits.is_empty() {
-        out.push_str("  (nothing: the planner reports no wait)\n");
+        out.push_str(if x.skipped.is_some() {
+            "  (nothing in the planner's report: skipped hosts wait for nothing; see Skipped)\n"
+        } else {
+            "  (nothing: the planner reports no wait)\n"
+        });
     }
     for w in &x.waits {
         let about = match (&w.host, &w.rollout_id) {
@@ -341,12 +354,41 @@ pub fn run(args: &ExplainArgs) -> Result<(), CliError> {
             clean(&a.host, 80)
         )));
     }
-    let x = explain(&hostname, &record, &input, &plan, now, live.release_version, verified_against);
+    let mut x = explain(&hostname, &record, &input, &plan, now, live.release_version, verified_against);
+    if let (Some(id), Some(target)) = (&x.host_id, &x.target)
+        && x.rollout.as_ref().is_some_and(|r| r.host_state == "Skipped")
+    {
+        let q = [("host", id.clone()), ("rollout", target.rollout_id.to_string()), ("kind", "rollout.host".to_owned())];
+        let events = crate::get::list_all(&s, "/v1/events", &q, "items", None)?;
+        x.skipped = Some(skip_reason(&events, target.rollout_id.as_str()));
+    }
     if a.output.output.is_json() {
         let v = serde_json::to_value(&x).map_err(|e| CliError::new(codes::SOFTWARE, format!("internal error: {e}")))?;
         return print(&pretty(&v)?);
     }
     print(&render(&x))
+}
+
+/// Why a host was skipped in rollout `rollout_id`, from its `rollout.host` events (oldest
+/// first): the reason of the latest one that moved it to `Skipped`, with when.
+pub fn skip_reason(events: &[Value], rollout_id: &str) -> String {
+    let skip = events.iter().rev().find(|e| {
+        let data = e.get("data");
+        let text = |k: &str| data.and_then(|d| d.get(k)).and_then(Value::as_str).unwrap_or("");
+        field(e, "rolloutId") == rollout_id && text("transition").ends_with("-> Skipped")
+    });
+    match skip {
+        Some(e) => {
+            let reason = e.get("data").and_then(|d| d.get("reason")).and_then(Value::as_str).unwrap_or_else(|| field(e, "message"));
+            format!(
+                "{} (at {}, event {})",
+                if reason.is_empty() { "no reason recorded" } else { reason },
+                field(e, "at"),
+                e.get("id").and_then(Value::as_i64).unwrap_or(0)
+            )
+        }
+        None => "no event records why (the events may have been pruned)".to_owned(),
+    }
 }
 
 /// What the listing or `GET /v1/hosts/{id}` says of a host.

@@ -106,3 +106,38 @@ fn a_host_in_no_channel_says_so() {
     assert!(x.verdict.contains("in no channel of release 1"), "{}", x.verdict);
     assert!(render(&x).contains("Channel:     -\n"));
 }
+
+#[test]
+fn a_skipped_host_says_why_from_the_event_that_skipped_it() {
+    let ev = |id: i64, rollout: &str, transition: &str, reason: &str| {
+        serde_json::json!({"id": id, "at": format!("2025-01-01T00:0{id}:00Z"), "kind": "rollout.host", "rolloutId": rollout,
+            "message": reason, "data": {"transition": transition, "reason": reason}})
+    };
+    let events = vec![
+        ev(1, "infra@c0ffee", "Pending -> Skipped", "offline when wave 0 ran"),
+        ev(2, "infra@c0ffee", "Skipped -> Dispatched", "back online; wave 0 dispatch, budgets permit"),
+        ev(3, "infra@c0ffee", "Dispatched -> Skipped", "offline when wave 0 ran again"),
+        ev(4, "infra@beef", "Pending -> Skipped", "another rollout's skip"),
+        ev(5, "infra@c0ffee", "Pending -> Dispatched", "wave 0 active; budgets permit"),
+    ];
+    // The latest skip of this rollout, not another rollout's and not a later non-skip.
+    assert_eq!(skip_reason(&events, "infra@c0ffee"), "offline when wave 0 ran again (at 2025-01-01T00:03:00Z, event 3)");
+    assert_eq!(skip_reason(&events[..2], "infra@beef"), "no event records why (the events may have been pruned)");
+
+    let mut input = input();
+    tick(&mut input);
+    tick(&mut input);
+    let id = RolloutId::parse("infra@c0ffee").expect("id");
+    let r = input.rollouts.get_mut(&id).expect("rollout");
+    r.hosts.insert("infra-01".into(), HostProgress { state: HostRolloutState::Skipped, since: time(NOW), intent: None });
+    let mut x = explained("infra-01", &input);
+    assert_eq!(x.rollout.as_ref().map(|r| r.host_state.as_str()), Some("Skipped"));
+    let plain = render(&x);
+    assert!(!plain.contains("Skipped:"), "{plain}");
+    x.skipped = Some(skip_reason(&events, "infra@c0ffee"));
+    x.waits.clear();
+    let text = render(&x);
+    assert!(text.contains("Skipped:     offline when wave 0 ran again (at 2025-01-01T00:03:00Z, event 3)\n"), "{text}");
+    assert!(!text.contains("the planner reports no wait"), "{text}");
+    assert_eq!(serde_json::to_value(&x).expect("json")["skipped"], "offline when wave 0 ran again (at 2025-01-01T00:03:00Z, event 3)");
+}

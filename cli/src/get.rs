@@ -6,7 +6,8 @@
 //!   `get host HOST` (a hostname or an id): that one host's row (`GET /v1/hosts/{id}`), or its
 //!   JSON object with `-o json`.
 //! - `get rollouts [--state S] [--channel C] [--watch [--timeout SECS]]`: `GET /v1/rollouts`;
-//!   `--watch` is the live progress view of [`crate::watch`].
+//!   `--watch` is the live progress view of [`crate::watch`]; `--watch --release VERSION`
+//!   waits for that release's rollouts ([`crate::wait`]).
 //! - `get jobs [--host H] [--state S] [--kind K]`: `GET /v1/jobs`.
 //! - `get tasks [--host H] [--job J] [--state S]`: `GET /v1/tasks`.
 //! - `get events …`: the same as `drover events` ([`crate::events`]).
@@ -26,7 +27,7 @@ use serde_json::Value;
 use crate::client::{ConnectArgs, Session};
 use crate::exit::{CliError, codes};
 use crate::job::{JobKind, JobState, clean};
-use crate::output::{Output, OutputArgs, age, dash, field, pretty, print, table};
+use crate::output::{ListOutputArgs, age, dash, field, print, table};
 
 /// Most pages one listing follows: a coordinator that keeps answering `next` forever (a bug)
 /// must not keep `drover` running forever.
@@ -82,7 +83,7 @@ struct HostsArgs {
     #[arg(long, hide = true, default_value_t = PAGE as u32, value_parser = clap::value_parser!(u32).range(1..))]
     page_size: u32,
     #[command(flatten)]
-    output: OutputArgs,
+    output: ListOutputArgs,
     #[command(flatten)]
     connect: ConnectArgs,
 }
@@ -103,8 +104,13 @@ struct RolloutsArgs {
     /// With --watch: give up after this many seconds (exit 75).
     #[arg(long, value_name = "SECS", default_value_t = 3600, requires = "watch")]
     timeout: u64,
+    /// With --watch: wait for the rollouts release VERSION opens (they open a moment after
+    /// publishing), one line per change; exit 0 when all converge, 2 when one halts, reverts,
+    /// fails or is cancelled.
+    #[arg(long, value_name = "VERSION", requires = "watch")]
+    release: Option<u64>,
     #[command(flatten)]
-    output: OutputArgs,
+    output: ListOutputArgs,
     #[command(flatten)]
     connect: ConnectArgs,
 }
@@ -122,7 +128,7 @@ struct JobsArgs {
     #[arg(long, value_enum)]
     kind: Option<JobKind>,
     #[command(flatten)]
-    output: OutputArgs,
+    output: ListOutputArgs,
     #[command(flatten)]
     connect: ConnectArgs,
 }
@@ -140,7 +146,7 @@ struct TasksArgs {
     #[arg(long, value_name = "STATE")]
     state: Option<String>,
     #[command(flatten)]
-    output: OutputArgs,
+    output: ListOutputArgs,
     #[command(flatten)]
     connect: ConnectArgs,
 }
@@ -209,16 +215,23 @@ pub fn hostnames(s: &Session) -> Result<BTreeMap<String, String>, CliError> {
     Ok(all_hosts(s)?.iter().map(|h| (field(h, "id").to_owned(), field(h, "hostname").to_owned())).collect())
 }
 
-/// Prints `items` as a JSON array, or `render(items)` (with `none` on stderr when empty).
-fn show(output: Output, items: &[Value], none: &str, render: impl FnOnce(&[Value]) -> String) -> Result<(), CliError> {
-    if output.is_json() {
-        return print(&pretty(&Value::Array(items.to_vec()))?);
+/// Prints `items` as `output` asks (see [`ListOutputArgs::render`]), with `none` on stderr
+/// when there is nothing to print.
+fn show(
+    output: ListOutputArgs,
+    items: &[Value],
+    kind: &str,
+    name_key: &str,
+    none: &str,
+    render: impl FnOnce(&[Value]) -> Result<String, CliError>,
+) -> Result<(), CliError> {
+    match output.render(items, kind, name_key, render)? {
+        Some(text) => print(&text),
+        None => {
+            eprintln!("{none}");
+            Ok(())
+        }
     }
-    if items.is_empty() {
-        eprintln!("{none}");
-        return Ok(());
-    }
-    print(&render(items))
 }
 
 /// The hosts table.
@@ -343,10 +356,12 @@ pub fn run(args: &GetArgs) -> Result<(), CliError> {
                 // An id goes straight to the host's route, which refuses an unknown one itself.
                 let id = crate::resolve::host_id(&s, "HOST", given)?;
                 let host = s.get(&format!("/v1/hosts/{id}"))?;
-                if a.output.output.is_json() {
-                    return print(&pretty(&host)?);
+                if a.output.is_json() {
+                    return print(&crate::output::pretty(&host)?);
                 }
-                return print(&render_hosts(now, std::slice::from_ref(&host), a.output.output == Output::Wide));
+                return show(a.output, std::slice::from_ref(&host), "host", "hostname", "no host", |h| {
+                    Ok(render_hosts(now, h, a.output.is_wide()))
+                });
             }
             let page = a.page_size as usize;
             let mut q = vec![("limit", a.limit.map_or(page, |l| (l as usize).min(page)).to_string())];
@@ -354,10 +369,14 @@ pub fn run(args: &GetArgs) -> Result<(), CliError> {
                 q.push(("state", st.clone()));
             }
             let hosts = list_all(&s, "/v1/hosts", &q, "items", a.limit.map(|l| l as usize))?;
-            show(a.output.output, &hosts, "no hosts", |h| render_hosts(now, h, a.output.output == Output::Wide))
+            show(a.output, &hosts, "host", "hostname", "no hosts", |h| Ok(render_hosts(now, h, a.output.is_wide())))
         }
         GetWhat::Rollouts(a) => {
             let s = Session::open(&a.connect)?;
+            if let (true, Some(version)) = (a.watch, a.release) {
+                let ids = crate::wait::release_rollouts(&s, version)?;
+                return crate::wait::wait_rollouts(&s, &ids, std::time::Duration::from_secs(a.timeout), &mut std::io::stdout().lock());
+            }
             if a.watch {
                 let opts = crate::watch::WatchOptions::new(None, true, std::time::Duration::from_secs(a.timeout));
                 return crate::watch::watch_stdout(&s, &opts);
@@ -370,7 +389,7 @@ pub fn run(args: &GetArgs) -> Result<(), CliError> {
                 q.push(("channel", c.clone()));
             }
             let rollouts = list_all(&s, "/v1/rollouts", &q, "items", None)?;
-            show(a.output.output, &rollouts, "no rollouts", |r| render_rollouts(now, r, a.output.output == Output::Wide))
+            show(a.output, &rollouts, "rollout", "rolloutId", "no rollouts", |r| Ok(render_rollouts(now, r, a.output.is_wide())))
         }
         GetWhat::Jobs(a) => {
             let s = Session::open(&a.connect)?;
@@ -385,8 +404,7 @@ pub fn run(args: &GetArgs) -> Result<(), CliError> {
                 q.push(("kind", k.wire().to_owned()));
             }
             let jobs = list_all(&s, "/v1/jobs", &q, "jobs", None)?;
-            let rendered = if a.output.output.is_json() { String::new() } else { render_jobs(&jobs, a.output.output == Output::Wide)? };
-            show(a.output.output, &jobs, "no jobs", |_| rendered)
+            show(a.output, &jobs, "job", "jobId", "no jobs", |j| render_jobs(j, a.output.is_wide()))
         }
         GetWhat::Tasks(a) => {
             let s = Session::open(&a.connect)?;
@@ -401,8 +419,7 @@ pub fn run(args: &GetArgs) -> Result<(), CliError> {
                 q.push(("state", st.clone()));
             }
             let tasks = list_all(&s, "/v1/tasks", &q, "items", None)?;
-            let names = if tasks.is_empty() || a.output.output.is_json() { BTreeMap::new() } else { hostnames(&s)? };
-            show(a.output.output, &tasks, "no tasks", |t| render_tasks(now, t, &names, a.output.output == Output::Wide))
+            show(a.output, &tasks, "task", "taskId", "no tasks", |t| Ok(render_tasks(now, t, &hostnames(&s)?, a.output.is_wide())))
         }
         GetWhat::Events(a) => crate::events::run(a),
         GetWhat::Onboardings(a) => crate::onboarding::run_list(a),

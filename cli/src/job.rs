@@ -9,7 +9,8 @@
 //! - `drover job retry|resume|rerun|restart-clean|cancel|adopt|mark-manual JOB_ID --reason
 //!   TEXT` (admin): `POST /v1/jobs/{id}/{retry_stage|resume|rerun|restart_clean|cancel|
 //!   adopt_observed_state|mark_manual_intervention_required}`; prints `JOB_ID STATE
-//!   (PROGRESS_CHANGE; task TASK)`.
+//!   (PROGRESS_CHANGE; task TASK)`; with `--wait [--timeout SECS]` it then waits for the job
+//!   to finish ([`crate::wait`]).
 //!
 //! Every verb takes `-o json` to print the coordinator's JSON instead, unchanged. The
 //! coordinator decides legality: an action the job's state does not allow is a 409 naming the
@@ -219,6 +220,8 @@ struct ActionArgs {
     /// Why (required; recorded in the job's events and the audit log).
     #[arg(long, value_name = "TEXT")]
     reason: String,
+    #[command(flatten)]
+    wait: crate::wait::WaitArgs,
     #[command(flatten)]
     output: OutputArgs,
     #[command(flatten)]
@@ -589,8 +592,19 @@ pub fn run(args: &JobArgs) -> Result<(), CliError> {
     };
     let path = action_path(&a.job_id, action)?;
     let reason = check_reason(&a.reason)?;
-    let value = post(&a.connect, &path, &ReasonBody { reason })?;
-    print_answer(a.output.output, &path, &value, render_action)
+    let session = client::Session::open(&a.connect)?;
+    let value: Value = session.post(&path, &ReasonBody { reason })?;
+    print_answer(a.output.output, &path, &value, render_action)?;
+    if a.wait.wait {
+        crate::wait::wait_jobs(
+            &session,
+            std::slice::from_ref(&a.job_id),
+            action == Action::Cancel,
+            a.wait.limit(),
+            &mut crate::wait::progress_sink(a.output.output.is_json()),
+        )?;
+    }
+    Ok(())
 }
 
 fn run_get(args: &GetArgs) -> Result<(), CliError> {

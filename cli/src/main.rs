@@ -9,19 +9,24 @@
 //! `DROVER_*` variables, then the config file (`--config`, `$DROVER_CONFIG`, or
 //! `$XDG_CONFIG_HOME/drover/config.toml`; see [`cliconfig`]).
 //!
-//! Exit codes follow sysexits: 0 ok, 1 verification refused, 64 usage, 65 bad input data
+//! Exit codes follow sysexits: 0 ok, 1 verification refused, 2 what `--wait` awaited failed
+//! (a job failed or was cancelled, a rollout halted, reverted or failed), 64 usage, 65 bad input data
 //! (or a 4xx from the coordinator), 66 missing input, 69 coordinator unreachable or failing,
-//! 70 internal, 73 cannot create output, 74 I/O error, 75 a `--watch` timed out, 76 a
+//! 70 internal, 73 cannot create output, 74 I/O error, 75 a `--watch` or `--wait`
+//! timed out, 76 a
 //! coordinator answer that is not the API's, 77 credentials refused (401/403).
 
 #![forbid(unsafe_code)]
 
+mod audit;
 mod cliconfig;
 mod client;
 mod clock;
 mod decommission;
 mod describe;
+#[cfg(feature = "dev")]
 mod dev;
+#[cfg(feature = "dev")]
 mod dev_maas;
 mod drift;
 mod enroll;
@@ -42,13 +47,16 @@ mod plan;
 mod rack;
 mod rack_ops;
 mod release;
+mod releases;
 mod resolve;
 mod rollout;
 mod sign_cmd;
 mod site;
 mod site_items;
+mod tokens;
 mod trust;
 mod verify;
+mod wait;
 mod watch;
 
 use std::path::PathBuf;
@@ -118,6 +126,7 @@ enum Command {
     PowerShelf(Box<rack::DeviceArgs>),
     /// Component firmware: update compute trays or switches through their rack's maintenance.
     Component(Box<rack_ops::ComponentArgs>),
+    #[cfg(feature = "dev")]
     /// The local demo (NOT for production): a coordinator and sandboxed agents on loopback,
     /// a signed release rolled out in waves, a soft reset; serves until Ctrl-C.
     Dev(Box<dev::DevArgs>),
@@ -132,6 +141,12 @@ enum Command {
     Evidence(Box<evidence::EvidenceArgs>),
     /// Explain why a host is or is not on its channel's target, from the planner's report.
     Explain(Box<explain::ExplainArgs>),
+    /// The coordinator's audit log of operator actions: who, what, on what, why (admin or viewer).
+    Audit(Box<audit::AuditArgs>),
+    /// Enrollment tokens: list (host, created, expires, used; never the token itself).
+    Tokens(Box<tokens::TokensArgs>),
+    /// Stored releases: list (version, signed at, artifacts).
+    Releases(Box<releases::ReleasesArgs>),
     /// Print the RFC 8785 canonical form of a JSON file (or stdin).
     Canonicalize {
         /// The JSON file; stdin when absent or "-".
@@ -161,12 +176,16 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Switch(args) => rack::run_device(&args, false),
         Command::PowerShelf(args) => rack::run_device(&args, true),
         Command::Component(args) => rack_ops::run_component(&args),
+        #[cfg(feature = "dev")]
         Command::Dev(args) => dev::run(&args),
         Command::Get(args) => get::run(&args),
         Command::Describe(args) => describe::run(&args),
         Command::Events(args) => events::run(&args),
         Command::Evidence(args) => evidence::run(&args),
         Command::Explain(args) => explain::run(&args),
+        Command::Audit(args) => audit::run(&args),
+        Command::Tokens(args) => tokens::run(&args),
+        Command::Releases(args) => releases::run(&args),
         Command::Canonicalize { file } => {
             let (name, bytes) = fsio::read_input(file.as_deref())?;
             let out = drover_proto::canonical::canonicalize(&bytes).map_err(|e| CliError::data(format!("{name}: {e}")))?;

@@ -7,7 +7,8 @@
 //!   sent), or both (the hosts of the group); neither is refused here (64). Activities are `gpu_scrub`,
 //!   `storage_cleanup`, `validate_clean`, `hw_sync_reseed`, `activate` (none given: all). The
 //!   coordinator is all-or-nothing: any host it refuses is a 409 (exit 65) and nothing starts.
-//!   Prints `REQUEST_ID INITIATOR STATE`, then one `JOB_ID HOSTNAME STATE` line per job.
+//!   Prints `REQUEST_ID INITIATOR STATE`, then one `JOB_ID HOSTNAME STATE` line per job;
+//!   with `--wait [--timeout SECS]` it then waits for every job to finish ([`crate::wait`]).
 //! - `drover maintenance get REQUEST_ID` (viewer): `GET /v1/maintenance/{id}`, the request
 //!   and a table of its jobs.
 //! - `drover maintenance list` (viewer): `GET /v1/maintenance`, one row per request.
@@ -119,6 +120,8 @@ struct RequestArgs {
     /// Why (required; recorded in the jobs' events and the audit log).
     #[arg(long, value_name = "TEXT")]
     reason: String,
+    #[command(flatten)]
+    wait: crate::wait::WaitArgs,
     #[command(flatten)]
     output: OutputArgs,
     #[command(flatten)]
@@ -321,7 +324,13 @@ pub fn run(args: &MaintenanceArgs) -> Result<(), CliError> {
                 None => Session::open(&a.connect)?,
             };
             let value: serde_json::Value = session.post(path, &body)?;
-            job::print_answer(a.output.output, path, &value, render_created)
+            job::print_answer(a.output.output, path, &value, render_created)?;
+            if a.wait.wait {
+                let created: MaintenanceJson = job::decode(path, &value)?;
+                let ids: Vec<String> = created.jobs.into_iter().map(|j| j.job_id).collect();
+                crate::wait::wait_jobs(&session, &ids, false, a.wait.limit(), &mut crate::wait::progress_sink(a.output.output.is_json()))?;
+            }
+            Ok(())
         }
         MaintenanceCommand::Get(a) => {
             let path = get_path(&a.request_id)?;

@@ -1,6 +1,8 @@
 //! How the operator's read verbs print: the one `-o/--output table|wide|json` option
-//! ([`OutputArgs`]) every verb that reads the coordinator takes, kubectl-style aligned tables
-//! ([`table`]), the short ages and times shown in them, and stdout writing.
+//! ([`OutputArgs`]) every verb that reads the coordinator takes, the listing form of it
+//! ([`ListOutputArgs`]: also `-o name` and `--no-headers`, for `drover get`'s tables),
+//! kubectl-style aligned tables ([`table`]), the short ages and times shown in them, and stdout
+//! writing.
 //!
 //! Everything a coordinator sent passes through [`crate::job::clean`] before a table shows it:
 //! a hostile or broken coordinator must not be able to drive the operator's terminal.
@@ -40,6 +42,77 @@ pub struct OutputArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
     pub output: Output,
+}
+
+/// How a listing (`drover get ...`) prints: [`Output`]'s forms plus `name`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum ListOutput {
+    /// Aligned columns for people.
+    #[default]
+    #[value(name = "table", alias = "text")]
+    Table,
+    /// The table with more columns (ids, timestamps, targets).
+    Wide,
+    /// The coordinator's JSON, pretty-printed, unchanged (every page merged).
+    Json,
+    /// One `kind/name` per line (`host/gpu-a-01`, `rollout/<id>`), for scripts and pipes.
+    Name,
+}
+
+/// The `-o/--output` and `--no-headers` options every `drover get` listing takes.
+#[derive(Args, Debug, Clone, Copy, Default)]
+pub struct ListOutputArgs {
+    /// Output format: table, wide, json, or name (one `kind/name` per line).
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = ListOutput::Table)]
+    pub output: ListOutput,
+    /// Print table rows without the header line (for scripts reading columns).
+    #[arg(long)]
+    pub no_headers: bool,
+}
+
+impl ListOutputArgs {
+    /// Whether the coordinator's JSON is asked for.
+    pub fn is_json(self) -> bool {
+        self.output == ListOutput::Json
+    }
+
+    /// Whether the wide table is asked for.
+    pub fn is_wide(self) -> bool {
+        self.output == ListOutput::Wide
+    }
+
+    /// What a listing of `items` prints, `None` when it prints nothing (the caller says so on
+    /// stderr): the JSON array; `kind/NAME` lines, NAME being each item's `name_key` field;
+    /// or `render(items)`, its first line (the header) dropped under `--no-headers`.
+    pub fn render(
+        self,
+        items: &[Value],
+        kind: &str,
+        name_key: &str,
+        render: impl FnOnce(&[Value]) -> Result<String, CliError>,
+    ) -> Result<Option<String>, CliError> {
+        match self.output {
+            ListOutput::Json => pretty(&Value::Array(items.to_vec())).map(Some),
+            _ if items.is_empty() => Ok(None),
+            ListOutput::Name => Ok(Some(names(items, kind, name_key))),
+            ListOutput::Table | ListOutput::Wide => {
+                let text = render(items)?;
+                Ok(Some(if self.no_headers { without_header(&text) } else { text }))
+            }
+        }
+    }
+}
+
+/// One `kind/NAME` line per item, NAME being the item's `name_key` field (cleaned like every
+/// table cell). An item without one (a broken coordinator) is named `-` rather than dropped,
+/// so the line count still matches the listing.
+pub fn names(items: &[Value], kind: &str, name_key: &str) -> String {
+    items.iter().map(|v| format!("{kind}/{}\n", crate::job::clean(dash(field(v, name_key)), 128))).collect()
+}
+
+/// `text` without its first line.
+pub fn without_header(text: &str) -> String {
+    text.split_once('\n').map_or_else(String::new, |(_, rest)| rest.to_owned())
 }
 
 /// Rows as columns, two spaces apart, the last column unpadded (kubectl's layout). Rows
@@ -134,6 +207,22 @@ mod tests {
         assert_eq!(out, "NAME      STATE   SCHEDULABLE\ngpu-a-01  active  yes\nb         x\n");
         assert_eq!(indented_table(&["A"], &[]), "  (none)\n");
         assert_eq!(indented_table(&["A", "B"], &[vec!["1".into(), "2".into()]]), "  A  B\n  1  2\n");
+    }
+
+    #[test]
+    fn listings_print_names_or_headerless_tables() {
+        let items = vec![serde_json::json!({"hostname": "gpu-a-01"}), serde_json::json!({"hostname": "b\u{1b}[2J"}), serde_json::json!({})];
+        let render = |i: &[Value]| Ok(table(&["NAME"], &i.iter().map(|h| vec![field(h, "hostname").to_owned()]).collect::<Vec<_>>()));
+        let name = ListOutputArgs { output: ListOutput::Name, no_headers: false };
+        assert_eq!(name.render(&items, "host", "hostname", render).expect("name").as_deref(), Some("host/gpu-a-01\nhost/b [2J\nhost/-\n"));
+        let bare = ListOutputArgs { output: ListOutput::Table, no_headers: true };
+        let out = bare.render(&items[..1], "host", "hostname", render).expect("table");
+        assert_eq!(out.as_deref(), Some("gpu-a-01\n"));
+        let with = ListOutputArgs::default().render(&items[..1], "host", "hostname", render).expect("table");
+        assert_eq!(with.as_deref(), Some("NAME\ngpu-a-01\n"));
+        assert_eq!(name.render(&[], "host", "hostname", render).expect("empty"), None);
+        let json = ListOutputArgs { output: ListOutput::Json, no_headers: true };
+        assert_eq!(json.render(&[], "host", "hostname", render).expect("json").as_deref(), Some("[]\n"));
     }
 
     #[test]

@@ -61,6 +61,8 @@ enum ReleaseSub {
         #[arg(long, value_name = "TEXT")]
         reason: Option<String>,
         #[command(flatten)]
+        wait: crate::wait::WaitArgs,
+        #[command(flatten)]
         connect: crate::client::ConnectArgs,
     },
 }
@@ -173,7 +175,7 @@ fn release_error(context: &str, e: ReleaseError) -> CliError {
 pub fn run(args: ReleaseArgs) -> Result<(), CliError> {
     match args.sub {
         Some(ReleaseSub::Timestamp { dir, signing }) => return run_timestamp(&dir, &signing),
-        Some(ReleaseSub::Publish { dir, reason, connect }) => return run_publish(&dir, reason, &connect),
+        Some(ReleaseSub::Publish { dir, reason, wait, connect }) => return run_publish(&dir, reason, wait, &connect),
         None => {}
     }
     let (Some(fleet), Some(out)) = (args.fleet, args.out) else {
@@ -251,16 +253,39 @@ const RELEASES_PATH: &str = "/v1/releases";
 /// `drover release publish DIR`: the coordinator verifies the release (signatures, threshold,
 /// freshness, a version above the stored one, anchors) and answers with the stored version;
 /// its refusal names the rule broken and exits 65 (77 for a certificate without the role).
-fn run_publish(dir: &Path, reason: Option<String>, connect: &crate::client::ConnectArgs) -> Result<(), CliError> {
-    let target = connect.resolve()?;
+/// With `--wait`, it then waits for the rollouts the answer names ([`crate::wait`]).
+fn run_publish(
+    dir: &Path,
+    reason: Option<String>,
+    wait: crate::wait::WaitArgs,
+    connect: &crate::client::ConnectArgs,
+) -> Result<(), CliError> {
     let files = load_release(dir)?;
     let request = drover_proto::publish::PublishRequest::from_files(&files, reason)
         .ok_or_else(|| CliError::data(format!("{}: a release file is not UTF-8 text", dir.display())))?;
-    let client = crate::client::connect(&target)?;
-    let resp: drover_proto::publish::PublishResponse = crate::client::block_on(client.post_json(RELEASES_PATH, &request))?;
+    let session = crate::client::Session::open(connect)?;
+    let resp: drover_proto::publish::PublishResponse = session.post(RELEASES_PATH, &request)?;
     println!("published release version {} from {}", resp.version, dir.display());
     for id in &resp.rollouts {
         println!("  rollout {id}");
     }
+    if !wait.wait {
+        return Ok(());
+    }
+    let ids = opened_rollouts(&files, &resp.rollouts)?;
+    crate::wait::wait_rollouts(&session, &ids, wait.limit(), &mut std::io::stdout().lock())?;
+    println!("every rollout of release version {} converged", resp.version);
     Ok(())
+}
+
+/// The rollouts a release opens ([`crate::wait::current_rollouts`]), each of which the
+/// coordinator's answer must name (76 otherwise: the answer is not the API's). The
+/// revertable ones the answer also names were opened by earlier releases (and may well be
+/// superseded), so they are not waited for.
+fn opened_rollouts(files: &drover_proto::release::ReleaseFiles, answered: &[String]) -> Result<Vec<String>, CliError> {
+    let ids = crate::wait::current_rollouts(files.get(TIMESTAMP).unwrap_or_default())?;
+    if let Some(id) = ids.iter().find(|id| !answered.contains(id)) {
+        return Err(CliError::new(codes::PROTOCOL, format!("the coordinator's answer does not name the release's rollout {id}")));
+    }
+    Ok(ids)
 }

@@ -13,7 +13,9 @@
 //! It returns `Ok` when every watched rollout is finished (Converged, Reverted, Failed,
 //! Superseded, Cancelled, Pruned) and `until_done` is set, on SIGINT, or when `timeout`
 //! passes without `until_done`; with `until_done`, a timeout is exit 75 (EX_TEMPFAIL).
-//! Watching all rollouts watches those not finished at the start plus any opened later.
+//! Watching all rollouts watches those not finished at the start plus any opened later; when
+//! none is in progress at the first poll it says so on stderr ([`NOTHING_TO_WATCH`]) and
+//! returns at once (exit 0: nothing was asked to be awaited).
 //!
 //! The status route lists only hosts with a recorded state; the hosts still Pending come
 //! from the rollout's manifest, read once from `GET /v1/plan-input`'s release files. Those
@@ -35,6 +37,10 @@ use crate::client::Session;
 use crate::exit::{CliError, codes};
 use crate::job::clean;
 use crate::output::field;
+
+/// What `--watch` says when it finds nothing to watch.
+pub const NOTHING_TO_WATCH: &str = "drover: no rollout is in progress, so nothing was watched; a release's rollouts open a \
+     moment after it is published: wait for them with `get rollouts --watch --release VERSION` or `release publish --wait`";
 
 /// The width of a wave's bar, in characters.
 const BAR: usize = 20;
@@ -296,6 +302,12 @@ pub fn watch_rollouts(
         match w.poll(client, rt, opts.only.as_ref()) {
             Ok(snap) => {
                 w.show(&snap, opts.redraw, out)?;
+                if first && opts.until_done && opts.only.is_none() && snap.rollouts.is_empty() {
+                    // Nothing was asked to be awaited and nothing is moving: say so, rather than
+                    // let a CI gate read exit 0 as "watched and converged".
+                    eprintln!("{}", NOTHING_TO_WATCH);
+                    return Ok(());
+                }
                 let done = snap.rollouts.iter().all(|r| is_finished(&r.state));
                 if opts.until_done && done {
                     return Ok(());

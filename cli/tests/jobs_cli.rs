@@ -38,6 +38,7 @@ impl Fake {
     fn answer(&self, line: &str, body: &Value) -> (u16, Value) {
         let conflict = |m: &str| (409, json!({"error": {"code": "conflict", "message": m}}));
         match line {
+            l if l == format!("GET /v1/hosts/{HOST}") => (200, json!({"id": HOST, "hostId": HOST, "hostname": "gpu-a-01", "state": "active"})),
             l if l == format!("POST /v1/hosts/{HOST}/decommission") => (201, job("job-1", "pending")),
             "POST /v1/maintenance" if body.get("group") == Some(&json!("busy")) => conflict("host gpu-a-01 is held by job job-1"),
             "POST /v1/maintenance" => (
@@ -92,7 +93,7 @@ fn bad_input_exits_64_before_any_request() {
     run(&["maintenance", "request", "--group", "g", "--reason", " "]).fails_with(64).stderr_has(&["--reason"]);
     run(&["decommission", HOST, "--mode", "storage-cleanup", "--reason", "r"]).fails_with(64).stderr_has(&["--storage"]);
     // A hostname is as good as an id; text that can be neither is refused before a request.
-    run(&["decommission", "gpu/a-01", "--mode", "full", "--reason", "r"])
+    run(&["decommission", "gpu/a-01", "--mode", "full", "--reason", "r", "--yes"])
         .fails_with(64)
         .stderr_has(&["gpu/a-01", "not a hostname or a host id"]);
     run(&["job", "cancel", "../x", "--reason", "r"]).fails_with(64).stderr_has(&["JOB_ID"]);
@@ -109,7 +110,7 @@ async fn against_a_fake_coordinator_each_verb_sends_its_route_and_prints_its_ans
     let url = format!("https://{}", fake.start(&pki).await);
     let dir = sc.path();
 
-    let run = drover(dir, &url, &["decommission", HOST, "--mode", "full", "--storage", "all", "--reason", "retire rack"]).await;
+    let run = drover(dir, &url, &["decommission", HOST, "--mode", "full", "--storage", "all", "--reason", "retire rack", "--yes"]).await;
     assert_eq!(run.ok().stdout, "job-1 full_decommission pending\n");
 
     let run = drover(dir, &url, &["maintenance", "request", "--group", "rack-a1", "--activity", "gpu_scrub", "--reason", "scrub"]).await;
@@ -138,6 +139,8 @@ async fn against_a_fake_coordinator_each_verb_sends_its_route_and_prints_its_ans
 
     let seen = fake.seen.lock().expect("lock").clone();
     let expected = vec![
+        // Asked first: the confirmation names the host by its hostname.
+        (format!("GET /v1/hosts/{HOST}"), Value::Null),
         (format!("POST /v1/hosts/{HOST}/decommission"), json!({"mode": "full", "storage": "all", "reason": "retire rack"})),
         ("POST /v1/maintenance".to_owned(), json!({"group": "rack-a1", "activities": ["gpu_scrub"], "reason": "scrub"})),
         ("POST /v1/maintenance".to_owned(), json!({"group": "busy", "reason": "scrub"})),

@@ -29,7 +29,9 @@ fn the_seed_configuration_is_valid() {
 
 #[test]
 fn coordinator_config() {
-    bolero::check!(name = "coordinator_config").with_test_time(fuzzing::TEST_TIME).with_max_len(fuzzing::MAX_LEN).for_each(|input: &[u8]| {
-        fuzzing::check_config_loader(VALID, FILE, input, |text| Config::parse(Path::new(FILE), text));
-    });
+    bolero::check!(name = "coordinator_config").with_test_time(fuzzing::TEST_TIME).with_max_len(fuzzing::MAX_LEN).for_each(
+        |input: &[u8]| {
+            fuzzing::check_config_loader(VALID, FILE, input, |text| Config::parse(Path::new(FILE), text));
+        },
+    );
 }

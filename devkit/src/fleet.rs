@@ -122,6 +122,12 @@ impl Coordinator {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// Its exit status if it has exited (and reaps it then, so no zombie is left); `None`
+    /// while it runs.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
 }
 
 impl Drop for Coordinator {
@@ -161,6 +167,14 @@ impl LocalAgent {
     /// Whether the agent process is still running (it exits by itself after an uninstall).
     pub fn is_running(&mut self) -> bool {
         self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Its process id and exit status if it has exited (reaped then, so no zombie is left);
+    /// `None` while it runs or once it was stopped on purpose.
+    pub fn exited(&mut self) -> Option<(u32, std::process::ExitStatus)> {
+        let child = self.child.as_mut()?;
+        let pid = child.id();
+        child.try_wait().ok().flatten().map(|status| (pid, status))
     }
 
     /// The private bus's address.

@@ -16,7 +16,7 @@
   hwSync ? { },                     # { credsFile, timer, service }
   tenantUids ? null,                # { min, max }
   drainHook ? [ ],                  # argv run by node.drain
-  extraConfig ? { },                # merged over the rendered settings (agent.toml keys)
+  settings ? { },                   # freeform, merged over the rendered file (agent.toml keys)
 }:
 let
   toml = import ./toml.nix;
@@ -25,17 +25,39 @@ let
   bin = "${toString package}/bin/drover-agent";
   nonEmpty = l: if l == [ ] then null else l;
 
+  # The typed groups are checked here too, so a wrong type fails evaluation naming the option
+  # even where this file is evaluated without the module system (the tests, `nix-instantiate`).
+  pathLike = { test = v: builtins.isString v || builtins.isPath v; expected = "a path or string"; };
+  string = { test = builtins.isString; expected = "a string"; };
+  listOf = k: { test = v: builtins.isList v && builtins.all k.test v; expected = "a list, each ${k.expected}"; };
+  positive = { test = v: builtins.isInt v && v > 0; expected = "a positive integer"; };
+  kinds = {
+    gpu = { nvidiaSmi = pathLike; amdSmi = pathLike; rocmSmi = pathLike; dcgmi = pathLike; toolTimeoutSecs = positive; };
+    storage = { roots = listOf pathLike; wekaFsTypes = listOf string; };
+    hwSync = { credsFile = pathLike; timer = string; service = string; };
+  };
+  check = group: set: builtins.mapAttrs (k: v:
+    let option = "services.drover-agent.${group}.${k}"; in
+    if !(kinds.${group} ? ${k}) then throw "${option}: no such option (known: ${builtins.concatStringsSep ", " (builtins.attrNames kinds.${group})})"
+    else if v == null || kinds.${group}.${k}.test v then v
+    else throw "${option}: expected ${kinds.${group}.${k}.expected}, got ${builtins.typeOf v} ${builtins.toJSON v}") set;
+  # Forced whole: an unknown name must fail even though nothing reads it.
+  checked = group: set: let c = check group set; in builtins.deepSeq c c;
+  gpu' = checked "gpu" gpu;
+  storage' = checked "storage" storage;
+  hwSync' = checked "hwSync" hwSync;
+
   tasks = {
-    storage_roots = nonEmpty (storage.roots or [ ]);
-    weka_fs_types = opt storage "wekaFsTypes";
-    nvidia_smi = opt gpu "nvidiaSmi";
-    amd_smi = opt gpu "amdSmi";
-    rocm_smi = opt gpu "rocmSmi";
-    dcgmi = opt gpu "dcgmi";
-    gpu_tool_timeout_secs = opt gpu "toolTimeoutSecs";
-    maas_creds_file = opt hwSync "credsFile";
-    hw_sync_timer = opt hwSync "timer";
-    hw_sync_service = opt hwSync "service";
+    storage_roots = nonEmpty (storage'.roots or [ ]);
+    weka_fs_types = opt storage' "wekaFsTypes";
+    nvidia_smi = opt gpu' "nvidiaSmi";
+    amd_smi = opt gpu' "amdSmi";
+    rocm_smi = opt gpu' "rocmSmi";
+    dcgmi = opt gpu' "dcgmi";
+    gpu_tool_timeout_secs = opt gpu' "toolTimeoutSecs";
+    maas_creds_file = opt hwSync' "credsFile";
+    hw_sync_timer = opt hwSync' "timer";
+    hw_sync_service = opt hwSync' "service";
     tenant_uid_min = if tenantUids == null then null else tenantUids.min;
     tenant_uid_max = if tenantUids == null then null else tenantUids.max;
     drain_hook = nonEmpty drainHook;
@@ -45,17 +67,17 @@ let
     uninstall_paths = [ ];
   };
   health = {
-    maas_creds_file = opt hwSync "credsFile";
-    hw_sync_timer = opt hwSync "timer";
-    nvidia_smi = opt gpu "nvidiaSmi";
+    maas_creds_file = opt hwSync' "credsFile";
+    hw_sync_timer = opt hwSync' "timer";
+    nvidia_smi = opt gpu' "nvidiaSmi";
   };
-  settings = toml.merge {
+  merged = toml.merge {
     coordinator_urls = coordinatorUrls;
     state_dir = stateDir;
     ca_file = caFile;
     inherit tasks health;
     probes = nonEmpty probes;
-  } extraConfig;
+  } settings;
 
   enrolling = tokenFile != null;
 
@@ -112,8 +134,9 @@ let
   };
 in
 {
-  inherit settings service enroll;
-  toml = toml.toTOML settings;
+  settings = merged;
+  inherit service enroll;
+  toml = toml.toTOML merged;
   units = { "drover-agent.service" = unit.toUnit service; }
     // (if enrolling then { "drover-agent-enroll.service" = unit.toUnit enroll; } else { });
 }

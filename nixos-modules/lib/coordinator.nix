@@ -12,20 +12,20 @@
   stateDir ? "/var/lib/drover-coordinator",
   configFile ? "/etc/drover/coordinator.toml",
   releasesDir ? null,
-  extraConfig ? { },                # merged over the rendered settings (coordinator.toml keys)
+  settings ? { },                   # freeform, merged over the rendered file (coordinator.toml keys)
 }:
 let
   toml = import ./toml.nix;
   unit = import ./unit.nix;
   bin = "${toString package}/bin/drover-coordinator";
-  settings = toml.merge {
+  merged = toml.merge {
     inherit listen;
     state_dir = stateDir;
     public_urls = publicUrls;
     trust_file = trustFile;
     agent_binary = agentBinary;
     releases_dir = releasesDir;
-  } extraConfig;
+  } settings;
 
   # The coordinator needs nothing of the host but its state dir and a TCP port above 1024: a
   # dynamic user, a read-only system, no capabilities, no devices, a system-call allow list.
@@ -98,8 +98,9 @@ let
   };
 in
 {
-  inherit settings service init;
-  toml = toml.toTOML settings;
+  settings = merged;
+  inherit service init;
+  toml = toml.toTOML merged;
   units = {
     "drover-coordinator.service" = unit.toUnit service;
     "drover-coordinator-init.service" = unit.toUnit init;

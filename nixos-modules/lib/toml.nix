@@ -42,7 +42,7 @@ in
 {
   toTOML = attrs: render [ ] attrs;
 
-  # A recursive merge (right wins), for `extraConfig` over the rendered settings.
+  # A recursive merge (right wins), for the freeform `settings` over the rendered settings.
   merge = let
     go = a: b: a // builtins.mapAttrs (k: v: if isAttrs v && a ? ${k} && isAttrs a.${k} then go a.${k} v else v) b;
   in go;

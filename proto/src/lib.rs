@@ -21,6 +21,7 @@ pub mod artifacts;
 pub mod canonical;
 pub mod duration;
 pub mod enroll;
+pub mod event_kinds;
 pub mod evidence;
 pub mod intent;
 pub mod keys;

@@ -238,3 +238,89 @@ fn drover_dev_maas_onboards_hosts_through_a_fake_maas_and_prints_its_key() {
         String::from_utf8_lossy(&ps.stdout).lines().filter(|l| l.contains(dir.to_str().expect("utf8"))).map(str::to_owned).collect();
     assert!(leftover.is_empty(), "still running: {leftover:?}");
 }
+
+/// The direct children of `pid` (Linux `/proc/PID/task/*/children`).
+fn children_of(pid: u32) -> Vec<u32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.filter_map(Result::ok).collect::<Vec<_>>()).unwrap_or_default();
+    let mut kids: Vec<u32> = tasks
+        .iter()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|s| s.split_whitespace().filter_map(|p| p.parse().ok()).collect::<Vec<u32>>())
+        .collect();
+    kids.sort_unstable();
+    kids.dedup();
+    kids
+}
+
+/// The command line of `pid`, NUL-separated arguments joined with spaces.
+fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline")).map(|b| String::from_utf8_lossy(&b).replace('\0', " ")).unwrap_or_default()
+}
+
+/// `drover dev` supervises what it started: the coordinator dying under the serving demo
+/// stops it at once with a non-zero exit naming the coordinator, and leaves no process behind.
+#[test]
+fn drover_dev_stops_with_an_error_when_its_coordinator_dies() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("dev");
+    let mut demo = Demo(
+        Command::new(workspace_binary("drover"))
+            .args(["dev", "--agents", "1", "--soak-secs", "1", "--dir"])
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("drover dev starts"),
+    );
+    let stderr = demo.0.stderr.take().expect("stderr");
+    let errors = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+    let stdout = BufReader::new(demo.0.stdout.take().expect("stdout"));
+    let mut out = Vec::new();
+    for line in stdout.lines().map_while(Result::ok) {
+        let serving = line == "serving until Ctrl-C";
+        out.push(line);
+        if serving {
+            break;
+        }
+    }
+    assert_eq!(out.last().map(String::as_str), Some("serving until Ctrl-C"), "drover dev never served:\n{}", out.join("\n"));
+
+    let dev_pid = demo.0.id();
+    let before = children_of(dev_pid);
+    let coordinator = *before.iter().find(|p| cmdline(**p).contains("drover-coordinator serve")).expect("a coordinator child");
+    let agents: Vec<u32> = before.iter().copied().filter(|p| cmdline(*p).contains("drover-agent")).collect();
+    assert!(!agents.is_empty(), "no agent child among {before:?}");
+
+    // An agent that dies is reaped by `drover dev` (its parent, still serving): no zombie.
+    let agent = agents[0];
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent as i32), nix::sys::signal::Signal::SIGKILL).expect("kill agent");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Path::new(&format!("/proc/{agent}")).exists() {
+        assert!(Instant::now() < deadline, "the killed agent {agent} was never reaped (a zombie under the serving demo)");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(demo.0.try_wait().expect("wait").is_none(), "drover dev stopped when only an agent died");
+
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(coordinator as i32), nix::sys::signal::Signal::SIGKILL).expect("kill");
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = demo.0.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "drover dev still runs 20 s after its coordinator died");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(69), "{status}");
+    let errors = errors.join().expect("stderr");
+    assert!(errors.contains(&format!("the coordinator (drover-coordinator serve, pid {coordinator}) exited")), "{errors}");
+    assert!(errors.contains(&format!("(drover-agent run, pid {agent}) exited")), "{errors}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for pid in before {
+        while Path::new(&format!("/proc/{pid}")).exists() {
+            assert!(Instant::now() < deadline, "child {pid} left behind: {}", cmdline(pid));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}

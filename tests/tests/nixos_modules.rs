@@ -37,6 +37,23 @@ fn eval(expr: &str) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("json")
 }
 
+/// Evaluates a Nix expression that must fail; its error text.
+fn eval_error(expr: &str) -> String {
+    let out = tool("nix-instantiate")
+        .current_dir(modules())
+        .args(["--eval", "--strict", "--json", "-E", expr])
+        .output()
+        .expect("nix-instantiate");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "{expr} evaluated: {}", String::from_utf8_lossy(&out.stdout));
+    err
+}
+
+/// `drover-agent check-config --config FILE`, as `run` reads its file.
+fn check_config(file: &Path) -> std::process::Output {
+    Command::new(workspace_binary("drover-agent")).arg("check-config").arg("--config").arg(file).output().expect("check-config")
+}
+
 /// A package dir whose bin/ holds the workspace's binaries (what `package` points at).
 fn package(dir: &Path) -> PathBuf {
     let bin = dir.join("pkg/bin");
@@ -62,7 +79,7 @@ fn agent_expr(pkg: &Path, ca: &Path) -> String {
             hwSync = {{ credsFile = "/etc/maas/maas-machine-creds.yml"; timer = "maas_hardware_sync.timer"; service = "maas_hardware_sync.service"; }};
             tenantUids = {{ min = 10000; max = 59999; }};
             drainHook = [ "/run/current-system/sw/bin/systemctl" "stop" "slurmd.service" ];
-            extraConfig = {{ checkin.backoff_max_secs = 120; }};
+            settings = {{ checkin = {{ backoff_max_secs = 120; backoff_base_secs = null; request_timeout_secs = null; }}; systemd_bus = null; }};
         }}"#,
         pkg = pkg.display(),
         ca = ca.display(),
@@ -90,7 +107,13 @@ fn coordinator_expr(pkg: &Path) -> String {
             trustFile = "/etc/drover/trust.json";
             agentBinary = "{pkg}/bin/drover-agent";
             releasesDir = "/var/lib/drover-releases";
-            extraConfig = {{ rollouts.interval_secs = 30; jobs = {{ max_attempts = 3; max_hosts_per_request = 200; }}; }};
+            settings = {{
+                rollouts.interval_secs = 30;
+                jobs = {{ max_attempts = 3; max_hosts_per_request = 200; }};
+                enrollment.token_ttl_secs = null;
+                releases_poll_secs = null;
+                connections.max_open = 20000;
+            }};
         }}"#,
         pkg = pkg.display()
     )
@@ -124,21 +147,62 @@ fn rendered_agent_toml_passes_the_agents_own_check() {
     let toml = eval(&format!("({}).toml", agent_expr(&pkg, &ca_file(dir.path()))));
     let file = dir.path().join("agent.toml");
     std::fs::write(&file, toml.as_str().expect("a string")).expect("write");
-    let out = Command::new(workspace_binary("drover-agent")).arg("check-config").arg(&file).output().expect("check-config");
+    let out = check_config(&file);
     assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), toml.as_str().unwrap_or_default());
     let text = toml.as_str().unwrap_or_default();
-    for want in ["\"storage_roots\" = [\"/scratch\", \"/local/nvme\"]", "\"backoff_max_secs\" = 120", "[[\"probes\"]]"] {
+    // Every typed gpu/storage/hwSync option lands under the agent's own key (the agent refuses
+    // unknown keys, so the check above proves the names; these prove the values arrived).
+    for want in [
+        "\"storage_roots\" = [\"/scratch\", \"/local/nvme\"]",
+        "\"weka_fs_types\" = [\"wekafs\"]",
+        "\"nvidia_smi\" = \"/run/current-system/sw/bin/nvidia-smi\"",
+        "\"gpu_tool_timeout_secs\" = 120",
+        "\"maas_creds_file\" = \"/etc/maas/maas-machine-creds.yml\"",
+        "\"hw_sync_service\" = \"maas_hardware_sync.service\"",
+        "\"backoff_max_secs\" = 120",
+        "[[\"probes\"]]",
+    ] {
         assert!(text.contains(want), "{want} in:\n{text}");
     }
-    // A typo in extraConfig is refused by the agent, naming the key.
+    // Unset typed settings (null, as the module system gives them) are left out: the agent's
+    // defaults apply.
+    assert!(!text.contains("systemd_bus") && !text.contains("backoff_base_secs"), "{text}");
+    // A typo in a freeform settings key is refused by the agent, naming the key.
     let bad = eval(&format!(
-        "(import ./lib/agent.nix {{ package = \"{}\"; coordinatorUrls = [ \"https://c.example:8443\" ]; caFile = \"/c\"; extraConfig = {{ checkin.backof_max = 1; }}; }}).toml",
+        "(import ./lib/agent.nix {{ package = \"{}\"; coordinatorUrls = [ \"https://c.example:8443\" ]; caFile = \"/c\"; settings = {{ checkin.backof_max = 1; }}; }}).toml",
         pkg.display()
     ));
     std::fs::write(&file, bad.as_str().expect("string")).expect("write");
-    let out = Command::new(workspace_binary("drover-agent")).arg("check-config").arg(&file).output().expect("check-config");
+    let out = check_config(&file);
     assert_eq!(out.status.code(), Some(65), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stderr).contains("backof_max"));
+}
+
+/// A minimal agent expression with one typed group set to `group`.
+fn agent_with(group: &str) -> String {
+    format!(
+        "(import ./lib/agent.nix {{ package = \"/p\"; coordinatorUrls = [ \"https://c.example:8443\" ]; caFile = \"/c\"; {group}; }}).toml"
+    )
+}
+
+#[test]
+fn typed_agent_groups_refuse_wrong_types_and_unknown_names_naming_the_option() {
+    let cases = [
+        ("gpu = { toolTimeoutSecs = \"120\"; }", "services.drover-agent.gpu.toolTimeoutSecs", "string"),
+        ("gpu = { toolTimeoutSecs = 0; }", "services.drover-agent.gpu.toolTimeoutSecs", "int"),
+        ("storage = { roots = \"/scratch\"; }", "services.drover-agent.storage.roots", "string"),
+        ("storage = { wekaFsTypes = [ 1 ]; }", "services.drover-agent.storage.wekaFsTypes", "list"),
+        ("hwSync = { timer = true; }", "services.drover-agent.hwSync.timer", "bool"),
+        ("gpu = { nvidiaSMI = \"/bin/nvidia-smi\"; }", "services.drover-agent.gpu.nvidiaSMI: no such option", "nvidiaSmi"),
+    ];
+    for (group, option, detail) in cases {
+        let err = eval_error(&agent_with(group));
+        assert!(err.contains(option) && err.contains(detail), "{group}: {err}");
+    }
+    // The same groups, well typed, evaluate (nulls are unset options).
+    let ok = eval(&agent_with("gpu = { dcgmi = \"/bin/dcgmi\"; amdSmi = null; }; hwSync = { service = \"s.service\"; }"));
+    let text = ok.as_str().expect("string");
+    assert!(text.contains("\"dcgmi\" = \"/bin/dcgmi\"") && !text.contains("amd_smi"), "{text}");
 }
 
 #[test]
@@ -150,6 +214,9 @@ fn rendered_coordinator_toml_parses_with_the_coordinators_own_parser() {
     let config = drover_coordinator::config::Config::parse(Path::new("coordinator.toml"), text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     assert_eq!(config.public_urls, ["https://coord-1.example:8443"]);
     assert_eq!((config.rollouts.interval_secs, config.jobs.max_hosts_per_request), (30, 200));
+    // A freeform key beside the typed ones; unset typed keys keep the coordinator's defaults.
+    assert_eq!(config.connections.max_open, 20000);
+    assert_eq!((config.enrollment.token_ttl_secs, config.releases_poll_secs), (7200, 10));
 }
 
 /// "Overall exposure level for X: 1.9 OK" → 1.9.

@@ -7,6 +7,9 @@
 //! implements the subset used here.
 
 pub mod dbus;
+/// The in-memory systemd: for tests only (this crate's, and others' through the `testkit`
+/// feature), never in the agent that ships.
+#[cfg(any(test, feature = "testkit"))]
 pub mod fake;
 pub mod notify;
 

@@ -109,11 +109,14 @@ pub struct CheckinView {
     current_generation: Option<String>,
 }
 
-/// A host row.
+/// A host row. Its id is under both `id` (the key host objects have always had) and `hostId`,
+/// the key every other operator answer (tasks, jobs, events, lifecycle answers) names a host
+/// by, so a script can read `hostId` from any answer.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HostView {
     id: String,
+    host_id: String,
     hostname: String,
     state: &'static str,
     schedulable: bool,
@@ -126,6 +129,7 @@ impl From<Host> for HostView {
     fn from(h: Host) -> Self {
         HostView {
             id: h.id.to_string(),
+            host_id: h.id.to_string(),
             hostname: h.hostname,
             state: h.state.as_str(),
             schedulable: h.schedulable,
@@ -407,7 +411,7 @@ pub async fn list_events(
             .map(|r| RolloutId::parse(r).map_err(|e| ApiError::bad_request(format!("rollout: {e}"))))
             .transpose()?,
         job_id: None,
-        kind: q.kind,
+        kind: q.kind.as_deref().map(exact_kind).transpose()?,
         after_id: q.after,
         limit,
     };
@@ -415,6 +419,18 @@ pub async fn list_events(
     let next = if events.len() as u64 >= u64::from(limit) { events.last().map(|e| e.id) } else { None };
     let items = events.into_iter().map(EventView::from).collect();
     Ok(Json(Page { items, next }))
+}
+
+/// An events `kind` filter: one kind the coordinator records (a filter on anything else would
+/// match nothing, and a typo would pass for a quiet fleet).
+fn exact_kind(kind: &str) -> Result<String, ApiError> {
+    match drover_proto::event_kinds::parse_filter(kind) {
+        Ok(drover_proto::event_kinds::KindFilter::Exact(k)) => Ok(k),
+        Ok(drover_proto::event_kinds::KindFilter::Family(_)) => {
+            Err(ApiError::bad_request(format!("kind: {kind:?} is a family; name one kind (e.g. host.transition)")))
+        }
+        Err(e) => Err(ApiError::bad_request(format!("kind: {e}"))),
+    }
 }
 
 /// `GET /v1/audit` query.

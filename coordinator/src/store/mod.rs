@@ -3,7 +3,8 @@
 //! - [`records`]: the rows (hosts, tokens, certificates, releases, rollouts, intents, tasks,
 //!   jobs, maintenance requests, events, audit), re-exported here.
 //! - [`sqlite`]: the default backend, one WAL-mode SQLite file in the state dir.
-//! - [`conformance`]: the checks every backend must pass (SQLite now, PostgreSQL later).
+//! - `conformance`: the checks every backend must pass (SQLite now, PostgreSQL later); built
+//!   for tests only (`cfg(test)` or the `testkit` feature).
 //!
 //! The trait is synchronous and object-safe so a backend is plain blocking code; the async
 //! server reaches it through [`blocking`], which runs the call on tokio's blocking pool so a
@@ -15,6 +16,9 @@
 //! Errors are structured ([`StoreError`]) so the API can answer 404 / 409 / 400 without parsing
 //! messages, and a backend failure stays distinguishable from a refusal ([`StoreError::kind`]).
 
+/// The conformance suite is test code: built for this crate's tests and, through the
+/// `testkit` feature, for the integration tests; never in the coordinator that ships.
+#[cfg(any(test, feature = "testkit"))]
 pub mod conformance;
 pub mod erase;
 pub mod evidence_records;
@@ -200,7 +204,7 @@ pub fn hash_token(token: &str) -> String {
 }
 
 /// The coordinator's durable state. Synchronous and object-safe: async callers go through
-/// [`blocking`]. Every method is one transaction; the conformance suite ([`conformance`])
+/// [`blocking`]. Every method is one transaction; the conformance suite (`conformance`)
 /// pins the semantics every backend must share.
 pub trait Store: Send + Sync {
     /// Cheap liveness probe for `/readyz`.

@@ -1,0 +1,141 @@
+//! `drover tokens list [--host H] [-o table|wide|json]`: the coordinator's enrollment tokens,
+//! `GET /v1/tokens` (admin or viewer), newest first.
+//!
+//! A row says which host a token was issued for, when, until when it is good, and whether it
+//! was used (the host enrolled with it), expired, or is still pending. The coordinator never
+//! serves the token or its hash, so neither can reach this output.
+
+use std::collections::BTreeMap;
+
+use clap::{Args, Subcommand};
+use drover_proto::time::Time;
+use serde_json::Value;
+
+use crate::client::{ConnectArgs, Session};
+use crate::exit::{CliError, codes};
+use crate::get::{hostnames, with_query};
+use crate::job::clean;
+use crate::output::{Output, OutputArgs, dash, field, pretty, print, table};
+
+/// Arguments of `drover tokens`.
+#[derive(Args)]
+pub struct TokensArgs {
+    #[command(subcommand)]
+    command: TokensCommand,
+}
+
+/// The `drover tokens` verbs.
+#[derive(Subcommand)]
+enum TokensCommand {
+    /// List enrollment tokens: host, created, expires, used (never the token itself).
+    List(ListArgs),
+}
+
+/// Arguments of `drover tokens list`.
+#[derive(Args)]
+struct ListArgs {
+    /// Only this host's tokens (hostname or id).
+    #[arg(long, value_name = "HOST")]
+    host: Option<String>,
+    #[command(flatten)]
+    output: OutputArgs,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+/// Runs `drover tokens`.
+pub fn run(args: &TokensArgs) -> Result<(), CliError> {
+    match &args.command {
+        TokensCommand::List(a) => list(a),
+    }
+}
+
+fn list(args: &ListArgs) -> Result<(), CliError> {
+    let s = Session::open(&args.connect)?;
+    let mut q = Vec::new();
+    if let Some(h) = &args.host {
+        q.push(("hostId", crate::resolve::host(&s, "--host", h)?.id.to_string()));
+    }
+    let path = with_query("/v1/tokens", &q);
+    let page = s.get(&path)?;
+    let Some(tokens) = page.get("items").and_then(Value::as_array) else {
+        return Err(CliError::new(codes::PROTOCOL, format!("{path}: unexpected answer: no \"items\" array")));
+    };
+    match args.output.output {
+        Output::Json => print(&pretty(&Value::Array(tokens.clone()))?),
+        o => {
+            if tokens.is_empty() {
+                eprintln!("no enrollment tokens");
+                return Ok(());
+            }
+            let names = hostnames(&s)?;
+            print(&render(tokens, &names, crate::clock::now()?, o == Output::Wide))
+        }
+    }
+}
+
+/// Where a token stands at `now`: `used`, `expired` or `pending`.
+fn state(t: &Value, now: Time) -> &'static str {
+    if !field(t, "usedAt").is_empty() {
+        return "used";
+    }
+    match Time::parse_lenient(field(t, "expiresAt")) {
+        Ok(expires) if expires <= now => "expired",
+        Ok(_) => "pending",
+        // A coordinator answer without a readable expiry: say so rather than guess.
+        Err(_) => "unknown",
+    }
+}
+
+/// The tokens table; hosts by name where known.
+fn render(tokens: &[Value], names: &BTreeMap<String, String>, now: Time, wide: bool) -> String {
+    let mut header = vec!["HOST", "STATE", "CREATED", "EXPIRES", "USED"];
+    if wide {
+        header.insert(0, "ID");
+        header.insert(2, "HOST ID");
+    }
+    let rows: Vec<Vec<String>> = tokens
+        .iter()
+        .map(|t| {
+            let host_id = field(t, "hostId");
+            let host = names.get(host_id).map_or(host_id, String::as_str);
+            let mut row = vec![
+                clean(dash(host), 64),
+                state(t, now).to_owned(),
+                clean(dash(field(t, "createdAt")), 40),
+                clean(dash(field(t, "expiresAt")), 40),
+                clean(dash(field(t, "usedAt")), 40),
+            ];
+            if wide {
+                row.insert(0, clean(dash(field(t, "id")), 40));
+                row.insert(2, clean(dash(host_id), 40));
+            }
+            row
+        })
+        .collect();
+    table(&header, &rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use drover_proto::time::Time;
+    use serde_json::json;
+
+    #[test]
+    fn state_follows_use_then_expiry() {
+        let now = Time::parse_lenient("2026-01-02T00:00:00Z").unwrap();
+        let used = json!({"expiresAt": "2026-01-01T00:00:00Z", "usedAt": "2025-12-31T00:00:00Z"});
+        let expired = json!({"expiresAt": "2026-01-01T00:00:00Z"});
+        let pending = json!({"expiresAt": "2026-01-03T00:00:00Z"});
+        assert_eq!(super::state(&used, now), "used");
+        assert_eq!(super::state(&expired, now), "expired");
+        assert_eq!(super::state(&pending, now), "pending");
+        assert_eq!(super::state(&json!({}), now), "unknown");
+        let names = BTreeMap::from([("h-1".to_owned(), "gpu01".to_owned())]);
+        let t = json!({"id": "t-1", "hostId": "h-1", "createdAt": "2026-01-01T00:00:00Z", "expiresAt": "2026-01-03T00:00:00Z"});
+        let text = super::render(&[t], &names, now, true);
+        assert!(text.contains("gpu01") && text.contains("h-1") && text.contains("pending"), "{text}");
+    }
+}

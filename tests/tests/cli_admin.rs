@@ -1,0 +1,126 @@
+//! The operator's administrative reads of `drover` as an operator types them — `audit` and
+//! `tokens list` — the real binary against a real coordinator over mutual TLS.
+
+use std::process::Output;
+
+use drover_coordinator::app::Clock as _;
+use drover_proto::keys::KeySigner;
+use drover_proto::publish::PublishRequest;
+use drover_proto::release::{ReleaseParams, build_release};
+use drover_proto::resolve::ReleaseMeta;
+use drover_proto::spec::FleetSpec;
+use drover_proto::states::HostLifecycle;
+use drover_tests::Harness;
+use ed25519_dalek::SigningKey;
+use serde_json::Value;
+use uuid::Uuid;
+
+fn text(out: &Output) -> String {
+    format!("stdout: {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// Runs `drover args` as `creds`; it must succeed. Its stdout.
+async fn ok(h: &Harness, creds: &(std::path::PathBuf, std::path::PathBuf), args: &[&str]) -> String {
+    let out = h.drover_as(creds, args).await;
+    assert!(out.status.success(), "drover {args:?}: {}", text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `drover enroll HOSTNAME` as the admin: the host's id and the one-time token its command
+/// embeds (read back out of the command the way the host's shell would receive it).
+async fn enroll(h: &Harness, hostname: &str) -> (Uuid, String) {
+    let trust = h.trust.0.display().to_string();
+    let out = h.drover_as(&h.admin, &["enroll", hostname, "--trust", &trust]).await;
+    assert!(out.status.success(), "drover enroll: {}", text(&out));
+    let command = String::from_utf8_lossy(&out.stdout).into_owned();
+    let token = command.split("printf '%s\\n' '").nth(1).and_then(|rest| rest.split('\'').next()).expect("token in the command");
+    let id = command.split("--host-id '").nth(1).and_then(|rest| rest.split('\'').next()).expect("host id in the command");
+    (Uuid::parse_str(id).expect("host id"), token.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_lists_the_action_just_done_with_its_reason() {
+    let h = Harness::start().await;
+    let (id, _) = enroll(&h, "gpu-07").await;
+    let store = &h.running.app.store;
+    store.transition_host(id, HostLifecycle::BootstrapIssued, HostLifecycle::Enrolling, "enrolled", h.clock.now()).expect("enrolling");
+    store.transition_host(id, HostLifecycle::Enrolling, HostLifecycle::Active, "checked in", h.clock.now()).expect("active");
+    ok(&h, &h.admin, &["host", "cordon", "gpu-07", "--reason", "swap the failing PSU"]).await;
+
+    // The viewer reads it: the newest record is the cordon, by alice, with her reason.
+    let table = ok(&h, &h.viewer, &["audit", "--limit", "1"]).await;
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 2, "a header and the newest record: {table}");
+    assert!(lines[0].starts_with("AT") && lines[0].contains("REASON"), "{table}");
+    assert!(lines[1].contains("alice") && lines[1].contains("swap the failing PSU") && lines[1].contains(&id.to_string()), "{table}");
+
+    // JSON, filtered by actor and paged one record a request: both actions, oldest first.
+    let json = ok(&h, &h.viewer, &["audit", "--actor", "alice", "--page-size", "1", "-o", "json"]).await;
+    let records: Vec<Value> = serde_json::from_str(&json).expect("json array");
+    let actions: Vec<&str> = records.iter().map(|r| r["action"].as_str().unwrap_or("")).collect();
+    assert_eq!(actions.len(), 2, "{json}");
+    assert_eq!(actions[0], "host.create", "{json}");
+    assert_eq!(records[1]["reason"], "swap the failing PSU", "{json}");
+    // `--since` the first record: only the second.
+    let first = records[0]["id"].as_i64().expect("id").to_string();
+    let json = ok(&h, &h.viewer, &["audit", "--since", &first, "-o", "json"]).await;
+    let after: Vec<Value> = serde_json::from_str(&json).expect("json array");
+    assert_eq!(after, records[1..].to_vec());
+    // Nobody else did anything.
+    let json = ok(&h, &h.viewer, &["audit", "--actor", "victor", "-o", "json"]).await;
+    assert_eq!(json.trim(), "[]");
+    // A limit of 0 is a usage error, before any request.
+    let out = h.drover_as(&h.viewer, &["audit", "--limit", "0"]).await;
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_list_shows_an_enrollment_token_but_never_its_secret() {
+    let h = Harness::start().await;
+    let (id, token) = enroll(&h, "gpu-08").await;
+    assert!(token.len() >= 16, "a real token: {token}");
+
+    let table = ok(&h, &h.viewer, &["tokens", "list"]).await;
+    assert!(table.starts_with("HOST") && table.contains("gpu-08") && table.contains("pending"), "{table}");
+    let wide = ok(&h, &h.viewer, &["tokens", "list", "--host", "gpu-08", "-o", "wide"]).await;
+    assert!(wide.contains(&id.to_string()), "{wide}");
+    let json = ok(&h, &h.admin, &["tokens", "list", "--host", &id.to_string(), "-o", "json"]).await;
+    let tokens: Vec<Value> = serde_json::from_str(&json).expect("json array");
+    assert_eq!(tokens.len(), 1, "{json}");
+    assert_eq!(tokens[0]["hostId"], id.to_string());
+    assert!(tokens[0]["usedAt"].is_null(), "{json}");
+    for out in [&table, &wide, &json] {
+        assert!(!out.contains(&token), "the token's secret reached the output: {out}");
+    }
+    // An unknown host: 65, naming it.
+    let out = h.drover_as(&h.viewer, &["tokens", "list", "--host", "gpu-99"]).await;
+    assert_eq!(out.status.code(), Some(65), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("gpu-99"), "{}", text(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_list_shows_a_published_release() {
+    let h = Harness::start().await;
+    let out = h.drover_as(&h.viewer, &["releases", "list"]).await;
+    assert!(out.status.success() && out.stdout.is_empty(), "nothing published yet: {}", text(&out));
+
+    let fleet: &[u8] = include_bytes!("../../examples/fleet.json");
+    let params = ReleaseParams { meta: ReleaseMeta { ci_commit: "c0ffee".into(), created_at: h.clock.now() }, version: 3, previous: None };
+    let files = build_release(&FleetSpec::from_json(fleet).expect("spec"), &params, &[KeySigner::new(SigningKey::from_bytes(&[9u8; 32]))])
+        .expect("release");
+    let body = serde_json::to_string(&PublishRequest::from_files(&files, None).expect("utf-8")).expect("json");
+    let (code, answer) = h.call(Some(&h.admin), "POST", "/v1/releases", Some(&body)).await;
+    assert_eq!(code, "201", "{answer}");
+
+    let table = ok(&h, &h.viewer, &["releases", "list"]).await;
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 2, "{table}");
+    assert!(lines[0].starts_with("VERSION"), "{table}");
+    assert!(lines[1].starts_with('3'), "{table}");
+    let json = ok(&h, &h.viewer, &["releases", "list", "-o", "json"]).await;
+    let releases: Vec<Value> = serde_json::from_str(&json).expect("json array");
+    assert_eq!(releases.len(), 1, "{json}");
+    assert_eq!(releases[0]["version"], 3);
+    let paths = releases[0]["paths"].as_array().expect("paths");
+    assert!(!paths.is_empty() && lines[1].contains(&paths.len().to_string()), "{table}");
+}
