@@ -1,16 +1,20 @@
-//! `drover events [--follow] [--since ID] [--host H] [--rollout R] [--kind K] [--limit N]`
+//! `drover events [--follow] [--since ID|DURATION|TIME] [--host H] [--rollout R] [--kind K] [--limit N]`
 //! (also `drover get events`): the coordinator's event log, `GET /v1/events`, paged by event
 //! id.
 //!
 //! Without `--follow` it prints every matching event (or the newest `--limit`, oldest first) as
 //! a table, or with `-o json` as one JSON array. With `--follow` it prints the last
-//! [`FOLLOW_BACKLOG`] matching events (like `tail -f`; all after `--since ID` when given), then
-//! polls every
+//! [`FOLLOW_BACKLOG`] matching events (like `tail -f`), then polls every
 //! `--interval` seconds (default 1) for events after the last one seen, printing each on its
 //! own line as it arrives (fixed columns, no header re-alignment; `-o json` prints one JSON
 //! object a line) and flushing per line, until SIGINT (exit 0) or stdout closes. A coordinator
 //! briefly unreachable while following is reported on stderr and retried, not fatal: a
 //! follower should survive a coordinator restart.
+//!
+//! `--since` starts earlier or later than that, with or without `--follow`: after an event id
+//! (`--since 1234`), from a duration ago (`--since 10m`; `s`, `m`, `h`, `d`) or from an RFC 3339
+//! instant. Events are paged by id, so an instant is found by reading the listing: the start
+//! is after the last event dated before it.
 
 use std::io::Write;
 use std::time::Duration;
@@ -18,6 +22,7 @@ use std::time::Duration;
 use clap::Args;
 use drover_proto::event_kinds::{KindFilter, parse_filter};
 use drover_proto::names::RolloutId;
+use drover_proto::time::Time;
 use serde_json::Value;
 
 use crate::client::{ConnectArgs, Session};
@@ -39,10 +44,10 @@ pub struct EventsArgs {
     /// Keep printing new events as they happen (until interrupted).
     #[arg(short = 'f', long, visible_alias = "watch")]
     follow: bool,
-    /// Only events after this event id (with --follow: start there instead of at the last
-    /// few events).
-    #[arg(long, value_name = "ID")]
-    since: Option<i64>,
+    /// Start after this event id, or from this long ago (30s, 10m, 2h, 1d), or from this RFC
+    /// 3339 instant (with --follow: instead of the last few events).
+    #[arg(long, value_name = "ID|DURATION|TIME", value_parser = parse_since)]
+    since: Option<Since>,
     /// Only this host's events (hostname or id).
     #[arg(long, value_name = "HOST")]
     host: Option<String>,
@@ -95,6 +100,57 @@ fn filters(s: &Session, args: &EventsArgs) -> Result<Vec<(&'static str, String)>
 /// `--kind`: a kind the coordinator records, or a family of them.
 fn parse_kind(s: &str) -> Result<KindFilter, String> {
     parse_filter(s).map_err(|e| e.to_string())
+}
+
+/// Where `--since` starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Since {
+    /// After this event id.
+    After(i64),
+    /// From this many seconds before now.
+    Ago(u64),
+    /// From this instant.
+    At(Time),
+}
+
+fn parse_since(s: &str) -> Result<Since, String> {
+    let bad = || format!("{s:?} is not an event id, a duration (30s, 10m, 2h, 1d) or an RFC 3339 time");
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        return s.parse().map(Since::After).map_err(|_| bad());
+    }
+    let unit = match s.as_bytes().last() {
+        Some(b's') => Some(1),
+        Some(b'm') => Some(60),
+        Some(b'h') => Some(3600),
+        Some(b'd') => Some(86_400),
+        _ => None,
+    };
+    if let Some(unit) = unit {
+        let digits = &s[..s.len() - 1];
+        if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+            return digits.parse::<u64>().ok().and_then(|n| n.checked_mul(unit)).map(Since::Ago).ok_or_else(bad);
+        }
+    }
+    Time::parse_lenient(s).map(Since::At).map_err(|_| bad())
+}
+
+/// The event id to start after for `since` (`None`: from the first), reading the listing
+/// `base` for an instant.
+fn start_after(s: &Session, base: &[(&'static str, String)], since: Since) -> Result<Option<i64>, CliError> {
+    let from = match since {
+        Since::After(id) => return Ok(Some(id)),
+        Since::At(t) => t,
+        Since::Ago(secs) => Time::from_unix(crate::clock::now()?.unix().saturating_sub(i64::try_from(secs).unwrap_or(i64::MAX)))
+            .map_err(|e| CliError::usage(format!("--since: {e}")))?,
+    };
+    Ok(last_before(&list_all(s, "/v1/events", base, "items", None)?, from))
+}
+
+/// The id of the last of `events` dated before `from` (an event whose date does not parse
+/// counts as before: it cannot be placed after).
+fn last_before(events: &[Value], from: Time) -> Option<i64> {
+    let before = |e: &&Value| Time::parse_lenient(field(e, "at")).ok().is_none_or(|at| at < from);
+    events.iter().filter(before).filter_map(|e| e.get("id").and_then(Value::as_i64)).max()
 }
 
 /// The events of `events` that pass `--kind`.
@@ -185,8 +241,10 @@ fn last_id(events: &[Value]) -> Option<i64> {
 pub fn run(args: &EventsArgs) -> Result<(), CliError> {
     let s = Session::open(&args.connect)?;
     let mut q = filters(&s, args)?;
-    if let Some(since) = args.since {
-        q.push(("after", since.to_string()));
+    if let Some(since) = args.since
+        && let Some(after) = start_after(&s, &q, since)?
+    {
+        q.push(("after", after.to_string()));
     }
     let output = args.output.output;
     // Host names make the OBJECT column readable; JSON keeps the coordinator's ids.
@@ -216,7 +274,8 @@ fn follow(
 ) -> Result<(), CliError> {
     let output = args.output.output;
     let mut after = match args.since {
-        Some(id) => Some(id),
+        // run() has already turned --since into an `after` filter.
+        Some(_) => base.iter().find(|(k, _)| *k == "after").and_then(|(_, v)| v.parse().ok()),
         None => follow_start(&of_kind(list_all(s, "/v1/events", &base, "items", None)?, args.kind.as_ref()), FOLLOW_BACKLOG),
     };
     let mut stdout = std::io::stdout().lock();
@@ -323,6 +382,30 @@ mod tests {
         assert_eq!(follow_start(&numbered(11), 10), Some(1));
         assert_eq!(follow_start(&numbered(10), 10), None);
         assert_eq!(follow_start(&[], 10), None);
+    }
+
+    #[test]
+    fn since_takes_an_id_a_duration_or_an_instant() {
+        assert_eq!(parse_since("1234"), Ok(Since::After(1234)));
+        assert_eq!(parse_since("90s"), Ok(Since::Ago(90)));
+        assert_eq!(parse_since("10m"), Ok(Since::Ago(600)));
+        assert_eq!(parse_since("2h"), Ok(Since::Ago(7200)));
+        assert_eq!(parse_since("1d"), Ok(Since::Ago(86_400)));
+        let at = parse_since("2025-01-01T00:00:30Z").expect("an instant");
+        assert_eq!(at, Since::At(Time::parse_lenient("2025-01-01T00:00:30Z").expect("time")));
+        for bad in ["", "m", "10x", "-5m", "yesterday", "99999999999999999999d"] {
+            let e = parse_since(bad).expect_err(bad);
+            assert!(e.contains("not an event id, a duration"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn an_instant_starts_after_the_last_event_before_it() {
+        let at = |s: &str| Time::parse_lenient(s).expect("time");
+        assert_eq!(last_before(&events(), at("2025-01-01T00:00:30Z")), Some(7));
+        assert_eq!(last_before(&events(), at("2024-12-31T00:00:00Z")), None, "every event is shown");
+        assert_eq!(last_before(&events(), at("2025-01-01T00:00:00Z")), None, "an event at the instant is shown");
+        assert_eq!(last_before(&events(), at("2026-01-01T00:00:00Z")), Some(9));
     }
 
     #[test]

@@ -176,7 +176,8 @@ pub fn list_all(s: &Session, base: &str, query: &[(&str, String)], items_key: &s
     let mut items = Vec::new();
     let mut after: Option<String> = None;
     for _ in 0..MAX_PAGES {
-        let mut q = query.to_vec();
+        // A caller's own `after` (events --since) starts the first page; the cursor replaces it.
+        let mut q: Vec<(&str, String)> = query.iter().filter(|(k, _)| after.is_none() || *k != "after").cloned().collect();
         if let Some(a) = &after {
             q.push(("after", a.clone()));
         }

@@ -97,9 +97,24 @@ async fn events_kinds_limit_and_follow() {
     assert!(family.len() > all.len(), "host.created and host.transition: {family:?}");
     assert!(family.iter().all(|e| e["kind"].as_str().is_some_and(|k| k.starts_with("host."))), "{family:?}");
 
+    // --since an instant: the events dated from it on; a bad --since is a usage error.
+    h.clock.advance(3600);
+    activate(&h, "gpu-e-late");
+    let out = h.drover_as(&h.admin, &["events", "--kind", "host.transition", "-o", "json"]).await;
+    let dated: Vec<Value> = serde_json::from_slice(&out.stdout).expect("json");
+    let late = dated.last().expect("the late host's events");
+    let from = late["at"].as_str().expect("at").to_owned();
+    let since = ids(&h, &["--kind", "host.transition", "--since", &from]).await;
+    assert_eq!(since.len(), 2, "only the late host's two transitions are dated from {from}: {since:?}");
+    assert!(since.iter().all(|id| id > all.last().expect("events")), "{since:?}");
+    let out = h.drover_as(&h.admin, &["events", "--since", "yesterday"]).await;
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not an event id, a duration"), "{}", text(&out));
+    let all: Vec<i64> = all.iter().copied().chain(since.iter().copied()).collect();
+
     // --follow without --since: the last 10, then what happens next; no older history.
     let (mut tail, rx) = follow(&h, &["--kind", "host.transition", "--interval", "1"]);
-    assert_eq!(next_ids(&rx, 10), all[6..].to_vec());
+    assert_eq!(next_ids(&rx, 10), all[all.len() - 10..].to_vec());
     activate(&h, "gpu-e-new");
     let new = next_ids(&rx, 2);
     assert!(new.iter().all(|id| id > all.last().expect("events")), "only new events follow the backlog: {new:?}");
