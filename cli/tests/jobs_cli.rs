@@ -38,7 +38,9 @@ impl Fake {
     fn answer(&self, line: &str, body: &Value) -> (u16, Value) {
         let conflict = |m: &str| (409, json!({"error": {"code": "conflict", "message": m}}));
         match line {
-            l if l == format!("GET /v1/hosts/{HOST}") => (200, json!({"id": HOST, "hostId": HOST, "hostname": "gpu-a-01", "state": "active"})),
+            l if l == format!("GET /v1/hosts/{HOST}") => {
+                (200, json!({"id": HOST, "hostId": HOST, "hostname": "gpu-a-01", "state": "active"}))
+            }
             l if l == format!("POST /v1/hosts/{HOST}/decommission") => (201, job("job-1", "pending")),
             "POST /v1/maintenance" if body.get("group") == Some(&json!("busy")) => conflict("host gpu-a-01 is held by job job-1"),
             "POST /v1/maintenance" => (
