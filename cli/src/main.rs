@@ -56,6 +56,7 @@ mod site_items;
 mod tokens;
 mod trust;
 mod verify;
+mod version;
 mod wait;
 mod watch;
 
@@ -147,6 +148,9 @@ enum Command {
     Tokens(Box<tokens::TokensArgs>),
     /// Stored releases: list (version, signed at, artifacts).
     Releases(Box<releases::ReleasesArgs>),
+    /// Print this client's version and the coordinator's, warning when they are a minor
+    /// release or more apart.
+    Version(Box<version::VersionArgs>),
     /// Print the RFC 8785 canonical form of a JSON file (or stdin).
     Canonicalize {
         /// The JSON file; stdin when absent or "-".
@@ -186,6 +190,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Audit(args) => audit::run(&args),
         Command::Tokens(args) => tokens::run(&args),
         Command::Releases(args) => releases::run(&args),
+        Command::Version(args) => version::run(&args),
         Command::Canonicalize { file } => {
             let (name, bytes) = fsio::read_input(file.as_deref())?;
             let out = drover_proto::canonical::canonicalize(&bytes).map_err(|e| CliError::data(format!("{name}: {e}")))?;

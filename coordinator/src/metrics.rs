@@ -46,6 +46,10 @@ pub struct Metrics {
     verification_failures: Mutex<BTreeMap<String, u64>>,
     /// The MAAS drift reconciler's last pass per site.
     reconcile: Mutex<BTreeMap<String, ReconcileSample>>,
+    /// Hosts whose agent is more minor releases from this coordinator than agents may be,
+    /// with the version they last checked in with: one `host.version_skew` event per host and
+    /// version, and the gauge of how many there are now.
+    skewed_agents: Mutex<BTreeMap<uuid::Uuid, String>>,
 }
 
 /// What the metrics keep of a site's reconciler passes.
@@ -73,6 +77,27 @@ impl Drop for CheckinTimer<'_> {
 }
 
 impl Metrics {
+    /// Notes the version `host`'s agent checked in with; `true` when it is skewed (see
+    /// [`drover_proto::version::agent_is_skewed`]) and was not already known skewed at that
+    /// version, i.e. when an event is due. A host back within range leaves the gauge.
+    pub fn note_agent_version(&self, host: uuid::Uuid, version: &str) -> bool {
+        let mut skewed = self.skewed_agents.lock().unwrap_or_else(|e| e.into_inner());
+        if !drover_proto::version::agent_is_skewed(drover_proto::version::VERSION, version) {
+            skewed.remove(&host);
+            return false;
+        }
+        if skewed.get(&host).is_some_and(|v| v == version) {
+            return false;
+        }
+        skewed.insert(host, version.to_owned());
+        true
+    }
+
+    /// How many agents are skewed now.
+    pub fn skewed_agents(&self) -> usize {
+        self.skewed_agents.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     /// Starts timing a check-in; it is counted when the returned guard drops.
     pub fn checkin_timer(&self) -> CheckinTimer<'_> {
         CheckinTimer { metrics: self, started: Instant::now() }
@@ -175,6 +200,14 @@ impl Metrics {
         let mut out = String::with_capacity(4096);
         family(&mut out, "drover_build_info", "gauge", "Build of this coordinator; always 1.");
         let _ = writeln!(out, "drover_build_info{{version=\"{}\"}} 1", escape(env!("CARGO_PKG_VERSION")));
+
+        family(
+            &mut out,
+            "drover_agents_version_skewed",
+            "gauge",
+            "Agents more than one minor release from this coordinator, as of their last check-in here.",
+        );
+        let _ = writeln!(out, "drover_agents_version_skewed {}", self.skewed_agents());
 
         family(&mut out, "drover_hosts", "gauge", "Hosts by lifecycle state.");
         by_label(&mut out, "drover_hosts", "state", &snap.hosts);
@@ -293,5 +326,22 @@ mod tests {
         assert!(text.contains("drover_maas_reconcile_last_run_timestamp_seconds{site=\"dc1\"} 1900000300\n"), "{text}");
         assert!(text.contains("drover_maas_reconcile_last_duration_seconds{site=\"dc1\"} 0.25\n"), "{text}");
         assert!(text.contains("drover_maas_reconcile_runs_total{site=\"dc1\",outcome=\"failed\"} 1\n"), "{text}");
+    }
+
+    #[test]
+    fn a_skewed_agent_raises_one_event_per_version_and_counts_until_it_upgrades() {
+        let m = Metrics::default();
+        let (a, b) = (uuid::Uuid::from_u128(1), uuid::Uuid::from_u128(2));
+        let far = "99.0.0";
+        assert!(!m.note_agent_version(a, drover_proto::version::VERSION), "the coordinator's own version");
+        assert!(m.note_agent_version(a, far), "first check-in at a skewed version");
+        assert!(!m.note_agent_version(a, far), "the same version again: no second event");
+        assert!(m.note_agent_version(a, "98.0.0"), "another skewed version: a new event");
+        assert!(m.note_agent_version(b, far));
+        assert_eq!(m.skewed_agents(), 2);
+        assert!(m.render(&Snapshot::default()).contains("drover_agents_version_skewed 2\n"));
+        assert!(!m.note_agent_version(a, drover_proto::version::VERSION), "upgraded");
+        assert_eq!(m.skewed_agents(), 1);
+        assert!(m.note_agent_version(a, far), "skewed again after an upgrade: a new event");
     }
 }

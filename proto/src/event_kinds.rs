@@ -26,6 +26,7 @@ pub const KINDS: &[&str] = &[
     "host.schedulable",
     "host.token_used",
     "host.transition",
+    "host.version_skew",
     "job.created",
     "job.stage",
     "job.transition",

@@ -41,3 +41,4 @@ pub mod text;
 pub mod time;
 pub mod trust;
 pub mod verify;
+pub mod version;

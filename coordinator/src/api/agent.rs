@@ -148,6 +148,24 @@ fn kept_evidence(
 }
 
 /// The event that says a host's evidence was refused, and by which rule.
+/// `host.version_skew`: the host's agent is further from this coordinator's release than an
+/// upgrade in progress explains.
+fn version_skew_event(host: Uuid, agent_version: &str, now: Time) -> NewEvent {
+    let coordinator = drover_proto::version::VERSION;
+    NewEvent {
+        at: now,
+        kind: "host.version_skew".into(),
+        host_id: Some(host),
+        rollout_id: None,
+        job_id: None,
+        message: format!(
+            "agent {agent_version} is more than {} minor release from coordinator {coordinator}",
+            drover_proto::version::AGENT_MINOR_SKEW
+        ),
+        data: serde_json::json!({ "agentVersion": agent_version, "coordinatorVersion": coordinator }),
+    }
+}
+
 fn evidence_refused(host: Uuid, task_id: Option<Uuid>, why: &str, now: Time) -> NewEvent {
     NewEvent {
         at: now,
@@ -247,6 +265,11 @@ async fn record_checkin(app: &Arc<AppState>, host: Uuid, req: CheckinRequest) ->
     let report = merged_report(seen.report.as_ref(), &req);
     let changed = (seen.report.as_ref() != Some(&report) && (seen.report.is_some() || report != HostReport::default())).then_some(report);
     let checkin = Checkin { at: now, agent_version: req.agent_version, boot_id: req.boot_id, current_generation: req.current_generation };
+    if app.metrics.note_agent_version(host, &checkin.agent_version) {
+        let e = version_skew_event(host, &checkin.agent_version, now);
+        tracing::warn!(%host, agent_version = %checkin.agent_version, coordinator_version = drover_proto::version::VERSION, "agent version skew");
+        store::blocking(app.store.clone(), move |s| s.append_event(&e)).await?;
+    }
     // What the host says of itself, for operators: kept with the buffered check-in writes.
     if req.health.is_some() || !req.probe_results.is_empty() {
         let report = super::operator::HostHealthReport { health: req.health, probes: req.probe_results.clone() };

@@ -18,6 +18,7 @@ pub mod rollouts;
 pub mod site_items;
 pub mod sites;
 pub mod tasks;
+pub mod version;
 
 use std::sync::Arc;
 
@@ -47,6 +48,7 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/v1/rollouts", get(operator::list_rollouts))
         .route("/v1/events", get(operator::list_events))
         .route("/v1/audit", get(operator::list_audit))
+        .route("/v1/version", get(version::version))
         .route("/v1/bootstrap.sh", get(enroll::bootstrap_script))
         .route("/v1/agent/binary", get(enroll::agent_binary))
         .route("/v1/ca.crt", get(enroll::ca_certificate))
