@@ -65,6 +65,8 @@ pub struct OnboardArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["hostname", "ipmi_ip"])]
     csv: Option<PathBuf>,
     #[command(flatten)]
+    wait: crate::wait::WaitArgs,
+    #[command(flatten)]
     output: OutputArgs,
     #[command(flatten)]
     connect: ConnectArgs,
@@ -339,11 +341,24 @@ pub fn run(args: &OnboardArgs) -> Result<(), CliError> {
     let req = request(args)?;
     let (path, body) = req.route_and_body()?;
     let value = post(&args.connect, &path, &body)?;
-    let text = match req {
-        Request::Single { .. } => render_single(&decode(&path, &value)?),
-        Request::Batch { .. } => render_batch(&decode(&path, &value)?),
+    let (text, ids) = match req {
+        Request::Single { .. } => {
+            let one: OneJson = decode(&path, &value)?;
+            (render_single(&one), vec![one.onboarding.onboarding_id])
+        }
+        Request::Batch { .. } => {
+            let batch: CreatedBatchJson = decode(&path, &value)?;
+            let ids = batch.onboardings.iter().map(|o| o.onboarding_id.clone()).collect();
+            (render_batch(&batch), ids)
+        }
     };
-    print(&if args.output.output.is_json() { pretty(&value)? } else { text })
+    print(&if args.output.output.is_json() { pretty(&value)? } else { text })?;
+    if !args.wait.wait {
+        return Ok(());
+    }
+    let session = crate::client::Session::open(&args.connect)?;
+    let mut out = crate::wait::progress_sink(args.output.output.is_json());
+    crate::wait::wait_onboardings(&session, &ids, false, args.wait.limit(), &mut out)
 }
 
 #[cfg(test)]

@@ -300,6 +300,8 @@ struct ActionArgs {
     #[arg(long, value_name = "SYSTEM_ID")]
     system_id: Option<String>,
     #[command(flatten)]
+    wait: crate::wait::WaitArgs,
+    #[command(flatten)]
     output: OutputArgs,
     #[command(flatten)]
     connect: ConnectArgs,
@@ -537,7 +539,13 @@ pub fn run(args: &OnboardingArgs) -> Result<(), CliError> {
     let reason = check_reason(&a.reason)?;
     let body = action_body(action, reason, a.system_id.as_deref())?;
     let value = crate::job::post(&a.connect, &path, &body)?;
-    print_answer(a.output.output, &path, &value, render_action)
+    print_answer(a.output.output, &path, &value, render_action)?;
+    if !a.wait.wait {
+        return Ok(());
+    }
+    let session = Session::open(&a.connect)?;
+    let mut out = crate::wait::progress_sink(a.output.output.is_json());
+    crate::wait::wait_onboardings(&session, std::slice::from_ref(&a.id), action == Action::Cancel, a.wait.limit(), &mut out)
 }
 
 /// The body of an action: the reason, and for `adopt` the machine to claim (MAAS's system ids

@@ -193,17 +193,60 @@ fn finish(standing: Standing, what: &str) -> Result<(), CliError> {
 /// Waits for the jobs `ids` (see the module doc), printing each state or stage change to `out`.
 /// With `cancelling`, a cancelled job is what was asked for (`job cancel --wait`), a success.
 pub fn wait_jobs(session: &Session, ids: &[String], cancelling: bool, limit: Duration, out: &mut dyn Write) -> Result<(), CliError> {
+    wait_each(session, "job", ids, cancelling, limit, out, |id| {
+        let path = format!("/v1/jobs/{}", crate::job::check_job_id(id)?);
+        let job: JobJson = decode(&path, &session.get(&path)?)?;
+        Ok((job_line(&job), job.state))
+    })
+}
+
+/// Waits for the MAAS onboardings `ids` as [`wait_jobs`] waits for jobs: an onboarding runs
+/// on the job engine and goes through the same states.
+pub fn wait_onboardings(
+    session: &Session,
+    ids: &[String],
+    cancelling: bool,
+    limit: Duration,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    wait_each(session, "onboarding", ids, cancelling, limit, out, |id| {
+        let path = format!("/v1/maas/onboardings/{}", crate::onboarding::parse_id("ID", id)?);
+        let one: crate::onboarding::OneJson = decode(&path, &session.get(&path)?)?;
+        Ok((onboarding_line(&one.onboarding), one.onboarding.state))
+    })
+}
+
+/// The line an onboarding's progress prints: `ID STATE stage STAGE (N/M)`, like a job's.
+pub fn onboarding_line(o: &crate::onboarding::OnboardingJson) -> String {
+    let stage = match o.stage_index {
+        _ if o.stage.is_empty() => String::new(),
+        Some(i) if !o.stages.is_empty() => format!(" stage {} ({}/{})", clean(&o.stage, 64), i + 1, o.stages.len()),
+        _ => format!(" stage {}", clean(&o.stage, 64)),
+    };
+    format!("{} {}{stage}", clean(&o.onboarding_id, 64), clean(&o.state, 32))
+}
+
+/// The loop of [`wait_jobs`] and [`wait_onboardings`]: `read` gives one item's progress line
+/// and job state.
+fn wait_each(
+    session: &Session,
+    kind: &str,
+    ids: &[String],
+    cancelling: bool,
+    limit: Duration,
+    out: &mut dyn Write,
+    read: impl Fn(&str) -> Result<(String, String), CliError>,
+) -> Result<(), CliError> {
     let mut changes = Changes::default();
-    let what = if ids.len() == 1 { format!("job {}", clean(&ids[0], 64)) } else { format!("{} jobs", ids.len()) };
+    let what = if ids.len() == 1 { format!("{kind} {}", clean(&ids[0], 64)) } else { format!("{} {kind}s", ids.len()) };
     let standing = poll_until(session, limit, &what, |_| {
         let mut standings = Vec::new();
         for id in ids {
-            let path = format!("/v1/jobs/{}", crate::job::check_job_id(id)?);
-            let job: JobJson = decode(&path, &session.get(&path)?)?;
-            if let Some(line) = changes.note(id, job_line(&job)) {
+            let (line, state) = read(id)?;
+            if let Some(line) = changes.note(id, line) {
                 crate::output::write_to(out, &format!("{line}\n"))?;
             }
-            standings.push(if cancelling && job.state == "cancelled" { Standing::Succeeded } else { job_standing(&job.state) });
+            standings.push(if cancelling && state == "cancelled" { Standing::Succeeded } else { job_standing(&state) });
         }
         Ok(outcome(&standings))
     })?;

@@ -153,4 +153,29 @@ async fn onboardings_against_a_fake_coordinator() {
         (format!("POST /v1/maas/onboardings/{ID}/cancel"), json!({"reason": "wrong rack"})),
     ];
     assert_eq!(seen, expected);
+
+    // --wait follows what the verb started until it stands still: here the onboarding is
+    // back in failed_manual_intervention, which needs a person: exit 2, its line printed once.
+    fake.seen.lock().expect("lock").clear();
+    let run = drover(dir, &url, &["onboarding", "retry", ID, "--reason", "tray reseated", "--wait", "--timeout", "30"]).await;
+    let run = run.fails_with(2);
+    assert_eq!(
+        run.stdout,
+        format!(
+            "{ID} running (stage commission): retrying commission\n{ID} failed_manual_intervention stage commission (2/2)\n"
+        )
+    );
+    run.stderr_has(&[&format!("onboarding {ID} did not succeed")]);
+    let run = drover(dir, &url, &with(&["gpu-a-01", "10.0.0.11", "--wait", "--timeout", "30"])).await;
+    run.fails_with(2).stdout_has(&format!("{ID} failed_manual_intervention stage commission (2/2)\n"));
+    let seen: Vec<String> = fake.seen.lock().expect("lock").iter().map(|(l, _)| l.clone()).collect();
+    assert_eq!(
+        seen,
+        [
+            format!("POST /v1/maas/onboardings/{ID}/retry_stage"),
+            format!("GET /v1/maas/onboardings/{ID}"),
+            "POST /v1/maas/onboardings".to_owned(),
+            format!("GET /v1/maas/onboardings/{ID}"),
+        ]
+    );
 }
