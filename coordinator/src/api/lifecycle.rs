@@ -355,7 +355,7 @@ async fn start_job(
     let decision =
         Decision::Start { reason: format!("{} job {job_id} starts at stage {}; {asked}", view.kind.name(), view.progress.stage) };
     let (state, progress) = apply_decision(&view, &decision, now, None);
-    let why = format!("job {job_id} ({}), stage {}: {}", view.kind.name(), view.progress.stage, decision.reason());
+    let why = crate::jobs::exec::step_message(job_id, view.kind.name(), &view.progress.stage.to_string(), decision.reason());
     let host_ops: Vec<HostOp> = lifecycle_guard(&view.kind, progress.stage, host.state, job.state, state)
         .map(|to| HostOp::Transition { host_id: host.id, from: host.state, to, reason: format!("{asked} (job {job_id})") })
         .into_iter()

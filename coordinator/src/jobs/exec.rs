@@ -380,7 +380,7 @@ async fn execute(
     };
     let mut host_ops = Vec::new();
     let mut events = Vec::new();
-    let mut why = format!("job {job_id} ({}), stage {stage}: {}", view.kind.name(), decision.reason());
+    let mut why = step_message(job_id, view.kind.name(), &stage.to_string(), decision.reason());
     let mut data = json!({});
     let (mut state, mut progress) = apply(view, &decision, now, sealed_task_id.as_deref());
     match &decision {
@@ -544,7 +544,43 @@ fn decision_name(d: &Decision) -> &'static str {
     }
 }
 
+/// The message of a job step's event: the job, its kind and the decision's reason, naming the
+/// stage once — most reasons already say "stage X …", and an event that read "stage drain:
+/// stage drain starts" told the operator the same thing twice.
+pub fn step_message(job_id: Uuid, kind: &str, stage: &str, reason: &str) -> String {
+    let named = format!("stage {stage}");
+    let names_it = reason.match_indices(&named).any(|(i, m)| {
+        // A whole word: "stage drain" is not named by "stage drain_extra".
+        reason[i + m.len()..].chars().next().is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'))
+    });
+    if names_it { format!("job {job_id} ({kind}): {reason}") } else { format!("job {job_id} ({kind}), {named}: {reason}") }
+}
+
 /// A job event.
 pub fn event(at: Time, kind: &str, host: Uuid, job: Uuid, message: &str, data: serde_json::Value) -> NewEvent {
     NewEvent { at, kind: kind.into(), host_id: Some(host), rollout_id: None, job_id: Some(job), message: message.into(), data }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_message_names_its_stage_once() {
+        let id = Uuid::from_u128(7);
+        assert_eq!(step_message(id, "soft_reset", "drain", "stage drain starts"), format!("job {id} (soft_reset): stage drain starts"));
+        assert_eq!(
+            step_message(id, "soft_reset", "drain", "host was deleted out of band during stage drain"),
+            format!("job {id} (soft_reset): host was deleted out of band during stage drain")
+        );
+        assert_eq!(
+            step_message(id, "soft_reset", "drain", "task succeeded"),
+            format!("job {id} (soft_reset), stage drain: task succeeded")
+        );
+        assert_eq!(
+            step_message(id, "full_decommission", "remove", "stage remove_binding starts"),
+            format!("job {id} (full_decommission), stage remove: stage remove_binding starts"),
+            "another stage's name is not this one's"
+        );
+    }
 }
