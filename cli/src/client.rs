@@ -10,9 +10,13 @@
 //!
 //! Errors map to sysexits ([`ClientErrorExit`]): a refused connection or a 5xx is 69 (EX_UNAVAILABLE), a 401/403 is
 //! 77 (EX_NOPERM), any other 4xx is 65 (EX_DATAERR) with the server's `{"error":{"code",
-//! "message"}}` message, an answer that is not the API's is 76 (EX_PROTOCOL).
+//! "message"}}` message, an answer that is not the API's is 76 (EX_PROTOCOL). A certificate
+//! problem is 77 too and names its file: an operator certificate outside its validity
+//! (checked before connecting), a coordinator certificate that `--ca` did not sign, or a TLS
+//! alert by which the coordinator refused the operator certificate.
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use clap::Args;
 use drover_client::rustls::pki_types::CertificateDer;
@@ -122,6 +126,10 @@ fn check_url(url: &str) -> Result<(), &'static str> {
 pub fn connect(target: &Target) -> Result<CoordinatorClient, CliError> {
     let ca = certificates(&target.ca)?;
     let chain = certificates(&target.cert)?;
+    if let Some(leaf) = chain.first() {
+        check_validity(&target.cert, leaf, std::time::SystemTime::now())?;
+    }
+    *CREDENTIALS.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((target.cert.clone(), target.ca.clone()));
     let key = drover_client::parse_private_key(&target.key.display().to_string(), &read_file(&target.key)?)?;
     let identity = ClientIdentity { chain, key };
     CoordinatorClient::new(USER_AGENT, std::slice::from_ref(&target.url), &ca, Some(identity), REQUEST_TIMEOUT).map_err(|e| match e {
@@ -133,6 +141,37 @@ pub fn connect(target: &Target) -> Result<CoordinatorClient, CliError> {
         )),
         other => other.into(),
     })
+}
+
+/// The operator certificate and CA files of the last [`connect`], so that a TLS failure can
+/// name them: requests fail far from `connect`, and their errors convert with `?` at call
+/// sites that no longer hold the [`Target`].
+static CREDENTIALS: Mutex<Option<(PathBuf, PathBuf)>> = Mutex::new(None);
+
+/// Refuses an operator certificate outside its validity period (77) before connecting: the
+/// coordinator would only answer with a bare TLS alert.
+fn check_validity(file: &Path, leaf: &CertificateDer<'_>, now: std::time::SystemTime) -> Result<(), CliError> {
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref())
+        .map_err(|e| CliError::data(format!("{}: not an X.509 certificate: {e}", file.display())))?;
+    let now = match now.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        Err(_) => 0,
+    };
+    let validity = cert.validity();
+    let when = |t: &x509_parser::time::ASN1Time| t.to_rfc2822().unwrap_or_else(|_| t.to_string());
+    if now > validity.not_after.timestamp() {
+        return Err(CliError::new(
+            codes::NO_PERM,
+            format!("operator certificate {} expired at {}", file.display(), when(&validity.not_after)),
+        ));
+    }
+    if now < validity.not_before.timestamp() {
+        return Err(CliError::new(
+            codes::NO_PERM,
+            format!("operator certificate {} is not valid before {}", file.display(), when(&validity.not_before)),
+        ));
+    }
+    Ok(())
 }
 
 /// One connection to the coordinator and the runtime its requests run on.
@@ -234,6 +273,8 @@ impl ClientErrorExit for ClientError {
                 _ => codes::UNAVAILABLE,
             },
             ClientError::TooLarge { .. } | ClientError::Decode { .. } => codes::PROTOCOL,
+            ClientError::Unreachable { attempts, .. } if attempts.iter().any(|a| tls_failure(&a.cause).is_some()) => codes::NO_PERM,
+            ClientError::Transport { message, .. } if tls_failure(message).is_some() => codes::NO_PERM,
             ClientError::Unreachable { .. } | ClientError::Transport { .. } => codes::UNAVAILABLE,
             ClientError::BadPem { .. } | ClientError::UnusableCa { .. } | ClientError::UnusableIdentity { .. } => codes::DATA,
             ClientError::ReadCa { .. } => codes::NO_INPUT,
@@ -243,14 +284,86 @@ impl ClientErrorExit for ClientError {
 
     fn message(&self) -> String {
         match self {
-            ClientError::Unreachable { path, attempts } => {
-                let tried: Vec<String> = attempts.iter().map(|a| format!("{}{path}: {}", a.url, a.cause)).collect();
+            ClientError::Unreachable { attempts, .. } => {
+                if let Some((url, tls)) = attempts.iter().find_map(|a| tls_failure(&a.cause).map(|t| (&a.url, t))) {
+                    return tls.message(url);
+                }
+                let tried: Vec<String> = attempts.iter().map(|a| format!("{}: {}", a.url, without_url(&a.cause))).collect();
                 format!("cannot reach the coordinator at {}", tried.join("; "))
             }
+            ClientError::Transport { url, message } => match tls_failure(message) {
+                Some(tls) => tls.message(url),
+                None => format!("{url}: {}", without_url(message)),
+            },
             ClientError::Api { status, code, message, .. } => format!("coordinator refused ({status} {code}): {message}"),
             ClientError::TooLarge { url, limit } => format!("{url}: unexpected answer: answer larger than {limit} bytes"),
             ClientError::Decode { url, message, .. } => format!("{url}: unexpected answer: {message}"),
             other => other.to_string(),
+        }
+    }
+}
+
+/// reqwest's message names the URL it requested, which `drover` prints itself.
+fn without_url(cause: &str) -> &str {
+    match cause.strip_prefix("error sending request for url (").and_then(|rest| rest.split_once("): ")) {
+        Some((_, after)) => after,
+        None => cause,
+    }
+}
+
+/// A TLS handshake failure that is about a certificate, read from rustls's message (the
+/// client crate hands the cause on as text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum TlsFailure {
+    /// The coordinator's certificate does not chain to `--ca`.
+    UntrustedServer,
+    /// The coordinator's certificate is refused for another reason (rustls's words).
+    BadServerCertificate(String),
+    /// The coordinator answered our certificate with this alert.
+    ClientCertificateRefused(String),
+}
+
+/// The alerts a TLS server sends when it refuses the client's certificate. rustls answers a
+/// certificate whose signature does not verify (another CA of the same name) with
+/// `DecryptError`; only the client's certificate is verified after the handshake keys are
+/// agreed, so that alert is about it.
+const CERTIFICATE_ALERTS: &[&str] = &[
+    "DecryptError",
+    "BadCertificate",
+    "CertificateExpired",
+    "UnknownCA",
+    "CertificateRevoked",
+    "CertificateUnknown",
+    "UnsupportedCertificate",
+    "CertificateRequired",
+];
+
+fn tls_failure(cause: &str) -> Option<TlsFailure> {
+    if let Some((_, why)) = cause.split_once("invalid peer certificate: ") {
+        let why = why.split(": ").next().unwrap_or(why).trim();
+        if why.starts_with("UnknownIssuer") || why.starts_with("BadSignature") || why.contains("UnknownIssuer") {
+            return Some(TlsFailure::UntrustedServer);
+        }
+        return Some(TlsFailure::BadServerCertificate(why.to_owned()));
+    }
+    let (_, alert) = cause.split_once("received fatal alert: ")?;
+    let alert = alert.split(|c: char| !c.is_ascii_alphanumeric()).next().unwrap_or(alert);
+    CERTIFICATE_ALERTS.contains(&alert).then(|| TlsFailure::ClientCertificateRefused(alert.to_owned()))
+}
+
+impl TlsFailure {
+    fn message(&self, url: &str) -> String {
+        let files = CREDENTIALS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let (cert, ca) = match &files {
+            Some((cert, ca)) => (cert.display().to_string(), ca.display().to_string()),
+            None => ("given with --cert".to_owned(), "given with --ca".to_owned()),
+        };
+        match self {
+            TlsFailure::UntrustedServer => format!("the coordinator's certificate ({url}) is not signed by the CA in {ca}"),
+            TlsFailure::BadServerCertificate(why) => format!("the coordinator's certificate ({url}) is not acceptable: {why}"),
+            TlsFailure::ClientCertificateRefused(alert) => {
+                format!("the coordinator ({url}) refused the operator certificate {cert} ({alert})")
+            }
         }
     }
 }
@@ -291,7 +404,7 @@ mod tests {
         let e = CliError::from(unreachable);
         assert_eq!(
             (e.code(), e.to_string().as_str()),
-            (codes::UNAVAILABLE, "cannot reach the coordinator at https://c:1/v1/hosts: connection refused")
+            (codes::UNAVAILABLE, "cannot reach the coordinator at https://c:1: connection refused")
         );
         let e = CliError::from(error_from_body("https://c/v1/hosts", 409, br#"{"error":{"code":"conflict","message":"taken"}}"#));
         assert_eq!((e.code(), e.to_string().as_str()), (codes::DATA, "coordinator refused (409 conflict): taken"));
@@ -303,6 +416,60 @@ mod tests {
         let decode = ClientError::Decode { url: "https://c/v1/hosts".to_owned(), path: "hostId".to_owned(), message: "bad".to_owned() };
         let e = CliError::from(decode);
         assert_eq!((e.code(), e.to_string().as_str()), (codes::PROTOCOL, "https://c/v1/hosts: unexpected answer: bad"));
+    }
+
+    #[test]
+    fn certificate_failures_are_told_apart() {
+        let via = |cause: &str| format!("error sending request for url (https://c:1/v1/hosts): client error (Connect): {cause}");
+        assert_eq!(tls_failure(&via("invalid peer certificate: UnknownIssuer")), Some(TlsFailure::UntrustedServer));
+        assert_eq!(tls_failure(&via("invalid peer certificate: BadSignature")), Some(TlsFailure::UntrustedServer));
+        assert_eq!(tls_failure(&via("invalid peer certificate: Expired")), Some(TlsFailure::BadServerCertificate("Expired".into())));
+        assert_eq!(
+            tls_failure(&via("received fatal alert: CertificateExpired")),
+            Some(TlsFailure::ClientCertificateRefused("CertificateExpired".into()))
+        );
+        assert_eq!(
+            tls_failure("client error (Canceled): operation was canceled: connection error: received fatal alert: DecryptError"),
+            Some(TlsFailure::ClientCertificateRefused("DecryptError".into()))
+        );
+        assert_eq!(tls_failure(&via("received fatal alert: HandshakeFailure")), None);
+        assert_eq!(tls_failure(&via("tcp connect error: Connection refused (os error 111)")), None);
+        let e = CliError::from(ClientError::Unreachable {
+            path: "/v1/hosts".to_owned(),
+            attempts: vec![drover_client::ConnectFailure {
+                url: "https://c:1".to_owned(),
+                cause: via("invalid peer certificate: UnknownIssuer"),
+            }],
+        });
+        assert_eq!(e.code(), codes::NO_PERM);
+        assert_eq!(e.to_string().matches("https://c:1").count(), 1, "{e}");
+        assert!(e.to_string().contains("not signed by the CA in"), "{e}");
+        let e = CliError::from(ClientError::Unreachable {
+            path: "/v1/hosts".to_owned(),
+            attempts: vec![drover_client::ConnectFailure { url: "https://c:1".to_owned(), cause: via("tcp connect error") }],
+        });
+        assert_eq!(
+            (e.code(), e.to_string().as_str()),
+            (codes::UNAVAILABLE, "cannot reach the coordinator at https://c:1: client error (Connect): tcp connect error")
+        );
+    }
+
+    #[test]
+    fn certificates_outside_their_validity_are_refused() {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params = rcgen::CertificateParams::new(vec!["op".to_owned()]).expect("params");
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        let cert = params.self_signed(&key).expect("cert");
+        let file = Path::new("op.crt");
+        let e = check_validity(file, cert.der(), std::time::SystemTime::now()).expect_err("expired");
+        assert_eq!(e.code(), codes::NO_PERM);
+        assert!(e.to_string().starts_with("operator certificate op.crt expired at ") && e.to_string().contains("2021"), "{e}");
+        let before = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_500_000_000);
+        let e = check_validity(file, cert.der(), before).expect_err("not yet");
+        assert!(e.to_string().starts_with("operator certificate op.crt is not valid before ") && e.to_string().contains("2020"), "{e}");
+        let during = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_590_000_000);
+        check_validity(file, cert.der(), during).expect("valid");
     }
 
     #[test]

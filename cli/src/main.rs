@@ -22,6 +22,7 @@ mod audit;
 mod cliconfig;
 mod client;
 mod clock;
+mod completion;
 mod decommission;
 mod describe;
 #[cfg(feature = "dev")]
@@ -42,6 +43,7 @@ mod keygen;
 mod maintenance;
 mod onboard;
 mod onboarding;
+mod operator_certs;
 mod output;
 mod plan;
 mod rack;
@@ -148,9 +150,13 @@ enum Command {
     Tokens(Box<tokens::TokensArgs>),
     /// Stored releases: list (version, signed at, artifacts).
     Releases(Box<releases::ReleasesArgs>),
+    /// Operator certificates: list them, revoke one by serial (admin).
+    OperatorCert(Box<operator_certs::OperatorCertArgs>),
     /// Print this client's version and the coordinator's, warning when they are a minor
     /// release or more apart.
     Version(Box<version::VersionArgs>),
+    #[command(flatten)]
+    Docs(completion::DocsCommand),
     /// Print the RFC 8785 canonical form of a JSON file (or stdin).
     Canonicalize {
         /// The JSON file; stdin when absent or "-".
@@ -190,7 +196,9 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Audit(args) => audit::run(&args),
         Command::Tokens(args) => tokens::run(&args),
         Command::Releases(args) => releases::run(&args),
+        Command::OperatorCert(args) => operator_certs::run(&args),
         Command::Version(args) => version::run(&args),
+        Command::Docs(docs) => completion::run(&docs, <Cli as clap::CommandFactory>::command()),
         Command::Canonicalize { file } => {
             let (name, bytes) = fsio::read_input(file.as_deref())?;
             let out = drover_proto::canonical::canonicalize(&bytes).map_err(|e| CliError::data(format!("{name}: {e}")))?;

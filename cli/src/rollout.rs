@@ -7,17 +7,24 @@
 //!
 //! The coordinator decides legality and answers a refusal with a 409 naming the states the
 //! action needs (exit 65); a viewer certificate gets 403 (exit 77). On success an action
-//! prints one line, `ROLLOUT_ID STATE`; `status` prints the coordinator's JSON, or with
-//! `--watch` the live progress view of [`crate::watch`].
+//! prints one line, `ROLLOUT_ID STATE`; `status` prints a table (`-o table|wide`: the rollout,
+//! its current wave, how many hosts converged and were skipped; wide adds every host state's
+//! count), the coordinator's JSON (`-o json`), or with `--watch` the live progress view of
+//! [`crate::watch`].
 
 use std::io::Write;
 
 use clap::{Args, ValueEnum};
+use drover_proto::states::HostRolloutState;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::client::{ConnectArgs, Session};
 use crate::exit::{CliError, codes};
 use crate::host::check_reason;
+use crate::job::clean;
+use crate::output::{Output, OutputArgs, age, field, pretty, table};
+use crate::watch::{RolloutProgress, progress_of};
 
 /// What to do with a rollout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -31,7 +38,7 @@ pub enum Verb {
     /// Active, Converging or Halted → Reverting: touched hosts go back to the channel's
     /// newest revertable rollout.
     Rollback,
-    /// Print the rollout and its hosts' states as JSON (viewer).
+    /// Print the rollout and its hosts' progress (viewer).
     Status,
 }
 
@@ -67,6 +74,10 @@ pub struct RolloutArgs {
     /// With --watch: give up after this many seconds (exit 75).
     #[arg(long, value_name = "SECS", default_value_t = 3600, requires = "watch")]
     timeout: u64,
+    /// With `status`: table, wide (adds every host state's count) or json (the coordinator's
+    /// answer).
+    #[command(flatten)]
+    output: OutputArgs,
     #[command(flatten)]
     connect: ConnectArgs,
 }
@@ -93,6 +104,9 @@ pub fn run(args: &RolloutArgs) -> Result<(), CliError> {
     if args.watch && args.verb != Verb::Status {
         return Err(CliError::usage("--watch goes with `status` only"));
     }
+    if args.output.output != Output::Table && args.verb != Verb::Status {
+        return Err(CliError::usage("-o/--output goes with `status` only"));
+    }
     let session = Session::open(&args.connect)?;
     let id = crate::resolve::rollout(&session, "ROLLOUT", &args.rollout)?;
     if args.watch {
@@ -102,8 +116,16 @@ pub fn run(args: &RolloutArgs) -> Result<(), CliError> {
     let path = format!("/v1/rollouts/{id}/{}", args.verb.path_segment());
     let line = match reason {
         None => {
-            let status = session.get(&path)?;
-            serde_json::to_string_pretty(&status).map_err(|e| CliError::new(codes::SOFTWARE, format!("internal error: {e}")))?
+            let status: Value = session.get(&path)?;
+            if args.output.output.is_json() {
+                return crate::output::print(&pretty(&status)?);
+            }
+            // Manifest hosts with no recorded state yet are Pending: without them the total
+            // would count only the hosts already touched.
+            let manifests = crate::watch::manifests(&session.client, &session.runtime);
+            let progress = progress_of(&status, manifests.get(&id.to_string()));
+            let now = crate::clock::now()?;
+            return crate::output::print(&render_status(now, &status, &progress, args.output.output == Output::Wide));
         }
         Some(reason) => {
             let r: RolloutState = session.post(&path, &ActionRequest { reason })?;
@@ -112,4 +134,100 @@ pub fn run(args: &RolloutArgs) -> Result<(), CliError> {
     };
     let mut out = std::io::stdout().lock();
     writeln!(out, "{line}").and_then(|()| out.flush()).map_err(|e| CliError::new(codes::IO, format!("cannot write stdout: {e}")))
+}
+
+/// A rollout's state as tables show it: `Converged (2 skipped)` when hosts were skipped, so a
+/// rollout that converged without some of its hosts never reads as a complete one.
+pub fn state_label(state: &str, skipped: usize) -> String {
+    let state = clean(state, 32);
+    if skipped == 0 { state } else { format!("{state} ({skipped} skipped)") }
+}
+
+/// How many of `p`'s hosts are in `state`, over every wave.
+fn count(p: &RolloutProgress, state: &str) -> usize {
+    p.waves.iter().map(|w| w.counts.get(state).copied().unwrap_or(0)).sum()
+}
+
+/// The wave in progress: the first with a host neither Converged nor Skipped; `-` when
+/// every wave is through (or the rollout has no hosts).
+fn current_wave(p: &RolloutProgress) -> String {
+    p.waves
+        .iter()
+        .find(|w| w.counts.iter().any(|(s, n)| *n > 0 && s != "Converged" && s != "Skipped"))
+        .map_or_else(|| "-".to_owned(), |w| format!("{}/{}", w.index, p.waves.len()))
+}
+
+/// The `rollout status` table: one row for the rollout; `wide` adds the last change and the
+/// count of every host state.
+fn render_status(now: drover_proto::time::Time, status: &Value, p: &RolloutProgress, wide: bool) -> String {
+    let skipped = count(p, "Skipped");
+    let total: usize = p.waves.iter().flat_map(|w| w.counts.values()).sum();
+    let mut row = vec![
+        clean(&p.rollout_id, 80),
+        clean(field(status, "channel"), 64),
+        state_label(&p.state, skipped),
+        current_wave(p),
+        format!("{}/{total}", count(p, "Converged")),
+        skipped.to_string(),
+        age(now, status.get("openedAt").and_then(Value::as_str)),
+    ];
+    let mut header = vec!["ROLLOUT", "CHANNEL", "STATE", "WAVE", "HOSTS", "SKIPPED", "AGE"];
+    if wide {
+        let mut states: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+        for w in &p.waves {
+            for (s, n) in &w.counts {
+                *states.entry(s.clone()).or_default() += n;
+            }
+        }
+        let known: Vec<&str> = HostRolloutState::ALL.iter().map(|s| s.as_str()).collect();
+        let mut cells: Vec<String> = known.iter().filter_map(|k| states.get(*k).map(|n| format!("{k}={n}"))).collect();
+        cells.extend(states.iter().filter(|(k, _)| !known.contains(&k.as_str())).map(|(k, n)| format!("{}={n}", clean(k, 32))));
+        row.extend([
+            age(now, status.get("updatedAt").and_then(Value::as_str)),
+            if cells.is_empty() { "-".to_owned() } else { cells.join(",") },
+        ]);
+        header.extend(["CHANGED", "HOST-STATES"]);
+    }
+    table(&header, &[row])
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn now() -> drover_proto::time::Time {
+        drover_proto::time::Time::parse_lenient("2025-01-01T01:00:00Z").expect("time")
+    }
+
+    #[test]
+    fn skipped_hosts_show_beside_the_state() {
+        assert_eq!(state_label("Converged", 0), "Converged");
+        assert_eq!(state_label("Converged", 2), "Converged (2 skipped)");
+        assert_eq!(state_label("Act\u{1b}[2Jive", 1), "Act [2Jive (1 skipped)");
+    }
+
+    #[test]
+    fn status_renders_one_row_with_wave_and_counts() {
+        let status = json!({"rolloutId": "gpu@c0ffee", "channel": "gpu", "state": "Converged", "openedAt": "2025-01-01T00:00:00Z",
+            "updatedAt": "2025-01-01T00:58:00Z", "hosts": [
+                {"hostname": "a", "waveIndex": 0, "state": "Converged"},
+                {"hostname": "b", "waveIndex": 0, "state": "Skipped"},
+                {"hostname": "c", "waveIndex": 1, "state": "Converged"}]});
+        let p = progress_of(&status, None);
+        assert_eq!(
+            render_status(now(), &status, &p, false),
+            "ROLLOUT     CHANNEL  STATE                  WAVE  HOSTS  SKIPPED  AGE\n\
+             gpu@c0ffee  gpu      Converged (1 skipped)  -     2/3    1        60m\n"
+        );
+        let wide = render_status(now(), &status, &p, true);
+        assert!(wide.lines().next().expect("header").ends_with("AGE  CHANGED  HOST-STATES"), "{wide}");
+        assert!(wide.contains("60m  2m       Converged=2,Skipped=1"), "{wide}");
+        // A manifest host not yet touched counts as Pending and holds its wave open.
+        let manifest = std::collections::BTreeMap::from([("d".to_owned(), 1)]);
+        let p = progress_of(&status, Some(&manifest));
+        let out = render_status(now(), &status, &p, false);
+        assert!(out.contains("Converged (1 skipped)  1/2   2/4    1"), "{out}");
+    }
 }

@@ -202,13 +202,7 @@ pub fn wait_jobs(session: &Session, ids: &[String], cancelling: bool, limit: Dur
 
 /// Waits for the MAAS onboardings `ids` as [`wait_jobs`] waits for jobs: an onboarding runs
 /// on the job engine and goes through the same states.
-pub fn wait_onboardings(
-    session: &Session,
-    ids: &[String],
-    cancelling: bool,
-    limit: Duration,
-    out: &mut dyn Write,
-) -> Result<(), CliError> {
+pub fn wait_onboardings(session: &Session, ids: &[String], cancelling: bool, limit: Duration, out: &mut dyn Write) -> Result<(), CliError> {
     wait_each(session, "onboarding", ids, cancelling, limit, out, |id| {
         let path = format!("/v1/maas/onboardings/{}", crate::onboarding::parse_id("ID", id)?);
         let one: crate::onboarding::OneJson = decode(&path, &session.get(&path)?)?;

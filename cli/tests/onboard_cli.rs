@@ -161,9 +161,7 @@ async fn onboardings_against_a_fake_coordinator() {
     let run = run.fails_with(2);
     assert_eq!(
         run.stdout,
-        format!(
-            "{ID} running (stage commission): retrying commission\n{ID} failed_manual_intervention stage commission (2/2)\n"
-        )
+        format!("{ID} running (stage commission): retrying commission\n{ID} failed_manual_intervention stage commission (2/2)\n")
     );
     run.stderr_has(&[&format!("onboarding {ID} did not succeed")]);
     let run = drover(dir, &url, &with(&["gpu-a-01", "10.0.0.11", "--wait", "--timeout", "30"])).await;

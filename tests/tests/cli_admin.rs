@@ -124,3 +124,61 @@ async fn releases_list_shows_a_published_release() {
     let paths = releases[0]["paths"].as_array().expect("paths");
     assert!(!paths.is_empty() && lines[1].contains(&paths.len().to_string()), "{table}");
 }
+
+/// `drover-coordinator operator-cert` beside the running coordinator (its store is shared):
+/// NAME's certificate and key.
+fn issue_operator(h: &Harness, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let out_dir = h.dir.path().join(format!("issued-{name}"));
+    let state = h.dir.path().join("state");
+    let out = std::process::Command::new(drover_tests::workspace_binary("drover-coordinator"))
+        .args(["operator-cert", "--role", "admin", "--name", name, "--state-dir"])
+        .arg(&state)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .expect("drover-coordinator runs");
+    assert!(out.status.success(), "operator-cert: {}", text(&out));
+    (out_dir.join(format!("{name}.crt")), out_dir.join(format!("{name}.key")))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_cert_revoked_is_refused() {
+    let h = Harness::start().await;
+    let bob = issue_operator(&h, "bob");
+    let carol = issue_operator(&h, "carol");
+    ok(&h, &bob, &["get", "hosts"]).await;
+
+    let listed: Value = serde_json::from_str(&ok(&h, &h.admin, &["operator-cert", "list", "-o", "json"]).await).expect("json");
+    let serial_of = |name: &str| -> String {
+        let row = listed.as_array().expect("array").iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("{name} listed: {listed}"));
+        assert_eq!(row["role"], "admin");
+        assert!(row["revokedAt"].is_null(), "{row}");
+        row["serial"].as_str().expect("serial").to_owned()
+    };
+    let (bob_serial, carol_serial) = (serial_of("bob"), serial_of("carol"));
+
+    // Revoking one's own certificate needs --force: carol cannot lock herself out by a typo.
+    let out = h.drover_as(&carol, &["operator-cert", "revoke", &carol_serial, "--reason", "oops"]).await;
+    assert_eq!(out.status.code(), Some(65), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("issued to you"), "{}", text(&out));
+
+    // Carol revokes bob: bob is refused from his next request on (77), carol still works.
+    let said = ok(&h, &carol, &["operator-cert", "revoke", &bob_serial, "--reason", "left the team"]).await;
+    assert!(said.contains(&format!("operator certificate {bob_serial} (admin bob) revoked at ")), "{said}");
+    let out = h.drover_as(&bob, &["get", "hosts"]).await;
+    assert_eq!(out.status.code(), Some(77), "{}", text(&out));
+    ok(&h, &carol, &["get", "hosts"]).await;
+
+    // The listing shows when and why; the audit log says who.
+    let table = ok(&h, &h.admin, &["operator-cert", "list", "-o", "wide"]).await;
+    let bob_row = table.lines().find(|l| l.starts_with(&bob_serial)).expect("bob's row");
+    assert!(bob_row.contains("left the team") && !bob_row.contains(" - "), "{table}");
+    let audit: Value = serde_json::from_str(&ok(&h, &h.admin, &["audit", "-o", "json", "--actor", "carol"]).await).expect("json");
+    assert!(audit.to_string().contains("operator_cert.revoke"), "{audit}");
+
+    // Bad input: not a serial (64), an unknown serial (65, the coordinator's 404).
+    let out = h.drover_as(&carol, &["operator-cert", "revoke", "zz-top", "--reason", "r"]).await;
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out));
+    let out = h.drover_as(&carol, &["operator-cert", "revoke", "abcdef", "--reason", "r"]).await;
+    assert_eq!(out.status.code(), Some(65), "{}", text(&out));
+}

@@ -10,6 +10,7 @@ pub mod lifecycle;
 pub mod maintenance;
 pub mod onboardings;
 pub mod operator;
+pub mod operator_certs;
 pub mod rack_maintenance;
 pub mod racks;
 pub mod reconciliation;
@@ -56,6 +57,8 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/v1/enroll", post(enroll::enroll))
         .route("/v1/hosts", post(enroll::create_host))
         .route("/v1/hosts/{id}/revoke", post(enroll::revoke_host))
+        .route("/v1/operator-certs", get(operator_certs::list))
+        .route("/v1/operator-certs/{serial}/revoke", post(operator_certs::revoke))
         .route("/v1/hosts/{id}/quarantine", post(lifecycle::quarantine))
         .route("/v1/hosts/{id}/unquarantine", post(lifecycle::unquarantine))
         .route("/v1/hosts/{id}/retire", post(lifecycle::retire))

@@ -1,0 +1,151 @@
+//! `drover operator-cert list|revoke` (admin): the operator certificates
+//! `drover-coordinator operator-cert` issued, `GET /v1/operator-certs`, and revoking one,
+//! `POST /v1/operator-certs/{serial}/revoke`.
+//!
+//! A revoked certificate is refused from its holder's next request on (the coordinator checks
+//! the revoked set on every request and the CRL on every handshake): exit 77 for them.
+//! Revoking a certificate of one's own name and role needs `--force`.
+
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+use crate::client::{ConnectArgs, Session};
+use crate::exit::{CliError, codes};
+use crate::host::check_reason;
+use crate::job::clean;
+use crate::output::{Output, OutputArgs, dash, field, pretty, print, table};
+
+/// Arguments of `drover operator-cert`.
+#[derive(Args)]
+pub struct OperatorCertArgs {
+    #[command(subcommand)]
+    command: OperatorCertCommand,
+}
+
+/// The `drover operator-cert` verbs.
+#[derive(Subcommand)]
+enum OperatorCertCommand {
+    /// List issued operator certificates: serial, name, role, validity, revocation (admin).
+    List(ListArgs),
+    /// Revoke one by serial: its holder is refused from the next request on (admin).
+    Revoke(RevokeArgs),
+}
+
+/// Arguments of `drover operator-cert list`.
+#[derive(Args)]
+struct ListArgs {
+    #[command(flatten)]
+    output: OutputArgs,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+/// Arguments of `drover operator-cert revoke`.
+#[derive(Args)]
+struct RevokeArgs {
+    /// The certificate's serial number (hex, as `list` shows it).
+    #[arg(value_name = "SERIAL")]
+    serial: String,
+    /// Why (required; audited).
+    #[arg(long, value_name = "TEXT")]
+    reason: String,
+    /// Revoke even a certificate issued to your own name and role.
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    output: OutputArgs,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+/// Runs `drover operator-cert`.
+pub fn run(args: &OperatorCertArgs) -> Result<(), CliError> {
+    match &args.command {
+        OperatorCertCommand::List(a) => list(a),
+        OperatorCertCommand::Revoke(a) => revoke(a),
+    }
+}
+
+fn list(args: &ListArgs) -> Result<(), CliError> {
+    let s = Session::open(&args.connect)?;
+    let path = "/v1/operator-certs";
+    let page = s.get(path)?;
+    let Some(certs) = page.get("items").and_then(Value::as_array) else {
+        return Err(CliError::new(codes::PROTOCOL, format!("{path}: unexpected answer: no \"items\" array")));
+    };
+    match args.output.output {
+        Output::Json => print(&pretty(&Value::Array(certs.clone()))?),
+        _ if certs.is_empty() => {
+            eprintln!("no operator certificates recorded");
+            Ok(())
+        }
+        o => print(&render(certs, o == Output::Wide)),
+    }
+}
+
+/// The table: one row a certificate.
+fn render(certs: &[Value], wide: bool) -> String {
+    let mut header = vec!["SERIAL", "NAME", "ROLE", "NOT AFTER", "REVOKED"];
+    if wide {
+        header.extend(["NOT BEFORE", "REASON"]);
+    }
+    let rows: Vec<Vec<String>> = certs
+        .iter()
+        .map(|c| {
+            let mut row = vec![
+                clean(field(c, "serial"), 64),
+                clean(field(c, "name"), 64),
+                clean(field(c, "role"), 16),
+                clean(field(c, "notAfter"), 32),
+                dash(&clean(field(c, "revokedAt"), 32)).to_owned(),
+            ];
+            if wide {
+                row.push(clean(field(c, "notBefore"), 32));
+                row.push(dash(&clean(field(c, "revokedReason"), 120)).to_owned());
+            }
+            row
+        })
+        .collect();
+    table(&header, &rows)
+}
+
+fn revoke(args: &RevokeArgs) -> Result<(), CliError> {
+    let serial = args.serial.trim().to_ascii_lowercase();
+    if serial.is_empty() || serial.len() > 64 || !serial.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(CliError::usage(format!("SERIAL {:?} is not a certificate serial (hex)", clean(&args.serial, 80))));
+    }
+    let reason = check_reason(&args.reason)?;
+    let path = format!("/v1/operator-certs/{serial}/revoke");
+    let value = crate::job::post(&args.connect, &path, &json!({ "reason": reason, "force": args.force }))?;
+    if args.output.output.is_json() {
+        return print(&pretty(&value)?);
+    }
+    print(&format!(
+        "operator certificate {} ({} {}) revoked at {}\n",
+        clean(field(&value, "serial"), 64),
+        clean(field(&value, "role"), 16),
+        clean(field(&value, "name"), 64),
+        clean(field(&value, "revokedAt"), 32)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn certificates_render_with_their_revocation() {
+        let certs = vec![
+            json!({"serial": "0a1b", "name": "alice", "role": "admin", "notBefore": "2030-01-01T00:00:00Z",
+                   "notAfter": "2031-01-01T00:00:00Z", "revokedAt": null, "revokedReason": null}),
+            json!({"serial": "ff02", "name": "bob\u{1b}[31m", "role": "viewer", "notBefore": "2030-01-01T00:00:00Z",
+                   "notAfter": "2031-01-01T00:00:00Z", "revokedAt": "2030-06-01T00:00:00Z", "revokedReason": "left"}),
+        ];
+        let t = render(&certs, false);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].starts_with("SERIAL  NAME") && lines[0].contains("REVOKED"), "{t}");
+        assert!(lines[1].starts_with("0a1b") && lines[1].trim_end().ends_with('-'), "{t}");
+        assert!(lines[2].contains("2030-06-01T00:00:00Z") && !lines[2].contains('\u{1b}'), "{t}");
+        assert!(render(&certs, true).contains("left"));
+    }
+}
