@@ -181,11 +181,11 @@ async fn a_rollout_is_its_id_a_unique_prefix_or_its_channel() {
     let status = |out: String| -> Value { serde_json::from_str(&out).expect("status json") };
 
     // The channel: its current rollout.
-    assert_eq!(status(ok(&h, &["rollout", "status", "infra"]).await)["rolloutId"], "infra@c0ffee");
+    assert_eq!(status(ok(&h, &["rollout", "status", "infra", "-o", "json"]).await)["rolloutId"], "infra@c0ffee");
     // A unique prefix.
-    assert_eq!(status(ok(&h, &["rollout", "status", "infra@c0f"]).await)["rolloutId"], "infra@c0ffee");
+    assert_eq!(status(ok(&h, &["rollout", "status", "infra@c0f", "-o", "json"]).await)["rolloutId"], "infra@c0ffee");
     // A prefix without `@` that is no channel's name (`gpu` waits behind `infra`: no rollout).
-    assert_eq!(status(ok(&h, &["rollout", "status", "inf"]).await)["rolloutId"], "infra@c0ffee");
+    assert_eq!(status(ok(&h, &["rollout", "status", "inf", "-o", "json"]).await)["rolloutId"], "infra@c0ffee");
     // Actions too.
     assert_eq!(ok(&h, &["rollout", "halt", "infra", "--reason", "looks wrong"]).await, "infra@c0ffee Halted");
     assert_eq!(ok(&h, &["rollout", "resume", "infra@c0", "--reason", "false alarm"]).await, "infra@c0ffee Active");
@@ -199,8 +199,8 @@ async fn a_rollout_is_its_id_a_unique_prefix_or_its_channel() {
         err,
         "drover: rollout \"infra@c0f\" is ambiguous: it starts 2 rollout ids: infra@c0ffee, infra@c0ffee2; give more of the id"
     );
-    assert_eq!(status(ok(&h, &["rollout", "status", "infra@c0ffee"]).await)["rolloutId"], "infra@c0ffee");
-    assert_eq!(status(ok(&h, &["rollout", "status", "infra"]).await)["rolloutId"], "infra@c0ffee2");
+    assert_eq!(status(ok(&h, &["rollout", "status", "infra@c0ffee", "-o", "json"]).await)["rolloutId"], "infra@c0ffee");
+    assert_eq!(status(ok(&h, &["rollout", "status", "infra", "-o", "json"]).await)["rolloutId"], "infra@c0ffee2");
     // `describe rollout` and `events --rollout` take the same names.
     let described = ok(&h, &["describe", "rollout", "infra@c0ffee2", "-o", "json"]).await;
     assert_eq!(status(described)["rolloutId"], "infra@c0ffee2");

@@ -89,7 +89,7 @@ async fn rollout_verbs_halt_resume_and_status_with_roles_and_exit_codes() {
     let out = app.executor.tick_now(&app).await.expect("tick");
     assert!(out.plan.actions.is_empty(), "{:?}", out.plan.actions);
 
-    let out = h.drover_as(&h.viewer, &["rollout", "status", "infra@c0ffee"]).await;
+    let out = h.drover_as(&h.viewer, &["rollout", "status", "infra@c0ffee", "-o", "json"]).await;
     assert!(out.status.success(), "{}", text(&out));
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(status["state"], "Halted");
