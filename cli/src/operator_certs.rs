@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use crate::client::{ConnectArgs, Session};
-use crate::exit::{CliError, codes};
+use crate::exit::CliError;
 use crate::host::check_reason;
 use crate::job::clean;
 use crate::output::{Output, OutputArgs, dash, field, pretty, print, table};
@@ -68,11 +68,7 @@ pub fn run(args: &OperatorCertArgs) -> Result<(), CliError> {
 
 fn list(args: &ListArgs) -> Result<(), CliError> {
     let s = Session::open(&args.connect)?;
-    let path = "/v1/operator-certs";
-    let page = s.get(path)?;
-    let Some(certs) = page.get("items").and_then(Value::as_array) else {
-        return Err(CliError::new(codes::PROTOCOL, format!("{path}: unexpected answer: no \"items\" array")));
-    };
+    let certs = &crate::get::list_all(&s, "/v1/operator-certs", &[], "items", None)?;
     match args.output.output {
         Output::Json => print(&pretty(&Value::Array(certs.clone()))?),
         _ if certs.is_empty() => {

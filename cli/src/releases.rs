@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use crate::client::{ConnectArgs, Session};
-use crate::exit::{CliError, codes};
+use crate::exit::CliError;
 use crate::job::clean;
 use crate::output::{Output, OutputArgs, dash, field, pretty, print, table};
 
@@ -37,10 +37,7 @@ struct ListArgs {
 pub fn run(args: &ReleasesArgs) -> Result<(), CliError> {
     let ReleasesCommand::List(a) = &args.command;
     let s = Session::open(&a.connect)?;
-    let page = s.get("/v1/releases")?;
-    let Some(releases) = page.get("items").and_then(Value::as_array) else {
-        return Err(CliError::new(codes::PROTOCOL, "/v1/releases: unexpected answer: no \"items\" array"));
-    };
+    let releases = &crate::get::list_all(&s, "/v1/releases", &[], "items", None)?;
     match a.output.output {
         Output::Json => print(&pretty(&Value::Array(releases.clone()))?),
         _ if releases.is_empty() => {

@@ -12,8 +12,8 @@ use drover_proto::time::Time;
 use serde_json::Value;
 
 use crate::client::{ConnectArgs, Session};
-use crate::exit::{CliError, codes};
-use crate::get::{hostnames, with_query};
+use crate::exit::CliError;
+use crate::get::hostnames;
 use crate::job::clean;
 use crate::output::{Output, OutputArgs, dash, field, pretty, print, table};
 
@@ -56,11 +56,7 @@ fn list(args: &ListArgs) -> Result<(), CliError> {
     if let Some(h) = &args.host {
         q.push(("hostId", crate::resolve::host(&s, "--host", h)?.id.to_string()));
     }
-    let path = with_query("/v1/tokens", &q);
-    let page = s.get(&path)?;
-    let Some(tokens) = page.get("items").and_then(Value::as_array) else {
-        return Err(CliError::new(codes::PROTOCOL, format!("{path}: unexpected answer: no \"items\" array")));
-    };
+    let tokens = &crate::get::list_all(&s, "/v1/tokens", &q, "items", None)?;
     match args.output.output {
         Output::Json => print(&pretty(&Value::Array(tokens.clone()))?),
         o => {
