@@ -14,8 +14,9 @@
 //!
 //! `--mode full` takes the host out of the fleet for good, so it asks first: a y/N prompt on
 //! a terminal, and without one (a script, a pipe) it is refused (64) unless `--yes` is given.
-//! `--dry-run` (any mode) prints the host, its state and the stages the job would run, and
-//! starts nothing.
+//! `--dry-run` (any mode) sends the request with `dryRun`: the coordinator runs every check a
+//! real request passes (so a held or deleted host is refused the same way) and answers the
+//! host, its state and the stages the job would run; nothing is started, written or audited.
 
 use std::io::{BufRead, IsTerminal, Write};
 
@@ -166,6 +167,9 @@ pub struct DecommissionRequest<'a> {
     pub profile: Option<&'a str>,
     /// Why.
     pub reason: &'a str,
+    /// Sent only when set: check and describe the job, start nothing.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 /// The body of the request, or the usage error (64) that stops it before any request.
@@ -195,6 +199,7 @@ fn request(args: &DecommissionArgs) -> Result<DecommissionRequest<'_>, CliError>
         remove_maas_record: args.remove_maas_record,
         profile: args.profile.as_deref(),
         reason,
+        dry_run: args.dry_run,
     })
 }
 
@@ -203,51 +208,14 @@ fn render(job: &JobJson) -> String {
     format!("{} {} {}\n", job::clean(&job.job_id, 64), job::clean(&job.kind, 32), job::clean(&job.state, 32))
 }
 
-/// The stages the coordinator's job for `mode` runs, in order, as its job model lists them
-/// (`jobs::model::stages` in the coordinator; `drover` does not link the coordinator, so the
-/// list is repeated here for `--dry-run` only). `maas_workflow` runs only for a host MAAS
-/// holds, so it is marked so.
-pub fn planned_stages(mode: Mode, storage: Option<Storage>) -> Vec<&'static str> {
-    let cleans = matches!(storage, Some(Storage::Local | Storage::Weka | Storage::All));
-    let mut v = Vec::new();
-    match mode {
-        Mode::SoftReset => {
-            v.extend(["cordon", "drain", "revoke_users"]);
-            if cleans {
-                v.push("cleanup_storage");
-            }
-            v.extend(["scrub_gpu", "validate_clean", "uncordon"]);
-        }
-        Mode::StorageCleanup => v.extend(["cleanup_storage", "validate_clean"]),
-        Mode::Full => {
-            v.extend(["cordon", "force_release", "drain", "revoke_users"]);
-            if cleans {
-                v.push("cleanup_storage");
-            }
-            v.extend(["retire", "remove", "uninstall", "maas_workflow (only for a host MAAS holds)", "delete"]);
-        }
-        Mode::Reimage => {
-            v.extend(["cordon", "drain", "revoke_users"]);
-            if cleans {
-                v.push("cleanup_storage");
-            }
-            v.extend(["maas_workflow", "uncordon"]);
-        }
-    }
-    v
-}
-
-/// What `--dry-run` prints.
-fn render_dry_run(args: &DecommissionArgs, hostname: &str, id: &str, state: &str) -> String {
-    let mut out = format!(
-        "dry run: would start a {} decommission of {} ({}), now {}\n  stages:\n",
-        args.mode.wire(),
-        job::clean(hostname, 64),
-        job::clean(id, 64),
-        job::clean(state, 32)
-    );
-    for (i, stage) in planned_stages(args.mode, args.storage).iter().enumerate() {
-        out.push_str(&format!("    {}. {stage}\n", i + 1));
+/// What `--dry-run` prints, from the coordinator's answer.
+fn render_dry_run(answer: &serde_json::Value) -> String {
+    let f = |k: &str| job::clean(crate::output::field(answer, k), 64);
+    let mut out =
+        format!("dry run: would start a {} job on {} ({}), now {}\n  stages:\n", f("kind"), f("hostname"), f("hostId"), f("hostState"));
+    let stages = answer.get("stages").and_then(serde_json::Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    for (i, stage) in stages.iter().enumerate() {
+        out.push_str(&format!("    {}. {}\n", i + 1, job::clean(stage.as_str().unwrap_or("?"), 120)));
     }
     out.push_str("nothing was started\n");
     out
@@ -286,12 +254,15 @@ pub fn run(args: &DecommissionArgs) -> Result<(), CliError> {
     }
     let session = Session::open(&args.connect)?;
     let host = crate::resolve::host(&session, "HOST", &args.host)?;
+    let path = format!("/v1/hosts/{}/decommission", host.id);
     if args.dry_run {
-        let row = session.get(&format!("/v1/hosts/{}", host.id))?;
-        return job::print(&render_dry_run(args, &host.hostname, &host.id.to_string(), crate::output::field(&row, "state")));
+        let answer: serde_json::Value = session.post(&path, &body)?;
+        return match args.output.output {
+            crate::output::Output::Json => job::print(&crate::output::pretty(&answer)?),
+            _ => job::print(&render_dry_run(&answer)),
+        };
     }
     confirm(args, &host.hostname, std::io::stdin().is_terminal())?;
-    let path = format!("/v1/hosts/{}/decommission", host.id);
     let value: serde_json::Value = session.post(&path, &body)?;
     job::print_answer(args.output.output, &path, &value, render)?;
     if args.wait.wait {
@@ -384,32 +355,23 @@ mod tests {
     }
 
     #[test]
-    fn a_dry_run_lists_the_stages() {
-        assert_eq!(
-            planned_stages(Mode::Full, Some(Storage::Weka)),
-            [
-                "cordon",
-                "force_release",
-                "drain",
-                "revoke_users",
-                "cleanup_storage",
-                "retire",
-                "remove",
-                "uninstall",
-                "maas_workflow (only for a host MAAS holds)",
-                "delete"
-            ]
-        );
-        assert!(!planned_stages(Mode::Full, Some(Storage::None)).contains(&"cleanup_storage"));
-        assert_eq!(planned_stages(Mode::StorageCleanup, Some(Storage::Local)), ["cleanup_storage", "validate_clean"]);
-        let text = render_dry_run(&parse(&["--mode", "full", "--dry-run", "--reason", "r"]), "gpu-a-01", HOST, "active");
+    fn a_dry_run_prints_the_coordinators_stages() {
+        let answer = serde_json::json!({"dryRun": true, "hostId": HOST, "hostname": "gpu-a-01", "hostState": "active",
+            "kind": "full_decommission", "stages": ["cordon", "drain", "maas_workflow (nothing to do: the host has no MAAS binding)", "delete"]});
+        let text = render_dry_run(&answer);
         assert!(
             text.starts_with(&format!(
-                "dry run: would start a full decommission of gpu-a-01 ({HOST}), now active\n  stages:\n    1. cordon\n"
+                "dry run: would start a full_decommission job on gpu-a-01 ({HOST}), now active\n  stages:\n    1. cordon\n"
             )),
             "{text}"
         );
-        assert!(text.ends_with("delete\nnothing was started\n"), "{text}");
+        assert!(text.contains("    3. maas_workflow (nothing to do: the host has no MAAS binding)\n"), "{text}");
+        assert!(text.ends_with("4. delete\nnothing was started\n"), "{text}");
+        let sent =
+            serde_json::to_value(request(&parse(&["--mode", "full", "--dry-run", "--reason", "r"])).expect("request")).expect("json");
+        assert_eq!(sent["dryRun"], true, "{sent}");
+        let sent = serde_json::to_value(request(&parse(&["--mode", "full", "--yes", "--reason", "r"])).expect("request")).expect("json");
+        assert!(sent.get("dryRun").is_none(), "a real request sends no dryRun: {sent}");
     }
 
     #[test]

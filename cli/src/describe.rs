@@ -122,6 +122,15 @@ pub fn render_host(now: drover_proto::time::Time, host: &Value, jobs: &[Value], 
     line(&mut out, "Schedulable", if schedulable { "yes" } else { "no (cordoned)" });
     line(&mut out, "Created", field(host, "createdAt"));
     line(&mut out, "Updated", field(host, "updatedAt"));
+    // The rollout opened last that names the host: which channel and wave it is in.
+    match host.get("wave").and_then(Value::as_u64) {
+        None => line(&mut out, "Channel", "none (no rollout names this host)"),
+        Some(wave) => {
+            let place =
+                format!("{} (wave {wave}; {} in {})", field(host, "channel"), field(host, "rolloutState"), field(host, "rolloutId"));
+            line(&mut out, "Channel", &place);
+        }
+    }
     match host.get("lastCheckin").filter(|c| !c.is_null()) {
         None => line(&mut out, "Last check-in", "never"),
         Some(c) => {
@@ -244,7 +253,9 @@ pub fn render_rollout(status: &Value, manifest: Option<&std::collections::BTreeM
     let mut out = String::new();
     line(&mut out, "Rollout", field(status, "rolloutId"));
     line(&mut out, "Channel", field(status, "channel"));
-    line(&mut out, "State", field(status, "state"));
+    let skipped =
+        status.get("hosts").and_then(Value::as_array).map_or(0, |hs| hs.iter().filter(|h| field(h, "state") == "Skipped").count());
+    line(&mut out, "State", &crate::rollout::state_label(field(status, "state"), skipped));
     line(&mut out, "Manifest", field(status, "manifestSha256"));
     line(&mut out, "Opened", field(status, "openedAt"));
     line(&mut out, "Updated", field(status, "updatedAt"));
@@ -335,6 +346,7 @@ mod tests {
         let now = drover_proto::time::Time::parse_lenient("2025-01-01T01:00:00Z").expect("time");
         let host = json!({"id": "h1", "hostname": "gpu-a-01", "state": "active", "schedulable": true,
             "createdAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:10:00Z",
+            "channel": "gpu", "wave": 1, "rolloutId": "gpu@c0ffee", "rolloutState": "Soaking",
             "lastCheckin": {"at": "2025-01-01T00:59:00Z", "agentVersion": "0.1.0", "bootId": "b1", "currentGeneration": "/nix/store/x"},
             "certificates": [{"serial": "0a", "kind": "host", "notBefore": "2025-01-01T00:00:00Z", "notAfter": "2025-02-01T00:00:00Z", "revoked": false}]});
         let events: Vec<Value> =
@@ -342,6 +354,7 @@ mod tests {
         let out = render_host(now, &host, &[], &events, 2);
         for needle in [
             "Name:          gpu-a-01\n",
+            "Channel:       gpu (wave 1; Soaking in gpu@c0ffee)\n",
             "Last check-in: 2025-01-01T00:59:00Z (60s ago)\n",
             "  Generation:  /nix/store/x\n",
             "  0a      host",
@@ -391,5 +404,15 @@ mod tests {
         assert!(out.contains("  wave 1  [--------------------]  0/1  Pending 1\n"), "{out}");
         assert!(out.contains("  gpu-a-01  0     Activating  2025-01-01T00:01:00Z  /nix/store/t\n  gpu-b-01  1     Pending     -"), "{out}");
         assert!(out.contains("Events (latest 0):\n  (none)\n"), "{out}");
+    }
+
+    #[test]
+    fn a_converged_rollout_that_skipped_hosts_says_so() {
+        let host = |name: &str, state: &str| json!({"hostname": name, "waveIndex": 0, "state": state, "since": "2025-01-01T00:01:00Z"});
+        let status = json!({"rolloutId": "gpu@c0ffee", "channel": "gpu", "state": "Converged", "manifestSha256": "ab",
+            "openedAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:00:00Z",
+            "hosts": [host("gpu-a-01", "Converged"), host("gpu-a-02", "Skipped")]});
+        let out = render_rollout(&status, None, &[], 20);
+        assert!(out.contains("State:         Converged (1 skipped)\n"), "{out}");
     }
 }

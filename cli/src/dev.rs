@@ -7,7 +7,9 @@
 //! with a fake Nix toolchain, fake GPU tools and a private D-Bus (`drover-devkit`), and each
 //! proved confined to its sandbox before it starts. Then a demo release — 2 channels, 3
 //! waves, a disruption budget of 2 hosts — is signed and published, and rolled out live
-//! with the progress view; then a `soft_reset` job runs on one host; with `--maas`, a fake
+//! with the progress view; then a `soft_reset` job runs on one host; a second release (every
+//! host to generation 3, slow soaks) is published and left rolling for the cheat-sheet's
+//! `rollout halt|resume`, its fleet spec kept to sign another on top; with `--maas`, a fake
 //! MAAS site onboards a few more hosts through MAAS (`dev_maas`, its URL and API key in the
 //! banner); then a summary with the commands to poke at the fleet. It serves until Ctrl-C, or exits with
 //! `--exit-when-done`.
@@ -23,6 +25,7 @@ use clap::Args;
 use drover_devkit::DevkitError;
 use drover_devkit::fleet::{Binaries, FleetOptions, LocalFleet};
 use drover_devkit::spec::{self, CiKey, FleetHost, Policy};
+use drover_proto::release::ReleaseFiles;
 use serde_json::{Value, json};
 
 use crate::exit::{CliError, codes};
@@ -50,6 +53,10 @@ pub struct DevArgs {
     /// Seconds each wave soaks before the next starts.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=600))]
     soak_secs: u64,
+    /// Seconds each wave of the second release soaks: published as the demo starts serving
+    /// and left rolling, so `drover rollout halt|resume` and `--watch` have a live rollout.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    next_soak_secs: u64,
 }
 
 const BANNER: &str = "\
@@ -144,12 +151,14 @@ pub fn run(args: &DevArgs) -> Result<(), CliError> {
 
     let hosts = spec::layout("dev", usize::from(args.agents));
     for h in &hosts {
-        let (g1, g2) = (spec::closure(&h.hostname, 1), spec::closure(&h.hostname, 2));
+        // Generation 1 runs; 2 is the demo release's; 3 the second release's.
+        let generations: Vec<String> = (1..=NEXT_GENERATION).map(|g| spec::closure(&h.hostname, g)).collect();
         let agent = fleet
             .add_agent(&h.hostname, |nix| {
-                nix.closure(&g1, None)?;
-                nix.closure(&g2, None)?;
-                nix.install_running(&g1)
+                for g in &generations {
+                    nix.closure(g, None)?;
+                }
+                nix.install_running(&generations[0])
             })
             .map_err(dev_error)?;
         say(format!(
@@ -197,7 +206,8 @@ pub fn run(args: &DevArgs) -> Result<(), CliError> {
         None
     };
 
-    summary(&fleet, &hosts, started.elapsed())?;
+    let next = if args.exit_when_done { None } else { Some(next_release(&mut fleet, &ci, &hosts, &release, args.next_soak_secs)?) };
+    summary(&fleet, &hosts, started.elapsed(), next.as_deref())?;
     if let Some((m, drifted)) = &maas {
         say(format!("  MAAS: {} (API key {}); site {}", m.maas.url(), m.maas.api_key(), crate::dev_maas::SITE));
         say(format!("  drover get drift; drover reconcile status; drover drift resolve {drifted} --reason checked"));
@@ -311,6 +321,51 @@ fn progress(fleet: &mut LocalFleet, hosts: &[FleetHost], ids: &[String], bound: 
     }
 }
 
+/// The closures' generation the second release moves every host to.
+const NEXT_GENERATION: u32 = 3;
+/// The second release's CI commit, which names its rollouts (`training@demo0003`).
+const NEXT_COMMIT: &str = "demo0003";
+
+/// Signs the second release (every host to generation 3, each wave soaking `soak_secs`),
+/// keeps its fleet spec and both releases in the demo's directory so a user can sign another
+/// on top (`drover release --fleet DIR/fleet.json --previous DIR/releases/demo0003 …`),
+/// publishes it and returns once its rollouts are Active: the cheat-sheet's `rollout halt`
+/// and `resume` need a rollout in progress. Returns the directory.
+fn next_release(fleet: &mut LocalFleet, ci: &CiKey, hosts: &[FleetHost], first: &ReleaseFiles, soak_secs: u64) -> Result<String, CliError> {
+    let dir = fleet.options.dir.clone();
+    let policy = Policy { soak_secs, on_health_failure: "rollback-and-halt", max_in_flight: 2 };
+    let spec = spec::fleet_spec(hosts, NEXT_GENERATION, &policy);
+    let now = crate::clock::now()?;
+    let previous = ci.timestamp(first, now).map_err(dev_error)?;
+    let next = ci.sign(&spec, NEXT_COMMIT, 2, now, Some(previous)).map_err(dev_error)?;
+    let text = serde_json::to_string_pretty(&spec).map_err(|e| CliError::new(codes::SOFTWARE, format!("dev: fleet spec: {e}")))?;
+    let spec_file = dir.join("fleet.json");
+    std::fs::write(&spec_file, text + "\n").map_err(|e| CliError::new(codes::IO, format!("{}: {e}", spec_file.display())))?;
+    crate::fsio::store_release(&dir.join("releases/demo0002"), first)?;
+    crate::fsio::store_release(&dir.join("releases").join(NEXT_COMMIT), &next)?;
+    fleet.publish(&next, "drover dev: the second release, left rolling").map_err(dev_error)?;
+    let ids: Vec<String> = spec::CHANNELS.iter().map(|c| format!("{c}@{NEXT_COMMIT}")).collect();
+    fleet
+        .wait_until("the second release's rollouts to open", 60, |f| {
+            for id in &ids {
+                match f.get(&format!("/v1/rollouts/{id}/status")) {
+                    Ok(status) if status["state"] != "Opening" => {}
+                    Ok(_) => return Ok(false),
+                    // Not opened yet: the executor picks the release up on its next tick.
+                    Err(DevkitError::Api(e)) if e.status() == Some(404) => return Ok(false),
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(true)
+        })
+        .map_err(dev_error)?;
+    say(format!(
+        "release 2 ({NEXT_COMMIT}) signed and published, left rolling: every host to generation {NEXT_GENERATION}, each wave soaking {soak_secs} s"
+    ));
+    say(format!("  its fleet spec: {}; the releases: {}", spec_file.display(), dir.join("releases").display()));
+    Ok(dir.display().to_string())
+}
+
 fn soft_reset(fleet: &mut LocalFleet, host: &FleetHost) -> Result<String, CliError> {
     let id = fleet.agent(&host.hostname).map(|a| a.host_id).ok_or_else(|| CliError::new(codes::SOFTWARE, "dev: no such agent"))?;
     say(format!("soft_reset of {}: cordon, drain, revoke tenant users, clean scratch, scrub GPUs, validate, uncordon", host.hostname));
@@ -345,7 +400,9 @@ fn soft_reset(fleet: &mut LocalFleet, host: &FleetHost) -> Result<String, CliErr
     ))
 }
 
-fn summary(fleet: &LocalFleet, hosts: &[FleetHost], took: Duration) -> Result<(), CliError> {
+/// The summary: every host, then how to reach the demo from another shell (`next`: the
+/// demo's directory when the second release was left rolling).
+fn summary(fleet: &LocalFleet, hosts: &[FleetHost], took: Duration, next: Option<&str>) -> Result<(), CliError> {
     let listed = fleet.hosts().map_err(dev_error)?;
     say("");
     say(format!("{:<8}  {:<9}  {:<4}  {:<7}  {:<11}  {}", "HOST", "CHANNEL", "WAVE", "STATE", "SCHEDULABLE", "RUNNING"));
@@ -368,9 +425,19 @@ fn summary(fleet: &LocalFleet, hosts: &[FleetHost], took: Duration) -> Result<()
     say(format!("demo done in {:.1} s. Poke at it from another shell:", took.as_secs_f64()));
     say(format!("  export DROVER_COORDINATOR={}", c.url));
     say(format!("  export DROVER_CA={} DROVER_CERT={} DROVER_KEY={}", c.ca.display(), c.admin.0.display(), c.admin.1.display()));
+    if let Some(dir) = next {
+        say(format!("  export DROVER_DEV_DIR={dir}"));
+    }
     say("  drover get hosts -o wide");
     say("  drover get rollouts");
     say("  drover describe rollout training@demo0002");
+    if next.is_some() {
+        say(format!(
+            "  drover rollout halt training@{NEXT_COMMIT} --reason \"gpu errors on canary\"   # the second release, still rolling"
+        ));
+        say(format!("  drover rollout resume training@{NEXT_COMMIT} --reason \"driver fixed\""));
+        say("  drover get rollouts --watch --timeout 600");
+    }
     say(format!("  drover explain host {}", hosts[0].hostname));
     say("  drover get jobs; drover get tasks");
     say("  drover events --follow");

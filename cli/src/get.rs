@@ -251,14 +251,21 @@ pub fn render_hosts(now: drover_proto::time::Time, hosts: &[Value], wide: bool) 
             ];
             if wide {
                 let cf = |k: &str| clean(dash(c.map(|c| field(c, k)).unwrap_or("")), 80);
-                row.extend([clean(field(h, "id"), 40), cf("agentVersion"), cf("currentGeneration")]);
+                let wave = h.get("wave").and_then(Value::as_u64).map_or_else(|| "-".to_owned(), |w| w.to_string());
+                row.extend([
+                    clean(field(h, "id"), 40),
+                    cf("agentVersion"),
+                    clean(dash(field(h, "channel")), 64),
+                    wave,
+                    cf("currentGeneration"),
+                ]);
             }
             row
         })
         .collect();
     let mut header = vec!["NAME", "STATE", "SCHEDULABLE", "LAST-CHECKIN", "AGE"];
     if wide {
-        header.extend(["ID", "AGENT", "GENERATION"]);
+        header.extend(["ID", "AGENT", "CHANNEL", "WAVE", "GENERATION"]);
     }
     table(&header, &rows)
 }
@@ -271,7 +278,7 @@ pub fn render_rollouts(now: drover_proto::time::Time, rollouts: &[Value], wide: 
             let mut row = vec![
                 clean(field(r, "rolloutId"), 80),
                 clean(field(r, "channel"), 64),
-                clean(field(r, "state"), 32),
+                crate::rollout::state_label(field(r, "state"), skipped(r)),
                 age(now, r.get("openedAt").and_then(Value::as_str)),
                 age(now, r.get("updatedAt").and_then(Value::as_str)),
             ];
@@ -286,6 +293,11 @@ pub fn render_rollouts(now: drover_proto::time::Time, rollouts: &[Value], wide: 
         header.extend(["OPENED", "MANIFEST-SHA256"]);
     }
     table(&header, &rows)
+}
+
+/// How many of a listed rollout's hosts were skipped (its `hosts` counts by state).
+fn skipped(r: &Value) -> usize {
+    r.pointer("/hosts/Skipped").and_then(Value::as_u64).map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX))
 }
 
 /// The tasks table (`names`: host id → hostname).
@@ -448,7 +460,8 @@ mod tests {
     fn hosts_render_with_and_without_wide_columns() {
         let hosts = vec![
             json!({"id": "0b1c", "hostname": "gpu-a-01", "state": "active", "schedulable": true, "createdAt": "2025-01-01T00:00:00Z",
-                   "lastCheckin": {"at": "2025-01-01T00:59:30Z", "agentVersion": "0.1.0", "bootId": "b", "currentGeneration": null}}),
+                   "lastCheckin": {"at": "2025-01-01T00:59:30Z", "agentVersion": "0.1.0", "bootId": "b", "currentGeneration": null},
+                   "channel": "training", "wave": 2}),
             json!({"id": "9f9f", "hostname": "infra-01\u{1b}[2J", "state": "quarantined", "schedulable": false,
                    "createdAt": "2025-01-01T00:30:00Z", "lastCheckin": null}),
         ];
@@ -460,8 +473,9 @@ mod tests {
              infra-01 [2J  quarantined  no (cordoned)  never         30m\n"
         );
         let w = render_hosts(now(), &hosts, true);
-        assert!(w.lines().next().expect("header").ends_with("AGE  ID    AGENT  GENERATION"), "{w}");
-        assert!(w.contains("0b1c  0.1.0  -"), "{w}");
+        assert!(w.lines().next().expect("header").ends_with("AGE  ID    AGENT  CHANNEL   WAVE  GENERATION"), "{w}");
+        assert!(w.contains("0b1c  0.1.0  training  2     -"), "{w}");
+        assert!(w.contains("9f9f  -      -         -     -"), "a host no rollout names: {w}");
     }
 
     #[test]
@@ -470,6 +484,13 @@ mod tests {
                              "openedAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:58:00Z"})];
         assert_eq!(render_rollouts(now(), &r, false), "ROLLOUT     CHANNEL  STATE   AGE  CHANGED\ngpu@c0ffee  gpu      Active  60m  2m\n");
         assert!(render_rollouts(now(), &r, true).contains("MANIFEST-SHA256"));
+        let skipped =
+            vec![json!({"rolloutId": "gpu@c0ffee", "channel": "gpu", "state": "Converged", "hosts": {"Converged": 8, "Skipped": 2},
+                                   "openedAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:58:00Z"})];
+        assert!(
+            render_rollouts(now(), &skipped, false).contains("gpu@c0ffee  gpu      Converged (2 skipped)  60m"),
+            "a rollout that skipped hosts says so"
+        );
         let t = vec![json!({"taskId": "t1", "hostId": "h1", "type": "node.gpu_scrub", "state": "completed", "attempts": 1,
                              "createdAt": "2025-01-01T00:59:00Z", "result": {"outcome": "succeeded"}})];
         let names = BTreeMap::from([("h1".to_owned(), "gpu-a-01".to_owned())]);

@@ -146,9 +146,9 @@ enum Command {
     Explain(Box<explain::ExplainArgs>),
     /// The coordinator's audit log of operator actions: who, what, on what, why (admin or viewer).
     Audit(Box<audit::AuditArgs>),
-    /// Enrollment tokens: list (host, created, expires, used; never the token itself).
+    /// Enrollment tokens: list (id, host, state, created, expires, used; never the token itself), revoke.
     Tokens(Box<tokens::TokensArgs>),
-    /// Stored releases: list (version, signed at, artifacts).
+    /// Stored releases: list (version, signed at, publisher, rollouts, channels, artifacts).
     Releases(Box<releases::ReleasesArgs>),
     /// Operator certificates: list them, revoke one by serial (admin).
     OperatorCert(Box<operator_certs::OperatorCertArgs>),

@@ -1,6 +1,7 @@
 //! `drover releases list [-o table|wide|json]`: the releases the coordinator stores, `GET
-//! /v1/releases` (admin or viewer), newest first: version, when CI signed it and how many
-//! artifacts it carries (`wide` lists their paths).
+//! /v1/releases` (admin or viewer), newest first: version, when CI signed it, who published it
+//! (from the audit log; `-` where it holds no record), how many rollouts it opened and on
+//! which channels, and how many artifacts it carries (`wide` lists their paths).
 
 use clap::{Args, Subcommand};
 use serde_json::Value;
@@ -20,7 +21,7 @@ pub struct ReleasesArgs {
 /// The `drover releases` verbs.
 #[derive(Subcommand)]
 enum ReleasesCommand {
-    /// List stored releases, newest first: version, signed at, artifacts.
+    /// List stored releases, newest first: version, signed at, publisher, rollouts, channels, artifacts.
     List(ListArgs),
 }
 
@@ -50,15 +51,24 @@ pub fn run(args: &ReleasesArgs) -> Result<(), CliError> {
 
 /// The releases table.
 fn render(releases: &[Value], wide: bool) -> String {
-    let header = if wide { vec!["VERSION", "SIGNED", "ARTIFACTS", "PATHS"] } else { vec!["VERSION", "SIGNED", "ARTIFACTS"] };
+    let mut header = vec!["VERSION", "SIGNED", "PUBLISHER", "ROLLOUTS", "CHANNELS", "ARTIFACTS"];
+    if wide {
+        header.push("PATHS");
+    }
+    let strings = |r: &Value, key: &str| -> Vec<String> {
+        r.get(key).and_then(Value::as_array).map(|p| p.iter().filter_map(Value::as_str).map(str::to_owned).collect()).unwrap_or_default()
+    };
     let rows: Vec<Vec<String>> = releases
         .iter()
         .map(|r| {
-            let paths: Vec<&str> =
-                r.get("paths").and_then(Value::as_array).map(|p| p.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+            let paths = strings(r, "paths");
+            let channels = strings(r, "channels");
             let mut row = vec![
                 r.get("version").and_then(Value::as_u64).map_or_else(|| "-".to_owned(), |v| v.to_string()),
                 clean(dash(field(r, "signedAt")), 40),
+                clean(dash(field(r, "publisher")), 64),
+                r.get("rollouts").and_then(Value::as_u64).map_or_else(|| "-".to_owned(), |n| n.to_string()),
+                clean(dash(&channels.join(",")), 200),
                 paths.len().to_string(),
             ];
             if wide {
@@ -68,4 +78,29 @@ fn render(releases: &[Value], wide: bool) -> String {
         })
         .collect();
     table(&header, &rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn releases_render_publisher_rollouts_and_channels() {
+        let releases = vec![
+            json!({"version": 7, "signedAt": "2030-01-02T00:00:00Z", "paths": ["a", "b"], "publisher": "ci-bot",
+                   "channels": ["canary", "prod"], "rollouts": 2}),
+            json!({"version": 6, "signedAt": "2030-01-01T00:00:00Z", "paths": ["a"], "publisher": null,
+                   "channels": [], "rollouts": 0}),
+            json!({"version": 5, "signedAt": "2029-12-31T00:00:00Z", "paths": [], "publisher": "evil\u{1b}[2J"}),
+        ];
+        let t = super::render(&releases, false);
+        let lines: Vec<Vec<&str>> = t.lines().map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(lines[0], ["VERSION", "SIGNED", "PUBLISHER", "ROLLOUTS", "CHANNELS", "ARTIFACTS"], "{t}");
+        assert_eq!(lines[1], ["7", "2030-01-02T00:00:00Z", "ci-bot", "2", "canary,prod", "2"], "{t}");
+        assert_eq!(lines[2], ["6", "2030-01-01T00:00:00Z", "-", "0", "-", "1"], "{t}");
+        // An answer from an older coordinator (no rollouts) and a hostile name: dashes, no escapes.
+        assert_eq!(lines[3][lines[3].len() - 3..], ["-", "-", "0"], "{t}");
+        assert!(!t.contains('\u{1b}'), "{t}");
+        assert!(super::render(&releases, true).lines().nth(1).unwrap().ends_with("a,b"));
+    }
 }

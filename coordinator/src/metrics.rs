@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use drover_proto::states::{HostLifecycle, RolloutState};
@@ -50,6 +50,8 @@ pub struct Metrics {
     /// with the version they last checked in with: one `host.version_skew` event per host and
     /// version, and the gauge of how many there are now.
     skewed_agents: Mutex<BTreeMap<uuid::Uuid, String>>,
+    /// How many entries `skewed_agents` holds, written under its lock, read without it.
+    any_skewed: AtomicUsize,
 }
 
 /// What the metrics keep of a site's reconciler passes.
@@ -81,15 +83,22 @@ impl Metrics {
     /// [`drover_proto::version::agent_is_skewed`]) and was not already known skewed at that
     /// version, i.e. when an event is due. A host back within range leaves the gauge.
     pub fn note_agent_version(&self, host: uuid::Uuid, version: &str) -> bool {
+        let is_skewed = drover_proto::version::agent_is_skewed(drover_proto::version::VERSION, version);
+        // Every check-in passes here: in the usual fleet (no agent skewed) it takes no lock.
+        if !is_skewed && self.any_skewed.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
         let mut skewed = self.skewed_agents.lock().unwrap_or_else(|e| e.into_inner());
-        if !drover_proto::version::agent_is_skewed(drover_proto::version::VERSION, version) {
+        if !is_skewed {
             skewed.remove(&host);
+            self.any_skewed.store(skewed.len(), Ordering::Relaxed);
             return false;
         }
         if skewed.get(&host).is_some_and(|v| v == version) {
             return false;
         }
         skewed.insert(host, version.to_owned());
+        self.any_skewed.store(skewed.len(), Ordering::Relaxed);
         true
     }
 

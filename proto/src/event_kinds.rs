@@ -24,6 +24,7 @@ pub const KINDS: &[&str] = &[
     "host.force_release",
     "host.placed",
     "host.schedulable",
+    "host.token_revoked",
     "host.token_used",
     "host.transition",
     "host.version_skew",

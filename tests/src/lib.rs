@@ -84,6 +84,11 @@ pub fn ci_trust_json() -> Vec<u8> {
     drover_proto::canonical::to_vec_of(&doc).expect("canonical")
 }
 
+/// A finished command's stdout and stderr, labelled, for a failing assertion's message.
+pub fn output_text(out: &std::process::Output) -> String {
+    format!("stdout: {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
 /// A binary of this workspace's build: next to the test executable's `deps/` directory, or
 /// beside the running binary (`drover-bench` in `target/release/`); never older than its
 /// sources: built first under cargo, refused outside it ([`binaries::fresh_binary`]).

@@ -100,9 +100,7 @@ async fn bootstrap(h: &Harness, command: &str, root: &Path, bin: &Path) -> Outpu
     run_bootstrap(h, command, bin, vec![("DROVER_BOOTSTRAP_ROOT".to_owned(), root.display().to_string())]).await
 }
 
-fn text(out: &Output) -> String {
-    format!("stdout: {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
+use drover_tests::output_text as text;
 
 async fn host_state(h: &Harness, id: &str) -> String {
     h.get_json(&format!("/v1/hosts/{id}")).await["state"].as_str().unwrap_or_default().to_owned()

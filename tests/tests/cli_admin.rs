@@ -1,7 +1,6 @@
-//! The operator's administrative reads of `drover` as an operator types them — `audit` and
-//! `tokens list` — the real binary against a real coordinator over mutual TLS.
-
-use std::process::Output;
+//! The operator's administrative reads of `drover` as an operator types them — `audit`,
+//! `tokens list`, `releases list`, `operator-cert` — the real binary against a real
+//! coordinator over mutual TLS.
 
 use drover_coordinator::app::Clock as _;
 use drover_proto::keys::KeySigner;
@@ -15,9 +14,7 @@ use ed25519_dalek::SigningKey;
 use serde_json::Value;
 use uuid::Uuid;
 
-fn text(out: &Output) -> String {
-    format!("stdout: {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
+use drover_tests::output_text as text;
 
 /// Runs `drover args` as `creds`; it must succeed. Its stdout.
 async fn ok(h: &Harness, creds: &(std::path::PathBuf, std::path::PathBuf), args: &[&str]) -> String {
@@ -81,7 +78,7 @@ async fn tokens_list_shows_an_enrollment_token_but_never_its_secret() {
     assert!(token.len() >= 16, "a real token: {token}");
 
     let table = ok(&h, &h.viewer, &["tokens", "list"]).await;
-    assert!(table.starts_with("HOST") && table.contains("gpu-08") && table.contains("pending"), "{table}");
+    assert!(table.starts_with("ID") && table.contains("gpu-08") && table.contains("pending"), "{table}");
     let wide = ok(&h, &h.viewer, &["tokens", "list", "--host", "gpu-08", "-o", "wide"]).await;
     assert!(wide.contains(&id.to_string()), "{wide}");
     let json = ok(&h, &h.admin, &["tokens", "list", "--host", &id.to_string(), "-o", "json"]).await;
@@ -111,18 +108,46 @@ async fn releases_list_shows_a_published_release() {
     let body = serde_json::to_string(&PublishRequest::from_files(&files, None).expect("utf-8")).expect("json");
     let (code, answer) = h.call(Some(&h.admin), "POST", "/v1/releases", Some(&body)).await;
     assert_eq!(code, "201", "{answer}");
+    // The rollouts the release carries, and their channels (`channel@ref`), as publishing said.
+    let carried: Vec<String> = serde_json::from_str::<Value>(&answer).expect("json")["rollouts"]
+        .as_array()
+        .expect("rollouts")
+        .iter()
+        .map(|r| r.as_str().expect("rollout id").to_owned())
+        .collect();
+    let mut channels: Vec<&str> = carried.iter().map(|r| r.split_once('@').expect("channel@ref").0).collect();
+    channels.sort_unstable();
+    channels.dedup();
+    assert!(!carried.is_empty(), "{answer}");
+    // The planner opens them: bounded, one tick a round.
+    let app = h.running.app.clone();
+    for round in 0.. {
+        assert!(round < 50, "the release's rollouts did not open: {:?}", app.store.list_rollouts(&Default::default()));
+        if app.store.list_rollouts(&Default::default()).expect("rollouts").len() == carried.len() {
+            break;
+        }
+        app.executor.tick_now(&app).await.expect("tick");
+    }
 
     let table = ok(&h, &h.viewer, &["releases", "list"]).await;
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 2, "{table}");
-    assert!(lines[0].starts_with("VERSION"), "{table}");
-    assert!(lines[1].starts_with('3'), "{table}");
+    let cells: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(lines[0].split_whitespace().collect::<Vec<_>>(), ["VERSION", "SIGNED", "PUBLISHER", "ROLLOUTS", "CHANNELS", "ARTIFACTS"]);
+    // Published by alice (the admin), the rollouts it opened and their channels.
+    assert_eq!(cells[..1], ["3"], "{table}");
+    assert_eq!(cells[2..5], ["alice", carried.len().to_string().as_str(), channels.join(",").as_str()], "{table}");
     let json = ok(&h, &h.viewer, &["releases", "list", "-o", "json"]).await;
     let releases: Vec<Value> = serde_json::from_str(&json).expect("json array");
     assert_eq!(releases.len(), 1, "{json}");
     assert_eq!(releases[0]["version"], 3);
+    assert_eq!(
+        (releases[0]["publisher"].as_str(), releases[0]["rollouts"].as_u64()),
+        (Some("alice"), Some(carried.len() as u64)),
+        "{json}"
+    );
     let paths = releases[0]["paths"].as_array().expect("paths");
-    assert!(!paths.is_empty() && lines[1].contains(&paths.len().to_string()), "{table}");
+    assert!(!paths.is_empty() && cells[5] == paths.len().to_string(), "{table}");
 }
 
 /// `drover-coordinator operator-cert` beside the running coordinator (its store is shared):

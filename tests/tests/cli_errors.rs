@@ -4,7 +4,6 @@
 //! named with their file and exit 77 (EX_NOPERM), not "cannot reach the coordinator" (69).
 
 use std::path::{Path, PathBuf};
-use std::process::Output;
 
 use drover_coordinator::identity::Role;
 use drover_coordinator::pki::San;
@@ -12,9 +11,7 @@ use drover_coordinator::state_dir::StateDir;
 use drover_proto::time::Time;
 use drover_tests::{Harness, wall_now, workspace_binary};
 
-fn text(out: &Output) -> String {
-    format!("stdout: {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
+use drover_tests::output_text as text;
 
 /// `drover get hosts` against `h` with these credentials, as typed; it must exit 77 with
 /// nothing on stdout. Its stderr.

@@ -4,7 +4,7 @@
 //! history.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -13,9 +13,7 @@ use drover_proto::states::HostLifecycle;
 use drover_tests::{Harness, workspace_binary};
 use serde_json::Value;
 
-fn text(out: &Output) -> String {
-    format!("stdout: {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
+use drover_tests::output_text as text;
 
 /// Creates `name` and makes it active: two `host.transition` events.
 fn activate(h: &Harness, name: &str) {

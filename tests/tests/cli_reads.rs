@@ -4,7 +4,6 @@
 //! and the one key (`hostId`) a host's id is read by in every operator answer.
 
 use std::collections::BTreeSet;
-use std::process::Output;
 
 use drover_coordinator::app::Clock as _;
 use drover_proto::keys::KeySigner;
@@ -19,9 +18,7 @@ use serde_json::Value;
 
 const FLEET: &[u8] = include_bytes!("../../examples/fleet.json");
 
-fn text(out: &Output) -> String {
-    format!("stdout: {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
+use drover_tests::output_text as text;
 
 /// Runs `drover args` as the admin; it must succeed. Its stdout.
 async fn ok(h: &Harness, args: &[&str]) -> String {

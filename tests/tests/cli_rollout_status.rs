@@ -5,7 +5,6 @@
 //! `-o json` stays the coordinator's answer.
 
 use std::collections::BTreeMap;
-use std::process::Output;
 
 use drover_coordinator::app::Clock as _;
 use drover_proto::keys::KeySigner;
@@ -21,9 +20,7 @@ use serde_json::Value;
 
 const FLEET: &[u8] = include_bytes!("../../examples/fleet.json");
 
-fn text(out: &Output) -> String {
-    format!("stdout: {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
+use drover_tests::output_text as text;
 
 /// Runs `drover args` as the admin; it must succeed. Its stdout.
 async fn ok(h: &Harness, args: &[&str]) -> String {
@@ -90,6 +87,32 @@ async fn rollout_status_prints_a_table_that_counts_skipped_hosts() {
     assert!(wide.lines().next().expect("header").ends_with("CHANGED  HOST-STATES"), "{wide}");
     let counts = format!("Converged={},Skipped=1", state("Converged"));
     assert!(wide.lines().nth(1).expect("row").ends_with(&counts), "want {counts:?}\n{wide}");
+
+    // Every other view of the rollout says so too: the listing (from the API's per-state
+    // counts), the description, and each host's channel and wave in `get hosts -o wide`.
+    let listed = ok(&h, &["get", "rollouts"]).await;
+    assert!(listed.lines().any(|l| l.starts_with(id) && l.contains("Converged (1 skipped)")), "{listed}");
+    let api: Value = serde_json::from_str(&ok(&h, &["get", "rollouts", "-o", "json"]).await).expect("json");
+    let listed_gpu = api.as_array().and_then(|a| a.iter().find(|r| r["rolloutId"] == id)).expect("listed");
+    assert_eq!(listed_gpu["hosts"]["Skipped"], 1, "{api}");
+    let described = ok(&h, &["describe", "rollout", id]).await;
+    assert!(described.contains("State:         Converged (1 skipped)\n"), "{described}");
+    let wave_of = |name: &str| hosts.iter().find(|x| x["hostname"] == name).and_then(|x| x["waveIndex"].as_u64());
+    let listed: Value = serde_json::from_str(&ok(&h, &["get", "hosts", "-o", "json"]).await).expect("json");
+    let wide_hosts = ok(&h, &["get", "hosts", "-o", "wide"]).await;
+    let header = wide_hosts.lines().next().expect("header");
+    let column = |row: &str, name: &str| row[header.find(name).expect(name)..].split_whitespace().next().unwrap_or_default().to_owned();
+    let mut checked = 0;
+    for host in listed.as_array().expect("hosts") {
+        let name = host["hostname"].as_str().expect("hostname");
+        let Some(wave) = wave_of(name) else { continue }; // another channel's host
+        checked += 1;
+        assert_eq!((host["channel"].as_str(), host["wave"].as_u64()), (Some("gpu"), Some(wave)), "{host}");
+        assert_eq!(host["rolloutId"], id, "{host}");
+        let row = wide_hosts.lines().find(|l| l.starts_with(&format!("{name} "))).expect("row");
+        assert_eq!((column(row, "CHANNEL"), column(row, "WAVE")), ("gpu".to_owned(), wave.to_string()), "{wide_hosts}");
+    }
+    assert_eq!(checked, hosts.len(), "every host of the rollout is listed with its channel and wave");
 
     // An output format for an action is refused, not ignored.
     let out = h.drover_as(&h.admin, &["rollout", "halt", "gpu", "--reason", "x", "-o", "json"]).await;

@@ -1,16 +1,14 @@
 //! `drover version` against a real coordinator (`GET /v1/version` over mutual TLS), and the
 //! coordinator's agent-skew event and metric from real check-ins (`POST /v1/agent/checkin`).
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 use drover_coordinator::app::Clock as _;
 use drover_proto::states::HostLifecycle;
 use drover_tests::{Harness, workspace_binary};
 use serde_json::Value;
 
-fn text(out: &Output) -> String {
-    format!("stdout: {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
+use drover_tests::output_text as text;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 

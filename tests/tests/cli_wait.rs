@@ -6,7 +6,6 @@
 //! starts nothing; a job action with `--wait` returns once the job is finished.
 
 use std::path::{Path, PathBuf};
-use std::process::Output;
 use std::time::{Duration, Instant};
 
 use drover_coordinator::app::Clock as _;
@@ -21,9 +20,7 @@ use ed25519_dalek::SigningKey;
 
 const FLEET: &[u8] = include_bytes!("../../examples/fleet.json");
 
-fn text(out: &Output) -> String {
-    format!("stdout: {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
+use drover_tests::output_text as text;
 
 /// The example fleet's hosts as healthy simulated agents, checked in once.
 async fn fleet() -> (Harness, Vec<SimAgent>) {
@@ -167,11 +164,24 @@ async fn a_full_decommission_asks_first_and_a_dry_run_starts_nothing() {
     let out = h.drover_as(&h.admin, &["decommission", "gpu-wait-01", "--mode", "full", "--dry-run", "--reason", "end of life"]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(stdout.contains("would start a full decommission of gpu-wait-01"), "{stdout}");
+    assert!(stdout.contains("would start a full_decommission job on gpu-wait-01"), "{stdout}");
     assert!(stdout.contains("1. cordon") && stdout.contains("nothing was started"), "{stdout}");
+    assert!(stdout.contains("maas_workflow (nothing to do: the host has no MAAS binding)"), "{stdout}");
     assert_eq!(jobs(), 0, "a dry run starts no job");
+    let audits = || h.running.app.store.list_audit(&Default::default()).expect("audit").len();
+    let audited = audits();
     let state = h.get_json("/v1/hosts").await["items"][0]["state"].as_str().expect("state").to_owned();
     assert!(stdout.contains(&format!("now {state}\n")), "the host's state as the coordinator has it: {stdout}");
+
+    // The coordinator's own checks answer a dry run: a host another job holds is refused
+    // the way the real request would be, and still nothing is written.
+    let held = h.drover_as(&h.admin, &["decommission", "gpu-wait-01", "--mode", "soft-reset", "--reason", "turnover"]).await;
+    assert_eq!(held.status.code(), Some(0), "{}", text(&held));
+    let audited = audited + 1;
+    let out = h.drover_as(&h.admin, &["decommission", "gpu-wait-01", "--mode", "full", "--dry-run", "--reason", "end of life"]).await;
+    assert_eq!(out.status.code(), Some(65), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("held by job"), "{}", text(&out));
+    assert_eq!((jobs(), audits()), (1, audited), "a refused dry run writes nothing");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

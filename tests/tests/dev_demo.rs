@@ -36,7 +36,7 @@ fn drover_dev_rolls_out_resets_a_host_serves_and_cleans_up() {
     let tmp = tempfile::tempdir().expect("tmp");
     let mut demo = Demo(
         Command::new(workspace_binary("drover"))
-            .args(["dev", "--agents", "3", "--soak-secs", "1"])
+            .args(["dev", "--soak-secs", "1", "--next-soak-secs", "5"])
             .env("TMPDIR", tmp.path())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -69,16 +69,19 @@ fn drover_dev_rolls_out_resets_a_host_serves_and_cleans_up() {
         "coordinator listening on https://127.0.0.1:",
         "dev-01   enrolled via bootstrap.sh + curl",
         "(confined: ok)",
-        "3 agents active",
+        "5 agents active",
         "every host switched to its new closure and passed node-check",
-        "soft_reset of dev-03 completed",
+        "soft_reset of dev-05 completed",
         "cordon → drain → revoke_users → cleanup_storage → scrub_gpu → validate_clean → uncordon",
+        "release 2 (demo0003) signed and published, left rolling",
     ] {
         assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
     }
-    // Every host on the new generation, active, schedulable again after the reset.
-    for host in ["dev-01", "dev-02", "dev-03"] {
-        let row = out.iter().find(|l| l.starts_with(host) && l.contains("-g2")).unwrap_or_else(|| panic!("{host} row in:\n{text}"));
+    // Every host on the demo release's generation (or already on the second's), active,
+    // schedulable again after the reset.
+    for host in ["dev-01", "dev-02", "dev-03", "dev-04", "dev-05"] {
+        let on_new = |l: &String| l.contains(&format!("{host}-g2")) || l.contains(&format!("{host}-g3"));
+        let row = out.iter().find(|l| l.starts_with(host) && on_new(l)).unwrap_or_else(|| panic!("{host} row in:\n{text}"));
         assert!(row.contains(" active ") && row.contains(" yes "), "{row}");
     }
 
@@ -88,11 +91,11 @@ fn drover_dev_rolls_out_resets_a_host_serves_and_cleans_up() {
         .filter_map(|l| l.trim().strip_prefix("export "))
         .flat_map(|l| l.split(' ').filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_owned(), v.to_owned())))
         .collect();
-    assert_eq!(env.len(), 4, "{text}");
+    assert_eq!(env.len(), 5, "{text}");
     let hosts = drover(&env, &["get", "hosts", "-o", "json"]);
     assert!(hosts.status.success(), "{}", String::from_utf8_lossy(&hosts.stderr));
     let hosts: serde_json::Value = serde_json::from_slice(&hosts.stdout).expect("json");
-    assert_eq!(hosts.as_array().map(Vec::len), Some(3), "{hosts}");
+    assert_eq!(hosts.as_array().map(Vec::len), Some(5), "{hosts}");
     let rollout = drover(&env, &["describe", "rollout", "training@demo0002"]);
     assert!(rollout.status.success(), "{}", String::from_utf8_lossy(&rollout.stderr));
     assert!(String::from_utf8_lossy(&rollout.stdout).contains("Converged"), "{}", String::from_utf8_lossy(&rollout.stdout));
@@ -158,20 +161,20 @@ fn words(line: &str) -> Vec<String> {
     out
 }
 
-/// Every command of the README's operator cheat-sheet, run against the demo: the reads must
-/// succeed; the actions must reach the coordinator (no usage or credential error) — on this
-/// finished demo the coordinator may refuse them as illegal, which is its answer, not a typo.
+/// Every command of the README's operator cheat-sheet, run as written, in its order, against
+/// the serving demo (`$DROVER_DEV_DIR` expanded as a shell would, `JOB_ID` the demo's soft
+/// reset): each must succeed — halting and resuming the second release while it rolls,
+/// watching it to the end, a soft reset and a maintenance request that pass, signing and
+/// publishing another release from the kept fleet spec.
 fn cheat_sheet_runs_against(env: &[(String, String)]) {
     let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).expect("README");
     let section = readme.split("## Operator cheat-sheet").nth(1).expect("cheat-sheet section");
     let block = section.split("```sh").nth(1).and_then(|b| b.split("```").next()).expect("its sh block");
-    let hosts = drover(env, &["get", "hosts", "-o", "json"]);
-    let hosts: serde_json::Value = serde_json::from_slice(&hosts.stdout).expect("hosts json");
-    let host_id = hosts[0]["id"].as_str().expect("id").to_owned();
     let jobs = drover(env, &["get", "jobs", "-o", "json"]);
     let jobs: serde_json::Value = serde_json::from_slice(&jobs.stdout).expect("jobs json");
     let job_id = jobs[0]["jobId"].as_str().expect("job id").to_owned();
-    let mut ran = 0;
+    let dev_dir = env.iter().find(|(k, _)| k == "DROVER_DEV_DIR").map(|(_, v)| v.clone()).expect("DROVER_DEV_DIR exported");
+    let mut ran = Vec::new();
     for line in block.lines() {
         for command in line.split(';') {
             let mut w = words(command);
@@ -180,22 +183,37 @@ fn cheat_sheet_runs_against(env: &[(String, String)]) {
             }
             assert_eq!(w[0], "drover", "{command}");
             for word in &mut w {
-                *word = word.replace("HOST_ID", &host_id).replace("JOB_ID", &job_id).replace("dev-05", "dev-03");
+                *word = word.replace("JOB_ID", &job_id).replace("$DROVER_DEV_DIR", &dev_dir);
             }
             let args: Vec<&str> = w[1..].iter().map(String::as_str).collect();
             if args.contains(&"--follow") {
                 continue; // exercised with a bounded wait in operator_cli.rs
             }
             let out = drover(env, &args);
-            let why = format!("{command}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-            match args[0] {
-                "get" | "describe" | "explain" => assert!(out.status.success(), "{why}"),
-                _ => assert!(!matches!(out.status.code(), Some(64 | 77) | None), "{why}"),
+            let why =
+                format!("{command}: {}\n{}{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            assert!(out.status.success(), "{why}");
+            if args.starts_with(&["rollout", "status"]) {
+                assert!(String::from_utf8_lossy(&out.stdout).contains("Halted"), "the halted rollout: {why}");
             }
-            ran += 1;
+            ran.push(args.join(" "));
         }
     }
-    assert!(ran >= 12, "only {ran} cheat-sheet commands found");
+    assert!(ran.len() >= 16, "only {} cheat-sheet commands found: {ran:?}", ran.len());
+    for verb in ["rollout halt", "rollout resume", "release publish", "maintenance request"] {
+        assert!(ran.iter().any(|c| c.starts_with(verb)), "the cheat-sheet lost `{verb}`: {ran:?}");
+    }
+    // The rollouts the last line published converged: the kept spec signs a working release.
+    let rollouts = drover(env, &["get", "rollouts", "-o", "json"]);
+    let rollouts: serde_json::Value = serde_json::from_slice(&rollouts.stdout).expect("rollouts json");
+    let demo4: Vec<&str> = rollouts
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["rolloutId"].as_str().is_some_and(|id| id.ends_with("@demo0004")))
+        .filter_map(|r| r["state"].as_str())
+        .collect();
+    assert_eq!(demo4, vec!["Converged", "Converged"], "{rollouts}");
 }
 
 /// `drover dev --maas`: the banner prints the fake MAAS's URL and API key; the MAAS hosts are

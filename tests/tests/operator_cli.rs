@@ -22,9 +22,7 @@ use serde_json::{Value, json};
 
 const FLEET: &[u8] = include_bytes!("../../examples/fleet.json");
 
-fn text(out: &Output) -> String {
-    format!("stdout: {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
+use drover_tests::output_text as text;
 
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()

@@ -1,8 +1,6 @@
 //! `drover rollout …` and `drover plan --from-coordinator` as an operator runs them: the real
 //! `drover` binary against a real coordinator over mutual TLS.
 
-use std::process::Output;
-
 use drover_coordinator::app::Clock as _;
 use drover_proto::keys::KeySigner;
 use drover_proto::publish::PublishRequest;
@@ -13,9 +11,7 @@ use drover_proto::states::HostLifecycle;
 use drover_tests::Harness;
 use ed25519_dalek::SigningKey;
 
-fn text(out: &Output) -> String {
-    format!("stdout: {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
+use drover_tests::output_text as text;
 
 /// A published example release with every host online, planned once by the executor:
 /// `infra@c0ffee` Active with infra-01 dispatched, `gpu` deferred behind it.

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use drover_proto::states::{HostLifecycle, JobState};
 use drover_proto::task::StorageScope;
 use drover_proto::time::Time;
@@ -33,7 +34,7 @@ use crate::api::operator::{EventView, QueryParams, parse_uuid};
 use crate::app::AppState;
 use crate::jobs::exec::event;
 use crate::jobs::model::MaasRelease;
-use crate::jobs::model::{StageStatus, recommended_next};
+use crate::jobs::model::{Stage, StageStatus, recommended_next};
 use crate::jobs::{
     ActionOutcome, JobKind, JobView, OperatorAction, Progress, StorageChoice, TaskDirective, TaskObs, act, lifecycle_guard, stages,
 };
@@ -194,6 +195,24 @@ pub struct DecommissionRequest {
     pub profile: Option<String>,
     /// Why (required).
     pub reason: Option<String>,
+    /// Check the request and answer the job it would start (200, [`DryRunView`]) without
+    /// starting it: nothing is written, audited or sent to the host.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// What a dry-run decommission answers: the host as it is now and the stages its job would run.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DryRunView {
+    dry_run: bool,
+    host_id: String,
+    hostname: String,
+    host_state: &'static str,
+    kind: &'static str,
+    /// In order; `maas_workflow` of a full decommission is marked when the host has no MAAS
+    /// binding (it then has nothing to do).
+    stages: Vec<String>,
 }
 
 /// The job a decommission request asks for, and the host states it may start from.
@@ -245,7 +264,7 @@ pub async fn decommission(
     Admin(op): Admin,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<DecommissionRequest>,
-) -> Result<(StatusCode, Json<JobJson>), ApiError> {
+) -> Result<Response, ApiError> {
     let host_id = parse_uuid("host id", &id)?;
     let reason = check_reason(req.reason.as_deref())?;
     let (kind, allowed) = decommission_kind(&req)?;
@@ -258,6 +277,9 @@ pub async fn decommission(
             )));
         }
     }
+    if req.dry_run {
+        return dry_run(&app, host_id, kind, allowed).await.map(IntoResponse::into_response);
+    }
     let now = app.clock.now();
     let new = kind.new_job(host_id, now).map_err(|_| ApiError::internal())?;
     let job_id = new.job_id;
@@ -266,7 +288,39 @@ pub async fn decommission(
     tracing::info!(%job_id, %host_id, kind = kind.name(), operator = %op.name, %reason, "job created");
     app.executor.poke();
     let mut out = with_hostnames(&app, vec![job]).await?;
-    Ok((StatusCode::CREATED, Json(out.remove(0))))
+    Ok((StatusCode::CREATED, Json(out.remove(0))).into_response())
+}
+
+/// A decommission's dry run: the checks a real request passes (the host exists, its state
+/// allows the job, no unfinished job holds it), read in one snapshot, and the stages.
+async fn dry_run(
+    app: &Arc<AppState>,
+    host_id: Uuid,
+    kind: JobKind,
+    allowed: &'static [HostLifecycle],
+) -> Result<Json<DryRunView>, ApiError> {
+    let (host, bound) = store::blocking(app.store.clone(), move |s| {
+        s.check_job_start(host_id, allowed)?;
+        let host = s.get_host(host_id)?.ok_or_else(|| store::StoreError::not_found("host", host_id))?;
+        Ok((host, s.get_maas_binding(host_id)?.is_some()))
+    })
+    .await?;
+    let full = matches!(kind, JobKind::FullDecommission { .. });
+    let stages = stages(&kind)
+        .into_iter()
+        .map(|stage| match stage {
+            Stage::MaasWorkflow if full && !bound => format!("{} (nothing to do: the host has no MAAS binding)", stage.as_str()),
+            _ => stage.as_str().to_owned(),
+        })
+        .collect();
+    Ok(Json(DryRunView {
+        dry_run: true,
+        host_id: host.id.to_string(),
+        hostname: host.hostname,
+        host_state: host.state.as_str(),
+        kind: kind.name(),
+        stages,
+    }))
 }
 
 /// An audit row for a job action.

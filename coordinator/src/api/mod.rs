@@ -19,6 +19,7 @@ pub mod rollouts;
 pub mod site_items;
 pub mod sites;
 pub mod tasks;
+pub mod tokens;
 pub mod version;
 
 use std::sync::Arc;
@@ -44,7 +45,8 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/metrics", get(operator::metrics))
         .route("/v1/hosts", get(operator::list_hosts))
         .route("/v1/hosts/{id}", get(operator::get_host))
-        .route("/v1/tokens", get(operator::list_tokens))
+        .route("/v1/tokens", get(tokens::list))
+        .route("/v1/tokens/{id}/revoke", post(tokens::revoke))
         .route("/v1/releases", get(operator::list_releases))
         .route("/v1/rollouts", get(operator::list_rollouts))
         .route("/v1/events", get(operator::list_events))

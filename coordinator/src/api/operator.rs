@@ -11,6 +11,7 @@
 //! Bad query values (a non-numeric limit, a malformed UUID, an unknown state or an unknown
 //! parameter) are a 400 in the API's error shape, never a silently ignored filter.
 
+use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -33,7 +34,7 @@ use crate::api::auth::Reader;
 use crate::api::error::ApiError;
 use crate::app::AppState;
 use crate::metrics::Snapshot;
-use crate::store::{self, AuditFilter, EventFilter, Host, HostCursor, HostFilter, MAX_PAGE, RolloutFilter, TaskFilter};
+use crate::store::{self, AuditFilter, EventFilter, Host, HostCursor, HostFilter, HostRollout, MAX_PAGE, RolloutFilter, TaskFilter};
 
 /// Page size when the client names none.
 pub const DEFAULT_PAGE: u32 = 100;
@@ -123,6 +124,39 @@ pub struct HostView {
     created_at: Time,
     updated_at: Time,
     last_checkin: Option<CheckinView>,
+    /// Where the host stands in the rollout opened last that names it (null when none does):
+    /// its channel, its wave there, the rollout and its state in it.
+    channel: Option<String>,
+    wave: Option<u32>,
+    rollout_id: Option<String>,
+    rollout_state: Option<&'static str>,
+}
+
+impl HostView {
+    /// Fills the rollout fields from the host's latest rollout row, if it has one.
+    fn placed(mut self, row: Option<&HostRollout>) -> Self {
+        if let Some(r) = row {
+            self.channel = Some(r.rollout_id.channel().to_owned());
+            self.wave = Some(r.wave_index);
+            self.rollout_id = Some(r.rollout_id.as_str().to_owned());
+            self.rollout_state = Some(r.state.as_str());
+        }
+        self
+    }
+}
+
+/// Hosts as views, each with its latest rollout row, read for the whole page at once.
+fn placed_views(s: &dyn store::Store, hosts: Vec<Host>) -> Result<Vec<HostView>, store::StoreError> {
+    let names: Vec<String> = hosts.iter().map(|h| h.hostname.clone()).collect();
+    let rows: std::collections::HashMap<String, HostRollout> =
+        s.latest_host_rollouts(&names)?.into_iter().map(|r| (r.hostname.clone(), r)).collect();
+    Ok(hosts
+        .into_iter()
+        .map(|h| {
+            let row = rows.get(&h.hostname);
+            HostView::from(h).placed(row)
+        })
+        .collect())
 }
 
 impl From<Host> for HostView {
@@ -141,6 +175,10 @@ impl From<Host> for HostView {
                 boot_id: c.boot_id,
                 current_generation: c.current_generation,
             }),
+            channel: None,
+            wave: None,
+            rollout_id: None,
+            rollout_state: None,
         }
     }
 }
@@ -172,9 +210,14 @@ pub async fn list_hosts(
         after: q.after.as_deref().map(decode_host_cursor).transpose()?,
         limit,
     };
-    let hosts = store::blocking(app.store.clone(), move |s| s.list_hosts(&filter)).await?;
-    let next = if hosts.len() as u64 >= u64::from(limit) { hosts.last().map(|h| encode_host_cursor(&HostCursor::after(h))) } else { None };
-    Ok(Json(Page { items: hosts.into_iter().map(HostView::from).collect(), next }))
+    let (items, next) = store::blocking(app.store.clone(), move |s| {
+        let hosts = s.list_hosts(&filter)?;
+        let next =
+            if hosts.len() as u64 >= u64::from(limit) { hosts.last().map(|h| encode_host_cursor(&HostCursor::after(h))) } else { None };
+        Ok((placed_views(s, hosts)?, next))
+    })
+    .await?;
+    Ok(Json(Page { items, next }))
 }
 
 /// A certificate as operators see it (no key material: the CA never had the host's key).
@@ -226,8 +269,14 @@ pub struct HostDetail {
 /// `GET /v1/hosts/{id}`: the host, its last check-in and its certificates.
 pub async fn get_host(State(app): State<Arc<AppState>>, _caller: Reader, Path(id): Path<String>) -> Result<Json<HostDetail>, ApiError> {
     let id = parse_uuid("host id", &id)?;
-    let (host, certs, health) =
-        store::blocking(app.store.clone(), move |s| Ok((s.get_host(id)?, s.list_certs(Some(id))?, s.host_health(id)?))).await?;
+    let (host, certs, health) = store::blocking(app.store.clone(), move |s| {
+        let host = match s.get_host(id)? {
+            Some(h) => placed_views(s, vec![h])?.pop(),
+            None => None,
+        };
+        Ok((host, s.list_certs(Some(id))?, s.host_health(id)?))
+    })
+    .await?;
     let host = host.ok_or_else(|| ApiError::not_found(format!("host {id} not found")))?;
     // Written by this coordinator from a report it checked; one that no longer parses (an
     // older build's shape) is left out rather than failing the read.
@@ -249,66 +298,38 @@ pub async fn get_host(State(app): State<Arc<AppState>>, _caller: Reader, Path(id
             revoked_at: c.revoked.map(|r| r.at),
         })
         .collect();
-    Ok(Json(HostDetail { host: host.into(), certificates, health }))
-}
-
-// ---- tokens --------------------------------------------------------------------------------
-
-/// `GET /v1/tokens` query.
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct TokensQuery {
-    host_id: Option<String>,
-}
-
-/// An enrollment token's record: when it was issued, expires, was used. Never the token or
-/// its hash: neither is needed to manage it, and either would be a credential in a listing.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TokenView {
-    id: String,
-    host_id: String,
-    created_at: Time,
-    expires_at: Time,
-    used_at: Option<Time>,
-}
-
-/// `GET /v1/tokens?hostId=`: tokens, newest first.
-pub async fn list_tokens(
-    State(app): State<Arc<AppState>>,
-    _caller: Reader,
-    QueryParams(q): QueryParams<TokensQuery>,
-) -> Result<Json<Page<TokenView, String>>, ApiError> {
-    let host = q.host_id.as_deref().map(|h| parse_uuid("hostId", h)).transpose()?;
-    let tokens = store::blocking(app.store.clone(), move |s| s.list_tokens(host)).await?;
-    let items = tokens
-        .into_iter()
-        .map(|t| TokenView {
-            id: t.id.to_string(),
-            host_id: t.host_id.to_string(),
-            created_at: t.created_at,
-            expires_at: t.expires_at,
-            used_at: t.used_at,
-        })
-        .collect();
-    Ok(Json(Page { items, next: None }))
+    Ok(Json(HostDetail { host, certificates, health }))
 }
 
 // ---- releases and rollouts -----------------------------------------------------------------
 
-/// A stored release without its bytes.
+/// A stored release without its bytes: who published it (`null` where the audit log holds
+/// no record of it), how many rollouts it opened and on which channels.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReleaseView {
     version: u64,
     signed_at: Time,
     paths: Vec<String>,
+    publisher: Option<String>,
+    channels: Vec<String>,
+    rollouts: u64,
 }
 
 /// `GET /v1/releases`: stored releases, newest first.
 pub async fn list_releases(State(app): State<Arc<AppState>>, _caller: Reader) -> Result<Json<Page<ReleaseView, String>>, ApiError> {
     let releases = store::blocking(app.store.clone(), |s| s.list_releases()).await?;
-    let items = releases.into_iter().map(|r| ReleaseView { version: r.version, signed_at: r.signed_at, paths: r.paths }).collect();
+    let items = releases
+        .into_iter()
+        .map(|r| ReleaseView {
+            version: r.version,
+            signed_at: r.signed_at,
+            paths: r.paths,
+            publisher: r.publisher,
+            channels: r.channels,
+            rollouts: r.rollouts,
+        })
+        .collect();
     Ok(Json(Page { items, next: None }))
 }
 
@@ -330,6 +351,9 @@ pub struct RolloutView {
     manifest_sha256: String,
     opened_at: Time,
     updated_at: Time,
+    /// Hosts per state in this rollout (`{"Converged": 8, "Skipped": 2}`), so a listing can
+    /// say a converged rollout went without some of its hosts.
+    hosts: BTreeMap<&'static str, u64>,
 }
 
 /// `GET /v1/rollouts?state=&channel=`: rollouts by opening time.
@@ -339,10 +363,20 @@ pub async fn list_rollouts(
     QueryParams(q): QueryParams<RolloutsQuery>,
 ) -> Result<Json<Page<RolloutView, String>>, ApiError> {
     let filter = RolloutFilter { state: parse_opt::<RolloutState>("state", q.state.as_deref())?, channel: q.channel };
-    let rollouts = store::blocking(app.store.clone(), move |s| s.list_rollouts(&filter)).await?;
+    let (rollouts, counts) = store::blocking(app.store.clone(), move |s| {
+        let rollouts = s.list_rollouts(&filter)?;
+        let ids: Vec<RolloutId> = rollouts.iter().map(|r| r.rollout_id.clone()).collect();
+        Ok((rollouts, s.host_rollout_counts(&ids)?))
+    })
+    .await?;
+    let mut hosts: BTreeMap<String, BTreeMap<&'static str, u64>> = BTreeMap::new();
+    for (id, state, n) in counts {
+        hosts.entry(id.as_str().to_owned()).or_default().insert(state.as_str(), n);
+    }
     let items = rollouts
         .into_iter()
         .map(|r| RolloutView {
+            hosts: hosts.remove(r.rollout_id.as_str()).unwrap_or_default(),
             rollout_id: r.rollout_id.to_string(),
             channel: r.channel,
             state: r.state.as_str(),

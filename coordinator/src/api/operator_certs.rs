@@ -94,10 +94,8 @@ pub async fn revoke(
     }
     let reason = check_reason(body.reason.as_deref())?;
     let lookup = serial.clone();
-    let found = store::blocking(app.store.clone(), move |s| s.list_certs(None))
+    let found = store::blocking(app.store.clone(), move |s| s.get_cert(&lookup))
         .await?
-        .into_iter()
-        .find(|c| c.cert.serial == lookup)
         .ok_or_else(|| ApiError::not_found(format!("no certificate with serial {serial}")))?;
     if found.cert.kind != CertKind::Operator {
         return Err(ApiError::bad_request(format!(
@@ -136,10 +134,8 @@ pub async fn revoke(
     })?;
     tracing::info!(%serial, operator = %op.name, "operator certificate revoked");
     let lookup = serial.clone();
-    let after = store::blocking(app.store.clone(), move |s| s.list_certs(None))
+    let after = store::blocking(app.store.clone(), move |s| s.get_cert(&lookup))
         .await?
-        .into_iter()
-        .find(|c| c.cert.serial == lookup)
         .ok_or_else(|| ApiError::not_found(format!("no certificate with serial {serial}")))?;
     Ok(Json(view(after)))
 }

@@ -137,7 +137,7 @@ pub async fn publish_release(app: &Arc<AppState>, files: ReleaseFiles, actor: Ac
             at: now,
             actor: audit_actor.name.clone(),
             role: audit_actor.role.clone(),
-            action: "release.publish".to_owned(),
+            action: store::RELEASE_PUBLISH_ACTION.to_owned(),
             target: version.to_string(),
             reason,
             prior_state: prior.map(|v| format!("release version {v}")),

@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 use drover_proto::names::RolloutId;
 use drover_proto::release::ReleaseFiles;
-use drover_proto::states::{HostLifecycle, JobState, RolloutState};
+use drover_proto::states::{HostLifecycle, HostRolloutState, JobState, RolloutState};
 use drover_proto::time::Time;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -203,6 +203,10 @@ pub fn hash_token(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }
 
+/// The audit action a release's publication is recorded under, its target the version:
+/// [`Store::list_releases`] names each release's publisher from it.
+pub const RELEASE_PUBLISH_ACTION: &str = "release.publish";
+
 /// The coordinator's durable state. Synchronous and object-safe: async callers go through
 /// [`blocking`]. Every method is one transaction; the conformance suite (`conformance`)
 /// pins the semantics every backend must share.
@@ -259,6 +263,12 @@ pub trait Store: Send + Sync {
     fn consume_token(&self, token_hash: &str, expected_host: Option<Uuid>, now: Time) -> Result<Uuid, StoreError>;
     /// Tokens (never their hashes), newest first, optionally for one host.
     fn list_tokens(&self, host_id: Option<Uuid>) -> Result<Vec<TokenInfo>, StoreError>;
+    /// Revokes one unused token by its record id, with a `host.token_revoked` event: from
+    /// then on [`Store::consume_token`] refuses it ([`TokenRefusal::Revoked`]). Revoking a
+    /// revoked token changes nothing and answers it as it is (the first revocation stays).
+    /// `NotFound` for an unknown id; `Conflict` for a token already used (its host enrolled:
+    /// that host's certificate is what to revoke).
+    fn revoke_token(&self, id: Uuid, at: Time) -> Result<TokenInfo, StoreError>;
 
     // ---- certificates ------------------------------------------------------------------
 
@@ -316,7 +326,8 @@ pub trait Store: Send + Sync {
     fn latest_release_version(&self) -> Result<Option<u64>, StoreError>;
     /// One release.
     fn get_release(&self, version: u64) -> Result<Option<Release>, StoreError>;
-    /// Every release without its bytes, newest first.
+    /// Every release without its bytes, newest first, each with its publisher, the rollouts
+    /// it opened and their channels (one read for the whole listing).
     fn list_releases(&self) -> Result<Vec<ReleaseSummary>, StoreError>;
     /// A manifest and its signature file, byte-exact.
     fn get_manifest(&self, rollout_id: &RolloutId) -> Result<Option<Manifest>, StoreError>;
@@ -341,6 +352,13 @@ pub trait Store: Send + Sync {
     ) -> Result<Rollout, StoreError>;
     /// Every host with a recorded state in a rollout, by wave then hostname.
     fn list_host_rollouts(&self, rollout_id: &RolloutId) -> Result<Vec<HostRollout>, StoreError>;
+    /// For each of these hostnames that any rollout names, its row in the most recently opened
+    /// such rollout (its channel, wave and state there), in one read: what a host listing
+    /// shows beside each host. Hostnames no rollout names are absent from the answer.
+    fn latest_host_rollouts(&self, hostnames: &[String]) -> Result<Vec<HostRollout>, StoreError>;
+    /// How many hosts each of these rollouts holds in each state, in one read (a rollout
+    /// listing's `Converged (2 skipped)`); states with no host are absent.
+    fn host_rollout_counts(&self, rollout_ids: &[RolloutId]) -> Result<Vec<(RolloutId, HostRolloutState, u64)>, StoreError>;
 
     // ---- the rollout executor ----------------------------------------------------------
 
@@ -405,6 +423,9 @@ pub trait Store: Send + Sync {
     /// [`Store::create_job`] and `audits`. Retrying with a job already stored answers as
     /// [`Store::create_job`] does and writes nothing.
     fn create_job_checked(&self, new: &NewJob, allowed: &[HostLifecycle], audits: &[NewAudit]) -> Result<Job, StoreError>;
+    /// The checks of [`Store::create_job_checked`] on `host_id` alone, writing nothing: what a
+    /// dry run answers (the same `NotFound` and `Conflict`s a real request would get now).
+    fn check_job_start(&self, host_id: Uuid, allowed: &[HostLifecycle]) -> Result<(), StoreError>;
     /// One job.
     fn get_job(&self, job_id: Uuid) -> Result<Option<Job>, StoreError>;
     /// Compare-and-set `from -> to` on a legal transition, with a `job.transition` event.

@@ -93,6 +93,8 @@ pub struct TokenInfo {
     pub expires_at: Time,
     /// When it was consumed, if it was.
     pub used_at: Option<Time>,
+    /// When an operator revoked it, if one did ([`Store::revoke_token`](super::Store::revoke_token)).
+    pub revoked_at: Option<Time>,
 }
 
 /// Why a token was refused. The server answers all of them alike to the client; the
@@ -111,6 +113,9 @@ pub enum TokenRefusal {
     /// Issued for another host.
     #[error("enrollment token was issued for another host")]
     WrongHost,
+    /// Revoked by an operator before it was used.
+    #[error("enrollment token was revoked")]
+    Revoked,
 }
 
 /// Filter and page for [`Store::list_hosts`](super::Store::list_hosts).
@@ -241,6 +246,14 @@ pub struct ReleaseSummary {
     pub signed_at: Time,
     /// The paths it holds, sorted.
     pub paths: Vec<String>,
+    /// Who published it: the actor of its `release.publish` audit record
+    /// ([`RELEASE_PUBLISH_ACTION`](super::RELEASE_PUBLISH_ACTION)); `None` where none is kept.
+    pub publisher: Option<String>,
+    /// The channels of the rollouts it opened (those whose manifest it was the first release
+    /// to carry), sorted, each once.
+    pub channels: Vec<String>,
+    /// How many rollouts it opened.
+    pub rollouts: u64,
 }
 
 /// A rollout manifest as CI produced it. Its bytes never change under its id.

@@ -430,6 +430,39 @@ pub fn revoking_a_host_ends_its_unused_tokens(make: Factory<'_>) {
     assert_eq!(refusal(s.consume_token(&hash_token("pending"), Some(h.id), t(11))), TokenRefusal::Expired);
 }
 
+/// An operator's revocation ends an unused token for good: enrollment refuses it, the listing
+/// shows when, a repeat keeps the first time, a used token cannot be revoked, and the host's
+/// other tokens are untouched.
+pub fn revoked_token_is_refused(make: Factory<'_>) {
+    let s = make();
+    let h = host_with_token(&*s, "gpu-01", "leaked", 7200);
+    s.create_token(h.id, &token("spare", 7200), t(1)).unwrap();
+    let leaked = s.list_tokens(Some(h.id)).unwrap().into_iter().find(|tk| tk.created_at == t(0)).expect("the first token");
+    assert_eq!(leaked.revoked_at, None);
+    let revoked = s.revoke_token(leaked.id, t(5)).unwrap();
+    assert_eq!(revoked, TokenInfo { revoked_at: Some(t(5)), ..leaked.clone() });
+    assert_eq!(refusal(s.consume_token(&hash_token("leaked"), Some(h.id), t(6))), TokenRefusal::Revoked);
+    assert_eq!(
+        refusal(s.enroll_host(&hash_token("leaked"), h.id, t(6), &mut |_| panic!("issued for a revoked token"))),
+        TokenRefusal::Revoked
+    );
+    assert_eq!(s.get_host(h.id).unwrap().map(|x| x.state), Some(HostLifecycle::BootstrapIssued));
+    assert_eq!(s.revoke_token(leaked.id, t(9)).unwrap().revoked_at, Some(t(5)), "a repeat moved the revocation");
+    let listed = s.list_tokens(Some(h.id)).unwrap();
+    assert_eq!(listed.iter().find(|tk| tk.id == leaked.id).and_then(|tk| tk.revoked_at), Some(t(5)));
+    let events = all_events(&*s).into_iter().filter(|e| e.event.kind == "host.token_revoked").collect::<Vec<_>>();
+    assert_eq!(events.len(), 1, "one event, none for the repeat: {events:?}");
+    assert_eq!(events[0].event.host_id, Some(h.id));
+    assert!(!format!("{events:?}").contains(&hash_token("leaked")), "the event carries the token's hash");
+    // The host's other token still enrolls it; once used it cannot be revoked.
+    assert_eq!(s.consume_token(&hash_token("spare"), Some(h.id), t(10)).unwrap(), h.id);
+    let spare = s.list_tokens(Some(h.id)).unwrap().into_iter().find(|tk| tk.created_at == t(1)).expect("the spare token");
+    assert!(matches!(s.revoke_token(spare.id, t(11)), Err(StoreError::Conflict { .. })));
+    assert_eq!(s.list_tokens(Some(h.id)).unwrap().into_iter().find(|tk| tk.id == spare.id).unwrap().revoked_at, None);
+    let unknown = s.revoke_token(Uuid::new_v4(), t(12));
+    assert!(matches!(&unknown, Err(e) if e.kind() == ErrorKind::NotFound), "{unknown:?}");
+}
+
 /// Unknown tokens are refused; malformed hashes and tokens for deleted hosts are not stored.
 pub fn token_unknown_or_malformed_refused(make: Factory<'_>) {
     let s = make();

@@ -272,9 +272,9 @@ pub fn job_step_failing_host_op_rolls_back_everything(make: Factory<'_>) {
     assert_eq!(world(&*s, job.job.job_id), before);
 }
 
-/// `create_job_checked` refuses a missing host, a host in a state not allowed, and a host an
-/// unfinished job holds — naming that job, its kind and state — and writes nothing; a finished
-/// job holds nothing; a retry returns the stored job.
+/// `create_job_checked` (and `check_job_start`, its checks alone) refuses a missing host, a
+/// host in a state not allowed, and a host an unfinished job holds — naming that job, its kind
+/// and state — and writes nothing; a finished job holds nothing; a retry returns the stored job.
 pub fn job_checked_create_refuses_held_host_naming_the_job(make: Factory<'_>) {
     let s = make();
     let h = active(&*s, "gpu-01");
@@ -284,6 +284,8 @@ pub fn job_checked_create_refuses_held_host_naming_the_job(make: Factory<'_>) {
     let retired = drive(&*s, &active(&*s, "gpu-02"), &[HostLifecycle::Draining, HostLifecycle::Retired]);
     let before = (all_events(&*s).len(), audit_count(&*s), s.list_jobs(&JobFilter::default()).unwrap().len());
     let new = new_job("storage_cleanup", h.id, 3);
+    let dry = s.check_job_start(h.id, &allowed);
+    assert!(matches!(&dry, Err(StoreError::Conflict { message, .. }) if message.contains("held by job")), "{dry:?}");
     let r = s.create_job_checked(&new, &allowed, &[audit("job", 3)]);
     match &r {
         Err(StoreError::Conflict { what: "host", id, message }) => {
@@ -297,11 +299,14 @@ pub fn job_checked_create_refuses_held_host_naming_the_job(make: Factory<'_>) {
     assert!(matches!(ghost, Err(StoreError::NotFound { .. })), "{ghost:?}");
     let r = s.create_job_checked(&new_job("storage_cleanup", retired.id, 3), &allowed, &[]);
     assert!(matches!(&r, Err(StoreError::Conflict { message, .. }) if message.contains("gpu-02") && message.contains("retired")), "{r:?}");
+    assert!(matches!(s.check_job_start(Uuid::new_v4(), &allowed), Err(StoreError::NotFound { .. })));
+    assert!(matches!(s.check_job_start(retired.id, &allowed), Err(StoreError::Conflict { message, .. }) if message.contains("retired")));
     let hostless = s.create_job_checked(&NewJob { host_id: None, ..new.clone() }, &allowed, &[]);
     assert!(matches!(hostless, Err(StoreError::Invalid { .. })), "{hostless:?}");
     assert_eq!(before, (all_events(&*s).len(), audit_count(&*s), s.list_jobs(&JobFilter::default()).unwrap().len()));
 
     s.set_job_state(holder.job.job_id, JobState::Running, JobState::Completed, "done", t(4)).unwrap();
+    s.check_job_start(h.id, &allowed).expect("a finished job holds nothing");
     let job = s.create_job_checked(&new, &allowed, &[audit("job", 5)]).unwrap();
     assert_eq!((job.state, &job.job), (JobState::Pending, &new));
     assert_eq!(audit_count(&*s), before.1 + 1);

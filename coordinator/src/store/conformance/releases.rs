@@ -117,6 +117,63 @@ pub fn manifest_without_signature_refused(make: Factory<'_>) {
     assert_eq!(s.latest_release().unwrap(), None);
 }
 
+fn publish_audit(s: &dyn Store, version: u64, actor: &str, action: &str) {
+    s.append_audit(&NewAudit {
+        at: t(version as i64),
+        actor: actor.into(),
+        role: "publisher".into(),
+        action: action.into(),
+        target: version.to_string(),
+        reason: "suite".into(),
+        prior_state: None,
+        expected_state: None,
+    })
+    .expect("append audit");
+}
+
+fn open(s: &dyn Store, id: &str, manifest: &[u8]) {
+    let new = NewRollout { rollout_id: rid(id), state: RolloutState::Opening, manifest_sha256: sha(manifest), opened_at: t(50) };
+    s.open_rollout(&new).expect("open rollout");
+}
+
+/// The release listing names each release's publisher (from its publish audit record, no
+/// other action's), and counts the rollouts it opened — those whose manifest it was the first
+/// to carry, not one it merely carried again or one not yet opened — with their channels.
+pub fn release_listing_names_publisher_and_opened_rollouts(make: Factory<'_>) {
+    let s = make();
+    s.put_release(1, t(1), &release_with("prod@a1", b"prod-a1", b"sig")).unwrap();
+    // Same target, another action, written first: the publisher is not whoever acted first.
+    publish_audit(&*s, 1, "mallory", "host.quarantine");
+    publish_audit(&*s, 1, "ci-bot", RELEASE_PUBLISH_ACTION);
+    let mut v2 = release_with("prod@a1", b"prod-a1", b"sig");
+    for (path, bytes) in
+        [("rollouts/canary@b2.json", &b"canary-b2"[..]), ("rollouts/prod@b2.json", b"prod-b2"), ("rollouts/train@b2.json", b"train-b2")]
+    {
+        v2.files.insert(path.to_owned(), bytes.to_vec());
+        v2.files.insert(format!("{path}.sig"), b"sig".to_vec());
+    }
+    s.put_release(2, t(2), &v2).unwrap();
+    s.put_release(3, t(3), &files(&[("timestamp.json", b"{}")])).unwrap();
+    publish_audit(&*s, 3, "ci-bot-2", RELEASE_PUBLISH_ACTION);
+    open(&*s, "prod@a1", b"prod-a1");
+    open(&*s, "prod@b2", b"prod-b2");
+    open(&*s, "canary@b2", b"canary-b2");
+    // No release carries this one's manifest: it counts for none.
+    open(&*s, "dev@x9", b"dev-x9");
+    let listed: Vec<(u64, Option<String>, Vec<String>, u64)> =
+        s.list_releases().unwrap().into_iter().map(|r| (r.version, r.publisher, r.channels, r.rollouts)).collect();
+    let strings = |v: &[&str]| v.iter().map(|c| c.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        listed,
+        vec![
+            (3, Some("ci-bot-2".to_owned()), Vec::new(), 0),
+            (2, None, strings(&["canary", "prod"]), 2),
+            (1, Some("ci-bot".to_owned()), strings(&["prod"]), 1),
+        ]
+    );
+    assert_eq!(s.list_releases().unwrap()[1].paths.len(), 12, "the new columns do not multiply or drop paths");
+}
+
 /// Opening a rollout twice with the same manifest is a no-op; another manifest conflicts.
 pub fn rollout_open_idempotent(make: Factory<'_>) {
     let s = make();
@@ -163,6 +220,47 @@ pub fn rollout_state_cas_and_legality(make: Factory<'_>) {
 
 fn host_op(id: &RolloutId, host: &str, from: HostRolloutState, to: HostRolloutState, target: Option<&str>) -> PlanOp {
     PlanOp::HostState { rollout_id: id.clone(), hostname: host.into(), wave_index: 0, from, to, intent_target: target.map(str::to_owned) }
+}
+
+/// A host listing's channel and wave: each hostname's row in the rollout opened last that
+/// names it (hosts no rollout names are absent); a rollout listing's hosts per state.
+pub fn host_listings_read_rollout_rows_for_a_page(make: Factory<'_>) {
+    use HostRolloutState as H;
+    let s = make();
+    let (old, new) = (rid("prod@c1"), rid("train@c2"));
+    let open = |id: &RolloutId, at: i64, hosts: &[(&str, u32, H)]| {
+        let mut ops = vec![PlanOp::OpenRollout { rollout_id: id.clone(), manifest_sha256: sha(id.as_str().as_bytes()) }];
+        ops.extend(hosts.iter().map(|(h, wave, to)| PlanOp::HostState {
+            rollout_id: id.clone(),
+            hostname: (*h).into(),
+            wave_index: *wave,
+            from: H::Pending,
+            to: *to,
+            intent_target: None,
+        }));
+        s.apply_plan(&PlanWrite { at: t(at), ops, events: vec![] }, &[]).unwrap();
+    };
+    open(&old, 1, &[("gpu-a", 0, H::Activating), ("gpu-b", 1, H::Skipped)]);
+    open(&new, 5, &[("gpu-a", 2, H::Activating)]);
+    let names = |v: &[&str]| v.iter().map(|h| (*h).to_owned()).collect::<Vec<_>>();
+    let rows: Vec<_> = s
+        .latest_host_rollouts(&names(&["gpu-b", "gpu-a", "gpu-never"]))
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.hostname, r.rollout_id.channel().to_owned(), r.wave_index))
+        .collect();
+    assert_eq!(rows, vec![("gpu-a".into(), "train".into(), 2), ("gpu-b".into(), "prod".into(), 1)]);
+    assert!(s.latest_host_rollouts(&[]).unwrap().is_empty());
+    assert!(s.latest_host_rollouts(&names(&["gpu-never"])).unwrap().is_empty());
+
+    let counts = s.host_rollout_counts(&[old.clone(), new.clone(), rid("prod@never")]).unwrap();
+    let mut counts: Vec<_> = counts.into_iter().map(|(id, state, n)| (id.as_str().to_owned(), state, n)).collect();
+    counts.sort_by(|a, b| (a.0.as_str(), a.1.as_str()).cmp(&(b.0.as_str(), b.1.as_str())));
+    assert_eq!(
+        counts,
+        vec![("prod@c1".into(), H::Activating, 1), ("prod@c1".into(), H::Skipped, 1), ("train@c2".into(), H::Activating, 1)]
+    );
+    assert!(s.host_rollout_counts(&[]).unwrap().is_empty());
 }
 
 /// One plan is one transaction: ops apply in order with their events; an op finding another

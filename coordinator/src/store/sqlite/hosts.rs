@@ -198,6 +198,8 @@ pub(super) fn set_schedulable(c: &Connection, id: Uuid, schedulable: bool, reaso
 
 // ---- enrollment tokens --------------------------------------------------------------------
 
+const TOKEN_COLS: &str = "id, host_id, created_at, expires_at, used_at, revoked_at";
+
 fn token_row(r: &Row<'_>) -> rusqlite::Result<TokenInfo> {
     Ok(TokenInfo {
         id: uuid_col(r, 0)?,
@@ -205,6 +207,7 @@ fn token_row(r: &Row<'_>) -> rusqlite::Result<TokenInfo> {
         created_at: time_col(r, 2)?,
         expires_at: time_col(r, 3)?,
         used_at: opt_time_col(r, 4)?,
+        revoked_at: opt_time_col(r, 5)?,
     })
 }
 
@@ -224,16 +227,19 @@ pub(super) fn create_token(c: &Connection, host_id: Uuid, token: &EnrollmentToke
     let id = Uuid::new_v4();
     c.prepare_cached("INSERT INTO enrollment_tokens (id, host_id, token_hash, created_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5)")?
         .execute(params![id.to_string(), host_id.to_string(), token.token_hash, at.unix(), token.expires_at.unix()])?;
-    Ok(TokenInfo { id, host_id, created_at: at, expires_at: token.expires_at, used_at: None })
+    Ok(TokenInfo { id, host_id, created_at: at, expires_at: token.expires_at, used_at: None, revoked_at: None })
 }
 
 pub(super) fn consume_token(c: &Connection, token_hash: &str, expected: Option<Uuid>, now: Time) -> Result<Uuid, StoreError> {
     let refuse = |refusal| Err(StoreError::TokenRefused { refusal });
     let row = c
-        .prepare_cached("SELECT id, host_id, created_at, expires_at, used_at FROM enrollment_tokens WHERE token_hash = ?1")?
+        .prepare_cached(&format!("SELECT {TOKEN_COLS} FROM enrollment_tokens WHERE token_hash = ?1"))?
         .query_row([token_hash], token_row)
         .optional()?;
     let Some(token) = row else { return refuse(TokenRefusal::Unknown) };
+    if token.revoked_at.is_some() {
+        return refuse(TokenRefusal::Revoked);
+    }
     if token.used_at.is_some() {
         return refuse(TokenRefusal::AlreadyUsed);
     }
@@ -267,12 +273,51 @@ pub(super) fn consume_token(c: &Connection, token_hash: &str, expected: Option<U
 }
 
 pub(super) fn list_tokens(c: &Connection, host_id: Option<Uuid>) -> Result<Vec<TokenInfo>, StoreError> {
-    let mut stmt = c.prepare_cached(
-        "SELECT id, host_id, created_at, expires_at, used_at FROM enrollment_tokens
-         WHERE ?1 IS NULL OR host_id = ?1 ORDER BY created_at DESC, id",
-    )?;
+    let mut stmt = c.prepare_cached(&format!(
+        "SELECT {TOKEN_COLS} FROM enrollment_tokens WHERE ?1 IS NULL OR host_id = ?1 ORDER BY created_at DESC, id"
+    ))?;
     let rows = stmt.query_map([host_id.map(|h| h.to_string())], token_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub(super) fn revoke_token(c: &Connection, id: Uuid, at: Time) -> Result<TokenInfo, StoreError> {
+    let token = c
+        .prepare_cached(&format!("SELECT {TOKEN_COLS} FROM enrollment_tokens WHERE id = ?1"))?
+        .query_row([id.to_string()], token_row)
+        .optional()?
+        .ok_or_else(|| StoreError::not_found("enrollment token", id))?;
+    if token.revoked_at.is_some() {
+        return Ok(token);
+    }
+    if let Some(used) = token.used_at {
+        return Err(StoreError::conflict(
+            "enrollment token",
+            id,
+            format!("was used at {used}: its host enrolled with it; revoke the host's certificate instead"),
+        ));
+    }
+    // `used_at IS NULL` in the same statement: within this transaction nothing can spend it
+    // between the check and the write, and a backend with weaker isolation still cannot
+    // revoke a token already spent.
+    let changed = c
+        .prepare_cached("UPDATE enrollment_tokens SET revoked_at = ?1 WHERE id = ?2 AND used_at IS NULL AND revoked_at IS NULL")?
+        .execute(params![at.unix(), id.to_string()])?;
+    if changed != 1 {
+        return Err(StoreError::conflict("enrollment token", id, "changed while being revoked"));
+    }
+    insert_event(
+        c,
+        &NewEvent {
+            at,
+            kind: "host.token_revoked".into(),
+            host_id: Some(token.host_id),
+            rollout_id: None,
+            job_id: None,
+            message: "enrollment token revoked".into(),
+            data: json!({ "tokenId": id.to_string() }),
+        },
+    )?;
+    Ok(TokenInfo { revoked_at: Some(at), ..token })
 }
 
 // ---- certificates -------------------------------------------------------------------------

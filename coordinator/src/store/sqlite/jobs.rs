@@ -312,6 +312,10 @@ fn check_host_free(c: &Connection, host_id: Uuid, allowed: &[HostLifecycle], sup
     Ok(superseded)
 }
 
+pub(super) fn check_job_start(c: &Connection, host_id: Uuid, allowed: &[HostLifecycle]) -> Result<(), StoreError> {
+    check_host_free(c, host_id, allowed, false).map(|_| ())
+}
+
 pub(super) fn create_job_checked(c: &Connection, new: &NewJob, allowed: &[HostLifecycle], audits: &[NewAudit]) -> Result<Job, StoreError> {
     let host_id = new.host_id.ok_or_else(|| StoreError::invalid("job host", "a checked job must name its host"))?;
     // A retried request finds its own job holding the host: answer it as create_job would

@@ -58,10 +58,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (8, include_str!("../migrations/0008_device_control.sql")),
     (9, include_str!("../migrations/0009_host_keys_and_evidence.sql")),
     (10, include_str!("../migrations/0010_host_health.sql")),
+    (11, include_str!("../migrations/0011_token_revocation.sql")),
 ];
 
 /// The schema version this build writes; a file with a higher one is refused.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// How long a connection waits for another process's lock before failing: only a second
 /// process on the same file (an operator's `sqlite3` shell, a backup) ever holds one.
@@ -375,6 +376,9 @@ impl Store for SqliteStore {
     fn list_tokens(&self, host_id: Option<Uuid>) -> Result<Vec<TokenInfo>, StoreError> {
         self.read(|c| hosts::list_tokens(c, host_id))
     }
+    fn revoke_token(&self, id: Uuid, at: Time) -> Result<TokenInfo, StoreError> {
+        self.write(|tx| hosts::revoke_token(tx, id, at))
+    }
 
     fn enroll_host(
         &self,
@@ -475,6 +479,12 @@ impl Store for SqliteStore {
     fn list_host_rollouts(&self, rollout_id: &RolloutId) -> Result<Vec<HostRollout>, StoreError> {
         self.read(|c| releases::list_host_rollouts(c, rollout_id))
     }
+    fn latest_host_rollouts(&self, hostnames: &[String]) -> Result<Vec<HostRollout>, StoreError> {
+        self.read(|c| releases::latest_host_rollouts(c, hostnames))
+    }
+    fn host_rollout_counts(&self, rollout_ids: &[RolloutId]) -> Result<Vec<(RolloutId, HostRolloutState, u64)>, StoreError> {
+        self.read(|c| releases::host_rollout_counts(c, rollout_ids))
+    }
 
     fn plan_snapshot(&self) -> Result<PlanSnapshot, StoreError> {
         self.read(|c| plans::plan_snapshot(c))
@@ -542,6 +552,9 @@ impl Store for SqliteStore {
     }
     fn create_job_checked(&self, new: &NewJob, allowed: &[HostLifecycle], audits: &[NewAudit]) -> Result<Job, StoreError> {
         self.write(|tx| jobs::create_job_checked(tx, new, allowed, audits))
+    }
+    fn check_job_start(&self, host_id: Uuid, allowed: &[HostLifecycle]) -> Result<(), StoreError> {
+        self.read(|c| jobs::check_job_start(c, host_id, allowed))
     }
     fn get_job(&self, job_id: Uuid) -> Result<Option<Job>, StoreError> {
         self.read(|c| jobs::get_job(c, job_id))

@@ -81,16 +81,44 @@ pub(super) fn latest_version(c: &Connection) -> Result<Option<u64>, StoreError> 
 }
 
 pub(super) fn list_releases(c: &Connection) -> Result<Vec<ReleaseSummary>, StoreError> {
+    // One statement for the whole listing. A release "opened" the rollouts whose manifest it
+    // was the first to carry (`manifests.first_version`): a later release carrying the same
+    // manifest again reopens nothing. The publisher is the actor of the release's first
+    // publish audit record (an index lookup by target).
     let mut stmt = c.prepare_cached(
-        "SELECT r.version, r.signed_at, f.path FROM releases r LEFT JOIN release_files f ON f.version = r.version
-         ORDER BY r.version DESC, f.path",
+        "WITH rel AS (
+             SELECT r.version, r.signed_at,
+                    (SELECT a.actor FROM audit a WHERE a.target = CAST(r.version AS TEXT) AND a.action = ?1
+                     ORDER BY a.id LIMIT 1) AS publisher
+             FROM releases r),
+         opened AS (
+             SELECT m.first_version AS version, COUNT(*) AS n, json_group_array(DISTINCT ro.channel) AS channels
+             FROM rollouts ro JOIN manifests m ON m.rollout_id = ro.rollout_id
+             GROUP BY m.first_version)
+         SELECT rel.version, rel.signed_at, f.path, rel.publisher, COALESCE(o.n, 0), o.channels
+         FROM rel LEFT JOIN release_files f ON f.version = rel.version LEFT JOIN opened o ON o.version = rel.version
+         ORDER BY rel.version DESC, f.path",
     )?;
-    let rows = stmt.query_map([], |r| Ok((u64_col(r, 0)?, time_col(r, 1)?, r.get::<_, Option<String>>(2)?)))?;
+    let rows = stmt.query_map([RELEASE_PUBLISH_ACTION], |r| {
+        Ok((
+            u64_col(r, 0)?,
+            time_col(r, 1)?,
+            r.get::<_, Option<String>>(2)?,
+            r.get::<_, Option<String>>(3)?,
+            u64_col(r, 4)?,
+            r.get::<_, Option<String>>(5)?,
+        ))
+    })?;
     let mut out: Vec<ReleaseSummary> = Vec::new();
     for row in rows {
-        let (version, signed_at, path) = row?;
+        let (version, signed_at, path, publisher, rollouts, channels) = row?;
         if out.last().is_none_or(|s| s.version != version) {
-            out.push(ReleaseSummary { version, signed_at, paths: Vec::new() });
+            let mut channels: Vec<String> = match channels {
+                Some(json) => serde_json::from_str(&json).map_err(StoreError::backend)?,
+                None => Vec::new(),
+            };
+            channels.sort();
+            out.push(ReleaseSummary { version, signed_at, paths: Vec::new(), publisher, channels, rollouts });
         }
         if let (Some(path), Some(last)) = (path, out.last_mut()) {
             last.paths.push(path);
@@ -238,5 +266,43 @@ pub(super) fn list_host_rollouts(c: &Connection, rollout_id: &RolloutId) -> Resu
     let sql = format!("SELECT {HOST_ROLLOUT_COLS} FROM host_rollouts WHERE rollout_id = ?1 ORDER BY wave_index, hostname");
     let mut stmt = c.prepare_cached(&sql)?;
     let rows = stmt.query_map([rollout_id.as_str()], host_rollout_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The latest row per hostname among `hostnames`: the names travel as one JSON array (one
+/// statement whatever the page size), and the window keeps each host's row in the rollout
+/// opened last (the rollout id breaks a tie within the same second).
+pub(super) fn latest_host_rollouts(c: &Connection, hostnames: &[String]) -> Result<Vec<HostRollout>, StoreError> {
+    if hostnames.is_empty() {
+        return Ok(Vec::new());
+    }
+    let names = serde_json::to_string(hostnames).map_err(|e| StoreError::invalid("hostnames", e.to_string()))?;
+    let sql = format!(
+        "SELECT {HOST_ROLLOUT_COLS} FROM (
+                 SELECT hr.*, ROW_NUMBER() OVER (PARTITION BY hr.hostname ORDER BY r.opened_at DESC, r.rollout_id DESC) AS n
+                 FROM host_rollouts hr JOIN rollouts r ON r.rollout_id = hr.rollout_id
+                 WHERE hr.hostname IN (SELECT value FROM json_each(?1)))
+               WHERE n = 1 ORDER BY hostname"
+    );
+    let mut stmt = c.prepare_cached(&sql)?;
+    let rows = stmt.query_map([names], host_rollout_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Hosts per (rollout, state) for the given rollouts, read through the primary key.
+pub(super) fn host_rollout_counts(
+    c: &Connection,
+    rollout_ids: &[RolloutId],
+) -> Result<Vec<(RolloutId, HostRolloutState, u64)>, StoreError> {
+    if rollout_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<&str> = rollout_ids.iter().map(RolloutId::as_str).collect();
+    let ids = serde_json::to_string(&ids).map_err(|e| StoreError::invalid("rollout ids", e.to_string()))?;
+    let mut stmt = c.prepare_cached(
+        "SELECT rollout_id, state, COUNT(*) FROM host_rollouts WHERE rollout_id IN (SELECT value FROM json_each(?1))
+         GROUP BY rollout_id, state ORDER BY rollout_id, state",
+    )?;
+    let rows = stmt.query_map([ids], |r| Ok((rollout_col(r, 0)?, parse_col(r, 1)?, r.get::<_, i64>(2)?.unsigned_abs())))?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
