@@ -229,6 +229,23 @@ impl Harness {
             .expect("blocking task")
     }
 
+    /// [`Harness::drover_as`] that must succeed: its stdout.
+    pub async fn drover_ok(&self, creds: &(PathBuf, PathBuf), args: &[&str]) -> String {
+        let out = self.drover_as(creds, args).await;
+        assert!(out.status.success(), "drover {args:?}: {}", output_text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `drover enroll HOSTNAME` as the admin: the host's id and the one-time token its command
+    /// embeds (read back out of the command the way the host's shell would receive it).
+    pub async fn enroll_with_cli(&self, hostname: &str) -> (uuid::Uuid, String) {
+        let trust = self.trust.0.display().to_string();
+        let command = self.drover_ok(&self.admin, &["enroll", hostname, "--trust", &trust]).await;
+        let token = command.split("printf '%s\\n' '").nth(1).and_then(|rest| rest.split('\'').next()).expect("token in the command");
+        let id = command.split("--host-id '").nth(1).and_then(|rest| rest.split('\'').next()).expect("host id in the command");
+        (uuid::Uuid::parse_str(id).expect("host id"), token.to_owned())
+    }
+
     /// Creates a host through the real API as the admin; returns the JSON response.
     pub async fn create_host(&self, hostname: &str) -> serde_json::Value {
         self.endpoint().create_host(hostname).await

@@ -12,47 +12,27 @@ use drover_proto::states::HostLifecycle;
 use drover_tests::Harness;
 use ed25519_dalek::SigningKey;
 use serde_json::Value;
-use uuid::Uuid;
 
 use drover_tests::output_text as text;
-
-/// Runs `drover args` as `creds`; it must succeed. Its stdout.
-async fn ok(h: &Harness, creds: &(std::path::PathBuf, std::path::PathBuf), args: &[&str]) -> String {
-    let out = h.drover_as(creds, args).await;
-    assert!(out.status.success(), "drover {args:?}: {}", text(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// `drover enroll HOSTNAME` as the admin: the host's id and the one-time token its command
-/// embeds (read back out of the command the way the host's shell would receive it).
-async fn enroll(h: &Harness, hostname: &str) -> (Uuid, String) {
-    let trust = h.trust.0.display().to_string();
-    let out = h.drover_as(&h.admin, &["enroll", hostname, "--trust", &trust]).await;
-    assert!(out.status.success(), "drover enroll: {}", text(&out));
-    let command = String::from_utf8_lossy(&out.stdout).into_owned();
-    let token = command.split("printf '%s\\n' '").nth(1).and_then(|rest| rest.split('\'').next()).expect("token in the command");
-    let id = command.split("--host-id '").nth(1).and_then(|rest| rest.split('\'').next()).expect("host id in the command");
-    (Uuid::parse_str(id).expect("host id"), token.to_owned())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_lists_the_action_just_done_with_its_reason() {
     let h = Harness::start().await;
-    let (id, _) = enroll(&h, "gpu-07").await;
+    let (id, _) = h.enroll_with_cli("gpu-07").await;
     let store = &h.running.app.store;
     store.transition_host(id, HostLifecycle::BootstrapIssued, HostLifecycle::Enrolling, "enrolled", h.clock.now()).expect("enrolling");
     store.transition_host(id, HostLifecycle::Enrolling, HostLifecycle::Active, "checked in", h.clock.now()).expect("active");
-    ok(&h, &h.admin, &["host", "cordon", "gpu-07", "--reason", "swap the failing PSU"]).await;
+    h.drover_ok(&h.admin, &["host", "cordon", "gpu-07", "--reason", "swap the failing PSU"]).await;
 
     // The viewer reads it: the newest record is the cordon, by alice, with her reason.
-    let table = ok(&h, &h.viewer, &["audit", "--limit", "1"]).await;
+    let table = h.drover_ok(&h.viewer, &["audit", "--limit", "1"]).await;
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 2, "a header and the newest record: {table}");
     assert!(lines[0].starts_with("AT") && lines[0].contains("REASON"), "{table}");
     assert!(lines[1].contains("alice") && lines[1].contains("swap the failing PSU") && lines[1].contains(&id.to_string()), "{table}");
 
     // JSON, filtered by actor and paged one record a request: both actions, oldest first.
-    let json = ok(&h, &h.viewer, &["audit", "--actor", "alice", "--page-size", "1", "-o", "json"]).await;
+    let json = h.drover_ok(&h.viewer, &["audit", "--actor", "alice", "--page-size", "1", "-o", "json"]).await;
     let records: Vec<Value> = serde_json::from_str(&json).expect("json array");
     let actions: Vec<&str> = records.iter().map(|r| r["action"].as_str().unwrap_or("")).collect();
     assert_eq!(actions.len(), 2, "{json}");
@@ -60,11 +40,11 @@ async fn audit_lists_the_action_just_done_with_its_reason() {
     assert_eq!(records[1]["reason"], "swap the failing PSU", "{json}");
     // `--since` the first record: only the second.
     let first = records[0]["id"].as_i64().expect("id").to_string();
-    let json = ok(&h, &h.viewer, &["audit", "--since", &first, "-o", "json"]).await;
+    let json = h.drover_ok(&h.viewer, &["audit", "--since", &first, "-o", "json"]).await;
     let after: Vec<Value> = serde_json::from_str(&json).expect("json array");
     assert_eq!(after, records[1..].to_vec());
     // Nobody else did anything.
-    let json = ok(&h, &h.viewer, &["audit", "--actor", "victor", "-o", "json"]).await;
+    let json = h.drover_ok(&h.viewer, &["audit", "--actor", "victor", "-o", "json"]).await;
     assert_eq!(json.trim(), "[]");
     // A limit of 0 is a usage error, before any request.
     let out = h.drover_as(&h.viewer, &["audit", "--limit", "0"]).await;
@@ -74,14 +54,14 @@ async fn audit_lists_the_action_just_done_with_its_reason() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_list_shows_an_enrollment_token_but_never_its_secret() {
     let h = Harness::start().await;
-    let (id, token) = enroll(&h, "gpu-08").await;
+    let (id, token) = h.enroll_with_cli("gpu-08").await;
     assert!(token.len() >= 16, "a real token: {token}");
 
-    let table = ok(&h, &h.viewer, &["tokens", "list"]).await;
+    let table = h.drover_ok(&h.viewer, &["tokens", "list"]).await;
     assert!(table.starts_with("ID") && table.contains("gpu-08") && table.contains("pending"), "{table}");
-    let wide = ok(&h, &h.viewer, &["tokens", "list", "--host", "gpu-08", "-o", "wide"]).await;
+    let wide = h.drover_ok(&h.viewer, &["tokens", "list", "--host", "gpu-08", "-o", "wide"]).await;
     assert!(wide.contains(&id.to_string()), "{wide}");
-    let json = ok(&h, &h.admin, &["tokens", "list", "--host", &id.to_string(), "-o", "json"]).await;
+    let json = h.drover_ok(&h.admin, &["tokens", "list", "--host", &id.to_string(), "-o", "json"]).await;
     let tokens: Vec<Value> = serde_json::from_str(&json).expect("json array");
     assert_eq!(tokens.len(), 1, "{json}");
     assert_eq!(tokens[0]["hostId"], id.to_string());
@@ -129,7 +109,7 @@ async fn releases_list_shows_a_published_release() {
         app.executor.tick_now(&app).await.expect("tick");
     }
 
-    let table = ok(&h, &h.viewer, &["releases", "list"]).await;
+    let table = h.drover_ok(&h.viewer, &["releases", "list"]).await;
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 2, "{table}");
     let cells: Vec<&str> = lines[1].split_whitespace().collect();
@@ -137,7 +117,7 @@ async fn releases_list_shows_a_published_release() {
     // Published by alice (the admin), the rollouts it opened and their channels.
     assert_eq!(cells[..1], ["3"], "{table}");
     assert_eq!(cells[2..5], ["alice", carried.len().to_string().as_str(), channels.join(",").as_str()], "{table}");
-    let json = ok(&h, &h.viewer, &["releases", "list", "-o", "json"]).await;
+    let json = h.drover_ok(&h.viewer, &["releases", "list", "-o", "json"]).await;
     let releases: Vec<Value> = serde_json::from_str(&json).expect("json array");
     assert_eq!(releases.len(), 1, "{json}");
     assert_eq!(releases[0]["version"], 3);
@@ -171,9 +151,9 @@ async fn operator_cert_revoked_is_refused() {
     let h = Harness::start().await;
     let bob = issue_operator(&h, "bob");
     let carol = issue_operator(&h, "carol");
-    ok(&h, &bob, &["get", "hosts"]).await;
+    h.drover_ok(&bob, &["get", "hosts"]).await;
 
-    let listed: Value = serde_json::from_str(&ok(&h, &h.admin, &["operator-cert", "list", "-o", "json"]).await).expect("json");
+    let listed: Value = serde_json::from_str(&h.drover_ok(&h.admin, &["operator-cert", "list", "-o", "json"]).await).expect("json");
     let serial_of = |name: &str| -> String {
         let row = listed.as_array().expect("array").iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("{name} listed: {listed}"));
         assert_eq!(row["role"], "admin");
@@ -188,17 +168,17 @@ async fn operator_cert_revoked_is_refused() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("issued to you"), "{}", text(&out));
 
     // Carol revokes bob: bob is refused from his next request on (77), carol still works.
-    let said = ok(&h, &carol, &["operator-cert", "revoke", &bob_serial, "--reason", "left the team"]).await;
+    let said = h.drover_ok(&carol, &["operator-cert", "revoke", &bob_serial, "--reason", "left the team"]).await;
     assert!(said.contains(&format!("operator certificate {bob_serial} (admin bob) revoked at ")), "{said}");
     let out = h.drover_as(&bob, &["get", "hosts"]).await;
     assert_eq!(out.status.code(), Some(77), "{}", text(&out));
-    ok(&h, &carol, &["get", "hosts"]).await;
+    h.drover_ok(&carol, &["get", "hosts"]).await;
 
     // The listing shows when and why; the audit log says who.
-    let table = ok(&h, &h.admin, &["operator-cert", "list", "-o", "wide"]).await;
+    let table = h.drover_ok(&h.admin, &["operator-cert", "list", "-o", "wide"]).await;
     let bob_row = table.lines().find(|l| l.starts_with(&bob_serial)).expect("bob's row");
     assert!(bob_row.contains("left the team") && !bob_row.contains(" - "), "{table}");
-    let audit: Value = serde_json::from_str(&ok(&h, &h.admin, &["audit", "-o", "json", "--actor", "carol"]).await).expect("json");
+    let audit: Value = serde_json::from_str(&h.drover_ok(&h.admin, &["audit", "-o", "json", "--actor", "carol"]).await).expect("json");
     assert!(audit.to_string().contains("operator_cert.revoke"), "{audit}");
 
     // Bad input: not a serial (64), an unknown serial (65, the coordinator's 404).

@@ -12,28 +12,9 @@ use uuid::Uuid;
 
 use drover_tests::output_text as text;
 
-/// Runs `drover args` as `creds`; it must succeed. Its stdout.
-async fn ok(h: &Harness, creds: &(std::path::PathBuf, std::path::PathBuf), args: &[&str]) -> String {
-    let out = h.drover_as(creds, args).await;
-    assert!(out.status.success(), "drover {args:?}: {}", text(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// `drover enroll HOSTNAME` as the admin: the host's id and the one-time token its command
-/// embeds (read back out of the command the way the host's shell would receive it).
-async fn enroll(h: &Harness, hostname: &str) -> (Uuid, String) {
-    let trust = h.trust.0.display().to_string();
-    let out = h.drover_as(&h.admin, &["enroll", hostname, "--trust", &trust]).await;
-    assert!(out.status.success(), "drover enroll: {}", text(&out));
-    let command = String::from_utf8_lossy(&out.stdout).into_owned();
-    let token = command.split("printf '%s\\n' '").nth(1).and_then(|rest| rest.split('\'').next()).expect("token in the command");
-    let id = command.split("--host-id '").nth(1).and_then(|rest| rest.split('\'').next()).expect("host id in the command");
-    (Uuid::parse_str(id).expect("host id"), token.to_owned())
-}
-
 /// The one token `drover tokens list --host HOST -o json` shows (as the viewer).
 async fn the_token(h: &Harness, host: Uuid) -> Value {
-    let json = ok(h, &h.viewer, &["tokens", "list", "--host", &host.to_string(), "-o", "json"]).await;
+    let json = h.drover_ok(&h.viewer, &["tokens", "list", "--host", &host.to_string(), "-o", "json"]).await;
     let tokens: Vec<Value> = serde_json::from_str(&json).expect("json array");
     assert_eq!(tokens.len(), 1, "{json}");
     tokens[0].clone()
@@ -49,12 +30,12 @@ async fn enroll_with(h: &Harness, host: Uuid, hostname: &str, token: &str) -> (S
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revoked_enrollment_token_is_refused() {
     let h = Harness::start().await;
-    let (host, token) = enroll(&h, "gpu-leak").await;
+    let (host, token) = h.enroll_with_cli("gpu-leak").await;
     let listed = the_token(&h, host).await;
     let token_id = listed["id"].as_str().expect("token id").to_owned();
     assert!(listed["revokedAt"].is_null() && listed["usedAt"].is_null(), "{listed}");
     // The plain table leads with the id `revoke` takes.
-    let table = ok(&h, &h.viewer, &["tokens", "list"]).await;
+    let table = h.drover_ok(&h.viewer, &["tokens", "list"]).await;
     let row = table.lines().find(|l| l.starts_with(&token_id)).unwrap_or_else(|| panic!("a row for {token_id}: {table}"));
     assert!(row.contains("gpu-leak") && row.contains("pending"), "{table}");
 
@@ -64,7 +45,7 @@ async fn revoked_enrollment_token_is_refused() {
     assert!(the_token(&h, host).await["revokedAt"].is_null());
 
     // The admin revokes it.
-    let said = ok(&h, &h.admin, &["tokens", "revoke", &token_id, "--reason", "leaked in a ticket"]).await;
+    let said = h.drover_ok(&h.admin, &["tokens", "revoke", &token_id, "--reason", "leaked in a ticket"]).await;
     assert!(said.starts_with(&format!("enrollment token {token_id} (host {host}) revoked at ")), "{said}");
     let revoked = the_token(&h, host).await;
     let revoked_at = revoked["revokedAt"].as_str().expect("revokedAt").to_owned();
@@ -73,19 +54,19 @@ async fn revoked_enrollment_token_is_refused() {
     let (code, answer) = enroll_with(&h, host, "gpu-leak", &token).await;
     assert_eq!(code, "403", "{answer}");
     assert!(answer.contains("revoked") && !answer.contains("certificate\":"), "{answer}");
-    let table = ok(&h, &h.viewer, &["tokens", "list", "-o", "wide"]).await;
+    let table = h.drover_ok(&h.viewer, &["tokens", "list", "-o", "wide"]).await;
     let row = table.lines().find(|l| l.starts_with(&token_id)).unwrap_or_else(|| panic!("a row for {token_id}: {table}"));
     assert!(row.contains(" revoked ") && row.contains(&revoked_at), "{table}");
-    let host_json = ok(&h, &h.viewer, &["get", "host", "gpu-leak", "-o", "json"]).await;
+    let host_json = h.drover_ok(&h.viewer, &["get", "host", "gpu-leak", "-o", "json"]).await;
     assert!(host_json.contains("bootstrap_issued"), "the host moved on a refused enrollment: {host_json}");
 
     // Again: nothing changes, the first revocation stays.
-    let json = ok(&h, &h.admin, &["tokens", "revoke", &token_id, "--reason", "again", "-o", "json"]).await;
+    let json = h.drover_ok(&h.admin, &["tokens", "revoke", &token_id, "--reason", "again", "-o", "json"]).await;
     let again: Value = serde_json::from_str(&json).expect("json");
     assert_eq!(again["revokedAt"].as_str(), Some(revoked_at.as_str()), "{json}");
 
     // The audit log says who and why; no output anywhere carries the token or its hash.
-    let audit = ok(&h, &h.viewer, &["audit", "--actor", "alice", "-o", "json"]).await;
+    let audit = h.drover_ok(&h.viewer, &["audit", "--actor", "alice", "-o", "json"]).await;
     let records: Vec<Value> = serde_json::from_str(&audit).expect("json array");
     let revocations: Vec<&Value> = records.iter().filter(|r| r["action"] == "token.revoke").collect();
     assert_eq!(revocations.len(), 2, "{audit}");
@@ -93,7 +74,7 @@ async fn revoked_enrollment_token_is_refused() {
         (revocations[0]["target"].as_str(), revocations[0]["reason"].as_str()),
         (Some(token_id.as_str()), Some("leaked in a ticket"))
     );
-    let events = ok(&h, &h.viewer, &["events", "--kind", "host.token_revoked", "-o", "json"]).await;
+    let events = h.drover_ok(&h.viewer, &["events", "--kind", "host.token_revoked", "-o", "json"]).await;
     assert!(events.contains(&token_id), "{events}");
     let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(token.as_bytes()));
     for out in [&said, &table, &json, &audit, &events] {
@@ -101,8 +82,8 @@ async fn revoked_enrollment_token_is_refused() {
     }
 
     // The way back for the host: remove it and enroll it again; the fresh token works.
-    ok(&h, &h.admin, &["host", "remove", "gpu-leak", "--reason", "its token leaked"]).await;
-    let (fresh_host, fresh) = enroll(&h, "gpu-leak").await;
+    h.drover_ok(&h.admin, &["host", "remove", "gpu-leak", "--reason", "its token leaked"]).await;
+    let (fresh_host, fresh) = h.enroll_with_cli("gpu-leak").await;
     let (code, answer) = enroll_with(&h, fresh_host, "gpu-leak", &fresh).await;
     assert_eq!(code, "200", "{answer}");
 }
@@ -110,7 +91,7 @@ async fn revoked_enrollment_token_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revoking_a_used_unknown_or_malformed_token_id_fails_clearly() {
     let h = Harness::start().await;
-    let (host, token) = enroll(&h, "gpu-used").await;
+    let (host, token) = h.enroll_with_cli("gpu-used").await;
     let token_id = the_token(&h, host).await["id"].as_str().expect("token id").to_owned();
     let (code, answer) = enroll_with(&h, host, "gpu-used", &token).await;
     assert_eq!(code, "200", "{answer}");

@@ -11,11 +11,21 @@ use std::time::{Duration, Instant};
 
 use drover_tests::workspace_binary;
 
-/// Kills the demo if the test fails half-way.
+/// Stops the demo if the test fails half-way: SIGTERM first, so `drover dev` stops the
+/// coordinator and agents it started (a SIGKILL would orphan them), then SIGKILL if it
+/// has not exited within a bound.
 struct Demo(Child);
 
 impl Drop for Demo {
     fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
