@@ -10,7 +10,7 @@
 //! rollout and job executors, activation with magic rollback, the maintenance tasks — is the
 //! real code path. [`confine`] proves before an agent starts that every path its
 //! configuration names lies inside its sandbox, so a demo can never touch the machine it
-//! runs on.
+//! runs on. [`openbao`] and [`postgres`] start real OpenBao and PostgreSQL servers for tests.
 
 #![forbid(unsafe_code)]
 
@@ -23,6 +23,7 @@ pub mod hostroot;
 mod listening;
 pub mod nixkit;
 pub mod openbao;
+pub mod postgres;
 pub mod spec;
 pub mod sushy;
 

@@ -3,6 +3,8 @@
 //! `drover-coordinator serve` process, every scripted behaviour present — slow switches, hosts
 //! failing the health gate's probe, hosts dropping off when the rollout starts and rejoining
 //! — and a disruption budget of a quarter of the fleet, must converge: every rollout `Converged`, every host confirmed, nothing refused.
+//! A `--nodelay` setting other than `on` or `off` is refused before any coordinator starts
+//! (that `off` reaches the coordinator's config is `fleet::run`'s unit test).
 
 use std::process::Command;
 
@@ -41,11 +43,12 @@ fn two_hundred_simulated_agents_converge_through_every_behaviour() {
         out.status.success(),
         "drover-bench failed ({}):\n{stderr}\ncoordinator log tail:\n{}",
         out.status,
-        drover_tests::procs::log_tail(&runs.join("agents-200").join("coordinator/coordinator.log"), 30)
+        drover_tests::procs::log_tail(&runs.join("agents-200-http1.1-nodelay-on").join("coordinator/coordinator.log"), 30)
     );
     let reports: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).expect("report written")).expect("JSON");
     let r = &reports[0];
     assert_eq!(r["agents"], 200);
+    assert_eq!(r["tcpNodelay"], true, "TCP_NODELAY is on unless --nodelay off");
     assert_eq!(r["connected"], 200, "every agent held a long-poll before the rollout");
     let rollouts = r["rollouts"].as_array().expect("rollouts");
     assert_eq!(rollouts.len(), 3, "{rollouts:?}");
@@ -63,4 +66,19 @@ fn two_hundred_simulated_agents_converge_through_every_behaviour() {
     assert!((3..50).contains(&full), "{full} full verifications");
     assert!(r["eventsWritten"].as_u64().expect("events") >= 600, "at least three transitions per host: {r}");
     assert!(stderr.contains("[200] converged in"), "{stderr}");
+}
+
+#[test]
+fn a_nodelay_setting_other_than_on_or_off_is_refused_before_anything_starts() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let runs = dir.path().join("runs");
+    let out = Command::new(workspace_binary("drover-bench"))
+        .args(["fleet", "--agents", "10", "--nodelay", "off,nagle", "--dir"])
+        .arg(&runs)
+        .output()
+        .expect("drover-bench runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--nodelay nagle: expected on or off"), "{stderr}");
+    assert!(!runs.exists(), "no run was started");
 }

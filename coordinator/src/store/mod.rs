@@ -23,6 +23,7 @@ pub mod conformance;
 pub mod erase;
 pub mod evidence_records;
 pub mod plans;
+pub mod postgres;
 pub mod rack_records;
 pub mod records;
 pub mod site_records;

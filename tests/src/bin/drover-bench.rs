@@ -1,7 +1,8 @@
 //! `drover-bench fleet`: thousands of simulated agents against a real `drover-coordinator
 //! serve` on loopback — enrollment, ramp-up, an idle fleet on long-polls, then a full rollout
-//! to convergence — at one or more fleet sizes, the first size being the baseline the others
-//! are compared with. See BENCHMARKS.md, "The coordinator under a simulated fleet".
+//! to convergence — at one or more fleet sizes, HTTP stacks and socket settings, the first run
+//! being the baseline the others are compared with. See BENCHMARKS.md, "The coordinator under
+//! a simulated fleet".
 
 #![forbid(unsafe_code)]
 
@@ -11,7 +12,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use drover_tests::fleet::run::{Binaries, Report, run};
-use drover_tests::fleet::scenario::{Http, Scenario};
+use drover_tests::fleet::scenario::{Http, Scenario, nodelay_str, parse_nodelay};
 
 /// Drover's scale benchmarks.
 #[derive(Parser)]
@@ -38,6 +39,11 @@ struct FleetArgs {
     /// `1.1-hyper` (as `1.1`, the coordinator configured with `connections.http1 = "hyper"`).
     #[arg(long, value_delimiter = ',', default_value = "1.1")]
     http: Vec<String>,
+    /// The coordinator's `[connections] tcp_nodelay`, each run at every size and HTTP stack:
+    /// `on` (the default: accepted sockets set `TCP_NODELAY`) or `off` (Nagle's algorithm,
+    /// the sockets as they were before; put it first to make it the baseline).
+    #[arg(long, value_delimiter = ',', default_value = "on")]
+    nodelay: Vec<String>,
     /// Channels (one rollout each).
     #[arg(long, default_value_t = 3)]
     channels: usize,
@@ -134,6 +140,11 @@ fn goals(r: &Report) -> Vec<(&'static str, bool, String)> {
     ]
 }
 
+/// A run's column heading: agents, HTTP stack, and the socket setting.
+fn label(r: &Report) -> String {
+    format!("{} / {} / {}", r.agents, r.http, nodelay_str(r.tcp_nodelay))
+}
+
 /// The reports side by side, with each figure's ratio to the first run's.
 fn table(reports: &[Report]) -> String {
     type Row = (&'static str, fn(&Report) -> f64, &'static str);
@@ -157,9 +168,10 @@ fn table(reports: &[Report]) -> String {
         ("events written", |r| r.events_written as f64, "{:.0}"),
     ];
     let fmt = |spec: &str, v: f64| if spec == "{:.1}" { format!("{v:.1}") } else { format!("{v:.0}") };
-    let mut out = format!("{:<32}", "agents / HTTP");
+    let width = reports.iter().map(|r| label(r).len() + 2).max().unwrap_or(0).max(18);
+    let mut out = format!("{:<32}", "agents / HTTP / TCP_NODELAY");
     for r in reports {
-        out.push_str(&format!("{:>18}", format!("{} / {}", r.agents, r.http)));
+        out.push_str(&format!("{:>width$}", label(r)));
     }
     if reports.len() > 1 {
         out.push_str("   × first run (last / first)");
@@ -168,7 +180,7 @@ fn table(reports: &[Report]) -> String {
     for (name, get, spec) in rows {
         out.push_str(&format!("{name:<32}"));
         for r in reports {
-            out.push_str(&format!("{:>18}", fmt(spec, get(r))));
+            out.push_str(&format!("{:>width$}", fmt(spec, get(r))));
         }
         if let (Some(first), Some(last), true) = (reports.first(), reports.last(), reports.len() > 1) {
             let (a, b) = (get(first), get(last));
@@ -204,13 +216,20 @@ fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|h| Http::parse(h).with_context(|| format!("--http {h}: expected 1.1, 2 or 1.1-hyper")))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let nodelays = args
+        .nodelay
+        .iter()
+        .map(|n| parse_nodelay(n).with_context(|| format!("--nodelay {n}: expected on or off")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let scenarios = args
         .agents
         .iter()
         .flat_map(|&agents| https.iter().map(move |&http| (agents, http)))
-        .map(|(agents, http)| {
+        .flat_map(|(agents, http)| nodelays.iter().map(move |&tcp_nodelay| (agents, http, tcp_nodelay)))
+        .map(|(agents, http, tcp_nodelay)| {
             Ok(Scenario {
                 http,
+                tcp_nodelay,
                 agents,
                 channels: args.channels,
                 waves: args.waves,
@@ -241,15 +260,16 @@ fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
     for s in &scenarios {
         let tmp = tempfile::tempdir().context("temporary directory")?;
         let dir = match &keep {
-            Some(k) => k.join(format!("agents-{}-http{}", s.agents, s.http.as_str())),
+            Some(k) => k.join(format!("agents-{}-http{}-nodelay-{}", s.agents, s.http.as_str(), nodelay_str(s.tcp_nodelay))),
             None => tmp.path().to_path_buf(),
         };
         std::fs::create_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
         let budget = s.max_in_flight_pct.map_or("no budget".to_owned(), |p| format!("at most {p}% in flight"));
         eprintln!(
-            "== {} agents over HTTP/{}, {} channels, {} waves, {budget} ({} slow, {} failing, {} offline)",
+            "== {} agents over HTTP/{}, TCP_NODELAY {}, {} channels, {} waves, {budget} ({} slow, {} failing, {} offline)",
             s.agents,
             s.http.as_str(),
+            nodelay_str(s.tcp_nodelay),
             s.channels,
             s.waves,
             s.slow,
@@ -277,7 +297,13 @@ fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
     let mut missed = false;
     for r in &reports {
         for (goal, met, figure) in goals(r) {
-            println!("{:>6} agents, HTTP/{}: {goal}: {figure} — {}", r.agents, r.http, if met { "met" } else { "MISSED" });
+            println!(
+                "{:>6} agents, HTTP/{}, TCP_NODELAY {}: {goal}: {figure} — {}",
+                r.agents,
+                r.http,
+                nodelay_str(r.tcp_nodelay),
+                if met { "met" } else { "MISSED" }
+            );
             missed |= !met;
         }
     }

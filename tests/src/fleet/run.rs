@@ -39,6 +39,9 @@ pub struct Report {
     pub agents: usize,
     /// The HTTP version they spoke (`1.1` or `2`).
     pub http: String,
+    /// Whether the coordinator's accepted sockets set `TCP_NODELAY` (false: Nagle's
+    /// algorithm, the baseline of issue 24).
+    pub tcp_nodelay: bool,
     /// Channels (one rollout each).
     pub channels: usize,
     /// Waves per rollout.
@@ -146,6 +149,19 @@ async fn wait_for<T>(
     Err((last, bound))
 }
 
+/// The coordinator's configuration sections for `scenario` (after the listener, state and
+/// agent lines every site has).
+pub fn coordinator_sections(scenario: &Scenario) -> String {
+    // Every simulated agent connects from this one machine's loopback address: a source cap
+    // sized for distinct hosts would throttle the whole fleet, so it is lifted here.
+    format!(
+        "[agent]\nlong_poll_secs = {}\n\n[connections]\nmax_open = 100000\nmax_unauthenticated = 100000\nmax_unauthenticated_per_source = 100000\nmax_handshakes = 100000\nhttp1 = \"{}\"\ntcp_nodelay = {}\n",
+        scenario.long_poll_secs,
+        scenario.http.coordinator_http1(),
+        scenario.tcp_nodelay
+    )
+}
+
 /// Runs `scenario` in `dir` (empty; everything the run makes stays there), printing each
 /// phase on `progress`.
 pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mut dyn FnMut(&str)) -> Result<Report, FleetError> {
@@ -153,6 +169,7 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
     let mut report = Report {
         agents: scenario.agents,
         http: scenario.http.as_str().to_owned(),
+        tcp_nodelay: scenario.tcp_nodelay,
         channels: scenario.channels,
         waves: scenario.waves,
         soak_secs: scenario.soak_secs,
@@ -162,13 +179,7 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
     };
     let trust_file = dir.join("trust.json");
     write(&trust_file, &crate::ci_trust_json())?;
-    // Every simulated agent connects from this one machine's loopback address: a source cap
-    // sized for distinct hosts would throttle the whole fleet, so it is lifted here.
-    let sections = format!(
-        "[agent]\nlong_poll_secs = {}\n\n[connections]\nmax_open = 100000\nmax_unauthenticated = 100000\nmax_unauthenticated_per_source = 100000\nmax_handshakes = 100000\nhttp1 = \"{}\"\n",
-        scenario.long_poll_secs,
-        scenario.http.coordinator_http1()
-    );
+    let sections = coordinator_sections(scenario);
     let agent = shipped_agent(dir, &bins.agent)?;
     let server =
         Coordinator::start(dir, &bins.coordinator, &agent, &trust_file, &sections).map_err(|e| FleetError::Setup(e.to_string()))?;
@@ -312,5 +323,52 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
             Ok(report)
         }
         Err((state, bound)) => Err(FleetError::NotConverged { secs: bound.as_secs(), state }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::scenario::Http;
+    use drover_coordinator::config::{Config, Http1Stack};
+
+    fn scenario(http: Http, tcp_nodelay: bool) -> Scenario {
+        Scenario {
+            agents: 10,
+            channels: 1,
+            waves: 1,
+            soak_secs: 1,
+            max_in_flight_pct: None,
+            long_poll_secs: 42,
+            idle_secs: 0,
+            slow: 0,
+            slow_secs: 1,
+            failing: 0,
+            offline: 0,
+            rejoin_secs: 1,
+            ramp_per_sec: 10,
+            timeout_secs: 10,
+            http,
+            tcp_nodelay,
+        }
+    }
+
+    /// The sections, as the coordinator itself parses them after the lines every site has.
+    fn parsed(s: &Scenario) -> Config {
+        let text = format!(
+            "listen = \"127.0.0.1:1\"\nstate_dir = \"s\"\npublic_urls = [\"https://127.0.0.1:1\"]\ntrust_file = \"t\"\nagent_binary = \"a\"\n\n{}",
+            coordinator_sections(s)
+        );
+        Config::parse(Path::new("coordinator.toml"), &text).expect("the coordinator takes the bench's config")
+    }
+
+    #[test]
+    fn nodelay_off_reaches_the_coordinators_config_and_on_is_its_default() {
+        let off = parsed(&scenario(Http::Http11, false));
+        assert!(!off.connections.tcp_nodelay, "--nodelay off is the Nagle baseline");
+        let on = parsed(&scenario(Http::HyperHttp11, true));
+        assert!(on.connections.tcp_nodelay);
+        assert_eq!(on.connections.http1, Http1Stack::Hyper);
+        assert_eq!((on.agent.long_poll_secs, on.connections.max_unauthenticated_per_source), (42, 100_000));
     }
 }

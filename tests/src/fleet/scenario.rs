@@ -55,6 +55,23 @@ pub struct Scenario {
     pub timeout_secs: u64,
     /// What the agents' TLS offers in ALPN, so which of the coordinator's HTTP stacks serves them.
     pub http: Http,
+    /// The coordinator's `[connections] tcp_nodelay`: whether the sockets it accepts set
+    /// `TCP_NODELAY` (false: Nagle's algorithm, the sockets as they were before issue 24).
+    pub tcp_nodelay: bool,
+}
+
+/// `on` or `off`, as `--nodelay` takes a `tcp_nodelay` setting and reports print it.
+pub fn nodelay_str(on: bool) -> &'static str {
+    if on { "on" } else { "off" }
+}
+
+/// `on` (true) or `off` (false).
+pub fn parse_nodelay(s: &str) -> Option<bool> {
+    match s {
+        "on" => Some(true),
+        "off" => Some(false),
+        _ => None,
+    }
 }
 
 /// The HTTP version the simulated agents ask for.
@@ -347,6 +364,7 @@ mod tests {
             ramp_per_sec: 500,
             timeout_secs: 60,
             http: Http::Http11,
+            tcp_nodelay: true,
         }
     }
 
@@ -377,6 +395,13 @@ mod tests {
         let files = s.release(&hosts, 2, &signer, crate::wall_now()).expect("release");
         let manifests = files.files.keys().filter(|p| p.starts_with("rollouts/") && p.ends_with(".json")).count();
         assert_eq!(manifests, 3, "{:?}", files.files.keys().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn nodelay_is_on_or_off_and_nothing_else() {
+        assert_eq!((parse_nodelay("on"), parse_nodelay("off")), (Some(true), Some(false)));
+        assert_eq!((parse_nodelay("true"), parse_nodelay("")), (None, None));
+        assert_eq!((nodelay_str(true), nodelay_str(false)), ("on", "off"));
     }
 
     #[test]
