@@ -1,12 +1,15 @@
 //! The PostgreSQL backend's connection layer against a real PostgreSQL (Debian's, started in
 //! a temporary directory by `drover_devkit::postgres`): migrations applied once when replicas
 //! start together, serialization conflicts retried, TLS verified against the given CA, the
-//! password kept out of URLs and errors, and a pool that outlives a database restart.
+//! password kept out of URLs and errors, a pool that outlives a database restart, and the
+//! leader lease: one holder, fencing tokens, a lapsed leader's writes refused.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use drover_coordinator::store::StoreError;
-use drover_coordinator::store::postgres::{Password, PgOpenError, PgOptions, PgStore};
+use drover_coordinator::store::postgres::lease::Lease;
+use drover_coordinator::store::postgres::{Password, PgOpenError, PgOptions, PgStore, postgres};
 use drover_devkit::postgres::{self as pg, PostgresServer};
 
 fn server(tls: bool) -> PostgresServer {
@@ -32,12 +35,12 @@ fn replicas_starting_together_apply_each_migration_once() {
         .collect();
     let stores: Vec<PgStore> = opened.into_iter().map(|t| t.join().expect("thread").expect("opens")).collect();
     let applied = stores[0].applied_migrations().expect("read");
-    assert_eq!(applied.iter().map(|(v, _)| *v).collect::<Vec<_>>(), [1], "one row per version: {applied:?}");
+    assert_eq!(applied.iter().map(|(v, _)| *v).collect::<Vec<_>>(), [1, 2], "one row per version: {applied:?}");
     let tables = s.psql("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'").expect("psql");
-    assert_eq!(tables.trim(), "28", "the schema's 27 tables and schema_migrations");
+    assert_eq!(tables.trim(), "29", "SQLite's 27 tables, the leader lease and schema_migrations");
     // Opening again finds nothing to do.
     PgStore::open(&opts).expect("reopens");
-    assert_eq!(stores[1].applied_migrations().expect("read").len(), 1);
+    assert_eq!(stores[1].applied_migrations().expect("read").len(), 2);
 }
 
 #[test]
@@ -46,7 +49,7 @@ fn a_schema_newer_than_this_build_is_refused() {
     PgStore::open(&options(&s)).expect("opens");
     s.psql("INSERT INTO schema_migrations (version, applied_at) VALUES (99, 0)").expect("psql");
     match PgStore::open(&options(&s)) {
-        Err(PgOpenError::Store(StoreError::SchemaTooNew { found: 99, supported: 1 })) => {}
+        Err(PgOpenError::Store(StoreError::SchemaTooNew { found: 99, supported: 2 })) => {}
         other => panic!("a newer schema was not refused: {other:?}"),
     }
 }
@@ -54,7 +57,7 @@ fn a_schema_newer_than_this_build_is_refused() {
 #[test]
 fn a_password_in_the_url_is_refused_and_never_echoed() {
     let mut o = PgOptions::new("postgres://drover:hunter2-secret@127.0.0.1:1/drover");
-    o.connect_timeout = std::time::Duration::from_secs(1);
+    o.connect_timeout = Duration::from_secs(1);
     let err = PgStore::open(&o).expect_err("refused").to_string();
     assert!(err.contains("password_file"), "{err}");
     assert!(!err.contains("hunter2-secret"), "the password reached the error: {err}");
@@ -67,7 +70,7 @@ fn a_wrong_password_is_refused_without_naming_it() {
     let s = server(false);
     let mut o = options(&s);
     o.password = Some(Password::new("wrong-horse-battery"));
-    o.connect_timeout = std::time::Duration::from_secs(5);
+    o.connect_timeout = Duration::from_secs(5);
     let err = PgStore::open(&o).expect_err("refused");
     let text = format!("{err} {err:?}");
     assert!(text.contains("password authentication failed"), "{text}");
@@ -86,14 +89,14 @@ fn tls_to_postgres_verifies_the_server_against_the_given_ca() {
     let other = server(true);
     let mut o = options(&s);
     o.ca_file = other.ca_file().map(ToOwned::to_owned);
-    o.connect_timeout = std::time::Duration::from_secs(5);
+    o.connect_timeout = Duration::from_secs(5);
     let err = PgStore::open(&o).expect_err("a certificate from another CA is refused");
     assert!(format!("{err:?}").to_lowercase().contains("certificate"), "{err:?}");
 
     // Without a CA the client does not offer TLS, and this server takes nothing else.
     let mut plain = options(&s);
     plain.ca_file = None;
-    plain.connect_timeout = std::time::Duration::from_secs(5);
+    plain.connect_timeout = Duration::from_secs(5);
     assert!(PgStore::open(&plain).is_err(), "plain TCP to a TLS-only server");
 }
 
@@ -140,4 +143,91 @@ fn the_pool_reconnects_after_postgres_restarts_or_is_killed() {
     assert!(one(&store).is_err(), "no database, no answer");
     s.start_again().expect("start again");
     assert_eq!(one(&store).expect("read after a crash and start"), 1);
+}
+
+/// Waits (bounded) until the database's clock is past `lease`'s expiry.
+fn until_lapsed(store: &PgStore, lease: &Lease) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while store.database_now_ms().expect("db clock") <= lease.expires_at_ms {
+        assert!(Instant::now() < deadline, "the lease never lapsed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn one_replica_leads_and_a_lapsed_leaders_writes_are_fenced_off() {
+    let s = server(false);
+    let (a, b) = (PgStore::open(&options(&s)).expect("a"), PgStore::open(&options(&s)).expect("b"));
+    a.write(|tx| Ok(tx.batch_execute("CREATE TABLE work (by TEXT NOT NULL, token BIGINT NOT NULL)")?)).expect("setup");
+    let ttl = Duration::from_millis(800);
+    let la = a.acquire_lease("executor", "replica-a", ttl).expect("acquire").expect("a leads");
+    assert_eq!(la.token, 1);
+    assert_eq!(b.acquire_lease("executor", "replica-b", ttl).expect("acquire"), None, "b waits while a's lease runs");
+    let renewed = a.acquire_lease("executor", "replica-a", ttl).expect("renew").expect("a renews");
+    assert_eq!(renewed.token, 1, "a renewal keeps the token");
+    let record = |by: &'static str, token: i64| {
+        move |tx: &mut postgres::Transaction<'_>| -> Result<(), StoreError> {
+            tx.execute("INSERT INTO work VALUES ($1, $2)", &[&by, &token])?;
+            Ok(())
+        }
+    };
+    a.fenced_write(&renewed, record("a", 1)).expect("the leader writes");
+
+    // a stalls past its lease (no renewal); b takes over with a higher token.
+    until_lapsed(&a, &renewed);
+    let lb = b.acquire_lease("executor", "replica-b", ttl).expect("acquire").expect("b takes over");
+    assert_eq!(lb.token, 2, "a change of holder raises the token");
+    // a wakes up and acts on its old lease: refused, nothing written.
+    match a.fenced_write(&renewed, record("a", 1)) {
+        Err(StoreError::NotLeader { lease, token: 1 }) => assert_eq!(lease, "executor"),
+        other => panic!("a lapsed leader's write went through: {other:?}"),
+    }
+    b.fenced_write(&lb, record("b", 2)).expect("the new leader writes");
+    let rows = s.psql("SELECT by || ':' || token FROM work ORDER BY by").expect("psql");
+    assert_eq!(rows.split_whitespace().collect::<Vec<_>>(), ["a:1", "b:2"], "only leaders' writes: {rows}");
+    assert_eq!(a.acquire_lease("executor", "replica-a", ttl).expect("acquire"), None, "a cannot take it back while b's runs");
+
+    // b shuts down and gives the lease up: a takes over at once, with a higher token still.
+    assert!(b.release_lease(&lb).expect("release"));
+    assert!(!b.release_lease(&lb).expect("release again"), "released once");
+    let again = a.acquire_lease("executor", "replica-a", ttl).expect("acquire").expect("a leads again");
+    assert_eq!(again.token, 3);
+    assert_eq!(a.current_lease("executor").expect("read").map(|l| l.holder), Some("replica-a".to_owned()));
+}
+
+#[test]
+fn a_takeover_waits_for_the_old_leaders_transaction_in_flight() {
+    let s = server(false);
+    let (a, b) = (Arc::new(PgStore::open(&options(&s)).expect("a")), PgStore::open(&options(&s)).expect("b"));
+    let ttl = Duration::from_millis(500);
+    let la = a.acquire_lease("executor", "replica-a", ttl).expect("acquire").expect("a leads");
+    let (in_tx, inside) = std::sync::mpsc::channel();
+    let (go, proceed) = std::sync::mpsc::channel::<()>();
+    let (lease, store) = (la.clone(), a.clone());
+    // a's fenced transaction passes its check, then stalls past the lease before committing.
+    let old = std::thread::spawn(move || {
+        let proceed = std::sync::Mutex::new(proceed);
+        store.fenced_write(&lease, |_tx| {
+            in_tx.send(()).ok();
+            proceed.lock().expect("lock").recv_timeout(Duration::from_secs(30)).ok();
+            Ok(Instant::now())
+        })
+    });
+    inside.recv_timeout(Duration::from_secs(30)).expect("a is inside its transaction");
+    until_lapsed(&b, &la);
+    let taker = std::thread::spawn(move || {
+        let out = b.acquire_lease("executor", "replica-b", Duration::from_secs(5));
+        (out, Instant::now())
+    });
+    // The takeover cannot commit while a's transaction holds the lease row.
+    let waited = Instant::now();
+    while !taker.is_finished() && waited.elapsed() < Duration::from_millis(300) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!taker.is_finished(), "b took over while a's fenced transaction was in flight");
+    go.send(()).expect("release a");
+    let committed = old.join().expect("a's thread").expect("a's transaction began before the takeover and commits");
+    let (took, at) = taker.join().expect("b's thread");
+    assert_eq!(took.expect("acquire").map(|l| l.token), Some(2));
+    assert!(at >= committed, "the takeover completed only after a's last write");
 }

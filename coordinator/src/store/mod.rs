@@ -139,6 +139,15 @@ pub enum StoreError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A leader's write found that this replica no longer holds the leader lease it acts on
+    /// (another replica took over, or it lapsed): nothing was written.
+    #[error("not the leader: lease {lease} (token {token}) is no longer held by this replica; nothing was written")]
+    NotLeader {
+        /// The lease.
+        lease: String,
+        /// The fencing token this replica held.
+        token: i64,
+    },
     /// The backend itself failed (I/O, corruption, a lost connection).
     #[error("store backend failed: {source}")]
     Backend {
@@ -170,7 +179,8 @@ impl StoreError {
             | StoreError::IllegalTransition { .. }
             | StoreError::StaleState { .. }
             | StoreError::VersionNotIncreasing { .. }
-            | StoreError::ManifestBytesDiffer { .. } => ErrorKind::Conflict,
+            | StoreError::ManifestBytesDiffer { .. }
+            | StoreError::NotLeader { .. } => ErrorKind::Conflict,
             StoreError::TokenRefused { .. } | StoreError::Invalid { .. } => ErrorKind::Refused,
             StoreError::SchemaTooNew { .. } | StoreError::StorageFull { .. } | StoreError::Backend { .. } => ErrorKind::Backend,
         }

@@ -23,6 +23,7 @@
 //!   holding a transaction-scoped advisory lock ([`MIGRATION_LOCK`]), so replicas starting
 //!   together apply each version once and the others wait, then find nothing to do. A
 //!   database whose schema is newer than this build is refused, as SQLite's is.
+//! - **Leadership**: [`lease`], a lease row with a fencing token that every leader write checks.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -31,17 +32,20 @@ use std::time::Duration;
 
 use drover_proto::time::Time;
 use r2d2_postgres::PostgresConnectionManager;
+pub use r2d2_postgres::postgres;
+use r2d2_postgres::postgres::Config;
 use r2d2_postgres::postgres::config::SslMode;
-use r2d2_postgres::postgres::{self, Config};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use tokio_postgres_rustls::MakeRustlsConnect;
+
+pub mod lease;
 
 use super::StoreError;
 use crate::app::Clock as _;
 
 /// The migrations, in order; each runs once, in the transaction that records it.
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("schema/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("schema/0001_init.sql")), (2, include_str!("schema/0002_leader_lease.sql"))];
 
 /// The advisory-lock key the migration transaction holds: `drover` in ASCII, so another
 /// application sharing the database is unlikely to pick it.
