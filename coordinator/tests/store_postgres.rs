@@ -2,13 +2,15 @@
 //! a temporary directory by `drover_devkit::postgres`): migrations applied once when replicas
 //! start together, serialization conflicts retried, TLS verified against the given CA, the
 //! password kept out of URLs and errors, a pool that outlives a database restart, and the
-//! leader lease: one holder, fencing tokens, a lapsed leader's writes refused.
+//! leader lease: one holder, fencing tokens, a lapsed leader's writes refused; wake-ups by
+//! NOTIFY across replicas, only on commit, surviving a database restart.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use drover_coordinator::store::StoreError;
 use drover_coordinator::store::postgres::lease::Lease;
+use drover_coordinator::store::postgres::notify::{ListenEvent, Listener, notify};
 use drover_coordinator::store::postgres::{Password, PgOpenError, PgOptions, PgStore, postgres};
 use drover_devkit::postgres::{self as pg, PostgresServer};
 
@@ -230,4 +232,45 @@ fn a_takeover_waits_for_the_old_leaders_transaction_in_flight() {
     let (took, at) = taker.join().expect("b's thread");
     assert_eq!(took.expect("acquire").map(|l| l.token), Some(2));
     assert!(at >= committed, "the takeover completed only after a's last write");
+}
+
+#[test]
+fn a_commit_on_one_replica_wakes_a_listener_on_another_and_a_rollback_does_not() {
+    let mut s = server(false);
+    let a = PgStore::open(&options(&s)).expect("replica a");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let listener = Listener::start(&options(&s), &["drover_wake"], move |e| {
+        let _ = tx.send((e, Instant::now()));
+    })
+    .expect("replica b listens");
+    let (first, _) = rx.recv_timeout(Duration::from_secs(30)).expect("connected");
+    assert_eq!(first, ListenEvent::Connected);
+    let next = || rx.recv_timeout(Duration::from_secs(30)).expect("an event within 30 s");
+
+    // A write that rolls back sends nothing; the committed one after it arrives, and fast.
+    let refused = a.write(|tx| {
+        notify(tx, "drover_wake", "rolled-back")?;
+        Err::<(), _>(StoreError::NotLeader { lease: "executor".into(), token: 1 })
+    });
+    assert!(refused.is_err());
+    let sent = Instant::now();
+    a.write(|tx| notify(tx, "drover_wake", "host-7")).expect("commit");
+    let (e, at) = next();
+    assert_eq!(e, ListenEvent::Notified { channel: "drover_wake".into(), payload: "host-7".into() }, "the rolled-back one never came");
+    let latency = at.duration_since(sent);
+    assert!(latency < Duration::from_secs(5), "{latency:?}");
+    eprintln!("commit on replica a → listener on replica b: {latency:?}");
+
+    // PostgreSQL restarts under the listener: it reconnects and says so (wake everyone),
+    // then delivers again.
+    s.restart().expect("restart");
+    let (e, _) = next();
+    assert_eq!(e, ListenEvent::Connected, "a reconnection is reported");
+    a.write(|tx| notify(tx, "drover_wake", "after-restart")).expect("commit after restart");
+    assert_eq!(next().0, ListenEvent::Notified { channel: "drover_wake".into(), payload: "after-restart".into() });
+    drop(listener);
+
+    // Channels are plain identifiers, refused otherwise before anything is sent.
+    let bad = a.write(|tx| notify(tx, "wake; DROP TABLE hosts", "x"));
+    assert!(matches!(bad, Err(StoreError::Invalid { .. })), "{bad:?}");
 }

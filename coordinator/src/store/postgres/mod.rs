@@ -24,6 +24,8 @@
 //!   together apply each version once and the others wait, then find nothing to do. A
 //!   database whose schema is newer than this build is refused, as SQLite's is.
 //! - **Leadership**: [`lease`], a lease row with a fencing token that every leader write checks.
+//! - **Wake-ups across replicas**: [`notify`], `NOTIFY` sent with a write's commit and a
+//!   `LISTEN`ing connection per replica.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -40,6 +42,7 @@ use rustls::pki_types::pem::PemObject;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 pub mod lease;
+pub mod notify;
 
 use super::StoreError;
 use crate::app::Clock as _;
@@ -149,26 +152,7 @@ impl From<r2d2::Error> for StoreError {
 impl PgStore {
     /// Connects (within the bounds of `options`) and applies pending migrations.
     pub fn open(options: &PgOptions) -> Result<PgStore, PgOpenError> {
-        let mut config: Config = options.url.parse().map_err(|e: postgres::Error| PgOpenError::Url { message: e.to_string() })?;
-        if config.get_password().is_some() {
-            return Err(PgOpenError::Url {
-                message: "holds a password; give it in password_file (or the secret store) so it never reaches a log".into(),
-            });
-        }
-        if let Some(p) = &options.password {
-            config.password(p.0.as_bytes());
-        }
-        config.application_name("drover-coordinator").connect_timeout(options.connect_timeout);
-        let tls = match &options.ca_file {
-            Some(path) => {
-                config.ssl_mode(SslMode::Require);
-                tls_connector(path)?
-            }
-            None => {
-                config.ssl_mode(SslMode::Disable);
-                MakeRustlsConnect::new(rustls_config(rustls::RootCertStore::empty())?)
-            }
-        };
+        let (config, tls) = connect_config(options)?;
         // One connection first, outside the pool: the pool would only report "timed out
         // waiting for connection", while the server's or the TLS layer's own reason (a wrong
         // password, an unknown CA) is what the operator needs.
@@ -271,7 +255,7 @@ impl PgStore {
 
 /// An error and every cause under it, `: `-separated (the driver's own text is often just
 /// "db error" or "error performing TLS handshake", with the reason a level down).
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {
@@ -293,6 +277,33 @@ fn is_retryable(e: &StoreError) -> bool {
     source.downcast_ref::<postgres::Error>().and_then(postgres::Error::code).is_some_and(|code| {
         *code == postgres::error::SqlState::T_R_SERIALIZATION_FAILURE || *code == postgres::error::SqlState::T_R_DEADLOCK_DETECTED
     })
+}
+
+/// The driver's configuration and TLS connector for `options`: the URL with the password
+/// added (one in the URL is refused), Drover's application name, the connect timeout, and TLS
+/// required exactly when a CA is given.
+pub(crate) fn connect_config(options: &PgOptions) -> Result<(Config, MakeRustlsConnect), PgOpenError> {
+    let mut config: Config = options.url.parse().map_err(|e: postgres::Error| PgOpenError::Url { message: e.to_string() })?;
+    if config.get_password().is_some() {
+        return Err(PgOpenError::Url {
+            message: "holds a password; give it in password_file (or the secret store) so it never reaches a log".into(),
+        });
+    }
+    if let Some(p) = &options.password {
+        config.password(p.0.as_bytes());
+    }
+    config.application_name("drover-coordinator").connect_timeout(options.connect_timeout);
+    let tls = match &options.ca_file {
+        Some(path) => {
+            config.ssl_mode(SslMode::Require);
+            tls_connector(path)?
+        }
+        None => {
+            config.ssl_mode(SslMode::Disable);
+            MakeRustlsConnect::new(rustls_config(rustls::RootCertStore::empty())?)
+        }
+    };
+    Ok((config, tls))
 }
 
 /// rustls with `roots` as the only trust anchors and the ring provider the rest of Drover uses.
