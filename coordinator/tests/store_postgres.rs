@@ -3,12 +3,15 @@
 //! start together, serialization conflicts retried, TLS verified against the given CA, the
 //! password kept out of URLs and errors, a pool that outlives a database restart, and the
 //! leader lease: one holder, fencing tokens, a lapsed leader's writes refused; wake-ups by
-//! NOTIFY across replicas, only on commit, surviving a database restart.
+//! NOTIFY across replicas, only on commit, surviving a database restart; a new leader elected
+//! within the lease when the leader crashes, at once when it hands over.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use drover_coordinator::store::StoreError;
+use drover_coordinator::store::postgres::election::{Change, Timing};
+use drover_coordinator::store::postgres::elector::Elector;
 use drover_coordinator::store::postgres::lease::Lease;
 use drover_coordinator::store::postgres::notify::{ListenEvent, Listener, notify};
 use drover_coordinator::store::postgres::{Password, PgOpenError, PgOptions, PgStore, postgres};
@@ -273,4 +276,49 @@ fn a_commit_on_one_replica_wakes_a_listener_on_another_and_a_rollback_does_not()
     // Channels are plain identifiers, refused otherwise before anything is sent.
     let bad = a.write(|tx| notify(tx, "wake; DROP TABLE hosts", "x"));
     assert!(matches!(bad, Err(StoreError::Invalid { .. })), "{bad:?}");
+}
+
+#[test]
+fn a_new_leader_is_elected_within_the_lease_when_the_leader_dies_and_at_once_when_it_hands_over() {
+    let s = server(false);
+    let timing = Timing { ttl: Duration::from_millis(1200), margin: Duration::from_millis(200) };
+    let (tx, rx) = std::sync::mpsc::channel::<(&'static str, Change)>();
+    let elector = |who: &'static str| {
+        let tx = tx.clone();
+        Elector::start(PgStore::open(&options(&s)).expect("replica"), "executor", who, timing, move |c| {
+            let _ = tx.send((who, c));
+        })
+        .expect("elector starts")
+    };
+    let elected = |rx: &std::sync::mpsc::Receiver<(&'static str, Change)>| loop {
+        match rx.recv_timeout(Duration::from_secs(30)).expect("a leader within 30 s") {
+            (who, Change::Elected { token }) => break (who, token),
+            (_, Change::SteppedDown { .. }) => continue,
+        }
+    };
+    let a = elector("replica-a");
+    assert_eq!(elected(&rx), ("replica-a", 1));
+    assert_eq!(a.leading().map(|l| l.token), Some(1));
+    let b = elector("replica-b");
+    let store = PgStore::open(&options(&s)).expect("reader");
+    assert_eq!(store.current_lease("executor").expect("read").map(|l| l.holder), Some("replica-a".to_owned()));
+    assert!(b.leading().is_none());
+
+    // replica-a crashes (no release): replica-b leads once the lease lapses, with a new token.
+    let died = Instant::now();
+    a.abandon();
+    assert_eq!(elected(&rx), ("replica-b", 2));
+    let took = died.elapsed();
+    eprintln!("takeover after a leader's crash: {took:?} (lease {:?})", timing.ttl);
+    assert!(took < timing.ttl * 2 + Duration::from_secs(1), "{took:?}");
+
+    // replica-b shuts down and hands over: replica-a (restarted) leads at its next try.
+    let a = elector("replica-a");
+    let handed = Instant::now();
+    drop(b);
+    assert_eq!(elected(&rx), ("replica-a", 3));
+    let took = handed.elapsed();
+    eprintln!("takeover after a leader's shutdown: {took:?}");
+    assert!(took < timing.ttl + Duration::from_secs(1), "a hand-over does not wait for the lease to lapse: {took:?}");
+    assert!(a.leading().is_some());
 }

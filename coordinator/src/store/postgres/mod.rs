@@ -41,6 +41,8 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+pub mod election;
+pub mod elector;
 pub mod lease;
 pub mod notify;
 
