@@ -322,3 +322,20 @@ fn a_new_leader_is_elected_within_the_lease_when_the_leader_dies_and_at_once_whe
     assert!(took < timing.ttl + Duration::from_secs(1), "a hand-over does not wait for the lease to lapse: {took:?}");
     assert!(a.leading().is_some());
 }
+
+/// The backend conformance suite, unchanged, on PostgreSQL: each check on a fresh database of
+/// one server.
+#[test]
+fn the_whole_conformance_suite_passes_on_postgres() {
+    let s = server(false);
+    let n = std::sync::atomic::AtomicU32::new(0);
+    let make = || -> Box<dyn drover_coordinator::store::Store> {
+        let db = format!("check{}", n.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        s.psql(&format!("CREATE DATABASE {db} OWNER drover")).expect("create database");
+        let mut o = options(&s);
+        o.url = format!("postgres://drover@127.0.0.1:{}/{db}", s.port());
+        o.pool_size = 4;
+        Box::new(PgStore::open(&o).expect("open"))
+    };
+    drover_coordinator::store::conformance::run_all(&make);
+}

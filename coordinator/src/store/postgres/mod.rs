@@ -1,7 +1,8 @@
-//! The PostgreSQL backend's connection layer and schema (issue 25): what several coordinator
-//! replicas on one database stand on. The [`crate::store::Store`] methods on it come next,
-//! area by area, against the same conformance suite as SQLite; until they do, `[store]`
-//! offers SQLite only and nothing in `serve` reaches this module.
+//! The PostgreSQL backend (issue 25): what several coordinator replicas on one database stand
+//! on. [`PgStore`] implements [`crate::store::Store`] with the same functions over the same
+//! schema as SQLite, area by area (`hosts`, `work`, `jobs`, `releases`, `plans`, `sites`,
+//! `bindings`, `racks`, `evidence`, `health`, `log`), and passes the same conformance suite.
+//! `serve` does not select it yet: no `[store]` setting names it.
 //!
 //! - **Driver**: the synchronous `postgres` crate (rust-postgres, the same protocol code as
 //!   `tokio-postgres`). Every store call already runs on a blocking thread
@@ -40,6 +41,21 @@ use r2d2_postgres::postgres::config::SslMode;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use tokio_postgres_rustls::MakeRustlsConnect;
+
+// The Store methods, area by area, mirroring sqlite/ (the trait impl is `store_impl`).
+mod bindings;
+mod cols;
+mod evidence;
+mod health;
+mod hosts;
+mod jobs;
+mod log;
+mod plans;
+mod racks;
+mod releases;
+mod sites;
+mod store_impl;
+mod work;
 
 pub mod election;
 pub mod elector;
