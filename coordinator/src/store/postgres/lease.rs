@@ -20,6 +20,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::cols::col;
 use super::{PgStore, postgres};
 use crate::store::StoreError;
 
@@ -58,7 +59,8 @@ impl PgStore {
              RETURNING token, expires_at_ms"
         );
         let row = self.write(|tx| Ok(tx.query_opt(sql.as_str(), &[&name, &holder, &ttl_ms(ttl)])?))?;
-        Ok(row.map(|r| Lease { name: name.to_owned(), holder: holder.to_owned(), token: r.get(0), expires_at_ms: r.get(1) }))
+        row.map(|r| Ok(Lease { name: name.to_owned(), holder: holder.to_owned(), token: col(&r, 0)?, expires_at_ms: col(&r, 1)? }))
+            .transpose()
     }
 
     /// Gives `lease` up at once (a replica shutting down), so another takes over without
@@ -74,12 +76,12 @@ impl PgStore {
     /// Lease `name` as the database holds it (expired or not).
     pub fn current_lease(&self, name: &str) -> Result<Option<Lease>, StoreError> {
         let row = self.read(|tx| Ok(tx.query_opt("SELECT holder, token, expires_at_ms FROM leader_lease WHERE name = $1", &[&name])?))?;
-        Ok(row.map(|r| Lease { name: name.to_owned(), holder: r.get(0), token: r.get(1), expires_at_ms: r.get(2) }))
+        row.map(|r| Ok(Lease { name: name.to_owned(), holder: col(&r, 0)?, token: col(&r, 1)?, expires_at_ms: col(&r, 2)? })).transpose()
     }
 
     /// The database's clock, milliseconds since the epoch (leases are measured on it).
     pub fn database_now_ms(&self) -> Result<i64, StoreError> {
-        self.read(|tx| Ok(tx.query_one(format!("SELECT {DB_NOW_MS}").as_str(), &[])?.get(0)))
+        self.read(|tx| col(&tx.query_one(format!("SELECT {DB_NOW_MS}").as_str(), &[])?, 0))
     }
 
     /// [`PgStore::write`] as the holder of `lease`: the transaction first locks the lease row
@@ -94,7 +96,8 @@ impl PgStore {
         let check = format!("SELECT token, expires_at_ms > {DB_NOW_MS} FROM leader_lease WHERE name = $1 AND holder = $2 FOR SHARE");
         self.write(|tx| {
             let row = tx.query_opt(check.as_str(), &[&lease.name, &lease.holder])?;
-            match row.map(|r| (r.get::<_, i64>(0), r.get::<_, bool>(1))) {
+            let held = row.map(|r| Ok::<_, StoreError>((col::<i64>(&r, 0)?, col::<bool>(&r, 1)?))).transpose()?;
+            match held {
                 Some((token, true)) if token == lease.token => f(tx),
                 _ => Err(StoreError::NotLeader { lease: lease.name.clone(), token: lease.token }),
             }

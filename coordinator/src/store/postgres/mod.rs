@@ -243,7 +243,7 @@ impl PgStore {
         let mut tx = c.transaction()?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
         tx.batch_execute("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)")?;
-        let current: i64 = tx.query_one("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", &[])?.get(0);
+        let current: i64 = cols::col(&tx.query_one("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", &[])?, 0)?;
         let supported = MIGRATIONS.last().map_or(0, |(v, _)| *v);
         if current > supported {
             return Err(StoreError::SchemaTooNew { found: current, supported });
@@ -264,8 +264,8 @@ impl PgStore {
         let rows = c.query("SELECT version, applied_at FROM schema_migrations ORDER BY version", &[])?;
         rows.iter()
             .map(|r| {
-                let at: i64 = r.get(1);
-                Ok((r.get(0), Time::from_unix(at).map_err(|e| StoreError::invalid("applied_at", e.to_string()))?))
+                let at: i64 = cols::col(r, 1)?;
+                Ok((cols::col(r, 0)?, Time::from_unix(at).map_err(|e| StoreError::invalid("applied_at", e.to_string()))?))
             })
             .collect()
     }
