@@ -26,6 +26,7 @@ pub mod plans;
 pub mod postgres;
 pub mod rack_records;
 pub mod records;
+pub(crate) mod rules;
 pub mod site_records;
 pub mod sqlite;
 

@@ -12,7 +12,8 @@ use uuid::Uuid;
 
 use super::postgres::Row;
 use super::postgres::types::FromSql;
-use crate::store::{MAX_PAGE, StoreError};
+use crate::store::StoreError;
+pub(crate) use crate::store::rules::page;
 
 /// A column that holds something other than what its name promises.
 fn corrupt(idx: usize, e: impl Display) -> StoreError {
@@ -68,9 +69,4 @@ pub(crate) fn rollout_col(r: &Row, idx: usize) -> Result<RolloutId, StoreError> 
 pub(crate) fn u64_col(r: &Row, idx: usize) -> Result<u64, StoreError> {
     let v: i64 = get(r, idx)?;
     u64::try_from(v).map_err(|e| corrupt(idx, e))
-}
-
-/// Clamps a page size to 1..=MAX_PAGE, 0 meaning a full page.
-pub(crate) fn page(limit: u32) -> i64 {
-    i64::from(if limit == 0 { MAX_PAGE } else { limit.min(MAX_PAGE) })
 }

@@ -13,6 +13,8 @@ use super::cols::{col, opt_time_col, opt_uuid_col, parse_col, time_col, uuid_col
 use super::log::insert_event;
 use super::postgres::types::ToSql;
 use super::postgres::{Row, Transaction};
+use crate::store::rules::check_sha256;
+use crate::store::rules::normalize_serial;
 use crate::store::{
     CertKind, CertRecord, Checkin, EnrollmentToken, Host, HostFilter, NewCert, NewEvent, NewHost, Revocation, RevokedCert, StoreError,
     TokenInfo, TokenRefusal,
@@ -210,9 +212,7 @@ fn token_by(c: &mut Transaction<'_>, column: &str, value: &str) -> Result<Option
 }
 
 pub(crate) fn create_token(c: &mut Transaction<'_>, host_id: Uuid, token: &EnrollmentToken, at: Time) -> Result<TokenInfo, StoreError> {
-    if !drover_proto::names::is_sha256_hex(&token.token_hash) {
-        return Err(StoreError::invalid("token hash", "expected 64 lowercase hex digits"));
-    }
+    check_sha256("token hash", &token.token_hash)?;
     let host = require_host(c, host_id)?;
     if host.state == HostLifecycle::Deleted {
         return Err(StoreError::conflict("host", host_id, "is deleted; re-onboarding creates a new host"));
@@ -304,14 +304,6 @@ pub(crate) fn revoke_token(c: &mut Transaction<'_>, id: Uuid, at: Time) -> Resul
 }
 
 // ---- certificates -------------------------------------------------------------------------
-
-/// Serials are compared in one spelling: lowercase hex.
-fn normalize_serial(serial: &str) -> Result<String, StoreError> {
-    if serial.is_empty() || serial.len() > 64 || !serial.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(StoreError::invalid("certificate serial", "expected 1 to 64 hex digits"));
-    }
-    Ok(serial.to_ascii_lowercase())
-}
 
 const CERT_COLS: &str = "serial, kind, host_id, subject, not_before, not_after, revoked_at, revoke_reason";
 

@@ -16,6 +16,7 @@ use uuid::Uuid;
 use super::cols::{col, json_col, opt_uuid_col, parse_col, time_col, uuid_col};
 use super::log::{insert_audit, insert_event};
 use super::postgres::{Row, Transaction};
+use crate::store::rules::{check_legal, check_request, stale_state, supersedable, terminal_states_sql};
 use crate::store::{HostOp, Job, JobFilter, JobStep, MaintenanceRecord, NewAudit, NewEvent, NewJob, NewMaintenance, StoreError, TaskState};
 
 const JOB_COLS: &str = "job_id, kind, host_id, input, created_at, state, progress, updated_at, request_id";
@@ -34,12 +35,6 @@ fn job_row(r: &Row) -> Result<Job, StoreError> {
         progress: json_col(r, 6)?,
         updated_at: time_col(r, 7)?,
     })
-}
-
-/// The terminal job states as an SQL list (`'completed', …`), from the one state machine so a
-/// new terminal state cannot be forgotten here.
-fn terminal_states_sql() -> String {
-    JobState::ALL.iter().filter(|s| s.is_terminal()).map(|s| format!("'{}'", s.as_str())).collect::<Vec<_>>().join(", ")
 }
 
 pub(crate) fn get_job(c: &mut Transaction<'_>, job_id: Uuid) -> Result<Option<Job>, StoreError> {
@@ -114,18 +109,6 @@ fn write_transition(c: &mut Transaction<'_>, job: &Job, to: JobState, reason: &s
     }
     insert_event(c, &job_event(job, at, "job.transition", reason, json!({ "from": from.as_str(), "to": to.as_str() })))?;
     Ok(())
-}
-
-fn stale_state(job_id: Uuid, expected: JobState, actual: &str) -> StoreError {
-    StoreError::StaleState { what: "job", id: job_id.to_string(), expected: expected.as_str().into(), actual: actual.into() }
-}
-
-fn check_legal(from: JobState, to: JobState) -> Result<(), StoreError> {
-    if from.can_transition_to(to) {
-        Ok(())
-    } else {
-        Err(StoreError::IllegalTransition { what: "job", from: from.as_str().into(), to: to.as_str().into() })
-    }
 }
 
 pub(crate) fn set_job_state(
@@ -292,13 +275,6 @@ fn redispatch(c: &mut Transaction<'_>, job: &Job, rollout_id: &RolloutId, hostna
 
 // ---- creating work on a host ----------------------------------------------------------------
 
-/// Whether an unfinished job stands aside for a new maintenance request: a maintenance job that
-/// failed has already stopped working on the host, and the new request is how an operator
-/// clears it.
-fn supersedable(job: &Job) -> bool {
-    job.job.kind == "maintenance" && matches!(job.state, JobState::FailedRetryable | JobState::FailedManualIntervention)
-}
-
 /// Checks that `host_id` exists, is in one of `allowed`, and is held by no unfinished job
 /// (except, when `supersede` is set, [`supersedable`] ones, which are returned). Refusals
 /// name the host by id and hostname, and the job holding it.
@@ -367,27 +343,6 @@ pub(crate) fn get_maintenance(c: &mut Transaction<'_>, request_id: Uuid) -> Resu
 pub(crate) fn list_maintenance(c: &mut Transaction<'_>) -> Result<Vec<MaintenanceRecord>, StoreError> {
     let sql = format!("SELECT {MAINTENANCE_COLS} FROM maintenance_requests ORDER BY created_at, request_id");
     c.query(sql.as_str(), &[])?.iter().map(maintenance_row).collect()
-}
-
-/// The request's own shape: every job belongs to it and names a host, no host twice. Returns
-/// the hosts in the request's order.
-fn check_request(new: &NewMaintenance) -> Result<Vec<Uuid>, StoreError> {
-    let what = "maintenance request";
-    if new.jobs.is_empty() {
-        return Err(StoreError::invalid(what, "names no hosts"));
-    }
-    let mut hosts = Vec::with_capacity(new.jobs.len());
-    for job in &new.jobs {
-        if job.request_id != Some(new.request_id) {
-            return Err(StoreError::invalid(what, format!("job {} does not belong to request {}", job.job_id, new.request_id)));
-        }
-        let host = job.host_id.ok_or_else(|| StoreError::invalid(what, format!("job {} names no host", job.job_id)))?;
-        if hosts.contains(&host) {
-            return Err(StoreError::invalid(what, format!("host {host} is listed twice")));
-        }
-        hosts.push(host);
-    }
-    Ok(hosts)
 }
 
 pub(crate) fn create_maintenance(

@@ -16,6 +16,7 @@ use super::postgres::{Row, Transaction};
 use super::releases::{
     HOST_ROLLOUT_COLS, ROLLOUT_COLS, get_host_rollout, get_rollout, host_rollout_row, rollout_row, update_rollout_state,
 };
+use crate::store::rules::check_sha256;
 use crate::store::{ChannelRecord, HostReport, NewAudit, PlanHost, PlanOp, PlanRollout, PlanSnapshot, PlanWrite, StoreError};
 
 fn report_row(r: &Row, at: usize) -> Result<HostReport, StoreError> {
@@ -137,9 +138,7 @@ fn upsert_channel(c: &mut Transaction<'_>, channel: &str, at: Time) -> Result<()
 fn apply_op(c: &mut Transaction<'_>, op: &PlanOp, at: Time) -> Result<(), StoreError> {
     match op {
         PlanOp::OpenRollout { rollout_id, manifest_sha256 } => {
-            if !drover_proto::names::is_sha256_hex(manifest_sha256) {
-                return Err(StoreError::invalid("manifest sha256", "expected 64 lowercase hex digits"));
-            }
+            check_sha256("manifest sha256", manifest_sha256)?;
             if get_rollout(c, rollout_id)?.is_some() {
                 return Err(StoreError::conflict("rollout", rollout_id, "already opened"));
             }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use drover_proto::names::RolloutId;
-use drover_proto::release::{ROLLOUTS_DIR, ReleaseFiles, sig_path};
+use drover_proto::release::{ReleaseFiles, sig_path};
 use drover_proto::states::{HostRolloutState, RolloutState};
 use drover_proto::time::Time;
 use serde_json::{Value, json};
@@ -13,19 +13,10 @@ use sha2::{Digest, Sha256};
 use super::cols::{col, parse_col, rollout_col, time_col, u64_col};
 use super::log::insert_event;
 use super::postgres::{Row, Transaction};
+use crate::store::rules::{check_sha256, manifest_id, version_arg};
 use crate::store::{
     HostRollout, Manifest, NewEvent, NewRollout, RELEASE_PUBLISH_ACTION, Release, ReleaseSummary, Rollout, RolloutFilter, StoreError,
 };
-
-fn version_arg(version: u64) -> Result<i64, StoreError> {
-    i64::try_from(version).map_err(|_| StoreError::invalid("release version", "above 2^63 - 1"))
-}
-
-/// The rollout id of a manifest path `rollouts/<id>.json`, `None` for any other path.
-fn manifest_id(path: &str) -> Option<Result<RolloutId, StoreError>> {
-    let stem = path.strip_prefix(ROLLOUTS_DIR)?.strip_prefix('/')?.strip_suffix(".json")?;
-    Some(RolloutId::parse(stem).map_err(|e| StoreError::invalid("manifest path", format!("{path}: {e}"))))
-}
 
 pub(crate) fn put_release(c: &mut Transaction<'_>, version: u64, signed_at: Time, files: &ReleaseFiles) -> Result<(), StoreError> {
     let v = version_arg(version)?;
@@ -154,9 +145,7 @@ fn rollout_event(rollout_id: &RolloutId, at: Time, kind: &str, message: &str, da
 }
 
 pub(crate) fn open_rollout(c: &mut Transaction<'_>, new: &NewRollout) -> Result<Rollout, StoreError> {
-    if !drover_proto::names::is_sha256_hex(&new.manifest_sha256) {
-        return Err(StoreError::invalid("manifest sha256", "expected 64 lowercase hex digits"));
-    }
+    check_sha256("manifest sha256", &new.manifest_sha256)?;
     if let Some(stored) = get_rollout(c, &new.rollout_id)? {
         if stored.manifest_sha256 == new.manifest_sha256 {
             return Ok(stored);

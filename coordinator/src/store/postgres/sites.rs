@@ -13,11 +13,8 @@ use uuid::Uuid;
 use super::cols::{col, parse_col, time_col, u64_col, uuid_col};
 use super::log::{insert_audit, insert_event};
 use super::postgres::{Row, Transaction};
+use crate::store::rules::{check_revision, json};
 use crate::store::{ChangeLog, NewRoce, PowerOverride, Profile, RoceAssignment, RoceUpsert, Site, StoreError};
-
-fn json<T: serde::Serialize>(v: &T) -> Result<String, StoreError> {
-    serde_json::to_string(v).map_err(StoreError::backend)
-}
 
 fn doc_col<T: serde::de::DeserializeOwned>(row: &Row, idx: usize) -> Result<T, StoreError> {
     let s: String = col(row, idx)?;
@@ -28,14 +25,6 @@ fn log_change(c: &mut Transaction<'_>, log: &ChangeLog) -> Result<(), StoreError
     insert_event(c, &log.event)?;
     insert_audit(c, &log.audit)?;
     Ok(())
-}
-
-/// The compare-and-set of every update: the row must still be at the revision the caller read.
-fn check_revision(what: &'static str, id: Uuid, expected: u64, actual: u64) -> Result<(), StoreError> {
-    if expected == actual {
-        return Ok(());
-    }
-    Err(StoreError::StaleState { what, id: id.to_string(), expected: format!("revision {expected}"), actual: format!("revision {actual}") })
 }
 
 // ---- sites ----------------------------------------------------------------------------------

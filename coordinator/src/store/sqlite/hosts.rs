@@ -9,6 +9,7 @@ use serde_json::json;
 
 use super::log::insert_event;
 use super::*;
+use crate::store::rules::normalize_serial;
 
 pub(super) const HOST_COLS: &str =
     "id, hostname, state, schedulable, created_at, updated_at, last_checkin_at, agent_version, boot_id, current_generation";
@@ -321,14 +322,6 @@ pub(super) fn revoke_token(c: &Connection, id: Uuid, at: Time) -> Result<TokenIn
 }
 
 // ---- certificates -------------------------------------------------------------------------
-
-/// Serials are compared in one spelling: lowercase hex.
-fn normalize_serial(serial: &str) -> Result<String, StoreError> {
-    if serial.is_empty() || serial.len() > 64 || !serial.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(StoreError::invalid("certificate serial", "expected 1 to 64 hex digits"));
-    }
-    Ok(serial.to_ascii_lowercase())
-}
 
 const CERT_COLS: &str = "serial, kind, host_id, subject, not_before, not_after, revoked_at, revoke_reason";
 

@@ -12,6 +12,7 @@ use serde_json::json;
 
 use super::log::{insert_audit, insert_event};
 use super::*;
+use crate::store::rules::{check_legal, check_request, stale_state, supersedable, terminal_states_sql};
 
 const JOB_COLS: &str = "job_id, kind, host_id, input, created_at, state, progress, updated_at, request_id";
 
@@ -29,12 +30,6 @@ fn job_row(r: &Row<'_>) -> rusqlite::Result<Job> {
         progress: json_col(r, 6)?,
         updated_at: time_col(r, 7)?,
     })
-}
-
-/// The terminal job states as an SQL list (`'completed', …`), from the one state machine so a
-/// new terminal state cannot be forgotten here.
-fn terminal_states_sql() -> String {
-    JobState::ALL.iter().filter(|s| s.is_terminal()).map(|s| format!("'{}'", s.as_str())).collect::<Vec<_>>().join(", ")
 }
 
 pub(super) fn get_job(c: &Connection, job_id: Uuid) -> Result<Option<Job>, StoreError> {
@@ -111,18 +106,6 @@ fn write_transition(c: &Connection, job: &Job, to: JobState, reason: &str, at: T
     }
     insert_event(c, &job_event(job, at, "job.transition", reason, json!({ "from": from.as_str(), "to": to.as_str() })))?;
     Ok(())
-}
-
-fn stale_state(job_id: Uuid, expected: JobState, actual: &str) -> StoreError {
-    StoreError::StaleState { what: "job", id: job_id.to_string(), expected: expected.as_str().into(), actual: actual.into() }
-}
-
-fn check_legal(from: JobState, to: JobState) -> Result<(), StoreError> {
-    if from.can_transition_to(to) {
-        Ok(())
-    } else {
-        Err(StoreError::IllegalTransition { what: "job", from: from.as_str().into(), to: to.as_str().into() })
-    }
 }
 
 pub(super) fn set_job_state(c: &Connection, job_id: Uuid, from: JobState, to: JobState, reason: &str, at: Time) -> Result<Job, StoreError> {
@@ -284,13 +267,6 @@ fn redispatch(c: &Connection, job: &Job, rollout_id: &RolloutId, hostname: &str,
 
 // ---- creating work on a host ----------------------------------------------------------------
 
-/// Whether an unfinished job stands aside for a new maintenance request: a maintenance job that
-/// failed has already stopped working on the host, and the new request is how an operator
-/// clears it.
-fn supersedable(job: &Job) -> bool {
-    job.job.kind == "maintenance" && matches!(job.state, JobState::FailedRetryable | JobState::FailedManualIntervention)
-}
-
 /// Checks that `host_id` exists, is in one of `allowed`, and is held by no unfinished job
 /// (except, when `supersede` is set, [`supersedable`] ones, which are returned). Refusals
 /// name the host by id and hostname, and the job holding it.
@@ -356,27 +332,6 @@ pub(super) fn list_maintenance(c: &Connection) -> Result<Vec<MaintenanceRecord>,
     let mut stmt = c.prepare_cached(&sql)?;
     let rows = stmt.query_map([], maintenance_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
-}
-
-/// The request's own shape: every job belongs to it and names a host, no host twice. Returns
-/// the hosts in the request's order.
-fn check_request(new: &NewMaintenance) -> Result<Vec<Uuid>, StoreError> {
-    let what = "maintenance request";
-    if new.jobs.is_empty() {
-        return Err(StoreError::invalid(what, "names no hosts"));
-    }
-    let mut hosts = Vec::with_capacity(new.jobs.len());
-    for job in &new.jobs {
-        if job.request_id != Some(new.request_id) {
-            return Err(StoreError::invalid(what, format!("job {} does not belong to request {}", job.job_id, new.request_id)));
-        }
-        let host = job.host_id.ok_or_else(|| StoreError::invalid(what, format!("job {} names no host", job.job_id)))?;
-        if hosts.contains(&host) {
-            return Err(StoreError::invalid(what, format!("host {host} is listed twice")));
-        }
-        hosts.push(host);
-    }
-    Ok(hosts)
 }
 
 pub(super) fn create_maintenance(

@@ -45,6 +45,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::*;
+use crate::store::rules::{check_sha256, page};
 
 /// Migrations, in order; each runs once, in one transaction with its `schema_migrations` row.
 const MIGRATIONS: &[(i64, &str)] = &[
@@ -301,16 +302,6 @@ fn rollout_col(row: &Row<'_>, idx: usize) -> rusqlite::Result<RolloutId> {
 fn u64_col(row: &Row<'_>, idx: usize) -> rusqlite::Result<u64> {
     let v: i64 = row.get(idx)?;
     u64::try_from(v).map_err(|e| conversion(idx, Type::Integer, e))
-}
-
-/// Clamps a page size to 1..=MAX_PAGE, 0 meaning a full page.
-fn page(limit: u32) -> i64 {
-    i64::from(if limit == 0 { MAX_PAGE } else { limit.min(MAX_PAGE) })
-}
-
-/// A lowercase 64-digit hex sha256, or `Invalid`.
-fn check_sha256(what: &'static str, s: &str) -> Result<(), StoreError> {
-    if drover_proto::names::is_sha256_hex(s) { Ok(()) } else { Err(StoreError::invalid(what, "expected 64 lowercase hex digits")) }
 }
 
 impl Store for SqliteStore {

@@ -6,23 +6,14 @@
 
 use std::collections::BTreeMap;
 
-use drover_proto::release::{ROLLOUTS_DIR, sig_path};
+use drover_proto::release::sig_path;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::log::insert_event;
 use super::*;
-
-fn version_arg(version: u64) -> Result<i64, StoreError> {
-    i64::try_from(version).map_err(|_| StoreError::invalid("release version", "above 2^63 - 1"))
-}
-
-/// The rollout id of a manifest path `rollouts/<id>.json`, `None` for any other path.
-fn manifest_id(path: &str) -> Option<Result<RolloutId, StoreError>> {
-    let stem = path.strip_prefix(ROLLOUTS_DIR)?.strip_prefix('/')?.strip_suffix(".json")?;
-    Some(RolloutId::parse(stem).map_err(|e| StoreError::invalid("manifest path", format!("{path}: {e}"))))
-}
+use crate::store::rules::{manifest_id, version_arg};
 
 pub(super) fn put_release(c: &Connection, version: u64, signed_at: Time, files: &ReleaseFiles) -> Result<(), StoreError> {
     let v = version_arg(version)?;

@@ -10,10 +10,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::log::{insert_audit, insert_event};
 use super::*;
-
-fn json<T: serde::Serialize>(v: &T) -> Result<String, StoreError> {
-    serde_json::to_string(v).map_err(StoreError::backend)
-}
+use crate::store::rules::{check_revision, json};
 
 fn doc_col<T: serde::de::DeserializeOwned>(row: &Row<'_>, idx: usize) -> rusqlite::Result<T> {
     let s: String = row.get(idx)?;
@@ -24,14 +21,6 @@ fn log_change(c: &Connection, log: &ChangeLog) -> Result<(), StoreError> {
     insert_event(c, &log.event)?;
     insert_audit(c, &log.audit)?;
     Ok(())
-}
-
-/// The compare-and-set of every update: the row must still be at the revision the caller read.
-fn check_revision(what: &'static str, id: Uuid, expected: u64, actual: u64) -> Result<(), StoreError> {
-    if expected == actual {
-        return Ok(());
-    }
-    Err(StoreError::StaleState { what, id: id.to_string(), expected: format!("revision {expected}"), actual: format!("revision {actual}") })
 }
 
 // ---- sites ----------------------------------------------------------------------------------
