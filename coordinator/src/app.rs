@@ -40,6 +40,9 @@ impl Clock for SystemClock {
 pub struct Hub {
     waiters: Mutex<HashMap<Uuid, Arc<Notify>>>,
     held: std::sync::atomic::AtomicUsize,
+    /// The other replicas (PostgreSQL only): told of every wake-up, since the host's agent
+    /// may be long-polling on one of them.
+    pub peers: std::sync::OnceLock<crate::peers::WakeSender>,
 }
 
 impl Hub {
@@ -47,11 +50,27 @@ impl Hub {
         self.waiters.lock().unwrap_or_else(|e| e.into_inner()).entry(host).or_default().clone()
     }
 
-    /// Wakes `host`'s waiting check-in, or makes its next wait return at once.
+    /// Wakes `host`'s waiting check-in, here and on the other replicas, or makes its next
+    /// wait return at once.
     pub fn notify(&self, host: Uuid) {
+        self.notify_local(host);
+        if let Some(peers) = self.peers.get() {
+            let _ = peers.send(crate::peers::Wake::Host(host));
+        }
+    }
+
+    /// [`Hub::notify`] on this replica only (what another replica told it).
+    pub fn notify_local(&self, host: Uuid) {
         // notify_one stores a permit when nobody waits yet, closing the race between an
         // agent's "nothing for me" query and its wait.
         self.slot(host).notify_one();
+    }
+
+    /// Wakes every check-in held here now (wake-ups may have been missed); each re-reads.
+    pub fn wake_all_local(&self) {
+        for slot in self.waiters.lock().unwrap_or_else(|e| e.into_inner()).values() {
+            slot.notify_waiters();
+        }
     }
 
     /// Waits until `host` is notified or `timeout` passes; true when notified.
@@ -107,6 +126,10 @@ pub struct AppState {
     pub agent: AgentBinary,
     /// Long-poll wake-ups.
     pub hub: Hub,
+    /// Whether this replica runs the leader work (always, on SQLite).
+    pub leader: crate::leader::Leadership,
+    /// Wake-ups to and from the other replicas (PostgreSQL only; kept for the listener).
+    pub peers: std::sync::OnceLock<crate::peers::Peers>,
     /// Rollout bundles as served, one copy per (release, rollout).
     pub bundles: crate::bundles::BundleCache,
     /// Time.
@@ -219,8 +242,18 @@ impl AppState {
             s.revoke_host_certs(host_id, at, &reason)
         })
         .await?;
-        self.refresh_crl().await?;
+        self.revocations_changed().await?;
         Ok(revoked)
+    }
+
+    /// After revocations were stored: signs and installs the CRL here, and has the other
+    /// replicas re-read it too, so no replica accepts a revoked certificate.
+    pub async fn revocations_changed(self: &Arc<Self>) -> Result<(), CrlError> {
+        self.refresh_crl().await?;
+        if let Some(peers) = self.hub.peers.get() {
+            let _ = peers.send(crate::peers::Wake::Revocations);
+        }
+        Ok(())
     }
 
     /// Stores a signed intent as the host's current one and wakes its check-in.

@@ -639,6 +639,9 @@ pub struct Config {
     /// Rack device controllers.
     #[serde(default)]
     pub devices: DevicesConfig,
+    /// The database (`[store]`, see [`crate::store_config`]).
+    #[serde(default)]
+    pub store: crate::store_config::StoreConfig,
 }
 
 impl Config {
@@ -804,6 +807,7 @@ impl Config {
             (_, Some(vault)) => crate::secrets::vault::validate(vault).map_err(|(key, message)| invalid(key, message))?,
             (SecretsBackend::File, None) => {}
         }
+        crate::store_config::validate(&config.store).map_err(|(key, message)| invalid(key, message))?;
         Ok(config)
     }
 }
@@ -874,6 +878,36 @@ token_ttl_secs = 3600
         let e = err("listen = ");
         assert!(e.starts_with("coordinator.toml:1:10: "), "{e}");
         assert!(!e.contains('\n') && !e.contains("key `.`"), "{e}");
+    }
+
+    #[test]
+    fn store_defaults_to_sqlite_and_postgres_settings_are_checked_naming_the_key() {
+        use crate::store_config::StoreBackend;
+        let c = Config::parse(Path::new("c.toml"), GOOD).expect("parses");
+        assert_eq!(c.store.backend, StoreBackend::Sqlite);
+        let pg =
+            format!("{GOOD}\n[store]\nbackend = \"postgres\"\nurl = \"postgres://drover@db:5432/drover\"\npassword_file = \"/run/pg\"\n");
+        let c = Config::parse(Path::new("c.toml"), &pg).expect("parses");
+        assert_eq!(c.store.backend, StoreBackend::Postgres);
+        assert_eq!(c.store.pool_size, 16);
+        for (extra, key) in [
+            ("backend = \"postgres\"\n", "key `store.url`"),
+            ("url = \"postgres://x@y/z\"\n", "key `store.url`"),
+            ("backend = \"mysql\"\n", "key `store.backend`"),
+            (
+                "backend = \"postgres\"\nurl = \"postgres://x@y/z\"\npassword_file = \"/a\"\npassword_secret = \"b\"\n",
+                "key `store.password_secret`",
+            ),
+            ("backend = \"postgres\"\nurl = \"postgres://x@y/z\"\npassword_secret = \"../etc\"\n", "key `store.password_secret`"),
+            ("pool_size = 0\n", "key `store.pool_size`"),
+            ("lease_ms = 10\n", "key `store.lease_ms`"),
+            ("replica = \"a b\"\n", "key `store.replica`"),
+            ("password = \"hunter2\"\n", "store.password"),
+        ] {
+            let e = err(&format!("{GOOD}\n[store]\n{extra}"));
+            assert!(e.contains(key), "{extra:?}: {e}");
+            assert!(!e.contains("hunter2"), "{e}");
+        }
     }
 
     #[test]

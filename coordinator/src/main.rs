@@ -176,6 +176,9 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         if let Err(e) = app.flush_checkins().await {
             tracing::error!(error = %e, "writing buffered check-ins at shutdown failed");
         }
+        // A leader gives the lease up, so another replica takes over now, not when it lapses.
+        let leaving = app.clone();
+        let _ = tokio::task::spawn_blocking(move || leaving.leader.hand_over()).await;
         Ok(())
     })
 }

@@ -236,7 +236,8 @@ pub async fn run(app: Arc<AppState>) {
             if next <= now {
                 due.insert(site.id, now + jittered(interval, rand::random::<f64>()));
                 let app = app.clone();
-                tokio::spawn(async move {
+                // In the leader's term, like the loop: its repairs are fenced writes.
+                crate::store::fence::spawn(async move {
                     pass(&app, &site).await;
                 });
             }

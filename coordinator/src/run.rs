@@ -13,8 +13,11 @@ use tokio::task::JoinHandle;
 
 use crate::app::{AgentBinary, AppState, Clock, CrlError, Hub};
 use crate::config::Config;
+use crate::leader::Leadership;
 use crate::state_dir::{StateDir, StateDirError};
+use crate::store::postgres::{PgOptions, PgStore};
 use crate::store::{SqliteStore, Store, StoreError};
+use crate::store_config::StoreBackend;
 use crate::tls::{TlsError, TlsMaterial, TlsState};
 
 /// Why the coordinator could not start.
@@ -40,6 +43,15 @@ pub enum StartError {
     /// The store could not be opened.
     #[error("store: {0}")]
     Store(#[from] StoreError),
+    /// The PostgreSQL store could not be opened (`[store]`; never the password).
+    #[error(transparent)]
+    Database(#[from] crate::store::postgres::PgOpenError),
+    /// The database password could not be read.
+    #[error(transparent)]
+    StoreConfig(#[from] crate::store_config::StoreConfigError),
+    /// The leader election could not start.
+    #[error("cannot start the leader election: {0}")]
+    Election(#[source] std::io::Error),
     /// A file the configuration names could not be read (the OS error is the source, so it
     /// is printed once, after this).
     #[error("key `{key}`: cannot read {}", path.display())]
@@ -134,6 +146,10 @@ pub fn prepare(config: Config) -> Result<Prepared, StartError> {
     let trust = drover_proto::trust::TrustRoots::from_json(&trust_json)
         .map_err(|e| StartError::Trust { path: config.trust_file.clone(), message: e.to_string() })?;
     let agent_bytes = read("agent_binary", &config.agent_binary)?;
+    if let Some(path) = &config.store.password_file {
+        // Read again at start; checked here so `check-config` refuses a missing one.
+        read("store.password_file", path)?;
+    }
     let agent = AgentBinary { sha256: hex::encode(Sha256::digest(&agent_bytes)), bytes: agent_bytes.into() };
     let material =
         TlsMaterial::from_pem(state.ca().cert_pem().as_bytes(), state.server_cert_pem().as_bytes(), state.server_key_pem().as_bytes())?;
@@ -182,11 +198,70 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
     start_prepared(listener, prepare(config)?, clock).await
 }
 
+/// Opens the store `[store]` names and the leadership that goes with it: SQLite in the state
+/// dir, always leading; or PostgreSQL, electing a leader among the replicas.
+async fn open_store(
+    config: &Config,
+    state: &StateDir,
+    secrets: &Arc<dyn crate::secrets::SecretStore>,
+) -> Result<(Arc<dyn Store>, Leadership, Option<(PgStore, PgOptions)>), StartError> {
+    let replica = crate::store_config::replica_name(&config.store);
+    match config.store.backend {
+        StoreBackend::Sqlite => Ok((Arc::new(SqliteStore::open(state.db_path())?), Leadership::single(replica), None)),
+        StoreBackend::Postgres => {
+            let options = crate::store_config::pg_options(&config.store, secrets).await?;
+            // Connecting blocks (up to the connect timeout): off the runtime's threads.
+            let opening = options.clone();
+            let store = tokio::task::spawn_blocking(move || PgStore::open(&opening))
+                .await
+                .map_err(|e| StoreError::backend(format!("opening the database did not finish: {e}")))??;
+            let ttl = std::time::Duration::from_millis(config.store.lease_ms);
+            let leader = Leadership::elected(store.clone(), replica, ttl).map_err(StartError::Election)?;
+            tracing::info!(
+                replica = leader.replica(),
+                lease_ms = config.store.lease_ms,
+                "store: PostgreSQL; electing a leader among the replicas"
+            );
+            Ok((Arc::new(store.clone()), leader, Some((store, options))))
+        }
+    }
+}
+
+/// The leader's work, started when this replica is elected and aborted when it stops leading:
+/// the rollout executor (with the job engine), MAAS onboarding, the drift reconciler, the rack
+/// device controllers, and the sweeps (lapsed task leases, silent hosts).
+fn start_leader_work(app: &Arc<AppState>) -> Vec<JoinHandle<()>> {
+    use crate::store::fence::spawn;
+    let sweeper = app.clone();
+    vec![
+        spawn(crate::executor::trigger::run(app.clone())),
+        spawn(crate::onboarding::exec::run(app.clone())),
+        spawn(crate::reconciler::run(app.clone())),
+        spawn(crate::devices::run(app.clone())),
+        // Silent hosts become `offline`; their next check-in brings them back.
+        crate::api::lifecycle::spawn_offline_reconciler(app.clone()),
+        // Lapsed task leases are leasable again at once; the sweep also puts them back in the
+        // queue so listings show them queued, not leased by a host that went quiet.
+        spawn(async move {
+            let mut every = tokio::time::interval(std::time::Duration::from_secs(TASK_REQUEUE_SECS));
+            loop {
+                every.tick().await;
+                let now = sweeper.clock.now();
+                match crate::store::blocking(sweeper.store.clone(), move |s| s.requeue_expired(now)).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(requeued = n, "lapsed task leases requeued"),
+                    Err(e) => tracing::error!(error = %e, "requeuing lapsed task leases failed"),
+                }
+            }
+        }),
+    ]
+}
+
 /// Opens the store and the secret store and serves what [`prepare`] checked on `listener`.
 pub async fn start_prepared(listener: TcpListener, prepared: Prepared, clock: Arc<dyn Clock>) -> Result<Running, StartError> {
     let Prepared { config, state, director, trust_json, trust, agent, tls } = prepared;
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(state.db_path())?);
     let secrets = crate::secrets::from_config(&config).map_err(|e| StartError::Secrets { message: e.to_string() })?;
+    let (store, leader, database) = open_store(&config, &state, &secrets).await?;
     let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: config.listen, source })?;
     let power = Arc::new(crate::devices::power::RedfishPower::new(secrets.clone(), config.devices.clone()));
     let connections = config.connections.clone();
@@ -201,6 +276,8 @@ pub async fn start_prepared(listener: TcpListener, prepared: Prepared, clock: Ar
         trust: Arc::new(trust),
         agent,
         hub: Hub::default(),
+        leader,
+        peers: Default::default(),
         bundles: Default::default(),
         clock,
         revoked: Default::default(),
@@ -216,6 +293,12 @@ pub async fn start_prepared(listener: TcpListener, prepared: Prepared, clock: Ar
         device_work: Default::default(),
         connections: crate::conn_limits::ConnLimits::new(connections),
     });
+    if let Some((db, options)) = database {
+        let (peers, sender) = crate::peers::start(db, &options, Arc::downgrade(&app))?;
+        let _ = app.hub.peers.set(sender.clone());
+        let _ = app.executor.peers.set(sender);
+        let _ = app.peers.set(peers);
+    }
     // Revocations made before this start must bind from the first handshake.
     app.refresh_crl().await?;
     // The CRL says how long it is good for; re-sign it well before that, revocations or not.
@@ -233,8 +316,6 @@ pub async fn start_prepared(listener: TcpListener, prepared: Prepared, clock: Ar
     if let Some(dir) = app.config.releases_dir.clone() {
         tokio::spawn(crate::releases_dir::watch(app.clone(), dir));
     }
-    // Silent hosts become `offline`; their next check-in brings them back.
-    crate::api::lifecycle::spawn_offline_reconciler(app.clone());
     let flusher = app.clone();
     tokio::spawn(async move {
         let mut every = tokio::time::interval(std::time::Duration::from_millis(crate::app::CHECKIN_FLUSH_MS));
@@ -245,25 +326,8 @@ pub async fn start_prepared(listener: TcpListener, prepared: Prepared, clock: Ar
             }
         }
     });
-    tokio::spawn(crate::executor::trigger::run(app.clone()));
-    tokio::spawn(crate::onboarding::exec::run(app.clone()));
-    tokio::spawn(crate::reconciler::run(app.clone()));
-    tokio::spawn(crate::devices::run(app.clone()));
-    // Lapsed task leases are leasable again at once; the sweep also puts them back in the
-    // queue so listings show them queued, not leased by a host that went quiet.
-    let sweeper = app.clone();
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(std::time::Duration::from_secs(TASK_REQUEUE_SECS));
-        loop {
-            every.tick().await;
-            let now = sweeper.clock.now();
-            match crate::store::blocking(sweeper.store.clone(), move |s| s.requeue_expired(now)).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(requeued = n, "lapsed task leases requeued"),
-                Err(e) => tracing::error!(error = %e, "requeuing lapsed task leases failed"),
-            }
-        }
-    });
+    // The executor, the job engine, the sweeps and the reconcilers run on the leader only.
+    tokio::spawn(crate::leader::supervise(app.clone(), start_leader_work));
     let router = crate::api::router(app.clone());
     let limits = app.connections.clone();
     let task = tokio::spawn(crate::server::serve(listener, tls, router, limits, app.config.connections.http1));

@@ -16,6 +16,8 @@ pub const KINDS: &[&str] = &[
     "alert.release_stale",
     "alert.release_unverified",
     "cert.revoked",
+    "coordinator.leader_elected",
+    "coordinator.leader_stepped_down",
     "evidence.refused",
     "host.allocations_query",
     "host.bmc.removed",

@@ -172,6 +172,7 @@ impl Harness {
             rollouts: RolloutsConfig::default(),
             jobs: Default::default(),
             secrets: Default::default(),
+            store: Default::default(),
             // Reconciler passes run on demand in tests, so each asserts what one pass did.
             maas: drover_coordinator::config::MaasConfig { poll_ms: 100, reconcile_interval_secs: 0, ..Default::default() },
             // Device controllers tick fast and give up on a device quickly.

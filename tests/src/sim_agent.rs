@@ -101,20 +101,15 @@ struct PendingConfirm {
     required_probes: Vec<String>,
 }
 
-/// A client for `url` presenting the certificate and key files, trusting the CA file.
-fn connect(url: &str, [ca, cert, key]: &[PathBuf; 3]) -> CoordinatorClient {
+/// A client for `urls` (tried in order, the next on a connection failure) presenting the
+/// certificate and key files, trusting the CA file.
+fn connect(urls: &[String], [ca, cert, key]: &[PathBuf; 3]) -> CoordinatorClient {
     let read = |p: &Path| std::fs::read(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
     let ca = drover_client::parse_certificates("ca", &read(ca)).expect("ca");
     let chain = drover_client::parse_certificates("cert", &read(cert)).expect("cert");
     let key = drover_client::parse_private_key("key", &read(key)).expect("key");
-    CoordinatorClient::new(
-        "drover-sim-agent",
-        &[url.to_owned()],
-        &ca,
-        Some(ClientIdentity { chain, key }),
-        std::time::Duration::from_secs(30),
-    )
-    .expect("client")
+    CoordinatorClient::new("drover-sim-agent", urls, &ca, Some(ClientIdentity { chain, key }), std::time::Duration::from_secs(30))
+        .expect("client")
 }
 
 impl SimAgent {
@@ -132,7 +127,7 @@ impl SimAgent {
         behaviour: Behaviour,
     ) -> SimAgent {
         let files = [ca.to_path_buf(), cert.to_path_buf(), key.to_path_buf()];
-        let client = connect(url, &files);
+        let client = connect(&[url.to_owned()], &files);
         let ci = drover_proto::trust::TrustRoots::from_json(trust_json).expect("trust");
         let director = drover_proto::keys::verifying_key_from_text(director_pem).expect("director key");
         let anchors = Anchors { ci, director: drover_agent::director::DirectorKeys::pinned(director) };
@@ -181,8 +176,14 @@ impl SimAgent {
     /// Talks to the coordinator at `url` from now on (it restarted elsewhere), keeping
     /// everything the agent has seen, runs and reports.
     pub fn reconnect(&mut self, url: &str) {
+        self.reconnect_to(&[url.to_owned()]);
+    }
+
+    /// Talks to the coordinator replicas at `urls` from now on, as an agent whose config
+    /// lists them all: each request goes to the first that accepts the connection.
+    pub fn reconnect_to(&mut self, urls: &[String]) {
         let files = self.files.as_ref().expect("an agent made from files");
-        self.client = connect(url, files);
+        self.client = connect(urls, files);
     }
 
     /// Talks through `client` from now on (a fresh connection: the agent restarted or its

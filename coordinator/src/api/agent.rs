@@ -52,9 +52,10 @@ impl Work {
     }
 }
 
-/// Reads what a check-in needs ([`Store::checkin_view`]) on the calling thread.
-fn view(app: &AppState, host: Uuid, now: drover_proto::time::Time) -> Result<CheckinView, ApiError> {
-    Ok(store::inline(&*app.store, |s| s.checkin_view(host, now))?)
+/// Reads what a check-in needs ([`Store::checkin_view`]), on the calling thread where the
+/// backend allows it ([`store::read_now`]).
+async fn view(app: &AppState, host: Uuid, now: drover_proto::time::Time) -> Result<CheckinView, ApiError> {
+    Ok(store::read_now(&app.store, move |s| s.checkin_view(host, now)).await?)
 }
 
 /// The work in `view`: the live intent if the agent does not hold it yet, and the host's
@@ -243,7 +244,7 @@ pub async fn checkin(
     let mut work = Box::pin(record_checkin(&app, host, req)).await?;
     if work.is_empty() && app.hub.wait(host, Duration::from_secs(app.config.agent.long_poll_secs)).await {
         let now = app.clock.now();
-        work = Box::pin(async { work_from(&app, host, known.as_deref(), view(&app, host, now)?, now).await }).await?;
+        work = Box::pin(async { work_from(&app, host, known.as_deref(), view(&app, host, now).await?, now).await }).await?;
     }
     Ok(Json(CheckinResponse {
         intent: work.intent.as_deref().map(envelope).transpose()?,
@@ -258,7 +259,7 @@ pub async fn checkin(
 async fn record_checkin(app: &Arc<AppState>, host: Uuid, req: CheckinRequest) -> Result<Work, ApiError> {
     check_report(&req)?;
     let now = app.clock.now();
-    let mut seen = view(app, host, now)?;
+    let mut seen = view(app, host, now).await?;
     let record = seen.host.take().ok_or_else(|| StoreError::NotFound { what: "host", id: host.to_string() })?;
     // What the planner decides on is written only when it changed, and wakes the executor
     // (RFC-0002 §6: a check-in with a status change).
@@ -355,7 +356,7 @@ async fn record_checkin(app: &Arc<AppState>, host: Uuid, req: CheckinRequest) ->
         })
         .await?;
         // What was written may change what there is to hand out: look again.
-        seen = view(app, host, now)?;
+        seen = view(app, host, now).await?;
         if wake_executor {
             app.executor.poke();
         }
@@ -370,8 +371,9 @@ async fn record_checkin(app: &Arc<AppState>, host: Uuid, req: CheckinRequest) ->
 /// once per (release, rollout) and shared by every request ([`crate::bundles`]).
 pub async fn rollout(State(app): State<Arc<AppState>>, _caller: HostCaller, Path(id): Path<String>) -> Result<Response, ApiError> {
     let id = RolloutId::parse(&id).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let version =
-        store::inline(&*app.store, |s| s.latest_release_version())?.ok_or_else(|| ApiError::not_found("no release has been published"))?;
+    let version = store::read_now(&app.store, |s| s.latest_release_version())
+        .await?
+        .ok_or_else(|| ApiError::not_found("no release has been published"))?;
     let body = app.bundles.get_or_build(version, &id, || build_bundle(app.clone(), id.clone(), version)).await?;
     Ok(([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response())
 }

@@ -681,7 +681,7 @@ pub async fn mark_silent_hosts_offline(app: &Arc<AppState>) -> Result<usize, Sto
 
 /// Starts the offline reconciler: [`mark_silent_hosts_offline`] every [`sweep_interval`].
 pub fn spawn_offline_reconciler(app: Arc<AppState>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
+    crate::store::fence::spawn(async move {
         let mut every = tokio::time::interval(sweep_interval(app.config.hosts.offline_after_secs));
         // A slow sweep should not be followed by a burst of catch-up sweeps.
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

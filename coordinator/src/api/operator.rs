@@ -578,6 +578,7 @@ pub async fn metrics(State(app): State<Arc<AppState>>, _caller: Reader) -> Resul
     snap.long_polls_held = app.hub.held() as u64;
     let mut body = app.metrics.render(&snap);
     app.connections.render_into(&mut body);
+    app.leader.render_into(&mut body);
     Ok(([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response())
 }
 

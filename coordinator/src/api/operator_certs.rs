@@ -128,7 +128,7 @@ pub async fn revoke(
         s.append_audit(&audit)
     })
     .await?;
-    app.refresh_crl().await.map_err(|e| {
+    app.revocations_changed().await.map_err(|e| {
         tracing::error!(error = %e, "CRL refresh failed after revocation");
         ApiError::internal()
     })?;

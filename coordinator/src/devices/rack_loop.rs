@@ -187,7 +187,7 @@ async fn step_one(
         RackStep::Act(step) => {
             let Some(m) = m else { return Ok(false) };
             tracing::info!(rack = %rack.name, step = %step.label(), "rack device step");
-            let handle: JoinHandle<Outcome> = tokio::spawn(run_step(app.clone(), m, step, table.to_vec()));
+            let handle: JoinHandle<Outcome> = crate::store::fence::spawn(run_step(app.clone(), m, step, table.to_vec()));
             app.device_work.start(rack.id, &stage, handle);
             Ok(false)
         }

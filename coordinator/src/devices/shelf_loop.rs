@@ -46,7 +46,7 @@ pub fn target(op: PowerOp) -> PowerTarget {
 }
 
 fn spawn_act(power: Arc<dyn PowerControl>, dev: Bmc, act: DeviceAct) -> JoinHandle<Outcome> {
-    tokio::spawn(async move {
+    crate::store::fence::spawn(async move {
         match act {
             DeviceAct::FetchData => power.shelf_facts(&dev).await.map(Some).map_err(|e| e.to_string()),
             DeviceAct::Configure => {

@@ -27,11 +27,21 @@ pub struct Trigger {
     failures: AtomicU64,
     /// The last release refusal alerted, so an unchanged one is not alerted every tick.
     last_alert: std::sync::Mutex<Option<String>>,
+    /// The other replicas (PostgreSQL only): a poke must reach the leader.
+    pub peers: std::sync::OnceLock<crate::peers::WakeSender>,
 }
 
 impl Trigger {
-    /// Asks for a tick soon (after the debounce window).
+    /// Asks for a tick soon (after the debounce window), of the leader wherever it runs.
     pub fn poke(&self) {
+        self.poke_local();
+        if let Some(peers) = self.peers.get() {
+            let _ = peers.send(crate::peers::Wake::Executor);
+        }
+    }
+
+    /// [`Trigger::poke`] on this replica only (what another replica told it).
+    pub fn poke_local(&self) {
         self.dirty.store(true, Ordering::SeqCst);
         self.notify.notify_one();
     }

@@ -698,7 +698,7 @@ async fn retire_old_identity(app: &Arc<AppState>, host_id: Uuid) -> Result<(), F
     })
     .await
     .map_err(|e| (MaasFailureClass::UpstreamTransient, format!("the coordinator's store failed: {e}")))?;
-    if let Err(e) = app.refresh_crl().await {
+    if let Err(e) = app.revocations_changed().await {
         tracing::error!(error = %e, host_id = %host_id, "the CRL was not refreshed after a reimage revoked the host's certificates");
     }
     Ok(())

@@ -22,6 +22,7 @@
 pub mod conformance;
 pub mod erase;
 pub mod evidence_records;
+pub mod fence;
 pub mod plans;
 pub mod postgres;
 pub mod rack_records;
@@ -225,6 +226,11 @@ pub const RELEASE_PUBLISH_ACTION: &str = "release.publish";
 pub trait Store: Send + Sync {
     /// Cheap liveness probe for `/readyz`.
     fn ping(&self) -> Result<(), StoreError>;
+    /// Whether a short read may run on an async worker thread ([`read_now`]): true for a
+    /// local file, false for a backend whose every read waits on the network.
+    fn reads_inline(&self) -> bool {
+        true
+    }
     /// Whether writes can be expected to succeed, for `/readyz`: [`StoreError::StorageFull`]
     /// while the filesystem under the store is (nearly) full, so a coordinator goes not-ready
     /// before, not only after, a write fails for want of space. Backends with nothing to check
@@ -617,7 +623,9 @@ pub async fn blocking<T: Send + 'static>(
     store: Arc<dyn Store>,
     f: impl FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, StoreError> {
-    match tokio::task::spawn_blocking(move || f(&*store)).await {
+    // Leader work's term goes with the call, so its writes are fenced (see [`fence`]).
+    let term = fence::current();
+    match tokio::task::spawn_blocking(move || fence::on_thread(term, || f(&*store))).await {
         Ok(result) => result,
         Err(join) if join.is_panic() => Err(StoreError::backend("store call panicked")),
         Err(join) => Err(StoreError::backend(format!("store call did not finish: {join}"))),
@@ -632,4 +640,14 @@ pub async fn blocking<T: Send + 'static>(
 /// panic inside `f` becomes a backend error, as with [`blocking`].
 pub fn inline<T>(store: &dyn Store, f: impl FnOnce(&dyn Store) -> Result<T, StoreError>) -> Result<T, StoreError> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(store))).unwrap_or_else(|_| Err(StoreError::backend("store call panicked")))
+}
+
+/// A short read, [`inline`] where the backend allows it ([`Store::reads_inline`]), else on
+/// the blocking pool ([`blocking`]): a read that waits on the network must not hold an async
+/// worker, and the PostgreSQL client refuses to run on one.
+pub async fn read_now<T: Send + 'static>(
+    store: &Arc<dyn Store>,
+    f: impl FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    if store.reads_inline() { inline(&**store, f) } else { blocking(store.clone(), f).await }
 }

@@ -6,8 +6,9 @@
 //! every change of holder raises the **fencing token**. The expiry is measured on the
 //! database's clock, so replicas whose clocks disagree still agree on who leads.
 //!
-//! The token is what makes a lost lease safe: a leader's writes go through
-//! [`PgStore::fenced_write`], which locks the lease row and checks, inside the same
+//! The token is what makes a lost lease safe: a leader's writes run in its term
+//! ([`crate::store::fence`]; [`PgStore::fenced_write`] for one write), and every such write
+//! locks the lease row and checks, inside the same
 //! transaction, that the token is still the current one and unexpired. A leader paused past its
 //! lease (a stalled VM, a SIGSTOP, a long GC) and resumed cannot commit anything: its
 //! transaction finds a newer token and fails with [`StoreError::NotLeader`]; a takeover that
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant};
 use super::cols::col;
 use super::{PgStore, postgres};
 use crate::store::StoreError;
+use crate::store::fence::Fence;
 
 /// The database's clock in milliseconds since the epoch, as SQL.
 const DB_NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
@@ -91,17 +93,29 @@ impl PgStore {
     pub fn fenced_write<T>(
         &self,
         lease: &Lease,
-        mut f: impl FnMut(&mut postgres::Transaction<'_>) -> Result<T, StoreError>,
+        f: impl FnMut(&mut postgres::Transaction<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let check = format!("SELECT token, expires_at_ms > {DB_NOW_MS} FROM leader_lease WHERE name = $1 AND holder = $2 FOR SHARE");
-        self.write(|tx| {
-            let row = tx.query_opt(check.as_str(), &[&lease.name, &lease.holder])?;
-            let held = row.map(|r| Ok::<_, StoreError>((col::<i64>(&r, 0)?, col::<bool>(&r, 1)?))).transpose()?;
-            match held {
-                Some((token, true)) if token == lease.token => f(tx),
-                _ => Err(StoreError::NotLeader { lease: lease.name.clone(), token: lease.token }),
-            }
-        })
+        crate::store::fence::on_thread(Some(lease.fence()), || self.write(f))
+    }
+}
+
+impl Lease {
+    /// The term this lease makes: what leader work carries and its writes are checked against.
+    pub fn fence(&self) -> Fence {
+        Fence { lease: self.name.clone(), holder: self.holder.clone(), token: self.token }
+    }
+}
+
+/// Fails with [`StoreError::NotLeader`] unless `term`'s token is the lease's current one and
+/// unexpired on the database's clock; the row stays locked `FOR SHARE` until `tx` ends, so a
+/// takeover (which updates it) waits for this transaction.
+pub(super) fn check_term(tx: &mut postgres::Transaction<'_>, term: &Fence) -> Result<(), StoreError> {
+    let check = format!("SELECT token, expires_at_ms > {DB_NOW_MS} FROM leader_lease WHERE name = $1 AND holder = $2 FOR SHARE");
+    let row = tx.query_opt(check.as_str(), &[&term.lease, &term.holder])?;
+    let held = row.map(|r| Ok::<_, StoreError>((col::<i64>(&r, 0)?, col::<bool>(&r, 1)?))).transpose()?;
+    match held {
+        Some((token, true)) if token == term.token => Ok(()),
+        _ => Err(StoreError::NotLeader { lease: term.lease.clone(), token: term.token }),
     }
 }
 

@@ -191,7 +191,8 @@ impl PgStore {
         Ok(self.pool.get()?)
     }
 
-    /// Runs `f` in one `SERIALIZABLE` transaction and commits it; retried whole (at most
+    /// Runs `f` in one `SERIALIZABLE` transaction and commits it — when the caller runs in a
+    /// leader's term ([`super::fence`]), only while that term's token is current; retried whole (at most
     /// [`WRITE_ATTEMPTS`] times) when PostgreSQL aborts it as a serialization failure or a
     /// deadlock.
     ///
@@ -203,11 +204,16 @@ impl PgStore {
     /// Retrying is safe because a store method is exactly one transaction with no effect
     /// outside the database.
     pub fn write<T>(&self, mut f: impl FnMut(&mut postgres::Transaction<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        // Leader work's writes are checked against its term first (see `store::fence`).
+        let term = super::fence::current();
         let mut c = self.conn()?;
         let mut attempt = 1;
         loop {
             let result = (|| {
                 let mut tx = c.build_transaction().isolation_level(postgres::IsolationLevel::Serializable).start()?;
+                if let Some(term) = &term {
+                    lease::check_term(&mut tx, term)?;
+                }
                 let out = f(&mut tx)?;
                 tx.commit()?;
                 Ok(out)
@@ -310,7 +316,15 @@ pub(crate) fn connect_config(options: &PgOptions) -> Result<(Config, MakeRustlsC
     if let Some(p) = &options.password {
         config.password(p.0.as_bytes());
     }
-    config.application_name("drover-coordinator").connect_timeout(options.connect_timeout);
+    // A database that went away without closing the connection (a partition, a dead host)
+    // is noticed after the connect timeout, not the kernel's retransmission limit of about
+    // fifteen minutes: unacknowledged data then fails the connection, and so does an idle one
+    // whose keepalives go unanswered.
+    config
+        .application_name("drover-coordinator")
+        .connect_timeout(options.connect_timeout)
+        .tcp_user_timeout(options.connect_timeout)
+        .keepalives_idle(options.connect_timeout);
     let tls = match &options.ca_file {
         Some(path) => {
             config.ssl_mode(SslMode::Require);

@@ -12,6 +12,10 @@ use super::{PgStore, bindings, evidence, health, hosts, jobs, log, plans, racks,
 use crate::store::*;
 
 impl Store for PgStore {
+    fn reads_inline(&self) -> bool {
+        false
+    }
+
     fn ping(&self) -> Result<(), StoreError> {
         self.read(|c| Ok(c.query_one("SELECT 1", &[]).map(drop)?))
     }
