@@ -12,6 +12,7 @@ pub mod logcapture;
 pub mod maas;
 pub mod procs;
 pub mod racks;
+pub mod replicas;
 pub mod sandbox;
 pub mod scheduler;
 pub mod sim_agent;
