@@ -3,7 +3,8 @@
 //! - `init --state-dir D --san NAME…`: create the state directory (CA, server certificate,
 //!   director key) and print what clients pin: the CA fingerprint, the server key's pin in
 //!   curl's `sha256//…` form, the director key id.
-//! - `operator-cert --state-dir D --role R --name N --out DIR`: issue an operator credential.
+//! - `operator-cert --state-dir D --role R --name N --out DIR [--config F]`: issue an operator
+//!   credential (recorded in the store `F`'s `[store]` names, else the state dir's SQLite).
 //! - `serve --config coordinator.toml`: run the server (TLS 1.3, mTLS) until SIGINT/SIGTERM.
 //! - `check-config --config coordinator.toml`: everything `serve` checks before it binds, then
 //!   "ok" — the same code path, so the same refusals and exit codes.
@@ -25,7 +26,6 @@ use drover_coordinator::identity::Role;
 use drover_coordinator::pki::{PkiError, San};
 use drover_coordinator::run::StartError;
 use drover_coordinator::state_dir::{self, StateDir, StateDirError};
-use drover_coordinator::store::Store as _;
 use drover_proto::time::Time;
 
 /// sysexits-style codes.
@@ -207,6 +207,10 @@ struct OperatorCertArgs {
     /// Where to write NAME.crt, NAME.key (0600) and ca.crt (created 0700 if missing).
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
+    /// The coordinator's configuration: the certificate is recorded in the store its
+    /// `[store]` names (needed on PostgreSQL; without it, the SQLite file in the state dir).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
 }
 
 fn init(args: &InitArgs, now: Time) -> anyhow::Result<()> {
@@ -254,7 +258,16 @@ fn operator_cert(args: &OperatorCertArgs, now: Time) -> anyhow::Result<()> {
     // Recorded before the files are written: a certificate the store does not know could
     // never be listed or revoked. (The store is the same SQLite file `serve` uses; WAL lets
     // this run beside a running coordinator.)
-    let store = drover_coordinator::store::SqliteStore::open(state.db_path()).context("opening the coordinator's store")?;
+    let store: std::sync::Arc<dyn drover_coordinator::store::Store> = match &args.config {
+        None => {
+            std::sync::Arc::new(drover_coordinator::store::SqliteStore::open(state.db_path()).context("opening the coordinator's store")?)
+        }
+        Some(file) => {
+            let config = drover_coordinator::config::Config::load(file)?;
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
+            runtime.block_on(drover_coordinator::run::open_store(&config, &state.db_path())).context("opening the coordinator's store")?.0
+        }
+    };
     store
         .record_cert(&drover_coordinator::store::NewCert {
             serial: cred.cert.serial_hex.clone(),

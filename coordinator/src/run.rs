@@ -198,33 +198,42 @@ pub async fn start_on(listener: TcpListener, config: Config, clock: Arc<dyn Cloc
     start_prepared(listener, prepare(config)?, clock).await
 }
 
-/// Opens the store `[store]` names and the leadership that goes with it: SQLite in the state
-/// dir, always leading; or PostgreSQL, electing a leader among the replicas.
-async fn open_store(
-    config: &Config,
-    state: &StateDir,
-    secrets: &Arc<dyn crate::secrets::SecretStore>,
-) -> Result<(Arc<dyn Store>, Leadership, Option<(PgStore, PgOptions)>), StartError> {
-    let replica = crate::store_config::replica_name(&config.store);
+/// The store `[store]` names: SQLite in the state dir, or PostgreSQL (then also the pool
+/// itself and its options, for the election and the wake-ups).
+pub type OpenedStore = (Arc<dyn Store>, Option<(PgStore, PgOptions)>);
+
+/// Opens the store `[store]` names: SQLite at `sqlite_path`, or the PostgreSQL database (its
+/// password read from the file or the secret store; schema migrations applied).
+pub async fn open_store(config: &Config, sqlite_path: &Path) -> Result<OpenedStore, StartError> {
     match config.store.backend {
-        StoreBackend::Sqlite => Ok((Arc::new(SqliteStore::open(state.db_path())?), Leadership::single(replica), None)),
+        StoreBackend::Sqlite => Ok((Arc::new(SqliteStore::open(sqlite_path)?), None)),
         StoreBackend::Postgres => {
-            let options = crate::store_config::pg_options(&config.store, secrets).await?;
+            let secrets = crate::secrets::from_config(config).map_err(|e| StartError::Secrets { message: e.to_string() })?;
+            let options = crate::store_config::pg_options(&config.store, &secrets).await?;
             // Connecting blocks (up to the connect timeout): off the runtime's threads.
             let opening = options.clone();
             let store = tokio::task::spawn_blocking(move || PgStore::open(&opening))
                 .await
                 .map_err(|e| StoreError::backend(format!("opening the database did not finish: {e}")))??;
-            let ttl = std::time::Duration::from_millis(config.store.lease_ms);
-            let leader = Leadership::elected(store.clone(), replica, ttl).map_err(StartError::Election)?;
-            tracing::info!(
-                replica = leader.replica(),
-                lease_ms = config.store.lease_ms,
-                "store: PostgreSQL; electing a leader among the replicas"
-            );
-            Ok((Arc::new(store.clone()), leader, Some((store, options))))
+            Ok((Arc::new(store.clone()), Some((store, options))))
         }
     }
+}
+
+/// This replica's leadership: always the leader on SQLite; on PostgreSQL, elected among the
+/// replicas on the lease.
+fn leadership(config: &Config, database: Option<&(PgStore, PgOptions)>) -> Result<Leadership, StartError> {
+    let replica = crate::store_config::replica_name(&config.store);
+    let Some((store, _)) = database else { return Ok(Leadership::single(replica)) };
+    if config.secrets.backend == crate::config::SecretsBackend::File {
+        // Each replica would keep its own files: a MAAS token stored through one replica
+        // would be missing on the others.
+        tracing::warn!("secrets.backend = \"file\" keeps secrets on this replica only; with more than one replica use \"vault\"");
+    }
+    let ttl = std::time::Duration::from_millis(config.store.lease_ms);
+    let leader = Leadership::elected(store.clone(), replica, ttl).map_err(StartError::Election)?;
+    tracing::info!(replica = leader.replica(), lease_ms = config.store.lease_ms, "store: PostgreSQL; electing a leader among the replicas");
+    Ok(leader)
 }
 
 /// The leader's work, started when this replica is elected and aborted when it stops leading:
@@ -261,7 +270,8 @@ fn start_leader_work(app: &Arc<AppState>) -> Vec<JoinHandle<()>> {
 pub async fn start_prepared(listener: TcpListener, prepared: Prepared, clock: Arc<dyn Clock>) -> Result<Running, StartError> {
     let Prepared { config, state, director, trust_json, trust, agent, tls } = prepared;
     let secrets = crate::secrets::from_config(&config).map_err(|e| StartError::Secrets { message: e.to_string() })?;
-    let (store, leader, database) = open_store(&config, &state, &secrets).await?;
+    let (store, database) = open_store(&config, &state.db_path()).await?;
+    let leader = leadership(&config, database.as_ref())?;
     let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: config.listen, source })?;
     let power = Arc::new(crate::devices::power::RedfishPower::new(secrets.clone(), config.devices.clone()));
     let connections = config.connections.clone();
