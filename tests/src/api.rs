@@ -73,3 +73,18 @@ pub fn assert_task_succeeded(view: &Value) {
     assert_eq!(view["state"], "completed", "{view}");
     assert_eq!(view["result"]["outcome"], "succeeded", "{}", serde_json::to_string_pretty(view).unwrap_or_default());
 }
+
+/// Every event `filter` selects (`kind=…&rollout=…`, or empty for all), all pages, in id
+/// order, read through `admin`.
+pub async fn all_events(admin: &drover_client::CoordinatorClient, filter: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut after = 0;
+    loop {
+        let page: Value = admin.get_json(&format!("/v1/events?{filter}&after={after}&limit=500")).await.expect("events");
+        out.extend(page["items"].as_array().expect("items").iter().cloned());
+        match page["next"].as_i64() {
+            Some(next) => after = next,
+            None => return out,
+        }
+    }
+}

@@ -263,17 +263,3 @@ pub fn run_fleet(agents: Vec<SimAgent>, stop: Arc<AtomicBool>) -> JoinSet<(SimAg
     }
     tasks
 }
-
-/// Every event, all pages, in id order.
-pub async fn all_events(admin: &CoordinatorClient) -> Vec<Value> {
-    let mut out = Vec::new();
-    let mut after = 0;
-    loop {
-        let page: Value = admin.get_json(&format!("/v1/events?after={after}&limit=500")).await.expect("events");
-        out.extend(page["items"].as_array().expect("items").iter().cloned());
-        match page["next"].as_i64() {
-            Some(next) => after = next,
-            None => return out,
-        }
-    }
-}

@@ -215,20 +215,6 @@ fn backed_up_states(backup: &Path) -> BTreeMap<String, String> {
     rows.collect::<Result<_, _>>().expect("host states")
 }
 
-/// Every `rollout.host` event of the rollout, all pages.
-async fn host_events(admin: &CoordinatorClient) -> Vec<Value> {
-    let mut out = Vec::new();
-    let mut after = 0;
-    loop {
-        let page: Value = admin.get_json(&format!("/v1/events?rollout={ROLLOUT}&kind=rollout.host&after={after}")).await.expect("events");
-        out.extend(page["items"].as_array().expect("items").iter().cloned());
-        match page["next"].as_i64() {
-            Some(next) => after = next,
-            None => return out,
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_backup_taken_mid_rollout_restored_on_a_fresh_state_dir_converges() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -306,7 +292,7 @@ async fn a_backup_taken_mid_rollout_restored_on_a_fresh_state_dir_converges() {
     // The budget held at every dispatch the restored store records, and a host the backup had
     // converged was never dispatched again.
     let mut dispatched: BTreeMap<String, usize> = BTreeMap::new();
-    for e in host_events(&admin).await {
+    for e in drover_tests::api::all_events(&admin, &format!("rollout={ROLLOUT}&kind=rollout.host")).await {
         let d = &e["data"];
         if d["transition"] != "Pending -> Activating" {
             continue;

@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use drover_tests::replicas::{Cluster, all_events, publish_request, run_fleet};
+use drover_tests::api::all_events;
+use drover_tests::replicas::{Cluster, publish_request, run_fleet};
 use serde_json::Value;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -140,7 +141,7 @@ async fn a_replica_cut_off_from_the_database_stops_leading_and_serves_again_when
         })
         .await;
     assert_eq!(cluster.leader().await, Some(1), "r1 still leads");
-    let events = all_events(&cluster.client(&cluster.urls, true)).await;
+    let events = all_events(&cluster.client(&cluster.urls, true), "").await;
     let elected: Vec<(String, i64)> = events
         .iter()
         .filter(|e| e["kind"] == "coordinator.leader_elected")

@@ -18,26 +18,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use drover_tests::replicas::{Cluster, all_events, publish_request, run_fleet};
+use drover_tests::api::all_events;
+use drover_tests::replicas::{Cluster, publish_request, run_fleet};
+use rand::{Rng as _, SeedableRng as _};
 use serde_json::{Value, json};
 
 const HOSTS: usize = 8;
 const BUDGET: usize = 3;
 const REPLICAS: usize = 3;
 const LEASE_MS: u64 = 1000;
-
-/// splitmix64: a seeded sequence, so a failing run is replayed by its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
 
 /// The most hosts out of service at once by the event log: in flight in the rollout
 /// (Activating or Soaking) or held by a running job.
@@ -77,7 +66,7 @@ struct RunReport {
 }
 
 async fn one_run(cluster: &mut Cluster, run: usize, seed: u64) -> RunReport {
-    let mut rng = Rng(seed);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     cluster.configure(&format!("run{run}"), REPLICAS);
     for i in 0..REPLICAS {
         cluster.start(i);
@@ -100,7 +89,7 @@ async fn one_run(cluster: &mut Cluster, run: usize, seed: u64) -> RunReport {
     let _: Value = admin.post_json("/v1/maintenance", &body).await.expect("maintenance request");
 
     // The kill lands anywhere from at once to well into the rollout and the jobs.
-    let kill_after_ms = rng.next() % 4000;
+    let kill_after_ms: u64 = rng.gen_range(0..4000);
     tokio::time::sleep(Duration::from_millis(kill_after_ms)).await;
     let leader = cluster.leader().await.unwrap_or(first_leader);
     let mut killed = cluster.replicas[leader].take().expect("the leader runs");
@@ -139,7 +128,7 @@ async fn one_run(cluster: &mut Cluster, run: usize, seed: u64) -> RunReport {
     }
 
     // Nothing lost, nothing duplicated.
-    let events = all_events(&admin).await;
+    let events = all_events(&admin, "").await;
     let mut dispatched: BTreeMap<String, usize> = BTreeMap::new();
     for e in events.iter().filter(|e| e["kind"] == "rollout.host" && e["data"]["transition"] == "Pending -> Activating") {
         *dispatched.entry(e["hostId"].as_str().unwrap_or("?").to_owned()).or_default() += 1;

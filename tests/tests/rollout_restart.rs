@@ -254,20 +254,6 @@ async fn host_states(admin: &CoordinatorClient, rollout: &str) -> Option<BTreeMa
     )
 }
 
-/// Every `rollout.host` event of `rollout`, all pages.
-async fn host_events(admin: &CoordinatorClient, rollout: &str) -> Vec<Value> {
-    let mut out = Vec::new();
-    let mut after = 0;
-    loop {
-        let page: Value = admin.get_json(&format!("/v1/events?rollout={rollout}&kind=rollout.host&after={after}")).await.expect("events");
-        out.extend(page["items"].as_array().expect("items").iter().cloned());
-        match page["next"].as_i64() {
-            Some(next) => after = next,
-            None => return out,
-        }
-    }
-}
-
 /// What a run ended with: rollout states, per rollout its hosts' final states, and per agent
 /// the intents it handled (rollout, target, confirmed).
 #[derive(Debug, PartialEq, Eq)]
@@ -293,7 +279,7 @@ async fn converge(site: &Site, url: &str, fleet: Fleet) -> (Outcome, usize) {
     for rollout in ROLLOUTS {
         hosts.insert(rollout.to_owned(), host_states(&admin, rollout).await.expect("status"));
         let mut dispatches: BTreeMap<String, usize> = BTreeMap::new();
-        for e in host_events(&admin, rollout).await {
+        for e in drover_tests::api::all_events(&admin, &format!("rollout={rollout}&kind=rollout.host")).await {
             if e["data"]["transition"] == "Pending -> Activating" {
                 *dispatches.entry(e["data"]["host"].as_str().unwrap_or("?").to_owned()).or_default() += 1;
             }
