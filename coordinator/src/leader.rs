@@ -223,3 +223,22 @@ fn stepped_down(app: &Arc<AppState>, term: Option<Fence>) {
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_one_sqlite_process_always_leads_with_nothing_to_fence() {
+        let l = Leadership::single("solo".into());
+        assert_eq!(l.current(), Lead::Leader(None));
+        assert!(!l.is_leading(), "not until the supervisor has started the work");
+        l.leading.store(true, Ordering::SeqCst);
+        let mut out = String::new();
+        l.render_into(&mut out);
+        assert!(out.contains("drover_leader{replica=\"solo\"} 1\n"), "{out}");
+        assert!(out.contains("# TYPE drover_leader_changes_total counter\n"), "{out}");
+        l.hand_over();
+        assert_eq!(l.current(), Lead::Leader(None), "nothing to hand over on SQLite");
+    }
+}

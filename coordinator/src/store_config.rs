@@ -193,3 +193,48 @@ pub fn replica_name(c: &StoreConfig) -> String {
         if host.is_empty() { "replica".to_owned() } else { host }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::secrets::{FileSecretStore, SecretValue};
+
+    fn postgres() -> StoreConfig {
+        StoreConfig { backend: StoreBackend::Postgres, url: Some("postgres://drover@db/drover".into()), ..Default::default() }
+    }
+
+    #[tokio::test]
+    async fn the_password_comes_from_its_file_or_its_secret_and_never_shows() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let secrets: Arc<dyn SecretStore> = Arc::new(FileSecretStore::open(dir.path().join("secrets")).expect("secrets"));
+        let file = dir.path().join("pg");
+        std::fs::write(&file, "hunter2-from-file\n").expect("write");
+        let c = StoreConfig { password_file: Some(file), ..postgres() };
+        let o = pg_options(&c, &secrets).await.expect("options");
+        assert!(!format!("{o:?}").contains("hunter2"), "{o:?}");
+        assert_eq!(o.pool_size, 16);
+
+        let path = SecretPath::new("store/postgres").expect("path");
+        secrets.write(&path, &SecretValue::from_pairs([("password", "hunter2-from-vault")])).await.expect("write");
+        let c = StoreConfig { password_secret: Some("store/postgres".into()), ..postgres() };
+        let o = pg_options(&c, &secrets).await.expect("options");
+        assert!(!format!("{o:?}").contains("hunter2"), "{o:?}");
+
+        secrets.write(&path, &SecretValue::from_pairs([("pass", "hunter2-wrong-field")])).await.expect("write");
+        let e = pg_options(&c, &secrets).await.expect_err("no password field").to_string();
+        assert!(e.contains("key `store.password_secret`") && e.contains("no field `password`") && !e.contains("hunter2"), "{e}");
+        let c = StoreConfig { password_secret: Some("store/absent".into()), ..postgres() };
+        let e = pg_options(&c, &secrets).await.expect_err("absent").to_string();
+        assert!(e.contains("no secret at store/absent"), "{e}");
+        let c = StoreConfig { password_file: Some(dir.path().join("missing")), ..postgres() };
+        let e = pg_options(&c, &secrets).await.expect_err("missing file").to_string();
+        assert!(e.contains("key `store.password_file`"), "{e}");
+    }
+
+    #[test]
+    fn a_replica_is_named_by_its_setting_or_its_host() {
+        assert_eq!(replica_name(&StoreConfig { replica: Some("coord-a".into()), ..Default::default() }), "coord-a");
+        let host = replica_name(&StoreConfig::default());
+        assert!(!host.is_empty() && validate(&StoreConfig { replica: Some(host.clone()), ..Default::default() }).is_ok(), "{host}");
+    }
+}
