@@ -239,6 +239,17 @@ fn start_up_refusals_name_key_and_file_and_check_config_agrees_with_serve() {
         ("no-trust.toml", config(&state, &d.join("absent-trust.json"), &agent), 66, "key `trust_file`", "absent-trust.json"),
         ("no-agent.toml", config(&state, &d.join("trust.json"), &d.join("absent-agent")), 66, "key `agent_binary`", "absent-agent"),
         ("bad-trust.toml", config(&state, &good, &agent), 65, "key `trust_file`", "good.toml is not valid trust roots"),
+        (
+            "no-pg-password.toml",
+            format!(
+                "{}[store]\nbackend = \"postgres\"\nurl = \"postgres://drover@127.0.0.1:1/drover\"\npassword_file = \"{}\"\n",
+                config(&state, &d.join("trust.json"), &agent),
+                d.join("absent-pg-password").display()
+            ),
+            66,
+            "key `store.password_file`",
+            "absent-pg-password",
+        ),
     ];
     for (name, text, code, key, named) in cases {
         let file = d.join(name);
