@@ -130,10 +130,26 @@ async fn one_run(cluster: &mut Cluster, run: usize, seed: u64) -> RunReport {
     // Nothing lost, nothing duplicated.
     let events = all_events(&admin, "").await;
     let mut dispatched: BTreeMap<String, usize> = BTreeMap::new();
-    for e in events.iter().filter(|e| e["kind"] == "rollout.host" && e["data"]["transition"] == "Pending -> Activating") {
+    // A dispatch moves a host to Activating: from Pending, or from Skipped when its wave ran
+    // while the maintenance job held it.
+    let is_dispatch =
+        |e: &&Value| e["kind"] == "rollout.host" && e["data"]["transition"].as_str().is_some_and(|t| t.ends_with(" -> Activating"));
+    for e in events.iter().filter(is_dispatch) {
         *dispatched.entry(e["hostId"].as_str().unwrap_or("?").to_owned()).or_default() += 1;
     }
-    assert!(dispatched.len() == HOSTS && dispatched.values().all(|n| *n == 1), "run {run} (seed {seed}): dispatches {dispatched:?}");
+    if !(dispatched.len() == HOSTS && dispatched.values().all(|n| *n == 1)) {
+        // What each host went through, for the failure message.
+        let story: Vec<String> = events
+            .iter()
+            .filter(|e| {
+                e["kind"] == "rollout.host"
+                    || e["kind"] == "job.transition"
+                    || e["kind"].as_str().is_some_and(|k| k.starts_with("coordinator."))
+            })
+            .map(|e| format!("{} {} {} {} {}", e["id"], e["kind"], e["hostId"], e["data"]["transition"], e["message"]))
+            .collect();
+        panic!("run {run} (seed {seed}): dispatches {dispatched:?}\n{}\n{}", story.join("\n"), cluster.logs());
+    }
     let tasks: Value = admin.get_json("/v1/tasks").await.expect("tasks");
     let issued: BTreeSet<String> =
         tasks["items"].as_array().expect("items").iter().filter_map(|t| t["taskId"].as_str().map(str::to_owned)).collect();

@@ -86,12 +86,15 @@ pub struct Election {
     timing: Timing,
     role: Role,
     last_sent: Option<Instant>,
+    /// When the lease another replica holds lapses, as last seen: a follower tries then,
+    /// not up to half a lease later.
+    lapses_at: Option<Instant>,
 }
 
 impl Election {
     /// A replica that does not lead yet.
     pub fn new(timing: Timing) -> Election {
-        Election { timing, role: Role::Follower, last_sent: None }
+        Election { timing, role: Role::Follower, last_sent: None, lapses_at: None }
     }
 
     /// The token to fence leader writes with, while this replica leads at `now`.
@@ -106,12 +109,26 @@ impl Election {
     /// [`Timing::interval`] after the last try was sent.
     pub fn next_attempt(&self) -> Option<Instant> {
         let leading = matches!(self.role, Role::Leader { .. });
-        self.last_sent.map(|sent| sent + self.timing.interval(leading))
+        let regular = self.last_sent.map(|sent| sent + self.timing.interval(leading))?;
+        Some(match self.lapses_at {
+            Some(at) if !leading => regular.min(at),
+            _ => regular,
+        })
+    }
+
+    /// A follower learned that the lease it found taken lapses at `at` (unless renewed):
+    /// its next try comes then, if that is sooner than its regular one. A crashed leader is
+    /// then replaced about one lease after its last renewal, not up to half a lease later.
+    pub fn lease_lapses_at(&mut self, at: Instant) {
+        if matches!(self.role, Role::Follower) {
+            self.lapses_at = Some(at);
+        }
     }
 
     /// The outcome of a try sent at `sent`, seen at `now`.
     pub fn on_attempt(&mut self, sent: Instant, attempt: Attempt, now: Instant) -> Option<Change> {
         self.last_sent = Some(sent);
+        self.lapses_at = None;
         match (self.role, attempt) {
             (Role::Follower, Attempt::Held { token }) => {
                 let until = leads_until(sent, self.timing.ttl, self.timing.margin);
@@ -163,6 +180,22 @@ mod tests {
 
     fn s(secs: u64) -> Duration {
         Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn a_follower_tries_when_the_lease_it_found_lapses_if_that_is_sooner() {
+        let t0 = Instant::now();
+        let mut e = election();
+        assert_eq!(e.on_attempt(t0, Attempt::Taken, t0), None);
+        e.lease_lapses_at(t0 + s(2));
+        assert_eq!(e.next_attempt(), Some(t0 + s(2)), "sooner than half a lease");
+        assert_eq!(e.on_attempt(t0 + s(2), Attempt::Taken, t0 + s(2)), None);
+        assert_eq!(e.next_attempt(), Some(t0 + s(2) + TTL / 2), "a hint counts for one try only");
+        e.lease_lapses_at(t0 + s(60));
+        assert_eq!(e.next_attempt(), Some(t0 + s(2) + TTL / 2), "never later than the regular try");
+        assert_eq!(e.on_attempt(t0 + s(7), Attempt::Held { token: 3 }, t0 + s(7)), Some(Change::Elected { token: 3 }));
+        e.lease_lapses_at(t0 + s(8));
+        assert_eq!(e.next_attempt(), Some(t0 + s(7) + TTL / 3), "a leader renews on its own pace");
     }
 
     #[test]

@@ -17,6 +17,8 @@ use super::lease::{Lease, leads_until};
 
 /// How often the thread wakes between tries, to report a lapsed deadline and see its stop flag.
 const TICK: Duration = Duration::from_millis(50);
+/// How long after the lease's expiry a follower tries: the database must see it lapsed.
+const LAPSE_SLACK: Duration = Duration::from_millis(20);
 
 /// What the thread shares with the replica's leader work.
 #[derive(Default)]
@@ -52,6 +54,7 @@ impl Elector {
             while !st.load(Ordering::Relaxed) {
                 if election.next_attempt().is_none_or(|at| Instant::now() >= at) {
                     let sent = Instant::now();
+                    let mut lapses_at = None;
                     let attempt = match db.acquire_lease(&name, &holder, timing.ttl) {
                         Ok(Some(lease)) => {
                             let token = lease.token;
@@ -61,7 +64,15 @@ impl Elector {
                             g.held = Some((lease, until));
                             Attempt::Held { token }
                         }
-                        Ok(None) => Attempt::Taken,
+                        Ok(None) => {
+                            // Try again the moment it lapses (a crashed leader renews no more).
+                            match db.lease_remaining(&name) {
+                                Ok(Some(left)) => lapses_at = Some(Instant::now() + left + LAPSE_SLACK),
+                                Ok(None) => {}
+                                Err(e) => tracing::debug!(error = %e, "cannot read when the leader lease lapses"),
+                            }
+                            Attempt::Taken
+                        }
                         Err(e) => {
                             tracing::warn!(error = %e, lease = %name, "cannot reach the database to hold the leader lease");
                             Attempt::Failed
@@ -69,6 +80,9 @@ impl Elector {
                     };
                     if let Some(change) = election.on_attempt(sent, attempt, Instant::now()) {
                         sink(change);
+                    }
+                    if let Some(at) = lapses_at {
+                        election.lease_lapses_at(at);
                     }
                 }
                 if let Some(change) = election.on_tick(Instant::now()) {

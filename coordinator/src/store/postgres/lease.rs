@@ -81,6 +81,14 @@ impl PgStore {
         row.map(|r| Ok(Lease { name: name.to_owned(), holder: col(&r, 0)?, token: col(&r, 1)?, expires_at_ms: col(&r, 2)? })).transpose()
     }
 
+    /// How long until lease `name` lapses unless renewed (zero when it has), on the
+    /// database's clock; `None` when there is no such lease.
+    pub fn lease_remaining(&self, name: &str) -> Result<Option<Duration>, StoreError> {
+        let sql = format!("SELECT expires_at_ms - {DB_NOW_MS} FROM leader_lease WHERE name = $1");
+        let row = self.read(|tx| Ok(tx.query_opt(sql.as_str(), &[&name])?))?;
+        row.map(|r| col::<i64>(&r, 0).map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)))).transpose()
+    }
+
     /// The database's clock, milliseconds since the epoch (leases are measured on it).
     pub fn database_now_ms(&self) -> Result<i64, StoreError> {
         self.read(|tx| col(&tx.query_one(format!("SELECT {DB_NOW_MS}").as_str(), &[])?, 0))
