@@ -339,3 +339,50 @@ fn the_whole_conformance_suite_passes_on_postgres() {
     };
     drover_coordinator::store::conformance::run_all(&make);
 }
+
+/// Sixteen enrollments at once through one replica (what `drover-bench fleet` does): each
+/// spends its token, moves its host to `enrolling` and records a certificate made while the
+/// transaction is open; every one succeeds, none refused as a conflict.
+#[test]
+fn sixteen_concurrent_enrollments_through_one_replica_all_succeed() {
+    use drover_coordinator::store::{CertKind, EnrollmentToken, NewCert, NewHost, Store as _, hash_token};
+    let s = server(false);
+    let store = PgStore::open(&options(&s)).expect("open");
+    let now = drover_proto::time::Time::from_unix(1_800_000_000).expect("time");
+    let later = drover_proto::time::Time::from_unix(1_800_003_600).expect("time");
+    let mut hosts = Vec::new();
+    for i in 0..160 {
+        let token = format!("token-{i}");
+        let new = NewHost {
+            hostname: format!("gpu-{i:03}"),
+            created_at: now,
+            token: Some(EnrollmentToken { token_hash: hash_token(&token), expires_at: later }),
+        };
+        hosts.push((store.create_host(&new).expect("host").id, token));
+    }
+    let workers: Vec<_> = hosts
+        .chunks(10)
+        .map(|chunk| {
+            let (store, chunk) = (store.clone(), chunk.to_vec());
+            std::thread::spawn(move || {
+                for (id, token) in chunk {
+                    let mut issue = |h: &drover_coordinator::store::Host| {
+                        // The CA's signature takes a while, inside the transaction.
+                        std::thread::sleep(Duration::from_millis(1));
+                        let serial = h.id.simple().to_string();
+                        let kind = CertKind::Host;
+                        Ok(NewCert { serial, kind, host_id: Some(h.id), subject: h.hostname.clone(), not_before: now, not_after: later }
+                            .into())
+                    };
+                    store.enroll_host(&hash_token(&token), id, now, &mut issue)?;
+                }
+                Ok::<_, StoreError>(())
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("worker").expect("every enrollment succeeds");
+    }
+    let enrolling = store.list_hosts(&Default::default()).expect("hosts").iter().filter(|h| h.state.as_str() == "enrolling").count();
+    assert_eq!(enrolling, 160);
+}

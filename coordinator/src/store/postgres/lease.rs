@@ -60,7 +60,7 @@ impl PgStore {
              WHERE l.holder = EXCLUDED.holder OR l.expires_at_ms <= {DB_NOW_MS}
              RETURNING token, expires_at_ms"
         );
-        let row = self.write(|tx| Ok(tx.query_opt(sql.as_str(), &[&name, &holder, &ttl_ms(ttl)])?))?;
+        let row = self.write_concurrently(|tx| Ok(tx.query_opt(sql.as_str(), &[&name, &holder, &ttl_ms(ttl)])?))?;
         row.map(|r| Ok(Lease { name: name.to_owned(), holder: holder.to_owned(), token: col(&r, 0)?, expires_at_ms: col(&r, 1)? }))
             .transpose()
     }
@@ -71,7 +71,7 @@ impl PgStore {
         let sql = format!(
             "UPDATE leader_lease SET expires_at_ms = 0 WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at_ms > {DB_NOW_MS}"
         );
-        let n = self.write(|tx| Ok(tx.execute(sql.as_str(), &[&lease.name, &lease.holder, &lease.token])?))?;
+        let n = self.write_concurrently(|tx| Ok(tx.execute(sql.as_str(), &[&lease.name, &lease.holder, &lease.token])?))?;
         Ok(n == 1)
     }
 

@@ -146,6 +146,13 @@ type Manager = PostgresConnectionManager<MakeRustlsConnect>;
 #[derive(Clone)]
 pub struct PgStore {
     pool: r2d2::Pool<Manager>,
+    /// Held by each write of this replica for its whole transaction: writes from one
+    /// process go one at a time, as they do on SQLite. Under `SERIALIZABLE`, concurrent
+    /// writes touching the same index pages (sixteen enrollments inserting hosts,
+    /// certificates and events) abort each other as serialization failures far faster than
+    /// retries resolve them; in line, they never conflict, and only writes from other
+    /// replicas can, which retrying absorbs. Reads never take it.
+    writer: Arc<std::sync::Mutex<()>>,
 }
 
 impl fmt::Debug for PgStore {
@@ -155,9 +162,30 @@ impl fmt::Debug for PgStore {
     }
 }
 
+/// A driver error whose message carries the server's (the driver's own is often just "db
+/// error"), so a log line says which statement failed and why; the driver's error stays the
+/// source, for [`is_retryable`] to read its SQLSTATE.
+#[derive(Debug)]
+pub struct PgError(postgres::Error);
+
+impl fmt::Display for PgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.0.code(), self.0.as_db_error()) {
+            (Some(code), Some(db)) => write!(f, "{} (SQLSTATE {})", db.message(), code.code()),
+            _ => f.write_str(&chain(&self.0)),
+        }
+    }
+}
+
+impl std::error::Error for PgError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
 impl From<postgres::Error> for StoreError {
     fn from(e: postgres::Error) -> Self {
-        StoreError::backend(e)
+        StoreError::backend(PgError(e))
     }
 }
 
@@ -181,7 +209,7 @@ impl PgStore {
             .test_on_check_out(true)
             .build(PostgresConnectionManager::new(config, tls))
             .map_err(StoreError::from)?;
-        let store = PgStore { pool };
+        let store = PgStore { pool, writer: Default::default() };
         store.migrate()?;
         Ok(store)
     }
@@ -203,7 +231,18 @@ impl PgStore {
     /// the SQLite backend relies on still holds, and the conformance suite runs unchanged.
     /// Retrying is safe because a store method is exactly one transaction with no effect
     /// outside the database.
-    pub fn write<T>(&self, mut f: impl FnMut(&mut postgres::Transaction<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
+    pub fn write<T>(&self, f: impl FnMut(&mut postgres::Transaction<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let _one_writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.write_concurrently(f)
+    }
+
+    /// [`PgStore::write`] without waiting for this replica's other writes: for the leader
+    /// lease alone, whose renewal must not queue behind a burst of writes (a leader whose
+    /// renewals wait steps down).
+    pub(super) fn write_concurrently<T>(
+        &self,
+        mut f: impl FnMut(&mut postgres::Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         // Leader work's writes are checked against its term first (see `store::fence`).
         let term = super::fence::current();
         let mut c = self.conn()?;
@@ -298,7 +337,7 @@ pub const WRITE_ATTEMPTS: u32 = 12;
 /// `serialization_failure` (40001) or `deadlock_detected` (40P01).
 fn is_retryable(e: &StoreError) -> bool {
     let StoreError::Backend { source } = e else { return false };
-    source.downcast_ref::<postgres::Error>().and_then(postgres::Error::code).is_some_and(|code| {
+    source.downcast_ref::<PgError>().and_then(|e| e.0.code()).is_some_and(|code| {
         *code == postgres::error::SqlState::T_R_SERIALIZATION_FAILURE || *code == postgres::error::SqlState::T_R_DEADLOCK_DETECTED
     })
 }
