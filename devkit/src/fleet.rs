@@ -65,52 +65,70 @@ impl Coordinator {
     /// loopback port (serving `agent`, trusting `trust_file`, then `sections`), starts
     /// `serve` (log in `coordinator/coordinator.log`) and returns once it listens.
     pub fn start(dir: &Path, coordinator: &Path, agent: &Path, trust_file: &Path, sections: &str) -> Result<Coordinator, DevkitError> {
-        let state = dir.join("coordinator/state");
-        let ops = dir.join("ops");
-        let coord = coordinator;
-        run_ok("drover-coordinator init", Command::new(coord).arg("init").arg("--state-dir").arg(&state).args(["--san", "127.0.0.1"]))?;
-        run_ok(
-            "drover-coordinator operator-cert",
-            Command::new(coord)
-                .arg("operator-cert")
-                .arg("--state-dir")
-                .arg(&state)
-                .args(["--role", "admin", "--name", "admin"])
-                .arg("--out")
-                .arg(&ops),
-        )?;
-        // The port is chosen here so the config can announce it; loopback only.
-        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(io_at("127.0.0.1:0"))?.port();
+        let state = init_state(dir, coordinator)?;
+        let port = free_port()?;
         let url = format!("https://127.0.0.1:{port}");
         let config = dir.join("coordinator/coordinator.toml");
-        crate::write_file(
-            &config,
-            &format!(
-                "listen = \"127.0.0.1:{port}\"\nstate_dir = {}\npublic_urls = [\"{url}\"]\ntrust_file = {}\nagent_binary = {}\n\n{}",
-                toml_str(&state),
-                toml_str(trust_file),
-                toml_str(agent),
-                sections
-            ),
-            0o644,
-        )?;
-        let log = dir.join("coordinator/coordinator.log");
-        let log_file = std::fs::File::create(&log).map_err(io_at(&log))?;
-        let mut child = Command::new(coord)
+        let text = config_text(port, &state, std::slice::from_ref(&url), trust_file, agent, sections);
+        crate::write_file(&config, &text, 0o644)?;
+        Coordinator::serve(dir, coordinator, &config, &dir.join("coordinator/coordinator.log"), url, state)
+    }
+
+    /// Replicas of one coordinator: as [`start`](Self::start), one state dir (the CA and
+    /// server identity they share, as replicas on one host would) and `replicas` processes,
+    /// each on its own free loopback port announcing every replica's URL, with `sections` and
+    /// then `store(i)` (the `[store]` table of replica `i`, naming it) in its config
+    /// `coordinator/rI.toml`, its log in `coordinator/rI.log`. Returns once every one listens.
+    pub fn start_replicas(
+        dir: &Path,
+        coordinator: &Path,
+        agent: &Path,
+        trust_file: &Path,
+        sections: &str,
+        replicas: usize,
+        store: impl Fn(usize) -> String,
+    ) -> Result<Vec<Coordinator>, DevkitError> {
+        let state = init_state(dir, coordinator)?;
+        // Every port is chosen before any replica starts, so each config can list them all.
+        let ports = (0..replicas).map(|_| free_port()).collect::<Result<Vec<u16>, _>>()?;
+        let urls: Vec<String> = ports.iter().map(|p| format!("https://127.0.0.1:{p}")).collect();
+        let mut out = Vec::with_capacity(replicas);
+        for (i, port) in ports.iter().enumerate() {
+            let config = dir.join(format!("coordinator/r{i}.toml"));
+            let text = config_text(*port, &state, &urls, trust_file, agent, &format!("{sections}\n{}", store(i)));
+            crate::write_file(&config, &text, 0o644)?;
+            let log = dir.join(format!("coordinator/r{i}.log"));
+            out.push(Coordinator::serve(dir, coordinator, &config, &log, urls[i].clone(), state.clone())?);
+        }
+        Ok(out)
+    }
+
+    /// Starts `serve --config CONFIG`, stderr to `log`, and waits until it listens.
+    fn serve(
+        dir: &Path,
+        coordinator: &Path,
+        config: &Path,
+        log: &Path,
+        url: String,
+        state_dir: PathBuf,
+    ) -> Result<Coordinator, DevkitError> {
+        let ops = dir.join("ops");
+        let log_file = std::fs::File::create(log).map_err(io_at(log))?;
+        let mut child = Command::new(coordinator)
             .arg("serve")
             .arg("--config")
-            .arg(&config)
+            .arg(config)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log_file)
             .spawn()
-            .map_err(io_at(coord))?;
+            .map_err(io_at(coordinator))?;
         let stdout = child.stdout.take();
         let coordinator = Coordinator {
             child,
-            url: url.clone(),
-            state_dir: state,
-            log,
+            url,
+            state_dir,
+            log: log.to_path_buf(),
             ca: ops.join("ca.crt"),
             admin: (ops.join("admin.crt"), ops.join("admin.key")),
         };
@@ -143,6 +161,43 @@ impl Drop for Coordinator {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Makes `dir/coordinator/state` with `coordinator init` and the admin credential in
+/// `dir/ops` with `operator-cert`; the state dir's path.
+fn init_state(dir: &Path, coordinator: &Path) -> Result<PathBuf, DevkitError> {
+    let state = dir.join("coordinator/state");
+    let ops = dir.join("ops");
+    run_ok("drover-coordinator init", Command::new(coordinator).arg("init").arg("--state-dir").arg(&state).args(["--san", "127.0.0.1"]))?;
+    run_ok(
+        "drover-coordinator operator-cert",
+        Command::new(coordinator)
+            .arg("operator-cert")
+            .arg("--state-dir")
+            .arg(&state)
+            .args(["--role", "admin", "--name", "admin"])
+            .arg("--out")
+            .arg(&ops),
+    )?;
+    Ok(state)
+}
+
+/// A loopback port free now (chosen here so the config can announce it; loopback only).
+fn free_port() -> Result<u16, DevkitError> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(io_at("127.0.0.1:0"))?.port())
+}
+
+/// A coordinator's config: listening on loopback `port`, announcing `urls`, then `sections`.
+fn config_text(port: u16, state: &Path, urls: &[String], trust_file: &Path, agent: &Path, sections: &str) -> String {
+    let urls: Vec<String> = urls.iter().map(|u| format!("\"{u}\"")).collect();
+    format!(
+        "listen = \"127.0.0.1:{port}\"\nstate_dir = {}\npublic_urls = [{}]\ntrust_file = {}\nagent_binary = {}\n\n{}",
+        toml_str(state),
+        urls.join(", "),
+        toml_str(trust_file),
+        toml_str(agent),
+        sections
+    )
 }
 
 /// One sandboxed agent.

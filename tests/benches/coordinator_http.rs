@@ -7,12 +7,20 @@
 //!
 //! Run: `cargo build --release -p drover-coordinator && cargo bench -p drover-tests --bench
 //! coordinator_http` (options after `--`: `--clients N`, `--secs S`, `--rounds R`, `--hosts H`).
+//!
+//! With `--stores sqlite,postgres` it compares the coordinator's stores instead (issue 25): see
+//! the `stores` module.
+
+// A bench is its own crate root, so its modules would sit beside every other bench's file.
+#[path = "coordinator_http/stores.rs"]
+mod stores;
 
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use drover_client::{ClientIdentity, CoordinatorClient};
 use drover_coordinator::state_dir::StateDir;
 use drover_coordinator::store::{CertKind, NewCert, NewHost, NewIntent, SqliteStore, Store};
@@ -102,33 +110,70 @@ async fn handshake_rate(url: &str, ca: &[CertificateDer<'static>], creds: &[Cred
     done.load(Ordering::Relaxed) as f64 / secs as f64
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let arg = |name: &str, default: usize| {
-        args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
-    };
-    let clients = arg("--clients", 32);
-    let secs = arg("--secs", 5) as u64;
-    let hosts = arg("--hosts", 10_000);
-    let rounds = arg("--rounds", 3);
-    let _ = rustls::crypto::ring::default_provider().install_default();
+/// The options after `cargo bench -p drover-tests --bench coordinator_http --`.
+#[derive(Parser)]
+#[command(name = "coordinator_http")]
+struct Args {
+    /// Concurrent clients, each on its own connection with its own identity.
+    #[arg(long, default_value_t = 32)]
+    clients: usize,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 5)]
+    secs: u64,
+    /// Rounds, alternating which server goes first.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Hosts enrolled straight into the store (at least `--clients`).
+    #[arg(long, default_value_t = 10_000)]
+    hosts: usize,
+    /// Compare the coordinator on these stores (`sqlite`, `postgres`; the first is the
+    /// baseline) instead of the coordinator against a bare server.
+    #[arg(long, value_delimiter = ',', value_parser = ["sqlite", "postgres"])]
+    stores: Vec<String>,
+    /// What `cargo bench` passes to every bench binary; nothing to do with it.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
 
-    let dir = tempfile::tempdir().expect("tempdir");
-    let state_path = dir.path().join("state");
-    let coordinator = binary("drover-coordinator");
-    let out =
-        Command::new(&coordinator).args(["init", "--state-dir"]).arg(&state_path).args(["--san", "127.0.0.1"]).output().expect("init");
+/// The time now, as the store records it.
+fn now() -> Time {
+    Time::from_unix(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs() as i64).expect("now")
+}
+
+/// `drover-coordinator init` of a state dir at `state_path`, opened.
+fn init_state(coordinator: &std::path::Path, state_path: &std::path::Path) -> StateDir {
+    let out = Command::new(coordinator).args(["init", "--state-dir"]).arg(state_path).args(["--san", "127.0.0.1"]).output().expect("init");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let state = StateDir::open(&state_path).expect("state");
-    let now =
-        Time::from_unix(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs() as i64).expect("now");
+    StateDir::open(state_path).expect("state")
+}
 
-    // Enroll `hosts` hosts straight into the store (what POST /v1/enroll records), each with
-    // a real certificate and an intent, so every check-in has work and returns at once.
-    let store = SqliteStore::open(state.db_path()).expect("store");
+/// Writes `DIR/trust.json` and a stand-in agent binary, and the config `DIR/NAME` for a
+/// coordinator on a free port over `state_path`, with `sections` (TOML tables) appended.
+fn write_config(dir: &std::path::Path, name: &str, state_path: &std::path::Path, sections: &str) -> std::path::PathBuf {
+    let ci = ed25519_dalek::SigningKey::from_bytes(&[9u8; 32]).verifying_key();
+    let trust = serde_json::json!({ "schemaVersion": 1, "ci": { "threshold": 1, "keys": [{
+        "keyId": drover_proto::keys::KeyId::of(&ci).to_string(), "alg": "ed25519",
+        "publicKey": drover_proto::keys::verifying_key_to_pem(&ci).expect("pem") }] } });
+    std::fs::write(dir.join("trust.json"), trust.to_string()).expect("trust");
+    std::fs::write(dir.join("agent"), b"not an agent").expect("agent");
+    let config = format!(
+        "listen = \"127.0.0.1:0\"\nstate_dir = \"{}\"\npublic_urls = [\"https://127.0.0.1:1\"]\ntrust_file = \"{}\"\nagent_binary = \"{}\"\n\n{sections}",
+        state_path.display(),
+        dir.join("trust.json").display(),
+        dir.join("agent").display()
+    );
+    let path = dir.join(name);
+    std::fs::write(&path, config).expect("config");
+    path
+}
+
+/// Enrolls `hosts` hosts straight into `store` (what POST /v1/enroll records), each with a
+/// real certificate from `state`'s CA and an intent, so every check-in has work and returns
+/// at once; their credentials.
+fn preload(store: &dyn Store, state: &StateDir, hosts: usize) -> Vec<Creds> {
+    let now = now();
     let rollout = RolloutId::new("gpu", "bench").expect("id");
     let mut creds: Vec<Creds> = Vec::with_capacity(hosts);
-    let setup = Instant::now();
     for i in 0..hosts {
         let hostname = format!("gpu-{i:05}");
         let host = store.create_host(&NewHost { hostname: hostname.clone(), created_at: now, token: None }).expect("host");
@@ -157,21 +202,31 @@ fn main() {
             .expect("intent");
         creds.push((cert.pem, key.serialize_pem()));
     }
+    creds
+}
+
+fn main() {
+    let Args { clients, secs, rounds, hosts, stores, bench: _ } = Args::parse();
+    if hosts < clients {
+        eprintln!("coordinator_http: --hosts {hosts} is fewer than --clients {clients}: each client needs its own host");
+        std::process::exit(2);
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    if !stores.is_empty() {
+        stores::compare(&stores, clients, secs, rounds, hosts);
+        return;
+    }
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state_path = dir.path().join("state");
+    let coordinator = binary("drover-coordinator");
+    let state = init_state(&coordinator, &state_path);
+    let store = SqliteStore::open(state.db_path()).expect("store");
+    let setup = Instant::now();
+    let creds = preload(&store, &state, hosts);
     drop(store);
     let setup_secs = setup.elapsed().as_secs_f64();
-    let ci = ed25519_dalek::SigningKey::from_bytes(&[9u8; 32]).verifying_key();
-    let trust = serde_json::json!({ "schemaVersion": 1, "ci": { "threshold": 1, "keys": [{
-        "keyId": drover_proto::keys::KeyId::of(&ci).to_string(), "alg": "ed25519",
-        "publicKey": drover_proto::keys::verifying_key_to_pem(&ci).expect("pem") }] } });
-    std::fs::write(dir.path().join("trust.json"), trust.to_string()).expect("trust");
-    std::fs::write(dir.path().join("agent"), b"not an agent").expect("agent");
-    let config = format!(
-        "listen = \"127.0.0.1:0\"\nstate_dir = \"{}\"\npublic_urls = [\"https://127.0.0.1:1\"]\ntrust_file = \"{}\"\nagent_binary = \"{}\"\n",
-        state_path.display(),
-        dir.path().join("trust.json").display(),
-        dir.path().join("agent").display()
-    );
-    std::fs::write(dir.path().join("coordinator.toml"), config).expect("config");
+    write_config(dir.path(), "coordinator.toml", &state_path, "");
     let ca = vec![CertificateDer::from(state.ca().cert_der().to_vec())];
 
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");

@@ -169,3 +169,68 @@ pub fn fixed_port_site(dir: &Path, sections: &str) -> (SitePaths, crate::Endpoin
     };
     (paths, endpoint)
 }
+
+/// The processes whose parent is `pid` (from every `/proc/*/stat`).
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            // The parent is the second field after the command name (which may hold spaces).
+            let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+            rest.split_whitespace().nth(1).and_then(|v| v.parse::<u32>().ok()) == Some(pid)
+        })
+        .collect()
+}
+
+/// CPU seconds of `pid` and its children, living and reaped: what a server made of a parent
+/// and the worker processes it forks (PostgreSQL's postmaster and its backends) has used so
+/// far. A child that exited and was reaped is in the parent's reaped share; a living child
+/// counts with its own (and what it reaped).
+pub fn tree_cpu_secs(pid: u32) -> f64 {
+    cpu_secs(pid, true) + children_of(pid).into_iter().map(|c| cpu_secs(c, true)).sum::<f64>()
+}
+
+/// Proportional resident memory (`Pss` of `/proc/PID/smaps_rollup`) of `pid` and its living
+/// children, in KiB: memory they share (PostgreSQL's shared buffers) counted once in all,
+/// where summing their RSS would count it in every process that touched it. Falls back to
+/// `VmRSS` for a process whose `smaps_rollup` cannot be read.
+pub fn tree_pss_kib(pid: u32) -> u64 {
+    let pss = |p: u32| {
+        std::fs::read_to_string(format!("/proc/{p}/smaps_rollup"))
+            .ok()
+            .and_then(|s| {
+                s.lines().find_map(|l| l.strip_prefix("Pss:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok())
+            })
+            .unwrap_or_else(|| rss_kib(p).0)
+    };
+    pss(pid) + children_of(pid).into_iter().map(pss).sum::<u64>()
+}
+
+/// The postmaster's process id of the PostgreSQL cluster in `data_dir` (the first line of its
+/// `postmaster.pid`), while it runs.
+pub fn postmaster_pid(data_dir: &Path) -> Option<u32> {
+    let text = std::fs::read_to_string(data_dir.join("postmaster.pid")).ok()?;
+    text.lines().next()?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_tree_is_found_through_the_parent_field() {
+        // `cat` on a pipe lives until its input closes: a child that is there to be found.
+        let mut child = Command::new("cat").stdin(Stdio::piped()).stdout(Stdio::null()).spawn().expect("cat starts");
+        let me = std::process::id();
+        assert!(children_of(me).contains(&child.id()), "cat is a child of this test");
+        assert!(tree_cpu_secs(me) >= cpu_secs(me, false));
+        assert!(tree_pss_kib(me) > 0);
+        drop(child.stdin.take());
+        child.wait().expect("cat exits");
+        assert!(!children_of(me).contains(&child.id()));
+        assert_eq!(postmaster_pid(Path::new("/nonexistent")), None);
+    }
+}

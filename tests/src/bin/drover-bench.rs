@@ -1,7 +1,8 @@
 //! `drover-bench fleet`: thousands of simulated agents against a real `drover-coordinator
 //! serve` on loopback — enrollment, ramp-up, an idle fleet on long-polls, then a full rollout
 //! to convergence — at one or more fleet sizes, HTTP stacks and socket settings, the first run
-//! being the baseline the others are compared with. See BENCHMARKS.md, "The coordinator under
+//! being the baseline the others are compared with; and on SQLite (one coordinator) or on
+//! PostgreSQL (several replicas sharing the fleet). See BENCHMARKS.md, "The coordinator under
 //! a simulated fleet".
 
 #![forbid(unsafe_code)]
@@ -12,7 +13,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use drover_tests::fleet::run::{Binaries, Report, run};
-use drover_tests::fleet::scenario::{Http, Scenario, nodelay_str, parse_nodelay};
+use drover_tests::fleet::scenario::{Http, Scenario, StoreBackend, nodelay_str, parse_nodelay};
 
 /// Drover's scale benchmarks.
 #[derive(Parser)]
@@ -44,6 +45,13 @@ struct FleetArgs {
     /// the sockets as they were before; put it first to make it the baseline).
     #[arg(long, value_delimiter = ',', default_value = "on")]
     nodelay: Vec<String>,
+    /// The coordinator's store, each run with every other setting: `sqlite` (one coordinator,
+    /// the baseline) or `postgres-N` (N replicas, 1 to 8, on one PostgreSQL started for the
+    /// run from Debian's `postgresql` binaries; the agents are dealt across the replicas, each
+    /// listing the others to fail over to). CPU and memory are summed over the replicas, the
+    /// database's processes reported apart.
+    #[arg(long, value_delimiter = ',', default_value = "sqlite")]
+    store: Vec<String>,
     /// Channels (one rollout each).
     #[arg(long, default_value_t = 3)]
     channels: usize,
@@ -78,6 +86,10 @@ struct FleetArgs {
     /// How long offline hosts stay away, seconds.
     #[arg(long, default_value_t = 10)]
     rejoin_secs: u64,
+    /// Hosts created and enrolled at once (over the admin's and the hosts' own connections)
+    /// before the agents start.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    enroll_concurrency: u16,
     /// Agents started per second during the ramp-up.
     #[arg(long, default_value_t = 500)]
     ramp_per_sec: usize,
@@ -140,36 +152,42 @@ fn goals(r: &Report) -> Vec<(&'static str, bool, String)> {
     ]
 }
 
-/// A run's column heading: agents, HTTP stack, and the socket setting.
+/// A run's column heading: agents, HTTP stack, the socket setting, and the store.
 fn label(r: &Report) -> String {
-    format!("{} / {} / {}", r.agents, r.http, nodelay_str(r.tcp_nodelay))
+    format!("{} / {} / {} / {}", r.agents, r.http, nodelay_str(r.tcp_nodelay), r.store)
 }
 
 /// The reports side by side, with each figure's ratio to the first run's.
 fn table(reports: &[Report]) -> String {
     type Row = (&'static str, fn(&Report) -> f64, &'static str);
-    let rows: [Row; 17] = [
+    let rows: [Row; 23] = [
         ("enroll (s)", |r| r.enroll_secs, "{:.1}"),
         ("ramp-up (s)", |r| r.ramp_secs, "{:.1}"),
         ("idle check-ins/s", |r| r.idle_checkins_per_sec, "{:.0}"),
         ("idle CPU (% of a core)", |r| r.idle_cpu_pct, "{:.1}"),
         ("idle RSS (MiB)", |r| r.idle_rss_mib, "{:.0}"),
+        ("idle database CPU (%)", |r| r.idle_database_cpu_pct, "{:.1}"),
+        ("idle CPU with database (%)", |r| r.idle_total_cpu_pct, "{:.1}"),
         ("rollout (s)", |r| r.rollout_secs, "{:.1}"),
         ("  beyond soak (s)", |r| r.beyond_soak_secs, "{:.1}"),
         ("rollout check-ins/s", |r| r.rollout_checkins_per_sec, "{:.0}"),
         ("rollout CPU (s)", |r| r.rollout_cpu_secs, "{:.1}"),
+        ("rollout database CPU (s)", |r| r.rollout_database_cpu_secs, "{:.1}"),
         ("dispatch p50 (ms)", |r| r.dispatch_p50_ms, "{:.0}"),
         ("dispatch p99 (ms)", |r| r.dispatch_p99_ms, "{:.0}"),
         ("dispatch max (ms)", |r| r.dispatch_max_ms, "{:.0}"),
         ("coordinator CPU, whole run (s)", |r| r.coordinator_cpu_secs, "{:.1}"),
+        ("database CPU, whole run (s)", |r| r.database_cpu_secs, "{:.1}"),
+        ("CPU with database, whole run (s)", |r| r.total_cpu_secs, "{:.1}"),
         ("peak RSS after enroll (MiB)", |r| r.enroll_peak_rss_mib, "{:.0}"),
         ("peak RSS after ramp-up (MiB)", |r| r.ramp_peak_rss_mib, "{:.0}"),
         ("coordinator peak RSS (MiB)", |r| r.peak_rss_mib, "{:.0}"),
+        ("database PSS at the end (MiB)", |r| r.database_mib, "{:.0}"),
         ("events written", |r| r.events_written as f64, "{:.0}"),
     ];
     let fmt = |spec: &str, v: f64| if spec == "{:.1}" { format!("{v:.1}") } else { format!("{v:.0}") };
     let width = reports.iter().map(|r| label(r).len() + 2).max().unwrap_or(0).max(18);
-    let mut out = format!("{:<32}", "agents / HTTP / TCP_NODELAY");
+    let mut out = format!("{:<32}", "agents / HTTP / NODELAY / store");
     for r in reports {
         out.push_str(&format!("{:>width$}", label(r)));
     }
@@ -221,15 +239,26 @@ fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|n| parse_nodelay(n).with_context(|| format!("--nodelay {n}: expected on or off")))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let stores = args
+        .store
+        .iter()
+        .map(|s| {
+            StoreBackend::parse(s)
+                .with_context(|| format!("--store {s}: expected sqlite or postgres-N (N replicas, 1 to {})", StoreBackend::MAX_REPLICAS))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let scenarios = args
         .agents
         .iter()
         .flat_map(|&agents| https.iter().map(move |&http| (agents, http)))
         .flat_map(|(agents, http)| nodelays.iter().map(move |&tcp_nodelay| (agents, http, tcp_nodelay)))
-        .map(|(agents, http, tcp_nodelay)| {
+        .flat_map(|(agents, http, tcp_nodelay)| stores.iter().map(move |&store| (agents, http, tcp_nodelay, store)))
+        .map(|(agents, http, tcp_nodelay, store)| {
             Ok(Scenario {
                 http,
                 tcp_nodelay,
+                store,
+                enroll_concurrency: usize::from(args.enroll_concurrency),
                 agents,
                 channels: args.channels,
                 waves: args.waves,
@@ -260,16 +289,23 @@ fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
     for s in &scenarios {
         let tmp = tempfile::tempdir().context("temporary directory")?;
         let dir = match &keep {
-            Some(k) => k.join(format!("agents-{}-http{}-nodelay-{}", s.agents, s.http.as_str(), nodelay_str(s.tcp_nodelay))),
+            Some(k) => {
+                let mut name = format!("agents-{}-http{}-nodelay-{}", s.agents, s.http.as_str(), nodelay_str(s.tcp_nodelay));
+                if s.store != StoreBackend::Sqlite {
+                    name.push_str(&format!("-{}", s.store.as_string()));
+                }
+                k.join(name)
+            }
             None => tmp.path().to_path_buf(),
         };
         std::fs::create_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
         let budget = s.max_in_flight_pct.map_or("no budget".to_owned(), |p| format!("at most {p}% in flight"));
         eprintln!(
-            "== {} agents over HTTP/{}, TCP_NODELAY {}, {} channels, {} waves, {budget} ({} slow, {} failing, {} offline)",
+            "== {} agents over HTTP/{}, TCP_NODELAY {}, store {}, {} channels, {} waves, {budget} ({} slow, {} failing, {} offline)",
             s.agents,
             s.http.as_str(),
             nodelay_str(s.tcp_nodelay),
+            s.store.as_string(),
             s.channels,
             s.waves,
             s.slow,
@@ -277,9 +313,13 @@ fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
             s.offline
         );
         let agents = s.agents;
-        let report = runtime
-            .block_on(run(s, &bins, &dir, &mut |line| eprintln!("[{agents}] {line}")))
-            .with_context(|| format!("{agents} agents (log: {})", dir.join("coordinator/coordinator.log").display()));
+        let report = runtime.block_on(run(s, &bins, &dir, &mut |line| eprintln!("[{agents}] {line}"))).with_context(|| {
+            let log = match s.store {
+                StoreBackend::Sqlite => "coordinator/coordinator.log",
+                StoreBackend::Postgres { .. } => "coordinator/r*.log",
+            };
+            format!("{agents} agents, store {} (log: {})", s.store.as_string(), dir.join(log).display())
+        });
         let report = match report {
             Ok(r) => r,
             Err(e) => {
@@ -298,10 +338,11 @@ fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
     for r in &reports {
         for (goal, met, figure) in goals(r) {
             println!(
-                "{:>6} agents, HTTP/{}, TCP_NODELAY {}: {goal}: {figure} — {}",
+                "{:>6} agents, HTTP/{}, TCP_NODELAY {}, {}: {goal}: {figure} — {}",
                 r.agents,
                 r.http,
                 nodelay_str(r.tcp_nodelay),
+                r.store,
                 if met { "met" } else { "MISSED" }
             );
             missed |= !met;

@@ -1,6 +1,7 @@
-//! What a fleet run reads off the coordinator: CPU time and memory from `/proc`, check-ins and
+//! What a fleet run reads off a coordinator: CPU time and memory from `/proc`, check-ins and
 //! held long-polls from its `/metrics`, every dispatch decision (with its time) from its JSON
-//! log, the events it wrote from its SQLite store; and the percentiles of dispatch latency.
+//! log (or the logs of all replicas), the events it wrote from its SQLite store; and the
+//! percentiles of dispatch latency. [`super::servers`] sums them over replicas.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -79,6 +80,19 @@ pub fn dispatch_decisions(log: &Path) -> Result<HashMap<(String, String), System
         let Ok(at) = time::OffsetDateTime::parse(ts, &time::format_description::well_known::Rfc3339) else { continue };
         let at = SystemTime::UNIX_EPOCH + Duration::from_nanos(u64::try_from(at.unix_timestamp_nanos()).unwrap_or(0));
         out.entry((host.to_owned(), rollout.to_owned())).or_insert(at);
+    }
+    Ok(out)
+}
+
+/// [`dispatch_decisions`] of every replica's log, merged: a host's decision is the earliest
+/// any replica logged (only the leader decides; a new leader after a takeover may log a host
+/// again).
+pub fn dispatch_decisions_in(logs: &[std::path::PathBuf]) -> Result<HashMap<(String, String), SystemTime>, FleetError> {
+    let mut out: HashMap<(String, String), SystemTime> = HashMap::new();
+    for log in logs {
+        for (key, at) in dispatch_decisions(log)? {
+            out.entry(key).and_modify(|first| *first = (*first).min(at)).or_insert(at);
+        }
     }
     Ok(out)
 }
@@ -162,5 +176,16 @@ mod tests {
             confirmed: true,
         };
         assert_eq!(latencies_ms(&[receipt], &d, |_| false), vec![40.0]);
+
+        // Replicas' logs merged: a host's earliest decision in any of them.
+        let other = dir.path().join("r1.log");
+        let lines = [
+            line("sim-00001", "Pending", "Activating", "2026-11-21T10:00:00.100000Z"),
+            line("sim-00003", "Pending", "Activating", "2026-11-21T10:00:02Z"),
+        ];
+        std::fs::write(&other, lines.join("\n")).expect("write");
+        let merged = dispatch_decisions_in(&[log, other]).expect("read");
+        assert_eq!(merged.len(), 2);
+        assert_eq!(merged[&("sim-00001".to_owned(), "ch-1@abc".to_owned())], at - Duration::from_millis(150));
     }
 }

@@ -8,6 +8,8 @@
 //!   confirmation, probe results, and the scripted slow, failing and offline hosts;
 //! - [`measure`]: what is read off the coordinator (`/proc`, `/metrics`, its log, its store)
 //!   and the percentiles;
+//! - [`servers`]: the coordinator on SQLite, or replicas on PostgreSQL and the database,
+//!   started and measured as a whole;
 //! - [`run`]: one run from an empty directory to a converged rollout, and its report.
 //!
 //! The coordinator does not know it is being simulated: no route, flag or code path exists
@@ -19,6 +21,7 @@ pub mod enroll;
 pub mod measure;
 pub mod run;
 pub mod scenario;
+pub mod servers;
 pub mod swarm;
 
 /// Why a simulated run failed.

@@ -1,15 +1,16 @@
 //! One fleet run, start to finish: a fresh site and `drover-coordinator serve` as its own
-//! process (the devkit's [`Coordinator`]: `init`, an admin credential, the CI trust file), every host
-//! enrolled through the API, the agents ramped up at a fixed rate until the coordinator holds
-//! a long-poll for each, the idle fleet watched, then a signed release published and rolled
-//! to convergence. The [`Report`] holds what was measured in each phase.
+//! process (the devkit's `Coordinator`: `init`, an admin credential, the CI trust file), or
+//! several replicas of it on PostgreSQL ([`Servers`]); every host enrolled through the API,
+//! the agents ramped up at a fixed rate until the coordinator holds a long-poll for each, the
+//! idle fleet watched, then a signed release published and rolled to convergence. The
+//! [`Report`] holds what was measured in each phase.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use drover_client::{ClientIdentity, CoordinatorClient};
+use drover_client::CoordinatorClient;
 use drover_proto::keys::KeySigner;
 use drover_proto::publish::PublishRequest;
 use serde::Serialize;
@@ -17,10 +18,10 @@ use sha2::{Digest, Sha256};
 
 use super::FleetError;
 use super::enroll::enroll_all;
-use super::measure::{self, ProcSample};
+use super::measure;
 use super::scenario::{Role, Scenario};
+use super::servers::Servers;
 use super::swarm::Swarm;
-use drover_devkit::fleet::Coordinator;
 
 /// The binaries a run starts.
 #[derive(Debug, Clone)]
@@ -31,12 +32,18 @@ pub struct Binaries {
     pub agent: PathBuf,
 }
 
-/// Everything one run measured.
+/// Everything one run measured. "Coordinator" figures are summed over the replicas (one on
+/// SQLite); the database's own processes (PostgreSQL) are reported apart, and together with
+/// the replicas in the `total_*` figures.
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
     /// Simulated agents.
     pub agents: usize,
+    /// The store: `sqlite` or `postgres-N`.
+    pub store: String,
+    /// Coordinator processes serving the fleet.
+    pub replicas: usize,
     /// The HTTP version they spoke (`1.1` or `2`).
     pub http: String,
     /// Whether the coordinator's accepted sockets set `TCP_NODELAY` (false: Nagle's
@@ -66,6 +73,13 @@ pub struct Report {
     pub idle_cpu_pct: f64,
     /// Coordinator resident memory at the end of the idle window, MiB.
     pub idle_rss_mib: f64,
+    /// Database CPU while idle, percent of one core (0 on SQLite).
+    pub idle_database_cpu_pct: f64,
+    /// Coordinators' and database's CPU while idle, percent of one core.
+    pub idle_total_cpu_pct: f64,
+    /// Database memory (proportional, `Pss`, of all its processes) at the end of the idle
+    /// window, MiB.
+    pub idle_database_mib: f64,
     /// Publish to every rollout converged and every host confirmed, seconds.
     pub rollout_secs: f64,
     /// The soak the rollout had to wait at least (waves × soak; a budget that splits a wave
@@ -77,6 +91,8 @@ pub struct Report {
     pub rollout_checkins_per_sec: f64,
     /// Coordinator CPU seconds during the rollout.
     pub rollout_cpu_secs: f64,
+    /// Database CPU seconds during the rollout.
+    pub rollout_database_cpu_secs: f64,
     /// Dispatches measured (decision and receipt both seen; offline hosts left out).
     pub dispatches: usize,
     /// Dispatch latency, decision → receipt: median, ms.
@@ -87,6 +103,16 @@ pub struct Report {
     pub dispatch_max_ms: f64,
     /// Coordinator CPU seconds over the whole run (enrollment included).
     pub coordinator_cpu_secs: f64,
+    /// Database CPU seconds over the whole run (its start and migrations included).
+    pub database_cpu_secs: f64,
+    /// Coordinators' and database's CPU seconds over the whole run.
+    pub total_cpu_secs: f64,
+    /// Each replica's CPU seconds over the whole run.
+    pub replica_cpu_secs: Vec<f64>,
+    /// Each replica's peak resident memory, MiB.
+    pub replica_peak_rss_mib: Vec<f64>,
+    /// Database memory (`Pss` of all its processes) at the end of the rollout, MiB.
+    pub database_mib: f64,
     /// Coordinator peak resident memory, MiB.
     pub peak_rss_mib: f64,
     /// Coordinator peak RSS once every host was enrolled, MiB.
@@ -107,10 +133,6 @@ pub struct Report {
     pub full_verifications: u64,
     /// Rollouts and the state each ended in.
     pub rollouts: Vec<(String, String)>,
-}
-
-fn read(path: &Path) -> Result<Vec<u8>, FleetError> {
-    std::fs::read(path).map_err(|source| FleetError::Io { path: path.display().to_string(), source })
 }
 
 fn write(path: &Path, bytes: &[u8]) -> Result<(), FleetError> {
@@ -175,20 +197,21 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
         soak_secs: scenario.soak_secs,
         max_in_flight_pct: scenario.max_in_flight_pct,
         long_poll_secs: scenario.long_poll_secs,
+        store: scenario.store.as_string(),
+        replicas: scenario.store.replicas(),
         ..Report::default()
     };
     let trust_file = dir.join("trust.json");
     write(&trust_file, &crate::ci_trust_json())?;
     let sections = coordinator_sections(scenario);
     let agent = shipped_agent(dir, &bins.agent)?;
-    let server =
-        Coordinator::start(dir, &bins.coordinator, &agent, &trust_file, &sections).map_err(|e| FleetError::Setup(e.to_string()))?;
-    let (url, pid) = (server.url.clone(), server.pid());
-    let ca = drover_client::parse_certificates("ca", &read(&server.ca)?).map_err(FleetError::client("ca.crt"))?;
-    let admin_identity = || -> Result<ClientIdentity, FleetError> {
-        ClientIdentity::from_pem(&read(&server.admin.0)?, &read(&server.admin.1)?).map_err(FleetError::client("admin credential"))
-    };
-    let admin = CoordinatorClient::new("drover-bench", std::slice::from_ref(&url), &ca, Some(admin_identity()?), Duration::from_secs(120))
+    // Blocking (processes started and waited for): nothing else runs on the runtime yet.
+    let mut servers = Servers::start(scenario.store, dir, &bins.coordinator, &agent, &trust_file, &sections)?;
+    let (urls, ca) = (servers.urls(), servers.ca.clone());
+    // Enrollment goes to the first replica; the operator's calls fail over like the agents'.
+    let url = urls[0].clone();
+    let admin_identity = || servers.admin_identity();
+    let admin = CoordinatorClient::new("drover-bench", &urls, &ca, Some(admin_identity()?), Duration::from_secs(120))
         .map_err(FleetError::client("admin client"))?;
 
     // Enrollment.
@@ -196,9 +219,9 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
     let names: Vec<String> = hosts.iter().map(|h| h.hostname.clone()).collect();
     let trust_sha256 = hex::encode(Sha256::digest(crate::ci_trust_json()));
     let started = Instant::now();
-    let (enrolled, anchors) = enroll_all(&url, &ca, admin_identity()?, &trust_sha256, &names, 16).await?;
+    let (enrolled, anchors) = enroll_all(&url, &ca, admin_identity()?, &trust_sha256, &names, scenario.enroll_concurrency).await?;
     report.enroll_secs = started.elapsed().as_secs_f64();
-    report.enroll_peak_rss_mib = measure::sample(pid).peak_rss_mib;
+    report.enroll_peak_rss_mib = servers.sample().coordinators.peak_rss_mib;
     progress(&format!("enrolled {} hosts in {:.1} s (peak RSS {:.0} MiB)", enrolled.len(), report.enroll_secs, report.enroll_peak_rss_mib));
     let director =
         drover_proto::keys::verifying_key_from_text(&anchors.director_pem).map_err(|e| FleetError::Setup(format!("director key: {e}")))?;
@@ -207,7 +230,7 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
 
     // Ramp-up: agents started at a steady rate (each opens its connection with its first
     // check-in), until the coordinator holds a long-poll for every one.
-    let mut swarm = Swarm::new(&url, ca.clone());
+    let mut swarm = Swarm::new(&urls, ca.clone());
     let started = Instant::now();
     // Ten starts a second, each of a tenth of the rate.
     let batch = (scenario.ramp_per_sec / 10).max(1);
@@ -222,7 +245,7 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
     let wanted = swarm.len() as u64;
     let ramp_bound = Duration::from_secs(120 + scenario.agents as u64 / 50);
     report.connected = wait_for(ramp_bound, Duration::from_millis(200), async || {
-        let s = measure::scrape(&admin).await?;
+        let s = servers.scrape().await?;
         Ok(if s.long_polls_held >= wanted { Ok(s.long_polls_held) } else { Err(s.long_polls_held.to_string()) })
     })
     .await
@@ -232,23 +255,26 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
         secs: bound.as_secs(),
     })?;
     report.ramp_secs = started.elapsed().as_secs_f64();
-    report.ramp_peak_rss_mib = measure::sample(pid).peak_rss_mib;
+    report.ramp_peak_rss_mib = servers.sample().coordinators.peak_rss_mib;
     progress(&format!(
         "{} agents hold a long-poll after {:.1} s (peak RSS {:.0} MiB)",
         report.connected, report.ramp_secs, report.ramp_peak_rss_mib
     ));
 
     // The idle fleet.
-    let (a, sa) = (measure::sample(pid), measure::scrape(&admin).await?);
+    let (a, sa) = (servers.sample(), servers.scrape().await?);
     let window = Instant::now();
     tokio::time::sleep(Duration::from_secs(scenario.idle_secs)).await;
-    let (b, sb) = (measure::sample(pid), measure::scrape(&admin).await?);
+    let (b, sb) = (servers.sample(), servers.scrape().await?);
     report.idle_secs = window.elapsed().as_secs_f64();
     if report.idle_secs > 0.0 && scenario.idle_secs > 0 {
-        report.idle_cpu_pct = 100.0 * (b.cpu_secs - a.cpu_secs) / report.idle_secs;
+        report.idle_cpu_pct = 100.0 * (b.coordinators.cpu_secs - a.coordinators.cpu_secs) / report.idle_secs;
+        report.idle_database_cpu_pct = 100.0 * (b.database.cpu_secs - a.database.cpu_secs) / report.idle_secs;
+        report.idle_total_cpu_pct = report.idle_cpu_pct + report.idle_database_cpu_pct;
         report.idle_checkins_per_sec = sb.checkins_total.saturating_sub(sa.checkins_total) as f64 / report.idle_secs;
     }
-    report.idle_rss_mib = b.rss_mib;
+    report.idle_rss_mib = b.coordinators.rss_mib;
+    report.idle_database_mib = b.database.rss_mib;
     progress(&format!(
         "idle {:.0} s: {:.1} % of a core, {:.0} check-ins/s, {:.0} MiB",
         report.idle_secs, report.idle_cpu_pct, report.idle_checkins_per_sec, report.idle_rss_mib
@@ -259,7 +285,7 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
     let files = scenario.release(&hosts, 2, &signer, crate::wall_now())?;
     let request = PublishRequest::from_files(&files, Some("drover-bench".into()))
         .ok_or_else(|| FleetError::Setup("release file not UTF-8".into()))?;
-    let before = (measure::sample(pid), measure::scrape(&admin).await?);
+    let before = (servers.sample(), servers.scrape().await?);
     let started = Instant::now();
     let _: serde_json::Value = admin.post_json("/v1/releases", &request).await.map_err(FleetError::client("publish"))?;
     swarm.rollout_started();
@@ -285,29 +311,35 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
         Ok(if done { Ok(states) } else { Err(summary) })
     })
     .await;
-    let after = (measure::sample(pid), measure::scrape(&admin).await?);
+    let after = (servers.sample(), servers.scrape().await?);
     report.rollout_secs = started.elapsed().as_secs_f64();
     report.soak_total_secs = scenario.waves as u64 * scenario.soak_secs;
     report.beyond_soak_secs = report.rollout_secs - report.soak_total_secs as f64;
-    report.rollout_cpu_secs = after.0.cpu_secs - before.0.cpu_secs;
+    report.rollout_cpu_secs = after.0.coordinators.cpu_secs - before.0.coordinators.cpu_secs;
+    report.rollout_database_cpu_secs = after.0.database.cpu_secs - before.0.database.cpu_secs;
     report.rollout_checkins_per_sec = after.1.checkins_total.saturating_sub(before.1.checkins_total) as f64 / report.rollout_secs.max(1e-9);
 
     // Wind down, then read what the coordinator wrote.
-    let last: ProcSample = measure::sample(pid);
-    report.coordinator_cpu_secs = last.cpu_secs;
-    report.peak_rss_mib = last.peak_rss_mib;
+    let last = servers.sample();
+    report.coordinator_cpu_secs = last.coordinators.cpu_secs;
+    report.peak_rss_mib = last.coordinators.peak_rss_mib;
+    report.database_cpu_secs = last.database.cpu_secs;
+    report.total_cpu_secs = last.coordinators.cpu_secs + last.database.cpu_secs;
+    report.database_mib = last.database.rss_mib;
+    report.replica_cpu_secs = last.replicas.iter().map(|r| r.cpu_secs).collect();
+    report.replica_peak_rss_mib = last.replicas.iter().map(|r| r.peak_rss_mib).collect();
     swarm.stop().await;
-    let (log, db) = (server.log.clone(), server.state_dir.join(drover_coordinator::state_dir::DB_FILE));
-    // Stopped as systemd stops it (SIGTERM: it writes its buffered check-ins), then read.
-    drop(server);
+    let logs = servers.logs();
+    // Stopped as systemd stops them (SIGTERM: each writes its buffered check-ins), then read.
+    report.events_written = servers.stop_and_count_events()?;
+    drop(servers);
     let receipts = shared.receipts.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let decisions = measure::dispatch_decisions(&log)?;
+    let decisions = measure::dispatch_decisions_in(&logs)?;
     let latencies = measure::latencies_ms(&receipts, &decisions, |r| r.role == Role::Offline);
     report.dispatches = latencies.len();
     report.dispatch_p50_ms = measure::percentile(&latencies, 50.0);
     report.dispatch_p99_ms = measure::percentile(&latencies, 99.0);
     report.dispatch_max_ms = latencies.last().copied().unwrap_or(0.0);
-    report.events_written = measure::events_written(&db)?;
     report.rejoined = shared.rejoined.load(Ordering::Relaxed);
     report.agent_errors = shared.errors.load(Ordering::Relaxed);
     report.last_agent_error = shared.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -350,6 +382,8 @@ mod tests {
             timeout_secs: 10,
             http,
             tcp_nodelay,
+            store: crate::fleet::scenario::StoreBackend::Sqlite,
+            enroll_concurrency: 16,
         }
     }
 

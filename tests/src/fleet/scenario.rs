@@ -58,6 +58,55 @@ pub struct Scenario {
     /// The coordinator's `[connections] tcp_nodelay`: whether the sockets it accepts set
     /// `TCP_NODELAY` (false: Nagle's algorithm, the sockets as they were before issue 24).
     pub tcp_nodelay: bool,
+    /// The coordinator's store, and how many replicas serve the fleet.
+    pub store: StoreBackend,
+    /// Hosts created and enrolled at once during enrollment.
+    pub enroll_concurrency: usize,
+}
+
+/// Where the coordinator keeps its state: `sqlite` (one coordinator, its store in its state
+/// dir: the baseline) or `postgres-N` (N replicas on one PostgreSQL database, sharing one
+/// state dir's CA and server identity, one of them leading).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StoreBackend {
+    /// One coordinator on SQLite.
+    #[default]
+    Sqlite,
+    /// Replicas on PostgreSQL.
+    Postgres {
+        /// How many (1 to [`StoreBackend::MAX_REPLICAS`]).
+        replicas: usize,
+    },
+}
+
+impl StoreBackend {
+    /// The most replicas a run starts (each one a process with its connection pool).
+    pub const MAX_REPLICAS: usize = 8;
+
+    /// `sqlite` or `postgres-N`.
+    pub fn parse(s: &str) -> Option<StoreBackend> {
+        if s == "sqlite" {
+            return Some(StoreBackend::Sqlite);
+        }
+        let replicas = s.strip_prefix("postgres-")?.parse().ok()?;
+        (1..=Self::MAX_REPLICAS).contains(&replicas).then_some(StoreBackend::Postgres { replicas })
+    }
+
+    /// As `parse` reads it.
+    pub fn as_string(self) -> String {
+        match self {
+            StoreBackend::Sqlite => "sqlite".to_owned(),
+            StoreBackend::Postgres { replicas } => format!("postgres-{replicas}"),
+        }
+    }
+
+    /// Coordinator processes serving the fleet.
+    pub fn replicas(self) -> usize {
+        match self {
+            StoreBackend::Sqlite => 1,
+            StoreBackend::Postgres { replicas } => replicas,
+        }
+    }
 }
 
 /// `on` or `off`, as `--nodelay` takes a `tcp_nodelay` setting and reports print it.
@@ -365,7 +414,20 @@ mod tests {
             timeout_secs: 60,
             http: Http::Http11,
             tcp_nodelay: true,
+            store: StoreBackend::Sqlite,
+            enroll_concurrency: 16,
         }
+    }
+
+    #[test]
+    fn stores_parse_as_the_command_line_writes_them() {
+        assert_eq!(StoreBackend::parse("sqlite"), Some(StoreBackend::Sqlite));
+        assert_eq!(StoreBackend::parse("postgres-2"), Some(StoreBackend::Postgres { replicas: 2 }));
+        for bad in ["postgres", "postgres-0", "postgres-99", "postgres-x", "mysql", ""] {
+            assert_eq!(StoreBackend::parse(bad), None, "{bad}");
+        }
+        assert_eq!(StoreBackend::Postgres { replicas: 3 }.as_string(), "postgres-3");
+        assert_eq!((StoreBackend::Sqlite.replicas(), StoreBackend::Postgres { replicas: 2 }.replicas()), (1, 2));
     }
 
     #[test]

@@ -64,13 +64,14 @@ pub struct Swarm {
     pub shared: Arc<Shared>,
     started: watch::Sender<bool>,
     ca: Arc<Vec<CertificateDer<'static>>>,
-    url: String,
+    urls: Vec<String>,
 }
 
 /// A client for one agent: its own connection pool (so its own TLS connection), presenting
-/// its certificate; requests may take the long-poll plus a margin.
+/// its certificate, trying `urls` in order (failing over as `drover-agent` does); requests
+/// may take the long-poll plus a margin.
 fn agent_client(
-    url: &str,
+    urls: &[String],
     ca: &[CertificateDer<'static>],
     identity: &ClientIdentityPem,
     long_poll_secs: u64,
@@ -79,20 +80,24 @@ fn agent_client(
     let timeout = Duration::from_secs(long_poll_secs + 30);
     let mut tls = tls_config(ca, Some(identity.identity()?)).map_err(FleetError::client("agent client"))?;
     tls.alpn_protocols = http.alpn();
-    CoordinatorClient::with_tls("drover-sim-agent", &[url.to_owned()], tls, timeout).map_err(FleetError::client("agent client"))
+    CoordinatorClient::with_tls("drover-sim-agent", urls, tls, timeout).map_err(FleetError::client("agent client"))
 }
 
 impl Swarm {
-    /// No agents yet; they will talk to `url`, trusting `ca`.
-    pub fn new(url: &str, ca: Vec<CertificateDer<'static>>) -> Swarm {
+    /// No agents yet; they will talk to the coordinator replicas at `urls`, trusting `ca`.
+    /// Agents are dealt across the replicas in turn: the n-th lists `urls` rotated by n, so
+    /// each replica is first for an equal share and the others follow as fail-overs.
+    pub fn new(urls: &[String], ca: Vec<CertificateDer<'static>>) -> Swarm {
         let (started, _) = watch::channel(false);
-        Swarm { tasks: tokio::task::JoinSet::new(), shared: Arc::new(Shared::default()), started, ca: Arc::new(ca), url: url.to_owned() }
+        Swarm { tasks: tokio::task::JoinSet::new(), shared: Arc::new(Shared::default()), started, ca: Arc::new(ca), urls: urls.to_vec() }
     }
 
     /// Starts `host`'s agent: it runs generation 1 and checks in at once (its first check-in
     /// opens its connection and makes the host active).
     pub fn start(&mut self, enrolled: &Enrolled, host: &SimHost, anchors: &Anchors, scenario: &Scenario) -> Result<(), FleetError> {
-        let client = agent_client(&self.url, &self.ca, &enrolled.identity, scenario.long_poll_secs, scenario.http)?;
+        let mut urls = self.urls.clone();
+        urls.rotate_left(self.tasks.len() % self.urls.len().max(1));
+        let client = agent_client(&urls, &self.ca, &enrolled.identity, scenario.long_poll_secs, scenario.http)?;
         let agent = SimAgent::with_client(client, &enrolled.hostname, enrolled.host_id, anchors.clone(), host.role.behaviour(scenario))
             .running(&closure(&enrolled.hostname, 1))
             .sharing(self.shared.cache.clone());
@@ -100,7 +105,7 @@ impl Swarm {
             rejoin: Duration::from_secs(scenario.rejoin_secs),
             started: self.started.subscribe(),
             reconnect: Reconnect {
-                url: self.url.clone(),
+                urls,
                 ca: self.ca.clone(),
                 identity: enrolled.identity.clone(),
                 long_poll_secs: scenario.long_poll_secs,
@@ -144,7 +149,7 @@ struct Away {
 
 /// What a new connection needs.
 struct Reconnect {
-    url: String,
+    urls: Vec<String>,
     ca: Arc<Vec<CertificateDer<'static>>>,
     identity: ClientIdentityPem,
     long_poll_secs: u64,
@@ -158,7 +163,7 @@ async fn agent_loop(mut agent: SimAgent, role: Role, mut away: Option<Away>, sha
             // Gone: the old client (and its connection) is dropped with the replacement, and
             // the host is silent until it comes back.
             let r = &a.reconnect;
-            match agent_client(&r.url, &r.ca, &r.identity, r.long_poll_secs, r.http) {
+            match agent_client(&r.urls, &r.ca, &r.identity, r.long_poll_secs, r.http) {
                 Ok(client) => agent.replace_client(client),
                 Err(e) => note_error(&shared, &agent.hostname, &e.to_string()),
             }
