@@ -12,6 +12,7 @@ use uuid::Uuid;
 use super::cols::{col, opt_time_col, opt_uuid_col, parse_col, time_col, uuid_col};
 use super::log::insert_event;
 use super::postgres::types::ToSql;
+use super::postgres::types::Type;
 use super::postgres::{Row, Transaction};
 use crate::store::rules::check_sha256;
 use crate::store::rules::normalize_serial;
@@ -46,7 +47,8 @@ pub(crate) fn host_row(r: &Row) -> Result<Host, StoreError> {
 
 pub(crate) fn get_host(c: &mut Transaction<'_>, id: Uuid) -> Result<Option<Host>, StoreError> {
     let sql = format!("SELECT {HOST_COLS} FROM hosts WHERE id = $1");
-    c.query_opt(sql.as_str(), &[&id.to_string()])?.map(|r| host_row(&r)).transpose()
+    // Typed: parse, bind and execute in one round trip (every check-in reads this).
+    c.query_typed_opt(sql.as_str(), &[(&id.to_string(), Type::TEXT)])?.map(|r| host_row(&r)).transpose()
 }
 
 fn require_host(c: &mut Transaction<'_>, id: Uuid) -> Result<Host, StoreError> {

@@ -12,6 +12,7 @@ use uuid::Uuid;
 use super::cols::{col, json_col, opt_time_col, parse_col, uuid_col};
 use super::hosts::{HOST_COLS, host_row};
 use super::log::{insert_audit, insert_event};
+use super::postgres::types::Type;
 use super::postgres::{Row, Transaction};
 use super::releases::{
     HOST_ROLLOUT_COLS, ROLLOUT_COLS, get_host_rollout, get_rollout, host_rollout_row, rollout_row, update_rollout_state,
@@ -31,7 +32,11 @@ fn report_row(r: &Row, at: usize) -> Result<HostReport, StoreError> {
 }
 
 pub(crate) fn get_host_report(c: &mut Transaction<'_>, host_id: Uuid) -> Result<Option<HostReport>, StoreError> {
-    let row = c.query_opt("SELECT failed_units, probes, activation FROM host_reports WHERE host_id = $1", &[&host_id.to_string()])?;
+    // Typed: one round trip (every check-in reads this).
+    let row = c.query_typed_opt(
+        "SELECT failed_units, probes, activation FROM host_reports WHERE host_id = $1",
+        &[(&host_id.to_string(), Type::TEXT)],
+    )?;
     row.map(|r| report_row(&r, 0)).transpose()
 }
 

@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use super::cols::{col, json_col, opt_time_col, opt_uuid_col, page, parse_col, rollout_col, time_col, uuid_col};
 use super::log::insert_event;
+use super::postgres::types::Type;
 use super::postgres::{Row, Transaction};
 use crate::store::{IntentRecord, IntentStatus, NewEvent, NewIntent, NewTask, StoreError, TaskFilter, TaskRecord, TaskState};
 
@@ -83,7 +84,8 @@ pub(crate) fn put_intent(c: &mut Transaction<'_>, new: &NewIntent) -> Result<Int
 
 pub(crate) fn current_intent(c: &mut Transaction<'_>, host_id: Uuid) -> Result<Option<IntentRecord>, StoreError> {
     let sql = format!("SELECT {INTENT_COLS} FROM intents WHERE host_id = $1 AND is_current = 1");
-    c.query_opt(sql.as_str(), &[&host_id.to_string()])?.map(|r| intent_row(&r)).transpose()
+    // Typed: one round trip (every check-in reads this).
+    c.query_typed_opt(sql.as_str(), &[(&host_id.to_string(), Type::TEXT)])?.map(|r| intent_row(&r)).transpose()
 }
 
 pub(crate) fn get_intent(c: &mut Transaction<'_>, host_id: Uuid, intent_id: Uuid) -> Result<Option<IntentRecord>, StoreError> {
@@ -166,10 +168,11 @@ pub(crate) fn enqueue_task(c: &mut Transaction<'_>, new: &NewTask) -> Result<boo
 
 /// Whether the host has a task to lease now (queued, or with a lapsed lease).
 pub(crate) fn has_leasable_task(c: &mut Transaction<'_>, host_id: Uuid, now: Time) -> Result<bool, StoreError> {
-    let row = c.query_one(
+    // Typed: one round trip (every check-in asks).
+    let row = c.query_typed_one(
         "SELECT EXISTS (SELECT 1 FROM tasks
              WHERE host_id = $1 AND (state = 'queued' OR (state = 'leased' AND lease_expires_at <= $2)))",
-        &[&host_id.to_string(), &now.unix()],
+        &[(&host_id.to_string(), Type::TEXT), (&now.unix(), Type::INT8)],
     )?;
     col(&row, 0)
 }
