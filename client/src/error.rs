@@ -116,10 +116,12 @@ impl ClientError {
         }
     }
 
-    /// Whether the coordinator could not be reached or the exchange broke off (worth a retry
-    /// with backoff), as opposed to an answer it gave.
+    /// Whether a retry with backoff may succeed: the coordinator could not be reached, the
+    /// exchange broke off, or it answered a server error (5xx: its database restarting, a
+    /// replica going away) — as opposed to a refusal of the request itself (4xx), which a
+    /// retry would only repeat.
     pub fn is_transient(&self) -> bool {
-        matches!(self, ClientError::Unreachable { .. } | ClientError::Transport { .. })
+        matches!(self, ClientError::Unreachable { .. } | ClientError::Transport { .. }) || self.status().is_some_and(|s| s >= 500)
     }
 }
 
@@ -191,6 +193,15 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn server_errors_are_worth_a_retry_and_refusals_are_not() {
+        let api = |status| ClientError::Api { url: "u".into(), status, code: "c".into(), message: "m".into() };
+        assert!(api(500).is_transient() && api(503).is_transient(), "a database restarting under the coordinator");
+        assert!(!api(400).is_transient() && !api(404).is_transient() && !api(410).is_transient());
+        assert!(ClientError::Http { url: "u".into(), status: 502, body: String::new() }.is_transient());
+    }
+
     use super::*;
 
     #[test]
