@@ -115,11 +115,8 @@ impl Leadership {
     /// Stops electing and gives a held lease up at once, so another replica takes over
     /// without waiting for it to lapse (a replica shutting down).
     pub fn hand_over(&self) {
-        let elector = self.elector.lock().unwrap_or_else(PoisonError::into_inner).take();
         // Dropping it joins its thread, which may be in a database call: not on the runtime.
-        if let Some(elector) = elector {
-            drop(elector);
-        }
+        drop(self.elector.lock().unwrap_or_else(PoisonError::into_inner).take());
     }
 
     /// Appends `drover_leader` and `drover_leader_changes_total` to a metrics exposition.

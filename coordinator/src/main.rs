@@ -264,8 +264,13 @@ fn operator_cert(args: &OperatorCertArgs, now: Time) -> anyhow::Result<()> {
         }
         Some(file) => {
             let config = drover_coordinator::config::Config::load(file)?;
+            // The secret store holds the database password when [store] says so.
+            let secrets = drover_coordinator::secrets::from_config(&config).context("opening the secret store")?;
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
-            runtime.block_on(drover_coordinator::run::open_store(&config, &state.db_path())).context("opening the coordinator's store")?.0
+            runtime
+                .block_on(drover_coordinator::run::open_store(&config, &state.db_path(), &secrets))
+                .context("opening the coordinator's store")?
+                .0
         }
     };
     store

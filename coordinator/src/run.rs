@@ -204,12 +204,15 @@ pub type OpenedStore = (Arc<dyn Store>, Option<(PgStore, PgOptions)>);
 
 /// Opens the store `[store]` names: SQLite at `sqlite_path`, or the PostgreSQL database (its
 /// password read from the file or the secret store; schema migrations applied).
-pub async fn open_store(config: &Config, sqlite_path: &Path) -> Result<OpenedStore, StartError> {
+pub async fn open_store(
+    config: &Config,
+    sqlite_path: &Path,
+    secrets: &Arc<dyn crate::secrets::SecretStore>,
+) -> Result<OpenedStore, StartError> {
     match config.store.backend {
         StoreBackend::Sqlite => Ok((Arc::new(SqliteStore::open(sqlite_path)?), None)),
         StoreBackend::Postgres => {
-            let secrets = crate::secrets::from_config(config).map_err(|e| StartError::Secrets { message: e.to_string() })?;
-            let options = crate::store_config::pg_options(&config.store, &secrets).await?;
+            let options = crate::store_config::pg_options(&config.store, secrets).await?;
             // Connecting blocks (up to the connect timeout): off the runtime's threads.
             let opening = options.clone();
             let store = tokio::task::spawn_blocking(move || PgStore::open(&opening))
@@ -270,7 +273,7 @@ fn start_leader_work(app: &Arc<AppState>) -> Vec<JoinHandle<()>> {
 pub async fn start_prepared(listener: TcpListener, prepared: Prepared, clock: Arc<dyn Clock>) -> Result<Running, StartError> {
     let Prepared { config, state, director, trust_json, trust, agent, tls } = prepared;
     let secrets = crate::secrets::from_config(&config).map_err(|e| StartError::Secrets { message: e.to_string() })?;
-    let (store, database) = open_store(&config, &state.db_path()).await?;
+    let (store, database) = open_store(&config, &state.db_path(), &secrets).await?;
     let leader = leadership(&config, database.as_ref())?;
     let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: config.listen, source })?;
     let power = Arc::new(crate::devices::power::RedfishPower::new(secrets.clone(), config.devices.clone()));
