@@ -15,6 +15,10 @@
 //! lost its connection may have missed some: on reconnecting it wakes every held long-poll,
 //! pokes the executor and re-reads the revocations. The long-poll's timeout stays the last
 //! fallback; nothing is ever lost, only later.
+//!
+//! The same listening connection carries the invalidations of the replica's cached check-in
+//! views ([`view_cache`]) and the sender thread sends its heartbeat: one connection, so
+//! PostgreSQL's commit order puts an invalidation before the wake-up that follows its write.
 
 use std::sync::Weak;
 use std::sync::mpsc::{Receiver, Sender};
@@ -24,6 +28,7 @@ use uuid::Uuid;
 
 use crate::app::AppState;
 use crate::store::postgres::notify::{ListenEvent, Listener};
+use crate::store::postgres::view_cache;
 use crate::store::postgres::{PgOpenError, PgOptions, PgStore};
 
 /// The channel replicas wake each other on.
@@ -102,13 +107,23 @@ pub fn decode(me: Uuid, payload: &str) -> Vec<Wake> {
 pub fn start(store: PgStore, options: &PgOptions, app: Weak<AppState>) -> Result<(Peers, WakeSender), PgOpenError> {
     let me = Uuid::new_v4();
     let (tx, rx) = std::sync::mpsc::channel();
+    let views = store.view_cache().clone();
     std::thread::Builder::new()
         .name("pg-wake-sender".into())
         .spawn(move || send_loop(&store, me, &rx))
         .map_err(|e| crate::store::StoreError::backend(format!("cannot start the wake-up sender: {e}")))?;
     let runtime = tokio::runtime::Handle::current();
     let first = std::sync::atomic::AtomicBool::new(true);
-    let listener = Listener::start(options, &[CHANNEL], move |event| {
+    let listener = Listener::start(options, &[CHANNEL, view_cache::CHANNEL], move |event| {
+        // The views first, in the order heard: a wake-up below must find them dropped.
+        match &event {
+            ListenEvent::Connected => views.connected(),
+            ListenEvent::Notified { channel, payload } if channel == view_cache::CHANNEL => {
+                views.heard(payload, std::time::Instant::now());
+                return;
+            }
+            ListenEvent::Notified { .. } => {}
+        }
         let Some(app) = app.upgrade() else { return };
         let wakes = match event {
             ListenEvent::Connected if first.swap(false, std::sync::atomic::Ordering::SeqCst) => return,
@@ -138,17 +153,38 @@ pub fn start(store: PgStore, options: &PgOptions, app: Weak<AppState>) -> Result
     Ok((Peers { _listener: listener }, tx))
 }
 
-/// Sends what queues up, one batch at a time, until every sender is gone.
+/// Sends what queues up, one batch at a time, and the view cache's heartbeat every
+/// [`view_cache::HEARTBEAT_EVERY`], until every sender is gone.
 fn send_loop(store: &PgStore, me: Uuid, rx: &Receiver<Wake>) {
-    while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        batch.extend(rx.try_iter().take(100_000));
-        for payload in encode(me, &batch) {
+    let heartbeat = store.view_cache().heartbeat();
+    let mut beat_due = std::time::Instant::now();
+    loop {
+        let wait = beat_due.saturating_duration_since(std::time::Instant::now());
+        let batch = match rx.recv_timeout(wait) {
+            Ok(first) => {
+                let mut batch = vec![first];
+                batch.extend(rx.try_iter().take(100_000));
+                batch
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Vec::new(),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+        };
+        let mut payloads: Vec<(&str, String)> = encode(me, &batch).into_iter().map(|p| (CHANNEL, p)).collect();
+        if std::time::Instant::now() >= beat_due {
+            payloads.push((view_cache::CHANNEL, heartbeat.clone()));
+            beat_due = std::time::Instant::now() + view_cache::HEARTBEAT_EVERY;
+        }
+        for (channel, payload) in payloads {
             let sent = store
                 .conn()
                 .map_err(|e| e.to_string())
-                .and_then(|mut c| c.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &payload]).map_err(|e| e.to_string()));
+                .and_then(|mut c| c.execute("SELECT pg_notify($1, $2)", &[&channel, &payload]).map_err(|e| e.to_string()));
             if let Err(e) = sent {
+                if channel == view_cache::CHANNEL {
+                    // Unheard, the cache stops being trusted: reads go to the database.
+                    tracing::debug!(error = %e, "cannot send the view cache's heartbeat");
+                    continue;
+                }
                 // The others fall back on their long-poll timeout and the executor's interval.
                 tracing::warn!(error = %e, "cannot wake the other replicas");
                 std::thread::sleep(Duration::from_millis(100));

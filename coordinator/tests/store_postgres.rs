@@ -4,7 +4,8 @@
 //! password kept out of URLs and errors, a pool that outlives a database restart, and the
 //! leader lease: one holder, fencing tokens, a lapsed leader's writes refused; wake-ups by
 //! NOTIFY across replicas, only on commit, surviving a database restart; a new leader elected
-//! within the lease when the leader crashes, at once when it hands over.
+//! within the lease when the leader crashes, at once when it hands over; a replica's cached
+//! check-in views dropped by every commit that changes them, whoever makes it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,12 +41,12 @@ fn replicas_starting_together_apply_each_migration_once() {
         .collect();
     let stores: Vec<PgStore> = opened.into_iter().map(|t| t.join().expect("thread").expect("opens")).collect();
     let applied = stores[0].applied_migrations().expect("read");
-    assert_eq!(applied.iter().map(|(v, _)| *v).collect::<Vec<_>>(), [1, 2], "one row per version: {applied:?}");
+    assert_eq!(applied.iter().map(|(v, _)| *v).collect::<Vec<_>>(), [1, 2, 3], "one row per version: {applied:?}");
     let tables = s.psql("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'").expect("psql");
     assert_eq!(tables.trim(), "29", "SQLite's 27 tables, the leader lease and schema_migrations");
     // Opening again finds nothing to do.
     PgStore::open(&opts).expect("reopens");
-    assert_eq!(stores[1].applied_migrations().expect("read").len(), 2);
+    assert_eq!(stores[1].applied_migrations().expect("read").len(), 3);
 }
 
 #[test]
@@ -54,7 +55,7 @@ fn a_schema_newer_than_this_build_is_refused() {
     PgStore::open(&options(&s)).expect("opens");
     s.psql("INSERT INTO schema_migrations (version, applied_at) VALUES (99, 0)").expect("psql");
     match PgStore::open(&options(&s)) {
-        Err(PgOpenError::Store(StoreError::SchemaTooNew { found: 99, supported: 2 })) => {}
+        Err(PgOpenError::Store(StoreError::SchemaTooNew { found: 99, supported: 3 })) => {}
         other => panic!("a newer schema was not refused: {other:?}"),
     }
 }
@@ -385,4 +386,125 @@ fn sixteen_concurrent_enrollments_through_one_replica_all_succeed() {
     }
     let enrolling = store.list_hosts(&Default::default()).expect("hosts").iter().filter(|h| h.state.as_str() == "enrolling").count();
     assert_eq!(enrolling, 160);
+}
+
+/// Replica `a`'s view cache fed as `serve` feeds it (`crate::peers`): a listener on the view
+/// channel and a heartbeat every 100 ms. Dropping it stops both.
+struct Fed {
+    _listener: Listener,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for Fed {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+fn feed(s: &PostgresServer, a: &PgStore) -> Fed {
+    use drover_coordinator::store::postgres::view_cache::CHANNEL;
+    let views = a.view_cache().clone();
+    let listener = Listener::start(&options(s), &[CHANNEL], move |e| match e {
+        ListenEvent::Connected => views.connected(),
+        ListenEvent::Notified { payload, .. } => views.heard(&payload, Instant::now()),
+    })
+    .expect("listens");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (flag, store) = (stop.clone(), a.clone());
+    std::thread::spawn(move || {
+        let beat = store.view_cache().heartbeat();
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Ok(mut c) = store.conn() {
+                let _ = c.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &beat]);
+            }
+            // Pacing a heartbeat, not waiting for a condition.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    Fed { _listener: listener, stop }
+}
+
+/// Polls `cond` every millisecond until it holds; how long that took, or a panic after 10 s.
+fn within(what: &str, mut cond: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < Duration::from_secs(10), "{what}: not within 10 s");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    start.elapsed()
+}
+
+#[test]
+fn cached_check_in_views_follow_every_commit_whoever_makes_it() {
+    use drover_coordinator::store::conformance::t;
+    use drover_coordinator::store::{Checkin, NewEvent, NewHost, NewIntent, NewTask, Store};
+    let s = server(false);
+    let (a, b) = (PgStore::open(&options(&s)).expect("replica a"), PgStore::open(&options(&s)).expect("replica b"));
+    let h = b.create_host(&NewHost { hostname: "gpu-01".into(), created_at: t(0), token: None }).expect("host").id;
+    // Nothing is cached until a listener feeds the cache and its heartbeat comes back.
+    a.checkin_view(h, t(1)).expect("view");
+    assert_eq!(a.checkin_view_cached(h, t(1)), None, "a cache no listener feeds is never consulted");
+    let _fed = feed(&s, &a);
+    within("the cache is trusted and filled", || {
+        a.checkin_view(h, t(1)).expect("view");
+        a.checkin_view_cached(h, t(1)).is_some()
+    });
+    assert_eq!(a.checkin_view_cached(h, t(1)), Some(a.checkin_view(h, t(1)).expect("view")));
+
+    // Another replica commits an intent for the host: a's copy is dropped, and the next read
+    // finds the intent.
+    let intent = NewIntent {
+        intent_id: uuid::Uuid::new_v4(),
+        host_id: h,
+        rollout_id: drover_proto::names::RolloutId::parse("prod@c1").expect("id"),
+        envelope: b"{}".to_vec(),
+        confirm_deadline: None,
+        created_at: t(2),
+    };
+    b.put_intent(&intent).expect("intent on b");
+    let took = within("b's intent reaches a's cache", || a.checkin_view_cached(h, t(3)).is_none_or(|v| v.intent.is_some()));
+    eprintln!("commit on replica b → a's cached view dropped: {took:?}");
+    within("a refills", || {
+        a.checkin_view(h, t(3)).expect("view");
+        a.checkin_view_cached(h, t(3)).is_some()
+    });
+    assert_eq!(a.checkin_view_cached(h, t(3)).and_then(|v| v.intent).map(|i| i.intent.intent_id), Some(intent.intent_id));
+
+    // a's own write: a request right after it never reads the copy from before it.
+    let task = NewTask { task_id: uuid::Uuid::new_v4(), host_id: h, job_id: None, envelope: b"{}".to_vec(), created_at: t(4) };
+    a.enqueue_task(&task).expect("task on a");
+    assert!(a.checkin_view_cached(h, t(4)).is_none_or(|v| v.leasable), "a stale view was served after this replica's own write");
+    within("a refills", || {
+        a.checkin_view(h, t(4)).expect("view");
+        a.checkin_view_cached(h, t(4)).is_some()
+    });
+    assert!(a.checkin_view_cached(h, t(4)).is_some_and(|v| v.leasable));
+    // Leased: leasable again only once the lease lapses, with no write in between.
+    assert_eq!(a.lease_tasks(h, t(5), 300, 4).expect("lease").len(), 1);
+    within("a refills", || {
+        a.checkin_view(h, t(5)).expect("view");
+        a.checkin_view_cached(h, t(5)).is_some()
+    });
+    assert!(!a.checkin_view_cached(h, t(6)).expect("cached").leasable);
+    assert!(a.checkin_view_cached(h, t(5 + 300)).expect("cached").leasable, "a lapsed lease is leasable again");
+
+    // A routine check-in's fields do not drop the copy: after b records one, a later write
+    // of a's is heard, and the copy is still there.
+    let checkin = Checkin { at: t(7), agent_version: "0.1.0".into(), boot_id: "boot-1".into(), current_generation: None };
+    b.record_checkins(&[(h, checkin)]).expect("check-in on b");
+    let event = NewEvent {
+        at: t(8),
+        kind: "test.marker".into(),
+        host_id: None,
+        rollout_id: None,
+        job_id: None,
+        message: "after the check-in".into(),
+        data: serde_json::Value::Null,
+    };
+    a.append_event(&event).expect("event on a");
+    within("a's copy outlives a routine check-in", || a.checkin_view_cached(h, t(8)).is_some());
+
+    // A change made by hand in SQL drops it too: the triggers are the database's.
+    s.psql(&format!("UPDATE hosts SET schedulable = 0 WHERE id = '{h}'")).expect("psql");
+    within("a person's SQL reaches a's cache", || a.checkin_view_cached(h, t(9)).is_none_or(|v| v.host.is_some_and(|h| !h.schedulable)));
 }

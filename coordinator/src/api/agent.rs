@@ -52,9 +52,13 @@ impl Work {
     }
 }
 
-/// Reads what a check-in needs ([`Store::checkin_view`]), on the calling thread where the
-/// backend allows it ([`store::read_now`]).
+/// Reads what a check-in needs: from the backend's cache of current views if it keeps one
+/// ([`Store::checkin_view_cached`]), else [`Store::checkin_view`] on the calling thread where
+/// the backend allows it ([`store::read_now`]).
 async fn view(app: &AppState, host: Uuid, now: drover_proto::time::Time) -> Result<CheckinView, ApiError> {
+    if let Some(cached) = app.store.checkin_view_cached(host, now) {
+        return Ok(cached);
+    }
     Ok(store::read_now(&app.store, move |s| s.checkin_view(host, now)).await?)
 }
 

@@ -419,6 +419,13 @@ pub trait Store: Send + Sync {
     /// so the server answers a routine check-in from it on a runtime thread ([`inline`]) and
     /// goes to the blocking pool only when something must be written.
     fn checkin_view(&self, host_id: Uuid, now: Time) -> Result<CheckinView, StoreError>;
+    /// [`Store::checkin_view`] from memory, without waiting, when this backend keeps a copy
+    /// it knows to be current (PostgreSQL's replicas, `postgres::view_cache`); `None` means
+    /// ask [`Store::checkin_view`]. A cached host's check-in fields may be older than the
+    /// store's.
+    fn checkin_view_cached(&self, _host_id: Uuid, _now: Time) -> Option<CheckinView> {
+        None
+    }
     /// Records the host's result. Another host's task is `NotFound`. Completing again with the
     /// same result is a no-op; with another result a `Conflict`. Secrets the task carried (a
     /// MAAS token) are erased from the stored envelope in the same transaction ([`erase`]).

@@ -27,6 +27,7 @@
 //! - **Leadership**: [`lease`], a lease row with a fencing token that every leader write checks.
 //! - **Wake-ups across replicas**: [`notify`], `NOTIFY` sent with a write's commit and a
 //!   `LISTEN`ing connection per replica.
+//! - **Check-in views cached per replica**: [`view_cache`], dropped by triggers' notifications.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -61,12 +62,17 @@ pub mod election;
 pub mod elector;
 pub mod lease;
 pub mod notify;
+pub mod view_cache;
 
 use super::StoreError;
 use crate::app::Clock as _;
 
 /// The migrations, in order; each runs once, in the transaction that records it.
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("schema/0001_init.sql")), (2, include_str!("schema/0002_leader_lease.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("schema/0001_init.sql")),
+    (2, include_str!("schema/0002_leader_lease.sql")),
+    (3, include_str!("schema/0003_view_notify.sql")),
+];
 
 /// The advisory-lock key the migration transaction holds: `drover` in ASCII, so another
 /// application sharing the database is unlikely to pick it.
@@ -153,6 +159,8 @@ pub struct PgStore {
     /// retries resolve them; in line, they never conflict, and only writes from other
     /// replicas can, which retrying absorbs. Reads never take it.
     writer: Arc<std::sync::Mutex<()>>,
+    /// This replica's check-in views (live once a listener feeds it, see [`view_cache`]).
+    views: Arc<view_cache::ViewCache>,
 }
 
 impl fmt::Debug for PgStore {
@@ -209,7 +217,7 @@ impl PgStore {
             .test_on_check_out(true)
             .build(PostgresConnectionManager::new(config, tls))
             .map_err(StoreError::from)?;
-        let store = PgStore { pool, writer: Default::default() };
+        let store = PgStore { pool, writer: Default::default(), views: Default::default() };
         store.migrate()?;
         Ok(store)
     }
@@ -231,9 +239,31 @@ impl PgStore {
     /// the SQLite backend relies on still holds, and the conformance suite runs unchanged.
     /// Retrying is safe because a store method is exactly one transaction with no effect
     /// outside the database.
-    pub fn write<T>(&self, f: impl FnMut(&mut postgres::Transaction<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
+    ///
+    /// While this replica caches check-in views, the transaction ends by sending its marker
+    /// ([`view_cache::ViewCache::begin_write`]): until the marker comes back, after the
+    /// triggers' notifications of the same commit, the cache is not consulted.
+    pub fn write<T>(&self, mut f: impl FnMut(&mut postgres::Transaction<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let _one_writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.write_concurrently(f)
+        let Some((marker, payload)) = self.views.begin_write(std::time::Instant::now()) else {
+            return self.write_concurrently(f);
+        };
+        let out = self.write_concurrently(|tx| {
+            let out = f(tx)?;
+            notify::notify(tx, view_cache::CHANNEL, &payload)?;
+            Ok(out)
+        });
+        if out.is_err() {
+            // It did not commit, or its commit's answer was lost and its notifications still
+            // drop what it changed when they arrive: the caller was told it failed either way.
+            self.views.write_failed(marker);
+        }
+        out
+    }
+
+    /// This replica's cache of check-in views.
+    pub fn view_cache(&self) -> &Arc<view_cache::ViewCache> {
+        &self.views
     }
 
     /// [`PgStore::write`] without waiting for this replica's other writes: for the leader

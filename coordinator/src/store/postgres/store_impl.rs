@@ -8,6 +8,7 @@ use drover_proto::time::Time;
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::view_cache::CachedView;
 use super::{PgStore, bindings, evidence, health, hosts, jobs, log, plans, racks, releases, sites, work};
 use crate::store::*;
 
@@ -192,14 +193,22 @@ impl Store for PgStore {
         self.read(|c| work::current_intent(c, host_id))
     }
     fn checkin_view(&self, host_id: Uuid, now: Time) -> Result<CheckinView, StoreError> {
-        self.read(|c| {
-            Ok(CheckinView {
+        // Read as the cache keeps it (leasable from when, not at `now`), and kept unless an
+        // invalidation of this host may have arrived meanwhile.
+        let ticket = self.views.ticket(host_id);
+        let view = self.read(|c| {
+            Ok(CachedView {
                 host: hosts::get_host(c, host_id)?,
                 intent: work::current_intent(c, host_id)?,
-                leasable: work::has_leasable_task(c, host_id, now)?,
+                leasable_from: work::leasable_from(c, host_id)?,
                 report: plans::get_host_report(c, host_id)?,
             })
-        })
+        })?;
+        self.views.fill(host_id, ticket, view.clone(), std::time::Instant::now());
+        Ok(view.at(now))
+    }
+    fn checkin_view_cached(&self, host_id: Uuid, now: Time) -> Option<CheckinView> {
+        self.views.lookup(host_id, std::time::Instant::now()).map(|v| v.at(now))
     }
     fn get_intent(&self, host_id: Uuid, intent_id: Uuid) -> Result<Option<IntentRecord>, StoreError> {
         self.read(|c| work::get_intent(c, host_id, intent_id))

@@ -177,6 +177,19 @@ pub(crate) fn has_leasable_task(c: &mut Transaction<'_>, host_id: Uuid, now: Tim
     col(&row, 0)
 }
 
+/// From when (unix seconds) `host_id` has a task to lease: `i64::MIN` with a queued task,
+/// else when its earliest lease lapses; `None` with neither. One statement, one round trip.
+pub(crate) fn leasable_from(c: &mut Transaction<'_>, host_id: Uuid) -> Result<Option<i64>, StoreError> {
+    let row = c.query_typed_one(
+        "SELECT COALESCE(bool_or(state = 'queued'), false), MIN(lease_expires_at) FROM tasks
+             WHERE host_id = $1 AND state IN ('queued', 'leased')",
+        &[(&host_id.to_string(), Type::TEXT)],
+    )?;
+    let queued: bool = col(&row, 0)?;
+    let lapses: Option<i64> = col(&row, 1)?;
+    Ok(if queued { Some(i64::MIN) } else { lapses })
+}
+
 pub(crate) fn lease_tasks(
     c: &mut Transaction<'_>,
     host_id: Uuid,
