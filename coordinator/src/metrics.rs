@@ -39,6 +39,8 @@ const MAX_REASONS: usize = 64;
 #[derive(Debug, Default)]
 pub struct Metrics {
     checkins_total: AtomicU64,
+    /// Check-in views read: `[from the replica's cache, from the store]`.
+    checkin_views: [AtomicU64; 2],
     /// Per-bucket (not cumulative) counts; the last slot is `+Inf`.
     checkin_buckets: [AtomicU64; CHECKIN_BUCKETS.len() + 1],
     /// Sum of durations in microseconds (integers add exactly; rendered as seconds).
@@ -152,6 +154,11 @@ impl Metrics {
         s.open_by_rule = open_by_rule.clone();
     }
 
+    /// Counts a check-in view read from the replica's cache (`cached`) or the store.
+    pub fn record_checkin_view(&self, cached: bool) {
+        self.checkin_views[usize::from(!cached)].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Check-ins counted so far.
     pub fn checkins_total(&self) -> u64 {
         self.checkins_total.load(Ordering::Relaxed)
@@ -223,6 +230,16 @@ impl Metrics {
 
         family(&mut out, "drover_checkins_total", "counter", "Agent check-ins handled by this process.");
         let _ = writeln!(out, "drover_checkins_total {}", self.checkins_total());
+
+        family(
+            &mut out,
+            "drover_checkin_views_total",
+            "counter",
+            "Check-in views read, from this replica's cache (PostgreSQL only) or from the store.",
+        );
+        for (source, n) in ["cache", "store"].iter().zip(&self.checkin_views) {
+            let _ = writeln!(out, "drover_checkin_views_total{{source=\"{source}\"}} {}", n.load(Ordering::Relaxed));
+        }
 
         family(&mut out, "drover_checkin_duration_seconds", "histogram", "Check-in duration, long-poll hold included.");
         let mut cumulative = 0u64;
@@ -310,6 +327,12 @@ mod tests {
         assert!(text.contains("drover_checkin_duration_seconds_bucket{le=\"+Inf\"} 3\n"), "{text}");
         assert!(text.contains("drover_checkin_duration_seconds_count 3\n"), "{text}");
         assert!(text.contains("drover_checkins_total 3\n"), "{text}");
+        m.record_checkin_view(true);
+        m.record_checkin_view(false);
+        m.record_checkin_view(false);
+        let text = m.render(&Snapshot::zeroed());
+        assert!(text.contains("drover_checkin_views_total{source=\"cache\"} 1\n"), "{text}");
+        assert!(text.contains("drover_checkin_views_total{source=\"store\"} 2\n"), "{text}");
     }
 
     #[test]

@@ -107,7 +107,8 @@ pub fn decode(me: Uuid, payload: &str) -> Vec<Wake> {
 pub fn start(store: PgStore, options: &PgOptions, app: Weak<AppState>) -> Result<(Peers, WakeSender), PgOpenError> {
     let me = Uuid::new_v4();
     let (tx, rx) = std::sync::mpsc::channel();
-    let views = store.view_cache().clone();
+    // Left never live (it then keeps nothing and marks no write) when the operator turned it off.
+    let views = options.cache_checkin_views.then(|| store.view_cache().clone());
     std::thread::Builder::new()
         .name("pg-wake-sender".into())
         .spawn(move || send_loop(&store, me, &rx))
@@ -117,9 +118,15 @@ pub fn start(store: PgStore, options: &PgOptions, app: Weak<AppState>) -> Result
     let listener = Listener::start(options, &[CHANNEL, view_cache::CHANNEL], move |event| {
         // The views first, in the order heard: a wake-up below must find them dropped.
         match &event {
-            ListenEvent::Connected => views.connected(),
+            ListenEvent::Connected => {
+                if let Some(views) = &views {
+                    views.connected();
+                }
+            }
             ListenEvent::Notified { channel, payload } if channel == view_cache::CHANNEL => {
-                views.heard(payload, std::time::Instant::now());
+                if let Some(views) = &views {
+                    views.heard(payload, std::time::Instant::now());
+                }
                 return;
             }
             ListenEvent::Notified { .. } => {}

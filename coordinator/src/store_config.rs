@@ -11,6 +11,7 @@
 //! connect_timeout_secs = 10       # opening a connection, waiting for a free one
 //! lease_ms = 10000                # the leader lease; a crashed leader is replaced within it
 //! replica = "coord-a"             # names this replica in events and metrics (default: hostname)
+//! cache_checkin_views = true      # answer routine check-ins from memory (see view_cache)
 //! ```
 //!
 //! The password is read once at start, from a file or the secret store, and lives only in a
@@ -67,6 +68,14 @@ pub struct StoreConfig {
     /// This replica's name in events, metrics and the lease row (default: the host name).
     #[serde(default)]
     pub replica: Option<String>,
+    /// Whether this replica answers routine check-ins from its cache of check-in views
+    /// (`store::postgres::view_cache`); off, every check-in reads the database.
+    #[serde(default = "default_cache_checkin_views")]
+    pub cache_checkin_views: bool,
+}
+
+fn default_cache_checkin_views() -> bool {
+    true
 }
 
 fn default_pool_size() -> u32 {
@@ -93,6 +102,7 @@ impl Default for StoreConfig {
             connect_timeout_secs: default_connect_timeout(),
             lease_ms: default_lease_ms(),
             replica: None,
+            cache_checkin_views: default_cache_checkin_views(),
         }
     }
 }
@@ -169,6 +179,7 @@ pub async fn pg_options(c: &StoreConfig, secrets: &Arc<dyn SecretStore>) -> Resu
     options.ca_file = c.ca_file.clone();
     options.pool_size = c.pool_size;
     options.connect_timeout = Duration::from_secs(c.connect_timeout_secs);
+    options.cache_checkin_views = c.cache_checkin_views;
     if let Some(path) = &c.password_file {
         let text = std::fs::read_to_string(path).map_err(|source| StoreConfigError::PasswordFile { path: path.clone(), source })?;
         options.password = Some(Password::new(&text));
@@ -213,6 +224,10 @@ mod tests {
         let o = pg_options(&c, &secrets).await.expect("options");
         assert!(!format!("{o:?}").contains("hunter2"), "{o:?}");
         assert_eq!(o.pool_size, 16);
+        assert!(o.cache_checkin_views, "views are cached unless turned off");
+        let off: StoreConfig =
+            toml::from_str("backend = \"postgres\"\nurl = \"postgres://drover@db/drover\"\ncache_checkin_views = false").expect("parses");
+        assert!(!pg_options(&off, &secrets).await.expect("options").cache_checkin_views);
 
         let path = SecretPath::new("store/postgres").expect("path");
         secrets.write(&path, &SecretValue::from_pairs([("password", "hunter2-from-vault")])).await.expect("write");

@@ -126,9 +126,9 @@ struct Args {
     /// Hosts enrolled straight into the store (at least `--clients`).
     #[arg(long, default_value_t = 10_000)]
     hosts: usize,
-    /// Compare the coordinator on these stores (`sqlite`, `postgres`; the first is the
+    /// Compare the coordinator on these stores (`sqlite`, `postgres`, `postgres-uncached`; the first is the
     /// baseline) instead of the coordinator against a bare server.
-    #[arg(long, value_delimiter = ',', value_parser = ["sqlite", "postgres"])]
+    #[arg(long, value_delimiter = ',', value_parser = ["sqlite", "postgres", "postgres-uncached"])]
     stores: Vec<String>,
     /// What `cargo bench` passes to every bench binary; nothing to do with it.
     #[arg(long, hide = true)]

@@ -1,7 +1,8 @@
 //! What one coordinator replica does binds on the others at once (issue 25), over real
 //! processes on one PostgreSQL database:
 //! - work dispatched through replica A reaches an agent long-polling on replica B without
-//!   waiting for its poll to time out (LISTEN/NOTIFY), the latency measured;
+//!   waiting for its poll to time out (LISTEN/NOTIFY), the latency measured, though B answers
+//!   the agent's routine check-ins from its cache of check-in views;
 //! - an operator certificate issued with `operator-cert --config` is recorded in the
 //!   PostgreSQL store, and once revoked through replica A, replica B refuses it too.
 
@@ -17,11 +18,16 @@ use tokio::sync::watch;
 
 const LEASE_MS: u64 = 2000;
 
-/// Held long-polls replica `i` reports.
-async fn long_polls_held(cluster: &Cluster, i: usize) -> Option<u64> {
+/// The sample `name` replica `i` reports in `/metrics`.
+async fn metric(cluster: &Cluster, i: usize, name: &str) -> Option<u64> {
     let bytes = cluster.client(&cluster.urls[i..=i], true).get_bytes("/metrics").await.ok()?;
     let text = String::from_utf8_lossy(&bytes).into_owned();
-    text.lines().find_map(|l| l.strip_prefix("drover_long_polls_held ")).and_then(|v| v.trim().parse().ok())
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')).and_then(|v| v.trim().parse().ok())
+}
+
+/// Held long-polls replica `i` reports.
+async fn long_polls_held(cluster: &Cluster, i: usize) -> Option<u64> {
+    metric(cluster, i, "drover_long_polls_held").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -75,6 +81,13 @@ async fn work_dispatched_on_one_replica_wakes_an_agent_polling_another_at_once()
         }
         latencies.push(rx.borrow().1.duration_since(sent));
     }
+    // Every check-in so far followed a change to the host (a task issued, leased or done), so
+    // replica 1 read each view from the database. Left idle, the agent's next routine
+    // check-ins are answered from replica 1's cache of check-in views, which each task's
+    // insert above had dropped first (or the agent would not have got the task).
+    let views = async |source: &str| metric(&cluster, 1, &format!("drover_checkin_views_total{{source=\"{source}\"}}")).await;
+    cluster.wait_for("replica 1 answers an idle agent from its cache", 20, async || (views("cache").await? > 0).then_some(())).await;
+    eprintln!("replica 1's check-in views: {:?} from its cache, {:?} from the store", views("cache").await, views("store").await);
     stop.store(true, Ordering::SeqCst);
     let agent = looping.await.expect("agent loop");
     assert!(agent.refused.is_empty(), "{:?}", agent.refused);

@@ -57,8 +57,10 @@ impl Work {
 /// the backend allows it ([`store::read_now`]).
 async fn view(app: &AppState, host: Uuid, now: drover_proto::time::Time) -> Result<CheckinView, ApiError> {
     if let Some(cached) = app.store.checkin_view_cached(host, now) {
+        app.metrics.record_checkin_view(true);
         return Ok(cached);
     }
+    app.metrics.record_checkin_view(false);
     Ok(store::read_now(&app.store, move |s| s.checkin_view(host, now)).await?)
 }
 

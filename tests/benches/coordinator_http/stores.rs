@@ -8,7 +8,10 @@
 //! check-ins, and coordinator plus database CPU per 1,000 check-ins — for SQLite the two are
 //! one figure (the database is inside the coordinator's process), for PostgreSQL the database
 //! is the postmaster and every backend it forked, read from `/proc`. The goal of the issue:
-//! PostgreSQL within 2× of SQLite's CPU per check-in.
+//! PostgreSQL within 2× of SQLite's CPU per check-in. `postgres` is a replica as it ships
+//! (routine check-ins answered from its cache of check-in views); `postgres-uncached` the
+//! same with `cache_checkin_views = false`, every check-in reading the database — what a
+//! check-in costs when its host changed since its last one.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -51,15 +54,17 @@ fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len().max(1) as f64
 }
 
-/// `mean | … | ratio (lo–hi)` for one measurement: each store's mean, then the last store's
-/// per-round ratios to the first's (the baseline).
+/// `mean | … | ratio (lo–hi) | …` for one measurement: each store's mean, then each other
+/// store's ratio to the first's (the baseline) with the per-round range.
 fn row(subjects: &[Subject], get: fn(&Subject) -> &Vec<f64>, digits: usize) -> String {
     let mut out: Vec<String> = subjects.iter().map(|s| format!("{:.digits$}", mean(get(s)))).collect();
-    if let (Some(first), Some(last), true) = (subjects.first(), subjects.last(), subjects.len() > 1) {
-        let ratios: Vec<f64> = get(last).iter().zip(get(first)).map(|(l, f)| l / f).collect();
-        let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = ratios.iter().copied().fold(0.0, f64::max);
-        out.push(format!("**{:.2}** ({lo:.2}–{hi:.2})", mean(get(last)) / mean(get(first))));
+    if let Some((first, others)) = subjects.split_first() {
+        for other in others {
+            let ratios: Vec<f64> = get(other).iter().zip(get(first)).map(|(l, f)| l / f).collect();
+            let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = ratios.iter().copied().fold(0.0, f64::max);
+            out.push(format!("**{:.2}** ({lo:.2}–{hi:.2})", mean(get(other)) / mean(get(first))));
+        }
     }
     out.join(" | ")
 }
@@ -93,14 +98,15 @@ pub fn compare(stores: &[String], clients: usize, secs: u64, rounds: usize, host
     for name in stores {
         let started = Instant::now();
         let (creds, db, sections) = match name.as_str() {
-            "postgres" => {
+            "postgres" | "postgres-uncached" => {
                 let db = PostgresServer::start(pg::PgOptions::default()).expect("PostgreSQL starts (apt-get install postgresql)");
                 let creds = preload(&open_pg(&db), &state, hosts);
                 // The replica's pool stays at its default, as an operator would first run it.
                 let sections = format!(
-                    "[store]\nbackend = \"postgres\"\nurl = \"{}\"\npassword_file = \"{}\"\nreplica = \"bench\"\n",
+                    "[store]\nbackend = \"postgres\"\nurl = \"{}\"\npassword_file = \"{}\"\nreplica = \"bench\"\ncache_checkin_views = {}\n",
                     db.url(),
-                    db.password_file().display()
+                    db.password_file().display(),
+                    name == "postgres"
                 );
                 (creds, Some(db), sections)
             }
@@ -153,14 +159,14 @@ pub fn compare(stores: &[String], clients: usize, secs: u64, rounds: usize, host
     });
 
     let names: Vec<&str> = subjects.iter().map(|s| s.name.as_str()).collect();
-    let ratio_head =
-        if subjects.len() > 1 { format!(" | {} / {} (per-round range)", names[names.len() - 1], names[0]) } else { String::new() };
+    let ratio_head: String = names.iter().skip(1).map(|n| format!(" | {n} / {} (per-round range)", names[0])).collect();
+    let ratio_cols = names.len().saturating_sub(1);
     println!("# coordinator HTTP benchmark: stores");
     println!();
     println!("{clients} concurrent clients, {secs} s per measurement, {rounds} rounds; {hosts} hosts preloaded ({})", setup.join(", "));
     println!();
     println!("| measurement | {}{ratio_head} | goal |", names.join(" | "));
-    println!("|---|{}{}---|", "---|".repeat(names.len()), if subjects.len() > 1 { "---|" } else { "" });
+    println!("|---|{}---|", "---|".repeat(names.len() + ratio_cols));
     println!("| check-ins/s, keep-alive mTLS | {} | |", row(&subjects, |s| &s.rates, 0));
     println!("| coordinator CPU s per 1,000 check-ins | {} | |", row(&subjects, |s| &s.coord_cpu, 3));
     println!("| coordinator + database CPU s per 1,000 check-ins | {} | ≤ 2 |", row(&subjects, |s| &s.total_cpu, 3));
@@ -175,11 +181,7 @@ pub fn compare(stores: &[String], clients: usize, secs: u64, rounds: usize, host
             }
         })
         .collect();
-    println!(
-        "| coordinator RSS (+ database PSS) at the end, MiB | {} |{} |",
-        memory.join(" | "),
-        if subjects.len() > 1 { " |" } else { "" }
-    );
+    println!("| coordinator RSS (+ database PSS) at the end, MiB | {} |{} |", memory.join(" | "), " |".repeat(ratio_cols));
     println!();
     println!("SQLite's CPU is the coordinator's own; PostgreSQL's database CPU is its postmaster's and every backend's, from /proc.");
     // What went wrong on a store shows in its coordinator's warnings and errors.

@@ -160,10 +160,11 @@ fn label(r: &Report) -> String {
 /// The reports side by side, with each figure's ratio to the first run's.
 fn table(reports: &[Report]) -> String {
     type Row = (&'static str, fn(&Report) -> f64, &'static str);
-    let rows: [Row; 23] = [
+    let rows: [Row; 25] = [
         ("enroll (s)", |r| r.enroll_secs, "{:.1}"),
         ("ramp-up (s)", |r| r.ramp_secs, "{:.1}"),
         ("idle check-ins/s", |r| r.idle_checkins_per_sec, "{:.0}"),
+        ("idle views from cache (%)", |r| r.idle_views_cached_pct, "{:.1}"),
         ("idle CPU (% of a core)", |r| r.idle_cpu_pct, "{:.1}"),
         ("idle RSS (MiB)", |r| r.idle_rss_mib, "{:.0}"),
         ("idle database CPU (%)", |r| r.idle_database_cpu_pct, "{:.1}"),
@@ -171,6 +172,7 @@ fn table(reports: &[Report]) -> String {
         ("rollout (s)", |r| r.rollout_secs, "{:.1}"),
         ("  beyond soak (s)", |r| r.beyond_soak_secs, "{:.1}"),
         ("rollout check-ins/s", |r| r.rollout_checkins_per_sec, "{:.0}"),
+        ("rollout views from cache (%)", |r| r.rollout_views_cached_pct, "{:.1}"),
         ("rollout CPU (s)", |r| r.rollout_cpu_secs, "{:.1}"),
         ("rollout database CPU (s)", |r| r.rollout_database_cpu_secs, "{:.1}"),
         ("dispatch p50 (ms)", |r| r.dispatch_p50_ms, "{:.0}"),

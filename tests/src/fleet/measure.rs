@@ -19,6 +19,19 @@ pub struct Scrape {
     pub checkins_total: u64,
     /// `drover_long_polls_held`.
     pub long_polls_held: u64,
+    /// `drover_checkin_views_total{source="cache"}`.
+    pub views_cached: u64,
+    /// `drover_checkin_views_total{source="store"}`.
+    pub views_read: u64,
+}
+
+impl Scrape {
+    /// The share of check-in views served from a replica's cache since `before`, percent.
+    pub fn cached_pct_since(&self, before: &Scrape) -> f64 {
+        let cached = self.views_cached.saturating_sub(before.views_cached) as f64;
+        let read = self.views_read.saturating_sub(before.views_read) as f64;
+        if cached + read == 0.0 { 0.0 } else { 100.0 * cached / (cached + read) }
+    }
 }
 
 /// Reads `/metrics` as the admin.
@@ -27,7 +40,7 @@ pub async fn scrape(admin: &CoordinatorClient) -> Result<Scrape, FleetError> {
     Ok(parse_metrics(&String::from_utf8_lossy(&bytes)))
 }
 
-/// The two samples this benchmark needs from a Prometheus text exposition (missing ones are 0).
+/// The samples this benchmark needs from a Prometheus text exposition (missing ones are 0).
 pub fn parse_metrics(text: &str) -> Scrape {
     let sample = |name: &str| {
         text.lines()
@@ -37,7 +50,12 @@ pub fn parse_metrics(text: &str) -> Scrape {
             .map(|v| v as u64)
             .unwrap_or(0)
     };
-    Scrape { checkins_total: sample("drover_checkins_total"), long_polls_held: sample("drover_long_polls_held") }
+    Scrape {
+        checkins_total: sample("drover_checkins_total"),
+        long_polls_held: sample("drover_long_polls_held"),
+        views_cached: sample("drover_checkin_views_total{source=\"cache\"}"),
+        views_read: sample("drover_checkin_views_total{source=\"store\"}"),
+    }
 }
 
 /// A process's CPU seconds (user + system) and resident memory, as `/proc` has them now.
@@ -137,9 +155,14 @@ mod tests {
 
     #[test]
     fn metrics_samples_are_found_by_exact_name() {
-        let text = "# HELP drover_checkins_total x\ndrover_checkins_total 1234\ndrover_checkins_total_bogus 9\ndrover_long_polls_held 77\n";
-        assert_eq!(parse_metrics(text), Scrape { checkins_total: 1234, long_polls_held: 77 });
+        let text = "# HELP drover_checkins_total x\ndrover_checkins_total 1234\ndrover_checkins_total_bogus 9\ndrover_long_polls_held 77\n\
+                    drover_checkin_views_total{source=\"cache\"} 30\ndrover_checkin_views_total{source=\"store\"} 10\n";
+        let scrape = parse_metrics(text);
+        assert_eq!(scrape, Scrape { checkins_total: 1234, long_polls_held: 77, views_cached: 30, views_read: 10 });
         assert_eq!(parse_metrics(""), Scrape::default());
+        assert_eq!(scrape.cached_pct_since(&Scrape { views_cached: 10, views_read: 10, ..scrape }), 100.0);
+        assert_eq!(scrape.cached_pct_since(&Scrape::default()), 75.0);
+        assert_eq!(Scrape::default().cached_pct_since(&Scrape::default()), 0.0);
     }
 
     #[test]

@@ -69,6 +69,8 @@ pub struct Report {
     pub idle_secs: f64,
     /// Check-ins answered per second while idle.
     pub idle_checkins_per_sec: f64,
+    /// Check-in views served from a replica's cache while idle, percent (0 on SQLite).
+    pub idle_views_cached_pct: f64,
     /// Coordinator CPU while idle, percent of one core.
     pub idle_cpu_pct: f64,
     /// Coordinator resident memory at the end of the idle window, MiB.
@@ -89,6 +91,8 @@ pub struct Report {
     pub beyond_soak_secs: f64,
     /// Check-ins answered per second during the rollout.
     pub rollout_checkins_per_sec: f64,
+    /// Check-in views served from a replica's cache during the rollout, percent.
+    pub rollout_views_cached_pct: f64,
     /// Coordinator CPU seconds during the rollout.
     pub rollout_cpu_secs: f64,
     /// Database CPU seconds during the rollout.
@@ -272,6 +276,7 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
         report.idle_database_cpu_pct = 100.0 * (b.database.cpu_secs - a.database.cpu_secs) / report.idle_secs;
         report.idle_total_cpu_pct = report.idle_cpu_pct + report.idle_database_cpu_pct;
         report.idle_checkins_per_sec = sb.checkins_total.saturating_sub(sa.checkins_total) as f64 / report.idle_secs;
+        report.idle_views_cached_pct = sb.cached_pct_since(&sa);
     }
     report.idle_rss_mib = b.coordinators.rss_mib;
     report.idle_database_mib = b.database.rss_mib;
@@ -318,6 +323,7 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
     report.rollout_cpu_secs = after.0.coordinators.cpu_secs - before.0.coordinators.cpu_secs;
     report.rollout_database_cpu_secs = after.0.database.cpu_secs - before.0.database.cpu_secs;
     report.rollout_checkins_per_sec = after.1.checkins_total.saturating_sub(before.1.checkins_total) as f64 / report.rollout_secs.max(1e-9);
+    report.rollout_views_cached_pct = after.1.cached_pct_since(&before.1);
 
     // Wind down, then read what the coordinator wrote.
     let last = servers.sample();

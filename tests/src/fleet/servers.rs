@@ -144,6 +144,8 @@ impl Servers {
             let s = measure::scrape(admin).await?;
             sum.checkins_total += s.checkins_total;
             sum.long_polls_held += s.long_polls_held;
+            sum.views_cached += s.views_cached;
+            sum.views_read += s.views_read;
         }
         Ok(sum)
     }

@@ -2,7 +2,7 @@
 //! on. [`PgStore`] implements [`crate::store::Store`] with the same functions over the same
 //! schema as SQLite, area by area (`hosts`, `work`, `jobs`, `releases`, `plans`, `sites`,
 //! `bindings`, `racks`, `evidence`, `health`, `log`), and passes the same conformance suite.
-//! `serve` does not select it yet: no `[store]` setting names it.
+//! `serve` uses it with `[store] backend = "postgres"` (`crate::store_config`).
 //!
 //! - **Driver**: the synchronous `postgres` crate (rust-postgres, the same protocol code as
 //!   `tokio-postgres`). Every store call already runs on a blocking thread
@@ -109,12 +109,23 @@ pub struct PgOptions {
     pub pool_size: u32,
     /// The bound on opening a connection and on waiting for a free one.
     pub connect_timeout: Duration,
+    /// Whether this replica answers check-ins from its cache of views ([`view_cache`]) once a
+    /// listener feeds it.
+    pub cache_checkin_views: bool,
 }
 
 impl PgOptions {
-    /// Options for `url` with the defaults: no password, no TLS, 16 connections, 10 s.
+    /// Options for `url` with the defaults: no password, no TLS, 16 connections, 10 s, views
+    /// cached.
     pub fn new(url: impl Into<String>) -> PgOptions {
-        PgOptions { url: url.into(), password: None, ca_file: None, pool_size: 16, connect_timeout: Duration::from_secs(10) }
+        PgOptions {
+            url: url.into(),
+            password: None,
+            ca_file: None,
+            pool_size: 16,
+            connect_timeout: Duration::from_secs(10),
+            cache_checkin_views: true,
+        }
     }
 }
 
