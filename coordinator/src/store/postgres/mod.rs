@@ -256,7 +256,7 @@ impl PgStore {
     /// triggers' notifications of the same commit, the cache is not consulted.
     pub fn write<T>(&self, mut f: impl FnMut(&mut postgres::Transaction<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let _one_writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some((marker, payload)) = self.views.begin_write(std::time::Instant::now()) else {
+        let Some((marker, payload)) = self.views.begin_write() else {
             return self.write_concurrently(f);
         };
         let out = self.write_concurrently(|tx| {
@@ -264,11 +264,9 @@ impl PgStore {
             notify::notify(tx, view_cache::CHANNEL, &payload)?;
             Ok(out)
         });
-        if out.is_err() {
-            // It did not commit, or its commit's answer was lost and its notifications still
-            // drop what it changed when they arrive: the caller was told it failed either way.
-            self.views.write_failed(marker);
-        }
+        // An error: it did not commit, or its commit's answer was lost and its notifications
+        // still drop what it changed when they arrive; the caller was told it failed either way.
+        self.views.write_done(marker, out.is_ok(), std::time::Instant::now());
         out
     }
 

@@ -20,15 +20,16 @@
 //!   long-poll woken for new work finds that host's entry already gone.
 //! - **A replica's own writes.** Their invalidations come back through the database too, a
 //!   millisecond later. So every write sends a marker ([`ViewCache::begin_write`]) after its
-//!   changes, and the cache is not consulted while any of this replica's committed writes is
-//!   unheard: a request that follows a write on the same replica never reads past it.
+//!   changes, and the cache is not consulted while any of this replica's writes is in flight
+//!   or committed and unheard: a request that follows a write on the same replica never reads
+//!   past it.
 //! - **A read racing an invalidation.** A view read from the database is kept only if no
 //!   invalidation that could concern its host arrived while it was read ([`Ticket`]).
 //! - **Trust only while demonstrably listening.** The replica sends itself a heartbeat on
 //!   [`CHANNEL`] every [`HEARTBEAT_EVERY`]; the cache is consulted only while one was heard
 //!   within [`TRUST_FOR`], and is emptied on every (re)connection of the listener. A listener
-//!   that silently lost its connection stops being trusted within [`TRUST_FOR`]; a marker
-//!   unheard for that long empties the cache.
+//!   that silently lost its connection stops being trusted within [`TRUST_FOR`]; a committed
+//!   write's marker unheard for that long empties the cache.
 //!
 //! What it costs: a write on another replica reaches this replica's cached views after the
 //! notification's delivery (under a millisecond here) rather than at once — the same as a
@@ -110,8 +111,9 @@ struct Inner {
     /// Moves when everything is dropped.
     epoch: u64,
     stripes: Vec<u64>,
-    /// This replica's writes whose markers are not heard yet, by marker, with when each began.
-    awaiting: BTreeMap<u64, Instant>,
+    /// This replica's writes whose markers are not heard yet, by marker, with when each
+    /// committed (`None` while in flight).
+    awaiting: BTreeMap<u64, Option<Instant>>,
     next_marker: u64,
     /// When this replica's last heartbeat (or marker) came back.
     heard_at: Option<Instant>,
@@ -170,23 +172,32 @@ impl ViewCache {
         }
     }
 
-    /// A write of this replica begins at `now`: the payload to send on [`CHANNEL`] as its last
-    /// statement, and the marker to pass to [`ViewCache::write_failed`] if it does not commit;
-    /// `None` while the cache is not live.
-    pub fn begin_write(&self, now: Instant) -> Option<(u64, String)> {
+    /// A write of this replica begins: the payload to send on [`CHANNEL`] as its last
+    /// statement, and the marker to pass to [`ViewCache::write_done`]; `None` while the cache
+    /// is not live. Until the marker is heard the cache is not consulted.
+    pub fn begin_write(&self) -> Option<(u64, String)> {
         let mut inner = self.lock();
         if !inner.live {
             return None;
         }
         let marker = inner.next_marker;
         inner.next_marker += 1;
-        inner.awaiting.insert(marker, now);
+        inner.awaiting.insert(marker, None);
         Some((marker, format!("m {} {marker}", self.me)))
     }
 
-    /// The write that took `marker` did not commit: nothing of it will be heard.
-    pub fn write_failed(&self, marker: u64) {
-        self.lock().awaiting.remove(&marker);
+    /// The write that took `marker` ended at `now`: committed (its marker is on its way, and
+    /// must arrive within [`TRUST_FOR`]) or not (nothing of it will be heard).
+    pub fn write_done(&self, marker: u64, committed: bool, now: Instant) {
+        let mut inner = self.lock();
+        if committed {
+            // Unless already heard (or dropped by a reconnection).
+            if let Some(at) = inner.awaiting.get_mut(&marker) {
+                *at = Some(now);
+            }
+        } else {
+            inner.awaiting.remove(&marker);
+        }
     }
 
     /// The heartbeat's payload.
@@ -243,8 +254,10 @@ impl Inner {
         if !self.live {
             return false;
         }
-        if let Some((_, began)) = self.awaiting.first_key_value() {
-            if now.saturating_duration_since(*began) > TRUST_FOR {
+        if !self.awaiting.is_empty() {
+            // A write still in flight is waited for however long it takes; a committed one's
+            // marker that never came means its invalidations may be lost too.
+            if self.awaiting.values().flatten().any(|at| now.saturating_duration_since(*at) > TRUST_FOR) {
                 self.awaiting.clear();
                 self.drop_all();
             }
@@ -300,7 +313,7 @@ mod tests {
         filled(&cache, h, "a", t0);
         assert_eq!(cache.lookup(h, t0), None);
         assert!(cache.is_empty());
-        assert_eq!(cache.begin_write(t0), None);
+        assert_eq!(cache.begin_write(), None);
     }
 
     #[test]
@@ -341,7 +354,9 @@ mod tests {
         let cache = live(me, t0);
         let h = Uuid::new_v4();
         filled(&cache, h, "a", t0);
-        let (marker, payload) = cache.begin_write(t0).expect("live");
+        let (marker, payload) = cache.begin_write().expect("live");
+        assert_eq!(cache.lookup(h, t0), None, "a request during this replica's write must not read past it");
+        cache.write_done(marker, true, t0);
         assert_eq!(cache.lookup(h, t0), None, "a request after this replica's write must not read past it");
         // Another replica's marker says nothing of ours.
         cache.heard(&format!("m {} {marker}", Uuid::new_v4()), t0);
@@ -349,8 +364,14 @@ mod tests {
         cache.heard(&payload, t0);
         assert!(cache.lookup(h, t0).is_some());
         // A write that rolled back is not waited for.
-        let (marker, _) = cache.begin_write(t0).expect("live");
-        cache.write_failed(marker);
+        let (marker, _) = cache.begin_write().expect("live");
+        cache.write_done(marker, false, t0);
+        assert!(cache.lookup(h, t0).is_some());
+        // A marker heard before its write returned (the commit's answer is slower than the
+        // notification) is not waited for again.
+        let (marker, payload) = cache.begin_write().expect("live");
+        cache.heard(&payload, t0);
+        cache.write_done(marker, true, t0);
         assert!(cache.lookup(h, t0).is_some());
     }
 
@@ -360,8 +381,14 @@ mod tests {
         let cache = live(Uuid::new_v4(), t0);
         let h = Uuid::new_v4();
         filled(&cache, h, "a", t0);
-        let _lost = cache.begin_write(t0).expect("live");
-        let later = t0 + TRUST_FOR + Duration::from_millis(1);
+        let (marker, _lost) = cache.begin_write().expect("live");
+        // However long a write takes, it is waited for.
+        let later = t0 + TRUST_FOR * 10;
+        cache.heard(&cache.heartbeat(), later);
+        assert_eq!(cache.lookup(h, later), None);
+        assert_eq!(cache.len(), 1, "a slow write empties nothing");
+        cache.write_done(marker, true, later);
+        let later = later + TRUST_FOR + Duration::from_millis(1);
         assert_eq!(cache.lookup(h, later), None);
         assert!(cache.is_empty(), "its invalidations may be lost with it");
         cache.heard(&cache.heartbeat(), later);
