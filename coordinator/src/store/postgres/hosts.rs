@@ -25,29 +25,34 @@ pub(crate) const HOST_COLS: &str =
     "id, hostname, state, schedulable, created_at, updated_at, last_checkin_at, agent_version, boot_id, current_generation";
 
 pub(crate) fn host_row(r: &Row) -> Result<Host, StoreError> {
-    let last_checkin = match opt_time_col(r, 6)? {
-        Some(at) => Some(Checkin {
-            at,
-            agent_version: col::<Option<String>>(r, 7)?.unwrap_or_default(),
-            boot_id: col::<Option<String>>(r, 8)?.unwrap_or_default(),
-            current_generation: col(r, 9)?,
+    host_row_at(r, 0)
+}
+
+/// A host from [`HOST_COLS`] starting at column `at`.
+pub(crate) fn host_row_at(r: &Row, at: usize) -> Result<Host, StoreError> {
+    let last_checkin = match opt_time_col(r, at + 6)? {
+        Some(checked_in) => Some(Checkin {
+            at: checked_in,
+            agent_version: col::<Option<String>>(r, at + 7)?.unwrap_or_default(),
+            boot_id: col::<Option<String>>(r, at + 8)?.unwrap_or_default(),
+            current_generation: col(r, at + 9)?,
         }),
         None => None,
     };
     Ok(Host {
-        id: uuid_col(r, 0)?,
-        hostname: col(r, 1)?,
-        state: parse_col(r, 2)?,
-        schedulable: col::<i64>(r, 3)? != 0,
-        created_at: time_col(r, 4)?,
-        updated_at: time_col(r, 5)?,
+        id: uuid_col(r, at)?,
+        hostname: col(r, at + 1)?,
+        state: parse_col(r, at + 2)?,
+        schedulable: col::<i64>(r, at + 3)? != 0,
+        created_at: time_col(r, at + 4)?,
+        updated_at: time_col(r, at + 5)?,
         last_checkin,
     })
 }
 
 pub(crate) fn get_host(c: &mut Transaction<'_>, id: Uuid) -> Result<Option<Host>, StoreError> {
     let sql = format!("SELECT {HOST_COLS} FROM hosts WHERE id = $1");
-    // Typed: parse, bind and execute in one round trip (every check-in reads this).
+    // Typed: parse, bind and execute in one round trip (many writes check the host first).
     c.query_typed_opt(sql.as_str(), &[(&id.to_string(), Type::TEXT)])?.map(|r| host_row(&r)).transpose()
 }
 

@@ -56,6 +56,7 @@ mod racks;
 mod releases;
 mod sites;
 mod store_impl;
+mod view_read;
 mod work;
 
 pub mod election;

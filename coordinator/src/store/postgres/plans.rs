@@ -12,7 +12,6 @@ use uuid::Uuid;
 use super::cols::{col, json_col, opt_time_col, parse_col, uuid_col};
 use super::hosts::{HOST_COLS, host_row};
 use super::log::{insert_audit, insert_event};
-use super::postgres::types::Type;
 use super::postgres::{Row, Transaction};
 use super::releases::{
     HOST_ROLLOUT_COLS, ROLLOUT_COLS, get_host_rollout, get_rollout, host_rollout_row, rollout_row, update_rollout_state,
@@ -20,7 +19,7 @@ use super::releases::{
 use crate::store::rules::check_sha256;
 use crate::store::{ChannelRecord, HostReport, NewAudit, PlanHost, PlanOp, PlanRollout, PlanSnapshot, PlanWrite, StoreError};
 
-fn report_row(r: &Row, at: usize) -> Result<HostReport, StoreError> {
+pub(crate) fn report_row(r: &Row, at: usize) -> Result<HostReport, StoreError> {
     let probes: String = col(r, at + 1)?;
     let activation: Option<String> = col(r, at + 2)?;
     let bad = |e: serde_json::Error| StoreError::backend(format!("host_reports: {e}"));
@@ -29,15 +28,6 @@ fn report_row(r: &Row, at: usize) -> Result<HostReport, StoreError> {
         probes: serde_json::from_str(&probes).map_err(bad)?,
         activation: activation.map(|a| serde_json::from_str(&a).map_err(bad)).transpose()?,
     })
-}
-
-pub(crate) fn get_host_report(c: &mut Transaction<'_>, host_id: Uuid) -> Result<Option<HostReport>, StoreError> {
-    // Typed: one round trip (every check-in reads this).
-    let row = c.query_typed_opt(
-        "SELECT failed_units, probes, activation FROM host_reports WHERE host_id = $1",
-        &[(&host_id.to_string(), Type::TEXT)],
-    )?;
-    row.map(|r| report_row(&r, 0)).transpose()
 }
 
 pub(crate) fn record_host_report(c: &mut Transaction<'_>, host_id: Uuid, report: &HostReport, at: Time) -> Result<(), StoreError> {

@@ -8,7 +8,6 @@ use drover_proto::time::Time;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::view_cache::CachedView;
 use super::{PgStore, bindings, evidence, health, hosts, jobs, log, plans, racks, releases, sites, work};
 use crate::store::*;
 
@@ -196,14 +195,7 @@ impl Store for PgStore {
         // Read as the cache keeps it (leasable from when, not at `now`), and kept unless an
         // invalidation of this host may have arrived meanwhile.
         let ticket = self.views.ticket(host_id);
-        let view = self.read(|c| {
-            Ok(CachedView {
-                host: hosts::get_host(c, host_id)?,
-                intent: work::current_intent(c, host_id)?,
-                leasable_from: work::leasable_from(c, host_id)?,
-                report: plans::get_host_report(c, host_id)?,
-            })
-        })?;
+        let view = self.read_view(host_id)?;
         self.views.fill(host_id, ticket, view.clone(), std::time::Instant::now());
         Ok(view.at(now))
     }

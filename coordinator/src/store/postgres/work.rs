@@ -22,21 +22,27 @@ fn require_host(c: &mut Transaction<'_>, id: Uuid) -> Result<(), StoreError> {
 
 // ---- intents ------------------------------------------------------------------------------
 
-const INTENT_COLS: &str = "intent_id, host_id, rollout_id, envelope, confirm_deadline, created_at, status, updated_at, is_current";
+pub(crate) const INTENT_COLS: &str =
+    "intent_id, host_id, rollout_id, envelope, confirm_deadline, created_at, status, updated_at, is_current";
 
 fn intent_row(r: &Row) -> Result<IntentRecord, StoreError> {
+    intent_row_at(r, 0)
+}
+
+/// An intent from [`INTENT_COLS`] starting at column `at`.
+pub(crate) fn intent_row_at(r: &Row, at: usize) -> Result<IntentRecord, StoreError> {
     Ok(IntentRecord {
         intent: NewIntent {
-            intent_id: uuid_col(r, 0)?,
-            host_id: uuid_col(r, 1)?,
-            rollout_id: rollout_col(r, 2)?,
-            envelope: col(r, 3)?,
-            confirm_deadline: opt_time_col(r, 4)?,
-            created_at: time_col(r, 5)?,
+            intent_id: uuid_col(r, at)?,
+            host_id: uuid_col(r, at + 1)?,
+            rollout_id: rollout_col(r, at + 2)?,
+            envelope: col(r, at + 3)?,
+            confirm_deadline: opt_time_col(r, at + 4)?,
+            created_at: time_col(r, at + 5)?,
         },
-        status: parse_col(r, 6)?,
-        updated_at: time_col(r, 7)?,
-        current: col::<i64>(r, 8)? != 0,
+        status: parse_col(r, at + 6)?,
+        updated_at: time_col(r, at + 7)?,
+        current: col::<i64>(r, at + 8)? != 0,
     })
 }
 
@@ -84,7 +90,6 @@ pub(crate) fn put_intent(c: &mut Transaction<'_>, new: &NewIntent) -> Result<Int
 
 pub(crate) fn current_intent(c: &mut Transaction<'_>, host_id: Uuid) -> Result<Option<IntentRecord>, StoreError> {
     let sql = format!("SELECT {INTENT_COLS} FROM intents WHERE host_id = $1 AND is_current = 1");
-    // Typed: one round trip (every check-in reads this).
     c.query_typed_opt(sql.as_str(), &[(&host_id.to_string(), Type::TEXT)])?.map(|r| intent_row(&r)).transpose()
 }
 
@@ -168,26 +173,13 @@ pub(crate) fn enqueue_task(c: &mut Transaction<'_>, new: &NewTask) -> Result<boo
 
 /// Whether the host has a task to lease now (queued, or with a lapsed lease).
 pub(crate) fn has_leasable_task(c: &mut Transaction<'_>, host_id: Uuid, now: Time) -> Result<bool, StoreError> {
-    // Typed: one round trip (every check-in asks).
+    // Typed: one round trip (asked before every lease).
     let row = c.query_typed_one(
         "SELECT EXISTS (SELECT 1 FROM tasks
              WHERE host_id = $1 AND (state = 'queued' OR (state = 'leased' AND lease_expires_at <= $2)))",
         &[(&host_id.to_string(), Type::TEXT), (&now.unix(), Type::INT8)],
     )?;
     col(&row, 0)
-}
-
-/// From when (unix seconds) `host_id` has a task to lease: `i64::MIN` with a queued task,
-/// else when its earliest lease lapses; `None` with neither. One statement, one round trip.
-pub(crate) fn leasable_from(c: &mut Transaction<'_>, host_id: Uuid) -> Result<Option<i64>, StoreError> {
-    let row = c.query_typed_one(
-        "SELECT COALESCE(bool_or(state = 'queued'), false), MIN(lease_expires_at) FROM tasks
-             WHERE host_id = $1 AND state IN ('queued', 'leased')",
-        &[(&host_id.to_string(), Type::TEXT)],
-    )?;
-    let queued: bool = col(&row, 0)?;
-    let lapses: Option<i64> = col(&row, 1)?;
-    Ok(if queued { Some(i64::MIN) } else { lapses })
 }
 
 pub(crate) fn lease_tasks(
