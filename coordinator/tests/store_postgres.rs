@@ -503,6 +503,13 @@ fn cached_check_in_views_follow_every_commit_whoever_makes_it() {
     };
     a.append_event(&event).expect("event on a");
     within("a's copy outlives a routine check-in", || a.checkin_view_cached(h, t(8)).is_some());
+    // Nor do a's own batches of check-ins and health reports keep a's requests from it: no
+    // view column changes, so there is nothing to wait for.
+    let checkin = Checkin { at: t(9), agent_version: "0.1.0".into(), boot_id: "boot-2".into(), current_generation: None };
+    a.record_checkins(&[(h, checkin)]).expect("check-in on a");
+    let health = drover_coordinator::store::HostHealth { host_id: h, reported_at: t(9), report: "{}".into() };
+    a.record_host_health(&[health]).expect("health on a");
+    assert!(a.checkin_view_cached(h, t(9)).is_some(), "a's batched check-ins sent its requests to the database");
 
     // A change made by hand in SQL drops it too: the triggers are the database's.
     s.psql(&format!("UPDATE hosts SET schedulable = 0 WHERE id = '{h}'")).expect("psql");

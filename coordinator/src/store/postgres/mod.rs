@@ -271,6 +271,19 @@ impl PgStore {
         out
     }
 
+    /// [`PgStore::write`] for a write that changes no column a check-in view reads (no
+    /// trigger of `schema/0003_view_notify.sql` fires): there is no invalidation to wait for,
+    /// so it sends no marker and the cache stays consulted meanwhile. For the once-a-second
+    /// batches of last-seen fields and health reports: waiting for their markers sent a
+    /// loaded replica's check-ins to the database for the length of every batch.
+    pub(super) fn write_outside_views<T>(
+        &self,
+        f: impl FnMut(&mut postgres::Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let _one_writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.write_concurrently(f)
+    }
+
     /// This replica's cache of check-in views.
     pub fn view_cache(&self) -> &Arc<view_cache::ViewCache> {
         &self.views

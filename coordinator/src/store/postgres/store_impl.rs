@@ -36,8 +36,9 @@ impl Store for PgStore {
         self.write(|tx| hosts::transition_host(tx, id, from, to, reason, at))
     }
     fn record_checkins(&self, batch: &[(Uuid, Checkin)]) -> Result<u64, StoreError> {
-        // One write transaction for the whole batch: this is why check-ins are buffered.
-        self.write(|tx| {
+        // One write transaction for the whole batch: this is why check-ins are buffered. Only
+        // last-seen fields, which no cached check-in view is kept current for.
+        self.write_outside_views(|tx| {
             let mut n = 0;
             for (id, checkin) in batch {
                 match hosts::record_checkin(tx, *id, checkin) {
@@ -97,7 +98,7 @@ impl Store for PgStore {
         self.read(|c| evidence::host_keys(c, host_id))
     }
     fn record_host_health(&self, batch: &[HostHealth]) -> Result<u64, StoreError> {
-        self.write(|tx| health::record_host_health(tx, batch))
+        self.write_outside_views(|tx| health::record_host_health(tx, batch))
     }
     fn host_health(&self, host_id: Uuid) -> Result<Option<HostHealth>, StoreError> {
         self.read(|c| health::host_health(c, host_id))
