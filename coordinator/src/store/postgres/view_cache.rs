@@ -2,10 +2,11 @@
 //! a database round trip.
 //!
 //! On SQLite a check-in reads its view ([`Store::checkin_view`](crate::store::Store::checkin_view))
-//! from a file already in memory; on PostgreSQL the same four reads are network round trips
-//! and the server's work, about twenty times the CPU of the whole SQLite check-in (issue 25's
-//! benchmark). Yet almost every check-in of a settled fleet reads exactly what the host's
-//! previous check-in read. So each replica keeps the last view it read per host, and the
+//! from a file already in memory; on PostgreSQL the same reads are network round trips and the
+//! server's work: seven times the CPU of the whole SQLite check-in even as one prepared
+//! statement ([`super::view_read`]; 24 to 31 times as four statements — issue 25's benchmark).
+//! Yet almost every check-in of a settled fleet reads exactly what the host's previous
+//! check-in read. So each replica keeps the last view it read per host, and the
 //! database says when one goes stale:
 //!
 //! - **Invalidation by the database.** Triggers (`schema/0003_view_notify.sql`) on every table
@@ -22,7 +23,8 @@
 //!   millisecond later. So every write sends a marker ([`ViewCache::begin_write`]) after its
 //!   changes, and the cache is not consulted while any of this replica's writes is in flight
 //!   or committed and unheard: a request that follows a write on the same replica never reads
-//!   past it.
+//!   past it. Writes that change no column a view reads (the batches of last-seen fields and
+//!   health reports, `PgStore::write_outside_views`) have nothing to wait for and send none.
 //! - **A read racing an invalidation.** A view read from the database is kept only if no
 //!   invalidation that could concern its host arrived while it was read ([`Ticket`]).
 //! - **Trust only while demonstrably listening.** The replica sends itself a heartbeat on
