@@ -29,6 +29,11 @@ use crate::store::TaskState;
 /// span both.
 pub const CHECKIN_BUCKETS: [f64; 14] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0];
 
+/// Upper bounds (seconds) of the check-in work histogram: the handling of a check-in without
+/// its long-poll hold — reading the view, writing what changed, leasing, answering — which
+/// takes from tens of microseconds (a cached view) to a second (a database in trouble).
+pub const CHECKIN_WORK_BUCKETS: [f64; 12] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
+
 /// Longest verification-failure reason kept as a label; longer ones are cut, so a caller
 /// passing free text by mistake cannot grow a label without bound.
 const MAX_REASON_LABEL: usize = 64;
@@ -45,6 +50,10 @@ pub struct Metrics {
     checkin_buckets: [AtomicU64; CHECKIN_BUCKETS.len() + 1],
     /// Sum of durations in microseconds (integers add exactly; rendered as seconds).
     checkin_micros: AtomicU64,
+    /// The same for the check-in's work alone (the hold left out): per-bucket counts, the
+    /// last slot `+Inf`, and the sum in nanoseconds (the work is often microseconds).
+    checkin_work_buckets: [AtomicU64; CHECKIN_WORK_BUCKETS.len() + 1],
+    checkin_work_nanos: AtomicU64,
     verification_failures: Mutex<BTreeMap<String, u64>>,
     /// The MAAS drift reconciler's last pass per site.
     reconcile: Mutex<BTreeMap<String, ReconcileSample>>,
@@ -66,17 +75,37 @@ struct ReconcileSample {
     open_by_rule: BTreeMap<String, u64>,
 }
 
-/// Records one check-in's duration when dropped, so a long-poll whose client went away (the
-/// request future is dropped mid-wait) is still counted and timed.
+/// Records one check-in's duration, and its work without the long-poll hold, when dropped, so
+/// a long-poll whose client went away (the request future is dropped mid-wait) is still
+/// counted and timed.
 #[must_use = "the check-in is recorded when the timer is dropped"]
 pub struct CheckinTimer<'a> {
     metrics: &'a Metrics,
     started: Instant,
+    /// Work timed so far, and since when it runs (`None` while held).
+    worked: Duration,
+    working_since: Option<Instant>,
+}
+
+impl CheckinTimer<'_> {
+    /// The long-poll hold begins: what follows is not work until [`CheckinTimer::work`].
+    pub fn hold(&mut self) {
+        if let Some(since) = self.working_since.take() {
+            self.worked += since.elapsed();
+        }
+    }
+
+    /// The hold is over: timing work again.
+    pub fn work(&mut self) {
+        self.working_since.get_or_insert_with(Instant::now);
+    }
 }
 
 impl Drop for CheckinTimer<'_> {
     fn drop(&mut self) {
+        self.hold();
         self.metrics.record_checkin(self.started.elapsed());
+        self.metrics.record_checkin_work(self.worked);
     }
 }
 
@@ -111,7 +140,16 @@ impl Metrics {
 
     /// Starts timing a check-in; it is counted when the returned guard drops.
     pub fn checkin_timer(&self) -> CheckinTimer<'_> {
-        CheckinTimer { metrics: self, started: Instant::now() }
+        let now = Instant::now();
+        CheckinTimer { metrics: self, started: now, worked: Duration::ZERO, working_since: Some(now) }
+    }
+
+    /// Counts one check-in's work (its long-poll hold left out) that took `took`.
+    pub fn record_checkin_work(&self, took: Duration) {
+        let secs = took.as_secs_f64();
+        let slot = CHECKIN_WORK_BUCKETS.iter().position(|&le| secs <= le).unwrap_or(CHECKIN_WORK_BUCKETS.len());
+        self.checkin_work_buckets[slot].fetch_add(1, Ordering::Relaxed);
+        self.checkin_work_nanos.fetch_add(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
     /// Counts one check-in that took `took`.
@@ -199,6 +237,20 @@ fn escape(v: &str) -> String {
     v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
+/// One histogram's samples: cumulative buckets over `bounds` (`counts` per bucket, its last
+/// slot `+Inf`), the sum and the count.
+fn histogram(out: &mut String, name: &str, bounds: &[f64], counts: &[AtomicU64], sum: f64) {
+    let mut cumulative = 0u64;
+    for (le, n) in bounds.iter().zip(counts) {
+        cumulative += n.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
+    }
+    cumulative += counts.get(bounds.len()).map_or(0, |n| n.load(Ordering::Relaxed));
+    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
+    let _ = writeln!(out, "{name}_sum {sum}");
+    let _ = writeln!(out, "{name}_count {cumulative}");
+}
+
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
@@ -242,16 +294,16 @@ impl Metrics {
         }
 
         family(&mut out, "drover_checkin_duration_seconds", "histogram", "Check-in duration, long-poll hold included.");
-        let mut cumulative = 0u64;
-        for (i, le) in CHECKIN_BUCKETS.iter().enumerate() {
-            cumulative += self.checkin_buckets[i].load(Ordering::Relaxed);
-            let _ = writeln!(out, "drover_checkin_duration_seconds_bucket{{le=\"{le}\"}} {cumulative}");
-        }
-        cumulative += self.checkin_buckets[CHECKIN_BUCKETS.len()].load(Ordering::Relaxed);
-        let _ = writeln!(out, "drover_checkin_duration_seconds_bucket{{le=\"+Inf\"}} {cumulative}");
         let sum = self.checkin_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "drover_checkin_duration_seconds_sum {sum}");
-        let _ = writeln!(out, "drover_checkin_duration_seconds_count {cumulative}");
+        histogram(&mut out, "drover_checkin_duration_seconds", &CHECKIN_BUCKETS, &self.checkin_buckets, sum);
+        family(
+            &mut out,
+            "drover_checkin_work_seconds",
+            "histogram",
+            "Check-in handling time without the long-poll hold: view read, writes, leases, answer.",
+        );
+        let sum = self.checkin_work_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        histogram(&mut out, "drover_checkin_work_seconds", &CHECKIN_WORK_BUCKETS, &self.checkin_work_buckets, sum);
 
         family(&mut out, "drover_long_polls_held", "gauge", "Check-ins held open waiting for work.");
         let _ = writeln!(out, "drover_long_polls_held {}", snap.long_polls_held);
@@ -327,6 +379,17 @@ mod tests {
         assert!(text.contains("drover_checkin_duration_seconds_bucket{le=\"+Inf\"} 3\n"), "{text}");
         assert!(text.contains("drover_checkin_duration_seconds_count 3\n"), "{text}");
         assert!(text.contains("drover_checkins_total 3\n"), "{text}");
+        // The work histogram leaves the hold out: a check-in held 30 ms for microseconds of work.
+        {
+            let mut timer = m.checkin_timer();
+            timer.hold();
+            std::thread::sleep(Duration::from_millis(30));
+            timer.work();
+        }
+        let text = m.render(&Snapshot::zeroed());
+        assert!(text.contains("drover_checkin_duration_seconds_count 4\n"), "{text}");
+        assert!(text.contains("drover_checkin_work_seconds_bucket{le=\"0.025\"} 1\n"), "the 30 ms hold counted as work: {text}");
+        assert!(text.contains("drover_checkin_work_seconds_count 1\n"), "{text}");
         m.record_checkin_view(true);
         m.record_checkin_view(false);
         m.record_checkin_view(false);

@@ -204,6 +204,8 @@ async fn metrics_export_every_family_and_follow_the_fleet() {
         ("drover_hosts", "gauge"),
         ("drover_checkins_total", "counter"),
         ("drover_checkin_duration_seconds", "histogram"),
+        ("drover_checkin_work_seconds", "histogram"),
+        ("drover_checkin_views_total", "counter"),
         ("drover_long_polls_held", "gauge"),
         ("drover_rollouts", "gauge"),
         ("drover_tasks", "gauge"),
@@ -246,6 +248,28 @@ async fn metrics_export_every_family_and_follow_the_fleet() {
     }
     let (_, text) = h.call(Some(&h.admin), "GET", "/metrics", None).await;
     assert_eq!(sample(&text, "drover_certificates_expiring_within_7d"), before_certs + 1.0, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkin_work_histogram_leaves_the_long_poll_hold_out() {
+    // A 1 s long-poll with no work: the check-in is held the whole second.
+    let h = Harness::start_with_long_poll(1).await;
+    let (_, cert, _) = h.host_credentials("gpu-21");
+    let checkin = serde_json::json!({ "agentVersion": "test", "bootId": "b-1" }).to_string();
+    // The first check-in moves the host to active (a write); the second is routine.
+    for _ in 0..2 {
+        let (code, body) = h.call(Some(&cert), "POST", "/v1/agent/checkin", Some(&checkin)).await;
+        assert_eq!(code, "200", "{body}");
+    }
+    let (_, text) = h.call(Some(&h.admin), "GET", "/metrics", None).await;
+    assert_eq!(sample(&text, "drover_checkin_duration_seconds_count"), 2.0, "{text}");
+    assert_eq!(sample(&text, "drover_checkin_duration_seconds_bucket{le=\"0.5\"}"), 0.0, "both were held 1 s: {text}");
+    assert_eq!(sample(&text, "drover_checkin_work_seconds_count"), 2.0, "{text}");
+    assert_eq!(sample(&text, "drover_checkin_work_seconds_bucket{le=\"0.25\"}"), 2.0, "the hold counted as work: {text}");
+    assert!(sample(&text, "drover_checkin_work_seconds_sum") < 0.5, "{text}");
+    // SQLite keeps no cache of views: each check-in read its view from the store.
+    assert_eq!(sample(&text, "drover_checkin_views_total{source=\"store\"}"), 2.0, "{text}");
+    assert_eq!(sample(&text, "drover_checkin_views_total{source=\"cache\"}"), 0.0, "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

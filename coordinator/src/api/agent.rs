@@ -242,15 +242,20 @@ pub async fn checkin(
     JsonBody(req): JsonBody<CheckinRequest>,
 ) -> Result<Json<CheckinResponse>, ApiError> {
     // Counted and timed on every exit, a dropped long-poll included.
-    let _timer = app.metrics.checkin_timer();
+    let mut timer = app.metrics.checkin_timer();
     let host = caller.host_id;
     let known = req.known_intent_id.clone();
     // What comes before the wait runs in futures of its own, boxed: this one is held by every
     // parked long-poll — ten thousand of them — and is only as large as its largest state.
     let mut work = Box::pin(record_checkin(&app, host, req)).await?;
-    if work.is_empty() && app.hub.wait(host, Duration::from_secs(app.config.agent.long_poll_secs)).await {
-        let now = app.clock.now();
-        work = Box::pin(async { work_from(&app, host, known.as_deref(), view(&app, host, now).await?, now).await }).await?;
+    if work.is_empty() {
+        timer.hold();
+        let woken = app.hub.wait(host, Duration::from_secs(app.config.agent.long_poll_secs)).await;
+        timer.work();
+        if woken {
+            let now = app.clock.now();
+            work = Box::pin(async { work_from(&app, host, known.as_deref(), view(&app, host, now).await?, now).await }).await?;
+        }
     }
     Ok(Json(CheckinResponse {
         intent: work.intent.as_deref().map(envelope).transpose()?,
