@@ -153,12 +153,19 @@ async fn bad_query_values_are_400_with_a_json_error() {
         "/v1/events?limit=99999999999999",
         "/v1/audit?limit=ten",
         "/v1/audit?after=1.5",
+        // Ids start at 1: a negative cursor was never issued.
+        "/v1/events?after=-5",
+        "/v1/audit?after=-1",
     ] {
         let (code, body) = get(&h, Some(&h.viewer), path).await;
         assert_eq!(code, "400", "{path}: {body}");
         assert_eq!(body["error"]["code"], "bad_request", "{path}: {body}");
         assert!(body["error"]["message"].is_string(), "{path}: {body}");
     }
+    let host = uuid::Uuid::new_v4();
+    let (code, body) = get(&h, Some(&h.viewer), &format!("/v1/hosts/{host}/evidence?after=-1")).await;
+    assert_eq!(code, "400", "{body}");
+    assert!(body["error"]["message"].as_str().is_some_and(|m| m.contains("after=-1")), "{body}");
     // Limits above the store's page are clamped, not refused.
     let (code, _) = get(&h, Some(&h.viewer), "/v1/events?limit=5000").await;
     assert_eq!(code, "200");

@@ -121,10 +121,11 @@ pub async fn for_host(
 ) -> Result<Json<Page<EvidenceView, i64>>, ApiError> {
     let host_id = parse_uuid("host id", &id)?;
     let limit = page_size(q.limit)?;
+    let after = super::operator::id_cursor(q.after)?;
     if store::blocking(app.store.clone(), move |s| s.get_host(host_id)).await?.is_none() {
         return Err(ApiError::not_found(format!("host {host_id} not found")));
     }
-    list(app, EvidenceFilter { host_id: Some(host_id), after: q.after, limit: limit as usize, ..Default::default() }, limit).await
+    list(app, EvidenceFilter { host_id: Some(host_id), after, limit: limit as usize, ..Default::default() }, limit).await
 }
 
 /// `GET /v1/jobs/{id}/evidence` (viewer): the statements of a job's tasks, oldest first.
@@ -136,10 +137,11 @@ pub async fn for_job(
 ) -> Result<Json<Page<EvidenceView, i64>>, ApiError> {
     let job_id = parse_uuid("job id", &id)?;
     let limit = page_size(q.limit)?;
+    let after = super::operator::id_cursor(q.after)?;
     if store::blocking(app.store.clone(), move |s| s.get_job(job_id)).await?.is_none() {
         return Err(ApiError::not_found(format!("job {job_id} not found")));
     }
-    list(app, EvidenceFilter { job_id: Some(job_id), after: q.after, limit: limit as usize, ..Default::default() }, limit).await
+    list(app, EvidenceFilter { job_id: Some(job_id), after, limit: limit as usize, ..Default::default() }, limit).await
 }
 
 #[cfg(test)]

@@ -68,6 +68,15 @@ pub(crate) fn page_size(limit: Option<u32>) -> Result<u32, ApiError> {
     }
 }
 
+/// An `after=` cursor of a listing paged by id or sequence number: ids start at 1, so a
+/// negative one was never issued and is refused (a 400) rather than read as "from the start".
+pub(crate) fn id_cursor(after: Option<i64>) -> Result<Option<i64>, ApiError> {
+    match after {
+        Some(n) if n < 0 => Err(ApiError::bad_request(format!("after={n}: must be an id this coordinator issued (0 or more)"))),
+        other => Ok(other),
+    }
+}
+
 /// Parses an optional state name with the state machine's own `FromStr`, as a 400 naming it.
 fn parse_opt<T: FromStr>(what: &str, value: Option<&str>) -> Result<Option<T>, ApiError>
 where
@@ -449,7 +458,7 @@ pub async fn list_events(
             Some(k) => Some(checked_kind(&app, k).await?),
             None => None,
         },
-        after_id: q.after,
+        after_id: id_cursor(q.after)?,
         limit,
     };
     let events = store::blocking(app.store.clone(), move |s| s.list_events(&filter)).await?;
@@ -518,7 +527,7 @@ pub async fn list_audit(
     QueryParams(q): QueryParams<AuditQuery>,
 ) -> Result<Json<Page<AuditView, i64>>, ApiError> {
     let limit = page_size(q.limit)?;
-    let filter = AuditFilter { actor: q.actor, target: q.target, after_id: q.after, limit };
+    let filter = AuditFilter { actor: q.actor, target: q.target, after_id: id_cursor(q.after)?, limit };
     let records = store::blocking(app.store.clone(), move |s| s.list_audit(&filter)).await?;
     let next = if records.len() as u64 >= u64::from(limit) { records.last().map(|a| a.id) } else { None };
     let items = records
