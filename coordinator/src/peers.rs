@@ -109,9 +109,10 @@ pub fn start(store: PgStore, options: &PgOptions, app: Weak<AppState>) -> Result
     let (tx, rx) = std::sync::mpsc::channel();
     // Left never live (it then keeps nothing and marks no write) when the operator turned it off.
     let views = options.cache_checkin_views.then(|| store.view_cache().clone());
+    let heartbeat = views.as_ref().map(|v| v.heartbeat());
     std::thread::Builder::new()
         .name("pg-wake-sender".into())
-        .spawn(move || send_loop(&store, me, &rx))
+        .spawn(move || send_loop(&store, me, heartbeat.as_deref(), &rx))
         .map_err(|e| crate::store::StoreError::backend(format!("cannot start the wake-up sender: {e}")))?;
     let runtime = tokio::runtime::Handle::current();
     let first = std::sync::atomic::AtomicBool::new(true);
@@ -160,38 +161,43 @@ pub fn start(store: PgStore, options: &PgOptions, app: Weak<AppState>) -> Result
     Ok((Peers { _listener: listener }, tx))
 }
 
-/// Sends what queues up, one batch at a time, and the view cache's heartbeat every
-/// [`view_cache::HEARTBEAT_EVERY`], until every sender is gone.
-fn send_loop(store: &PgStore, me: Uuid, rx: &Receiver<Wake>) {
-    let heartbeat = store.view_cache().heartbeat();
+/// Sends what queues up, one batch at a time, and `heartbeat` (the view cache's, when it is
+/// on) every [`view_cache::HEARTBEAT_EVERY`], until every sender is gone.
+fn send_loop(store: &PgStore, me: Uuid, heartbeat: Option<&str>, rx: &Receiver<Wake>) {
     let mut beat_due = std::time::Instant::now();
     loop {
-        let wait = beat_due.saturating_duration_since(std::time::Instant::now());
-        let batch = match rx.recv_timeout(wait) {
-            Ok(first) => {
-                let mut batch = vec![first];
-                batch.extend(rx.try_iter().take(100_000));
-                batch
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Vec::new(),
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+        let mut batch = match heartbeat {
+            Some(_) => match rx.recv_timeout(beat_due.saturating_duration_since(std::time::Instant::now())) {
+                Ok(first) => vec![first],
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Vec::new(),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+            },
+            None => match rx.recv() {
+                Ok(first) => vec![first],
+                Err(_) => return,
+            },
         };
+        batch.extend(rx.try_iter().take(100_000));
         let mut payloads: Vec<(&str, String)> = encode(me, &batch).into_iter().map(|p| (CHANNEL, p)).collect();
-        if std::time::Instant::now() >= beat_due {
-            payloads.push((view_cache::CHANNEL, heartbeat.clone()));
+        if let Some(beat) = heartbeat.filter(|_| std::time::Instant::now() >= beat_due) {
+            payloads.push((view_cache::CHANNEL, beat.to_owned()));
             beat_due = std::time::Instant::now() + view_cache::HEARTBEAT_EVERY;
         }
-        for (channel, payload) in payloads {
-            let sent = store
-                .conn()
-                .map_err(|e| e.to_string())
-                .and_then(|mut c| c.execute("SELECT pg_notify($1, $2)", &[&channel, &payload]).map_err(|e| e.to_string()));
-            if let Err(e) = sent {
-                if channel == view_cache::CHANNEL {
-                    // Unheard, the cache stops being trusted: reads go to the database.
-                    tracing::debug!(error = %e, "cannot send the view cache's heartbeat");
-                    continue;
-                }
+        if payloads.is_empty() {
+            continue;
+        }
+        // One connection for the whole batch: each checkout costs a liveness round trip.
+        let sent = store.conn().map_err(|e| e.to_string()).and_then(|mut c| {
+            payloads.iter().try_for_each(|(channel, payload)| {
+                c.execute("SELECT pg_notify($1, $2)", &[channel, payload]).map(drop).map_err(|e| e.to_string())
+            })
+        });
+        match sent {
+            Ok(()) => {}
+            // A heartbeat alone: unheard, the cache stops being trusted and reads go to the
+            // database.
+            Err(e) if batch.is_empty() => tracing::debug!(error = %e, "cannot send the view cache's heartbeat"),
+            Err(e) => {
                 // The others fall back on their long-poll timeout and the executor's interval.
                 tracing::warn!(error = %e, "cannot wake the other replicas");
                 std::thread::sleep(Duration::from_millis(100));
