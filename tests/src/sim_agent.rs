@@ -167,6 +167,14 @@ impl SimAgent {
         self
     }
 
+    /// The agent reports `activation` as its last one until it handles an intent: an
+    /// activation of an intent this coordinator may never have issued (a store restored from
+    /// a backup older than it).
+    pub fn remembering(mut self, activation: ActivationStatus) -> SimAgent {
+        self.activation = Some(activation);
+        self
+    }
+
     /// Verifies bundles through `cache`, shared with other agents.
     pub fn sharing(mut self, cache: Arc<VerifyCache>) -> SimAgent {
         self.cache = Some(cache);

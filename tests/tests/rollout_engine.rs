@@ -502,3 +502,39 @@ async fn rack_maintenance_and_a_rollout_share_one_budget() {
     }
     panic!("not done after 300 rounds: {:?} rack {:?}", rollout_states(&app.store), app.store.list_racks().expect("racks"));
 }
+
+/// A host whose agent still reports a rolled-back activation of an intent this coordinator
+/// never issued — for the very rollout and target it is about to be dispatched, as after a
+/// store restored from an older backup — is not failed by that stale report: only an
+/// activation of the host's current intent speaks for a dispatch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rolled_back_activation_of_an_intent_never_issued_does_not_fail_the_dispatch() {
+    let h = Harness::start_with_long_poll(1).await;
+    let spec: serde_json::Value = serde_json::from_slice(FLEET).expect("json");
+    let target = spec["hosts"]["gpu-a-01"]["closure"].as_str().expect("closure").to_owned();
+    let stale = drover_proto::report::ActivationStatus {
+        intent_id: uuid::Uuid::new_v4().to_string(),
+        rollout_id: RolloutId::new("gpu", "c0ffee").expect("id"),
+        target_closure: target.clone(),
+        phase: drover_proto::report::ActivationPhase::RolledBack,
+        message: "confirmation answered 410".into(),
+    };
+    let agents: Vec<SimAgent> = agents(&h, |_| Behaviour::Healthy)
+        .into_iter()
+        .map(|a| if a.hostname == "gpu-a-01" { a.remembering(stale.clone()) } else { a })
+        .collect();
+    // The stale report reaches the coordinator before the rollout exists.
+    let (agents, _) = step_all(&h, agents).await;
+    publish(&h, &release(FLEET, h.clock.now(), 1, "c0ffee")).await;
+    // Done when converged, or halted (what a failed canary does).
+    let settled = |s: &BTreeMap<String, RolloutState>| all_converged(s) || s.values().any(|r| *r == RolloutState::Halted);
+    let agents = drive(&h, agents, 300, settled).await;
+
+    let app = h.running.app.clone();
+    let gpu = RolloutId::new("gpu", "c0ffee").expect("id");
+    let canary = app.store.list_host_rollouts(&gpu).expect("hosts").into_iter().find(|r| r.hostname == "gpu-a-01").expect("canary");
+    assert_eq!(canary.state, HostRolloutState::Converged);
+    let agent = agents.iter().find(|a| a.hostname == "gpu-a-01").expect("agent");
+    assert_eq!(agent.handled.len(), 1, "dispatched once: {:?}", agent.handled);
+    assert_eq!((agent.handled[0].target.as_str(), agent.handled[0].confirmed), (target.as_str(), true));
+}

@@ -193,7 +193,14 @@ pub const MAX_PROBE_RESULTS_PER_CHECKIN: usize = 64;
 
 /// The host's report as the planner sees it after this check-in: the stored one, updated by
 /// what the check-in carries (health, new probe results, the activation status).
-fn merged_report(stored: Option<&HostReport>, req: &CheckinRequest) -> HostReport {
+///
+/// An activation status counts only when it names the host's current intent (`current`). One
+/// that names any other intent is history: an agent reports its last activation until it
+/// handles the next intent, and after a restore from backup it may report one of an intent
+/// the restored store never issued, for the same rollout and target as a dispatch to come.
+/// Kept, it would read as the outcome of that dispatch (a roll-back failing a host that was
+/// never asked to activate), so it clears what the planner knows of the activation instead.
+fn merged_report(stored: Option<&HostReport>, req: &CheckinRequest, current: Option<Uuid>) -> HostReport {
     let mut report = stored.cloned().unwrap_or_default();
     if let Some(h) = &req.health {
         report.failed_units = u32::try_from(h.failed_units.len()).unwrap_or(u32::MAX);
@@ -205,7 +212,8 @@ fn merged_report(stored: Option<&HostReport>, req: &CheckinRequest) -> HostRepor
         report.probes.insert(p.name.clone(), p.outcome);
     }
     if let Some(a) = &req.activation {
-        report.activation = Some(a.clone());
+        let names_current = current.is_some_and(|id| Uuid::parse_str(&a.intent_id).is_ok_and(|named| named == id));
+        report.activation = names_current.then(|| a.clone());
     }
     report
 }
@@ -274,7 +282,8 @@ async fn record_checkin(app: &Arc<AppState>, host: Uuid, req: CheckinRequest) ->
     let record = seen.host.take().ok_or_else(|| StoreError::NotFound { what: "host", id: host.to_string() })?;
     // What the planner decides on is written only when it changed, and wakes the executor
     // (RFC-0002 §6: a check-in with a status change).
-    let report = merged_report(seen.report.as_ref(), &req);
+    let current = seen.intent.as_ref().filter(|i| i.current).map(|i| i.intent.intent_id);
+    let report = merged_report(seen.report.as_ref(), &req, current);
     let changed = (seen.report.as_ref() != Some(&report) && (seen.report.is_some() || report != HostReport::default())).then_some(report);
     let checkin = Checkin { at: now, agent_version: req.agent_version, boot_id: req.boot_id, current_generation: req.current_generation };
     if app.metrics.note_agent_version(host, &checkin.agent_version) {
