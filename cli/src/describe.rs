@@ -306,7 +306,7 @@ pub fn run(args: &DescribeArgs) -> Result<(), CliError> {
             if a.output.output.is_json() {
                 return print(&pretty(&host)?);
             }
-            let jobs = list_all(&s, "/v1/jobs", &[("host", id.to_string())], "jobs", None)?;
+            let jobs = list_all(&s, "/v1/jobs", &[("host", id.to_string())], "items", None)?;
             let events = list_all(&s, "/v1/events", &[("host", id.to_string()), ("limit", "500".into())], "items", None)?;
             print(&render_host(crate::clock::now()?, &host, &jobs, &events, a.events))
         }

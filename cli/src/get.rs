@@ -171,7 +171,7 @@ pub fn with_query(base: &str, query: &[(&str, String)]) -> String {
 
 /// Every item of a listing: `GET base?query`, following `next` (passed back as `after`, a
 /// cursor for hosts and an id for events) until it is `null` or `limit` items are read. The
-/// items are under `items_key` (`items`, or `jobs` for `/v1/jobs`).
+/// items are under `items_key` (`items` on every listing).
 pub fn list_all(s: &Session, base: &str, query: &[(&str, String)], items_key: &str, limit: Option<usize>) -> Result<Vec<Value>, CliError> {
     let mut items = Vec::new();
     let mut after: Option<String> = None;
@@ -416,7 +416,7 @@ pub fn run(args: &GetArgs) -> Result<(), CliError> {
             if let Some(k) = a.kind {
                 q.push(("kind", k.wire().to_owned()));
             }
-            let jobs = list_all(&s, "/v1/jobs", &q, "jobs", None)?;
+            let jobs = list_all(&s, "/v1/jobs", &q, "items", None)?;
             show(a.output, &jobs, "job", "jobId", "no jobs", |j| render_jobs(j, a.output.is_wide()))
         }
         GetWhat::Tasks(a) => {

@@ -332,11 +332,6 @@ pub struct JobJson {
     pub updated_at: String,
 }
 
-#[derive(Deserialize)]
-struct JobList {
-    jobs: Vec<JobJson>,
-}
-
 /// What an action did.
 #[derive(Deserialize, Debug, Clone, Default)]
 #[serde(rename_all = "camelCase", default)]
@@ -613,13 +608,25 @@ fn run_get(args: &GetArgs) -> Result<(), CliError> {
         let s = session.insert(client::Session::open(&args.connect)?);
         Ok(crate::resolve::host(s, "--host", h)?.id)
     })?;
-    let value = match session {
-        Some(s) => s.get(&path)?,
-        None => get(&args.connect, &path)?,
+    let session = match session {
+        Some(s) => s,
+        None => client::Session::open(&args.connect)?,
     };
-    let jobs = if args.job_id.is_some() { vec![decode::<JobJson>(&path, &value)?] } else { decode::<JobList>(&path, &value)?.jobs };
+    if args.job_id.is_some() {
+        let value = session.get(&path)?;
+        let job = decode::<JobJson>(&path, &value)?;
+        return print(&match args.output.output {
+            Output::Json => pretty(&value)?,
+            Output::Table | Output::Wide => render_job_table(std::slice::from_ref(&job)),
+        });
+    }
+    // Every page, as `drover get jobs` reads them; JSON is the array of jobs.
+    let (base, query) = path.split_once('?').unwrap_or((path.as_str(), ""));
+    let query: Vec<(&str, String)> = query.split('&').filter_map(|p| p.split_once('=')).map(|(k, v)| (k, v.to_owned())).collect();
+    let items = crate::get::list_all(&session, base, &query, "items", None)?;
+    let jobs: Vec<JobJson> = items.iter().map(|j| decode(base, j)).collect::<Result<_, _>>()?;
     print(&match args.output.output {
-        Output::Json => pretty(&value)?,
+        Output::Json => pretty(&Value::Array(items))?,
         Output::Table | Output::Wide if jobs.is_empty() => String::new(),
         Output::Table | Output::Wide => render_job_table(&jobs),
     })?;

@@ -200,11 +200,6 @@ pub struct MaintenanceJson {
     pub jobs: Vec<JobJson>,
 }
 
-#[derive(Deserialize)]
-struct MaintenanceList {
-    requests: Vec<MaintenanceJson>,
-}
-
 /// A one-line, printable, non-empty text argument (64 otherwise).
 fn check_text<'a>(flag: &str, value: &'a str, max: usize) -> Result<&'a str, CliError> {
     let value = value.trim();
@@ -339,15 +334,17 @@ pub fn run(args: &MaintenanceArgs) -> Result<(), CliError> {
         }
         MaintenanceCommand::List(a) => {
             let path = "/v1/maintenance";
-            let value = job::get(&a.connect, path)?;
-            let list: MaintenanceList = job::decode(path, &value)?;
+            let session = Session::open(&a.connect)?;
+            // Every page; JSON is the array of requests.
+            let items = crate::get::list_all(&session, path, &[], "items", None)?;
+            let requests: Vec<MaintenanceJson> = items.iter().map(|r| job::decode(path, r)).collect::<Result<_, _>>()?;
             match a.output.output {
-                Output::Json => job::print(&job::pretty(&value)?),
-                Output::Table | Output::Wide if list.requests.is_empty() => {
+                Output::Json => job::print(&job::pretty(&serde_json::Value::Array(items))?),
+                Output::Table | Output::Wide if requests.is_empty() => {
                     eprintln!("no maintenance requests");
                     Ok(())
                 }
-                Output::Table | Output::Wide => job::print(&render_list(&list.requests)),
+                Output::Table | Output::Wide => job::print(&render_list(&requests)),
             }
         }
     }
@@ -469,8 +466,8 @@ mod tests {
         ] {
             assert!(out.contains(needle), "{needle:?} in\n{out}");
         }
-        let list: MaintenanceList = job::decode("/v1/maintenance", &json!({"requests": [sample()]})).expect("decode");
-        let out = render_list(&list.requests);
+        let list: Vec<MaintenanceJson> = job::decode("/v1/maintenance", &json!([sample()])).expect("decode");
+        let out = render_list(&list);
         assert_eq!(
             out,
             "REQUEST  INITIATOR       STATE    GROUP    JOBS  CREATED               REASON\n\

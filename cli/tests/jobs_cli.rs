@@ -48,8 +48,8 @@ impl Fake {
                 json!({"requestId": "mr-1", "initiator": "admin.operator", "reason": "scrub", "group": "rack-a1",
                        "activities": [], "state": "running", "createdAt": "2030-01-01T00:00:00Z", "jobs": [job("job-2", "pending")]}),
             ),
-            "GET /v1/maintenance" => (200, json!({"requests": []})),
-            "GET /v1/jobs?state=running" => (200, json!({"jobs": [job("job-1", "running")]})),
+            "GET /v1/maintenance" => (200, json!({"items": [], "next": null})),
+            "GET /v1/jobs?state=running" => (200, json!({"items": [job("job-1", "running")], "next": null})),
             "GET /v1/jobs/job-1" => {
                 let mut j = job("job-1", "running");
                 j["events"] = json!([{"id": 1, "at": "2030-01-01T00:00:01Z", "kind": "created", "message": "by admin", "data": {}}]);
@@ -122,7 +122,7 @@ async fn against_a_fake_coordinator_each_verb_sends_its_route_and_prints_its_ans
         .fails_with(65)
         .stderr_has(&["409", "held by job job-1"]);
     let run = drover(dir, &url, &["maintenance", "list", "-o", "json"]).await;
-    assert_eq!(serde_json::from_str::<Value>(&run.ok().stdout).expect("json"), json!({"requests": []}));
+    assert_eq!(serde_json::from_str::<Value>(&run.ok().stdout).expect("json"), json!([]), "every page's requests, as one array");
 
     let run = drover(dir, &url, &["job", "get", "--state", "running"]).await;
     run.ok();

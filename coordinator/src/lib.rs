@@ -10,7 +10,7 @@
 //! - [`maasflow`]: the pure decisions of MAAS workflows: failure taxonomy, stages, discovery, boot disk, deploy failures.
 //! - [`http1`]: the coordinator's own HTTP/1.1 connection layer: strict framing, no buffers held while a long-poll waits.
 //! - [`identity`]: who a client certificate proves (host id and hostname, or operator role).
-//! - [`metrics`]: Prometheus counters and the `/metrics` text.
+//! - [`metrics`]: Prometheus counters and the `/metrics` text; [`http_metrics`] counts requests by route, [`process_metrics`] reads `process_*` from `/proc`.
 //! - [`pki`]: the CA: server, host (from a CSR) and operator certificates, the CRL.
 //! - [`reconciler`]: the MAAS drift reconciler's runtime: one pass per site at a time, periodic (jittered) and on demand, batched writes.
 //! - [`state_dir`]: the state directory's files (CA, server credential, director key), `init` and `open`.
@@ -37,6 +37,7 @@ pub mod devices;
 pub mod director;
 pub mod executor;
 pub mod http1;
+pub mod http_metrics;
 pub mod identity;
 pub mod jobs;
 pub mod leader;
@@ -45,6 +46,7 @@ pub mod metrics;
 pub mod onboarding;
 pub mod peers;
 pub mod pki;
+pub mod process_metrics;
 pub mod reconciler;
 pub mod releases_dir;
 pub mod run;

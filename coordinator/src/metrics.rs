@@ -63,6 +63,8 @@ pub struct Metrics {
     skewed_agents: Mutex<BTreeMap<uuid::Uuid, String>>,
     /// How many entries `skewed_agents` holds, written under its lock, read without it.
     any_skewed: AtomicUsize,
+    /// HTTP requests by route, method and status (shared with the router's counting layer).
+    pub http: std::sync::Arc<crate::http_metrics::HttpCounts>,
 }
 
 /// What the metrics keep of a site's reconciler passes.
@@ -203,20 +205,45 @@ impl Metrics {
     }
 }
 
-/// What the store says at scrape time.
+/// What the store (and this process's certificates) say at scrape time.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
+    /// The coordinator's clock at the scrape, Unix seconds.
+    pub now: i64,
     /// Hosts per lifecycle state (every state present, zeros included).
     pub hosts: BTreeMap<&'static str, u64>,
+    /// Hosts (not deleted) that take no new work: cordoned by an operator or a job.
+    pub cordoned: u64,
     /// Rollouts per state.
     pub rollouts: BTreeMap<&'static str, u64>,
+    /// Hosts of each rollout in flight, by wave and state.
+    pub rollout_hosts: Vec<RolloutHosts>,
     /// Tasks per state.
     pub tasks: BTreeMap<&'static str, u64>,
-    /// Unrevoked certificates whose notAfter is within 7 days of now (expired ones included:
-    /// they need the same attention).
-    pub certs_expiring_7d: u64,
+    /// Jobs per kind and state.
+    pub jobs: Vec<crate::store::JobCount>,
+    /// When the newest stored release's timestamp was signed, Unix seconds.
+    pub release_signed_at: Option<i64>,
+    /// The end of validity of this coordinator's own certificates (`ca`, `server`).
+    pub own_cert_expiry: BTreeMap<&'static str, Option<i64>>,
+    /// The earliest end of validity among the client certificates in use (`host`: each live
+    /// host's newest; `operator`: each operator's newest that has not ended).
+    pub client_cert_expiry: BTreeMap<&'static str, Option<i64>>,
     /// Check-ins held open now.
     pub long_polls_held: u64,
+}
+
+/// How many hosts of one rollout's wave are in one state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RolloutHosts {
+    /// The rollout.
+    pub rollout: String,
+    /// The wave.
+    pub wave: u32,
+    /// The host state.
+    pub state: &'static str,
+    /// How many.
+    pub count: u64,
 }
 
 impl Snapshot {
@@ -226,11 +253,14 @@ impl Snapshot {
             hosts: HostLifecycle::ALL.iter().map(|s| (s.as_str(), 0)).collect(),
             rollouts: RolloutState::ALL.iter().map(|s| (s.as_str(), 0)).collect(),
             tasks: [TaskState::Queued, TaskState::Leased, TaskState::Completed].iter().map(|s| (s.as_str(), 0)).collect(),
-            certs_expiring_7d: 0,
-            long_polls_held: 0,
+            ..Snapshot::default()
         }
     }
 }
+
+/// The commit this binary was built from (`build.rs`: `git`, or `DROVER_BUILD_COMMIT`), or
+/// `unknown`.
+pub const BUILD_COMMIT: &str = env!("DROVER_BUILD_COMMIT");
 
 /// Prometheus label-value escaping: backslash, double quote and newline.
 fn escape(v: &str) -> String {
@@ -267,7 +297,8 @@ impl Metrics {
     pub fn render(&self, snap: &Snapshot) -> String {
         let mut out = String::with_capacity(4096);
         family(&mut out, "drover_build_info", "gauge", "Build of this coordinator; always 1.");
-        let _ = writeln!(out, "drover_build_info{{version=\"{}\"}} 1", escape(env!("CARGO_PKG_VERSION")));
+        let _ =
+            writeln!(out, "drover_build_info{{version=\"{}\",commit=\"{}\"}} 1", escape(env!("CARGO_PKG_VERSION")), escape(BUILD_COMMIT));
 
         family(
             &mut out,
@@ -279,6 +310,8 @@ impl Metrics {
 
         family(&mut out, "drover_hosts", "gauge", "Hosts by lifecycle state.");
         by_label(&mut out, "drover_hosts", "state", &snap.hosts);
+        family(&mut out, "drover_hosts_cordoned", "gauge", "Hosts (not deleted) that take no new work: cordoned by an operator or a job.");
+        let _ = writeln!(out, "drover_hosts_cordoned {}", snap.cordoned);
 
         family(&mut out, "drover_checkins_total", "counter", "Agent check-ins handled by this process.");
         let _ = writeln!(out, "drover_checkins_total {}", self.checkins_total());
@@ -311,21 +344,65 @@ impl Metrics {
         family(&mut out, "drover_rollouts", "gauge", "Rollouts by state.");
         by_label(&mut out, "drover_rollouts", "state", &snap.rollouts);
 
+        family(
+            &mut out,
+            "drover_rollout_hosts",
+            "gauge",
+            "Hosts of each rollout in flight, by wave and state (Pending: not dispatched yet).",
+        );
+        for r in &snap.rollout_hosts {
+            let _ = writeln!(
+                out,
+                "drover_rollout_hosts{{rollout=\"{}\",wave=\"{}\",state=\"{}\"}} {}",
+                escape(&r.rollout),
+                r.wave,
+                r.state,
+                r.count
+            );
+        }
+
         family(&mut out, "drover_tasks", "gauge", "Maintenance tasks by state.");
         by_label(&mut out, "drover_tasks", "state", &snap.tasks);
+
+        family(&mut out, "drover_jobs", "gauge", "Jobs by kind and state.");
+        for j in &snap.jobs {
+            let _ = writeln!(out, "drover_jobs{{kind=\"{}\",state=\"{}\"}} {}", escape(&j.kind), j.state.as_str(), j.count);
+        }
+
+        if let Some(signed) = snap.release_signed_at {
+            family(
+                &mut out,
+                "drover_release_signed_timestamp_seconds",
+                "gauge",
+                "When the newest stored release's timestamp was signed by CI.",
+            );
+            let _ = writeln!(out, "drover_release_signed_timestamp_seconds {signed}");
+            family(&mut out, "drover_release_age_seconds", "gauge", "Age of the newest stored release's timestamp at this scrape.");
+            let _ = writeln!(out, "drover_release_age_seconds {}", snap.now - signed);
+        }
 
         family(&mut out, "drover_verification_failures_total", "counter", "Releases refused by verification, by reason.");
         for (reason, n) in self.verification_failures.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             let _ = writeln!(out, "drover_verification_failures_total{{reason=\"{}\"}} {n}", escape(reason));
         }
 
+        family(&mut out, "drover_certificate_expiry_timestamp_seconds", "gauge", "End of validity of this coordinator's own certificates.");
+        for (which, end) in &snap.own_cert_expiry {
+            if let Some(end) = end {
+                let _ = writeln!(out, "drover_certificate_expiry_timestamp_seconds{{certificate=\"{which}\"}} {end}");
+            }
+        }
         family(
             &mut out,
-            "drover_certificates_expiring_within_7d",
+            "drover_client_certificates_earliest_expiry_timestamp_seconds",
             "gauge",
-            "Unrevoked certificates whose notAfter is less than 7 days away (or past).",
+            "Earliest end of validity among the client certificates in use, by kind (host, operator).",
         );
-        let _ = writeln!(out, "drover_certificates_expiring_within_7d {}", snap.certs_expiring_7d);
+        for (kind, end) in &snap.client_cert_expiry {
+            if let Some(end) = end {
+                let _ = writeln!(out, "drover_client_certificates_earliest_expiry_timestamp_seconds{{kind=\"{kind}\"}} {end}");
+            }
+        }
 
         let reconcile = self.reconcile.lock().unwrap_or_else(|e| e.into_inner()).clone();
         family(

@@ -97,6 +97,11 @@ pub struct TlsState {
 }
 
 impl TlsState {
+    /// The server certificate (DER), the first of the chain served.
+    pub fn server_cert_der(&self) -> &[u8] {
+        self.material.chain.first().map_or(&[], |c| c.as_ref())
+    }
+
     /// Starts with `crl_der` (None before anything was revoked).
     pub fn new(material: TlsMaterial, crl_der: Option<&[u8]>) -> Result<Self, TlsError> {
         let config = Arc::new(server_config(&material, crl_der)?);

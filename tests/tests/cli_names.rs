@@ -123,14 +123,14 @@ async fn every_host_verb_takes_a_hostname_or_an_id() {
     for args in [&["get", "jobs", "--host", "gpu-b-02", "-o", "json"][..], &["job", "get", "--host", "gpu-b-02", "-o", "json"]] {
         let out = ok(&h, args).await;
         let v: Value = serde_json::from_str(&out).expect("json");
-        let jobs = v.as_array().or_else(|| v["jobs"].as_array()).unwrap_or_else(|| panic!("{args:?}: {v}"));
+        let jobs = v.as_array().unwrap_or_else(|| panic!("{args:?}: {v}"));
         assert_eq!(jobs.len(), 1, "{args:?}: {v}");
         assert_eq!(jobs[0]["jobId"], job_id.as_str(), "{args:?}: {v}");
     }
     // The ids only: the soft reset above moves on meanwhile, which is not what is asked here.
     let job_ids = async || {
         let v = h.get_json("/v1/jobs").await;
-        v["jobs"].as_array().map(|a| a.iter().map(|j| j["jobId"].to_string()).collect::<Vec<_>>()).unwrap_or_default()
+        v["items"].as_array().map(|a| a.iter().map(|j| j["jobId"].to_string()).collect::<Vec<_>>()).unwrap_or_default()
     };
     let jobs_before = job_ids().await;
     let err = fails(&h, &["decommission", "gpu-b-03", "--mode", "soft-reset", "--reason", "r"], 65).await;
@@ -149,7 +149,7 @@ async fn every_host_verb_takes_a_hostname_or_an_id() {
     assert_eq!(lines.len(), 2, "one request, one job: {out}");
     assert!(lines[1].contains(" gpu-b-01 "), "{out}");
     let jobs = h.get_json(&format!("/v1/jobs?host={b01}")).await;
-    assert_eq!(jobs["jobs"].as_array().map(Vec::len), Some(1), "{jobs}");
+    assert_eq!(jobs["items"].as_array().map(Vec::len), Some(1), "{jobs}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

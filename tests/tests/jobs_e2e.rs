@@ -118,7 +118,7 @@ async fn soft_reset_job_runs_every_stage_through_a_real_agent() {
     let stage_events = events.iter().filter(|e| e.event.kind == "job.stage").count();
     assert!(stage_events >= 14, "start, 7 starts/issues and 7 completions: {stage_events}");
     let list = get(&h, &format!("/v1/jobs?host={host}")).await;
-    assert_eq!(list["jobs"].as_array().map(Vec::len), Some(1), "{list}");
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(1), "{list}");
 }
 
 /// Removes the tenant user from the sandbox's passwd (what a finished tenancy leaves).
@@ -314,8 +314,8 @@ async fn maintenance_request_is_all_or_nothing_and_completes_on_real_results() {
     let (code, refused) = post(&h, "/v1/maintenance", body(&with_bad)).await;
     assert_eq!(code, "409", "{refused}");
     assert!(refused.to_string().contains(&never_id), "the refusal names the host: {refused}");
-    assert_eq!(get(&h, "/v1/jobs").await["jobs"], json!([]), "nothing was created");
-    assert_eq!(get(&h, "/v1/maintenance").await["requests"], json!([]));
+    assert_eq!(get(&h, "/v1/jobs").await["items"], json!([]), "nothing was created");
+    assert_eq!(get(&h, "/v1/maintenance").await["items"], json!([]));
     for host in &hosts {
         assert_eq!(get(&h, &format!("/v1/hosts/{host}")).await["schedulable"], true, "no host changed");
     }

@@ -82,6 +82,42 @@ async fn hosts_page_by_cursor_without_duplicates_and_filter_by_state() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_and_maintenance_page_like_the_other_listings() {
+    let h = Harness::start().await;
+    let now = h.clock.now();
+    let mut want = Vec::new();
+    for (i, name) in ["gpu-01", "gpu-02", "gpu-03", "gpu-04", "gpu-05"].into_iter().enumerate() {
+        let id = uuid::Uuid::parse_str(h.create_host(name).await["hostId"].as_str().expect("id")).expect("uuid");
+        let kind = if i == 4 { "storage_cleanup" } else { "soft_reset" };
+        // Three share a creation time: the id orders them.
+        let at = now.plus_secs([3, 1, 1, 1, 2][i]);
+        let job = drover_coordinator::store::NewJob {
+            job_id: uuid::Uuid::new_v4(),
+            kind: kind.into(),
+            host_id: Some(id),
+            input: serde_json::json!({ "kind": kind, "storage": "none" }),
+            created_at: at,
+            request_id: None,
+        };
+        h.running.app.store.create_job(&job).expect("job");
+        want.push((at, job.job_id.to_string()));
+    }
+    want.sort();
+    let want: Vec<String> = want.into_iter().map(|(_, id)| id).collect();
+    let (items, pages) = all_pages(&h, "/v1/jobs?limit=2", "after").await;
+    assert_eq!(pages, 3, "5 jobs by 2 is three pages");
+    let ids: Vec<&str> = items.iter().map(|j| j["jobId"].as_str().expect("jobId")).collect();
+    assert_eq!(ids, want, "oldest first, ids breaking ties, no duplicates, no gaps");
+    let (items, _) = all_pages(&h, "/v1/jobs?limit=1&kind=storage_cleanup", "after").await;
+    assert_eq!(items.len(), 1);
+    // A kind the coordinator creates but none of which exist: an empty page, not a 400.
+    let (code, page) = get(&h, Some(&h.viewer), "/v1/jobs?kind=maas_onboarding").await;
+    assert_eq!((code.as_str(), &page["items"], &page["next"]), ("200", &serde_json::json!([]), &Value::Null));
+    let (code, page) = get(&h, Some(&h.viewer), "/v1/maintenance").await;
+    assert_eq!((code.as_str(), &page["items"], &page["next"]), ("200", &serde_json::json!([]), &Value::Null));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_listing_never_shows_the_token_or_its_hash() {
     let h = Harness::start().await;
     let created = h.create_host("gpu-07").await;
@@ -156,6 +192,12 @@ async fn bad_query_values_are_400_with_a_json_error() {
         // Ids start at 1: a negative cursor was never issued.
         "/v1/events?after=-5",
         "/v1/audit?after=-1",
+        // A kind no job has: a typo must not pass for a quiet fleet.
+        "/v1/jobs?kind=soft-reset",
+        "/v1/jobs?after=not-a-cursor",
+        "/v1/jobs?limit=0",
+        "/v1/maintenance?after=bm90LWEtY3Vyc29y",
+        "/v1/maintenance?state=running",
     ] {
         let (code, body) = get(&h, Some(&h.viewer), path).await;
         assert_eq!(code, "400", "{path}: {body}");
@@ -217,12 +259,25 @@ async fn metrics_export_every_family_and_follow_the_fleet() {
         ("drover_rollouts", "gauge"),
         ("drover_tasks", "gauge"),
         ("drover_verification_failures_total", "counter"),
-        ("drover_certificates_expiring_within_7d", "gauge"),
+        ("drover_hosts_cordoned", "gauge"),
+        ("drover_jobs", "gauge"),
+        ("drover_rollout_hosts", "gauge"),
+        ("drover_certificate_expiry_timestamp_seconds", "gauge"),
+        ("drover_client_certificates_earliest_expiry_timestamp_seconds", "gauge"),
+        ("drover_http_requests_total", "counter"),
+        ("process_cpu_seconds_total", "counter"),
+        ("process_resident_memory_bytes", "gauge"),
+        ("process_open_fds", "gauge"),
+        ("process_max_fds", "gauge"),
+        ("process_start_time_seconds", "gauge"),
     ] {
         assert!(text.contains(&format!("# HELP {name} ")), "HELP for {name}:\n{text}");
         assert!(text.contains(&format!("# TYPE {name} {kind}\n")), "TYPE for {name}:\n{text}");
     }
-    assert!(text.contains(&format!("drover_build_info{{version=\"{}\"}} 1\n", env!("CARGO_PKG_VERSION"))), "{text}");
+    // The commit the coordinator was built from (a git checkout here, so never `unknown`).
+    let info = format!("drover_build_info{{version=\"{}\",commit=\"", env!("CARGO_PKG_VERSION"));
+    let commit = text.lines().find_map(|l| l.strip_prefix(info.as_str())).and_then(|r| r.strip_suffix("\"} 1")).expect("build_info");
+    assert!(commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit()), "{commit}");
     // Both hosts were created in bootstrap_issued; every other state is exported at zero.
     assert_eq!(sample(&text, "drover_hosts{state=\"bootstrap_issued\"}"), 2.0);
     assert_eq!(sample(&text, "drover_hosts{state=\"active\"}"), 0.0);
@@ -239,22 +294,98 @@ async fn metrics_export_every_family_and_follow_the_fleet() {
     assert_eq!(sample(&text, "drover_checkin_duration_seconds_count"), before + 1.0);
     assert_eq!(sample(&text, "drover_checkin_duration_seconds_bucket{le=\"+Inf\"}"), before + 1.0);
 
-    // A recorded, unrevoked certificate expiring in 3 days is counted; one good for 30 is not.
-    let before_certs = sample(&text, "drover_certificates_expiring_within_7d");
+    // The CA's and the server's own certificates end in the future.
     let now = h.clock.now();
-    for (serial, days) in [("feed01", 3), ("feed02", 30)] {
+    for which in ["ca", "server"] {
+        let end = sample(&text, &format!("drover_certificate_expiry_timestamp_seconds{{certificate=\"{which}\"}}"));
+        assert!(end > now.unix() as f64, "{which}: {text}");
+    }
+    // Each host's newest unrevoked certificate is the one in use: gpu-11 renewed (3 days,
+    // then 30), so the earliest end among hosts is gpu-12's 10 days, not the superseded 3.
+    let hosts = h.running.app.store.list_hosts(&Default::default()).expect("hosts");
+    let gpu12 = hosts.iter().find(|x| x.hostname == "gpu-12").expect("gpu-12").id;
+    for (serial, host, days) in [("feed01", host_id, 3), ("feed02", host_id, 30), ("feed03", gpu12, 10)] {
         let cert = NewCert {
             serial: serial.into(),
             kind: CertKind::Host,
-            host_id: Some(host_id),
-            subject: "gpu-11".into(),
+            host_id: Some(host),
+            subject: "host".into(),
             not_before: now,
             not_after: now.plus_secs(days * 86_400),
         };
         h.running.app.store.record_cert(&cert).expect("cert");
     }
     let (_, text) = h.call(Some(&h.admin), "GET", "/metrics", None).await;
-    assert_eq!(sample(&text, "drover_certificates_expiring_within_7d"), before_certs + 1.0, "{text}");
+    let earliest = sample(&text, "drover_client_certificates_earliest_expiry_timestamp_seconds{kind=\"host\"}");
+    assert_eq!(earliest, now.plus_secs(10 * 86_400).unix() as f64, "{text}");
+}
+
+/// The kube-state-metrics-like gauges follow what happens: a cordon, a job, a rollout's
+/// waves, the newest release's age; requests are counted by matched route and status, a path
+/// no route matches under `unmatched`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_follow_cordons_jobs_rollouts_releases_and_routes() {
+    let h = Harness::start_with_long_poll(0).await;
+    let (host_id, cert, _) = h.host_credentials("gpu-31");
+    let checkin = serde_json::json!({ "agentVersion": "test", "bootId": "b-1" }).to_string();
+    let (code, body) = h.call(Some(&cert), "POST", "/v1/agent/checkin", Some(&checkin)).await;
+    assert_eq!(code, "200", "{body}");
+    let (_, text) = h.call(Some(&h.admin), "GET", "/metrics", None).await;
+    assert_eq!(sample(&text, "drover_hosts_cordoned"), 0.0, "{text}");
+    let (code, body) = h.call(Some(&h.admin), "POST", &format!("/v1/hosts/{host_id}/cordon"), Some(r#"{"reason":"RMA"}"#)).await;
+    assert_eq!(code, "200", "{body}");
+    let now = h.clock.now();
+    let job = drover_coordinator::store::NewJob {
+        job_id: uuid::Uuid::new_v4(),
+        kind: "storage_cleanup".into(),
+        host_id: Some(host_id),
+        input: serde_json::json!({ "kind": "storage_cleanup", "scope": "local" }),
+        created_at: now,
+        request_id: None,
+    };
+    h.running.app.store.create_job(&job).expect("job");
+    // The example fleet's hosts, checked in once; a release, and the executor's tick that
+    // opens its rollouts and dispatches the first wave (the agents do not step again, so it
+    // stays in flight).
+    let spec_json: Value = serde_json::from_slice(include_bytes!("../../examples/fleet.json")).expect("json");
+    let names: Vec<String> = spec_json["hosts"].as_object().expect("hosts").keys().cloned().collect();
+    let agents = h.sim_agents(&names, |_| drover_tests::sim_agent::Behaviour::Healthy);
+    drover_tests::sim_agent::step_all(agents, now).await;
+    let spec = FleetSpec::from_json(include_bytes!("../../examples/fleet.json")).expect("spec");
+    let params = ReleaseParams { meta: ReleaseMeta { ci_commit: "c0ffee".into(), created_at: now }, version: 1, previous: None };
+    let ci = drover_proto::keys::KeySigner::new(ed25519_dalek::SigningKey::from_bytes(&[9u8; 32]));
+    h.running.app.store.put_release(1, now, &build_release(&spec, &params, &[ci]).expect("release")).expect("store release");
+    let app = h.running.app.clone();
+    app.executor.tick_now(&app).await.expect("tick");
+    h.clock.advance(90);
+    let (code, _) = h.call(Some(&h.viewer), "GET", "/v1/no-such-thing", None).await;
+    assert_eq!(code, "404");
+
+    let (_, text) = h.call(Some(&h.admin), "GET", "/metrics", None).await;
+    assert_eq!(sample(&text, "drover_hosts_cordoned"), 1.0, "{text}");
+    // Pending, or running once the job engine took it up: one job of the kind either way.
+    let jobs: f64 = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("drover_jobs{kind=\"storage_cleanup\","))
+        .filter_map(|r| r.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(jobs, 1.0, "{text}");
+    assert_eq!(sample(&text, "drover_release_signed_timestamp_seconds"), now.unix() as f64, "{text}");
+    assert_eq!(sample(&text, "drover_release_age_seconds"), 90.0, "{text}");
+    // The infra rollout is in flight, its one host dispatched; gpu waits on the channel edge
+    // with no rollout opened, so it has no series.
+    assert!(text.lines().any(|l| l == "drover_rollout_hosts{rollout=\"infra@c0ffee\",wave=\"0\",state=\"Activating\"} 1"), "{text}");
+    assert!(!text.contains("drover_rollout_hosts{rollout=\"gpu@"), "{text}");
+    // gpu-31's check-in and one per fleet host.
+    let checkins = format!("drover_http_requests_total{{route=\"/v1/agent/checkin\",method=\"POST\",status=\"200\"}} {}", 1 + names.len());
+    for series in [
+        checkins.as_str(),
+        "drover_http_requests_total{route=\"/v1/hosts/{id}/cordon\",method=\"POST\",status=\"200\"} 1",
+        "drover_http_requests_total{route=\"/metrics\",method=\"GET\",status=\"200\"} 1",
+        "drover_http_requests_total{route=\"unmatched\",method=\"GET\",status=\"404\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == series), "{series}:\n{text}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

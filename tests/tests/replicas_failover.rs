@@ -112,7 +112,7 @@ async fn one_run(cluster: &mut Cluster, run: usize, seed: u64) -> RunReport {
             let rollouts: Value = admin.get_json("/v1/rollouts").await.ok()?;
             let converged = rollouts["items"].as_array()?.iter().all(|r| r["state"] == "Converged");
             let jobs: Value = admin.get_json("/v1/jobs").await.ok()?;
-            let jobs = jobs["jobs"].as_array()?;
+            let jobs = jobs["items"].as_array()?;
             let done = jobs.len() == HOSTS && jobs.iter().all(|j| j["state"] == "completed");
             for j in jobs {
                 let state = j["state"].as_str().unwrap_or_default();

@@ -30,7 +30,7 @@ use uuid::Uuid;
 use crate::api::auth::{Admin, OperatorCaller, Reader};
 use crate::api::error::{ApiError, JsonBody};
 use crate::api::lifecycle::check_reason;
-use crate::api::operator::{EventView, QueryParams, parse_uuid};
+use crate::api::operator::{EventView, Page, QueryParams, decode_created_cursor, next_created, page_size, parse_uuid};
 use crate::app::AppState;
 use crate::jobs::exec::event;
 use crate::jobs::model::MaasRelease;
@@ -39,7 +39,7 @@ use crate::jobs::{
     ActionOutcome, JobKind, JobView, OperatorAction, Progress, StorageChoice, TaskDirective, TaskObs, act, lifecycle_guard, stages,
 };
 use crate::maasflow::onboard::EraseMode;
-use crate::store::{self, EventFilter, Host, HostOp, Job, JobFilter, JobStep, NewAudit, TaskRecord};
+use crate::store::{self, CreatedCursor, EventFilter, Host, HostOp, Job, JobFilter, JobStep, NewAudit, TaskRecord};
 
 /// A job as the API shows it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -352,10 +352,27 @@ pub struct JobsQuery {
     host: Option<String>,
     state: Option<String>,
     kind: Option<String>,
+    limit: Option<u32>,
+    after: Option<String>,
 }
 
-/// `GET /v1/jobs?host=&state=&kind=` (viewer).
-pub async fn list(State(app): State<Arc<AppState>>, _r: Reader, QueryParams(q): QueryParams<JobsQuery>) -> Result<Json<Value>, ApiError> {
+/// A `kind=` filter: a kind of job the coordinator creates (a filter on anything else would
+/// match nothing, and a typo would pass for a quiet fleet).
+pub(crate) fn job_kind_filter(kind: &str) -> Result<String, ApiError> {
+    if crate::jobs::model::all_job_kinds().any(|k| k == kind) {
+        return Ok(kind.to_owned());
+    }
+    let known: Vec<&str> = crate::jobs::model::all_job_kinds().collect();
+    Err(ApiError::bad_request(format!("kind {kind:?} is not a job kind (one of: {})", known.join(", "))))
+}
+
+/// `GET /v1/jobs?host=&state=&kind=&limit=&after=` (viewer): jobs oldest first, paged
+/// (`items`, `next`).
+pub async fn list(
+    State(app): State<Arc<AppState>>,
+    _r: Reader,
+    QueryParams(q): QueryParams<JobsQuery>,
+) -> Result<Json<Page<JobJson, String>>, ApiError> {
     let state = q
         .state
         .as_deref()
@@ -367,10 +384,18 @@ pub async fn list(State(app): State<Arc<AppState>>, _r: Reader, QueryParams(q): 
                 .ok_or_else(|| ApiError::bad_request(format!("state {s:?} is not a job state")))
         })
         .transpose()?;
-    let filter =
-        JobFilter { host_id: q.host.as_deref().map(|h| parse_uuid("host", h)).transpose()?, state, kind: q.kind, ..Default::default() };
+    let limit = page_size(q.limit)?;
+    let filter = JobFilter {
+        host_id: q.host.as_deref().map(|h| parse_uuid("host", h)).transpose()?,
+        state,
+        kind: q.kind.as_deref().map(job_kind_filter).transpose()?,
+        after: q.after.as_deref().map(decode_created_cursor).transpose()?,
+        limit,
+        ..Default::default()
+    };
     let jobs = store::blocking(app.store.clone(), move |s| s.list_jobs(&filter)).await?;
-    Ok(Json(json!({ "jobs": with_hostnames(&app, jobs).await? })))
+    let next = next_created(&jobs, limit, |j| CreatedCursor { created_at: j.job.created_at, id: j.job.job_id });
+    Ok(Json(Page { items: with_hostnames(&app, jobs).await?, next }))
 }
 
 /// `GET /v1/jobs/{id}` (viewer): the job and its events.

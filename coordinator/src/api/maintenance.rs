@@ -33,11 +33,11 @@ use crate::api::auth::{Admin, Reader};
 use crate::api::error::{ApiError, JsonBody};
 use crate::api::jobs::{JobJson, audit, with_hostnames};
 use crate::api::lifecycle::check_reason;
-use crate::api::operator::parse_uuid;
+use crate::api::operator::{Page, QueryParams, decode_created_cursor, next_created, page_size, parse_uuid};
 use crate::app::AppState;
 use crate::jobs::exec::FleetView;
 use crate::jobs::{Activity, JobKind};
-use crate::store::{self, JobFilter, MaintenanceRecord, NewJob, NewMaintenance};
+use crate::store::{self, CreatedCursor, JobFilter, MaintenanceFilter, MaintenanceRecord, NewJob, NewMaintenance};
 
 /// Who asked, composed like the power-shelf handler's initiator column.
 pub fn initiator(user: Option<&str>, reference: Option<&str>) -> String {
@@ -260,10 +260,17 @@ pub async fn get(State(app): State<Arc<AppState>>, _r: Reader, Path(id): Path<St
     Ok(Json(request_json(&record, with_hostnames(&app, jobs).await?)))
 }
 
-/// `GET /v1/maintenance` (viewer): every request with its jobs, oldest first.
-pub async fn list(State(app): State<Arc<AppState>>, _r: Reader) -> Result<Json<Value>, ApiError> {
+/// `GET /v1/maintenance?limit=&after=` (viewer): requests with their jobs, oldest first, paged
+/// (`items`, `next`).
+pub async fn list(
+    State(app): State<Arc<AppState>>,
+    _r: Reader,
+    QueryParams(q): QueryParams<MaintenanceQuery>,
+) -> Result<Json<Page<Value, String>>, ApiError> {
+    let limit = page_size(q.limit)?;
+    let filter = MaintenanceFilter { after: q.after.as_deref().map(decode_created_cursor).transpose()?, limit };
     let rows = store::blocking(app.store.clone(), move |s| {
-        s.list_maintenance()?
+        s.list_maintenance(&filter)?
             .into_iter()
             .map(|r| {
                 let jobs = s.list_jobs(&JobFilter { request_id: Some(r.request_id), ..Default::default() })?;
@@ -272,11 +279,20 @@ pub async fn list(State(app): State<Arc<AppState>>, _r: Reader) -> Result<Json<V
             .collect::<Result<Vec<_>, store::StoreError>>()
     })
     .await?;
-    let mut out = Vec::new();
+    let next = next_created(&rows, limit, |(r, _)| CreatedCursor { created_at: r.created_at, id: r.request_id });
+    let mut items = Vec::new();
     for (r, jobs) in rows {
-        out.push(request_json(&r, with_hostnames(&app, jobs).await?));
+        items.push(request_json(&r, with_hostnames(&app, jobs).await?));
     }
-    Ok(Json(json!({ "requests": out })))
+    Ok(Json(Page { items, next }))
+}
+
+/// `GET /v1/maintenance` query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaintenanceQuery {
+    limit: Option<u32>,
+    after: Option<String>,
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ pub mod evidence;
 pub mod jobs;
 pub mod lifecycle;
 pub mod maintenance;
+pub mod metrics_route;
 pub mod onboardings;
 pub mod operator;
 pub mod operator_certs;
@@ -39,10 +40,12 @@ pub const MAX_BODY_BYTES: usize = 1 << 20;
 /// Every route. Which ones need which certificate is decided by each handler's extractor
 /// (`HostCaller`, `Admin`, …); the anonymous ones are the enrollment path and `/healthz`.
 pub fn router(app: Arc<AppState>) -> Router {
+    let counts = app.metrics.http.clone();
+    let (unmatched, wrong_method) = (counts.clone(), counts.clone());
     Router::new()
         .route("/healthz", get(agent::healthz))
         .route("/readyz", get(operator::readyz))
-        .route("/metrics", get(operator::metrics))
+        .route("/metrics", get(metrics_route::metrics))
         .route("/v1/hosts", get(operator::list_hosts))
         .route("/v1/hosts/{id}", get(operator::get_host))
         .route("/v1/tokens", get(tokens::list))
@@ -125,8 +128,16 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/v1/maas/sites/{site}/roce-assignments", get(site_items::list_roce).post(site_items::upsert_roce))
         .route("/v1/maas/sites/{site}/roce-assignments/{id}", axum::routing::delete(site_items::delete_roce))
         .route(RELEASES_PATH, post(releases::publish).layer(axum::extract::DefaultBodyLimit::max(releases::MAX_RELEASE_BODY_BYTES)))
-        .fallback(error::no_such_route)
-        .method_not_allowed_fallback(error::wrong_method)
+        // Counted by matched route; what no route matches is counted apart (see http_metrics).
+        .route_layer(crate::http_metrics::CountRequests(counts))
+        .fallback(async move |method: axum::http::Method| {
+            unmatched.record_unmatched(&method, 404);
+            error::no_such_route().await
+        })
+        .method_not_allowed_fallback(async move |method: axum::http::Method| {
+            wrong_method.record_unmatched(&method, 405);
+            error::wrong_method().await
+        })
         .with_state(app)
 }
 

@@ -1,4 +1,5 @@
-//! Operator read routes (admin and viewer: the [`Reader`] guard), `/metrics` and `/readyz`.
+//! Operator read routes (admin and viewer: the [`Reader`] guard) and `/readyz` (`/metrics` is
+//! [`super::metrics_route`]).
 //!
 //! Every answer is built from explicit view structs below, never by serialising store rows,
 //! so what a listing shows is decided here: no token hash, no key, no envelope bytes. The
@@ -6,8 +7,8 @@
 //! second fence.
 //!
 //! Paging: hosts page by an opaque cursor (hostname + id, base64url), because their order is
-//! by hostname; events and audit page by their strictly increasing id (`next` is the last id
-//! of the page). `next` is `null` when the page came back short, so a client loops until then.
+//! by hostname; jobs and maintenance requests by one of creation time + id; events and audit
+//! page by their strictly increasing id (`next` is the last id of the page). `next` is `null` when the page came back short, so a client loops until then.
 //! Bad query values (a non-numeric limit, a malformed UUID, an unknown state or an unknown
 //! parameter) are a 400 in the API's error shape, never a silently ignored filter.
 
@@ -18,7 +19,6 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::StatusCode;
-use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
@@ -33,8 +33,7 @@ use uuid::Uuid;
 use crate::api::auth::Reader;
 use crate::api::error::ApiError;
 use crate::app::AppState;
-use crate::metrics::Snapshot;
-use crate::store::{self, AuditFilter, EventFilter, Host, HostCursor, HostFilter, HostRollout, MAX_PAGE, RolloutFilter, TaskFilter};
+use crate::store::{self, AuditFilter, CreatedCursor, EventFilter, Host, HostCursor, HostFilter, HostRollout, MAX_PAGE, RolloutFilter};
 
 /// Page size when the client names none.
 pub const DEFAULT_PAGE: u32 = 100;
@@ -204,6 +203,28 @@ pub fn decode_host_cursor(s: &str) -> Result<HostCursor, ApiError> {
     let text = String::from_utf8(bytes).map_err(|_| bad())?;
     let (id, hostname) = text.split_once('/').ok_or_else(bad)?;
     Ok(HostCursor { id: Uuid::parse_str(id).map_err(|_| bad())?, hostname: hostname.to_owned() })
+}
+
+/// The opaque `after=` cursor of a listing ordered by creation time and id (jobs, maintenance
+/// requests): the last row's time and id, base64url.
+pub fn encode_created_cursor(c: &CreatedCursor) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{}/{}", c.created_at.unix(), c.id))
+}
+
+/// Decodes what [`encode_created_cursor`] made; anything else is a 400.
+pub fn decode_created_cursor(s: &str) -> Result<CreatedCursor, ApiError> {
+    let bad = || ApiError::bad_request("after is not a cursor this coordinator issued");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(s).map_err(|_| bad())?;
+    let text = String::from_utf8(bytes).map_err(|_| bad())?;
+    let (at, id) = text.split_once('/').ok_or_else(bad)?;
+    let created_at = at.parse::<i64>().ok().and_then(|secs| Time::from_unix(secs).ok()).ok_or_else(bad)?;
+    Ok(CreatedCursor { created_at, id: Uuid::parse_str(id).map_err(|_| bad())? })
+}
+
+/// The `next` of a page of `rows` read with `limit`: the last row's cursor when the page is
+/// full (there may be more), `None` when it came back short.
+pub fn next_created<T>(rows: &[T], limit: u32, cursor: impl Fn(&T) -> CreatedCursor) -> Option<String> {
+    if rows.len() as u64 >= u64::from(limit) { rows.last().map(|r| encode_created_cursor(&cursor(r))) } else { None }
 }
 
 /// `GET /v1/hosts?state=&limit=&after=`: hosts by hostname, paged.
@@ -547,49 +568,7 @@ pub async fn list_audit(
     Ok(Json(Page { items, next }))
 }
 
-// ---- /metrics and /readyz ------------------------------------------------------------------
-
-/// How far ahead `drover_certificates_expiring_within_7d` looks.
-const EXPIRY_HORIZON_SECS: u64 = 7 * 86_400;
-
-/// Reads the state gauges from the store in one blocking call.
-fn snapshot(s: &dyn store::Store, now: Time) -> Result<Snapshot, store::StoreError> {
-    let mut snap = Snapshot::zeroed();
-    // One pass over every host, page by page: one query per state would read the table
-    // once per state instead.
-    let mut filter = HostFilter { limit: MAX_PAGE, ..HostFilter::default() };
-    loop {
-        let page = s.list_hosts(&filter)?;
-        for h in &page {
-            *snap.hosts.entry(h.state.as_str()).or_insert(0) += 1;
-        }
-        match page.last() {
-            Some(last) if page.len() as u64 >= u64::from(MAX_PAGE) => filter.after = Some(HostCursor::after(last)),
-            _ => break,
-        }
-    }
-    for r in s.list_rollouts(&RolloutFilter::default())? {
-        *snap.rollouts.entry(r.state.as_str()).or_insert(0) += 1;
-    }
-    for t in s.list_tasks(&TaskFilter::default())? {
-        *snap.tasks.entry(t.state.as_str()).or_insert(0) += 1;
-    }
-    let horizon = now.plus_secs(EXPIRY_HORIZON_SECS);
-    snap.certs_expiring_7d = s.list_certs(None)?.iter().filter(|c| c.revoked.is_none() && c.cert.not_after <= horizon).count() as u64;
-    Ok(snap)
-}
-
-/// `GET /metrics`: Prometheus text. It needs a reader certificate: host counts and states
-/// are fleet information, and DESIGN lists `/metrics` among the operator routes.
-pub async fn metrics(State(app): State<Arc<AppState>>, _caller: Reader) -> Result<Response, ApiError> {
-    let now = app.clock.now();
-    let mut snap = store::blocking(app.store.clone(), move |s| snapshot(s, now)).await?;
-    snap.long_polls_held = app.hub.held() as u64;
-    let mut body = app.metrics.render(&snap);
-    app.connections.render_into(&mut body);
-    app.leader.render_into(&mut body);
-    Ok(([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response())
-}
+// ---- /readyz ------------------------------------------------------------------------------
 
 /// `GET /readyz` (anonymous, like `/healthz`: load balancers probe without certificates).
 ///

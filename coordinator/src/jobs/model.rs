@@ -149,6 +149,10 @@ pub enum JobKind {
 }
 
 impl JobKind {
+    /// Every [`JobKind::name`].
+    pub const NAMES: [&'static str; 7] =
+        ["soft_reset", "storage_cleanup", "full_decommission", "reimage", "maintenance", "retire", "remove"];
+
     /// The stable name (the store's `kind` column): `soft_reset`, `storage_cleanup`,
     /// `full_decommission`, `reimage`, `maintenance`, `retire`, `remove`.
     pub fn name(&self) -> &'static str {
@@ -622,10 +626,39 @@ impl Progress {
     }
 }
 
+/// Every kind of job the coordinator creates: the kinds above and the MAAS workflows' (an
+/// onboarding, and the children of reimages, decommissions and drift repairs). A listing's
+/// `kind` filter must name one of these.
+pub fn all_job_kinds() -> impl Iterator<Item = &'static str> {
+    JobKind::NAMES.into_iter().chain(crate::maasflow::taxonomy::Workflow::ALL.map(|w| w.kind()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn every_listed_kind_name_is_a_kind_and_every_kind_is_listed() {
+        for name in JobKind::NAMES {
+            // Fields a kind requires may be missing; the kind itself must be known.
+            if let Err(e) = serde_json::from_value::<JobKind>(json!({ "kind": name })) {
+                assert!(!e.to_string().contains("unknown variant"), "{name}: {e}");
+            }
+        }
+        let kinds = [
+            JobKind::SoftReset { storage: StorageChoice::Local },
+            JobKind::StorageCleanup { scope: StorageScope::All },
+            JobKind::FullDecommission { storage: None, force_release: false, maas: MaasRelease::default() },
+            JobKind::Reimage { storage: None, maas: MaasRelease::default(), profile: None },
+            JobKind::Maintenance { activities: Vec::new(), storage: StorageScope::All },
+            JobKind::Retire {},
+            JobKind::Remove {},
+        ];
+        assert_eq!(kinds.iter().map(JobKind::name).collect::<Vec<_>>(), JobKind::NAMES);
+        let all: Vec<&str> = all_job_kinds().collect();
+        assert!(all.contains(&"maas_onboarding") && all.contains(&"maas_resync"), "{all:?}");
+    }
 
     #[test]
     fn full_decommission_runs_its_stages_in_order() {

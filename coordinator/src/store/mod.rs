@@ -464,6 +464,9 @@ pub trait Store: Send + Sync {
     fn apply_job_step(&self, step: &JobStep) -> Result<Job, StoreError>;
     /// Jobs by creation time, then id.
     fn list_jobs(&self, filter: &JobFilter) -> Result<Vec<Job>, StoreError>;
+    /// How many jobs there are of each kind in each state (pairs with none left out), counted
+    /// by the database: what `/metrics` exports without reading every job.
+    fn count_jobs(&self) -> Result<Vec<JobCount>, StoreError>;
 
     // ---- maintenance requests ----------------------------------------------------------
 
@@ -478,8 +481,8 @@ pub trait Store: Send + Sync {
     fn create_maintenance(&self, new: &NewMaintenance, allowed: &[HostLifecycle]) -> Result<(MaintenanceRecord, Vec<Job>), StoreError>;
     /// One maintenance request.
     fn get_maintenance(&self, request_id: Uuid) -> Result<Option<MaintenanceRecord>, StoreError>;
-    /// Every maintenance request, oldest first.
-    fn list_maintenance(&self) -> Result<Vec<MaintenanceRecord>, StoreError>;
+    /// Maintenance requests, oldest first (ids breaking ties), as `filter` pages them.
+    fn list_maintenance(&self, filter: &MaintenanceFilter) -> Result<Vec<MaintenanceRecord>, StoreError>;
 
     // ---- MAAS sites (bare-metal-lifecycle.md §3) -----------------------------------------
     //

@@ -543,6 +543,41 @@ pub struct JobFilter {
     pub request_id: Option<Uuid>,
     /// Only jobs that have not finished (whose state is not terminal).
     pub unfinished: bool,
+    /// Only jobs after this position (a page's continuation).
+    pub after: Option<CreatedCursor>,
+    /// At most this many; 0 (the default) means every match, which the coordinator's own
+    /// readers want (operators' listings page with [`MAX_PAGE`](super::MAX_PAGE) at most).
+    pub limit: u32,
+}
+
+/// How many jobs of one kind are in one state ([`Store::count_jobs`](super::Store::count_jobs)).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct JobCount {
+    /// The kind.
+    pub kind: String,
+    /// The state.
+    pub state: JobState,
+    /// How many.
+    pub count: u64,
+}
+
+/// A position in a listing ordered by creation time, its id breaking ties (jobs and
+/// maintenance requests): the last row a page held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreatedCursor {
+    /// The row's creation time.
+    pub created_at: Time,
+    /// Its id.
+    pub id: Uuid,
+}
+
+/// Filter for [`Store::list_maintenance`](super::Store::list_maintenance): a page.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MaintenanceFilter {
+    /// Only requests after this position.
+    pub after: Option<CreatedCursor>,
+    /// At most this many; 0 (the default) means every one.
+    pub limit: u32,
 }
 
 /// One step of a job, applied in one transaction ([`Store::apply_job_step`](super::Store::apply_job_step)):

@@ -330,6 +330,64 @@ fn maintenance(hosts: &[&Host], at: i64) -> NewMaintenance {
     }
 }
 
+/// Jobs and maintenance requests page by (creation time, id): pages of two cover every row
+/// once, in order, ties on the creation time broken by id; a filter holds across pages; a
+/// limit of 0 reads everything.
+pub fn jobs_and_maintenance_page_by_creation_then_id_and_count(make: Factory<'_>) {
+    let s = make();
+    let hosts: Vec<Host> = (0..5).map(|i| active(s.as_ref(), &format!("gpu-p-{i}"))).collect();
+    // Two share a creation time: the id orders them.
+    let ats = [20, 10, 10, 30, 15];
+    for (h, at) in hosts.iter().zip(ats) {
+        s.create_job(&new_job(if at == 30 { "reimage" } else { "soft_reset" }, h.id, at)).unwrap();
+    }
+    let all = s.list_jobs(&JobFilter::default()).unwrap();
+    let mut want: Vec<(Time, Uuid)> = all.iter().map(|j| (j.job.created_at, j.job.job_id)).collect();
+    want.sort();
+    assert_eq!(all.iter().map(|j| (j.job.created_at, j.job.job_id)).collect::<Vec<_>>(), want);
+    let pages = |kind: Option<&str>| {
+        let (mut seen, mut after) = (Vec::new(), None);
+        loop {
+            let f = JobFilter { kind: kind.map(str::to_owned), after, limit: 2, ..Default::default() };
+            let page = s.list_jobs(&f).unwrap();
+            assert!(page.len() <= 2);
+            seen.extend(page.iter().map(|j| (j.job.created_at, j.job.job_id)));
+            match page.last() {
+                Some(j) if page.len() == 2 => after = Some(CreatedCursor { created_at: j.job.created_at, id: j.job.job_id }),
+                _ => return seen,
+            }
+        }
+    };
+    assert_eq!(pages(None), want);
+    assert_eq!(pages(Some("soft_reset")).len(), 4);
+    let counts = s.count_jobs().unwrap();
+    let pending = JobState::Pending;
+    assert_eq!(
+        counts,
+        vec![
+            JobCount { kind: "reimage".into(), state: pending, count: 1 },
+            JobCount { kind: "soft_reset".into(), state: pending, count: 4 }
+        ],
+        "counted by kind and state, in that order"
+    );
+
+    let free: Vec<Host> = (0..3).map(|i| active(s.as_ref(), &format!("gpu-m-{i}"))).collect();
+    let requests: Vec<NewMaintenance> = free.iter().zip([30, 10, 10]).map(|(h, at)| maintenance(&[h], at)).collect();
+    for r in &requests {
+        s.create_maintenance(r, ACTIVE).unwrap();
+    }
+    let mut want: Vec<(Time, Uuid)> = requests.iter().map(|r| (r.created_at, r.request_id)).collect();
+    want.sort();
+    let first = s.list_maintenance(&MaintenanceFilter { after: None, limit: 2 }).unwrap();
+    let last = first.last().unwrap();
+    let rest = s
+        .list_maintenance(&MaintenanceFilter { after: Some(CreatedCursor { created_at: last.created_at, id: last.request_id }), limit: 2 })
+        .unwrap();
+    let paged: Vec<(Time, Uuid)> = first.iter().chain(&rest).map(|r| (r.created_at, r.request_id)).collect();
+    assert_eq!(paged, want);
+    assert_eq!(s.list_maintenance(&MaintenanceFilter::default()).unwrap().len(), 3);
+}
+
 /// One refused host refuses the whole request: no request row, no jobs, no events, no audits,
 /// no superseded job; the error names the first offending host by id and hostname.
 pub fn maintenance_all_or_nothing_refusal_leaves_no_host_changed(make: Factory<'_>) {
@@ -358,7 +416,7 @@ pub fn maintenance_all_or_nothing_refusal_leaves_no_host_changed(make: Factory<'
     }
     assert_eq!(snapshot(&*s), before, "a refused request wrote something");
     assert_eq!(s.get_maintenance(req.request_id).unwrap(), None);
-    assert!(s.list_maintenance().unwrap().is_empty());
+    assert!(s.list_maintenance(&Default::default()).unwrap().is_empty());
     // A host in a state not allowed, or missing, refuses it too.
     let quarantined = s.transition_host(c.id, HostLifecycle::Active, HostLifecycle::Quarantined, "suite", t(2)).unwrap();
     let r = s.create_maintenance(&maintenance(&[&a, &quarantined], 3), &[HostLifecycle::Active]);
@@ -376,7 +434,7 @@ pub fn maintenance_all_or_nothing_refusal_leaves_no_host_changed(make: Factory<'
     stray.jobs[0].request_id = None;
     assert!(matches!(s.create_maintenance(&stray, &[HostLifecycle::Active]), Err(StoreError::Invalid { .. })));
     assert_eq!(s.list_jobs(&JobFilter::default()).unwrap(), before.0);
-    assert!(s.list_maintenance().unwrap().is_empty());
+    assert!(s.list_maintenance(&Default::default()).unwrap().is_empty());
 }
 
 /// A failed maintenance job does not hold its host against a new request: it is cancelled with
@@ -405,7 +463,7 @@ pub fn maintenance_supersedes_failed_maintenance_job(make: Factory<'_>) {
         req.jobs.iter().map(|j| (j, JobState::Pending)).collect::<Vec<_>>()
     );
     assert_eq!(s.get_maintenance(req.request_id).unwrap(), Some(want.clone()));
-    assert_eq!(s.list_maintenance().unwrap(), vec![want.clone()]);
+    assert_eq!(s.list_maintenance(&Default::default()).unwrap(), vec![want.clone()]);
     assert_eq!(audit_count(&*s), audits + 1);
     let superseded = s.get_job(old.job.job_id).unwrap().unwrap();
     assert_eq!(superseded.state, JobState::Cancelled);
@@ -445,7 +503,7 @@ pub fn maintenance_refuses_running_maintenance_job(make: Factory<'_>) {
     assert!(matches!(&r, Err(StoreError::Conflict { message, .. }) if message.contains("storage_cleanup")), "{r:?}");
     assert_eq!(s.get_job(running.job.job_id).unwrap().map(|j| j.state), Some(JobState::Running));
     assert_eq!(s.get_job(failed_other.job.job_id).unwrap().map(|j| j.state), Some(JobState::FailedRetryable));
-    assert!(s.list_maintenance().unwrap().is_empty());
+    assert!(s.list_maintenance(&Default::default()).unwrap().is_empty());
 }
 
 /// The planner's `held` counts started, unfinished jobs only: not pending ones (they have not

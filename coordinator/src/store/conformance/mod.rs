@@ -118,6 +118,7 @@ macro_rules! __drover_store_checks {
             maintenance_all_or_nothing_refusal_leaves_no_host_changed,
             maintenance_supersedes_failed_maintenance_job,
             maintenance_refuses_running_maintenance_job,
+            jobs_and_maintenance_page_by_creation_then_id_and_count,
             plan_snapshot_held_excludes_pending_and_activate,
             events_filter_and_page_stable,
             audit_append_filter_page,

@@ -17,7 +17,10 @@ use super::cols::{col, json_col, opt_uuid_col, parse_col, time_col, uuid_col};
 use super::log::{insert_audit, insert_event};
 use super::postgres::{Row, Transaction};
 use crate::store::rules::{check_legal, check_request, stale_state, supersedable, terminal_states_sql};
-use crate::store::{HostOp, Job, JobFilter, JobStep, MaintenanceRecord, NewAudit, NewEvent, NewJob, NewMaintenance, StoreError, TaskState};
+use crate::store::{
+    CreatedCursor, HostOp, Job, JobCount, JobFilter, JobStep, MaintenanceFilter, MaintenanceRecord, NewAudit, NewEvent, NewJob,
+    NewMaintenance, StoreError, TaskState,
+};
 
 const JOB_COLS: &str = "job_id, kind, host_id, input, created_at, state, progress, updated_at, request_id";
 
@@ -143,14 +146,40 @@ pub(crate) fn list_jobs(c: &mut Transaction<'_>, f: &JobFilter) -> Result<Vec<Jo
     let sql = format!(
         "SELECT {JOB_COLS} FROM jobs WHERE ($1::TEXT IS NULL OR host_id = $1) AND ($2::TEXT IS NULL OR state = $2)
              AND ($3::TEXT IS NULL OR kind = $3) AND ($4::TEXT IS NULL OR request_id = $4) AND (NOT $5::BOOLEAN OR state NOT IN ({}))
-         ORDER BY created_at, job_id",
+             AND ($6::BIGINT IS NULL OR created_at > $6 OR (created_at = $6 AND job_id > $7::TEXT))
+         ORDER BY created_at, job_id LIMIT $8::BIGINT",
         terminal_states_sql()
     );
+    let (after_at, after_id) = cursor_params(f.after);
     let rows = c.query(
         sql.as_str(),
-        &[&f.host_id.map(|h| h.to_string()), &f.state.map(JobState::as_str), &f.kind, &f.request_id.map(|r| r.to_string()), &f.unfinished],
+        &[
+            &f.host_id.map(|h| h.to_string()),
+            &f.state.map(JobState::as_str),
+            &f.kind,
+            &f.request_id.map(|r| r.to_string()),
+            &f.unfinished,
+            &after_at,
+            &after_id,
+            &limit_param(f.limit),
+        ],
     )?;
     rows.iter().map(job_row).collect()
+}
+
+pub(crate) fn count_jobs(c: &mut Transaction<'_>) -> Result<Vec<JobCount>, StoreError> {
+    let rows = c.query("SELECT kind, state, COUNT(*) FROM jobs GROUP BY kind, state ORDER BY kind, state", &[])?;
+    rows.iter().map(|r| Ok(JobCount { kind: col(r, 0)?, state: parse_col(r, 1)?, count: col::<i64>(r, 2)?.unsigned_abs() })).collect()
+}
+
+/// A [`CreatedCursor`] as two query parameters (both `NULL` without one).
+fn cursor_params(after: Option<CreatedCursor>) -> (Option<i64>, Option<String>) {
+    after.map(|a| (a.created_at.unix(), a.id.to_string())).unzip()
+}
+
+/// PostgreSQL's `LIMIT` for a page size: `LIMIT NULL` means none.
+fn limit_param(limit: u32) -> Option<i64> {
+    (limit > 0).then_some(i64::from(limit))
 }
 
 // ---- one step of a job ----------------------------------------------------------------------
@@ -340,9 +369,14 @@ pub(crate) fn get_maintenance(c: &mut Transaction<'_>, request_id: Uuid) -> Resu
     c.query_opt(sql.as_str(), &[&request_id.to_string()])?.map(|r| maintenance_row(&r)).transpose()
 }
 
-pub(crate) fn list_maintenance(c: &mut Transaction<'_>) -> Result<Vec<MaintenanceRecord>, StoreError> {
-    let sql = format!("SELECT {MAINTENANCE_COLS} FROM maintenance_requests ORDER BY created_at, request_id");
-    c.query(sql.as_str(), &[])?.iter().map(maintenance_row).collect()
+pub(crate) fn list_maintenance(c: &mut Transaction<'_>, f: &MaintenanceFilter) -> Result<Vec<MaintenanceRecord>, StoreError> {
+    let sql = format!(
+        "SELECT {MAINTENANCE_COLS} FROM maintenance_requests
+          WHERE $1::BIGINT IS NULL OR created_at > $1 OR (created_at = $1 AND request_id > $2::TEXT)
+          ORDER BY created_at, request_id LIMIT $3::BIGINT"
+    );
+    let (after_at, after_id) = cursor_params(f.after);
+    c.query(sql.as_str(), &[&after_at, &after_id, &limit_param(f.limit)])?.iter().map(maintenance_row).collect()
 }
 
 pub(crate) fn create_maintenance(

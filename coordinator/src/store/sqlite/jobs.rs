@@ -134,15 +134,43 @@ pub(super) fn list_jobs(c: &Connection, f: &JobFilter) -> Result<Vec<Job>, Store
     let sql = format!(
         "SELECT {JOB_COLS} FROM jobs WHERE (?1 IS NULL OR host_id = ?1) AND (?2 IS NULL OR state = ?2) AND (?3 IS NULL OR kind = ?3)
              AND (?4 IS NULL OR request_id = ?4) AND (?5 = 0 OR state NOT IN ({}))
-         ORDER BY created_at, job_id",
+             AND (?6 IS NULL OR created_at > ?6 OR (created_at = ?6 AND job_id > ?7))
+         ORDER BY created_at, job_id LIMIT ?8",
         terminal_states_sql()
     );
+    let (after_at, after_id) = cursor_params(f.after);
     let mut stmt = c.prepare_cached(&sql)?;
     let rows = stmt.query_map(
-        params![f.host_id.map(|h| h.to_string()), f.state.map(JobState::as_str), f.kind, f.request_id.map(|r| r.to_string()), f.unfinished],
+        params![
+            f.host_id.map(|h| h.to_string()),
+            f.state.map(JobState::as_str),
+            f.kind,
+            f.request_id.map(|r| r.to_string()),
+            f.unfinished,
+            after_at,
+            after_id,
+            limit_param(f.limit)
+        ],
         job_row,
     )?;
     Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub(super) fn count_jobs(c: &Connection) -> Result<Vec<JobCount>, StoreError> {
+    let mut stmt = c.prepare_cached("SELECT kind, state, COUNT(*) FROM jobs GROUP BY kind, state ORDER BY kind, state")?;
+    let rows =
+        stmt.query_map([], |r| Ok(JobCount { kind: r.get(0)?, state: parse_col(r, 1)?, count: r.get::<_, i64>(2)?.unsigned_abs() }))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// A [`CreatedCursor`] as two query parameters (both `NULL` without one).
+fn cursor_params(after: Option<CreatedCursor>) -> (Option<i64>, Option<String>) {
+    after.map(|a| (a.created_at.unix(), a.id.to_string())).unzip()
+}
+
+/// SQLite's `LIMIT` for a page size: a negative limit means none.
+fn limit_param(limit: u32) -> i64 {
+    if limit == 0 { -1 } else { i64::from(limit) }
 }
 
 // ---- one step of a job ----------------------------------------------------------------------
@@ -327,10 +355,15 @@ pub(super) fn get_maintenance(c: &Connection, request_id: Uuid) -> Result<Option
     Ok(c.prepare_cached(&sql)?.query_row([request_id.to_string()], maintenance_row).optional()?)
 }
 
-pub(super) fn list_maintenance(c: &Connection) -> Result<Vec<MaintenanceRecord>, StoreError> {
-    let sql = format!("SELECT {MAINTENANCE_COLS} FROM maintenance_requests ORDER BY created_at, request_id");
+pub(super) fn list_maintenance(c: &Connection, f: &MaintenanceFilter) -> Result<Vec<MaintenanceRecord>, StoreError> {
+    let sql = format!(
+        "SELECT {MAINTENANCE_COLS} FROM maintenance_requests
+          WHERE ?1 IS NULL OR created_at > ?1 OR (created_at = ?1 AND request_id > ?2)
+          ORDER BY created_at, request_id LIMIT ?3"
+    );
+    let (after_at, after_id) = cursor_params(f.after);
     let mut stmt = c.prepare_cached(&sql)?;
-    let rows = stmt.query_map([], maintenance_row)?;
+    let rows = stmt.query_map(params![after_at, after_id, limit_param(f.limit)], maintenance_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 

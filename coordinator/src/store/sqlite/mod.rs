@@ -562,6 +562,9 @@ impl Store for SqliteStore {
     fn list_jobs(&self, filter: &JobFilter) -> Result<Vec<Job>, StoreError> {
         self.read(|c| jobs::list_jobs(c, filter))
     }
+    fn count_jobs(&self) -> Result<Vec<JobCount>, StoreError> {
+        self.read(|c| jobs::count_jobs(c))
+    }
 
     fn create_maintenance(&self, new: &NewMaintenance, allowed: &[HostLifecycle]) -> Result<(MaintenanceRecord, Vec<Job>), StoreError> {
         self.write(|tx| jobs::create_maintenance(tx, new, allowed))
@@ -569,8 +572,8 @@ impl Store for SqliteStore {
     fn get_maintenance(&self, request_id: Uuid) -> Result<Option<MaintenanceRecord>, StoreError> {
         self.read(|c| jobs::get_maintenance(c, request_id))
     }
-    fn list_maintenance(&self) -> Result<Vec<MaintenanceRecord>, StoreError> {
-        self.read(|c| jobs::list_maintenance(c))
+    fn list_maintenance(&self, filter: &MaintenanceFilter) -> Result<Vec<MaintenanceRecord>, StoreError> {
+        self.read(|c| jobs::list_maintenance(c, filter))
     }
 
     fn create_site(&self, site: &Site, profile: &Profile, log: &ChangeLog) -> Result<Site, StoreError> {
