@@ -31,7 +31,7 @@ fn in_flight(state: RolloutState) -> bool {
 }
 
 /// Reads the state gauges from the store in one blocking call.
-fn snapshot(s: &dyn store::Store, now: Time) -> Result<Snapshot, store::StoreError> {
+pub(crate) fn snapshot(s: &dyn store::Store, now: Time) -> Result<Snapshot, store::StoreError> {
     let mut snap = Snapshot::zeroed();
     snap.now = now.unix();
     // One pass over every host, page by page: one query per state would read the table
@@ -91,7 +91,7 @@ fn snapshot(s: &dyn store::Store, now: Time) -> Result<Snapshot, store::StoreErr
 
 /// A rollout's hosts by wave and state: the manifest's hosts, each in its recorded state or
 /// `Pending` when it has none yet.
-fn rollout_progress(s: &dyn store::Store, id: &drover_proto::names::RolloutId) -> Result<Vec<RolloutHosts>, store::StoreError> {
+pub(crate) fn rollout_progress(s: &dyn store::Store, id: &drover_proto::names::RolloutId) -> Result<Vec<RolloutHosts>, store::StoreError> {
     let rows = s.list_host_rollouts(id)?;
     let manifest = s.get_manifest(id)?.and_then(|m| serde_json::from_slice::<RolloutManifest>(&m.bytes).ok());
     let mut counts: BTreeMap<(u32, &'static str), u64> = BTreeMap::new();

@@ -2,8 +2,10 @@
 
 pub mod agent;
 pub mod auth;
+pub mod dashboard;
 pub mod enroll;
 pub mod error;
+pub mod event_stream;
 pub mod evidence;
 pub mod jobs;
 pub mod lifecycle;
@@ -53,6 +55,9 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/v1/releases", get(operator::list_releases))
         .route("/v1/rollouts", get(operator::list_rollouts))
         .route("/v1/events", get(operator::list_events))
+        .route("/v1/events/stream", get(event_stream::stream))
+        .route("/v1/whoami", get(dashboard::whoami))
+        .route("/v1/fleet/summary", get(dashboard::fleet_summary))
         .route("/v1/audit", get(operator::list_audit))
         .route("/v1/version", get(version::version))
         .route("/v1/bootstrap.sh", get(enroll::bootstrap_script))
@@ -76,6 +81,7 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/v1/agent/renew", post(agent::renew))
         .route("/v1/rollouts/{id}", get(agent::rollout))
         .route("/v1/rollouts/{id}/status", get(rollouts::status))
+        .route("/v1/rollouts/{id}/progress", get(dashboard::rollout_progress))
         .route("/v1/rollouts/{id}/halt", post(rollouts::halt))
         .route("/v1/rollouts/{id}/resume", post(rollouts::resume))
         .route("/v1/rollouts/{id}/cancel", post(rollouts::cancel))

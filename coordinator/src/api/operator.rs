@@ -424,11 +424,11 @@ pub async fn list_rollouts(
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EventsQuery {
-    host: Option<String>,
-    rollout: Option<String>,
-    kind: Option<String>,
-    after: Option<i64>,
-    limit: Option<u32>,
+    pub(crate) host: Option<String>,
+    pub(crate) rollout: Option<String>,
+    pub(crate) kind: Option<String>,
+    pub(crate) after: Option<i64>,
+    pub(crate) limit: Option<u32>,
 }
 
 /// An event row.
@@ -460,14 +460,9 @@ impl From<crate::store::Event> for EventView {
     }
 }
 
-/// `GET /v1/events?host=&rollout=&kind=&after=&limit=`: events by id, paged by id.
-pub async fn list_events(
-    State(app): State<Arc<AppState>>,
-    _caller: Reader,
-    QueryParams(q): QueryParams<EventsQuery>,
-) -> Result<Json<Page<EventView, i64>>, ApiError> {
-    let limit = page_size(q.limit)?;
-    let filter = EventFilter {
+/// The store filter an events query asks for (its filters checked: a 400 names what is wrong).
+pub(crate) async fn event_filter(app: &Arc<AppState>, q: &EventsQuery, limit: u32) -> Result<EventFilter, ApiError> {
+    Ok(EventFilter {
         host_id: q.host.as_deref().map(|h| parse_uuid("host", h)).transpose()?,
         rollout_id: q
             .rollout
@@ -476,12 +471,22 @@ pub async fn list_events(
             .transpose()?,
         job_id: None,
         kind: match q.kind.as_deref() {
-            Some(k) => Some(checked_kind(&app, k).await?),
+            Some(k) => Some(checked_kind(app, k).await?),
             None => None,
         },
         after_id: id_cursor(q.after)?,
         limit,
-    };
+    })
+}
+
+/// `GET /v1/events?host=&rollout=&kind=&after=&limit=`: events by id, paged by id.
+pub async fn list_events(
+    State(app): State<Arc<AppState>>,
+    _caller: Reader,
+    QueryParams(q): QueryParams<EventsQuery>,
+) -> Result<Json<Page<EventView, i64>>, ApiError> {
+    let limit = page_size(q.limit)?;
+    let filter = event_filter(&app, &q, limit).await?;
     let events = store::blocking(app.store.clone(), move |s| s.list_events(&filter)).await?;
     let next = if events.len() as u64 >= u64::from(limit) { events.last().map(|e| e.id) } else { None };
     let items = events.into_iter().map(EventView::from).collect();

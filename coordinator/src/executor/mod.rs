@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use drover_planner::Plan;
 use drover_proto::release::verify_release;
+use drover_proto::time::Time;
 use drover_proto::verify::VerifyContext;
 
 use crate::app::AppState;
@@ -59,9 +60,10 @@ pub struct TickOutcome {
     pub channel_period_secs: Option<u64>,
 }
 
-/// Plans once and applies the plan. No release published yet: nothing to do.
-pub async fn tick(app: &Arc<AppState>) -> Result<TickOutcome, ExecutorError> {
-    let now = app.clock.now();
+/// The planner's input as the store holds it now and the plan over it, with the shortest
+/// channel period; `None` before any release. Reads only: [`tick`] applies the plan, the
+/// dashboard's progress route shows its report of why hosts wait.
+pub async fn plan_now(app: &Arc<AppState>, now: Time) -> Result<Option<(input::Built, Plan, Option<u64>)>, ExecutorError> {
     let loaded = store::blocking(app.store.clone(), |s| {
         let Some(release) = s.latest_release()? else { return Ok(None) };
         let snapshot = s.plan_snapshot()?;
@@ -69,7 +71,7 @@ pub async fn tick(app: &Arc<AppState>) -> Result<TickOutcome, ExecutorError> {
         Ok(Some((release, snapshot, stored)))
     })
     .await?;
-    let Some((release, snapshot, stored)) = loaded else { return Ok(TickOutcome::default()) };
+    let Some((release, snapshot, stored)) = loaded else { return Ok(None) };
     // Staleness is reported, not refused: the planner stops new dispatch for a stale channel
     // and raises an alert, while hosts already in flight finish (RFC-0002 §4 step 0).
     let verified = verify_release(&release.files, &app.trust, &VerifyContext::at(now).reporting_stale())
@@ -79,6 +81,13 @@ pub async fn tick(app: &Arc<AppState>) -> Result<TickOutcome, ExecutorError> {
     let built =
         input::build(&verified, &snapshot, stored, settings).map_err(|e| ExecutorError::Release { rule: "observed", message: e })?;
     let plan = drover_planner::plan(&built.input, now);
+    Ok(Some((built, plan, channel_period_secs)))
+}
+
+/// Plans once and applies the plan. No release published yet: nothing to do.
+pub async fn tick(app: &Arc<AppState>) -> Result<TickOutcome, ExecutorError> {
+    let now = app.clock.now();
+    let Some((built, plan, channel_period_secs)) = plan_now(app, now).await? else { return Ok(TickOutcome::default()) };
     if plan.actions.is_empty() {
         let next_due = input::next_due(&built.input, now);
         return Ok(TickOutcome { plan, next_due, channel_period_secs });

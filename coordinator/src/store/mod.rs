@@ -620,6 +620,8 @@ pub trait Store: Send + Sync {
     fn append_event(&self, event: &NewEvent) -> Result<i64, StoreError>;
     /// Events by id, filtered and paged.
     fn list_events(&self, filter: &EventFilter) -> Result<Vec<Event>, StoreError>;
+    /// The newest event's id, 0 when there is none: where a live stream starts.
+    fn latest_event_id(&self) -> Result<i64, StoreError>;
     /// Appends an audit record; returns its id.
     fn append_audit(&self, audit: &NewAudit) -> Result<i64, StoreError>;
     /// Audit records by id, filtered and paged.

@@ -58,6 +58,7 @@ pub fn events_filter_and_page_stable(make: Factory<'_>) {
     }
     let total = all_events(&*s);
     assert_eq!(seen, total.iter().map(|e| e.id).collect::<Vec<_>>(), "paging skipped or repeated events");
+    assert_eq!(s.latest_event_id().unwrap(), total.last().map_or(0, |e| e.id), "the newest id");
     assert_eq!(total.len(), listed.len() + extra);
 
     let count = |f: EventFilter| s.list_events(&EventFilter { limit: MAX_PAGE, ..f }).unwrap();

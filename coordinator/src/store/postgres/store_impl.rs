@@ -421,6 +421,9 @@ impl Store for PgStore {
     fn list_events(&self, filter: &EventFilter) -> Result<Vec<Event>, StoreError> {
         self.read(|c| log::list_events(c, filter))
     }
+    fn latest_event_id(&self) -> Result<i64, StoreError> {
+        self.read(|c| super::cols::col(&c.query_one("SELECT COALESCE(MAX(id), 0)::BIGINT FROM events", &[])?, 0))
+    }
     fn append_audit(&self, audit: &NewAudit) -> Result<i64, StoreError> {
         self.write(|tx| log::insert_audit(tx, audit))
     }

@@ -723,6 +723,9 @@ impl Store for SqliteStore {
     fn list_events(&self, filter: &EventFilter) -> Result<Vec<Event>, StoreError> {
         self.read(|c| log::list_events(c, filter))
     }
+    fn latest_event_id(&self) -> Result<i64, StoreError> {
+        self.read(|c| Ok(c.query_row("SELECT COALESCE(MAX(id), 0) FROM events", [], |r| r.get(0))?))
+    }
     fn append_audit(&self, audit: &NewAudit) -> Result<i64, StoreError> {
         self.write(|tx| log::insert_audit(tx, audit))
     }
