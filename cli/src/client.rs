@@ -26,7 +26,8 @@ use crate::exit::{CliError, codes};
 use crate::fsio::read_file;
 
 /// The `User-Agent` `drover` sends.
-const USER_AGENT: &str = concat!("drover/", env!("CARGO_PKG_VERSION"));
+/// What `drover` sends as its `User-Agent`.
+pub const USER_AGENT: &str = concat!("drover/", env!("CARGO_PKG_VERSION"));
 
 /// Where the coordinator is and the operator credentials to present, from flags, the
 /// environment or the config file.
@@ -124,6 +125,14 @@ fn check_url(url: &str) -> Result<(), &'static str> {
 
 /// Reads the credentials (66 missing, 65 malformed) and builds the mTLS client for `target`.
 pub fn connect(target: &Target) -> Result<CoordinatorClient, CliError> {
+    let (ca, identity) = credentials(target)?;
+    CoordinatorClient::new(USER_AGENT, std::slice::from_ref(&target.url), &ca, Some(identity), REQUEST_TIMEOUT)
+        .map_err(|e| unusable(target, e))
+}
+
+/// The CA and the operator's identity of `target`, read and checked (a certificate outside
+/// its validity is refused before any connection).
+fn credentials(target: &Target) -> Result<(Vec<CertificateDer<'static>>, ClientIdentity), CliError> {
     let ca = certificates(&target.ca)?;
     let chain = certificates(&target.cert)?;
     if let Some(leaf) = chain.first() {
@@ -131,8 +140,12 @@ pub fn connect(target: &Target) -> Result<CoordinatorClient, CliError> {
     }
     *CREDENTIALS.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((target.cert.clone(), target.ca.clone()));
     let key = drover_client::parse_private_key(&target.key.display().to_string(), &read_file(&target.key)?)?;
-    let identity = ClientIdentity { chain, key };
-    CoordinatorClient::new(USER_AGENT, std::slice::from_ref(&target.url), &ca, Some(identity), REQUEST_TIMEOUT).map_err(|e| match e {
+    Ok((ca, ClientIdentity { chain, key }))
+}
+
+/// A client error about `target`'s files, naming them.
+fn unusable(target: &Target, e: ClientError) -> CliError {
+    match e {
         ClientError::UnusableCa { message } => CliError::data(format!("{}: not a usable CA certificate: {message}", target.ca.display())),
         ClientError::UnusableIdentity { message } => CliError::data(format!(
             "{} and {} are not a usable certificate and key: {message}",
@@ -140,7 +153,14 @@ pub fn connect(target: &Target) -> Result<CoordinatorClient, CliError> {
             target.key.display()
         )),
         other => other.into(),
-    })
+    }
+}
+
+/// The TLS configuration [`connect`] uses, for a client of its own (`drover ui`'s proxy,
+/// whose event stream must outlive any request deadline).
+pub fn tls_for(target: &Target) -> Result<drover_client::rustls::ClientConfig, CliError> {
+    let (ca, identity) = credentials(target)?;
+    drover_client::tls_config(&ca, Some(identity)).map_err(|e| unusable(target, e))
 }
 
 /// The operator certificate and CA files of the last [`connect`], so that a TLS failure can

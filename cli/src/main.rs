@@ -57,6 +57,7 @@ mod site;
 mod site_items;
 mod tokens;
 mod trust;
+mod ui;
 mod verify;
 mod version;
 mod wait;
@@ -155,6 +156,9 @@ enum Command {
     /// Print this client's version and the coordinator's, warning when they are a minor
     /// release or more apart.
     Version(Box<version::VersionArgs>),
+    /// The web dashboard: a local proxy on loopback that holds your credentials and serves
+    /// the pages (fleet, rollouts, jobs, maintenance, live events, hosts); prints the URL.
+    Ui(Box<ui::UiArgs>),
     #[command(flatten)]
     Docs(completion::DocsCommand),
     /// Print the RFC 8785 canonical form of a JSON file (or stdin).
@@ -198,6 +202,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Releases(args) => releases::run(&args),
         Command::OperatorCert(args) => operator_certs::run(&args),
         Command::Version(args) => version::run(&args),
+        Command::Ui(args) => ui::run(&args),
         Command::Docs(docs) => completion::run(&docs, <Cli as clap::CommandFactory>::command()),
         Command::Canonicalize { file } => {
             let (name, bytes) = fsio::read_input(file.as_deref())?;
