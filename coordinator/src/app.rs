@@ -124,6 +124,8 @@ pub struct AppState {
     pub trust: Arc<drover_proto::trust::TrustRoots>,
     /// The agent binary.
     pub agent: AgentBinary,
+    /// The agent's Debian package, when `agent_package` names one.
+    pub agent_package: Option<AgentBinary>,
     /// Long-poll wake-ups.
     pub hub: Hub,
     /// Whether this replica runs the leader work (always, on SQLite).

@@ -7,6 +7,7 @@
 //! public_urls = ["https://coordinator.example:8443"]
 //! trust_file = "/etc/drover/trust.json"      # the CI trust roots enrolling agents receive
 //! agent_binary = "/usr/lib/drover/drover-agent"  # served to bootstrap scripts
+//! agent_package = "/srv/drover/drover-agent_0.1.0-1_amd64.deb"  # optional: dpkg hosts install it
 //! releases_dir = "/var/lib/drover/releases"  # optional: one release directory per entry
 //! releases_poll_secs = 10
 //!
@@ -605,6 +606,10 @@ pub struct Config {
     pub trust_file: PathBuf,
     /// The agent binary bootstrap scripts install.
     pub agent_binary: PathBuf,
+    /// The `drover-agent` Debian package (`packaging/deb/build-debs.sh`), if any: a bootstrap
+    /// script on a host with `dpkg` installs it instead of the bare binary.
+    #[serde(default)]
+    pub agent_package: Option<PathBuf>,
     /// Enrollment.
     #[serde(default)]
     pub enrollment: EnrollmentConfig,

@@ -348,7 +348,7 @@ fn start_code(error: &StartError) -> Option<u8> {
     match error {
         // sysexits' EX_NOINPUT: "did not exist or was not readable".
         StartError::Read { source, .. } => Some(io_input_code(source)),
-        StartError::Trust { .. } => Some(codes::DATA),
+        StartError::Trust { .. } | StartError::NotAPackage { .. } => Some(codes::DATA),
         _ => None,
     }
 }

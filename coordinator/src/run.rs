@@ -72,6 +72,12 @@ pub enum StartError {
         /// Why.
         message: String,
     },
+    /// The configured agent package is not a Debian package.
+    #[error("key `agent_package`: {} is not a Debian package (build one with packaging/deb/build-debs.sh)", path.display())]
+    NotAPackage {
+        /// The file.
+        path: PathBuf,
+    },
     /// TLS could not be configured.
     #[error(transparent)]
     Tls(#[from] TlsError),
@@ -124,6 +130,7 @@ pub struct Prepared {
     trust_json: Vec<u8>,
     trust: drover_proto::trust::TrustRoots,
     agent: AgentBinary,
+    agent_package: Option<AgentBinary>,
     tls: Arc<TlsState>,
 }
 
@@ -151,10 +158,21 @@ pub fn prepare(config: Config) -> Result<Prepared, StartError> {
         read("store.password_file", path)?;
     }
     let agent = AgentBinary { sha256: hex::encode(Sha256::digest(&agent_bytes)), bytes: agent_bytes.into() };
+    let agent_package = match &config.agent_package {
+        Some(path) => {
+            let bytes = read("agent_package", path)?;
+            // A Debian package is an ar archive: catches a binary or a tarball named by mistake.
+            if !bytes.starts_with(b"!<arch>\ndebian-binary") {
+                return Err(StartError::NotAPackage { path: path.clone() });
+            }
+            Some(AgentBinary { sha256: hex::encode(Sha256::digest(&bytes)), bytes: bytes.into() })
+        }
+        None => None,
+    };
     let material =
         TlsMaterial::from_pem(state.ca().cert_pem().as_bytes(), state.server_cert_pem().as_bytes(), state.server_key_pem().as_bytes())?;
     let tls = Arc::new(TlsState::new(material, None)?);
-    Ok(Prepared { config, state, director, trust_json, trust, agent, tls })
+    Ok(Prepared { config, state, director, trust_json, trust, agent, agent_package, tls })
 }
 
 /// Connections the kernel queues for `accept` (capped by `net.core.somaxconn`). After a
@@ -271,7 +289,7 @@ fn start_leader_work(app: &Arc<AppState>) -> Vec<JoinHandle<()>> {
 
 /// Opens the store and the secret store and serves what [`prepare`] checked on `listener`.
 pub async fn start_prepared(listener: TcpListener, prepared: Prepared, clock: Arc<dyn Clock>) -> Result<Running, StartError> {
-    let Prepared { config, state, director, trust_json, trust, agent, tls } = prepared;
+    let Prepared { config, state, director, trust_json, trust, agent, agent_package, tls } = prepared;
     let secrets = crate::secrets::from_config(&config).map_err(|e| StartError::Secrets { message: e.to_string() })?;
     let (store, database) = open_store(&config, &state.db_path(), &secrets).await?;
     let leader = leadership(&config, database.as_ref())?;
@@ -288,6 +306,7 @@ pub async fn start_prepared(listener: TcpListener, prepared: Prepared, clock: Ar
         trust_json: trust_json.into(),
         trust: Arc::new(trust),
         agent,
+        agent_package,
         hub: Hub::default(),
         leader,
         peers: Default::default(),

@@ -7,7 +7,7 @@
 # --bins` leaves them in target/release). OUT_DIR gets drover-agent_VERSION_ARCH.deb and
 # drover-coordinator_VERSION_ARCH.deb. Needs dpkg-dev (dpkg-deb, dpkg-shlibdeps) and binutils
 # (strip). DROVER_DEB_COMPRESS picks dpkg-deb's compressor (xz by default; the tests use
-# gzip, faster for debug builds).
+# gzip, faster for debug builds); DROVER_DEB_ONLY=agent builds the agent's package alone.
 #
 # Layout: binaries in /usr/bin (the coordinator package also ships the agent binary it serves
 # to bootstrap scripts, in /usr/lib/drover), units in /lib/systemd/system, configuration in
@@ -80,6 +80,7 @@ finish() {
 # $1 package root: its size in KiB, for the control file.
 size() { du -sk --exclude=DEBIAN "$1" | cut -f1; }
 
+# Maintainer scripts honour DPKG_ROOT (dpkg sets it for an install into another root).
 maintscript() {
   install -m 0755 /dev/stdin "$1"
 }
@@ -111,9 +112,10 @@ maintscript "$root/DEBIAN/postinst" <<'EOF'
 #!/bin/sh
 set -e
 if [ "$1" = configure ]; then
-  install -d -m 0755 /etc/drover
-  install -d -m 0700 /var/lib/drover
-  if [ -d /run/systemd/system ]; then
+  # DPKG_ROOT: an install into another root (dpkg --root, scripts outside a chroot).
+  install -d -m 0755 "$DPKG_ROOT/etc/drover"
+  install -d -m 0700 "$DPKG_ROOT/var/lib/drover"
+  if [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
     systemctl --system daemon-reload >/dev/null || true
   fi
   deb-systemd-helper unmask drover-agent.service >/dev/null || true
@@ -123,7 +125,7 @@ if [ "$1" = configure ]; then
     deb-systemd-helper update-state drover-agent.service >/dev/null || true
   fi
   # An upgrade restarts a running agent on the new binary; a fresh install waits for enrollment.
-  if [ -n "$2" ] && [ -d /run/systemd/system ]; then
+  if [ -n "$2" ] && [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
     deb-systemd-invoke try-restart drover-agent.service >/dev/null || true
   fi
 fi
@@ -132,7 +134,7 @@ EOF
 maintscript "$root/DEBIAN/prerm" <<'EOF'
 #!/bin/sh
 set -e
-if [ "$1" = remove ] && [ -d /run/systemd/system ]; then
+if [ "$1" = remove ] && [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
   deb-systemd-invoke stop drover-agent.service >/dev/null || true
 fi
 exit 0
@@ -140,7 +142,7 @@ EOF
 maintscript "$root/DEBIAN/postrm" <<'EOF'
 #!/bin/sh
 set -e
-if [ -d /run/systemd/system ]; then
+if [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
   systemctl --system daemon-reload >/dev/null || true
 fi
 if [ "$1" = remove ]; then
@@ -150,15 +152,19 @@ if [ "$1" = purge ]; then
   deb-systemd-helper purge drover-agent.service >/dev/null || true
   deb-systemd-helper unmask drover-agent.service >/dev/null || true
   # The host's identity (key, certificate) and what the bootstrap wrote for it.
-  rm -rf /var/lib/drover
-  rm -f /etc/drover/agent.toml /etc/drover/ca.crt
-  rmdir /etc/drover 2>/dev/null || true
+  rm -rf "$DPKG_ROOT/var/lib/drover"
+  rm -f "$DPKG_ROOT/etc/drover/agent.toml" "$DPKG_ROOT/etc/drover/ca.crt"
+  rmdir "$DPKG_ROOT/etc/drover" 2>/dev/null || true
 fi
 exit 0
 EOF
 finish "$root"
 
 # ---- drover-coordinator ------------------------------------------------------------------------
+if [ "${DROVER_DEB_ONLY:-}" = agent ]; then
+  echo "$out/drover-agent_${debversion}_$arch.deb"
+  exit 0
+fi
 common drover-coordinator
 root="$work/drover-coordinator"
 install -D -m 0755 "$bin/drover-coordinator" "$root/usr/bin/drover-coordinator"
@@ -195,7 +201,7 @@ maintscript "$root/DEBIAN/postinst" <<'EOF'
 #!/bin/sh
 set -e
 if [ "$1" = configure ]; then
-  if [ -d /run/systemd/system ]; then
+  if [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
     systemctl --system daemon-reload >/dev/null || true
   fi
   for unit in drover-coordinator.service drover-coordinator-init.service; do
@@ -206,7 +212,7 @@ if [ "$1" = configure ]; then
   else
     deb-systemd-helper update-state drover-coordinator.service >/dev/null || true
   fi
-  if [ -n "$2" ] && [ -d /run/systemd/system ]; then
+  if [ -n "$2" ] && [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
     deb-systemd-invoke try-restart drover-coordinator.service >/dev/null || true
   fi
 fi
@@ -215,7 +221,7 @@ EOF
 maintscript "$root/DEBIAN/prerm" <<'EOF'
 #!/bin/sh
 set -e
-if [ "$1" = remove ] && [ -d /run/systemd/system ]; then
+if [ "$1" = remove ] && [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
   deb-systemd-invoke stop drover-coordinator.service >/dev/null || true
 fi
 exit 0
@@ -223,7 +229,7 @@ EOF
 maintscript "$root/DEBIAN/postrm" <<'EOF'
 #!/bin/sh
 set -e
-if [ -d /run/systemd/system ]; then
+if [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
   systemctl --system daemon-reload >/dev/null || true
 fi
 if [ "$1" = purge ]; then

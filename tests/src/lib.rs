@@ -164,6 +164,7 @@ impl Harness {
             public_urls: vec![url.clone()],
             trust_file: trust.clone(),
             agent_binary: workspace_binary("drover-agent"),
+            agent_package: None,
             enrollment: EnrollmentConfig::default(),
             agent: AgentConfig { long_poll_secs: 2 },
             releases_dir: None,

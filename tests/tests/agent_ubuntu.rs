@@ -370,3 +370,78 @@ async fn an_agent_on_a_plain_host_refuses_intents_with_the_reason_and_still_repo
     assert!(read(&creds).contains("endpoint: 'http://10.20.0.2:5240/MAAS/metadata/status/4y3h7r'"));
     assert_eq!(read(&marker), "synced\n");
 }
+
+/// The agent's Debian package (`packaging/deb/build-debs.sh`, agent only) into `out`.
+fn agent_package(out: &Path) -> PathBuf {
+    let bins = workspace_binary("drover-agent").parent().expect("bin dir").to_path_buf();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/deb/build-debs.sh");
+    let made = Command::new("sh")
+        .arg(script)
+        .arg(&bins)
+        .arg(out)
+        .env("DROVER_DEB_COMPRESS", "gzip")
+        .env("DROVER_DEB_ONLY", "agent")
+        .output()
+        .expect("build-debs.sh");
+    assert!(made.status.success(), "{}", text(&made));
+    PathBuf::from(String::from_utf8_lossy(&made.stdout).lines().last().expect("the package").to_owned())
+}
+
+/// On a host with `dpkg`, a coordinator that serves the agent's Debian package has its
+/// bootstrap install that package (checked against the sha256 baked into the script) instead
+/// of the bare binary: dpkg knows the agent, the binary is the package's in /usr/bin, the unit
+/// is the package's (none written beside it), and the host enrolls and starts as before; a
+/// second run is harmless.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bootstrap_installs_the_agents_debian_package_where_the_coordinator_serves_one() {
+    tool("dpkg");
+    let pkgs = tempfile::tempdir().expect("tempdir");
+    let deb = agent_package(pkgs.path());
+    let served = deb.clone();
+    let h = Harness::start_with_config(move |_, c| c.agent_package = Some(served)).await;
+    let (code, body) = h.call(None, "GET", "/v1/agent/package.deb", None).await;
+    assert_eq!(code, "200", "served to anyone enrolling, like the binary");
+    assert!(body.starts_with("!<arch>"), "a Debian package");
+    let created = h.create_host("ubuntu-11").await;
+    let (command, host_id) = (created["command"].as_str().expect("command"), created["hostId"].as_str().expect("id"));
+    let root = h.dir.path().join("root");
+    let bin = fake_systemctl(h.dir.path());
+
+    let out = bootstrap(&h, command, &root, &bin).await;
+    assert!(out.status.success(), "bootstrap failed:\n{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("installed from its package"), "{}", text(&out));
+    let status = read(&root.join("var/lib/dpkg/status"));
+    assert!(status.contains("Package: drover-agent\nStatus: install ok installed\n"), "{status}");
+    let agent = root.join("usr/bin/drover-agent");
+    assert_eq!(mode(&agent), 0o755);
+    assert!(!root.join("usr/local/bin/drover-agent").exists() && !root.join(UNIT).exists(), "no bare binary, no unit beside the package's");
+    let unit = read(&root.join("lib/systemd/system/drover-agent.service"));
+    assert!(unit.contains("\nExecStart=/usr/bin/drover-agent run --config /etc/drover/agent.toml\n"), "{unit}");
+    let state = root.join("var/lib/drover");
+    assert_eq!((mode(&state), mode(&state.join("key.pem"))), (0o700, 0o600));
+    assert!(state.join("identity.json").is_file());
+    let parsed = drover_agent::config::Config::load(&root.join("etc/drover/agent.toml")).expect("agent.toml");
+    assert_eq!(parsed.coordinator_urls, std::slice::from_ref(&h.url));
+    assert_eq!(systemctl_calls(h.dir.path()), ["daemon-reload", "enable --now drover-agent.service"]);
+    assert_eq!(host_state(&h, host_id).await, "enrolling");
+    // The packaged binary runs.
+    let version = Command::new(&agent).arg("--version").output().expect("packaged agent");
+    assert!(String::from_utf8_lossy(&version.stdout).contains(env!("CARGO_PKG_VERSION")));
+
+    // Again: enrollment skipped, the same package reinstalled, nothing restarted.
+    let cert = read(&state.join("cert.pem"));
+    let out = bootstrap(&h, command, &root, &bin).await;
+    assert!(out.status.success(), "the second run failed:\n{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("already enrolled as host {host_id}")), "{}", text(&out));
+    assert_eq!(read(&state.join("cert.pem")), cert);
+    assert_eq!(systemctl_calls(h.dir.path())[2..], ["daemon-reload", "enable --now drover-agent.service"]);
+
+    // DROVER_BOOTSTRAP_NO_PACKAGE keeps the bare install on a dpkg host.
+    let other = h.create_host("ubuntu-12").await;
+    let root2 = h.dir.path().join("root2");
+    let env =
+        vec![("DROVER_BOOTSTRAP_ROOT".to_owned(), root2.display().to_string()), ("DROVER_BOOTSTRAP_NO_PACKAGE".to_owned(), "1".to_owned())];
+    let out = run_bootstrap(&h, other["command"].as_str().expect("command"), &bin, env).await;
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(root2.join("usr/local/bin/drover-agent").is_file() && root2.join(UNIT).is_file());
+}

@@ -33,13 +33,24 @@ pub const MAX_TOKEN_TTL_SECS: u64 = 7 * 86_400;
 
 /// `GET /v1/bootstrap.sh`.
 pub async fn bootstrap_script(State(app): State<Arc<AppState>>) -> Response {
-    let script = BOOTSTRAP_TEMPLATE.replace("@AGENT_SHA256@", &app.agent.sha256);
+    let package = app.agent_package.as_ref().map_or("", |p| p.sha256.as_str());
+    let script = BOOTSTRAP_TEMPLATE.replace("@AGENT_SHA256@", &app.agent.sha256).replace("@AGENT_PACKAGE_SHA256@", package);
     ([(header::CONTENT_TYPE, "text/x-shellscript; charset=utf-8")], script).into_response()
 }
 
 /// `GET /v1/agent/binary`.
 pub async fn agent_binary(State(app): State<Arc<AppState>>) -> Response {
     ([(header::CONTENT_TYPE, "application/octet-stream")], app.agent.bytes.clone()).into_response()
+}
+
+/// `GET /v1/agent/package.deb`: the agent's Debian package, 404 when none is configured.
+pub async fn agent_package(State(app): State<Arc<AppState>>) -> Response {
+    match &app.agent_package {
+        Some(p) => ([(header::CONTENT_TYPE, "application/vnd.debian.binary-package")], p.bytes.clone()).into_response(),
+        None => {
+            crate::api::error::ApiError::not_found("this coordinator serves no agent package (agent_package is not set)").into_response()
+        }
+    }
 }
 
 /// `GET /v1/ca.crt`.

@@ -62,6 +62,7 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/v1/version", get(version::version))
         .route("/v1/bootstrap.sh", get(enroll::bootstrap_script))
         .route("/v1/agent/binary", get(enroll::agent_binary))
+        .route("/v1/agent/package.deb", get(enroll::agent_package))
         .route("/v1/ca.crt", get(enroll::ca_certificate))
         .route("/v1/trust.json", get(enroll::trust_json))
         .route("/v1/enroll", post(enroll::enroll))

@@ -17,8 +17,11 @@
 # Any host with systemd and curl will do (it is how MAAS-deployed Ubuntu gets its agent): the
 # script installs the binary, `/etc/drover/agent.toml` and a plain systemd unit hardened like
 # the NixOS module's (nixos-modules/lib/agent.nix; the tests compare the two), then enables and
-# starts it. On a host that is not NixOS the agent runs tasks and reports health and refuses
-# activation intents with the reason.
+# starts it. On a host with `dpkg` (Debian, Ubuntu) whose coordinator serves the agent's Debian
+# package (`agent_package`), it installs that package instead, checked against the sha256
+# baked in here: the binary in /usr/bin and the package's unit (the same hardening), so
+# `apt` and `dpkg` know the agent and upgrade or remove it. On a host that is not NixOS the
+# agent runs tasks and reports health and refuses activation intents with the reason.
 #
 # Running it again on an enrolled host is harmless: enrollment is skipped (the token is not
 # needed again), agent.toml and the certificates are kept, the binary and the unit are
@@ -26,11 +29,15 @@
 # started. A host enrolled under another host id is refused before anything is touched.
 #
 # Test hooks (never needed on a real host): DROVER_BOOTSTRAP_ROOT installs under another
-# root; DROVER_BOOTSTRAP_SKIP_SYSTEMD=1 skips the systemctl calls where no systemd runs (the
-# unit file is still written).
+# root (a package with `dpkg --root`, its maintainer scripts run outside a chroot and its
+# dependencies taken as met there); DROVER_BOOTSTRAP_SKIP_SYSTEMD=1 skips the systemctl calls
+# where no systemd runs (the unit file is still written); DROVER_BOOTSTRAP_NO_PACKAGE=1 installs
+# the bare binary even where a package is served.
 set -eu
 
 AGENT_SHA256='@AGENT_SHA256@'
+# Empty when the coordinator serves no Debian package of the agent.
+PACKAGE_SHA256='@AGENT_PACKAGE_SHA256@'
 URL=''
 PIN=''
 TOKEN=''
@@ -71,8 +78,15 @@ fetch() {
   curl -fsS --proto '=https' --tlsv1.3 --insecure --pinnedpubkey "$PIN" --retry 3 --max-time 120 -o "$2" "$URL$1"
 }
 
+# The package where one is served and dpkg can install it; the bare binary otherwise.
+PACKAGE=0
+if [ -n "$PACKAGE_SHA256" ] && command -v dpkg >/dev/null 2>&1 && [ "${DROVER_BOOTSTRAP_NO_PACKAGE:-0}" != 1 ]; then
+  PACKAGE=1
+fi
+
 # Paths as the host sees them (the unit and agent.toml name these); files go under $ROOT.
 BIN=/usr/local/bin/drover-agent
+[ "$PACKAGE" = 1 ] && BIN=/usr/bin/drover-agent
 CONFIG=/etc/drover/agent.toml
 CA=/etc/drover/ca.crt
 STATE=/var/lib/drover
@@ -106,11 +120,36 @@ put() {
   changed=1
 }
 
-say "fetching the agent from $URL"
-fetch /v1/agent/binary "$tmp/drover-agent"
-got=$(sha256sum "$tmp/drover-agent" | cut -d' ' -f1)
-[ "$got" = "$AGENT_SHA256" ] || die "agent binary sha256 $got is not the expected $AGENT_SHA256"
-put "$tmp/drover-agent" "$BIN" 0755
+if [ "$PACKAGE" = 1 ]; then
+  say "fetching the agent's Debian package from $URL"
+  fetch /v1/agent/package.deb "$tmp/drover-agent.deb"
+  got=$(sha256sum "$tmp/drover-agent.deb" | cut -d' ' -f1)
+  [ "$got" = "$PACKAGE_SHA256" ] || die "agent package sha256 $got is not the expected $PACKAGE_SHA256"
+  before=$(cat "$ROOT$BIN" 2>/dev/null | sha256sum | cut -d' ' -f1)
+  if [ -n "$ROOT" ]; then
+    # A root of its own: its dpkg database starts empty, its scripts run outside a chroot.
+    mkdir -p "$ROOT/var/lib/dpkg/info" "$ROOT/var/lib/dpkg/updates"
+    [ -e "$ROOT/var/lib/dpkg/status" ] || : > "$ROOT/var/lib/dpkg/status"
+    dpkg --root="$ROOT" --force-script-chrootless --force-depends --force-not-root -i "$tmp/drover-agent.deb" >/dev/null \
+      || die "dpkg could not install the agent package"
+  else
+    dpkg -i "$tmp/drover-agent.deb" >/dev/null || die "dpkg could not install the agent package (apt-get -f install may fetch what it depends on)"
+  fi
+  after=$(sha256sum "$ROOT$BIN" | cut -d' ' -f1)
+  [ "$before" = "$after" ] || changed=1
+  # A unit an earlier bare install wrote would override the package's.
+  if [ -e "$ROOT/etc/systemd/system/drover-agent.service" ]; then
+    rm -f "$ROOT/etc/systemd/system/drover-agent.service"
+    changed=1
+  fi
+  say "drover-agent $(dpkg-deb --field "$tmp/drover-agent.deb" Version) installed from its package"
+else
+  say "fetching the agent from $URL"
+  fetch /v1/agent/binary "$tmp/drover-agent"
+  got=$(sha256sum "$tmp/drover-agent" | cut -d' ' -f1)
+  [ "$got" = "$AGENT_SHA256" ] || die "agent binary sha256 $got is not the expected $AGENT_SHA256"
+  put "$tmp/drover-agent" "$BIN" 0755
+fi
 
 if [ "$enrolled" = 1 ]; then
   # Its agent.toml (maybe edited since) and certificates stay as they are.
@@ -134,7 +173,8 @@ CONFIG
   say "enrolled as host $HOST_ID"
 fi
 
-# The unit: as the NixOS module's drover-agent.service (nixos-modules/lib/agent.nix). The agent
+# The unit: as the NixOS module's drover-agent.service (nixos-modules/lib/agent.nix); the
+# package carries its own, the same (packaging/deb/drover-agent.service). The agent
 # runs as root in the host's mount namespace (it unmounts tenant filesystems, removes tenant
 # users, resets GPUs), so the hardening is a capability bounding set of what the tasks need, a
 # system-call deny list, no new privileges, and the address families it uses.
@@ -167,10 +207,10 @@ UMask=0077
 [Install]
 WantedBy=multi-user.target
 UNIT
-put "$tmp/drover-agent.service" "$UNIT" 0644
+[ "$PACKAGE" = 1 ] || put "$tmp/drover-agent.service" "$UNIT" 0644
 
 if [ "$SKIP_SYSTEMD" = 1 ]; then
-  say "$UNIT written; systemctl skipped (DROVER_BOOTSTRAP_SKIP_SYSTEMD=1)"
+  say "unit in place; systemctl skipped (DROVER_BOOTSTRAP_SKIP_SYSTEMD=1)"
   exit 0
 fi
 systemctl daemon-reload
