@@ -301,7 +301,7 @@ pub fn render(x: &Explanation) -> String {
             (None, Some(r)) => format!("rollout {r}"),
             (None, None) => format!("channel {}", t(&w.channel)),
         };
-        let _ = writeln!(out, "  - [{about}] {}", t(&w.reason));
+        let _ = writeln!(out, "  - [{about}] {} ({})", t(&w.reason), w.why.kind());
     }
     let _ = writeln!(out, "Planned at {} against release {} ({}).", x.now, x.release_version, t(&x.verified_against));
     out

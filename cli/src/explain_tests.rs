@@ -72,8 +72,11 @@ fn a_host_waiting_behind_a_channel_edge_gets_the_reason() {
     let x = explained("gpu-a-01", &input);
     assert_eq!(x.channel.as_deref(), Some("gpu"));
     assert!(!x.on_target);
-    let reasons: Vec<&str> = x.waits.iter().map(|w| w.reason.as_str()).collect();
-    assert!(reasons.iter().any(|r| r.contains("channel edge: waits for channel infra")), "{reasons:?}");
+    let edge = x.waits.iter().find_map(|w| match &w.why {
+        drover_planner::WaitReason::ChannelEdge { channel, .. } => Some(channel.as_str()),
+        _ => None,
+    });
+    assert_eq!(edge, Some("infra"), "held by the channel edge to infra: {:?}", x.waits);
     assert!(render(&x).contains("[rollout gpu@c0ffee] channel edge: waits for channel infra"), "{}", render(&x));
     // The offline host is reported as such.
     assert_eq!(explained("gpu-b-02", &input).connectivity.as_deref(), Some("offline"));

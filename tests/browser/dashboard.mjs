@@ -151,7 +151,8 @@ try {
     await admin.waitFor("the rollout shown Halted", `document.querySelector(${JSON.stringify(row + " td.state-Halted")}) !== null`);
     await admin.go(base(cfg.admin) + "/#/rollouts/" + encodeURIComponent(cfg.rollout));
     await admin.waitFor("the rollout page", shown("[data-rollout-state=Halted]"));
-    await admin.waitFor("the report of why hosts wait", shown("ul.waits li, .waits + p"));
+    // The planner's typed report: a halted rollout waits for its operator.
+    await admin.waitFor("the report of why hosts wait", shown("ul.waits li[data-wait-kind=halted]"));
     await admin.shot("rollout");
   });
 

@@ -90,7 +90,13 @@ async fn fleet_summary_agrees_with_the_host_listing_and_rollout_progress_explain
     assert_eq!(p["waves"][0]["converged"], 0, "{p}");
     assert!(p["reportError"].is_null(), "{p}");
     let waits = p["waits"].as_array().expect("waits");
-    assert!(waits.iter().any(|w| w["host"] == "infra-01"), "why infra-01 waits: {p}");
+    // Typed: dispatched, awaiting its confirmation until a deadline.
+    let infra = waits.iter().find(|w| w["host"] == "infra-01").unwrap_or_else(|| panic!("why infra-01 waits: {p}"));
+    assert_eq!(infra["why"]["kind"], "confirm", "{infra}");
+    assert!(
+        infra["why"]["deadline"].is_string() && infra["reason"].as_str().is_some_and(|r| r.contains("awaiting confirmation")),
+        "{infra}"
+    );
     let (code, _) = get(&h, Some(&h.viewer), "/v1/rollouts/gpu@c0ffee/progress").await;
     assert_eq!(code, "404", "gpu waits on the channel edge: no rollout is open");
     let (code, _) = get(&h, Some(&h.viewer), "/v1/rollouts/not-a-rollout/progress").await;

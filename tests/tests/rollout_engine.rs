@@ -226,7 +226,7 @@ async fn stale_timestamp_stops_new_dispatch_and_alerts_once_per_channel() {
     assert_eq!(count("rollout.host", Some("Pending -> Activating")), dispatched, "nothing new dispatched while stale");
     assert_eq!(count("alert.release_stale", None), 2, "one alert per channel, not one per tick");
     let out = app.executor.tick_now(&app).await.expect("tick");
-    assert!(out.plan.report.iter().any(|w| w.reason.contains("stale")), "{:?}", out.plan.report);
+    assert!(out.plan.report.iter().any(|w| matches!(w.why, drover_planner::WaitReason::Stale { .. })), "{:?}", out.plan.report);
 
     // CI re-signs the timestamp (same artifacts): the rollout goes on.
     let mut files = files;

@@ -153,7 +153,8 @@ async function rolloutsPage(main) {
 
 async function rolloutPage(main, id) {
   const [{ p, bars }, status] = await Promise.all([rolloutBars(id), api(`rollouts/${encodeURIComponent(id)}/status`)]);
-  const waits = p.waits.map((w) => el("li", { "data-wait-host": w.host || "" }, w.host ? el("b", {}, w.host + ": ") : null, w.reason));
+  const waits = p.waits.map((w) => el("li", { "data-wait-host": w.host || "", "data-wait-kind": w.why.kind },
+    el("span", { class: "kind" }, w.why.kind), " ", w.host ? el("b", {}, w.host + ": ") : null, w.reason));
   const hosts = status.hosts.map((h) => el("tr", {}, el("td", {}, h.hostname), el("td", {}, h.waveIndex), stateCell(h.state), el("td", {}, h.since), el("td", { class: "muted" }, h.intentTarget || "")));
   const acts = [];
   if (["Active", "Converging", "Opening"].includes(p.rollout.state)) acts.push(action("Halt", `rollouts/${encodeURIComponent(id)}/halt`, route));

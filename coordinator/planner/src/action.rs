@@ -12,6 +12,7 @@ use drover_proto::states::{HostRolloutState, RolloutState};
 use drover_proto::time::Time;
 
 use crate::input::{Deferral, HostProgress, PlanInput, RolloutObserved};
+use crate::wait::WaitReason;
 
 /// One decision for the executor to persist (and, for intents, sign and deliver).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -148,8 +149,17 @@ pub struct Wait {
     /// The host, when one is concerned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
-    /// Why, for humans ("budget gpu-a 3/3 in flight", "offline", …).
+    /// Why, for humans ("budget gpu-a 3/3 in flight", "offline", …): `why` as a sentence.
     pub reason: String,
+    /// Why, typed: the kind of hold and its figures.
+    pub why: WaitReason,
+}
+
+impl Wait {
+    /// A wait of `channel` (and `rollout_id`, `host` when they are concerned) for `why`.
+    pub fn new(channel: &str, rollout_id: Option<&RolloutId>, host: Option<&str>, why: WaitReason) -> Wait {
+        Wait { channel: channel.to_owned(), rollout_id: rollout_id.cloned(), host: host.map(str::to_owned), reason: why.to_string(), why }
+    }
 }
 
 /// The output of one planning tick.

@@ -137,7 +137,12 @@ pub struct BudgetFull {
 impl BudgetFull {
     /// "budget gpu-a 3/3 in flight".
     pub fn describe(&self) -> String {
-        format!("budget {} {}/{} in flight", self.name, self.in_flight, self.allowed)
+        self.reason().to_string()
+    }
+
+    /// As the planner's report gives it.
+    pub fn reason(&self) -> crate::wait::WaitReason {
+        crate::wait::WaitReason::Budget { budget: self.name.clone(), in_flight: self.in_flight, allowed: self.allowed }
     }
 }
 

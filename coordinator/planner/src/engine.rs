@@ -29,6 +29,7 @@ use drover_proto::time::Time;
 use crate::action::{Action, Plan, Wait};
 use crate::budget::BudgetIndex;
 use crate::input::{PlanInput, Snapshot};
+use crate::wait::WaitReason;
 use crate::work::Work;
 
 /// More passes than any snapshot needs (each pass that acts moves some host or rollout
@@ -87,8 +88,8 @@ impl Tick {
         self.budgets.get_or_insert_with(|| BudgetIndex::build(work)).first_full(work, id, host)
     }
 
-    fn wait(&mut self, id: &RolloutId, host: Option<&str>, reason: String) {
-        self.waits.push(Wait { channel: id.channel().to_owned(), rollout_id: Some(id.clone()), host: host.map(str::to_owned), reason });
+    fn wait(&mut self, id: &RolloutId, host: Option<&str>, why: WaitReason) {
+        self.waits.push(Wait::new(id.channel(), Some(id), host, why));
     }
 
     fn host_to(&mut self, work: &mut Work<'_>, id: &RolloutId, host: &str, from: H, to: H, reason: String) {
@@ -184,7 +185,7 @@ fn step_finished(work: &mut Work<'_>, tick: &mut Tick, id: &RolloutId) {
         return;
     }
     let Some(manifest) = work.manifest(id) else {
-        return tick.wait(id, None, format!("manifest of {id} missing; its stragglers cannot advance"));
+        return tick.wait(id, None, WaitReason::ManifestMissing { rollout: id.clone(), stragglers: true });
     };
     for h in &landing {
         if let Some(e) = manifest.host(h) {
@@ -229,24 +230,24 @@ fn prune(work: &mut Work<'_>, tick: &mut Tick) {
 }
 
 /// The stale wait of `channel` at `now`, when its timestamp is older than its window.
-pub fn stale_reason<S: Snapshot + ?Sized>(work: &S, channel: &str, now: Time) -> Option<String> {
+pub fn stale_reason<S: Snapshot + ?Sized>(work: &S, channel: &str, now: Time) -> Option<WaitReason> {
     let c = work.channels().get(channel).filter(|c| c.is_stale(now))?;
-    Some(format!("timestamp signed at {} is stale (window {}s); no new dispatch until CI re-signs", c.signed_at, c.freshness_window_secs))
+    Some(WaitReason::Stale { signed_at: c.signed_at, window_secs: c.freshness_window_secs })
 }
 
 /// After the fixpoint: each stale channel gets one `ReleaseStale` alert per `signedAt`
 /// (debounced by `PlanInput::stale_alerts`) and, every tick, a channel-wide wait.
 fn record_stale_alerts(work: &mut Work<'_>, tick: &mut Tick) {
-    let stale: Vec<(String, Time, String)> = work
+    let stale: Vec<(String, Time, WaitReason)> = work
         .base
         .channels
         .iter()
         .filter_map(|(name, c)| stale_reason(work, name, tick.now).map(|r| (name.clone(), c.signed_at, r)))
         .collect();
     for (channel, signed_at, reason) in stale {
-        tick.waits.push(Wait { channel: channel.clone(), rollout_id: None, host: None, reason: reason.clone() });
+        tick.waits.push(Wait::new(&channel, None, None, reason.clone()));
         if work.stale_alerts.get(&channel) != Some(&signed_at) {
-            tick.emit(work, Action::ReleaseStale { channel, signed_at, reason });
+            tick.emit(work, Action::ReleaseStale { channel, signed_at, reason: reason.to_string() });
         }
     }
 }
@@ -292,9 +293,9 @@ fn channel_order(work: &Work<'_>) -> Vec<String> {
 /// First the channel's own live rollout (one active rollout per channel; the ref queues), then
 /// each channel edge into it (RFC-0002 §4.3): a predecessor with a live rollout (Halted
 /// included) or a ref not yet rolled holds it; one with no rollout history is open.
-pub fn opening_blocker<S: Snapshot + ?Sized>(work: &S, channel: &str, target_ref: &str) -> Option<(String, String)> {
+pub fn opening_blocker<S: Snapshot + ?Sized>(work: &S, channel: &str, target_ref: &str) -> Option<(String, WaitReason)> {
     if let Some((busy, r)) = work.rollouts().iter().find(|(rid, r)| rid.channel() == channel && blocks_next_ref(r.state)) {
-        return Some((channel.to_owned(), format!("ref {target_ref} queued behind rollout {busy} ({})", r.state)));
+        return Some((channel.to_owned(), WaitReason::Queued { target_ref: target_ref.to_owned(), behind: busy.clone(), state: r.state }));
     }
     let mut edges: Vec<&drover_proto::spec::Edge> =
         work.channel_edges().iter().filter(|e| e.after == channel && e.before != channel).collect();
@@ -308,8 +309,7 @@ pub fn opening_blocker<S: Snapshot + ?Sized>(work: &S, channel: &str, target_ref
         } else {
             continue;
         };
-        let why = if e.reason.is_empty() { String::new() } else { format!("; {}", e.reason) };
-        return Some((b.to_owned(), format!("channel edge: waits for channel {b} ({held}){why}")));
+        return Some((b.to_owned(), WaitReason::ChannelEdge { channel: b.to_owned(), held, because: e.reason.clone() }));
     }
     None
 }
@@ -373,7 +373,7 @@ fn record_deferrals(work: &mut Work<'_>, tick: &mut Tick) {
         let Some((blocked_by, reason)) = opening_blocker(work, &channel, &target_ref) else { continue };
         let recorded = work.last_deferrals.get(&channel).is_some_and(|d| d.target_ref == target_ref && d.blocked_by == blocked_by);
         if !recorded {
-            tick.emit(work, Action::RolloutDeferred { channel, target_ref, blocked_by, reason });
+            tick.emit(work, Action::RolloutDeferred { channel, target_ref, blocked_by, reason: reason.to_string() });
         }
     }
 }
@@ -418,7 +418,7 @@ fn step_rollout(work: &mut Work<'_>, tick: &mut Tick, id: &RolloutId) {
         return;
     }
     let Some(manifest) = work.manifest(id) else {
-        tick.wait(id, None, format!("manifest of {id} missing; nothing can advance"));
+        tick.wait(id, None, WaitReason::ManifestMissing { rollout: id.clone(), stragglers: false });
         return;
     };
     // While reverting, the touched hosts' states are `revert`'s business (no soak or gate).
@@ -436,8 +436,7 @@ fn step_rollout(work: &mut Work<'_>, tick: &mut Tick, id: &RolloutId) {
             if !failed.is_empty() {
                 // Observe mode (enforce failed it at Opening): a notice for the channel, every
                 // tick, that does not stand in for any host's own wait.
-                let reason = format!("static compliance gate (observe, not enforced): {} in {id}", describe_failed_controls(&failed));
-                tick.waits.push(Wait { channel: id.channel().to_owned(), rollout_id: None, host: None, reason });
+                tick.waits.push(Wait::new(id.channel(), None, None, WaitReason::Compliance { rollout: id.clone(), controls: failed }));
             }
             let mut current = current_wave(work, id, manifest);
             // In wave order (hostname within a wave): a returning Skipped host of an earlier
@@ -460,7 +459,7 @@ fn step_rollout(work: &mut Work<'_>, tick: &mut Tick, id: &RolloutId) {
         }
         R::Halted => {
             let since = work.rollouts.get(id).map_or(tick.now, |r| r.since);
-            tick.wait(id, None, format!("rollout halted since {since}; operator must resume, cancel or roll back"));
+            tick.wait(id, None, WaitReason::Halted { since });
         }
         R::Reverting => revert(work, tick, id, manifest),
         _ => {}
@@ -531,11 +530,7 @@ fn progress_host(work: &mut Work<'_>, tick: &mut Tick, id: &RolloutId, m: &Rollo
                     let r = format!("confirm deadline {deadline} passed without confirmation; the agent rolls back on its own");
                     tick.host_to(work, id, h, H::Activating, H::Reverted, r)
                 } else {
-                    tick.wait(
-                        id,
-                        Some(h),
-                        format!("activating since {} (awaiting confirmation; confirm deadline {deadline})", progress.since),
-                    )
+                    tick.wait(id, Some(h), WaitReason::Confirm { since: progress.since, deadline })
                 }
             }
         },
@@ -554,13 +549,13 @@ fn progress_host(work: &mut Work<'_>, tick: &mut Tick, id: &RolloutId, m: &Rollo
             let soak = m.waves.get(e.wave_index as usize).map_or(0, |w| w.soak_secs);
             let until = progress.since.plus_secs(soak);
             if tick.now < until {
-                return tick.wait(id, Some(h), format!("wave {} soaking until {until}", e.wave_index));
+                return tick.wait(id, Some(h), WaitReason::Soak { wave: e.wave_index, until });
             }
             if !obs.is_online() {
-                return tick.wait(id, Some(h), "offline while soaking; health unknown".to_owned());
+                return tick.wait(id, Some(h), WaitReason::OfflineWhileSoaking);
             }
             if let Some(p) = gate.required_probes.iter().find(|p| obs.probes.get(*p) != Some(&ProbeOutcome::Passed)) {
-                return tick.wait(id, Some(h), format!("required probe {p} has not reported passed"));
+                return tick.wait(id, Some(h), WaitReason::Gate { probe: p.clone() });
             }
             tick.host_to(work, id, h, H::Soaking, H::Converged, format!("soaked {soak}s; health gate passed"))
         }
@@ -618,23 +613,23 @@ fn consider_dispatch(work: &mut Work<'_>, tick: &mut Tick, id: &RolloutId, m: &R
     if state == H::Skipped {
         let is_current = work.base.channels.get(id.channel()).is_some_and(|c| c.manifest.rollout_id == *id);
         if !online {
-            return tick.wait(id, Some(h), "offline (skipped)".to_owned());
+            return tick.wait(id, Some(h), WaitReason::Offline);
         }
         if !is_current {
-            return tick.wait(id, Some(h), "skipped; will take the channel's current rollout".to_owned());
+            return tick.wait(id, Some(h), WaitReason::Skipped);
         }
     }
     // A returning Skipped host too: an earlier wave may be in progress again (one of its own
     // Skipped hosts came back), and waves never overlap.
     if current.is_some_and(|c| e.wave_index > c) {
-        let skipped = if state == H::Skipped { "skipped; " } else { "" };
-        return tick.wait(id, Some(h), format!("{skipped}waiting for wave {} (wave {} in progress)", e.wave_index, current.unwrap_or(0)));
+        let why = WaitReason::Wave { wave: e.wave_index, current: current.unwrap_or(0), skipped: state == H::Skipped };
+        return tick.wait(id, Some(h), why);
     }
     if let Some(reason) = work.base.held.get(h) {
-        return tick.wait(id, Some(h), format!("held by {reason}"));
+        return tick.wait(id, Some(h), WaitReason::Hold { by: reason.clone() });
     }
     if let Some(other) = crate::budget::in_flight_elsewhere(work, id, h) {
-        return tick.wait(id, Some(h), format!("in flight in rollout {other}"));
+        return tick.wait(id, Some(h), WaitReason::InFlightElsewhere { rollout: other.clone() });
     }
     if !online {
         return tick.host_to(work, id, h, H::Pending, H::Skipped, format!("offline when wave {} ran", e.wave_index));
@@ -655,10 +650,10 @@ fn consider_dispatch(work: &mut Work<'_>, tick: &mut Tick, id: &RolloutId, m: &R
             let r = format!("edge predecessor {} skipped in a superseded ref; follows it to the channel's current rollout", edge.before);
             return tick.host_to(work, id, h, H::Pending, H::Skipped, r);
         }
-        return tick.wait(id, Some(h), format!("edge predecessor {} not converged", edge.before));
+        return tick.wait(id, Some(h), WaitReason::Edge { before: edge.before.clone() });
     }
     if let Some(full) = tick.first_full_budget(work, id, h) {
-        return tick.wait(id, Some(h), full.describe());
+        return tick.wait(id, Some(h), full.reason());
     }
     let converged = work.rollouts.get(id).is_some_and(|r| r.state == R::Converged);
     let reason = if state == H::Skipped && converged {
@@ -697,7 +692,7 @@ fn revert(work: &mut Work<'_>, tick: &mut Tick, id: &RolloutId, m: &RolloutManif
         }
         all_reverted = false;
         let Some(target) = prev.host(h).map(|p| p.target_closure.clone()) else {
-            tick.wait(id, Some(h), format!("not in revertable rollout {}; cannot revert", prev.rollout_id));
+            tick.wait(id, Some(h), WaitReason::NotRevertable { rollout: prev.rollout_id.clone() });
             continue;
         };
         let confirmed = work
@@ -718,12 +713,12 @@ fn revert(work: &mut Work<'_>, tick: &mut Tick, id: &RolloutId, m: &RolloutManif
                 Action::Rollback { host: h.to_owned(), rollout_id: id.clone(), revert_to: prev.rollout_id.clone(), target, reason },
             );
         } else {
-            tick.wait(id, Some(h), format!("reverting to {} (awaiting confirmation)", prev.rollout_id));
+            tick.wait(id, Some(h), WaitReason::Reverting { to: prev.rollout_id.clone() });
         }
     }
     if all_reverted {
         tick.rollout_to(work, id, R::Reverting, R::Reverted, "every touched host reverted".to_owned());
     } else {
-        tick.wait(id, None, format!("rollback-and-halt: reverting touched hosts to {}", prev.rollout_id));
+        tick.wait(id, None, WaitReason::RollingBack { to: prev.rollout_id.clone() });
     }
 }

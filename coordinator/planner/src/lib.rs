@@ -13,6 +13,7 @@ pub mod check;
 pub mod engine;
 pub mod input;
 pub mod observed;
+pub mod wait;
 mod work;
 
 #[cfg(test)]
@@ -25,3 +26,4 @@ pub use engine::plan;
 pub use input::{
     ChannelInput, Connectivity, HostObserved, HostProgress, PLAN_INPUT_SCHEMA_VERSION, PlanInput, PlanSettings, RolloutObserved, Snapshot,
 };
+pub use wait::WaitReason;

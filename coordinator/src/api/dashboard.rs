@@ -111,8 +111,10 @@ pub struct WaveProgress {
 pub struct WaitView {
     /// The host, when one is concerned.
     pub host: Option<String>,
-    /// Why.
+    /// Why, as a sentence.
     pub reason: String,
+    /// Why, typed: `kind` (budget, edge, soak, gate, hold…) and its figures.
+    pub why: drover_planner::WaitReason,
 }
 
 /// `GET /v1/rollouts/{id}/progress` answer.
@@ -161,7 +163,7 @@ pub async fn rollout_progress(
                 Some(r) => *r == id,
                 None => w.channel == id.channel(),
             });
-            (ours.map(|w| WaitView { host: w.host, reason: w.reason }).collect(), None)
+            (ours.map(|w| WaitView { host: w.host, reason: w.reason, why: w.why }).collect(), None)
         }
         Ok(None) => (Vec::new(), Some("no release has been published".to_owned())),
         Err(e) => (Vec::new(), Some(e.to_string())),
