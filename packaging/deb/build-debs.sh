@@ -85,6 +85,63 @@ maintscript() {
   install -m 0755 /dev/stdin "$1"
 }
 
+# The maintainer scripts of a package: $1 its root, $2 the unit enabled and restarted, $3 all
+# its units (space-separated), $4 shell lines run on configure first, $5 shell lines a purge
+# runs last. The rest is what debhelper writes for systemd units, and it touches no running
+# systemd in an install into another root ($DPKG_ROOT).
+scripts() {
+  {
+    printf '#!/bin/sh\nset -e\nif [ "$1" = configure ]; then\n%s\n' "$4"
+    sed -e "s|@UNIT@|$2|g" -e "s|@UNITS@|$3|g" <<'EOF'
+  if [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
+    systemctl --system daemon-reload >/dev/null || true
+  fi
+  for unit in @UNITS@; do
+    deb-systemd-helper unmask "$unit" >/dev/null || true
+  done
+  if deb-systemd-helper --quiet was-enabled @UNIT@; then
+    deb-systemd-helper enable @UNIT@ >/dev/null || true
+  else
+    deb-systemd-helper update-state @UNIT@ >/dev/null || true
+  fi
+  # An upgrade restarts what runs on the new binary; a fresh install waits for its conditions.
+  if [ -n "$2" ] && [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
+    deb-systemd-invoke try-restart @UNIT@ >/dev/null || true
+  fi
+fi
+exit 0
+EOF
+  } | maintscript "$1/DEBIAN/postinst"
+  sed -e "s|@UNIT@|$2|g" <<'EOF' | maintscript "$1/DEBIAN/prerm"
+#!/bin/sh
+set -e
+if [ "$1" = remove ] && [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
+  deb-systemd-invoke stop @UNIT@ >/dev/null || true
+fi
+exit 0
+EOF
+  {
+    sed -e "s|@UNITS@|$3|g" <<'EOF'
+#!/bin/sh
+set -e
+if [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
+  systemctl --system daemon-reload >/dev/null || true
+fi
+if [ "$1" = remove ]; then
+  for unit in @UNITS@; do
+    deb-systemd-helper mask "$unit" >/dev/null || true
+  done
+fi
+if [ "$1" = purge ]; then
+  for unit in @UNITS@; do
+    deb-systemd-helper purge "$unit" >/dev/null || true
+    deb-systemd-helper unmask "$unit" >/dev/null || true
+  done
+EOF
+    printf '%s\nfi\nexit 0\n' "$5"
+  } | maintscript "$1/DEBIAN/postrm"
+}
+
 # ---- drover-agent ----------------------------------------------------------------------------
 common drover-agent
 root="$work/drover-agent"
@@ -108,56 +165,14 @@ Description: Drover node agent for bare-metal GPU hosts
  the bootstrap command "drover enroll" prints; the unit starts once the
  host is enrolled.
 EOF
-maintscript "$root/DEBIAN/postinst" <<'EOF'
-#!/bin/sh
-set -e
-if [ "$1" = configure ]; then
-  # DPKG_ROOT: an install into another root (dpkg --root, scripts outside a chroot).
-  install -d -m 0755 "$DPKG_ROOT/etc/drover"
-  install -d -m 0700 "$DPKG_ROOT/var/lib/drover"
-  if [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
-    systemctl --system daemon-reload >/dev/null || true
-  fi
-  deb-systemd-helper unmask drover-agent.service >/dev/null || true
-  if deb-systemd-helper --quiet was-enabled drover-agent.service; then
-    deb-systemd-helper enable drover-agent.service >/dev/null || true
-  else
-    deb-systemd-helper update-state drover-agent.service >/dev/null || true
-  fi
-  # An upgrade restarts a running agent on the new binary; a fresh install waits for enrollment.
-  if [ -n "$2" ] && [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
-    deb-systemd-invoke try-restart drover-agent.service >/dev/null || true
-  fi
-fi
-exit 0
-EOF
-maintscript "$root/DEBIAN/prerm" <<'EOF'
-#!/bin/sh
-set -e
-if [ "$1" = remove ] && [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
-  deb-systemd-invoke stop drover-agent.service >/dev/null || true
-fi
-exit 0
-EOF
-maintscript "$root/DEBIAN/postrm" <<'EOF'
-#!/bin/sh
-set -e
-if [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
-  systemctl --system daemon-reload >/dev/null || true
-fi
-if [ "$1" = remove ]; then
-  deb-systemd-helper mask drover-agent.service >/dev/null || true
-fi
-if [ "$1" = purge ]; then
-  deb-systemd-helper purge drover-agent.service >/dev/null || true
-  deb-systemd-helper unmask drover-agent.service >/dev/null || true
-  # The host's identity (key, certificate) and what the bootstrap wrote for it.
-  rm -rf "$DPKG_ROOT/var/lib/drover"
+# Prepared on configure: the configuration and state directories. Purged: the host's identity
+# (key, certificate) and what the bootstrap wrote for it.
+scripts "$root" drover-agent.service drover-agent.service \
+  '  install -d -m 0755 "$DPKG_ROOT/etc/drover"
+  install -d -m 0700 "$DPKG_ROOT/var/lib/drover"' \
+  '  rm -rf "$DPKG_ROOT/var/lib/drover"
   rm -f "$DPKG_ROOT/etc/drover/agent.toml" "$DPKG_ROOT/etc/drover/ca.crt"
-  rmdir "$DPKG_ROOT/etc/drover" 2>/dev/null || true
-fi
-exit 0
-EOF
+  rmdir "$DPKG_ROOT/etc/drover" 2>/dev/null || true'
 finish "$root"
 
 # ---- drover-coordinator ------------------------------------------------------------------------
@@ -197,50 +212,9 @@ Description: Drover coordinator and operator CLI for fleets of GPU hosts
  in /usr/share/doc/drover-coordinator/examples), then enable
  drover-coordinator.
 EOF
-maintscript "$root/DEBIAN/postinst" <<'EOF'
-#!/bin/sh
-set -e
-if [ "$1" = configure ]; then
-  if [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
-    systemctl --system daemon-reload >/dev/null || true
-  fi
-  for unit in drover-coordinator.service drover-coordinator-init.service; do
-    deb-systemd-helper unmask "$unit" >/dev/null || true
-  done
-  if deb-systemd-helper --quiet was-enabled drover-coordinator.service; then
-    deb-systemd-helper enable drover-coordinator.service >/dev/null || true
-  else
-    deb-systemd-helper update-state drover-coordinator.service >/dev/null || true
-  fi
-  if [ -n "$2" ] && [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
-    deb-systemd-invoke try-restart drover-coordinator.service >/dev/null || true
-  fi
-fi
-exit 0
-EOF
-maintscript "$root/DEBIAN/prerm" <<'EOF'
-#!/bin/sh
-set -e
-if [ "$1" = remove ] && [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
-  deb-systemd-invoke stop drover-coordinator.service >/dev/null || true
-fi
-exit 0
-EOF
-maintscript "$root/DEBIAN/postrm" <<'EOF'
-#!/bin/sh
-set -e
-if [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
-  systemctl --system daemon-reload >/dev/null || true
-fi
-if [ "$1" = purge ]; then
-  for unit in drover-coordinator.service drover-coordinator-init.service; do
-    deb-systemd-helper purge "$unit" >/dev/null || true
-  done
-  # The state directory holds the fleet's CA key and store: never removed by a purge. Back
-  # it up (`drover-coordinator backup`) and remove /var/lib/drover by hand if you mean it.
-fi
-exit 0
-EOF
+# A purge never removes the state directory: it holds the fleet's CA key and store. Back it
+# up (`drover-coordinator backup`) and remove /var/lib/drover by hand if you mean it.
+scripts "$root" drover-coordinator.service "drover-coordinator.service drover-coordinator-init.service" '  :' '  :'
 finish "$root"
 
 echo "$out/drover-agent_${debversion}_$arch.deb"

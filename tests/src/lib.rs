@@ -418,6 +418,28 @@ impl Harness {
         out
     }
 
+    /// The example fleet (`examples/fleet.json`) as simulated agents, checked in once; its
+    /// release (CI key `[9; 32]`, commit `c0ffee`) stored; and one executor tick, which opens
+    /// the infra rollout and dispatches its first wave. The agents are not stepped again, so
+    /// that rollout stays in flight. Returns the fleet's hostnames.
+    pub async fn example_fleet_rolling(&self) -> Vec<String> {
+        const FLEET: &[u8] = include_bytes!("../../examples/fleet.json");
+        let now = self.clock.now();
+        let spec_json: serde_json::Value = serde_json::from_slice(FLEET).expect("json");
+        let names: Vec<String> = spec_json["hosts"].as_object().expect("hosts").keys().cloned().collect();
+        let agents = self.sim_agents(&names, |_| sim_agent::Behaviour::Healthy);
+        sim_agent::step_all(agents, now).await;
+        let spec = drover_proto::spec::FleetSpec::from_json(FLEET).expect("spec");
+        let meta = drover_proto::resolve::ReleaseMeta { ci_commit: "c0ffee".into(), created_at: now };
+        let params = drover_proto::release::ReleaseParams { meta, version: 1, previous: None };
+        let ci = drover_proto::keys::KeySigner::new(SigningKey::from_bytes(&[9u8; 32]));
+        let files = drover_proto::release::build_release(&spec, &params, &[ci]).expect("release");
+        self.running.app.store.put_release(1, now, &files).expect("store release");
+        let app = self.running.app.clone();
+        app.executor.tick_now(&app).await.expect("tick");
+        names
+    }
+
     /// A host in the store and a certificate for it from the CA, as enrollment would make:
     /// its id, its certificate and key files, and the certificate's serial.
     pub fn host_credentials(&self, hostname: &str) -> (Uuid, (PathBuf, PathBuf), String) {
@@ -431,6 +453,14 @@ impl Harness {
         write(&key, key_pem.as_bytes());
         (host_id, (crt, key), cert.serial_hex)
     }
+}
+
+/// A command for `name`, a tool a test needs from the system; fails loudly, saying which
+/// package brings it (`.ci/run` installs each), when it is not on `PATH`.
+pub fn required_tool(name: &str, package: &str) -> Command {
+    let found = Command::new("sh").args(["-c", &format!("command -v {name}")]).output().is_ok_and(|o| o.status.success());
+    assert!(found, "{name} is not installed: apt-get install {package} (as .ci/run does)");
+    Command::new(name)
 }
 
 /// A fresh P-256 key and a CSR for it, made by `openssl` as a host would.

@@ -9,32 +9,12 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use drover_coordinator::app::Clock as _;
-use drover_proto::release::{ReleaseParams, build_release};
-use drover_proto::resolve::ReleaseMeta;
-use drover_proto::spec::FleetSpec;
 use drover_tests::Harness;
 use serde_json::Value;
 
 async fn get(h: &Harness, creds: Option<&(std::path::PathBuf, std::path::PathBuf)>, path: &str) -> (String, Value) {
     let (code, body) = h.call(creds, "GET", path, None).await;
     (code, serde_json::from_str(&body).unwrap_or(Value::Null))
-}
-
-/// The example fleet enrolled and checked in once, its release stored, one executor tick.
-async fn fleet_with_a_rollout(h: &Harness) -> Vec<String> {
-    let now = h.clock.now();
-    let spec_json: Value = serde_json::from_slice(include_bytes!("../../examples/fleet.json")).expect("json");
-    let names: Vec<String> = spec_json["hosts"].as_object().expect("hosts").keys().cloned().collect();
-    let agents = h.sim_agents(&names, |_| drover_tests::sim_agent::Behaviour::Healthy);
-    drover_tests::sim_agent::step_all(agents, now).await;
-    let spec = FleetSpec::from_json(include_bytes!("../../examples/fleet.json")).expect("spec");
-    let params = ReleaseParams { meta: ReleaseMeta { ci_commit: "c0ffee".into(), created_at: now }, version: 1, previous: None };
-    let ci = drover_proto::keys::KeySigner::new(ed25519_dalek::SigningKey::from_bytes(&[9u8; 32]));
-    h.running.app.store.put_release(1, now, &build_release(&spec, &params, &[ci]).expect("release")).expect("store release");
-    let app = h.running.app.clone();
-    app.executor.tick_now(&app).await.expect("tick");
-    names
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -55,7 +35,7 @@ async fn whoami_tells_the_role_and_whether_it_may_act() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet_summary_agrees_with_the_host_listing_and_rollout_progress_explains_the_waits() {
     let h = Harness::start_with_long_poll(0).await;
-    let names = fleet_with_a_rollout(&h).await;
+    let names = h.example_fleet_rolling().await;
     h.create_host("spare-01").await;
     let (_, one) = get(&h, Some(&h.admin), "/v1/hosts?limit=1000").await;
     let id = one["items"].as_array().expect("items").iter().find(|x| x["hostname"] == "gpu-b-02").expect("gpu-b-02")["id"].clone();

@@ -11,9 +11,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use drover_coordinator::app::Clock as _;
-use drover_proto::release::{ReleaseParams, build_release};
-use drover_proto::resolve::ReleaseMeta;
-use drover_proto::spec::FleetSpec;
 use drover_tests::Harness;
 use serde_json::Value;
 
@@ -23,9 +20,7 @@ fn kit(file: &str) -> PathBuf {
 
 /// A tool from Debian's `prometheus` package, which `.ci/run` installs.
 fn tool(name: &str) -> Command {
-    let found = Command::new("sh").args(["-c", &format!("command -v {name}")]).output().map(|o| o.status.success()).unwrap_or(false);
-    assert!(found, "{name} is not installed: apt-get install prometheus (as .ci/run does)");
-    Command::new(name)
+    drover_tests::required_tool(name, "prometheus")
 }
 
 fn run_ok(mut cmd: Command, what: &str) -> String {
@@ -134,16 +129,8 @@ async fn prometheus_scrapes_a_coordinator_with_the_example_config_and_every_kit_
     // What makes the conditional families appear: a release, a rollout in flight over
     // checked-in hosts, a job, a reconciler pass, a refused release, a host certificate.
     let now = h.clock.now();
-    let spec_json: Value = serde_json::from_slice(include_bytes!("../../examples/fleet.json")).expect("json");
-    let names: Vec<String> = spec_json["hosts"].as_object().expect("hosts").keys().cloned().collect();
-    let agents = h.sim_agents(&names, |_| drover_tests::sim_agent::Behaviour::Healthy);
-    drover_tests::sim_agent::step_all(agents, now).await;
-    let spec = FleetSpec::from_json(include_bytes!("../../examples/fleet.json")).expect("spec");
-    let params = ReleaseParams { meta: ReleaseMeta { ci_commit: "c0ffee".into(), created_at: now }, version: 1, previous: None };
-    let ci = drover_proto::keys::KeySigner::new(ed25519_dalek::SigningKey::from_bytes(&[9u8; 32]));
-    h.running.app.store.put_release(1, now, &build_release(&spec, &params, &[ci]).expect("release")).expect("store release");
+    h.example_fleet_rolling().await;
     let app = h.running.app.clone();
-    app.executor.tick_now(&app).await.expect("tick");
     let host = h.running.app.store.list_hosts(&Default::default()).expect("hosts")[0].id;
     let job = drover_coordinator::store::NewJob {
         job_id: uuid::Uuid::new_v4(),

@@ -344,19 +344,8 @@ async fn metrics_follow_cordons_jobs_rollouts_releases_and_routes() {
         request_id: None,
     };
     h.running.app.store.create_job(&job).expect("job");
-    // The example fleet's hosts, checked in once; a release, and the executor's tick that
-    // opens its rollouts and dispatches the first wave (the agents do not step again, so it
-    // stays in flight).
-    let spec_json: Value = serde_json::from_slice(include_bytes!("../../examples/fleet.json")).expect("json");
-    let names: Vec<String> = spec_json["hosts"].as_object().expect("hosts").keys().cloned().collect();
-    let agents = h.sim_agents(&names, |_| drover_tests::sim_agent::Behaviour::Healthy);
-    drover_tests::sim_agent::step_all(agents, now).await;
-    let spec = FleetSpec::from_json(include_bytes!("../../examples/fleet.json")).expect("spec");
-    let params = ReleaseParams { meta: ReleaseMeta { ci_commit: "c0ffee".into(), created_at: now }, version: 1, previous: None };
-    let ci = drover_proto::keys::KeySigner::new(ed25519_dalek::SigningKey::from_bytes(&[9u8; 32]));
-    h.running.app.store.put_release(1, now, &build_release(&spec, &params, &[ci]).expect("release")).expect("store release");
-    let app = h.running.app.clone();
-    app.executor.tick_now(&app).await.expect("tick");
+    // The example fleet rolling: its infra rollout in flight.
+    let names = h.example_fleet_rolling().await;
     h.clock.advance(90);
     let (code, _) = h.call(Some(&h.viewer), "GET", "/v1/no-such-thing", None).await;
     assert_eq!(code, "404");

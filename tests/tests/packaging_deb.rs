@@ -11,9 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn tool(name: &str) -> Command {
-    let found = Command::new("sh").args(["-c", &format!("command -v {name}")]).output().map(|o| o.status.success()).unwrap_or(false);
-    assert!(found, "{name} is not installed (.ci/run installs it: dpkg-dev, lintian, systemd)");
-    Command::new(name)
+    drover_tests::required_tool(name, "dpkg-dev lintian systemd")
 }
 
 fn run(mut cmd: Command, what: &str) -> String {
