@@ -12,6 +12,8 @@ pub mod lifecycle;
 pub mod maintenance;
 pub mod metrics_route;
 pub mod onboardings;
+pub mod openapi;
+pub mod openapi_routes;
 pub mod operator;
 pub mod operator_certs;
 pub mod rack_maintenance;
@@ -60,6 +62,7 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/v1/fleet/summary", get(dashboard::fleet_summary))
         .route("/v1/audit", get(operator::list_audit))
         .route("/v1/version", get(version::version))
+        .route("/v1/openapi.json", get(openapi::openapi))
         .route("/v1/bootstrap.sh", get(enroll::bootstrap_script))
         .route("/v1/agent/binary", get(enroll::agent_binary))
         .route("/v1/agent/package.deb", get(enroll::agent_package))
