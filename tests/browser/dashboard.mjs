@@ -25,7 +25,7 @@ const profile = mkdtempSync(join(tmpdir(), "drover-chromium-"));
 const chrome = spawn(process.env.CHROMIUM || "chromium", [
   "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
   "--remote-debugging-port=0", `--user-data-dir=${profile}`, "about:blank",
-], { stdio: ["ignore", "ignore", "pipe"] });
+], { stdio: ["ignore", "ignore", "pipe"], detached: true });
 const wsUrl = await new Promise((resolve, reject) => {
   let text = "";
   const t = setTimeout(() => reject(new Error("Chromium did not start in 30 s:\n" + text)), 30000);
@@ -202,10 +202,17 @@ try {
   exit = 1;
 } finally {
   for (const r of results) console.log("[dashboard]", r);
-  try { ws.close(); } catch (_) { /* gone */ }
-  const gone = new Promise((r) => chrome.once("exit", r));
-  chrome.kill("SIGKILL");
-  await gone;
-  rmSync(profile, { recursive: true, force: true, maxRetries: 5 });
 }
+// Cleanup never decides the outcome: Chromium's whole process group (its renderers too) is
+// killed, then its profile removed.
+try {
+  ws.onclose = null;
+  ws.onerror = null;
+  ws.close();
+} catch (_) { /* gone */ }
+const gone = new Promise((r) => (chrome.exitCode !== null || chrome.signalCode !== null ? r() : chrome.once("exit", r)));
+try { process.kill(-chrome.pid, "SIGKILL"); } catch (_) { chrome.kill("SIGKILL"); }
+await gone;
+try { rmSync(profile, { recursive: true, force: true, maxRetries: 5, retryDelay: 100 }); } catch (e) { console.error("[dashboard] profile left:", e.message); }
+console.log(`[dashboard] exit ${exit}`);
 process.exit(exit);

@@ -162,7 +162,7 @@ async fn the_dashboard_in_a_real_browser_shows_the_fleet_live_and_acts_by_role()
     let out = out.expect("node ran");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     eprintln!("{text}");
-    assert!(out.status.success(), "the browser checks failed:\n{text}");
+    assert!(out.status.success(), "the browser checks failed ({}):\n{text}", out.status);
 
     // What the page did, seen from the CLI: the rollout halted, audited with the page's reason.
     let status = h.drover_ok(&h.admin, &["rollout", "status", ROLLOUT]).await;
