@@ -226,7 +226,10 @@ mod tests {
         let mut child = Command::new("cat").stdin(Stdio::piped()).stdout(Stdio::null()).spawn().expect("cat starts");
         let me = std::process::id();
         assert!(children_of(me).contains(&child.id()), "cat is a child of this test");
-        assert!(tree_cpu_secs(me) >= cpu_secs(me, false));
+        // Read in this order: CPU time only grows, so the tree read after it is never less
+        // (the other order raced this process's other threads).
+        let own = cpu_secs(me, false);
+        assert!(tree_cpu_secs(me) >= own);
         assert!(tree_pss_kib(me) > 0);
         drop(child.stdin.take());
         child.wait().expect("cat exits");
