@@ -377,32 +377,27 @@ pub fn parse_host_id(what: &str, id: &str) -> Result<Uuid, CliError> {
 /// The path of `drover job get`: one job, or the list with its filters, `--host` checked and
 /// then turned into an id by `host_id` (which may ask the coordinator).
 fn get_path(args: &GetArgs, host_id: impl FnOnce(&str) -> Result<Uuid, CliError>) -> Result<String, CliError> {
-    if let Some(id) = &args.job_id {
-        return Ok(format!("/v1/jobs/{}", check_job_id(id)?));
+    match &args.job_id {
+        Some(id) => Ok(format!("/v1/jobs/{}", check_job_id(id)?)),
+        None => Ok(crate::get::with_query("/v1/jobs", &list_query(args, host_id)?)),
     }
-    let host = match args.host.as_deref() {
-        Some(h) => {
-            crate::resolve::HostName::parse("--host", h)?;
-            Some(host_id(h)?)
-        }
-        None => None,
-    };
-    Ok(list_path(host, args.state, args.kind))
 }
 
-/// `GET /v1/jobs` with its filters (every value is URL-safe as validated).
-pub fn list_path(host: Option<Uuid>, state: Option<JobState>, kind: Option<JobKind>) -> String {
+/// The filters of `GET /v1/jobs` (every value is URL-safe as validated), `--host` resolved to
+/// its id by `host_id`.
+fn list_query(args: &GetArgs, host_id: impl FnOnce(&str) -> Result<Uuid, CliError>) -> Result<Vec<(&'static str, String)>, CliError> {
     let mut query = Vec::new();
-    if let Some(h) = host {
-        query.push(format!("host={h}"));
+    if let Some(h) = args.host.as_deref() {
+        crate::resolve::HostName::parse("--host", h)?;
+        query.push(("host", host_id(h)?.to_string()));
     }
-    if let Some(s) = state {
-        query.push(format!("state={}", s.wire()));
+    if let Some(s) = args.state {
+        query.push(("state", s.wire().to_owned()));
     }
-    if let Some(k) = kind {
-        query.push(format!("kind={}", k.wire()));
+    if let Some(k) = args.kind {
+        query.push(("kind", k.wire().to_owned()));
     }
-    if query.is_empty() { "/v1/jobs".to_owned() } else { format!("/v1/jobs?{}", query.join("&")) }
+    Ok(query)
 }
 
 /// The path of an action.
@@ -603,16 +598,10 @@ pub fn run(args: &JobArgs) -> Result<(), CliError> {
 }
 
 fn run_get(args: &GetArgs) -> Result<(), CliError> {
-    let mut session = None;
-    let path = get_path(args, |h| {
-        let s = session.insert(client::Session::open(&args.connect)?);
-        Ok(crate::resolve::host(s, "--host", h)?.id)
-    })?;
-    let session = match session {
-        Some(s) => s,
-        None => client::Session::open(&args.connect)?,
-    };
+    let session = client::Session::open(&args.connect)?;
+    let resolve = |h: &str| Ok(crate::resolve::host(&session, "--host", h)?.id);
     if args.job_id.is_some() {
+        let path = get_path(args, resolve)?;
         let value = session.get(&path)?;
         let job = decode::<JobJson>(&path, &value)?;
         return print(&match args.output.output {
@@ -621,8 +610,7 @@ fn run_get(args: &GetArgs) -> Result<(), CliError> {
         });
     }
     // Every page, as `drover get jobs` reads them; JSON is the array of jobs.
-    let (base, query) = path.split_once('?').unwrap_or((path.as_str(), ""));
-    let query: Vec<(&str, String)> = query.split('&').filter_map(|p| p.split_once('=')).map(|(k, v)| (k, v.to_owned())).collect();
+    let (base, query) = ("/v1/jobs", list_query(args, resolve)?);
     let items = crate::get::list_all(&session, base, &query, "items", None)?;
     let jobs: Vec<JobJson> = items.iter().map(|j| decode(base, j)).collect::<Result<_, _>>()?;
     print(&match args.output.output {

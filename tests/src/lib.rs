@@ -463,6 +463,39 @@ pub fn required_tool(name: &str, package: &str) -> Command {
     Command::new(name)
 }
 
+/// A TCP port free on loopback now (bound and released: whoever binds it next gets it,
+/// barring a race with another process of this machine).
+pub fn free_loopback_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+/// A child process killed and reaped when this is dropped, however the test ends.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Copies the machine's own unit files (the targets the agent's unit is ordered against)
+/// into `root`, so `systemd-analyze verify --root` finds them there.
+pub fn system_units_into(root: &Path) {
+    let from = ["/usr/lib/systemd/system", "/lib/systemd/system"]
+        .iter()
+        .map(Path::new)
+        .find(|p| p.join("multi-user.target").is_file())
+        .expect("no multi-user.target in /usr/lib/systemd/system: install Debian's systemd (CI does)");
+    let to = root.join("usr/lib/systemd/system");
+    std::fs::create_dir_all(&to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("ls").flatten() {
+        if entry.path().is_file() {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy");
+        }
+    }
+}
+
 /// A fresh P-256 key and a CSR for it, made by `openssl` as a host would.
 pub fn key_and_csr(hostname: &str) -> (String, String) {
     let out = Command::new("openssl")

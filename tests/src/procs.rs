@@ -157,7 +157,7 @@ pub fn fixed_port_site(dir: &Path, sections: &str) -> (SitePaths, crate::Endpoin
     use sha2::Digest as _;
     let paths = init_site(dir);
     // A port free now; the coordinator binds it with SO_REUSEADDR, every time.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let port = crate::free_loopback_port();
     let url = format!("https://127.0.0.1:{port}");
     paths.write_config(&format!("127.0.0.1:{port}"), &url, sections);
     let endpoint = crate::Endpoint {

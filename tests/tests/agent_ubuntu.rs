@@ -215,23 +215,6 @@ fn nixos_unit() -> String {
     serde_json::from_slice::<String>(&out.stdout).expect("a string")
 }
 
-/// Copies the machine's own unit files (the targets the agent's unit is ordered against)
-/// into `root`, so `systemd-analyze verify --root` finds them there.
-fn system_units_into(root: &Path) {
-    let from = ["/usr/lib/systemd/system", "/lib/systemd/system"]
-        .iter()
-        .map(Path::new)
-        .find(|p| p.join("multi-user.target").is_file())
-        .expect("no multi-user.target in /usr/lib/systemd/system: install Debian's systemd (CI does)");
-    let to = root.join("usr/lib/systemd/system");
-    std::fs::create_dir_all(&to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("ls").flatten() {
-        if entry.path().is_file() {
-            std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy");
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_plain_unit_verifies_and_is_the_nixos_modules_unit() {
     let h = Harness::start().await;
@@ -244,7 +227,7 @@ async fn the_plain_unit_verifies_and_is_the_nixos_modules_unit() {
     assert_eq!(sections(&unit_text), sections(&nixos_unit()), "the plain unit drifted from nixos-modules/lib/agent.nix");
 
     // `systemd-analyze verify` under the root, against the binary the script installed.
-    system_units_into(&root);
+    drover_tests::system_units_into(&root);
     let out = tool("systemd-analyze")
         .args(["verify", "--man=no"])
         .arg(format!("--root={}", root.display()))

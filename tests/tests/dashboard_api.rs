@@ -77,6 +77,11 @@ async fn fleet_summary_agrees_with_the_host_listing_and_rollout_progress_explain
         infra["why"]["deadline"].is_string() && infra["reason"].as_str().is_some_and(|r| r.contains("awaiting confirmation")),
         "{infra}"
     );
+    // The waves alone, without the report (and the plan it costs): what the list page asks.
+    let (code, bare) = get(&h, Some(&h.viewer), "/v1/rollouts/infra@c0ffee/progress?waits=false").await;
+    assert_eq!(code, "200", "{bare}");
+    assert_eq!(bare["waves"], p["waves"]);
+    assert_eq!((&bare["waits"], &bare["reportError"]), (&serde_json::json!([]), &Value::Null), "{bare}");
     let (code, _) = get(&h, Some(&h.viewer), "/v1/rollouts/gpu@c0ffee/progress").await;
     assert_eq!(code, "404", "gpu waits on the channel edge: no rollout is open");
     let (code, _) = get(&h, Some(&h.viewer), "/v1/rollouts/not-a-rollout/progress").await;

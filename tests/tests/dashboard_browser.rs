@@ -11,7 +11,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -20,8 +20,8 @@ use drover_coordinator::app::Clock as _;
 use drover_proto::release::{ReleaseParams, build_release};
 use drover_proto::resolve::ReleaseMeta;
 use drover_proto::spec::FleetSpec;
-use drover_tests::Harness;
 use drover_tests::sim_agent::{Behaviour, SimAgent};
+use drover_tests::{Harness, KillOnDrop};
 use serde_json::json;
 
 const ROLLOUT: &str = "gpu@d45b0a4d";
@@ -54,8 +54,8 @@ fn spec(names: &[String]) -> FleetSpec {
 }
 
 /// A `drover ui` process for `creds`; the URL it printed.
-fn ui(h: &Harness, creds: &(PathBuf, PathBuf)) -> (Reaped, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+fn ui(h: &Harness, creds: &(PathBuf, PathBuf)) -> (KillOnDrop, String) {
+    let port = drover_tests::free_loopback_port();
     let mut child = Command::new(drover_tests::workspace_binary("drover"))
         .args(["ui", "--listen", &format!("127.0.0.1:{port}"), "--coordinator", &h.url])
         .arg("--cert")
@@ -70,7 +70,7 @@ fn ui(h: &Harness, creds: &(PathBuf, PathBuf)) -> (Reaped, String) {
         .spawn()
         .expect("drover ui starts");
     let out = child.stdout.take().expect("stdout");
-    let reaped = Reaped(child);
+    let reaped = KillOnDrop(child);
     let mut lines = BufReader::new(out).lines();
     let url = lines
         .by_ref()
@@ -80,14 +80,6 @@ fn ui(h: &Harness, creds: &(PathBuf, PathBuf)) -> (Reaped, String) {
     // The rest of its output is read too, so its pipe never fills.
     std::thread::spawn(move || lines.for_each(drop));
     (reaped, url)
-}
-
-struct Reaped(Child);
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn screenshots_dir() -> PathBuf {

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use drover_coordinator::app::Clock as _;
@@ -70,20 +70,6 @@ fn dashboard_exprs() -> Vec<String> {
         }
     }
     exprs
-}
-
-/// A port free on loopback now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
-
-/// Kills the child when the test ends, however it ends.
-struct Reaped(Child);
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// `GET` on Prometheus's HTTP API with `curl`; the `data` of a successful answer.
@@ -178,7 +164,7 @@ async fn prometheus_scrapes_a_coordinator_with_the_example_config_and_every_kit_
     check.arg("check").arg("config").arg(&config_path);
     run_ok(check, "promtool check config");
 
-    let port = free_port();
+    let port = drover_tests::free_loopback_port();
     let log = dir.path().join("prometheus.log");
     let child = tool("prometheus")
         .arg(format!("--config.file={}", config_path.display()))
@@ -188,7 +174,7 @@ async fn prometheus_scrapes_a_coordinator_with_the_example_config_and_every_kit_
         .stderr(std::fs::File::create(&log).expect("log"))
         .spawn()
         .expect("prometheus starts");
-    let _prometheus = Reaped(child);
+    let _prometheus = drover_tests::KillOnDrop(child);
 
     // The scrape succeeds over mTLS: up is 1, and the coordinator's families arrived.
     wait_for(

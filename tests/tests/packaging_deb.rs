@@ -113,14 +113,8 @@ fn debian_packages_install_hardened_units_and_pass_lintian() {
 
     // A throwaway root: the host's own units (the targets ours name) with both packages over.
     let root = dir.path().join("root");
+    drover_tests::system_units_into(&root);
     let units = root.join("lib/systemd/system");
-    std::fs::create_dir_all(&units).expect("mkdir");
-    for entry in std::fs::read_dir("/lib/systemd/system").expect("host units").flatten() {
-        let p = entry.path();
-        if p.is_file() && !p.is_symlink() {
-            let _ = std::fs::copy(&p, units.join(entry.file_name()));
-        }
-    }
     for deb in [&agent, &coordinator] {
         let mut cmd = tool("dpkg-deb");
         cmd.arg("-x").arg(deb).arg(&root);
@@ -161,7 +155,7 @@ fn debian_packages_install_hardened_units_and_pass_lintian() {
     cmd.args(["init", "--san", "127.0.0.1", "--state-dir"]).arg(&state);
     run(cmd, "packaged drover-coordinator init");
     std::fs::write(dir.path().join("trust.json"), drover_tests::ci_trust_json()).expect("trust");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let port = drover_tests::free_loopback_port();
     let example = std::fs::read_to_string(root.join("usr/share/doc/drover-coordinator/examples/coordinator.toml")).expect("example");
     let config = example
         .replace("0.0.0.0:8443", &format!("127.0.0.1:{port}"))

@@ -130,8 +130,9 @@ async function fleetPage(main) {
     el("p", { class: "muted" }, `Counted by the coordinator at ${s.at}.`));
 }
 
-async function rolloutBars(id) {
-  const p = await api(`rollouts/${encodeURIComponent(id)}/progress`);
+// The waves; the planner's report too (a plan on the coordinator) only when `waits`.
+async function rolloutBars(id, waits) {
+  const p = await api(`rollouts/${encodeURIComponent(id)}/progress?waits=${waits}`);
   return { p, bars: el("div", { class: "waves" }, p.waves.map((w) => el("div", { class: "wave" }, el("span", { class: "muted" }, `wave ${w.index} `), bar(w.converged, w.total, { "data-rollout": id, "data-wave": w.index })))) };
 }
 
@@ -140,7 +141,7 @@ async function rolloutsPage(main) {
   const live = new Set(["Opening", "Active", "Converging", "Halted", "Reverting"]);
   const rows = [];
   for (const r of list.items) {
-    const waves = live.has(r.state) ? (await rolloutBars(r.rolloutId)).bars : el("span", { class: "muted" }, "—");
+    const waves = live.has(r.state) ? (await rolloutBars(r.rolloutId, false)).bars : el("span", { class: "muted" }, "—");
     const acts = [];
     if (["Active", "Converging", "Opening"].includes(r.state)) acts.push(action("Halt", `rollouts/${encodeURIComponent(r.rolloutId)}/halt`, route));
     if (r.state === "Halted") acts.push(action("Resume", `rollouts/${encodeURIComponent(r.rolloutId)}/resume`, route));
@@ -152,7 +153,7 @@ async function rolloutsPage(main) {
 }
 
 async function rolloutPage(main, id) {
-  const [{ p, bars }, status] = await Promise.all([rolloutBars(id), api(`rollouts/${encodeURIComponent(id)}/status`)]);
+  const [{ p, bars }, status] = await Promise.all([rolloutBars(id, true), api(`rollouts/${encodeURIComponent(id)}/status`)]);
   const waits = p.waits.map((w) => el("li", { "data-wait-host": w.host || "", "data-wait-kind": w.why.kind },
     el("span", { class: "kind" }, w.why.kind), " ", w.host ? el("b", {}, w.host + ": ") : null, w.reason));
   const hosts = status.hosts.map((h) => el("tr", {}, el("td", {}, h.hostname), el("td", {}, h.waveIndex), stateCell(h.state), el("td", {}, h.since), el("td", { class: "muted" }, h.intentTarget || "")));

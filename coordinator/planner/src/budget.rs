@@ -135,12 +135,7 @@ pub struct BudgetFull {
 }
 
 impl BudgetFull {
-    /// "budget gpu-a 3/3 in flight".
-    pub fn describe(&self) -> String {
-        self.reason().to_string()
-    }
-
-    /// As the planner's report gives it.
+    /// As the planner's report gives it ("budget gpu-a 3/3 in flight").
     pub fn reason(&self) -> crate::wait::WaitReason {
         crate::wait::WaitReason::Budget { budget: self.name.clone(), in_flight: self.in_flight, allowed: self.allowed }
     }

@@ -8,7 +8,8 @@
 //! - `GET /v1/rollouts/{id}/progress`: a rollout's waves with their hosts counted by state
 //!   (`Pending` for the manifest's hosts not dispatched yet), and the planner's report of why
 //!   hosts wait (budget, edge, soak, gate, hold…), from a plan made now over the store — the
-//!   same plan the executor would make, applied by nothing.
+//!   same plan the executor would make, applied by nothing; `?waits=false` leaves the report
+//!   (and the plan) out.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use serde::Serialize;
 
 use crate::api::auth::Reader;
 use crate::api::error::ApiError;
+use crate::api::operator::QueryParams;
 use crate::api::rollouts::RolloutStateResponse;
 use crate::app::AppState;
 use crate::identity::Role;
@@ -68,26 +70,27 @@ pub struct FleetSummary {
 /// `GET /v1/fleet/summary` (viewer).
 pub async fn fleet_summary(State(app): State<Arc<AppState>>, _r: Reader) -> Result<Json<FleetSummary>, ApiError> {
     let now = app.clock.now();
-    let (snap, drifted) = store::blocking(app.store.clone(), move |s| {
-        let snap = crate::api::metrics_route::snapshot(s, now)?;
+    // The hosts and the open drifts only: nothing else of a scrape's snapshot.
+    let (census, drifted) = store::blocking(app.store.clone(), move |s| {
+        let census = crate::api::metrics_route::host_census(s)?;
         let mut drifted = 0u64;
         for site in s.list_sites()? {
             drifted += s.maas_reconcile_snapshot(site.id)?.iter().filter(|r| r.binding.drift.is_some()).count() as u64;
         }
-        Ok((snap, drifted))
+        Ok((census, drifted))
     })
     .await?;
-    let count = |state: &str| snap.hosts.get(state).copied().unwrap_or(0);
-    let hosts = snap.hosts.values().sum::<u64>() - count("deleted");
+    let count = |state: &str| census.by_state.get(state).copied().unwrap_or(0);
+    let hosts = census.live.len() as u64;
     Ok(Json(FleetSummary {
         at: now,
         hosts,
-        schedulable: hosts - snap.cordoned,
-        cordoned: snap.cordoned,
+        schedulable: hosts - census.cordoned,
+        cordoned: census.cordoned,
         offline: count("offline"),
         quarantined: count("quarantined"),
         drifted,
-        by_state: snap.hosts,
+        by_state: census.by_state,
     }))
 }
 
@@ -133,11 +136,21 @@ pub struct RolloutProgress {
     pub at: Time,
 }
 
-/// `GET /v1/rollouts/{id}/progress` (viewer).
+/// `GET /v1/rollouts/{id}/progress` query.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProgressQuery {
+    /// `false`: the waves only, without the planner's report (which costs a plan): what a
+    /// list of rollouts refreshing every few seconds wants.
+    waits: Option<bool>,
+}
+
+/// `GET /v1/rollouts/{id}/progress?waits=` (viewer).
 pub async fn rollout_progress(
     State(app): State<Arc<AppState>>,
     _r: Reader,
     Path(id): Path<String>,
+    QueryParams(q): QueryParams<ProgressQuery>,
 ) -> Result<Json<RolloutProgress>, ApiError> {
     let id = RolloutId::parse(&id).map_err(|e| ApiError::bad_request(format!("rollout id: {e}")))?;
     let lookup = id.clone();
@@ -157,16 +170,21 @@ pub async fn rollout_progress(
         }
     }
     let now = app.clock.now();
-    let (waits, report_error) = match crate::executor::plan_now(&app, now).await {
-        Ok(Some((_, plan, _))) => {
-            let ours = plan.report.into_iter().filter(|w| match &w.rollout_id {
-                Some(r) => *r == id,
-                None => w.channel == id.channel(),
-            });
-            (ours.map(|w| WaitView { host: w.host, reason: w.reason, why: w.why }).collect(), None)
+    // The report costs a plan (the release verified, the planner run): only when asked for.
+    let (waits, report_error) = if q.waits == Some(false) {
+        (Vec::new(), None)
+    } else {
+        match crate::executor::plan_now(&app, now).await {
+            Ok(Some((_, plan, _))) => {
+                let ours = plan.report.into_iter().filter(|w| match &w.rollout_id {
+                    Some(r) => *r == id,
+                    None => w.channel == id.channel(),
+                });
+                (ours.map(|w| WaitView { host: w.host, reason: w.reason, why: w.why }).collect(), None)
+            }
+            Ok(None) => (Vec::new(), Some("no release has been published".to_owned())),
+            Err(e) => (Vec::new(), Some(e.to_string())),
         }
-        Ok(None) => (Vec::new(), Some("no release has been published".to_owned())),
-        Err(e) => (Vec::new(), Some(e.to_string())),
     };
     Ok(Json(RolloutProgress {
         rollout: RolloutStateResponse::from(&rollout),

@@ -50,13 +50,13 @@ fn resume_from(headers: &HeaderMap, after: Option<i64>) -> Result<Option<i64>, A
 }
 
 /// One SSE message per event: `id:`, then the event as JSON on one `data:` line.
-fn encode(events: &[crate::store::Event]) -> Bytes {
+fn encode(events: Vec<crate::store::Event>) -> Bytes {
     let mut out = String::new();
     for e in events {
-        let view = EventView::from(e.clone());
+        let id = e.id;
         // serde_json never writes a raw newline, so the JSON is one data line.
-        let json = serde_json::to_string(&view).unwrap_or_else(|_| "{}".to_owned());
-        out.push_str(&format!("id: {}\ndata: {json}\n\n", e.id));
+        let json = serde_json::to_string(&EventView::from(e)).unwrap_or_else(|_| "{}".to_owned());
+        out.push_str(&format!("id: {id}\ndata: {json}\n\n"));
     }
     Bytes::from(out)
 }
@@ -89,7 +89,7 @@ async fn next_chunk(mut c: Cursor) -> Option<(Result<Bytes, std::convert::Infall
         if let Some(last) = events.last() {
             c.filter.after_id = Some(last.id);
             c.last_sent = Instant::now();
-            return Some((Ok(encode(&events)), c));
+            return Some((Ok(encode(events)), c));
         }
         if c.last_sent.elapsed() >= KEEPALIVE {
             c.last_sent = Instant::now();

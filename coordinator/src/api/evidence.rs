@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use super::auth::Reader;
 use super::error::ApiError;
-use super::operator::{Page, QueryParams, page_size, parse_uuid};
+use super::operator::{Page, QueryParams, next_after, page_size, parse_uuid};
 use crate::app::AppState;
 use crate::store::{self, EvidenceFilter, EvidenceRecord, HostKeys};
 
@@ -108,7 +108,7 @@ impl From<EvidenceRecord> for EvidenceView {
 
 async fn list(app: Arc<AppState>, filter: EvidenceFilter, limit: u32) -> Result<Json<Page<EvidenceView, i64>>, ApiError> {
     let rows = store::blocking(app.store.clone(), move |s| s.list_evidence(&filter)).await?;
-    let next = if rows.len() as u64 >= u64::from(limit) { rows.last().map(|r| r.seq) } else { None };
+    let next = next_after(&rows, limit, |r| r.seq);
     Ok(Json(Page { items: rows.into_iter().map(EvidenceView::from).collect(), next }))
 }
 

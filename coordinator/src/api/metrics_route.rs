@@ -5,7 +5,7 @@
 //! counted by the database (`GROUP BY`), rollouts in flight only (a converged or cancelled
 //! one's progress no longer moves), and the certificates table once.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -30,30 +30,45 @@ fn in_flight(state: RolloutState) -> bool {
     )
 }
 
-/// Reads the state gauges from the store in one blocking call.
-pub(crate) fn snapshot(s: &dyn store::Store, now: Time) -> Result<Snapshot, store::StoreError> {
-    let mut snap = Snapshot::zeroed();
-    snap.now = now.unix();
-    // One pass over every host, page by page: one query per state would read the table
-    // once per state instead.
-    let mut live: HashMap<Uuid, ()> = HashMap::new();
+/// The hosts counted in one pass over the table, page by page (one query per state would
+/// read it once per state): what the scrape and the dashboard's summary both report.
+pub(crate) struct HostCensus {
+    /// Hosts per lifecycle state (every state present, zeros included).
+    pub by_state: BTreeMap<&'static str, u64>,
+    /// Hosts (not deleted) that take no new work.
+    pub cordoned: u64,
+    /// The hosts that are not deleted.
+    pub live: HashSet<Uuid>,
+}
+
+/// Counts every host (see [`HostCensus`]).
+pub(crate) fn host_census(s: &dyn store::Store) -> Result<HostCensus, store::StoreError> {
+    let mut census = HostCensus { by_state: Snapshot::zeroed().hosts, cordoned: 0, live: HashSet::new() };
     let mut filter = HostFilter { limit: MAX_PAGE, ..HostFilter::default() };
     loop {
         let page = s.list_hosts(&filter)?;
         for h in &page {
-            *snap.hosts.entry(h.state.as_str()).or_insert(0) += 1;
+            *census.by_state.entry(h.state.as_str()).or_insert(0) += 1;
             if h.state != HostLifecycle::Deleted {
-                live.insert(h.id, ());
+                census.live.insert(h.id);
                 if !h.schedulable {
-                    snap.cordoned += 1;
+                    census.cordoned += 1;
                 }
             }
         }
         match page.last() {
             Some(last) if page.len() as u64 >= u64::from(MAX_PAGE) => filter.after = Some(HostCursor::after(last)),
-            _ => break,
+            _ => return Ok(census),
         }
     }
+}
+
+/// Reads the state gauges from the store in one blocking call.
+fn snapshot(s: &dyn store::Store, now: Time) -> Result<Snapshot, store::StoreError> {
+    let mut snap = Snapshot::zeroed();
+    snap.now = now.unix();
+    let HostCensus { by_state, cordoned, live } = host_census(s)?;
+    (snap.hosts, snap.cordoned) = (by_state, cordoned);
     for r in s.list_rollouts(&RolloutFilter::default())? {
         *snap.rollouts.entry(r.state.as_str()).or_insert(0) += 1;
         if in_flight(r.state) {
@@ -71,7 +86,7 @@ pub(crate) fn snapshot(s: &dyn store::Store, now: Time) -> Result<Snapshot, stor
     for c in s.list_certs(None)?.into_iter().filter(|c| c.revoked.is_none()) {
         let end = c.cert.not_after.unix();
         match (c.cert.kind, c.cert.host_id) {
-            (CertKind::Host, Some(id)) if live.contains_key(&id) => {
+            (CertKind::Host, Some(id)) if live.contains(&id) => {
                 let e = hosts.entry(id).or_insert(end);
                 *e = (*e).max(end);
             }

@@ -6,13 +6,12 @@
 //! Success bodies are described by their content type only, for now; the error shape is
 //! exact, so a client (or schemathesis) can hold every refusal to it.
 
-use std::sync::Arc;
+use std::sync::OnceLock;
 
-use axum::Json;
-use axum::extract::State;
+use axum::body::Bytes;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
-
-use crate::app::AppState;
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,9 +168,12 @@ pub fn document() -> Value {
     })
 }
 
-/// `GET /v1/openapi.json` (anonymous).
-pub async fn openapi(State(_app): State<Arc<AppState>>) -> Json<Value> {
-    Json(document())
+/// `GET /v1/openapi.json` (anonymous): built once per process (it is the same for every
+/// caller, and an anonymous route should cost nothing to ask for again).
+pub async fn openapi() -> Response {
+    static BODY: OnceLock<Bytes> = OnceLock::new();
+    let body = BODY.get_or_init(|| Bytes::from(document().to_string())).clone();
+    ([(CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 #[cfg(test)]

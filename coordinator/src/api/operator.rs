@@ -223,8 +223,13 @@ pub fn decode_created_cursor(s: &str) -> Result<CreatedCursor, ApiError> {
 
 /// The `next` of a page of `rows` read with `limit`: the last row's cursor when the page is
 /// full (there may be more), `None` when it came back short.
+pub(crate) fn next_after<T, C>(rows: &[T], limit: u32, cursor: impl Fn(&T) -> C) -> Option<C> {
+    if rows.len() as u64 >= u64::from(limit) { rows.last().map(cursor) } else { None }
+}
+
+/// [`next_after`] for a listing ordered by creation time and id (its opaque cursor).
 pub fn next_created<T>(rows: &[T], limit: u32, cursor: impl Fn(&T) -> CreatedCursor) -> Option<String> {
-    if rows.len() as u64 >= u64::from(limit) { rows.last().map(|r| encode_created_cursor(&cursor(r))) } else { None }
+    next_after(rows, limit, |r| encode_created_cursor(&cursor(r)))
 }
 
 /// `GET /v1/hosts?state=&limit=&after=`: hosts by hostname, paged.
@@ -242,8 +247,7 @@ pub async fn list_hosts(
     };
     let (items, next) = store::blocking(app.store.clone(), move |s| {
         let hosts = s.list_hosts(&filter)?;
-        let next =
-            if hosts.len() as u64 >= u64::from(limit) { hosts.last().map(|h| encode_host_cursor(&HostCursor::after(h))) } else { None };
+        let next = next_after(&hosts, limit, |h| encode_host_cursor(&HostCursor::after(h)));
         Ok((placed_views(s, hosts)?, next))
     })
     .await?;
@@ -488,7 +492,7 @@ pub async fn list_events(
     let limit = page_size(q.limit)?;
     let filter = event_filter(&app, &q, limit).await?;
     let events = store::blocking(app.store.clone(), move |s| s.list_events(&filter)).await?;
-    let next = if events.len() as u64 >= u64::from(limit) { events.last().map(|e| e.id) } else { None };
+    let next = next_after(&events, limit, |e| e.id);
     let items = events.into_iter().map(EventView::from).collect();
     Ok(Json(Page { items, next }))
 }
@@ -555,7 +559,7 @@ pub async fn list_audit(
     let limit = page_size(q.limit)?;
     let filter = AuditFilter { actor: q.actor, target: q.target, after_id: id_cursor(q.after)?, limit };
     let records = store::blocking(app.store.clone(), move |s| s.list_audit(&filter)).await?;
-    let next = if records.len() as u64 >= u64::from(limit) { records.last().map(|a| a.id) } else { None };
+    let next = next_after(&records, limit, |a| a.id);
     let items = records
         .into_iter()
         .map(|r| AuditView {

@@ -571,6 +571,14 @@ pub struct CreatedCursor {
     pub id: Uuid,
 }
 
+impl CreatedCursor {
+    /// `after` as the two query parameters both backends bind (both `NULL` without one): the
+    /// creation time in Unix seconds, as the columns hold it, and the id as text.
+    pub(crate) fn params(after: Option<CreatedCursor>) -> (Option<i64>, Option<String>) {
+        after.map(|a| (a.created_at.unix(), a.id.to_string())).unzip()
+    }
+}
+
 /// Filter for [`Store::list_maintenance`](super::Store::list_maintenance): a page.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MaintenanceFilter {

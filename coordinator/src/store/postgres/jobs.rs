@@ -150,7 +150,7 @@ pub(crate) fn list_jobs(c: &mut Transaction<'_>, f: &JobFilter) -> Result<Vec<Jo
          ORDER BY created_at, job_id LIMIT $8::BIGINT",
         terminal_states_sql()
     );
-    let (after_at, after_id) = cursor_params(f.after);
+    let (after_at, after_id) = CreatedCursor::params(f.after);
     let rows = c.query(
         sql.as_str(),
         &[
@@ -170,11 +170,6 @@ pub(crate) fn list_jobs(c: &mut Transaction<'_>, f: &JobFilter) -> Result<Vec<Jo
 pub(crate) fn count_jobs(c: &mut Transaction<'_>) -> Result<Vec<JobCount>, StoreError> {
     let rows = c.query("SELECT kind, state, COUNT(*) FROM jobs GROUP BY kind, state ORDER BY kind, state", &[])?;
     rows.iter().map(|r| Ok(JobCount { kind: col(r, 0)?, state: parse_col(r, 1)?, count: col::<i64>(r, 2)?.unsigned_abs() })).collect()
-}
-
-/// A [`CreatedCursor`] as two query parameters (both `NULL` without one).
-fn cursor_params(after: Option<CreatedCursor>) -> (Option<i64>, Option<String>) {
-    after.map(|a| (a.created_at.unix(), a.id.to_string())).unzip()
 }
 
 /// PostgreSQL's `LIMIT` for a page size: `LIMIT NULL` means none.
@@ -375,7 +370,7 @@ pub(crate) fn list_maintenance(c: &mut Transaction<'_>, f: &MaintenanceFilter) -
           WHERE $1::BIGINT IS NULL OR created_at > $1 OR (created_at = $1 AND request_id > $2::TEXT)
           ORDER BY created_at, request_id LIMIT $3::BIGINT"
     );
-    let (after_at, after_id) = cursor_params(f.after);
+    let (after_at, after_id) = CreatedCursor::params(f.after);
     c.query(sql.as_str(), &[&after_at, &after_id, &limit_param(f.limit)])?.iter().map(maintenance_row).collect()
 }
 

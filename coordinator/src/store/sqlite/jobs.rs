@@ -138,7 +138,7 @@ pub(super) fn list_jobs(c: &Connection, f: &JobFilter) -> Result<Vec<Job>, Store
          ORDER BY created_at, job_id LIMIT ?8",
         terminal_states_sql()
     );
-    let (after_at, after_id) = cursor_params(f.after);
+    let (after_at, after_id) = CreatedCursor::params(f.after);
     let mut stmt = c.prepare_cached(&sql)?;
     let rows = stmt.query_map(
         params![
@@ -161,11 +161,6 @@ pub(super) fn count_jobs(c: &Connection) -> Result<Vec<JobCount>, StoreError> {
     let rows =
         stmt.query_map([], |r| Ok(JobCount { kind: r.get(0)?, state: parse_col(r, 1)?, count: r.get::<_, i64>(2)?.unsigned_abs() }))?;
     Ok(rows.collect::<Result<_, _>>()?)
-}
-
-/// A [`CreatedCursor`] as two query parameters (both `NULL` without one).
-fn cursor_params(after: Option<CreatedCursor>) -> (Option<i64>, Option<String>) {
-    after.map(|a| (a.created_at.unix(), a.id.to_string())).unzip()
 }
 
 /// SQLite's `LIMIT` for a page size: a negative limit means none.
@@ -361,7 +356,7 @@ pub(super) fn list_maintenance(c: &Connection, f: &MaintenanceFilter) -> Result<
           WHERE ?1 IS NULL OR created_at > ?1 OR (created_at = ?1 AND request_id > ?2)
           ORDER BY created_at, request_id LIMIT ?3"
     );
-    let (after_at, after_id) = cursor_params(f.after);
+    let (after_at, after_id) = CreatedCursor::params(f.after);
     let mut stmt = c.prepare_cached(&sql)?;
     let rows = stmt.query_map(params![after_at, after_id, limit_param(f.limit)], maintenance_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
