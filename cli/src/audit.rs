@@ -9,13 +9,15 @@
 //! coordinator's records as one JSON array.
 
 use clap::Args;
+use drover_proto::api::Page;
+use drover_proto::api::events::AuditView;
 use serde_json::Value;
 
 use crate::client::{ConnectArgs, Session};
 use crate::exit::{CliError, codes};
 use crate::get::with_query;
-use crate::job::clean;
-use crate::output::{Output, OutputArgs, dash, field, pretty, print, table};
+use crate::job::{clean, decode, decode_all};
+use crate::output::{Output, OutputArgs, dash, pretty, print, table};
 
 /// The page size asked for.
 const PAGE: u32 = 500;
@@ -70,7 +72,7 @@ pub fn run(args: &AuditArgs) -> Result<(), CliError> {
                 eprintln!("no audit records");
                 return Ok(());
             }
-            print(&render(&records, o == Output::Wide))
+            print(&render(&decode_all("/v1/audit", &records)?, o == Output::Wide))
         }
     }
 }
@@ -86,19 +88,13 @@ fn fetch(s: &Session, query: &[(&str, String)], since: Option<i64>) -> Result<Ve
             q.push(("after", a.to_string()));
         }
         let path = with_query("/v1/audit", &q);
-        let page = s.get(&path)?;
-        let Some(rows) = page.get("items").and_then(Value::as_array) else {
-            return Err(CliError::new(codes::PROTOCOL, format!("{path}: unexpected answer: no \"items\" array")));
-        };
-        records.extend(rows.iter().cloned());
-        let next = match page.get("next") {
-            None | Some(Value::Null) => return Ok(records),
-            Some(n) => {
-                n.as_i64().ok_or_else(|| CliError::new(codes::PROTOCOL, format!("{path}: unexpected answer: `next` is not an id")))?
-            }
-        };
+        // Rows stay as sent (for -o json); the page around them is the API's `Page`.
+        let page: Page<Value, i64> = decode(&path, &s.get::<Value>(&path)?)?;
+        let empty = page.items.is_empty();
+        records.extend(page.items);
+        let Some(next) = page.next else { return Ok(records) };
         // A page that does not advance would loop forever.
-        if rows.is_empty() || after.is_some_and(|a| next <= a) {
+        if empty || after.is_some_and(|a| next <= a) {
             return Err(CliError::new(codes::PROTOCOL, format!("{path}: unexpected answer: `next` does not advance")));
         }
         after = Some(next);
@@ -107,7 +103,7 @@ fn fetch(s: &Session, query: &[(&str, String)], since: Option<i64>) -> Result<Ve
 }
 
 /// The audit table.
-fn render(records: &[Value], wide: bool) -> String {
+fn render(records: &[AuditView], wide: bool) -> String {
     let mut header = vec!["AT", "ACTOR", "ROLE", "ACTION", "TARGET", "REASON"];
     if wide {
         header.insert(0, "ID");
@@ -117,17 +113,17 @@ fn render(records: &[Value], wide: bool) -> String {
         .iter()
         .map(|r| {
             let mut row = vec![
-                clean(dash(field(r, "at")), 40),
-                clean(dash(field(r, "actor")), 64),
-                clean(dash(field(r, "role")), 16),
-                clean(dash(field(r, "action")), 48),
-                clean(dash(field(r, "target")), 64),
-                clean(dash(field(r, "reason")), if wide { 400 } else { 80 }),
+                r.at.to_string(),
+                clean(dash(&r.actor), 64),
+                clean(dash(&r.role), 16),
+                clean(dash(&r.action), 48),
+                clean(dash(&r.target), 64),
+                clean(dash(&r.reason), if wide { 400 } else { 80 }),
             ];
             if wide {
-                row.insert(0, r.get("id").and_then(Value::as_i64).map_or_else(|| "-".to_owned(), |i| i.to_string()));
-                row.push(clean(dash(field(r, "priorState")), 32));
-                row.push(clean(dash(field(r, "expectedState")), 32));
+                row.insert(0, r.id.to_string());
+                row.push(clean(dash(r.prior_state.as_deref().unwrap_or("")), 32));
+                row.push(clean(dash(r.expected_state.as_deref().unwrap_or("")), 32));
             }
             row
         })
@@ -144,6 +140,7 @@ mod tests {
         let r = json!({"id": 7, "at": "2026-01-01T00:00:00Z", "actor": "alice", "role": "admin",
             "action": "host.quarantine", "target": "h1", "reason": "bad\x1b[31mdisk",
             "priorState": "active", "expectedState": "quarantined"});
+        let r: drover_proto::api::events::AuditView = serde_json::from_value(r).expect("an audit record");
         let narrow = super::render(std::slice::from_ref(&r), false);
         assert!(narrow.contains("host.quarantine") && narrow.contains("alice") && narrow.contains("bad [31mdisk"), "{narrow}");
         assert!(!narrow.contains('\x1b') && !narrow.contains("quarantined"), "{narrow}");

@@ -210,8 +210,8 @@ impl Session {
         Ok(Session { client, runtime: runtime()? })
     }
 
-    /// `GET path` as JSON.
-    pub fn get(&self, path: &str) -> Result<serde_json::Value, CliError> {
+    /// `GET path`, decoded as the coordinator's answer type `T` (`drover_proto::api`).
+    pub fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
         Ok(self.runtime.block_on(self.client.get_json(path))?)
     }
 

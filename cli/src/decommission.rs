@@ -26,7 +26,7 @@ use serde::Serialize;
 use crate::client::{ConnectArgs, Session};
 use crate::exit::CliError;
 use crate::host::check_reason;
-use crate::job::{self, JobJson, OutputArgs};
+use crate::job::{self, DryRunView, JobJson, OutputArgs};
 use crate::resolve::HostName;
 
 /// What a decommission does.
@@ -205,17 +205,21 @@ fn request(args: &DecommissionArgs) -> Result<DecommissionRequest<'_>, CliError>
 
 /// The line `drover decommission` prints: `JOB_ID KIND STATE`.
 fn render(job: &JobJson) -> String {
-    format!("{} {} {}\n", job::clean(&job.job_id, 64), job::clean(&job.kind, 32), job::clean(&job.state, 32))
+    format!("{} {} {}\n", job::clean(&job.job_id, 64), job::clean(&job.kind, 32), job.state.as_str())
 }
 
 /// What `--dry-run` prints, from the coordinator's answer.
-fn render_dry_run(answer: &serde_json::Value) -> String {
-    let f = |k: &str| job::clean(crate::output::field(answer, k), 64);
-    let mut out =
-        format!("dry run: would start a {} job on {} ({}), now {}\n  stages:\n", f("kind"), f("hostname"), f("hostId"), f("hostState"));
-    let stages = answer.get("stages").and_then(serde_json::Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    for (i, stage) in stages.iter().enumerate() {
-        out.push_str(&format!("    {}. {}\n", i + 1, job::clean(stage.as_str().unwrap_or("?"), 120)));
+fn render_dry_run(answer: &DryRunView) -> String {
+    let f = |s: &str| job::clean(s, 64);
+    let mut out = format!(
+        "dry run: would start a {} job on {} ({}), now {}\n  stages:\n",
+        f(&answer.kind),
+        f(&answer.hostname),
+        f(&answer.host_id),
+        answer.host_state.as_str()
+    );
+    for (i, stage) in answer.stages.iter().enumerate() {
+        out.push_str(&format!("    {}. {}\n", i + 1, job::clean(stage, 120)));
     }
     out.push_str("nothing was started\n");
     out
@@ -257,10 +261,7 @@ pub fn run(args: &DecommissionArgs) -> Result<(), CliError> {
     let path = format!("/v1/hosts/{}/decommission", host.id);
     if args.dry_run {
         let answer: serde_json::Value = session.post(&path, &body)?;
-        return match args.output.output {
-            crate::output::Output::Json => job::print(&crate::output::pretty(&answer)?),
-            _ => job::print(&render_dry_run(&answer)),
-        };
+        return job::print_answer(args.output.output, &path, &answer, render_dry_run);
     }
     confirm(args, &host.hostname, std::io::stdin().is_terminal())?;
     let value: serde_json::Value = session.post(&path, &body)?;
@@ -358,7 +359,7 @@ mod tests {
     fn a_dry_run_prints_the_coordinators_stages() {
         let answer = serde_json::json!({"dryRun": true, "hostId": HOST, "hostname": "gpu-a-01", "hostState": "active",
             "kind": "full_decommission", "stages": ["cordon", "drain", "maas_workflow (nothing to do: the host has no MAAS binding)", "delete"]});
-        let text = render_dry_run(&answer);
+        let text = render_dry_run(&job::decode("/", &answer).expect("a dry run answer"));
         assert!(
             text.starts_with(&format!(
                 "dry run: would start a full_decommission job on gpu-a-01 ({HOST}), now active\n  stages:\n    1. cordon\n"
@@ -376,7 +377,7 @@ mod tests {
 
     #[test]
     fn prints_job_kind_state() {
-        let job: JobJson = job::decode("/", &crate::job::tests::sample_job()).expect("decode");
+        let job: JobJson = job::decode::<job::JobDetail>("/", &crate::job::tests::sample_job()).expect("decode").job;
         assert_eq!(render(&job), "job-7 full_decommission failed_retryable\n");
     }
 }

@@ -15,14 +15,22 @@
 
 use std::fmt::Write as _;
 
+use std::collections::BTreeMap;
+
 use clap::{Args, Subcommand};
+use drover_proto::api::events::EventView;
+use drover_proto::api::hosts::{HealthView, HostDetail};
+use drover_proto::api::jobs::JobJson;
+use drover_proto::api::rollouts::RolloutStatus;
+use drover_proto::states::HostRolloutState;
+use drover_proto::time::Time;
 use serde_json::Value;
 
 use crate::client::{ConnectArgs, Session};
 use crate::exit::CliError;
 use crate::get::{encode, list_all};
-use crate::job::{check_job_id, clean};
-use crate::output::{OutputArgs, age, dash, field, indented_table, pretty, print};
+use crate::job::{check_job_id, clean, decode, decode_all};
+use crate::output::{OutputArgs, age_of, dash, indented_table, pretty, print, wire};
 
 /// Arguments of `drover describe`.
 #[derive(Args)]
@@ -95,86 +103,64 @@ fn line(out: &mut String, name: &str, value: &str) {
 }
 
 /// The latest `n` events, as a section.
-fn events_section(out: &mut String, events: &[Value], n: usize) {
+fn events_section(out: &mut String, events: &[EventView], n: usize) {
     let _ = writeln!(out, "Events (latest {}):", n.min(events.len()));
     let start = events.len().saturating_sub(n);
     let rows: Vec<Vec<String>> = events[start..]
         .iter()
-        .map(|e| {
-            vec![
-                e.get("id").and_then(Value::as_i64).map_or_else(|| "-".to_owned(), |i| i.to_string()),
-                clean(field(e, "at"), 40),
-                clean(field(e, "kind"), 48),
-                clean(dash(field(e, "message")), 120),
-            ]
-        })
+        .map(|e| vec![e.id.to_string(), e.at.to_string(), clean(&e.kind, 48), clean(dash(&e.message), 120)])
         .collect();
     out.push_str(&indented_table(&["ID", "AT", "KIND", "MESSAGE"], &rows));
 }
 
 /// The human view of a host (`GET /v1/hosts/{id}`), its jobs and events.
-pub fn render_host(now: drover_proto::time::Time, host: &Value, jobs: &[Value], events: &[Value], n: usize) -> String {
+pub fn render_host(now: Time, detail: &HostDetail, jobs: &[JobJson], events: &[EventView], n: usize) -> String {
+    let host = &detail.host;
     let mut out = String::new();
-    line(&mut out, "Name", field(host, "hostname"));
-    line(&mut out, "ID", field(host, "id"));
-    line(&mut out, "State", field(host, "state"));
-    let schedulable = host.get("schedulable").and_then(Value::as_bool).unwrap_or(false);
-    line(&mut out, "Schedulable", if schedulable { "yes" } else { "no (cordoned)" });
-    line(&mut out, "Created", field(host, "createdAt"));
-    line(&mut out, "Updated", field(host, "updatedAt"));
+    line(&mut out, "Name", &host.hostname);
+    line(&mut out, "ID", &host.id);
+    line(&mut out, "State", host.state.as_str());
+    line(&mut out, "Schedulable", if host.schedulable { "yes" } else { "no (cordoned)" });
+    line(&mut out, "Created", &host.created_at.to_string());
+    line(&mut out, "Updated", &host.updated_at.to_string());
     // The rollout opened last that names the host: which channel and wave it is in.
-    match host.get("wave").and_then(Value::as_u64) {
+    match host.wave {
         None => line(&mut out, "Channel", "none (no rollout names this host)"),
         Some(wave) => {
-            let place =
-                format!("{} (wave {wave}; {} in {})", field(host, "channel"), field(host, "rolloutState"), field(host, "rolloutId"));
+            let state = host.rollout_state.map_or("-", |s| s.as_str());
+            let opt = |v: &Option<String>| v.clone().unwrap_or_default();
+            let place = format!("{} (wave {wave}; {state} in {})", opt(&host.channel), opt(&host.rollout_id));
             line(&mut out, "Channel", &place);
         }
     }
-    match host.get("lastCheckin").filter(|c| !c.is_null()) {
+    match &host.last_checkin {
         None => line(&mut out, "Last check-in", "never"),
         Some(c) => {
-            let at = field(c, "at");
-            line(&mut out, "Last check-in", &format!("{at} ({} ago)", age(now, Some(at))));
-            line(&mut out, "  Agent", field(c, "agentVersion"));
-            line(&mut out, "  Boot ID", field(c, "bootId"));
-            line(&mut out, "  Generation", field(c, "currentGeneration"));
+            line(&mut out, "Last check-in", &format!("{} ({} ago)", c.at, age_of(now, c.at)));
+            line(&mut out, "  Agent", &c.agent_version);
+            line(&mut out, "  Boot ID", &c.boot_id);
+            line(&mut out, "  Generation", c.current_generation.as_deref().unwrap_or(""));
         }
     }
     out.push_str("Certificates:\n");
-    let certs: Vec<Vec<String>> = host
-        .get("certificates")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
+    let certs: Vec<Vec<String>> = detail
+        .certificates
+        .iter()
         .map(|c| {
-            let revoked = if c.get("revoked").and_then(Value::as_bool).unwrap_or(false) {
-                format!("yes {}", field(c, "revokedAt"))
-            } else {
-                "no".to_owned()
+            let revoked = match (c.revoked, c.revoked_at) {
+                (true, Some(at)) => format!("yes {at}"),
+                (true, None) => "yes".to_owned(),
+                (false, _) => "no".to_owned(),
             };
-            vec![
-                clean(field(c, "serial"), 64),
-                clean(field(c, "kind"), 16),
-                clean(field(c, "notBefore"), 40),
-                clean(field(c, "notAfter"), 40),
-                clean(revoked.trim(), 60),
-            ]
+            vec![clean(&c.serial, 64), clean(&c.kind, 16), c.not_before.to_string(), c.not_after.to_string(), revoked]
         })
         .collect();
     out.push_str(&indented_table(&["SERIAL", "KIND", "NOT-BEFORE", "NOT-AFTER", "REVOKED"], &certs));
-    health_section(&mut out, now, host.get("health").filter(|h| !h.is_null()));
+    health_section(&mut out, now, detail.health.as_ref());
     out.push_str("Jobs:\n");
     let jobs: Vec<Vec<String>> = jobs
         .iter()
-        .map(|j| {
-            vec![
-                clean(field(j, "jobId"), 40),
-                clean(field(j, "kind"), 32),
-                clean(field(j, "state"), 32),
-                clean(dash(field(j, "stage")), 32),
-            ]
-        })
+        .map(|j| vec![clean(&j.job_id, 40), clean(&j.kind, 32), j.state.as_str().to_owned(), clean(dash(&j.stage), 32)])
         .collect();
     out.push_str(&indented_table(&["JOB", "KIND", "STATE", "STAGE"], &jobs));
     events_section(&mut out, events, n);
@@ -182,45 +168,35 @@ pub fn render_host(now: drover_proto::time::Time, host: &Value, jobs: &[Value], 
 }
 
 /// Bytes in GiB with one decimal, the unit a GPU host's disks and memory read in.
-fn gib(v: Option<&Value>) -> String {
-    v.and_then(Value::as_u64).map_or_else(|| "-".to_owned(), |b| format!("{:.1} GiB", b as f64 / f64::from(1u32 << 30)))
+fn gib(b: u64) -> String {
+    format!("{:.1} GiB", b as f64 / f64::from(1u32 << 30))
 }
 
 /// The host's latest health report (`health` of `GET /v1/hosts/{id}`): when it arrived, the
 /// agent's own view (GPUs, load, memory, disks, failed units) and each probe's last result.
-fn health_section(out: &mut String, now: drover_proto::time::Time, health: Option<&Value>) {
+fn health_section(out: &mut String, now: Time, health: Option<&HealthView>) {
     let Some(h) = health else {
         line(out, "Health", "no health report yet");
         return;
     };
-    let at = field(h, "reportedAt");
-    line(out, "Health", &format!("reported {at} ({} ago)", age(now, Some(at))));
-    match h.get("health").filter(|r| !r.is_null()) {
+    line(out, "Health", &format!("reported {} ({} ago)", h.reported_at, age_of(now, h.reported_at)));
+    match &h.report.health {
         // A check-in may carry probe results without a health report.
         None => line(out, "  Report", "none in the latest check-in"),
         Some(r) => {
-            let gpu = match r.get("gpu").filter(|g| !g.is_null()) {
+            let gpu = match &r.gpu {
                 None => "none".to_owned(),
-                Some(g) => {
-                    let n = |k: &str| g.get(k).and_then(Value::as_u64).unwrap_or(0);
-                    format!("{} {} ({} unhealthy)", field(g, "vendor"), n("count"), n("unhealthy"))
-                }
+                Some(g) => format!("{} {} ({} unhealthy)", clean(&g.vendor, 32), g.count, g.unhealthy),
             };
             line(out, "  GPUs", &gpu);
-            let load = r.get("loadAvg1m").and_then(Value::as_f64).map_or_else(|| "-".to_owned(), |l| format!("{l:.2}"));
-            let cpu = r.get("cpuUsagePct").and_then(Value::as_f64).map(|c| format!(", CPU {c:.0}% busy")).unwrap_or_default();
-            line(out, "  Load (1m)", &format!("{load}{cpu}"));
-            line(out, "  Memory", &format!("{} available of {}", gib(r.get("memAvailableBytes")), gib(r.get("memTotalBytes"))));
-            let units: Vec<&str> = r.get("failedUnits").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+            let cpu = r.cpu_usage_pct.map(|c| format!(", CPU {c:.0}% busy")).unwrap_or_default();
+            line(out, "  Load (1m)", &format!("{:.2}{cpu}", r.load_avg_1m));
+            line(out, "  Memory", &format!("{} available of {}", gib(r.mem_available_bytes), gib(r.mem_total_bytes)));
+            let units = &r.failed_units;
             line(out, "  Failed units", &if units.is_empty() { "none".to_owned() } else { units.join(", ") });
             out.push_str("  Disks:\n");
-            let disks: Vec<Vec<String>> = r
-                .get("disks")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .map(|d| vec![clean(field(d, "mountPoint"), 120), gib(d.get("totalBytes")), gib(d.get("availableBytes"))])
-                .collect();
+            let disks: Vec<Vec<String>> =
+                r.disks.iter().map(|d| vec![clean(&d.mount_point, 120), gib(d.total_bytes), gib(d.available_bytes)]).collect();
             for l in indented_table(&["MOUNT", "SIZE", "AVAILABLE"], &disks).lines() {
                 let _ = writeln!(out, "  {l}");
             }
@@ -228,19 +204,10 @@ fn health_section(out: &mut String, now: drover_proto::time::Time, health: Optio
     }
     out.push_str("  Probes:\n");
     let probes: Vec<Vec<String>> = h
-        .get("probes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .map(|p| {
-            vec![
-                clean(field(p, "name"), 64),
-                clean(field(p, "outcome"), 16),
-                clean(field(p, "mode"), 16),
-                age(now, p.get("observedAt").and_then(Value::as_str)),
-                clean(dash(field(p, "message")), 120),
-            ]
-        })
+        .report
+        .probes
+        .iter()
+        .map(|p| vec![clean(&p.name, 64), wire(&p.outcome), wire(&p.mode), age_of(now, p.observed_at), clean(dash(&p.message), 120)])
         .collect();
     for l in indented_table(&["NAME", "OUTCOME", "MODE", "AGE", "MESSAGE"], &probes).lines() {
         let _ = writeln!(out, "  {l}");
@@ -249,16 +216,16 @@ fn health_section(out: &mut String, now: drover_proto::time::Time, health: Optio
 
 /// The human view of a rollout's `/status`, its manifest's hosts (hostname → wave, when
 /// known) and its events.
-pub fn render_rollout(status: &Value, manifest: Option<&std::collections::BTreeMap<String, u32>>, events: &[Value], n: usize) -> String {
+pub fn render_rollout(status: &RolloutStatus, manifest: Option<&BTreeMap<String, u32>>, events: &[EventView], n: usize) -> String {
+    let r = &status.rollout;
     let mut out = String::new();
-    line(&mut out, "Rollout", field(status, "rolloutId"));
-    line(&mut out, "Channel", field(status, "channel"));
-    let skipped =
-        status.get("hosts").and_then(Value::as_array).map_or(0, |hs| hs.iter().filter(|h| field(h, "state") == "Skipped").count());
-    line(&mut out, "State", &crate::rollout::state_label(field(status, "state"), skipped));
-    line(&mut out, "Manifest", field(status, "manifestSha256"));
-    line(&mut out, "Opened", field(status, "openedAt"));
-    line(&mut out, "Updated", field(status, "updatedAt"));
+    line(&mut out, "Rollout", &r.rollout_id);
+    line(&mut out, "Channel", &r.channel);
+    let skipped = status.hosts.iter().filter(|h| h.state == HostRolloutState::Skipped).count();
+    line(&mut out, "State", &crate::rollout::state_label(r.state.as_str(), skipped));
+    line(&mut out, "Manifest", &r.manifest_sha256);
+    line(&mut out, "Opened", &r.opened_at.to_string());
+    line(&mut out, "Updated", &r.updated_at.to_string());
     out.push_str("Waves:\n");
     let progress = crate::watch::progress_of(status, manifest);
     if progress.waves.is_empty() {
@@ -268,28 +235,28 @@ pub fn render_rollout(status: &Value, manifest: Option<&std::collections::BTreeM
         let _ = writeln!(out, "{l}");
     }
     out.push_str("Hosts:\n");
-    let mut rows: Vec<Vec<String>> = status
-        .get("hosts")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
+    let mut rows: Vec<(u32, Vec<String>)> = status
+        .hosts
+        .iter()
         .map(|h| {
-            vec![
-                clean(field(h, "hostname"), 64),
-                h.get("waveIndex").and_then(Value::as_u64).map_or_else(|| "-".to_owned(), |w| w.to_string()),
-                clean(field(h, "state"), 32),
-                clean(field(h, "since"), 40),
-                clean(dash(field(h, "intentTarget")), 120),
-            ]
+            let row = vec![
+                clean(&h.hostname, 64),
+                h.wave_index.to_string(),
+                h.state.as_str().to_owned(),
+                h.since.to_string(),
+                clean(dash(h.intent_target.as_deref().unwrap_or("")), 120),
+            ];
+            (h.wave_index, row)
         })
         .collect();
-    let recorded: std::collections::BTreeSet<String> = rows.iter().map(|r| r[0].clone()).collect();
+    let recorded: std::collections::BTreeSet<&str> = status.hosts.iter().map(|h| h.hostname.as_str()).collect();
     for (host, wave) in manifest.into_iter().flatten() {
-        if !recorded.contains(host) {
-            rows.push(vec![clean(host, 64), wave.to_string(), "Pending".to_owned(), "-".to_owned(), "-".to_owned()]);
+        if !recorded.contains(host.as_str()) {
+            rows.push((*wave, vec![clean(host, 64), wave.to_string(), "Pending".to_owned(), "-".to_owned(), "-".to_owned()]));
         }
     }
-    rows.sort_by(|a, b| (a[1].parse::<u32>().unwrap_or(u32::MAX), &a[0]).cmp(&(b[1].parse::<u32>().unwrap_or(u32::MAX), &b[0])));
+    rows.sort_by(|a, b| (a.0, &a.1[0]).cmp(&(b.0, &b.1[0])));
+    let rows: Vec<Vec<String>> = rows.into_iter().map(|(_, r)| r).collect();
     out.push_str(&indented_table(&["HOST", "WAVE", "STATE", "SINCE", "TARGET"], &rows));
     events_section(&mut out, events, n);
     out
@@ -302,13 +269,16 @@ pub fn run(args: &DescribeArgs) -> Result<(), CliError> {
             let s = Session::open(&a.connect)?;
             // An id goes straight to the host's route, which refuses an unknown one itself.
             let id = crate::resolve::host_id(&s, "HOST", &a.host)?;
-            let host = s.get(&format!("/v1/hosts/{id}"))?;
+            let path = format!("/v1/hosts/{id}");
+            let host: Value = s.get(&path)?;
+            let detail: HostDetail = decode(&path, &host)?;
             if a.output.output.is_json() {
                 return print(&pretty(&host)?);
             }
-            let jobs = list_all(&s, "/v1/jobs", &[("host", id.to_string())], "items", None)?;
-            let events = list_all(&s, "/v1/events", &[("host", id.to_string()), ("limit", "500".into())], "items", None)?;
-            print(&render_host(crate::clock::now()?, &host, &jobs, &events, a.events))
+            let jobs = decode_all("/v1/jobs", &list_all(&s, "/v1/jobs", &[("host", id.to_string())], None)?)?;
+            let q = [("host", id.to_string()), ("limit", "500".into())];
+            let events = decode_all("/v1/events", &list_all(&s, "/v1/events", &q, None)?)?;
+            print(&render_host(crate::clock::now()?, &detail, &jobs, &events, a.events))
         }
         DescribeWhat::Rollout(a) => {
             let s = Session::open(&a.connect)?;
@@ -317,18 +287,21 @@ pub fn run(args: &DescribeArgs) -> Result<(), CliError> {
                 let opts = crate::watch::WatchOptions::new(Some(id), true, std::time::Duration::from_secs(a.timeout));
                 return crate::watch::watch_stdout(&s, &opts);
             }
-            let status = s.get(&format!("/v1/rollouts/{}/status", encode(&id.to_string())))?;
+            let path = format!("/v1/rollouts/{}/status", encode(&id.to_string()));
+            let raw: Value = s.get(&path)?;
+            let status: RolloutStatus = decode(&path, &raw)?;
             if a.output.output.is_json() {
-                return print(&pretty(&status)?);
+                return print(&pretty(&raw)?);
             }
-            let events = list_all(&s, "/v1/events", &[("rollout", id.to_string()), ("limit", "500".into())], "items", None)?;
+            let q = [("rollout", id.to_string()), ("limit", "500".into())];
+            let events = decode_all("/v1/events", &list_all(&s, "/v1/events", &q, None)?)?;
             let manifests = crate::watch::manifests(&s.client, &s.runtime);
             print(&render_rollout(&status, manifests.get(&id.to_string()), &events, a.events))
         }
         DescribeWhat::Job(a) => {
             let path = format!("/v1/jobs/{}", check_job_id(&a.job)?);
             let s = Session::open(&a.connect)?;
-            let value = s.get(&path)?;
+            let value: Value = s.get(&path)?;
             crate::job::print_answer(a.output.output, &path, &value, crate::job::render_describe)
         }
         DescribeWhat::Onboarding(a) => crate::onboarding::run_describe(a),
@@ -341,17 +314,25 @@ mod tests {
 
     use super::*;
 
+    /// An answer as the coordinator writes it, decoded as the CLI reads it.
+    fn decoded<T: serde::de::DeserializeOwned>(v: Value) -> T {
+        decode("/v1/test", &v).expect("an answer the coordinator would write")
+    }
+
     #[test]
     fn a_host_is_described_in_sections() {
         let now = drover_proto::time::Time::parse_lenient("2025-01-01T01:00:00Z").expect("time");
-        let host = json!({"id": "h1", "hostname": "gpu-a-01", "state": "active", "schedulable": true,
+        let host = json!({"id": "h1", "hostId": "h1", "hostname": "gpu-a-01", "state": "active", "schedulable": true,
             "createdAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:10:00Z",
             "channel": "gpu", "wave": 1, "rolloutId": "gpu@c0ffee", "rolloutState": "Soaking",
             "lastCheckin": {"at": "2025-01-01T00:59:00Z", "agentVersion": "0.1.0", "bootId": "b1", "currentGeneration": "/nix/store/x"},
             "certificates": [{"serial": "0a", "kind": "host", "notBefore": "2025-01-01T00:00:00Z", "notAfter": "2025-02-01T00:00:00Z", "revoked": false}]});
-        let events: Vec<Value> =
-            (1..=3).map(|i| json!({"id": i, "at": "2025-01-01T00:00:00Z", "kind": "host.state", "message": format!("m{i}")})).collect();
-        let out = render_host(now, &host, &[], &events, 2);
+        let events: Vec<EventView> = (1..=3)
+            .map(|i| {
+                decoded(json!({"id": i, "at": "2025-01-01T00:00:00Z", "kind": "host.state", "message": format!("m{i}"), "data": null}))
+            })
+            .collect();
+        let out = render_host(now, &decoded(host), &[], &events, 2);
         for needle in [
             "Name:          gpu-a-01\n",
             "Channel:       gpu (wave 1; Soaking in gpu@c0ffee)\n",
@@ -371,7 +352,8 @@ mod tests {
     #[test]
     fn a_hosts_stored_health_report_is_shown() {
         let now = drover_proto::time::Time::parse_lenient("2025-01-01T01:00:00Z").expect("time");
-        let host = json!({"id": "h1", "hostname": "gpu-a-01", "state": "active", "schedulable": true, "certificates": [],
+        let host = json!({"id": "h1", "hostId": "h1", "hostname": "gpu-a-01", "state": "active", "schedulable": true, "certificates": [],
+            "createdAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:10:00Z",
             "health": {"reportedAt": "2025-01-01T00:59:30Z",
                 "health": {"collectedAt": "2025-01-01T00:59:29Z", "uptimeSecs": 60, "loadAvg1m": 1.5, "cpuUsagePct": 12.0,
                     "memTotalBytes": 68_719_476_736u64, "memAvailableBytes": 34_359_738_368u64,
@@ -379,7 +361,7 @@ mod tests {
                     "failedUnits": ["nvidia-persistenced.service"], "gpu": {"vendor": "nvidia", "count": 8, "unhealthy": 1}},
                 "probes": [{"name": "nccl", "outcome": "failed", "mode": "enforce", "message": "exit 3", "durationMs": 5,
                     "observedAt": "2025-01-01T00:59:00Z"}]}});
-        let out = render_host(now, &host, &[], &[], 20);
+        let out = render_host(now, &decoded(host), &[], &[], 20);
         for needle in [
             "Health:        reported 2025-01-01T00:59:30Z (30s ago)\n",
             "  GPUs:        nvidia 8 (1 unhealthy)\n",
@@ -399,7 +381,7 @@ mod tests {
             "openedAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:00:00Z",
             "hosts": [{"hostname": "gpu-a-01", "waveIndex": 0, "state": "Activating", "since": "2025-01-01T00:01:00Z", "intentTarget": "/nix/store/t"}]});
         let manifest = std::collections::BTreeMap::from([("gpu-a-01".to_owned(), 0), ("gpu-b-01".to_owned(), 1)]);
-        let out = render_rollout(&status, Some(&manifest), &[], 20);
+        let out = render_rollout(&decoded(status), Some(&manifest), &[], 20);
         assert!(out.contains("  wave 0  [~~~~~~~~~~~~~~~~~~~~]  0/1  Activating 1\n"), "{out}");
         assert!(out.contains("  wave 1  [--------------------]  0/1  Pending 1\n"), "{out}");
         assert!(out.contains("  gpu-a-01  0     Activating  2025-01-01T00:01:00Z  /nix/store/t\n  gpu-b-01  1     Pending     -"), "{out}");
@@ -412,7 +394,7 @@ mod tests {
         let status = json!({"rolloutId": "gpu@c0ffee", "channel": "gpu", "state": "Converged", "manifestSha256": "ab",
             "openedAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:00:00Z",
             "hosts": [host("gpu-a-01", "Converged"), host("gpu-a-02", "Skipped")]});
-        let out = render_rollout(&status, None, &[], 20);
+        let out = render_rollout(&decoded(status), None, &[], 20);
         assert!(out.contains("State:         Converged (1 skipped)\n"), "{out}");
     }
 }

@@ -25,8 +25,12 @@ use clap::Args;
 use drover_devkit::DevkitError;
 use drover_devkit::fleet::{Binaries, FleetOptions, LocalFleet};
 use drover_devkit::spec::{self, CiKey, FleetHost, Policy};
+use drover_proto::api::hosts::HostView;
+use drover_proto::api::jobs::{JobDetail, JobJson};
+use drover_proto::api::rollouts::RolloutStatus;
 use drover_proto::release::ReleaseFiles;
-use serde_json::{Value, json};
+use drover_proto::states::{JobState, RolloutState};
+use serde_json::json;
 
 use crate::exit::{CliError, codes};
 
@@ -289,18 +293,26 @@ fn progress(fleet: &mut LocalFleet, hosts: &[FleetHost], ids: &[String], bound: 
         let mut lines = Vec::new();
         let mut done = 0;
         for id in ids {
-            let status = match fleet.get(&format!("/v1/rollouts/{id}/status")) {
-                Ok(s) => s,
+            let path = format!("/v1/rollouts/{id}/status");
+            let status: RolloutStatus = match fleet.get(&path) {
+                Ok(v) => crate::job::decode(&path, &v)?,
                 // Not opened yet: the executor picks the release up on its next tick.
-                Err(DevkitError::Api(e)) if e.status() == Some(404) => json!({"rolloutId": id, "state": "Opening", "hosts": []}),
+                Err(DevkitError::Api(e)) if e.status() == Some(404) => {
+                    lines.push(format!("  {id} Opening"));
+                    continue;
+                }
                 Err(e) => return Err(dev_error(e)),
             };
-            let state = status["state"].as_str().unwrap_or("?").to_owned();
+            let state = status.rollout.state;
             let channel = id.split('@').next().unwrap_or_default();
             lines.push(format!("  {}", crate::watch::summary_line(&crate::watch::progress_of(&status, Some(&manifest(channel))))));
-            match state.as_str() {
-                "Converged" => done += 1,
-                "Halted" | "Reverting" | "Reverted" | "Failed" | "Cancelled" => {
+            match state {
+                RolloutState::Converged => done += 1,
+                RolloutState::Halted
+                | RolloutState::Reverting
+                | RolloutState::Reverted
+                | RolloutState::Failed
+                | RolloutState::Cancelled => {
                     return Err(CliError::new(codes::SOFTWARE, format!("dev: rollout {id} ended {state}")));
                 }
                 _ => {}
@@ -348,9 +360,12 @@ fn next_release(fleet: &mut LocalFleet, ci: &CiKey, hosts: &[FleetHost], first: 
     fleet
         .wait_until("the second release's rollouts to open", 60, |f| {
             for id in &ids {
-                match f.get(&format!("/v1/rollouts/{id}/status")) {
-                    Ok(status) if status["state"] != "Opening" => {}
-                    Ok(_) => return Ok(false),
+                match f.get(&format!("/v1/rollouts/{id}/status")).map(serde_json::from_value::<RolloutStatus>) {
+                    Ok(Ok(status)) if status.rollout.state != RolloutState::Opening => {}
+                    Ok(Ok(_)) => return Ok(false),
+                    Ok(Err(e)) => {
+                        return Err(DevkitError::Process { what: format!("rollout {id}"), message: format!("unexpected status: {e}") });
+                    }
                     // Not opened yet: the executor picks the release up on its next tick.
                     Err(DevkitError::Api(e)) if e.status() == Some(404) => return Ok(false),
                     Err(e) => return Err(e),
@@ -375,39 +390,43 @@ fn soft_reset(fleet: &mut LocalFleet, host: &FleetHost) -> Result<String, CliErr
             &json!({"mode": "soft_reset", "storage": "local", "reason": "drover dev: tenant turnover"}),
         )
         .map_err(dev_error)?;
-    let job_id = job["jobId"].as_str().unwrap_or_default().to_owned();
+    let job: JobJson = crate::job::decode("decommission", &job)?;
+    let job_id = job.job_id;
     let mut seen = String::new();
-    let mut result = Value::Null;
+    let mut result = None;
     fleet
         .wait_until("the soft_reset job", 120, |f| {
-            let v = f.get(&format!("/v1/jobs/{job_id}"))?;
-            let now = format!("{} {}", v["state"].as_str().unwrap_or("?"), v["stage"].as_str().unwrap_or(""));
+            let path = format!("/v1/jobs/{job_id}");
+            let v = serde_json::from_value::<JobDetail>(f.get(&path)?)
+                .map_err(|e| DevkitError::Process { what: path, message: format!("unexpected answer: {e}") })?
+                .job;
+            let now = format!("{} {}", v.state, v.stage);
             if now != seen {
                 say(format!("  job {job_id}: {now}"));
                 seen = now;
             }
-            let end = matches!(v["state"].as_str(), Some("completed" | "failed" | "cancelled"));
-            result = v;
+            let end = matches!(
+                v.state,
+                JobState::Completed | JobState::FailedRetryable | JobState::FailedManualIntervention | JobState::Cancelled
+            );
+            result = Some(v);
             Ok(end)
         })
         .map_err(dev_error)?;
-    if result["state"] != "completed" {
-        return Err(CliError::new(codes::SOFTWARE, format!("dev: the soft_reset job ended {}: {}", result["state"], result["message"])));
-    }
-    Ok(format!(
-        "job {job_id}, stages {}",
-        result["stages"].as_array().map(|s| s.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" → ")).unwrap_or_default()
-    ))
+    let Some(result) = result.filter(|r| r.state == JobState::Completed) else {
+        return Err(CliError::new(codes::SOFTWARE, format!("dev: the soft_reset job {job_id} did not complete")));
+    };
+    Ok(format!("job {job_id}, stages {}", result.stages.join(" → ")))
 }
 
 /// The summary: every host, then how to reach the demo from another shell (`next`: the
 /// demo's directory when the second release was left rolling).
 fn summary(fleet: &LocalFleet, hosts: &[FleetHost], took: Duration, next: Option<&str>) -> Result<(), CliError> {
-    let listed = fleet.hosts().map_err(dev_error)?;
+    let listed: Vec<HostView> = crate::job::decode_all("/v1/hosts", &fleet.hosts().map_err(dev_error)?)?;
     say("");
     say(format!("{:<8}  {:<9}  {:<4}  {:<7}  {:<11}  {}", "HOST", "CHANNEL", "WAVE", "STATE", "SCHEDULABLE", "RUNNING"));
     for h in hosts {
-        let row = listed.iter().find(|r| r["hostname"] == h.hostname.as_str()).cloned().unwrap_or(Value::Null);
+        let row = listed.iter().find(|r| r.hostname == h.hostname);
         // The closure's name without its hash: `nixos-system-dev-01-g2`.
         let running = fleet.agents.iter().find(|a| a.hostname == h.hostname).and_then(|a| a.nix.running()).unwrap_or_default();
         let running = running.rsplit('/').next().and_then(|b| b.split_once('-')).map(|(_, name)| name.to_owned()).unwrap_or(running);
@@ -416,8 +435,8 @@ fn summary(fleet: &LocalFleet, hosts: &[FleetHost], took: Duration, next: Option
             h.hostname,
             h.channel,
             h.wave() - 1,
-            row["state"].as_str().unwrap_or("?"),
-            row["schedulable"].as_bool().map_or("?", |b| if b { "yes" } else { "no" }),
+            row.map_or("?", |r| r.state.as_str()),
+            row.map_or("?", |r| if r.schedulable { "yes" } else { "no" }),
         ));
     }
     let c = &fleet.coordinator;

@@ -20,16 +20,16 @@ use std::io::Write;
 use std::time::Duration;
 
 use clap::Args;
+use drover_proto::api::events::EventView;
 use drover_proto::event_kinds::{KindFilter, parse_filter};
 use drover_proto::names::RolloutId;
 use drover_proto::time::Time;
-use serde_json::Value;
 
 use crate::client::{ConnectArgs, Session};
 use crate::exit::{CliError, codes};
 use crate::get::{hostnames, list_all};
-use crate::job::clean;
-use crate::output::{Output, OutputArgs, dash, field, pretty, print, table};
+use crate::job::{clean, decode_all};
+use crate::output::{Output, OutputArgs, dash, pretty, print, table};
 
 /// The page size asked for.
 const PAGE: usize = 500;
@@ -143,38 +143,43 @@ fn start_after(s: &Session, base: &[(&'static str, String)], since: Since) -> Re
         Since::Ago(secs) => Time::from_unix(crate::clock::now()?.unix().saturating_sub(i64::try_from(secs).unwrap_or(i64::MAX)))
             .map_err(|e| CliError::usage(format!("--since: {e}")))?,
     };
-    Ok(last_before(&list_all(s, "/v1/events", base, "items", None)?, from))
+    Ok(last_before(&list_events(s, base)?, from))
 }
 
 /// The id of the last of `events` dated before `from` (an event whose date does not parse
 /// counts as before: it cannot be placed after).
-fn last_before(events: &[Value], from: Time) -> Option<i64> {
-    let before = |e: &&Value| Time::parse_lenient(field(e, "at")).ok().is_none_or(|at| at < from);
-    events.iter().filter(before).filter_map(|e| e.get("id").and_then(Value::as_i64)).max()
+fn last_before(events: &[EventView], from: Time) -> Option<i64> {
+    events.iter().filter(|e| e.at < from).map(|e| e.id).max()
+}
+
+/// Every event the query matches, all pages, as the coordinator's [`EventView`]s.
+fn list_events(s: &Session, query: &[(&str, String)]) -> Result<Vec<EventView>, CliError> {
+    decode_all("/v1/events", &list_all(s, "/v1/events", query, None)?)
 }
 
 /// The events of `events` that pass `--kind`.
-fn of_kind(events: Vec<Value>, kind: Option<&KindFilter>) -> Vec<Value> {
+fn of_kind(events: Vec<EventView>, kind: Option<&KindFilter>) -> Vec<EventView> {
     match kind {
-        Some(k) => events.into_iter().filter(|e| k.matches(field(e, "kind"))).collect(),
+        Some(k) => events.into_iter().filter(|e| k.matches(&e.kind)).collect(),
         None => events,
     }
 }
 
 /// What an event is about: its host (by name when known), rollout or job.
-fn object(e: &Value, names: &std::collections::BTreeMap<String, String>) -> String {
-    let host = field(e, "hostId");
+fn object(e: &EventView, names: &std::collections::BTreeMap<String, String>) -> String {
+    let host = e.host_id.as_deref().unwrap_or("");
     let host = names.get(host).map_or(host, String::as_str);
-    let parts: Vec<String> = [("host/", host), ("rollout/", field(e, "rolloutId")), ("job/", field(e, "jobId"))]
-        .into_iter()
-        .filter(|(_, v)| !v.is_empty())
-        .map(|(k, v)| format!("{k}{}", clean(v, 64)))
-        .collect();
+    let parts: Vec<String> =
+        [("host/", host), ("rollout/", e.rollout_id.as_deref().unwrap_or("")), ("job/", e.job_id.as_deref().unwrap_or(""))]
+            .into_iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| format!("{k}{}", clean(v, 64)))
+            .collect();
     if parts.is_empty() { "-".to_owned() } else { parts.join(",") }
 }
 
 /// The events table.
-pub fn render_events(events: &[Value], names: &std::collections::BTreeMap<String, String>, wide: bool) -> String {
+pub fn render_events(events: &[EventView], names: &std::collections::BTreeMap<String, String>, wide: bool) -> String {
     let rows: Vec<Vec<String>> = events.iter().map(|e| row(e, names, wide)).collect();
     let mut header = vec!["ID", "AT", "KIND", "OBJECT", "MESSAGE"];
     if wide {
@@ -183,23 +188,23 @@ pub fn render_events(events: &[Value], names: &std::collections::BTreeMap<String
     table(&header, &rows)
 }
 
-fn row(e: &Value, names: &std::collections::BTreeMap<String, String>, wide: bool) -> Vec<String> {
+fn row(e: &EventView, names: &std::collections::BTreeMap<String, String>, wide: bool) -> Vec<String> {
     let mut row = vec![
-        e.get("id").and_then(Value::as_i64).map_or_else(|| "-".to_owned(), |i| i.to_string()),
-        clean(dash(field(e, "at")), 40),
-        clean(field(e, "kind"), 48),
+        e.id.to_string(),
+        e.at.to_string(),
+        clean(&e.kind, 48),
         object(e, names),
-        clean(dash(field(e, "message")), if wide { 300 } else { 100 }),
+        clean(dash(&e.message), if wide { 300 } else { 100 }),
     ];
     if wide {
-        row.push(clean(&e.get("data").map(Value::to_string).unwrap_or_default(), 300));
+        row.push(clean(&e.data.to_string(), 300));
     }
     row
 }
 
 /// One followed event as a line: the table's columns at fixed widths (a stream cannot
 /// re-align earlier lines).
-pub fn follow_line(e: &Value, names: &std::collections::BTreeMap<String, String>, output: Output) -> Result<String, CliError> {
+pub fn follow_line(e: &EventView, names: &std::collections::BTreeMap<String, String>, output: Output) -> Result<String, CliError> {
     if output.is_json() {
         return serde_json::to_string(e).map(|s| s + "\n").map_err(|err| CliError::new(codes::SOFTWARE, format!("internal error: {err}")));
     }
@@ -218,7 +223,7 @@ fn fixed(r: &[String]) -> String {
 }
 
 /// The last `limit` of `events` (all of them without a limit), in their order.
-fn newest(mut events: Vec<Value>, limit: Option<usize>) -> Vec<Value> {
+fn newest(mut events: Vec<EventView>, limit: Option<usize>) -> Vec<EventView> {
     if let Some(n) = limit {
         events.drain(..events.len().saturating_sub(n));
     }
@@ -227,14 +232,14 @@ fn newest(mut events: Vec<Value>, limit: Option<usize>) -> Vec<Value> {
 
 /// Where a follow without `--since` starts: after the event before the last `backlog` of
 /// `events` (so those are shown first); `None` when there are no more than that.
-fn follow_start(events: &[Value], backlog: usize) -> Option<i64> {
+fn follow_start(events: &[EventView], backlog: usize) -> Option<i64> {
     let skip = events.len().checked_sub(backlog + 1)?;
     last_id(&events[..=skip])
 }
 
 /// The id of the last event of `events`.
-fn last_id(events: &[Value]) -> Option<i64> {
-    events.iter().filter_map(|e| e.get("id").and_then(Value::as_i64)).max()
+fn last_id(events: &[EventView]) -> Option<i64> {
+    events.iter().map(|e| e.id).max()
 }
 
 /// Runs `drover events`.
@@ -251,10 +256,10 @@ pub fn run(args: &EventsArgs) -> Result<(), CliError> {
     let names = if output.is_json() { Default::default() } else { hostnames(&s)? };
     if !args.follow {
         // Events page oldest first by id: the newest N are the tail of the whole listing.
-        let all = of_kind(list_all(&s, "/v1/events", &q, "items", None)?, args.kind.as_ref());
+        let all = of_kind(list_events(&s, &q)?, args.kind.as_ref());
         let events = newest(all, args.limit.map(|l| l as usize));
         if output.is_json() {
-            return print(&pretty(&Value::Array(events))?);
+            return print(&pretty(&events)?);
         }
         if events.is_empty() {
             eprintln!("no events");
@@ -276,7 +281,7 @@ fn follow(
     let mut after = match args.since {
         // run() has already turned --since into an `after` filter.
         Some(_) => base.iter().find(|(k, _)| *k == "after").and_then(|(_, v)| v.parse().ok()),
-        None => follow_start(&of_kind(list_all(s, "/v1/events", &base, "items", None)?, args.kind.as_ref()), FOLLOW_BACKLOG),
+        None => follow_start(&of_kind(list_events(s, &base)?, args.kind.as_ref()), FOLLOW_BACKLOG),
     };
     let mut stdout = std::io::stdout().lock();
     if !output.is_json() {
@@ -296,14 +301,14 @@ fn follow(
         if let Some(a) = after {
             q.push(("after", a.to_string()));
         }
-        match list_all(s, "/v1/events", &q, "items", None) {
+        match list_events(s, &q) {
             Ok(events) => {
                 // A host enrolled since the start: learn its name (best effort).
-                let unknown = |e: &Value| !field(e, "hostId").is_empty() && !names.contains_key(field(e, "hostId"));
+                let unknown = |e: &EventView| e.host_id.as_ref().is_some_and(|h| !names.contains_key(h));
                 if !output.is_json() && events.iter().any(unknown) {
                     names = hostnames(s).unwrap_or(names);
                 }
-                for e in events.iter().filter(|e| args.kind.as_ref().is_none_or(|k| k.matches(field(e, "kind")))) {
+                for e in events.iter().filter(|e| args.kind.as_ref().is_none_or(|k| k.matches(&e.kind))) {
                     if !write_line(&mut stdout, &follow_line(e, &names, output)?)? {
                         return Ok(());
                     }
@@ -333,17 +338,21 @@ fn write_line(out: &mut dyn Write, line: &str) -> Result<bool, CliError> {
 mod tests {
     use std::collections::BTreeMap;
 
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
 
-    fn events() -> Vec<Value> {
-        vec![
-            json!({"id": 7, "at": "2025-01-01T00:00:00Z", "kind": "rollout.opened", "hostId": null, "rolloutId": "gpu@c0ffee",
+    fn events() -> Vec<EventView> {
+        decode_all(
+            "/v1/events",
+            &[
+                json!({"id": 7, "at": "2025-01-01T00:00:00Z", "kind": "rollout.opened", "hostId": null, "rolloutId": "gpu@c0ffee",
                    "jobId": null, "message": "opened", "data": {"a": 1}}),
-            json!({"id": 9, "at": "2025-01-01T00:01:00Z", "kind": "host.transition", "hostId": "h1", "rolloutId": null,
+                json!({"id": 9, "at": "2025-01-01T00:01:00Z", "kind": "host.transition", "hostId": "h1", "rolloutId": null,
                    "jobId": null, "message": "active\nnow", "data": null}),
-        ]
+            ],
+        )
+        .expect("events")
     }
 
     #[test]
@@ -360,12 +369,23 @@ mod tests {
         assert_eq!(last_id(&events()), Some(9));
     }
 
-    fn numbered(n: i64) -> Vec<Value> {
-        (1..=n).map(|id| json!({"id": id, "kind": "host.transition"})).collect()
+    fn numbered(n: i64) -> Vec<EventView> {
+        let at = Time::parse_lenient("2025-01-01T00:00:00Z").expect("time");
+        let event = |id| EventView {
+            id,
+            at,
+            kind: "host.transition".to_owned(),
+            host_id: None,
+            rollout_id: None,
+            job_id: None,
+            message: String::new(),
+            data: Value::Null,
+        };
+        (1..=n).map(event).collect()
     }
 
-    fn ids(events: &[Value]) -> Vec<i64> {
-        events.iter().filter_map(|e| e["id"].as_i64()).collect()
+    fn ids(events: &[EventView]) -> Vec<i64> {
+        events.iter().map(|e| e.id).collect()
     }
 
     #[test]

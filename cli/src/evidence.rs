@@ -17,6 +17,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
+use drover_proto::api::evidence::EvidenceView;
 use drover_proto::evidence::{Evidence, Expect, Subject, verify};
 use serde_json::Value;
 use uuid::Uuid;
@@ -25,7 +26,7 @@ use crate::client::{ConnectArgs, Session};
 use crate::exit::{CliError, codes};
 use crate::get::list_all;
 use crate::job::clean;
-use crate::output::{OutputArgs, dash, field, pretty, print, table};
+use crate::output::{OutputArgs, dash, pretty, print, table};
 
 /// Largest file `verify` reads (a JSON array of many documents).
 const MAX_FILE_BYTES: u64 = 64 << 20;
@@ -82,14 +83,14 @@ fn get(target: &str, output: &OutputArgs, connect: &ConnectArgs) -> Result<(), C
     let s = Session::open(connect)?;
     let base = match Uuid::parse_str(target) {
         // A job id, or else a host id.
-        Ok(id) => match s.get(&format!("/v1/jobs/{id}")) {
+        Ok(id) => match s.get::<drover_proto::api::jobs::JobDetail>(&format!("/v1/jobs/{id}")) {
             Ok(_) => format!("/v1/jobs/{id}/evidence"),
             Err(e) if e.code() == codes::DATA => format!("/v1/hosts/{}/evidence", crate::resolve::host(&s, "TARGET", target)?.id),
             Err(e) => return Err(e),
         },
         Err(_) => format!("/v1/hosts/{}/evidence", crate::resolve::host(&s, "TARGET", target)?.id),
     };
-    let items = list_all(&s, &base, &[("limit", "500".to_owned())], "items", None)?;
+    let items = list_all(&s, &base, &[("limit", "500".to_owned())], None)?;
     if output.output.is_json() {
         let docs: Vec<Value> = items.iter().map(|i| i.get("evidence").cloned().unwrap_or(Value::Null)).collect();
         return print(&pretty(&Value::Array(docs))?);
@@ -98,20 +99,22 @@ fn get(target: &str, output: &OutputArgs, connect: &ConnectArgs) -> Result<(), C
         eprintln!("no evidence for {}", clean(target, 80));
         return Ok(());
     }
-    let rows: Vec<Vec<String>> = items
+    let kept: Vec<EvidenceView> = crate::job::decode_all(&base, &items)?;
+    let rows: Vec<Vec<String>> = kept
         .iter()
         .map(|i| {
-            let subject = &i["evidence"]["statement"]["subject"];
-            let what = match field(subject, "kind") {
-                "task" => format!("{} {}", field(subject, "taskType"), field(subject, "outcome")),
-                "probes" => format!("{} probe result(s)", subject["results"].as_array().map_or(0, Vec::len)),
-                other => clean(other, 40),
+            // The document as the host sent it; one that is not evidence is shown as such (it
+            // would not verify either).
+            let what = match serde_json::from_value::<Evidence>(i.evidence.clone()).map(|e| e.statement.subject) {
+                Ok(Subject::Task { task_type, outcome, .. }) => format!("{} {}", clean(&task_type, 48), crate::output::wire(&outcome)),
+                Ok(Subject::Probes { results }) => format!("{} probe result(s)", results.len()),
+                Err(_) => "not an evidence document".to_owned(),
             };
             vec![
-                i.get("seq").and_then(Value::as_i64).map_or_else(|| "-".into(), |n| n.to_string()),
-                clean(dash(field(i, "signedAt")), 40),
-                clean(dash(field(i, "taskId")), 40),
-                clean(dash(field(i, "jobId")), 40),
+                i.seq.to_string(),
+                i.signed_at.to_string(),
+                clean(dash(i.task_id.as_deref().unwrap_or("")), 40),
+                clean(dash(i.job_id.as_deref().unwrap_or("")), 40),
                 what,
             ]
         })
@@ -171,7 +174,7 @@ fn describe(e: &Evidence) -> String {
             s.host_id,
             s.at,
             job_id.as_ref().map(|j| format!(" of job {j}")).unwrap_or_default(),
-            serde_json::to_value(outcome).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+            crate::output::wire(outcome)
         ),
         Subject::Probes { results } => format!("host {} said at {}: {} probe result(s)", s.host_id, s.at, results.len()),
     }

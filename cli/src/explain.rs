@@ -19,7 +19,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use drover_planner::action::{Action, Wait};
-use drover_planner::observed::plan_input;
+use drover_planner::observed::{PlanInputResponse, plan_input};
+use drover_proto::api::events::EventView;
+use drover_proto::api::hosts::{HostDetail, HostView};
 use drover_proto::names::RolloutId;
 use drover_proto::release::{ReleaseFiles, verify_release};
 use drover_proto::report::ActivationStatus;
@@ -33,8 +35,7 @@ use crate::client::{ConnectArgs, Session};
 use crate::exit::{CliError, codes};
 use crate::get::all_hosts;
 use crate::job::clean;
-use crate::output::{OutputArgs, field, pretty, print};
-use crate::plan::LivePlanInput;
+use crate::output::{OutputArgs, pretty, print};
 use crate::resolve::HostName;
 
 /// Arguments of `drover explain`.
@@ -311,10 +312,7 @@ pub fn render(x: &Explanation) -> String {
 pub fn run(args: &ExplainArgs) -> Result<(), CliError> {
     let ExplainWhat::Host(a) = &args.what;
     let s = Session::open(&a.connect)?;
-    let live: LivePlanInput = {
-        let v = s.get("/v1/plan-input")?;
-        crate::job::decode("/v1/plan-input", &v)?
-    };
+    let live: PlanInputResponse = s.get("/v1/plan-input")?;
     let (trust_bytes, verified_against) = match &a.trust {
         Some(p) => (crate::fsio::read_file(p)?, format!("verified against {}", p.display())),
         None => (s.get_bytes("/v1/trust.json")?, "verified against the coordinator's trust.json; pass --trust to use your own".to_owned()),
@@ -339,10 +337,10 @@ pub fn run(args: &ExplainArgs) -> Result<(), CliError> {
     let (hostname, record) = match HostName::parse("HOST", &a.host)? {
         HostName::Id(_) => {
             let host = crate::resolve::host(&s, "HOST", &a.host)?;
-            (host.hostname, record_of(&s.get(&format!("/v1/hosts/{}", host.id))?))
+            (host.hostname, record_of(&s.get::<HostDetail>(&format!("/v1/hosts/{}", host.id))?.host))
         }
         HostName::Name(name) => {
-            let listed = all_hosts(&s)?.into_iter().find(|h| field(h, "hostname") == name);
+            let listed = all_hosts(&s)?.into_iter().find(|h| h.hostname == name);
             let record = listed.as_ref().map(record_of).unwrap_or_default();
             (name, record)
         }
@@ -359,7 +357,7 @@ pub fn run(args: &ExplainArgs) -> Result<(), CliError> {
         && x.rollout.as_ref().is_some_and(|r| r.host_state == "Skipped")
     {
         let q = [("host", id.clone()), ("rollout", target.rollout_id.to_string()), ("kind", "rollout.host".to_owned())];
-        let events = crate::get::list_all(&s, "/v1/events", &q, "items", None)?;
+        let events = crate::job::decode_all("/v1/events", &crate::get::list_all(&s, "/v1/events", &q, None)?)?;
         x.skipped = Some(skip_reason(&events, target.rollout_id.as_str()));
     }
     if a.output.output.is_json() {
@@ -371,33 +369,28 @@ pub fn run(args: &ExplainArgs) -> Result<(), CliError> {
 
 /// Why a host was skipped in rollout `rollout_id`, from its `rollout.host` events (oldest
 /// first): the reason of the latest one that moved it to `Skipped`, with when.
-pub fn skip_reason(events: &[Value], rollout_id: &str) -> String {
-    let skip = events.iter().rev().find(|e| {
-        let data = e.get("data");
-        let text = |k: &str| data.and_then(|d| d.get(k)).and_then(Value::as_str).unwrap_or("");
-        field(e, "rolloutId") == rollout_id && text("transition").ends_with("-> Skipped")
-    });
+pub fn skip_reason(events: &[EventView], rollout_id: &str) -> String {
+    // `data` is the kind's own detail: a `rollout.host` event's carries its transition and why.
+    let text = |e: &EventView, k: &str| e.data.get(k).and_then(Value::as_str).map(str::to_owned);
+    let skip = events
+        .iter()
+        .rev()
+        .find(|e| e.rollout_id.as_deref() == Some(rollout_id) && text(e, "transition").is_some_and(|t| t.ends_with("-> Skipped")));
     match skip {
         Some(e) => {
-            let reason = e.get("data").and_then(|d| d.get("reason")).and_then(Value::as_str).unwrap_or_else(|| field(e, "message"));
-            format!(
-                "{} (at {}, event {})",
-                if reason.is_empty() { "no reason recorded" } else { reason },
-                field(e, "at"),
-                e.get("id").and_then(Value::as_i64).unwrap_or(0)
-            )
+            let reason = text(e, "reason").unwrap_or_else(|| e.message.clone());
+            format!("{} (at {}, event {})", if reason.is_empty() { "no reason recorded" } else { &reason }, e.at, e.id)
         }
         None => "no event records why (the events may have been pruned)".to_owned(),
     }
 }
 
 /// What the listing or `GET /v1/hosts/{id}` says of a host.
-fn record_of(h: &Value) -> HostRecord {
-    let opt = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+fn record_of(h: &HostView) -> HostRecord {
     HostRecord {
-        id: opt(field(h, "id")),
-        lifecycle: opt(field(h, "state")),
-        running: h.get("lastCheckin").and_then(|c| c.get("currentGeneration")).and_then(Value::as_str).map(str::to_owned),
+        id: Some(h.id.clone()),
+        lifecycle: Some(h.state.as_str().to_owned()),
+        running: h.last_checkin.as_ref().and_then(|c| c.current_generation.clone()),
     }
 }
 

@@ -113,10 +113,11 @@ fn a_host_in_no_channel_says_so() {
 #[test]
 fn a_skipped_host_says_why_from_the_event_that_skipped_it() {
     let ev = |id: i64, rollout: &str, transition: &str, reason: &str| {
-        serde_json::json!({"id": id, "at": format!("2025-01-01T00:0{id}:00Z"), "kind": "rollout.host", "rolloutId": rollout,
-            "message": reason, "data": {"transition": transition, "reason": reason}})
+        let v = serde_json::json!({"id": id, "at": format!("2025-01-01T00:0{id}:00Z"), "kind": "rollout.host", "rolloutId": rollout,
+            "message": reason, "data": {"transition": transition, "reason": reason}});
+        crate::job::decode("/v1/events", &v).expect("an event")
     };
-    let events = vec![
+    let events: Vec<drover_proto::api::events::EventView> = vec![
         ev(1, "infra@c0ffee", "Pending -> Skipped", "offline when wave 0 ran"),
         ev(2, "infra@c0ffee", "Skipped -> Dispatched", "back online; wave 0 dispatch, budgets permit"),
         ev(3, "infra@c0ffee", "Dispatched -> Skipped", "offline when wave 0 ran again"),

@@ -27,7 +27,17 @@ use serde_json::Value;
 use crate::client::{ConnectArgs, Session};
 use crate::exit::{CliError, codes};
 use crate::job::{JobKind, JobState, clean};
-use crate::output::{ListOutputArgs, age, dash, field, print, table};
+use drover_proto::api::Page;
+use drover_proto::api::hosts::{HostDetail, HostView};
+use drover_proto::api::jobs::JobJson;
+use drover_proto::api::rollouts::RolloutView;
+use drover_proto::api::tasks::TaskView;
+use drover_proto::report::TaskOutcome;
+use drover_proto::states::HostRolloutState;
+use drover_proto::time::Time;
+
+use crate::job::decode_all;
+use crate::output::{ListOutputArgs, age_of, dash, print, table};
 
 /// Most pages one listing follows: a coordinator that keeps answering `next` forever (a bug)
 /// must not keep `drover` running forever.
@@ -169,10 +179,21 @@ pub fn with_query(base: &str, query: &[(&str, String)]) -> String {
     format!("{base}?{}", q.join("&"))
 }
 
+/// A page's `next`: an opaque cursor (hosts, jobs, maintenance) or the last row's id (events,
+/// audit).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(untagged)]
+enum Cursor {
+    /// An opaque cursor.
+    Opaque(String),
+    /// A row id.
+    Id(i64),
+}
+
 /// Every item of a listing: `GET base?query`, following `next` (passed back as `after`, a
-/// cursor for hosts and an id for events) until it is `null` or `limit` items are read. The
-/// items are under `items_key` (`items` on every listing).
-pub fn list_all(s: &Session, base: &str, query: &[(&str, String)], items_key: &str, limit: Option<usize>) -> Result<Vec<Value>, CliError> {
+/// cursor for hosts and an id for events) until it is `null` or `limit` items are read. Each
+/// page is the API's [`Page`]; its rows are kept as sent, for `-o json`.
+pub fn list_all(s: &Session, base: &str, query: &[(&str, String)], limit: Option<usize>) -> Result<Vec<Value>, CliError> {
     let mut items = Vec::new();
     let mut after: Option<String> = None;
     for _ in 0..MAX_PAGES {
@@ -182,22 +203,20 @@ pub fn list_all(s: &Session, base: &str, query: &[(&str, String)], items_key: &s
             q.push(("after", a.clone()));
         }
         let path = with_query(base, &q);
-        let page = s.get(&path)?;
-        let Some(rows) = page.get(items_key).and_then(Value::as_array) else {
-            return Err(CliError::new(codes::PROTOCOL, format!("{path}: unexpected answer: no {items_key:?} array")));
-        };
-        items.extend(rows.iter().cloned());
+        // Rows stay as sent (for -o json); the page around them is the API's `Page`.
+        let page: Page<Value, Cursor> = crate::job::decode(&path, &s.get::<Value>(&path)?)?;
+        let empty = page.items.is_empty();
+        items.extend(page.items);
         if limit.is_some_and(|l| items.len() >= l) {
             items.truncate(limit.unwrap_or(usize::MAX));
             return Ok(items);
         }
-        let next = match page.get("next") {
-            None | Some(Value::Null) => return Ok(items),
-            Some(Value::String(c)) => c.clone(),
-            Some(Value::Number(n)) => n.to_string(),
-            Some(_) => return Err(CliError::new(codes::PROTOCOL, format!("{path}: unexpected answer: `next` is not a cursor"))),
+        let next = match page.next {
+            None => return Ok(items),
+            Some(Cursor::Opaque(c)) => c,
+            Some(Cursor::Id(n)) => n.to_string(),
         };
-        if rows.is_empty() || after.as_deref() == Some(next.as_str()) {
+        if empty || after.as_deref() == Some(next.as_str()) {
             // A page that does not advance would loop forever.
             return Ok(items);
         }
@@ -207,13 +226,13 @@ pub fn list_all(s: &Session, base: &str, query: &[(&str, String)], items_key: &s
 }
 
 /// Every host (`GET /v1/hosts`, all pages).
-pub fn all_hosts(s: &Session) -> Result<Vec<Value>, CliError> {
-    list_all(s, "/v1/hosts", &[("limit", PAGE.to_string())], "items", None)
+pub fn all_hosts(s: &Session) -> Result<Vec<HostView>, CliError> {
+    decode_all("/v1/hosts", &list_all(s, "/v1/hosts", &[("limit", PAGE.to_string())], None)?)
 }
 
 /// Host id → hostname, for tables that show tasks and events by host.
 pub fn hostnames(s: &Session) -> Result<BTreeMap<String, String>, CliError> {
-    Ok(all_hosts(s)?.iter().map(|h| (field(h, "id").to_owned(), field(h, "hostname").to_owned())).collect())
+    Ok(all_hosts(s)?.into_iter().map(|h| (h.id, h.hostname)).collect())
 }
 
 /// Prints `items` as `output` asks (see [`ListOutputArgs::render`]), with `none` on stderr
@@ -236,28 +255,26 @@ fn show(
 }
 
 /// The hosts table.
-pub fn render_hosts(now: drover_proto::time::Time, hosts: &[Value], wide: bool) -> String {
+pub fn render_hosts(now: Time, hosts: &[HostView], wide: bool) -> String {
     let rows: Vec<Vec<String>> = hosts
         .iter()
         .map(|h| {
-            let c = h.get("lastCheckin").filter(|c| !c.is_null());
-            let last = c.map(|c| age(now, c.get("at").and_then(Value::as_str))).unwrap_or_else(|| "never".to_owned());
+            let c = h.last_checkin.as_ref();
             let mut row = vec![
-                clean(field(h, "hostname"), 64),
-                clean(field(h, "state"), 32),
-                if h.get("schedulable").and_then(Value::as_bool).unwrap_or(false) { "yes" } else { "no (cordoned)" }.to_owned(),
-                last,
-                age(now, h.get("createdAt").and_then(Value::as_str)),
+                clean(&h.hostname, 64),
+                h.state.as_str().to_owned(),
+                if h.schedulable { "yes" } else { "no (cordoned)" }.to_owned(),
+                c.map_or_else(|| "never".to_owned(), |c| age_of(now, c.at)),
+                age_of(now, h.created_at),
             ];
             if wide {
-                let cf = |k: &str| clean(dash(c.map(|c| field(c, k)).unwrap_or("")), 80);
-                let wave = h.get("wave").and_then(Value::as_u64).map_or_else(|| "-".to_owned(), |w| w.to_string());
+                let opt = |v: Option<&str>, max: usize| clean(dash(v.unwrap_or("")), max);
                 row.extend([
-                    clean(field(h, "id"), 40),
-                    cf("agentVersion"),
-                    clean(dash(field(h, "channel")), 64),
-                    wave,
-                    cf("currentGeneration"),
+                    clean(&h.id, 40),
+                    opt(c.map(|c| c.agent_version.as_str()), 80),
+                    opt(h.channel.as_deref(), 64),
+                    h.wave.map_or_else(|| "-".to_owned(), |w| w.to_string()),
+                    opt(c.and_then(|c| c.current_generation.as_deref()), 80),
                 ]);
             }
             row
@@ -271,19 +288,20 @@ pub fn render_hosts(now: drover_proto::time::Time, hosts: &[Value], wide: bool) 
 }
 
 /// The rollouts table.
-pub fn render_rollouts(now: drover_proto::time::Time, rollouts: &[Value], wide: bool) -> String {
+pub fn render_rollouts(now: Time, rollouts: &[RolloutView], wide: bool) -> String {
     let rows: Vec<Vec<String>> = rollouts
         .iter()
         .map(|r| {
+            let skipped = r.hosts.get(&HostRolloutState::Skipped).map_or(0, |n| usize::try_from(*n).unwrap_or(usize::MAX));
             let mut row = vec![
-                clean(field(r, "rolloutId"), 80),
-                clean(field(r, "channel"), 64),
-                crate::rollout::state_label(field(r, "state"), skipped(r)),
-                age(now, r.get("openedAt").and_then(Value::as_str)),
-                age(now, r.get("updatedAt").and_then(Value::as_str)),
+                clean(&r.rollout_id, 80),
+                clean(&r.channel, 64),
+                crate::rollout::state_label(r.state.as_str(), skipped),
+                age_of(now, r.opened_at),
+                age_of(now, r.updated_at),
             ];
             if wide {
-                row.extend([clean(field(r, "openedAt"), 40), clean(field(r, "manifestSha256"), 64)]);
+                row.extend([r.opened_at.to_string(), clean(&r.manifest_sha256, 64)]);
             }
             row
         })
@@ -295,33 +313,28 @@ pub fn render_rollouts(now: drover_proto::time::Time, rollouts: &[Value], wide: 
     table(&header, &rows)
 }
 
-/// How many of a listed rollout's hosts were skipped (its `hosts` counts by state).
-fn skipped(r: &Value) -> usize {
-    r.pointer("/hosts/Skipped").and_then(Value::as_u64).map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX))
-}
-
 /// The tasks table (`names`: host id → hostname).
-pub fn render_tasks(now: drover_proto::time::Time, tasks: &[Value], names: &BTreeMap<String, String>, wide: bool) -> String {
+pub fn render_tasks(now: Time, tasks: &[TaskView], names: &BTreeMap<String, String>, wide: bool) -> String {
     let rows: Vec<Vec<String>> = tasks
         .iter()
         .map(|t| {
-            let host = field(t, "hostId");
-            let outcome = t.get("result").and_then(|r| r.get("outcome")).and_then(Value::as_str).unwrap_or("");
+            let outcome = t.result.as_ref().map_or("-", |r| match r.outcome {
+                TaskOutcome::Succeeded => "succeeded",
+                TaskOutcome::Failed => "failed",
+                TaskOutcome::Refused => "refused",
+            });
+            let at = |v: Option<Time>| v.map_or_else(|| "-".to_owned(), |t| t.to_string());
             let mut row = vec![
-                clean(field(t, "taskId"), 40),
-                clean(field(t, "type"), 48),
-                clean(names.get(host).map_or(host, String::as_str), 64),
-                clean(field(t, "state"), 16),
-                t.get("attempts").and_then(Value::as_u64).unwrap_or(0).to_string(),
-                clean(dash(outcome), 32),
-                age(now, t.get("createdAt").and_then(Value::as_str)),
+                clean(&t.task_id, 40),
+                clean(&t.kind, 48),
+                clean(names.get(&t.host_id).unwrap_or(&t.host_id), 64),
+                t.state.as_str().to_owned(),
+                t.attempts.to_string(),
+                outcome.to_owned(),
+                age_of(now, t.created_at),
             ];
             if wide {
-                row.extend([
-                    clean(dash(field(t, "jobId")), 40),
-                    clean(dash(field(t, "leaseExpiresAt")), 40),
-                    clean(dash(field(t, "completedAt")), 40),
-                ]);
+                row.extend([clean(dash(t.job_id.as_deref().unwrap_or("")), 40), at(t.lease_expires_at), at(t.completed_at)]);
             }
             row
         })
@@ -334,29 +347,28 @@ pub fn render_tasks(now: drover_proto::time::Time, tasks: &[Value], names: &BTre
 }
 
 /// The jobs table: `drover job get`'s, with the job's request and last change when wide.
-fn render_jobs(jobs: &[Value], wide: bool) -> Result<String, CliError> {
-    let decoded: Vec<crate::job::JobJson> = jobs.iter().map(|j| crate::job::decode("/v1/jobs", j)).collect::<Result<_, _>>()?;
+fn render_jobs(jobs: &[JobJson], wide: bool) -> String {
     if !wide {
-        return Ok(crate::job::render_job_table(&decoded));
+        return crate::job::render_job_table(jobs);
     }
-    let rows: Vec<Vec<String>> = decoded
+    let rows: Vec<Vec<String>> = jobs
         .iter()
         .map(|j| {
             vec![
                 clean(&j.job_id, 40),
                 clean(&j.kind, 32),
-                clean(if j.hostname.is_empty() { &j.host_id } else { &j.hostname }, 64),
-                clean(&j.state, 32),
-                clean(dash(j.stage.as_deref().unwrap_or("")), 32),
+                crate::job::host_of(j),
+                j.state.as_str().to_owned(),
+                clean(dash(&j.stage), 32),
                 j.attempt.to_string(),
-                clean(dash(&j.host_id), 40),
+                clean(dash(j.host_id.as_deref().unwrap_or("")), 40),
                 clean(dash(j.request_id.as_deref().unwrap_or("")), 40),
-                clean(dash(&j.updated_at), 40),
+                j.updated_at.to_string(),
                 clean(dash(&j.message), 60),
             ]
         })
         .collect();
-    Ok(table(&["JOB", "KIND", "HOST", "STATE", "STAGE", "ATTEMPT", "HOST-ID", "REQUEST", "UPDATED", "MESSAGE"], &rows))
+    table(&["JOB", "KIND", "HOST", "STATE", "STAGE", "ATTEMPT", "HOST-ID", "REQUEST", "UPDATED", "MESSAGE"], &rows)
 }
 
 /// Runs `drover get`.
@@ -368,12 +380,14 @@ pub fn run(args: &GetArgs) -> Result<(), CliError> {
             if let Some(given) = &a.host {
                 // An id goes straight to the host's route, which refuses an unknown one itself.
                 let id = crate::resolve::host_id(&s, "HOST", given)?;
-                let host = s.get(&format!("/v1/hosts/{id}"))?;
+                let path = format!("/v1/hosts/{id}");
+                let host: Value = s.get(&path)?;
+                let detail: HostDetail = crate::job::decode(&path, &host)?;
                 if a.output.is_json() {
                     return print(&crate::output::pretty(&host)?);
                 }
-                return show(a.output, std::slice::from_ref(&host), "host", "hostname", "no host", |h| {
-                    Ok(render_hosts(now, h, a.output.is_wide()))
+                return show(a.output, std::slice::from_ref(&host), "host", "hostname", "no host", |_| {
+                    Ok(render_hosts(now, std::slice::from_ref(&detail.host), a.output.is_wide()))
                 });
             }
             let page = a.page_size as usize;
@@ -381,8 +395,10 @@ pub fn run(args: &GetArgs) -> Result<(), CliError> {
             if let Some(st) = &a.state {
                 q.push(("state", st.clone()));
             }
-            let hosts = list_all(&s, "/v1/hosts", &q, "items", a.limit.map(|l| l as usize))?;
-            show(a.output, &hosts, "host", "hostname", "no hosts", |h| Ok(render_hosts(now, h, a.output.is_wide())))
+            let hosts = list_all(&s, "/v1/hosts", &q, a.limit.map(|l| l as usize))?;
+            show(a.output, &hosts, "host", "hostname", "no hosts", |h| {
+                Ok(render_hosts(now, &decode_all("/v1/hosts", h)?, a.output.is_wide()))
+            })
         }
         GetWhat::Rollouts(a) => {
             let s = Session::open(&a.connect)?;
@@ -401,8 +417,10 @@ pub fn run(args: &GetArgs) -> Result<(), CliError> {
             if let Some(c) = &a.channel {
                 q.push(("channel", c.clone()));
             }
-            let rollouts = list_all(&s, "/v1/rollouts", &q, "items", None)?;
-            show(a.output, &rollouts, "rollout", "rolloutId", "no rollouts", |r| Ok(render_rollouts(now, r, a.output.is_wide())))
+            let rollouts = list_all(&s, "/v1/rollouts", &q, None)?;
+            show(a.output, &rollouts, "rollout", "rolloutId", "no rollouts", |r| {
+                Ok(render_rollouts(now, &decode_all("/v1/rollouts", r)?, a.output.is_wide()))
+            })
         }
         GetWhat::Jobs(a) => {
             let s = Session::open(&a.connect)?;
@@ -416,8 +434,8 @@ pub fn run(args: &GetArgs) -> Result<(), CliError> {
             if let Some(k) = a.kind {
                 q.push(("kind", k.wire().to_owned()));
             }
-            let jobs = list_all(&s, "/v1/jobs", &q, "items", None)?;
-            show(a.output, &jobs, "job", "jobId", "no jobs", |j| render_jobs(j, a.output.is_wide()))
+            let jobs = list_all(&s, "/v1/jobs", &q, None)?;
+            show(a.output, &jobs, "job", "jobId", "no jobs", |j| Ok(render_jobs(&decode_all("/v1/jobs", j)?, a.output.is_wide())))
         }
         GetWhat::Tasks(a) => {
             let s = Session::open(&a.connect)?;
@@ -431,8 +449,10 @@ pub fn run(args: &GetArgs) -> Result<(), CliError> {
             if let Some(st) = &a.state {
                 q.push(("state", st.clone()));
             }
-            let tasks = list_all(&s, "/v1/tasks", &q, "items", None)?;
-            show(a.output, &tasks, "task", "taskId", "no tasks", |t| Ok(render_tasks(now, t, &hostnames(&s)?, a.output.is_wide())))
+            let tasks = list_all(&s, "/v1/tasks", &q, None)?;
+            show(a.output, &tasks, "task", "taskId", "no tasks", |t| {
+                Ok(render_tasks(now, &decode_all("/v1/tasks", t)?, &hostnames(&s)?, a.output.is_wide()))
+            })
         }
         GetWhat::Events(a) => crate::events::run(a),
         GetWhat::Onboardings(a) => crate::onboarding::run_list(a),
@@ -450,6 +470,11 @@ mod tests {
         drover_proto::time::Time::parse_lenient("2025-01-01T01:00:00Z").expect("time")
     }
 
+    /// Rows as the coordinator writes them, decoded as the CLI reads them.
+    fn rows<T: serde::de::DeserializeOwned>(v: Vec<Value>) -> Vec<T> {
+        decode_all("/v1/test", &v).expect("rows the coordinator would write")
+    }
+
     #[test]
     fn queries_are_encoded() {
         assert_eq!(with_query("/v1/hosts", &[]), "/v1/hosts");
@@ -459,12 +484,14 @@ mod tests {
     #[test]
     fn hosts_render_with_and_without_wide_columns() {
         let hosts = vec![
-            json!({"id": "0b1c", "hostname": "gpu-a-01", "state": "active", "schedulable": true, "createdAt": "2025-01-01T00:00:00Z",
+            json!({"id": "0b1c", "hostId": "0b1c", "hostname": "gpu-a-01", "state": "active", "schedulable": true,
+                   "createdAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:00:00Z",
                    "lastCheckin": {"at": "2025-01-01T00:59:30Z", "agentVersion": "0.1.0", "bootId": "b", "currentGeneration": null},
                    "channel": "training", "wave": 2}),
-            json!({"id": "9f9f", "hostname": "infra-01\u{1b}[2J", "state": "quarantined", "schedulable": false,
-                   "createdAt": "2025-01-01T00:30:00Z", "lastCheckin": null}),
+            json!({"id": "9f9f", "hostId": "9f9f", "hostname": "infra-01\u{1b}[2J", "state": "quarantined", "schedulable": false,
+                   "createdAt": "2025-01-01T00:30:00Z", "updatedAt": "2025-01-01T00:30:00Z", "lastCheckin": null}),
         ];
+        let hosts: Vec<HostView> = rows(hosts);
         let t = render_hosts(now(), &hosts, false);
         assert_eq!(
             t,
@@ -480,19 +507,22 @@ mod tests {
 
     #[test]
     fn rollouts_and_tasks_render() {
-        let r = vec![json!({"rolloutId": "gpu@c0ffee", "channel": "gpu", "state": "Active", "manifestSha256": "ab",
-                             "openedAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:58:00Z"})];
+        let r: Vec<RolloutView> =
+            rows(vec![json!({"rolloutId": "gpu@c0ffee", "channel": "gpu", "state": "Active", "manifestSha256": "ab",
+                             "openedAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:58:00Z", "hosts": {}})]);
         assert_eq!(render_rollouts(now(), &r, false), "ROLLOUT     CHANNEL  STATE   AGE  CHANGED\ngpu@c0ffee  gpu      Active  60m  2m\n");
         assert!(render_rollouts(now(), &r, true).contains("MANIFEST-SHA256"));
-        let skipped =
-            vec![json!({"rolloutId": "gpu@c0ffee", "channel": "gpu", "state": "Converged", "hosts": {"Converged": 8, "Skipped": 2},
-                                   "openedAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:58:00Z"})];
+        let skipped: Vec<RolloutView> = rows(vec![json!({"rolloutId": "gpu@c0ffee", "channel": "gpu", "state": "Converged",
+            "manifestSha256": "ab", "hosts": {"Converged": 8, "Skipped": 2},
+            "openedAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:58:00Z"})]);
         assert!(
             render_rollouts(now(), &skipped, false).contains("gpu@c0ffee  gpu      Converged (2 skipped)  60m"),
             "a rollout that skipped hosts says so"
         );
-        let t = vec![json!({"taskId": "t1", "hostId": "h1", "type": "node.gpu_scrub", "state": "completed", "attempts": 1,
-                             "createdAt": "2025-01-01T00:59:00Z", "result": {"outcome": "succeeded"}})];
+        let t: Vec<TaskView> = rows(vec![json!({"taskId": "t1", "hostId": "h1", "type": "node.gpu_scrub", "state": "completed",
+            "attempts": 1, "createdAt": "2025-01-01T00:59:00Z",
+            "result": {"taskId": "t1", "outcome": "succeeded", "steps": [],
+                       "startedAt": "2025-01-01T00:59:10Z", "finishedAt": "2025-01-01T00:59:20Z"}})]);
         let names = BTreeMap::from([("h1".to_owned(), "gpu-a-01".to_owned())]);
         let out = render_tasks(now(), &t, &names, false);
         assert!(out.contains("t1    node.gpu_scrub  gpu-a-01  completed  1         succeeded  60s"), "{out}");

@@ -16,13 +16,13 @@
 //! coordinator decides legality: an action the job's state does not allow is a 409 naming the
 //! allowed states (exit 65); a viewer certificate gets 403 (exit 77).
 //!
-//! The JSON shapes here ([`JobJson`], …) and the rendering helpers are shared with
-//! `drover decommission` and `drover maintenance`. They are lenient: only what is rendered is
-//! decoded, everything else is kept as the coordinator sent it for `-o json`.
+//! Answers are decoded as the coordinator's own types ([`drover_proto::api::jobs`]); `-o json`
+//! prints the answer as it came, after it decoded. The rendering helpers are shared with
+//! `drover decommission` and `drover maintenance`.
 
 use clap::{Args, Subcommand, ValueEnum};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -235,127 +235,7 @@ pub struct ReasonBody<'a> {
     pub reason: &'a str,
 }
 
-/// One line of a job's history.
-#[derive(Deserialize, Debug, Clone, Default)]
-#[serde(rename_all = "camelCase", default)]
-pub struct HistoryJson {
-    /// The stage.
-    pub stage: String,
-    /// The attempt.
-    pub attempt: u64,
-    /// What happened (started, succeeded, failed, …).
-    pub status: String,
-    /// The coordinator's note.
-    pub message: String,
-    /// When (RFC 3339).
-    pub at: String,
-}
-
-/// One of a job's events.
-#[derive(Deserialize, Debug, Clone, Default)]
-#[serde(rename_all = "camelCase", default)]
-pub struct EventJson {
-    /// When (RFC 3339).
-    pub at: String,
-    /// What kind of event.
-    pub kind: String,
-    /// The coordinator's note.
-    pub message: String,
-}
-
-/// A job as the coordinator describes it (the fields `drover` renders).
-#[derive(Deserialize, Debug, Clone)]
-#[serde(rename_all = "camelCase")]
-pub struct JobJson {
-    /// The job's id.
-    pub job_id: String,
-    /// soft_reset, storage_cleanup, full_decommission, reimage, maintenance, retire or remove.
-    pub kind: String,
-    /// The host's id.
-    #[serde(default)]
-    pub host_id: String,
-    /// The host's name.
-    #[serde(default)]
-    pub hostname: String,
-    /// The job's state.
-    pub state: String,
-    /// The maintenance request it belongs to.
-    #[serde(default)]
-    pub request_id: Option<String>,
-    /// Every stage, in order.
-    #[serde(default)]
-    pub stages: Vec<String>,
-    /// The current stage.
-    #[serde(default)]
-    pub stage: Option<String>,
-    /// The current stage's index in `stages`.
-    #[serde(default)]
-    pub stage_index: Option<usize>,
-    /// The current stage's attempt.
-    #[serde(default)]
-    pub attempt: u64,
-    /// The task carrying the current stage.
-    #[serde(default)]
-    pub task_id: Option<String>,
-    /// How the last failure was classified.
-    #[serde(default)]
-    pub failure_class: Option<String>,
-    /// The coordinator's note on where the job stands.
-    #[serde(default)]
-    pub message: String,
-    /// What each stage attempt did.
-    #[serde(default)]
-    pub history: Vec<HistoryJson>,
-    /// The job's events (only on `GET /v1/jobs/{id}`).
-    #[serde(default)]
-    pub events: Vec<EventJson>,
-    /// Who asked for it.
-    #[serde(default)]
-    pub requester: Option<String>,
-    /// When its first stage started (RFC 3339).
-    #[serde(default)]
-    pub started_at: Option<String>,
-    /// When it finished (RFC 3339).
-    #[serde(default)]
-    pub completed_at: Option<String>,
-    /// The latest failure: class, stage, attempt, message, at.
-    #[serde(default)]
-    pub error: Option<serde_json::Value>,
-    /// What an operator should do next.
-    #[serde(default)]
-    pub recommended_action: Option<String>,
-    /// Created at (RFC 3339).
-    #[serde(default)]
-    pub created_at: String,
-    /// Last changed at (RFC 3339).
-    #[serde(default)]
-    pub updated_at: String,
-}
-
-/// What an action did.
-#[derive(Deserialize, Debug, Clone, Default)]
-#[serde(rename_all = "camelCase", default)]
-pub struct OutcomeJson {
-    /// The action.
-    pub action: String,
-    /// The job's state before.
-    pub prior_state: String,
-    /// The job's state after.
-    pub new_state: String,
-    /// How the job's progress changed.
-    pub progress_change: String,
-    /// `reused ID`, `requeued ID`, `issued ID` or `none`.
-    pub task: String,
-}
-
-/// The answer to an action.
-#[derive(Deserialize, Debug, Clone)]
-pub struct ActionResponse {
-    /// The job after the action.
-    pub job: JobJson,
-    /// What the action did.
-    pub outcome: OutcomeJson,
-}
+pub use drover_proto::api::jobs::{ActionResponse, DryRunView, JobDetail, JobJson};
 
 /// Checks a job id before it goes into a URL path (64 otherwise).
 pub fn check_job_id(id: &str) -> Result<&str, CliError> {
@@ -423,8 +303,9 @@ fn or_dash(s: Option<&str>) -> &str {
 }
 
 /// The host column: the hostname, else the id.
-fn host_of(job: &JobJson) -> String {
-    clean(if job.hostname.is_empty() { &job.host_id } else { &job.hostname }, 64)
+pub fn host_of(job: &JobJson) -> String {
+    let name = job.hostname.as_deref().filter(|n| !n.is_empty());
+    clean(or_dash(name.or(job.host_id.as_deref())), 64)
 }
 
 /// The jobs table of `drover job get`.
@@ -436,8 +317,8 @@ pub fn render_job_table(jobs: &[JobJson]) -> String {
                 clean(&j.job_id, 64),
                 clean(&j.kind, 32),
                 host_of(j),
-                clean(&j.state, 32),
-                clean(or_dash(j.stage.as_deref()), 32),
+                j.state.as_str().to_owned(),
+                clean(or_dash(Some(&j.stage)), 32),
                 j.attempt.to_string(),
                 clean(or_dash(Some(&j.message)), TABLE_MESSAGE_CHARS),
             ]
@@ -448,12 +329,13 @@ pub fn render_job_table(jobs: &[JobJson]) -> String {
 
 /// The index of the current stage: `stageIndex` when it is in range, else where `stage` is.
 fn current_stage(job: &JobJson) -> Option<usize> {
-    job.stage_index.filter(|i| *i < job.stages.len()).or_else(|| job.stage.as_ref().and_then(|s| job.stages.iter().position(|x| x == s)))
+    Some(job.stage_index).filter(|i| *i < job.stages.len()).or_else(|| job.stages.iter().position(|x| *x == job.stage))
 }
 
 /// The human view of `drover job describe`.
-pub fn render_describe(job: &JobJson) -> String {
+pub fn render_describe(detail: &JobDetail) -> String {
     use std::fmt::Write as _;
+    let job = &detail.job;
     let mut out = String::new();
     let t = |s: &str| clean(s, TEXT_CHARS);
     let mut field = |name: &str, value: String| {
@@ -461,13 +343,14 @@ pub fn render_describe(job: &JobJson) -> String {
     };
     field("Job", t(&job.job_id));
     field("Kind", t(&job.kind));
-    let host = match (job.hostname.is_empty(), job.host_id.is_empty()) {
-        (false, false) => format!("{} ({})", t(&job.hostname), t(&job.host_id)),
-        (false, true) => t(&job.hostname),
-        _ => t(or_dash(Some(&job.host_id))),
+    let name = job.hostname.as_deref().filter(|n| !n.is_empty());
+    let host = match (name, job.host_id.as_deref()) {
+        (Some(n), Some(id)) => format!("{} ({})", t(n), t(id)),
+        (Some(n), None) => t(n),
+        (None, id) => t(or_dash(id)),
     };
     field("Host", host);
-    field("State", t(&job.state));
+    field("State", job.state.as_str().to_owned());
     if let Some(r) = &job.request_id {
         field("Request", t(r));
     }
@@ -477,16 +360,17 @@ pub fn render_describe(job: &JobJson) -> String {
     field("Message", t(or_dash(Some(&job.message))));
     field("Requester", t(or_dash(job.requester.as_deref())));
     if let Some(e) = &job.error {
-        let text = |k: &str| e.get(k).map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())).unwrap_or_default();
-        field("Last error", t(&format!("{} at {} (attempt {}): {}", text("class"), text("stage"), text("attempt"), text("message"))));
+        let class = e.class.as_deref().unwrap_or("-");
+        field("Last error", t(&format!("{class} at {} (attempt {}): {}", e.stage, e.attempt, e.message)));
     }
     if let Some(a) = &job.recommended_action {
         field("Next action", t(a));
     }
-    field("Created", t(or_dash(Some(&job.created_at))));
-    field("Started", t(or_dash(job.started_at.as_deref())));
-    field("Completed", t(or_dash(job.completed_at.as_deref())));
-    field("Updated", t(or_dash(Some(&job.updated_at))));
+    let when = |at: Option<drover_proto::time::Time>| at.map_or_else(|| "-".to_owned(), |at| at.to_string());
+    field("Created", when(Some(job.created_at)));
+    field("Started", when(job.started_at));
+    field("Completed", when(job.completed_at));
+    field("Updated", when(Some(job.updated_at)));
     out.push_str("Stages:\n");
     if job.stages.is_empty() {
         out.push_str("  (none)\n");
@@ -503,18 +387,18 @@ pub fn render_describe(job: &JobJson) -> String {
         let rows: Vec<Vec<String>> = job
             .history
             .iter()
-            .map(|h| vec![t(or_dash(Some(&h.at))), t(&h.stage), h.attempt.to_string(), t(&h.status), t(or_dash(Some(&h.message)))])
+            .map(|h| vec![h.at.to_string(), t(&h.stage), h.attempt.to_string(), t(&h.status), t(or_dash(Some(&h.message)))])
             .collect();
         for line in table(&["AT", "STAGE", "ATTEMPT", "STATUS", "MESSAGE"], &rows).lines() {
             let _ = writeln!(out, "  {line}");
         }
     }
     out.push_str("Events:\n");
-    if job.events.is_empty() {
+    if detail.events.is_empty() {
         out.push_str("  (none)\n");
     } else {
         let rows: Vec<Vec<String>> =
-            job.events.iter().map(|e| vec![t(or_dash(Some(&e.at))), t(&e.kind), t(or_dash(Some(&e.message)))]).collect();
+            detail.events.iter().map(|e| vec![e.at.to_string(), t(&e.kind), t(or_dash(Some(&e.message)))]).collect();
         for line in table(&["AT", "KIND", "MESSAGE"], &rows).lines() {
             let _ = writeln!(out, "  {line}");
         }
@@ -526,7 +410,7 @@ pub fn render_describe(job: &JobJson) -> String {
 pub fn render_action(resp: &ActionResponse) -> String {
     let progress = if resp.outcome.progress_change.is_empty() { "no change" } else { &resp.outcome.progress_change };
     let task = if resp.outcome.task.is_empty() { "none" } else { &resp.outcome.task };
-    format!("{} {} ({}; task {})\n", clean(&resp.job.job_id, 64), clean(&resp.job.state, 32), clean(progress, 80), clean(task, 80))
+    format!("{} {} ({}; task {})\n", clean(&resp.job.job_id, 64), resp.job.state.as_str(), clean(progress, 80), clean(task, 80))
 }
 
 /// Decodes a coordinator answer already read as JSON (76 when it is not the API's).
@@ -535,6 +419,11 @@ pub fn decode<T: DeserializeOwned>(path: &str, value: &Value) -> Result<T, CliEr
         let at = e.path().to_string();
         CliError::new(codes::PROTOCOL, format!("{path}: unexpected answer: {} (at {at})", clean(&e.inner().to_string(), 200)))
     })
+}
+
+/// Decodes every row of a listing read as JSON (76 when one is not the API's).
+pub fn decode_all<T: DeserializeOwned>(path: &str, rows: &[Value]) -> Result<Vec<T>, CliError> {
+    rows.iter().map(|r| decode(path, r)).collect()
 }
 
 /// Prints a coordinator answer `value` (from `path`) as `output` asks: the JSON unchanged, or
@@ -602,8 +491,8 @@ fn run_get(args: &GetArgs) -> Result<(), CliError> {
     let resolve = |h: &str| Ok(crate::resolve::host(&session, "--host", h)?.id);
     if args.job_id.is_some() {
         let path = get_path(args, resolve)?;
-        let value = session.get(&path)?;
-        let job = decode::<JobJson>(&path, &value)?;
+        let value: Value = session.get(&path)?;
+        let job = decode::<JobDetail>(&path, &value)?.job;
         return print(&match args.output.output {
             Output::Json => pretty(&value)?,
             Output::Table | Output::Wide => render_job_table(std::slice::from_ref(&job)),
@@ -611,7 +500,7 @@ fn run_get(args: &GetArgs) -> Result<(), CliError> {
     }
     // Every page, as `drover get jobs` reads them; JSON is the array of jobs.
     let (base, query) = ("/v1/jobs", list_query(args, resolve)?);
-    let items = crate::get::list_all(&session, base, &query, "items", None)?;
+    let items = crate::get::list_all(&session, base, &query, None)?;
     let jobs: Vec<JobJson> = items.iter().map(|j| decode(base, j)).collect::<Result<_, _>>()?;
     print(&match args.output.output {
         Output::Json => pretty(&Value::Array(items))?,

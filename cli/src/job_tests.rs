@@ -1,5 +1,5 @@
 //! Unit tests of `drover job`: request paths and bodies, local refusals, the table, describe
-//! and action renderings, lenient decoding.
+//! and action renderings, decoding as the coordinator's own types.
 
 use clap::Parser;
 
@@ -118,13 +118,13 @@ fn a_blank_reason_is_refused_before_connecting() {
 
 #[test]
 fn the_table_has_one_row_per_job_and_truncates_messages() {
-    let job: JobJson = decode("/v1/jobs/job-7", &sample_job()).expect("decode");
+    let job: JobJson = decode::<JobDetail>("/v1/jobs/job-7", &sample_job()).expect("decode").job;
     let mut pending = job.clone();
     pending.job_id = "job-8".to_owned();
-    pending.state = "pending".to_owned();
-    pending.stage = None;
+    pending.state = drover_proto::states::JobState::Pending;
+    pending.stage = String::new();
     pending.message = String::new();
-    pending.hostname = String::new();
+    pending.hostname = None;
     let out = render_job_table(&[job, pending]);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 3, "{out}");
@@ -141,7 +141,7 @@ fn the_table_has_one_row_per_job_and_truncates_messages() {
 
 #[test]
 fn describe_marks_the_current_stage_and_lists_history_and_events() {
-    let job: JobJson = decode("/v1/jobs/job-7", &sample_job()).expect("decode");
+    let job: JobDetail = decode("/v1/jobs/job-7", &sample_job()).expect("decode");
     let out = render_describe(&job);
     for needle in [
         "Job:           job-7\n",
@@ -160,9 +160,9 @@ fn describe_marks_the_current_stage_and_lists_history_and_events() {
     }
     assert!(!out.contains('\x1b'), "{out}");
     assert!(!out.contains("Request:"), "{out}");
-    // Without a stage index, the current stage is found by name.
+    // With a stage index out of range, the current stage is found by name.
     let mut v = sample_job();
-    v.as_object_mut().expect("object").remove("stageIndex");
+    v["stageIndex"] = 9.into();
     v["stage"] = "wipe".into();
     let out = render_describe(&decode("/v1/jobs/job-7", &v).expect("decode"));
     assert!(out.contains("  -> 3. wipe\n") && out.contains("     2. drain\n"), "{out}");
@@ -189,13 +189,26 @@ fn describe_shows_the_requester_the_last_error_and_the_next_action() {
 }
 
 #[test]
-fn a_minimal_job_decodes_and_renders() {
-    let v = serde_json::json!({"jobId": "j", "kind": "soft_reset", "state": "pending"});
-    let job: JobJson = decode("/v1/jobs/j", &v).expect("lenient");
-    let out = render_describe(&job);
+fn a_job_with_nothing_started_renders_dashes() {
+    let job = crate::fixtures::job("j", "soft_reset", "h", "gpu-a-01", drover_proto::states::JobState::Pending);
+    let out = render_describe(&crate::fixtures::job_detail(job, Vec::new()));
     assert!(out.contains("Task:          -\n") && out.contains("Stages:\n  (none)\n") && out.contains("Events:\n  (none)\n"), "{out}");
-    let e = decode::<JobJson>("/v1/jobs/j", &serde_json::json!({"kind": "x"})).expect_err("no id");
+}
+
+#[test]
+fn an_answer_that_is_not_the_coordinators_job_is_a_protocol_error() {
+    // A field the coordinator always writes is missing, or has the wrong type, or a state no
+    // coordinator writes: the CLI says so (76) instead of showing blanks.
+    let missing = serde_json::json!({"jobId": "j", "kind": "soft_reset", "state": "pending"});
+    let e = decode::<JobJson>("/v1/jobs/j", &missing).expect_err("not a job");
     assert_eq!(e.code(), codes::PROTOCOL);
+    let mut unknown_state = sample_job();
+    unknown_state["state"] = "exploded".into();
+    let e = decode::<JobDetail>("/v1/jobs/job-7", &unknown_state).expect_err("no such state");
+    assert!(e.to_string().contains("state"), "{e}");
+    let mut wrong_type = sample_job();
+    wrong_type["attempt"] = "two".into();
+    assert_eq!(decode::<JobDetail>("/v1/jobs/job-7", &wrong_type).expect_err("not a number").code(), codes::PROTOCOL);
 }
 
 #[test]
@@ -206,7 +219,7 @@ fn an_action_prints_the_state_progress_and_task() {
                     "expectedState": "failed_retryable", "progressChange": "stage drain retried", "task": "requeued task-9"}
     });
     let mut resp: ActionResponse = decode("/v1/jobs/job-7/retry_stage", &v).expect("decode");
-    resp.job.state = "running".to_owned();
+    resp.job.state = drover_proto::states::JobState::Running;
     assert_eq!(render_action(&resp), "job-7 running (stage drain retried; task requeued task-9)\n");
     let json = pretty(&v).expect("pretty");
     assert!(json.contains("\"expectedState\"") && json.contains("\"somethingNew\""), "unknown fields pass through: {json}");

@@ -35,6 +35,8 @@ mod events;
 mod evidence;
 mod exit;
 mod explain;
+#[cfg(test)]
+mod fixtures;
 mod fsio;
 mod get;
 mod host;

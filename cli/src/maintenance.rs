@@ -18,14 +18,14 @@
 use std::fmt::Write as _;
 
 use clap::{Args, Subcommand, ValueEnum};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use uuid::Uuid;
 
 use crate::client::{ConnectArgs, Session};
 use crate::exit::CliError;
 use crate::host::check_reason;
-use crate::job::{self, JobJson, Output, OutputArgs, clean};
+use crate::job::{self, Output, OutputArgs, clean};
 use crate::resolve::HostName;
 
 /// One maintenance activity.
@@ -171,34 +171,7 @@ pub struct MaintenanceRequest<'a> {
     pub reason: &'a str,
 }
 
-/// A maintenance request as the coordinator describes it (the fields `drover` renders).
-#[derive(Deserialize, Debug, Clone)]
-#[serde(rename_all = "camelCase")]
-pub struct MaintenanceJson {
-    /// The request's id.
-    pub request_id: String,
-    /// Who asked (the operator certificate's name).
-    #[serde(default)]
-    pub initiator: String,
-    /// Why.
-    #[serde(default)]
-    pub reason: String,
-    /// The host tag.
-    #[serde(default)]
-    pub group: Option<String>,
-    /// The activities.
-    #[serde(default)]
-    pub activities: Vec<String>,
-    /// running, completed or failed.
-    #[serde(default)]
-    pub state: String,
-    /// Created at (RFC 3339).
-    #[serde(default)]
-    pub created_at: String,
-    /// One job per host.
-    #[serde(default)]
-    pub jobs: Vec<JobJson>,
-}
+pub use drover_proto::api::maintenance::MaintenanceView as MaintenanceJson;
 
 /// A one-line, printable, non-empty text argument (64 otherwise).
 fn check_text<'a>(flag: &str, value: &'a str, max: usize) -> Result<&'a str, CliError> {
@@ -248,10 +221,9 @@ fn get_path(request_id: &str) -> Result<String, CliError> {
 /// What `drover maintenance request` prints: `REQUEST_ID INITIATOR STATE`, then `JOB_ID
 /// HOSTNAME STATE` per job.
 fn render_created(m: &MaintenanceJson) -> String {
-    let mut out = format!("{} {} {}\n", clean(&m.request_id, 64), clean(or_dash(&m.initiator), 128), clean(or_dash(&m.state), 32));
+    let mut out = format!("{} {} {}\n", clean(&m.request_id, 64), clean(or_dash(&m.initiator), 128), m.state.as_str());
     for j in &m.jobs {
-        let host = if j.hostname.is_empty() { &j.host_id } else { &j.hostname };
-        let _ = writeln!(out, "{} {} {}", clean(&j.job_id, 64), clean(or_dash(host), 64), clean(&j.state, 32));
+        let _ = writeln!(out, "{} {} {}", clean(&j.job_id, 64), job::host_of(j), j.state.as_str());
     }
     out
 }
@@ -268,11 +240,11 @@ fn render_get(m: &MaintenanceJson) -> String {
     };
     field("Request", &m.request_id);
     field("Initiator", &m.initiator);
-    field("State", &m.state);
+    field("State", m.state.as_str());
     field("Group", m.group.as_deref().unwrap_or(""));
     field("Activities", &if m.activities.is_empty() { "all".to_owned() } else { m.activities.join(", ") });
     field("Reason", &m.reason);
-    field("Created", &m.created_at);
+    field("Created", &m.created_at.to_string());
     out.push_str("Jobs:\n");
     if m.jobs.is_empty() {
         out.push_str("  (none)\n");
@@ -293,10 +265,10 @@ fn render_list(requests: &[MaintenanceJson]) -> String {
             vec![
                 clean(&m.request_id, 64),
                 clean(or_dash(&m.initiator), 64),
-                clean(or_dash(&m.state), 32),
+                m.state.as_str().to_owned(),
                 clean(or_dash(m.group.as_deref().unwrap_or("")), 64),
                 m.jobs.len().to_string(),
-                clean(or_dash(&m.created_at), 40),
+                m.created_at.to_string(),
                 clean(or_dash(&m.reason), 60),
             ]
         })
@@ -336,7 +308,7 @@ pub fn run(args: &MaintenanceArgs) -> Result<(), CliError> {
             let path = "/v1/maintenance";
             let session = Session::open(&a.connect)?;
             // Every page; JSON is the array of requests.
-            let items = crate::get::list_all(&session, path, &[], "items", None)?;
+            let items = crate::get::list_all(&session, path, &[], None)?;
             let requests: Vec<MaintenanceJson> = items.iter().map(|r| job::decode(path, r)).collect::<Result<_, _>>()?;
             match a.output.output {
                 Output::Json => job::print(&job::pretty(&serde_json::Value::Array(items))?),
@@ -379,6 +351,11 @@ mod tests {
     const H1: &str = "7f0c6a56-1d51-4bb4-9a5e-3c8f1d2f9a10";
     const H2: &str = "0d9e1c7a-2b3c-4d5e-8f90-123456789abc";
 
+    fn pending_job() -> Value {
+        let job = crate::fixtures::job("job-8", "maintenance", H2, "gpu-a-02", drover_proto::states::JobState::Pending);
+        serde_json::to_value(job).expect("json")
+    }
+
     fn sample() -> Value {
         json!({
             "requestId": "mr-1",
@@ -388,7 +365,8 @@ mod tests {
             "activities": ["gpu_scrub", "validate_clean"],
             "state": "running",
             "createdAt": "2030-01-01T00:00:00Z",
-            "jobs": [crate::job::tests::sample_job(), {"jobId": "job-8", "kind": "maintenance", "hostId": H2, "hostname": "gpu-a-02", "state": "pending"}],
+            "scope": {"group": "rack-a1", "hosts": [H2]},
+            "jobs": [crate::job::tests::sample_job(), pending_job()],
             "extra": 1
         })
     }

@@ -191,7 +191,8 @@ fn a_bad_file_is_refused_with_its_name_before_anything_is_sent() {
 fn onboarding(id: &str, hostname: &str) -> Value {
     json!({"onboardingId": id, "batchId": null, "site": "dc1", "profile": "gpu", "sku": null, "hostname": hostname,
            "ipmiIp": "10.0.0.11", "state": "pending", "stage": "create_or_find", "stageIndex": 0, "stages": ["create_or_find"],
-           "attempt": 0, "message": "", "createdAt": "2030-01-01T00:00:00Z", "updatedAt": "2030-01-01T00:00:00Z", "events": []})
+           "attempt": 0, "message": "", "createdAt": "2030-01-01T00:00:00Z", "updatedAt": "2030-01-01T00:00:00Z", "events": [],
+           "workflow": "onboard"})
 }
 
 #[test]

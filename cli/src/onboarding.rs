@@ -17,15 +17,14 @@
 //!   action is a 409 (exit 65) with its message.
 //!
 //! `drover onboard` (creating them) is [`crate::onboard`]. Every verb takes `-o json` to print
-//! the coordinator's JSON unchanged. Decoding is lenient (unknown fields ignored, absent or
-//! `null` optional fields defaulted) and everything shown passes through [`clean`].
+//! the coordinator's JSON as it came. Answers decode as the coordinator's own types
+//! ([`drover_proto::api::onboardings`]; unknown fields are ignored) and everything shown
+//! passes through [`clean`].
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use clap::{Args, Subcommand};
 use drover_proto::time::Time;
-use serde::{Deserialize, Deserializer};
 use uuid::Uuid;
 
 use crate::client::{ConnectArgs, Session};
@@ -33,7 +32,7 @@ use crate::exit::CliError;
 use crate::get::with_query;
 use crate::host::check_reason;
 use crate::job::{Action, JobState, ReasonBody, clean, decode, print_answer};
-use crate::output::{Output, OutputArgs, age, dash, indented_table, pretty, print, table};
+use crate::output::{Output, OutputArgs, age_of, dash, indented_table, pretty, print, table};
 
 /// The onboardings route.
 pub const ONBOARDINGS: &str = "/v1/maas/onboardings";
@@ -47,177 +46,10 @@ const TABLE_MESSAGE_CHARS: usize = 60;
 const STATE_ORDER: [&str; 8] =
     ["pending", "running", "compensating", "completed", "failed_retryable", "failed_manual_intervention", "cancelled", "reconciled"];
 
-/// A field that may be absent or `null`: its default then.
-fn nullable<'de, D: Deserializer<'de>, T: Deserialize<'de> + Default>(d: D) -> Result<T, D::Error> {
-    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
-}
-
-/// What the coordinator saw of the machine when the onboarding last looked.
-#[derive(Deserialize, Debug, Clone, Default)]
-#[serde(rename_all = "camelCase", default)]
-pub struct DiagnosticsJson {
-    /// MAAS's status of the machine (New, Commissioning, Ready, Failed commissioning, …).
-    pub maas_status: Option<String>,
-    /// The BMC's power state.
-    pub power_state: Option<String>,
-    /// The machine's addresses as MAAS knows them.
-    #[serde(deserialize_with = "nullable")]
-    pub ip_addresses: Vec<String>,
-    /// A piece of MAAS's own answer (an error body, a commissioning result).
-    pub upstream_snippet: Option<String>,
-}
-
-/// One step of an onboarding's history.
-#[derive(Deserialize, Debug, Clone, Default)]
-#[serde(rename_all = "camelCase", default)]
-pub struct OnboardingEventJson {
-    /// The stage.
-    #[serde(deserialize_with = "nullable")]
-    pub stage: String,
-    /// started, succeeded, failed, compensated or skipped.
-    #[serde(deserialize_with = "nullable")]
-    pub status: String,
-    /// The stage's attempt.
-    #[serde(deserialize_with = "nullable")]
-    pub attempt: u64,
-    /// When (RFC 3339).
-    #[serde(deserialize_with = "nullable")]
-    pub at: String,
-    /// The coordinator's note.
-    #[serde(deserialize_with = "nullable")]
-    pub details: String,
-}
-
-/// An onboarding as the coordinator describes it (the fields `drover` renders).
-#[derive(Deserialize, Debug, Clone)]
-#[serde(rename_all = "camelCase")]
-pub struct OnboardingJson {
-    /// Its id.
-    pub onboarding_id: String,
-    /// Its state.
-    pub state: String,
-    /// The batch it belongs to.
-    #[serde(default)]
-    pub batch_id: Option<String>,
-    /// The MAAS site.
-    #[serde(default, deserialize_with = "nullable")]
-    pub site: String,
-    /// The site profile.
-    #[serde(default, deserialize_with = "nullable")]
-    pub profile: String,
-    /// The expected hardware SKU.
-    #[serde(default)]
-    pub sku: Option<String>,
-    /// The node's hostname.
-    #[serde(default, deserialize_with = "nullable")]
-    pub hostname: String,
-    /// The node's BMC address.
-    #[serde(default, deserialize_with = "nullable")]
-    pub ipmi_ip: String,
-    /// The node's PXE MAC, when the coordinator reports it.
-    #[serde(default)]
-    pub pxe_mac: Option<String>,
-    /// The current stage.
-    #[serde(default, deserialize_with = "nullable")]
-    pub stage: String,
-    /// The current stage's index in `stages`.
-    #[serde(default)]
-    pub stage_index: Option<usize>,
-    /// Every stage, in order.
-    #[serde(default, deserialize_with = "nullable")]
-    pub stages: Vec<String>,
-    /// The current stage's attempt.
-    #[serde(default, deserialize_with = "nullable")]
-    pub attempt: u64,
-    /// MAAS's system id of the machine.
-    #[serde(default)]
-    pub system_id: Option<String>,
-    /// The Drover host it became.
-    #[serde(default)]
-    pub host_id: Option<String>,
-    /// How the last failure was classified (e.g. hardware_mismatch).
-    #[serde(default)]
-    pub failure_class: Option<String>,
-    /// The coordinator's note on where it stands.
-    #[serde(default, deserialize_with = "nullable")]
-    pub message: String,
-    /// What an operator should do next.
-    #[serde(default)]
-    pub recommended_action: Option<String>,
-    /// What MAAS and the BMC showed.
-    #[serde(default)]
-    pub diagnostics: Option<DiagnosticsJson>,
-    /// Who asked for it.
-    #[serde(default)]
-    pub requester: Option<String>,
-    /// Created at (RFC 3339).
-    #[serde(default, deserialize_with = "nullable")]
-    pub created_at: String,
-    /// When its first stage started.
-    #[serde(default)]
-    pub started_at: Option<String>,
-    /// When it finished.
-    #[serde(default)]
-    pub completed_at: Option<String>,
-    /// Last changed at.
-    #[serde(default, deserialize_with = "nullable")]
-    pub updated_at: String,
-    /// What each stage attempt did.
-    #[serde(default, deserialize_with = "nullable")]
-    pub events: Vec<OnboardingEventJson>,
-}
-
-/// `{"onboarding": …}`: one onboarding (created, or read).
-#[derive(Deserialize, Debug, Clone)]
-pub struct OneJson {
-    /// The onboarding.
-    pub onboarding: OnboardingJson,
-}
-
-/// `{"onboardings": […]}`: a listing.
-#[derive(Deserialize, Debug, Clone)]
-pub struct ListJson {
-    /// The onboardings.
-    pub onboardings: Vec<OnboardingJson>,
-}
-
-/// The answer to a batch: its id and its onboardings.
-#[derive(Deserialize, Debug, Clone)]
-#[serde(rename_all = "camelCase")]
-pub struct CreatedBatchJson {
-    /// The batch's id.
-    pub batch_id: String,
-    /// One onboarding per node.
-    pub onboardings: Vec<OnboardingJson>,
-}
-
-/// `GET /v1/maas/onboardings/batches/{id}`: a batch's counts by state.
-#[derive(Deserialize, Debug, Clone, Default)]
-#[serde(rename_all = "camelCase", default)]
-pub struct BatchJson {
-    /// The batch's id.
-    #[serde(deserialize_with = "nullable")]
-    pub batch_id: String,
-    /// Its site.
-    #[serde(deserialize_with = "nullable")]
-    pub site: String,
-    /// How many onboardings it has.
-    #[serde(deserialize_with = "nullable")]
-    pub total: u64,
-    /// How many are in each state.
-    #[serde(deserialize_with = "nullable")]
-    pub counts: BTreeMap<String, u64>,
-}
-
-/// The answer to an action.
-#[derive(Deserialize, Debug, Clone)]
-pub struct ActionJson {
-    /// The onboarding after the action.
-    pub onboarding: OnboardingJson,
-    /// What the action did.
-    #[serde(default, deserialize_with = "nullable")]
-    pub message: String,
-}
+pub use drover_proto::api::onboardings::{
+    BatchView as BatchJson, CreatedBatch as CreatedBatchJson, OnboardingActionResponse as ActionJson, OnboardingList as ListJson,
+    OnboardingView as OnboardingJson, OneOnboarding as OneJson,
+};
 
 /// The filters of `drover get onboardings`.
 #[derive(Args, Debug, Clone, Default)]
@@ -362,7 +194,13 @@ pub fn render_created(onboardings: &[OnboardingJson]) -> String {
     let rows: Vec<Vec<String>> = onboardings
         .iter()
         .map(|o| {
-            vec![clean(&o.onboarding_id, 40), clean(&o.hostname, 64), clean(&o.ipmi_ip, 48), clean(&o.state, 32), clean(dash(&o.stage), 32)]
+            vec![
+                clean(&o.onboarding_id, 40),
+                clean(&o.hostname, 64),
+                clean(&o.ipmi_ip, 48),
+                o.state.as_str().to_owned(),
+                clean(dash(&o.stage), 32),
+            ]
         })
         .collect();
     table(&["ID", "HOSTNAME", "IPMI", "STATE", "STAGE"], &rows)
@@ -377,10 +215,10 @@ pub fn render_list(now: Time, onboardings: &[OnboardingJson], wide: bool) -> Str
                 clean(&o.onboarding_id, 40),
                 clean(&o.hostname, 64),
                 clean(&o.site, 64),
-                clean(&o.state, 32),
+                o.state.as_str().to_owned(),
                 clean(dash(&o.stage), 32),
                 clean(dash(o.failure_class.as_deref().unwrap_or("")), 32),
-                age(now, Some(&o.created_at)),
+                age_of(now, o.created_at),
             ];
             if wide {
                 row.extend([
@@ -388,7 +226,7 @@ pub fn render_list(now: Time, onboardings: &[OnboardingJson], wide: bool) -> Str
                     clean(&o.profile, 64),
                     o.attempt.to_string(),
                     clean(dash(o.batch_id.as_deref().unwrap_or("")), 40),
-                    age(now, Some(&o.updated_at)),
+                    age_of(now, o.updated_at),
                     clean(dash(&o.message), TABLE_MESSAGE_CHARS),
                 ]);
             }
@@ -406,9 +244,9 @@ pub fn render_list(now: Time, onboardings: &[OnboardingJson], wide: bool) -> Str
 /// states in lifecycle order, states with no onboarding left out.
 pub fn render_batch_summary(b: &BatchJson) -> String {
     let rank = |s: &str| STATE_ORDER.iter().position(|x| *x == s).unwrap_or(STATE_ORDER.len());
-    let mut counts: Vec<(&String, &u64)> = b.counts.iter().filter(|(_, n)| **n > 0).collect();
+    let mut counts: Vec<(&str, &u64)> = b.counts.iter().filter(|(_, n)| **n > 0).map(|(s, n)| (s.as_str(), n)).collect();
     counts.sort_by(|a, b| (rank(a.0), a.0).cmp(&(rank(b.0), b.0)));
-    let counts: Vec<String> = counts.iter().map(|(s, n)| format!("{} {n}", clean(s, 32))).collect();
+    let counts: Vec<String> = counts.iter().map(|(s, n)| format!("{s} {n}")).collect();
     let counts = if counts.is_empty() { "none".to_owned() } else { counts.join(", ") };
     let site = if b.site.is_empty() { String::new() } else { format!(" (site {})", clean(&b.site, 64)) };
     format!("Batch {}{site}: {} onboardings: {counts}\n", clean(&b.batch_id, 40), b.total)
@@ -416,7 +254,7 @@ pub fn render_batch_summary(b: &BatchJson) -> String {
 
 /// The index of the current stage: `stageIndex` when in range, else where `stage` is.
 fn current_stage(o: &OnboardingJson) -> Option<usize> {
-    o.stage_index.filter(|i| *i < o.stages.len()).or_else(|| o.stages.iter().position(|s| *s == o.stage))
+    Some(o.stage_index).filter(|i| *i < o.stages.len()).or_else(|| o.stages.iter().position(|s| *s == o.stage))
 }
 
 /// The human view of `drover describe onboarding`.
@@ -435,7 +273,7 @@ pub fn render_describe(o: &OnboardingJson) -> String {
     field(&mut out, "Profile", t(dash(&o.profile)));
     field(&mut out, "SKU", opt(o.sku.as_deref()));
     field(&mut out, "Batch", opt(o.batch_id.as_deref()));
-    field(&mut out, "State", t(&o.state));
+    field(&mut out, "State", o.state.as_str().to_owned());
     let current = current_stage(o);
     let stage = match current {
         Some(i) => format!("{} ({}/{})", t(dash(&o.stage)), i + 1, o.stages.len()),
@@ -460,10 +298,11 @@ pub fn render_describe(o: &OnboardingJson) -> String {
         }
     }
     field(&mut out, "Requester", opt(o.requester.as_deref()));
-    field(&mut out, "Created", t(dash(&o.created_at)));
-    field(&mut out, "Started", opt(o.started_at.as_deref()));
-    field(&mut out, "Completed", opt(o.completed_at.as_deref()));
-    field(&mut out, "Updated", t(dash(&o.updated_at)));
+    let when = |at: Option<Time>| at.map_or_else(|| "-".to_owned(), |at| at.to_string());
+    field(&mut out, "Created", when(Some(o.created_at)));
+    field(&mut out, "Started", when(o.started_at));
+    field(&mut out, "Completed", when(o.completed_at));
+    field(&mut out, "Updated", when(Some(o.updated_at)));
     out.push_str("Stages:\n");
     if o.stages.is_empty() {
         out.push_str("  (none)\n");
@@ -476,7 +315,7 @@ pub fn render_describe(o: &OnboardingJson) -> String {
     let rows: Vec<Vec<String>> = o
         .events
         .iter()
-        .map(|e| vec![t(dash(&e.at)), t(dash(&e.stage)), e.attempt.to_string(), t(dash(&e.status)), t(dash(&e.details))])
+        .map(|e| vec![e.at.to_string(), t(dash(&e.stage)), e.attempt.to_string(), t(dash(&e.status)), t(dash(&e.details))])
         .collect();
     out.push_str(&indented_table(&["AT", "STAGE", "ATTEMPT", "STATUS", "DETAILS"], &rows));
     out
@@ -485,7 +324,7 @@ pub fn render_describe(o: &OnboardingJson) -> String {
 /// The line an action prints: `ID STATE (stage STAGE): MESSAGE`.
 pub fn render_action(a: &ActionJson) -> String {
     let o = &a.onboarding;
-    format!("{} {} (stage {}): {}\n", clean(&o.onboarding_id, 40), clean(&o.state, 32), clean(dash(&o.stage), 32), t(dash(&a.message)))
+    format!("{} {} (stage {}): {}\n", clean(&o.onboarding_id, 40), o.state.as_str(), clean(dash(&o.stage), 32), t(dash(&a.message)))
 }
 
 /// Runs `drover get onboardings`.
@@ -493,14 +332,14 @@ pub fn run_list(args: &ListArgs) -> Result<(), CliError> {
     let path = list_path(&args.filters)?;
     let summary_path = args.filters.batch.as_deref().map(batch_path).transpose()?;
     let s = Session::open(&args.connect)?;
-    let value = s.get(&path)?;
+    let value: serde_json::Value = s.get(&path)?;
     let list: ListJson = decode(&path, &value)?;
     if args.output.output.is_json() {
         return print(&pretty(&value)?);
     }
     let mut out = String::new();
     if let Some(p) = summary_path {
-        out.push_str(&render_batch_summary(&decode(&p, &s.get(&p)?)?));
+        out.push_str(&render_batch_summary(&s.get(&p)?));
     }
     if list.onboardings.is_empty() {
         print(&out)?;
@@ -515,7 +354,7 @@ pub fn run_list(args: &ListArgs) -> Result<(), CliError> {
 pub fn run_describe(args: &DescribeArgs) -> Result<(), CliError> {
     let path = one_path(&args.id)?;
     let s = Session::open(&args.connect)?;
-    let value = s.get(&path)?;
+    let value: serde_json::Value = s.get(&path)?;
     print_answer(args.output.output, &path, &value, |one: &OneJson| render_describe(&one.onboarding))
 }
 

@@ -1,5 +1,5 @@
 //! Unit tests of the onboarding reads and actions: routes and percent-encoded filters, local
-//! refusals, lenient decoding, the tables, the batch summary, `describe` (a failed onboarding
+//! refusals, decoding as the coordinator's own types, the tables, the batch summary, `describe` (a failed onboarding
 //! with diagnostics and hostile strings) and the action names.
 
 use clap::Parser;
@@ -47,6 +47,7 @@ pub(crate) fn failed() -> Value {
             {"stage": "create_or_find", "status": "succeeded", "attempt": 1, "at": "2030-01-01T00:00:06Z", "details": "created abc123"},
             {"stage": "commission", "status": "failed", "attempt": 3, "at": "2030-01-01T00:49:00Z", "details": "7 of 8 GPUs"}
         ],
+        "workflow": "onboard",
         "futureField": {"x": 1}
     })
 }
@@ -140,8 +141,15 @@ fn a_bad_reason_or_id_is_refused_before_connecting() {
 }
 
 #[test]
-fn decoding_is_lenient_but_needs_an_id_and_a_state() {
-    let minimal = decoded(&json!({"onboardingId": ID, "state": "pending", "stages": null, "events": null, "message": null}));
+fn decoding_needs_what_the_coordinator_always_writes() {
+    let mut v = failed();
+    for (k, empty) in [("stage", json!("")), ("stages", json!([])), ("events", json!([])), ("message", json!(""))] {
+        v[k] = empty;
+    }
+    for k in ["sku", "diagnostics"] {
+        v[k] = Value::Null;
+    }
+    let minimal = decoded(&v);
     assert!(minimal.stages.is_empty() && minimal.events.is_empty() && minimal.diagnostics.is_none(), "{minimal:?}");
     let out = render_describe(&minimal);
     for needle in ["Stage:         -\n", "Diagnostics:   -\n", "Stages:\n  (none)\n", "Events:\n  (none)\n", "SKU:           -\n"] {
@@ -149,6 +157,9 @@ fn decoding_is_lenient_but_needs_an_id_and_a_state() {
     }
     let e = decode::<OnboardingJson>("/v1/maas/onboardings", &json!({"state": "pending"})).expect_err("no id");
     assert_eq!(e.code(), codes::PROTOCOL);
+    let mut no_workflow = failed();
+    no_workflow.as_object_mut().expect("object").remove("workflow");
+    assert_eq!(decode::<OnboardingJson>("/v1/maas/onboardings", &no_workflow).expect_err("no workflow").code(), codes::PROTOCOL);
     let e = decode::<ListJson>("/v1/maas/onboardings", &json!({"items": []})).expect_err("not the listing");
     assert_eq!(e.code(), codes::PROTOCOL);
 }
@@ -159,7 +170,7 @@ fn the_list_table_shows_class_and_age_and_cleans_hostile_strings() {
     pending["onboardingId"] = "11111111-2222-4333-8444-555555555555".into();
     pending["hostname"] = format!("evil\x1b[31m{}", "h".repeat(100)).into();
     pending["state"] = "pending".into();
-    pending["stage"] = Value::Null;
+    pending["stage"] = "".into();
     pending["failureClass"] = Value::Null;
     pending["createdAt"] = "2030-01-01T00:59:30Z".into();
     let out = render_list(now(), &[decoded(&failed()), decoded(&pending)], false);
@@ -199,14 +210,15 @@ fn the_batch_summary_counts_states_in_lifecycle_order() {
     let b: BatchJson = decode(
         "/v1/maas/onboardings/batches/x",
         &json!({"batchId": BATCH, "site": "dc1", "total": 12, "onboardings": [],
-                "counts": {"failed_retryable": 1, "completed": 3, "running": 7, "cancelled": 0, "new_state": 1}}),
+                "counts": {"failed_retryable": 1, "completed": 3, "running": 7, "cancelled": 0, "pending": 1}}),
     )
     .expect("decode");
     assert_eq!(
         render_batch_summary(&b),
-        format!("Batch {BATCH} (site dc1): 12 onboardings: running 7, completed 3, failed_retryable 1, new_state 1\n")
+        format!("Batch {BATCH} (site dc1): 12 onboardings: pending 1, running 7, completed 3, failed_retryable 1\n")
     );
-    let empty: BatchJson = decode("/v1/maas/onboardings/batches/x", &json!({"batchId": "b\x1b", "counts": null})).expect("lenient");
+    let v = json!({"batchId": "b\x1b", "site": "", "total": 0, "counts": {}, "onboardings": []});
+    let empty: BatchJson = decode("/v1/maas/onboardings/batches/x", &v).expect("an empty batch");
     assert_eq!(render_batch_summary(&empty), "Batch b : 0 onboardings: none\n");
 }
 
@@ -243,9 +255,9 @@ fn describe_shows_everything_of_a_failed_onboarding_cleaned() {
     let message = out.lines().find(|l| l.starts_with("Message:")).expect("message");
     assert_eq!(message.chars().count(), 15 + TEXT_CHARS + 1, "bounded, then …: {message}");
     assert!(!out.contains("PXE MAC:"), "only when the coordinator reports it");
-    // Without a stage index, the current stage is found by name.
+    // With a stage index out of range, the current stage is found by name.
     let mut v = failed();
-    v.as_object_mut().expect("object").remove("stageIndex");
+    v["stageIndex"] = 9.into();
     v["stage"] = "verify_sku".into();
     v["pxeMac"] = "aa:bb:cc:dd:ee:ff".into();
     let out = render_describe(&decoded(&v));

@@ -68,7 +68,7 @@ pub fn run(args: &OperatorCertArgs) -> Result<(), CliError> {
 
 fn list(args: &ListArgs) -> Result<(), CliError> {
     let s = Session::open(&args.connect)?;
-    let certs = &crate::get::list_all(&s, "/v1/operator-certs", &[], "items", None)?;
+    let certs = &crate::get::list_all(&s, "/v1/operator-certs", &[], None)?;
     match args.output.output {
         Output::Json => print(&pretty(&Value::Array(certs.clone()))?),
         _ if certs.is_empty() => {

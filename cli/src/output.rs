@@ -163,12 +163,18 @@ pub fn short_duration(secs: i64) -> String {
     }
 }
 
-/// The age of an RFC 3339 instant `at` seen from `now`; `-` when absent or unreadable.
-pub fn age(now: Time, at: Option<&str>) -> String {
-    match at.map(Time::parse_lenient) {
-        Some(Ok(t)) => short_duration(now.secs_since(t)),
-        _ => "-".to_owned(),
+/// A value's wire form (its serde string), for enums the API sends as strings.
+pub fn wire<T: serde::Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "-".to_owned(),
     }
+}
+
+/// How long ago `at` was, kubectl-style (`30s`, `60m`, `2d`).
+pub fn age_of(now: Time, at: Time) -> String {
+    short_duration(now.secs_since(at))
 }
 
 /// A string field of a JSON object, or `""`.
@@ -182,7 +188,7 @@ pub fn dash(s: &str) -> &str {
 }
 
 /// The coordinator's JSON, pretty-printed, with a final newline.
-pub fn pretty(value: &Value) -> Result<String, CliError> {
+pub fn pretty<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, CliError> {
     serde_json::to_string_pretty(value).map(|s| s + "\n").map_err(|e| CliError::new(codes::SOFTWARE, format!("internal error: {e}")))
 }
 
@@ -233,9 +239,7 @@ mod tests {
         assert_eq!(short_duration(3 * 3600), "3h");
         assert_eq!(short_duration(5 * 86_400), "5d");
         let now = Time::parse_lenient("2025-01-01T01:00:00Z").expect("time");
-        assert_eq!(age(now, Some("2025-01-01T00:50:00Z")), "10m");
-        assert_eq!(age(now, Some("yesterday")), "-");
-        assert_eq!(age(now, None), "-");
+        assert_eq!(age_of(now, Time::parse_lenient("2025-01-01T00:50:00Z").expect("time")), "10m");
     }
 
     #[test]

@@ -8,17 +8,14 @@
 //! the coordinator's clock at the snapshot. The release is verified here, against the
 //! operator's own `--trust`: nothing is believed for having been served.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use drover_planner::observed::{Observed, plan_input};
+use drover_planner::observed::{Observed, PlanInputResponse, plan_input};
 use drover_proto::release::ReleaseFiles;
 use drover_proto::release::verify_release;
-use drover_proto::time::Time;
 use drover_proto::trust::TrustRoots;
 use drover_proto::verify::{VerifyContext, VerifyError};
-use serde::Deserialize;
 
 use crate::client::{self, ConnectArgs};
 use crate::clock;
@@ -48,16 +45,6 @@ pub struct PlanArgs {
     connect: ConnectArgs,
 }
 
-/// `GET /v1/plan-input`.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct LivePlanInput {
-    pub(crate) now: Time,
-    pub(crate) observed: Observed,
-    pub(crate) release_version: u64,
-    pub(crate) release: BTreeMap<String, String>,
-}
-
 /// Parses `observed.json`, naming the JSON path of the first problem.
 fn parse_observed(path: &Path, bytes: &[u8]) -> Result<Observed, CliError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
@@ -68,7 +55,7 @@ fn parse_observed(path: &Path, bytes: &[u8]) -> Result<Observed, CliError> {
 }
 
 /// Fetches the coordinator's plan input.
-fn fetch(args: &PlanArgs) -> Result<LivePlanInput, CliError> {
+fn fetch(args: &PlanArgs) -> Result<PlanInputResponse, CliError> {
     let target = args.connect.resolve()?;
     let client = client::connect(&target)?;
     crate::client::block_on(client.get_json("/v1/plan-input"))

@@ -38,7 +38,7 @@ struct ListArgs {
 pub fn run(args: &ReleasesArgs) -> Result<(), CliError> {
     let ReleasesCommand::List(a) = &args.command;
     let s = Session::open(&a.connect)?;
-    let releases = &crate::get::list_all(&s, "/v1/releases", &[], "items", None)?;
+    let releases = &crate::get::list_all(&s, "/v1/releases", &[], None)?;
     match a.output.output {
         Output::Json => print(&pretty(&Value::Array(releases.clone()))?),
         _ if releases.is_empty() => {

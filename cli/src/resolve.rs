@@ -14,16 +14,16 @@
 //! A name that fits nothing on the coordinator is exit 65, like any other datum the
 //! coordinator does not hold; one that could never be a name is exit 64 before any request.
 
+use drover_proto::api::hosts::{HostDetail, HostView};
+use drover_proto::api::rollouts::RolloutView;
 use drover_proto::names::RolloutId;
 use drover_proto::states::RolloutState;
-use serde_json::Value;
 use uuid::Uuid;
 
 use crate::client::Session;
 use crate::exit::{CliError, codes};
 use crate::get::{all_hosts, list_all};
 use crate::job::clean;
-use crate::output::field;
 
 /// How many candidates an ambiguous prefix lists before it says how many more there are.
 const MAX_CANDIDATES: usize = 10;
@@ -150,12 +150,11 @@ impl HostName {
 }
 
 /// The host named `name` among `hosts` (the rows of `GET /v1/hosts`).
-fn pick_host(name: &str, hosts: &[Value]) -> Result<HostRef, ResolveError> {
-    let row =
-        hosts.iter().find(|h| field(h, "hostname") == name).ok_or_else(|| ResolveError::UnknownHostName { given: clean(name, 80) })?;
-    let id = Uuid::parse_str(field(row, "id"))
+fn pick_host(name: &str, hosts: &[HostView]) -> Result<HostRef, ResolveError> {
+    let row = hosts.iter().find(|h| h.hostname == name).ok_or_else(|| ResolveError::UnknownHostName { given: clean(name, 80) })?;
+    let id = Uuid::parse_str(&row.id)
         .map_err(|_| ResolveError::Protocol { path: "/v1/hosts", what: format!("host {} has no id", clean(name, 80)) })?;
-    Ok(HostRef { id, hostname: field(row, "hostname").to_owned() })
+    Ok(HostRef { id, hostname: row.hostname.clone() })
 }
 
 /// The id of the host `given` names (the argument `what`): an id as typed, without a request;
@@ -190,10 +189,10 @@ pub fn host_ids(s: &Session, what: &str, given: &[String]) -> Result<Vec<Uuid>, 
 pub fn host(s: &Session, what: &str, given: &str) -> Result<HostRef, ResolveError> {
     match HostName::parse(what, given)? {
         HostName::Id(id) => {
-            let row = s
+            let row: HostDetail = s
                 .get(&format!("/v1/hosts/{id}"))
                 .map_err(|e| if e.code() == codes::DATA { ResolveError::UnknownHostId { id } } else { ResolveError::Coordinator(e) })?;
-            Ok(HostRef { id, hostname: field(&row, "hostname").to_owned() })
+            Ok(HostRef { id, hostname: row.host.hostname })
         }
         HostName::Name(name) => pick_host(&name, &all_hosts(s)?),
     }
@@ -214,30 +213,28 @@ fn rollout_syntax<'a>(what: &str, given: &'a str) -> Result<Option<&'a str>, Res
 }
 
 /// Whether a rollout in `state` may still change (the channel's current one if it is newest).
-fn is_live(state: &str) -> bool {
-    state.parse::<RolloutState>().is_ok_and(|s| {
-        matches!(
-            s,
-            RolloutState::Opening | RolloutState::Active | RolloutState::Converging | RolloutState::Halted | RolloutState::Reverting
-        )
-    })
+fn is_live(state: RolloutState) -> bool {
+    matches!(
+        state,
+        RolloutState::Opening | RolloutState::Active | RolloutState::Converging | RolloutState::Halted | RolloutState::Reverting
+    )
 }
 
 /// The rollout `given` names among `rollouts` (the rows of `GET /v1/rollouts`, oldest first).
-fn pick_rollout(given: &str, rollouts: &[Value]) -> Result<RolloutId, ResolveError> {
+fn pick_rollout(given: &str, rollouts: &[RolloutView]) -> Result<RolloutId, ResolveError> {
     let parse = |id: &str| {
         RolloutId::parse(id)
             .map_err(|_| ResolveError::Protocol { path: "/v1/rollouts", what: format!("{} is not a rollout id", clean(id, 130)) })
     };
-    let ids: Vec<&str> = rollouts.iter().map(|r| field(r, "rolloutId")).collect();
+    let ids: Vec<&str> = rollouts.iter().map(|r| r.rollout_id.as_str()).collect();
     if ids.contains(&given) {
         return parse(given);
     }
     if !given.contains('@') {
-        let of_channel: Vec<&Value> = rollouts.iter().filter(|r| field(r, "channel") == given).collect();
-        let current = of_channel.iter().rev().find(|r| is_live(field(r, "state"))).or(of_channel.last());
+        let of_channel: Vec<&RolloutView> = rollouts.iter().filter(|r| r.channel == given).collect();
+        let current = of_channel.iter().rev().find(|r| is_live(r.state)).or(of_channel.last());
         if let Some(r) = current {
-            return parse(field(r, "rolloutId"));
+            return parse(&r.rollout_id);
         }
     }
     let candidates: Vec<String> = ids.iter().filter(|id| id.starts_with(given)).map(|id| (*id).to_owned()).collect();
@@ -256,20 +253,18 @@ pub fn rollout(s: &Session, what: &str, given: &str) -> Result<RolloutId, Resolv
         Some(channel) => vec![("channel", channel.to_owned())],
         None => Vec::new(),
     };
-    pick_rollout(given, &list_all(s, "/v1/rollouts", &query, "items", None)?)
+    let rows = list_all(s, "/v1/rollouts", &query, None)?;
+    pick_rollout(given, &crate::job::decode_all("/v1/rollouts", &rows)?)
 }
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
 
     const ID: &str = "7f0c6a56-1d51-4bb4-9a5e-3c8f1d2f9a10";
 
-    fn rollout_row(id: &str, state: &str) -> Value {
-        let channel = id.split_once('@').map_or(id, |(c, _)| c);
-        json!({"rolloutId": id, "channel": channel, "state": state})
+    fn rollout_row(id: &str, state: &str) -> RolloutView {
+        crate::fixtures::rollout(id, state.parse().expect("a rollout state"))
     }
 
     #[test]
@@ -285,7 +280,7 @@ mod tests {
 
     #[test]
     fn a_hostname_is_looked_up_and_an_unknown_one_is_named() {
-        let hosts = [json!({"id": ID, "hostname": "dev-05"}), json!({"id": "not-a-uuid", "hostname": "dev-06"})];
+        let hosts = [crate::fixtures::host(ID, "dev-05"), crate::fixtures::host("not-a-uuid", "dev-06")];
         assert_eq!(
             pick_host("dev-05", &hosts).expect("found"),
             HostRef { id: Uuid::parse_str(ID).expect("uuid"), hostname: "dev-05".into() }
@@ -328,7 +323,7 @@ mod tests {
 
     #[test]
     fn an_ambiguous_prefix_lists_ten_candidates_then_counts() {
-        let rows: Vec<Value> = (0..13).map(|i| rollout_row(&format!("gpu@r{i:02}"), "Cancelled")).collect();
+        let rows: Vec<RolloutView> = (0..13).map(|i| rollout_row(&format!("gpu@r{i:02}"), "Cancelled")).collect();
         let msg = pick_rollout("gpu@r", &rows).expect_err("ambiguous").to_string();
         assert!(msg.contains("it starts 13 rollout ids: gpu@r00, ") && msg.contains("gpu@r09 and 3 more;"), "{msg}");
     }

@@ -15,15 +15,16 @@
 use std::io::Write;
 
 use clap::{Args, ValueEnum};
+use drover_proto::api::rollouts::{RolloutStateResponse, RolloutStatus};
 use drover_proto::states::HostRolloutState;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::client::{ConnectArgs, Session};
 use crate::exit::{CliError, codes};
 use crate::host::check_reason;
 use crate::job::clean;
-use crate::output::{Output, OutputArgs, age, field, pretty, table};
+use crate::output::{Output, OutputArgs, age_of, pretty, table};
 use crate::watch::{RolloutProgress, progress_of};
 
 /// What to do with a rollout.
@@ -87,13 +88,6 @@ struct ActionRequest<'a> {
     reason: &'a str,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RolloutState {
-    rollout_id: String,
-    state: String,
-}
-
 /// Runs `drover rollout`.
 pub fn run(args: &RolloutArgs) -> Result<(), CliError> {
     let reason = match (args.verb, args.reason.as_deref()) {
@@ -116,9 +110,10 @@ pub fn run(args: &RolloutArgs) -> Result<(), CliError> {
     let path = format!("/v1/rollouts/{id}/{}", args.verb.path_segment());
     let line = match reason {
         None => {
-            let status: Value = session.get(&path)?;
+            let raw: Value = session.get(&path)?;
+            let status: RolloutStatus = crate::job::decode(&path, &raw)?;
             if args.output.output.is_json() {
-                return crate::output::print(&pretty(&status)?);
+                return crate::output::print(&pretty(&raw)?);
             }
             // Manifest hosts with no recorded state yet are Pending: without them the total
             // would count only the hosts already touched.
@@ -128,7 +123,7 @@ pub fn run(args: &RolloutArgs) -> Result<(), CliError> {
             return crate::output::print(&render_status(now, &status, &progress, args.output.output == Output::Wide));
         }
         Some(reason) => {
-            let r: RolloutState = session.post(&path, &ActionRequest { reason })?;
+            let r: RolloutStateResponse = session.post(&path, &ActionRequest { reason })?;
             format!("{} {}", r.rollout_id, r.state)
         }
     };
@@ -159,17 +154,17 @@ fn current_wave(p: &RolloutProgress) -> String {
 
 /// The `rollout status` table: one row for the rollout; `wide` adds the last change and the
 /// count of every host state.
-fn render_status(now: drover_proto::time::Time, status: &Value, p: &RolloutProgress, wide: bool) -> String {
+fn render_status(now: drover_proto::time::Time, status: &RolloutStatus, p: &RolloutProgress, wide: bool) -> String {
     let skipped = count(p, "Skipped");
     let total: usize = p.waves.iter().flat_map(|w| w.counts.values()).sum();
     let mut row = vec![
         clean(&p.rollout_id, 80),
-        clean(field(status, "channel"), 64),
+        clean(&status.rollout.channel, 64),
         state_label(&p.state, skipped),
         current_wave(p),
         format!("{}/{total}", count(p, "Converged")),
         skipped.to_string(),
-        age(now, status.get("openedAt").and_then(Value::as_str)),
+        age_of(now, status.rollout.opened_at),
     ];
     let mut header = vec!["ROLLOUT", "CHANNEL", "STATE", "WAVE", "HOSTS", "SKIPPED", "AGE"];
     if wide {
@@ -182,10 +177,7 @@ fn render_status(now: drover_proto::time::Time, status: &Value, p: &RolloutProgr
         let known: Vec<&str> = HostRolloutState::ALL.iter().map(|s| s.as_str()).collect();
         let mut cells: Vec<String> = known.iter().filter_map(|k| states.get(*k).map(|n| format!("{k}={n}"))).collect();
         cells.extend(states.iter().filter(|(k, _)| !known.contains(&k.as_str())).map(|(k, n)| format!("{}={n}", clean(k, 32))));
-        row.extend([
-            age(now, status.get("updatedAt").and_then(Value::as_str)),
-            if cells.is_empty() { "-".to_owned() } else { cells.join(",") },
-        ]);
+        row.extend([age_of(now, status.rollout.updated_at), if cells.is_empty() { "-".to_owned() } else { cells.join(",") }]);
         header.extend(["CHANGED", "HOST-STATES"]);
     }
     table(&header, &[row])
@@ -210,11 +202,11 @@ mod tests {
 
     #[test]
     fn status_renders_one_row_with_wave_and_counts() {
-        let status = json!({"rolloutId": "gpu@c0ffee", "channel": "gpu", "state": "Converged", "openedAt": "2025-01-01T00:00:00Z",
-            "updatedAt": "2025-01-01T00:58:00Z", "hosts": [
-                {"hostname": "a", "waveIndex": 0, "state": "Converged"},
-                {"hostname": "b", "waveIndex": 0, "state": "Skipped"},
-                {"hostname": "c", "waveIndex": 1, "state": "Converged"}]});
+        let host = |name: &str, wave: u32, state: &str| json!({"hostname": name, "waveIndex": wave, "state": state, "since": "2025-01-01T00:30:00Z"});
+        let status: RolloutStatus = serde_json::from_value(json!({"rolloutId": "gpu@c0ffee", "channel": "gpu", "state": "Converged",
+            "manifestSha256": "ab", "openedAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:58:00Z", "hosts": [
+                host("a", 0, "Converged"), host("b", 0, "Skipped"), host("c", 1, "Converged")]}))
+        .expect("a rollout status");
         let p = progress_of(&status, None);
         assert_eq!(
             render_status(now(), &status, &p, false),

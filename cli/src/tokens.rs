@@ -81,7 +81,7 @@ fn list(args: &ListArgs) -> Result<(), CliError> {
     if let Some(h) = &args.host {
         q.push(("hostId", crate::resolve::host(&s, "--host", h)?.id.to_string()));
     }
-    let tokens = &crate::get::list_all(&s, "/v1/tokens", &q, "items", None)?;
+    let tokens = &crate::get::list_all(&s, "/v1/tokens", &q, None)?;
     match args.output.output {
         Output::Json => print(&pretty(&Value::Array(tokens.clone()))?),
         o => {

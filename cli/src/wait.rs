@@ -21,12 +21,14 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use serde_json::Value;
+use drover_planner::observed::PlanInputResponse;
+use drover_proto::api::Page;
+use drover_proto::api::rollouts::{RolloutStatus, RolloutView};
+use drover_proto::states::JobState;
 
 use crate::client::Session;
 use crate::exit::{CliError, codes};
-use crate::job::{JobJson, clean, decode};
-use crate::output::field;
+use crate::job::{JobDetail, JobJson, clean};
 
 /// Time between two reads of what is waited for.
 const INTERVAL: Duration = Duration::from_millis(500);
@@ -69,11 +71,11 @@ pub enum Standing {
 
 /// A job state's standing: failed_retryable and failed_manual_intervention wait for an
 /// operator, so nothing more happens on its own and the wait ends there.
-pub fn job_standing(state: &str) -> Standing {
+pub fn job_standing(state: JobState) -> Standing {
     match state {
-        "completed" | "reconciled" => Standing::Succeeded,
-        "failed_retryable" | "failed_manual_intervention" | "cancelled" => Standing::Failed,
-        _ => Standing::Open,
+        JobState::Completed | JobState::Reconciled => Standing::Succeeded,
+        JobState::FailedRetryable | JobState::FailedManualIntervention | JobState::Cancelled => Standing::Failed,
+        JobState::Pending | JobState::Running | JobState::Compensating => Standing::Open,
     }
 }
 
@@ -119,13 +121,12 @@ pub fn current_rollouts(timestamp: &[u8]) -> Result<Vec<String>, CliError> {
 /// (`GET /v1/plan-input`). The coordinator serves only its latest release's files, so a
 /// release that is not the latest is refused (65), naming the latest.
 pub fn release_rollouts(session: &Session, version: u64) -> Result<Vec<String>, CliError> {
-    let input = session.get("/v1/plan-input")?;
-    let latest = input.get("releaseVersion").and_then(Value::as_u64);
-    if latest != Some(version) {
-        let latest = latest.map_or_else(|| "none".to_owned(), |v| v.to_string());
+    let input: PlanInputResponse = session.get("/v1/plan-input")?;
+    if input.release_version != version {
+        let latest = input.release_version;
         return Err(CliError::data(format!("release {version} is not the coordinator's latest release (latest: {latest})")));
     }
-    let timestamp = input.get("release").and_then(|r| r.get(drover_proto::release::TIMESTAMP)).and_then(Value::as_str).unwrap_or_default();
+    let timestamp = input.release.get(drover_proto::release::TIMESTAMP).map(String::as_str).unwrap_or_default();
     current_rollouts(timestamp.as_bytes())
 }
 
@@ -146,12 +147,12 @@ impl Changes {
 
 /// The line a job's progress prints: `JOB_ID STATE stage STAGE (N/M)`.
 pub fn job_line(job: &JobJson) -> String {
-    let stage = match (&job.stage, job.stage_index) {
-        (Some(s), Some(i)) if !job.stages.is_empty() => format!(" stage {} ({}/{})", clean(s, 64), i + 1, job.stages.len()),
-        (Some(s), _) => format!(" stage {}", clean(s, 64)),
-        _ => String::new(),
+    let stage = match (job.stage.as_str(), job.stage_index) {
+        ("", _) => String::new(),
+        (s, i) if i < job.stages.len() => format!(" stage {} ({}/{})", clean(s, 64), i + 1, job.stages.len()),
+        (s, _) => format!(" stage {}", clean(s, 64)),
     };
-    format!("{} {}{stage}", clean(&job.job_id, 64), clean(&job.state, 32))
+    format!("{} {}{stage}", clean(&job.job_id, 64), job.state.as_str())
 }
 
 /// Polls `read` every [`INTERVAL`] until it answers `Some`, `limit` passes (75, naming
@@ -195,8 +196,8 @@ fn finish(standing: Standing, what: &str) -> Result<(), CliError> {
 pub fn wait_jobs(session: &Session, ids: &[String], cancelling: bool, limit: Duration, out: &mut dyn Write) -> Result<(), CliError> {
     wait_each(session, "job", ids, cancelling, limit, out, |id| {
         let path = format!("/v1/jobs/{}", crate::job::check_job_id(id)?);
-        let job: JobJson = decode(&path, &session.get(&path)?)?;
-        Ok((job_line(&job), job.state))
+        let job: JobDetail = session.get(&path)?;
+        Ok((job_line(&job.job), job.job.state))
     })
 }
 
@@ -205,7 +206,7 @@ pub fn wait_jobs(session: &Session, ids: &[String], cancelling: bool, limit: Dur
 pub fn wait_onboardings(session: &Session, ids: &[String], cancelling: bool, limit: Duration, out: &mut dyn Write) -> Result<(), CliError> {
     wait_each(session, "onboarding", ids, cancelling, limit, out, |id| {
         let path = format!("/v1/maas/onboardings/{}", crate::onboarding::parse_id("ID", id)?);
-        let one: crate::onboarding::OneJson = decode(&path, &session.get(&path)?)?;
+        let one: crate::onboarding::OneJson = session.get(&path)?;
         Ok((onboarding_line(&one.onboarding), one.onboarding.state))
     })
 }
@@ -214,10 +215,10 @@ pub fn wait_onboardings(session: &Session, ids: &[String], cancelling: bool, lim
 pub fn onboarding_line(o: &crate::onboarding::OnboardingJson) -> String {
     let stage = match o.stage_index {
         _ if o.stage.is_empty() => String::new(),
-        Some(i) if !o.stages.is_empty() => format!(" stage {} ({}/{})", clean(&o.stage, 64), i + 1, o.stages.len()),
+        i if i < o.stages.len() => format!(" stage {} ({}/{})", clean(&o.stage, 64), i + 1, o.stages.len()),
         _ => format!(" stage {}", clean(&o.stage, 64)),
     };
-    format!("{} {}{stage}", clean(&o.onboarding_id, 64), clean(&o.state, 32))
+    format!("{} {}{stage}", clean(&o.onboarding_id, 64), o.state.as_str())
 }
 
 /// The loop of [`wait_jobs`] and [`wait_onboardings`]: `read` gives one item's progress line
@@ -229,7 +230,7 @@ fn wait_each(
     cancelling: bool,
     limit: Duration,
     out: &mut dyn Write,
-    read: impl Fn(&str) -> Result<(String, String), CliError>,
+    read: impl Fn(&str) -> Result<(String, JobState), CliError>,
 ) -> Result<(), CliError> {
     let mut changes = Changes::default();
     let what = if ids.len() == 1 { format!("{kind} {}", clean(&ids[0], 64)) } else { format!("{} {kind}s", ids.len()) };
@@ -240,7 +241,7 @@ fn wait_each(
             if let Some(line) = changes.note(id, line) {
                 crate::output::write_to(out, &format!("{line}\n"))?;
             }
-            standings.push(if cancelling && state == "cancelled" { Standing::Succeeded } else { job_standing(&state) });
+            standings.push(if cancelling && state == JobState::Cancelled { Standing::Succeeded } else { job_standing(state) });
         }
         Ok(outcome(&standings))
     })?;
@@ -254,11 +255,10 @@ pub fn wait_rollouts(session: &Session, ids: &[String], limit: Duration, out: &m
     let mut manifests = BTreeMap::new();
     let what = if ids.len() == 1 { format!("rollout {}", clean(&ids[0], 80)) } else { format!("{} rollouts", ids.len()) };
     let standing = poll_until(session, limit, &what, |_| {
-        let list = session.get("/v1/rollouts")?;
-        let rows = list.get("items").and_then(Value::as_array).cloned().unwrap_or_default();
+        let rows = session.get::<Page<RolloutView>>("/v1/rollouts")?.items;
         let mut standings = Vec::new();
         for id in ids {
-            if !rows.iter().any(|r| field(r, "rolloutId") == id) {
+            if !rows.iter().any(|r| r.rollout_id == *id) {
                 if let Some(line) = changes.note(id, format!("{} not opened yet", clean(id, 80))) {
                     crate::output::write_to(out, &format!("{line}\n"))?;
                 }
@@ -268,7 +268,7 @@ pub fn wait_rollouts(session: &Session, ids: &[String], limit: Duration, out: &m
             if !manifests.contains_key(id) {
                 manifests = crate::watch::manifests(&session.client, &session.runtime);
             }
-            let status = session.get(&format!("/v1/rollouts/{}/status", crate::get::encode(id)))?;
+            let status: RolloutStatus = session.get(&format!("/v1/rollouts/{}/status", crate::get::encode(id)))?;
             let progress = crate::watch::progress_of(&status, manifests.get(id));
             if let Some(line) = changes.note(id, crate::watch::summary_line(&progress)) {
                 crate::output::write_to(out, &format!("{line}\n"))?;
@@ -286,12 +286,13 @@ mod tests {
 
     #[test]
     fn standings_follow_the_state_machines() {
-        assert_eq!(job_standing("completed"), Standing::Succeeded);
-        assert_eq!(job_standing("reconciled"), Standing::Succeeded);
-        for s in ["failed_retryable", "failed_manual_intervention", "cancelled"] {
+        use JobState as J;
+        assert_eq!(job_standing(J::Completed), Standing::Succeeded);
+        assert_eq!(job_standing(J::Reconciled), Standing::Succeeded);
+        for s in [J::FailedRetryable, J::FailedManualIntervention, J::Cancelled] {
             assert_eq!(job_standing(s), Standing::Failed, "{s}");
         }
-        for s in ["pending", "running", "compensating"] {
+        for s in [J::Pending, J::Running, J::Compensating] {
             assert_eq!(job_standing(s), Standing::Open, "{s}");
         }
         assert_eq!(rollout_standing("Converged"), Standing::Succeeded);
@@ -338,7 +339,7 @@ mod tests {
 
     #[test]
     fn a_job_line_names_its_stage() {
-        let job: JobJson = decode("/", &crate::job::tests::sample_job()).expect("decode");
+        let job: JobJson = crate::job::decode::<JobDetail>("/", &crate::job::tests::sample_job()).expect("decode").job;
         let line = job_line(&job);
         assert!(line.starts_with("job-7 failed_retryable"), "{line}");
     }

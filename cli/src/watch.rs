@@ -29,14 +29,15 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use drover_client::CoordinatorClient;
+use drover_planner::observed::PlanInputResponse;
+use drover_proto::api::Page;
+use drover_proto::api::rollouts::{RolloutStatus, RolloutView};
 use drover_proto::names::RolloutId;
 use drover_proto::states::HostRolloutState;
-use serde_json::Value;
 
 use crate::client::Session;
 use crate::exit::{CliError, codes};
 use crate::job::clean;
-use crate::output::field;
 
 /// What `--watch` says when it finds nothing to watch.
 pub const NOTHING_TO_WATCH: &str = "drover: no rollout is in progress, so nothing was watched; a release's rollouts open a \
@@ -177,24 +178,24 @@ pub fn summary_line(r: &RolloutProgress) -> String {
 
 /// A rollout's progress from its `/status` answer and, when known, its manifest's hosts
 /// (hostname → wave): manifest hosts with no recorded state count as Pending.
-pub fn progress_of(status: &Value, manifest: Option<&BTreeMap<String, u32>>) -> RolloutProgress {
+pub fn progress_of(status: &RolloutStatus, manifest: Option<&BTreeMap<String, u32>>) -> RolloutProgress {
     let mut waves: BTreeMap<u32, WaveProgress> = BTreeMap::new();
     let mut seen = BTreeSet::new();
-    for h in status.get("hosts").and_then(Value::as_array).into_iter().flatten() {
-        let wave = h.get("waveIndex").and_then(Value::as_u64).and_then(|w| u32::try_from(w).ok()).unwrap_or(0);
+    for h in &status.hosts {
+        let wave = h.wave_index;
         let entry = waves.entry(wave).or_insert_with(|| WaveProgress { index: wave, ..Default::default() });
-        *entry.counts.entry(field(h, "state").to_owned()).or_default() += 1;
-        seen.insert(field(h, "hostname").to_owned());
+        *entry.counts.entry(h.state.as_str().to_owned()).or_default() += 1;
+        seen.insert(h.hostname.as_str());
     }
     for (host, wave) in manifest.into_iter().flatten() {
-        if !seen.contains(host) {
+        if !seen.contains(host.as_str()) {
             let entry = waves.entry(*wave).or_insert_with(|| WaveProgress { index: *wave, ..Default::default() });
             *entry.counts.entry("Pending".to_owned()).or_default() += 1;
         }
     }
     RolloutProgress {
-        rollout_id: field(status, "rolloutId").to_owned(),
-        state: field(status, "state").to_owned(),
+        rollout_id: status.rollout.rollout_id.clone(),
+        state: status.rollout.state.as_str().to_owned(),
         waves: waves.into_values().collect(),
     }
 }
@@ -202,11 +203,11 @@ pub fn progress_of(status: &Value, manifest: Option<&BTreeMap<String, u32>>) -> 
 /// Each manifest of the coordinator's latest release (`rollouts/<id>.json` in
 /// `GET /v1/plan-input`), as hostname → wave. Unverified: see the module doc.
 pub fn manifests(client: &CoordinatorClient, rt: &tokio::runtime::Runtime) -> BTreeMap<String, BTreeMap<String, u32>> {
-    let Ok(input) = rt.block_on(client.get_json::<Value>("/v1/plan-input")) else { return BTreeMap::new() };
+    let Ok(input) = rt.block_on(client.get_json::<PlanInputResponse>("/v1/plan-input")) else { return BTreeMap::new() };
     let mut out = BTreeMap::new();
-    for (path, text) in input.get("release").and_then(Value::as_object).into_iter().flatten() {
+    for (path, text) in &input.release {
         let Some(id) = path.strip_prefix("rollouts/").and_then(|p| p.strip_suffix(".json")) else { continue };
-        let Some(m) = text.as_str().and_then(|t| serde_json::from_str::<drover_proto::artifacts::RolloutManifest>(t).ok()) else {
+        let Ok(m) = serde_json::from_str::<drover_proto::artifacts::RolloutManifest>(text) else {
             continue;
         };
         out.insert(id.to_owned(), m.host_set.iter().map(|h| (h.hostname.clone(), h.wave_index)).collect());
@@ -229,18 +230,15 @@ struct Watcher {
 impl Watcher {
     /// Polls the coordinator once.
     fn poll(&mut self, client: &CoordinatorClient, rt: &tokio::runtime::Runtime, only: Option<&RolloutId>) -> Result<Snapshot, CliError> {
-        let get = |path: &str| -> Result<Value, CliError> { Ok(rt.block_on(client.get_json::<Value>(path))?) };
         let ids: Vec<String> = match only {
             Some(id) => vec![id.to_string()],
             None => {
-                let list = get("/v1/rollouts")?;
-                let rows = list.get("items").and_then(Value::as_array).cloned().unwrap_or_default();
-                let all: BTreeSet<String> = rows.iter().map(|r| field(r, "rolloutId").to_owned()).collect();
+                let rows = rt.block_on(client.get_json::<Page<RolloutView>>("/v1/rollouts"))?.items;
+                let all: BTreeSet<String> = rows.iter().map(|r| r.rollout_id.clone()).collect();
                 let start = self.known_at_start.get_or_insert_with(|| all.clone()).clone();
                 for r in &rows {
-                    let id = field(r, "rolloutId");
-                    if !is_finished(field(r, "state")) || !start.contains(id) {
-                        self.watched.insert(id.to_owned());
+                    if !is_finished(r.state.as_str()) || !start.contains(&r.rollout_id) {
+                        self.watched.insert(r.rollout_id.clone());
                     }
                 }
                 self.watched.iter().filter(|id| all.contains(*id)).cloned().collect()
@@ -253,7 +251,8 @@ impl Watcher {
         }
         let mut rollouts = Vec::new();
         for id in &ids {
-            let status = get(&format!("/v1/rollouts/{}/status", crate::get::encode(id)))?;
+            let path = format!("/v1/rollouts/{}/status", crate::get::encode(id));
+            let status: RolloutStatus = rt.block_on(client.get_json(&path))?;
             rollouts.push(progress_of(&status, self.manifests.get(id)));
         }
         Ok(Snapshot { at: crate::clock::now()?.to_string(), rollouts })
@@ -339,7 +338,6 @@ pub fn watch_stdout(s: &Session, opts: &WatchOptions) -> Result<(), CliError> {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
 
     use super::*;
 
@@ -387,8 +385,23 @@ mod tests {
 
     #[test]
     fn manifest_hosts_without_a_state_are_pending() {
-        let status = json!({"rolloutId": "gpu@c0ffee", "state": "Active", "hosts": [
-            {"hostname": "a", "waveIndex": 0, "state": "Activating", "since": "2025-01-01T00:00:00Z"}]});
+        let r = crate::fixtures::rollout("gpu@c0ffee", drover_proto::states::RolloutState::Active);
+        let rollout = drover_proto::api::rollouts::RolloutStateResponse {
+            rollout_id: r.rollout_id,
+            channel: r.channel,
+            state: r.state,
+            manifest_sha256: r.manifest_sha256,
+            opened_at: r.opened_at,
+            updated_at: r.updated_at,
+        };
+        let host = drover_proto::api::rollouts::RolloutHostView {
+            hostname: "a".to_owned(),
+            wave_index: 0,
+            state: HostRolloutState::Activating,
+            since: crate::fixtures::at(0),
+            intent_target: None,
+        };
+        let status = RolloutStatus { rollout, hosts: vec![host] };
         let manifest = BTreeMap::from([("a".to_owned(), 0), ("b".to_owned(), 0), ("c".to_owned(), 1)]);
         let p = progress_of(&status, Some(&manifest));
         assert_eq!(p.waves, vec![wave(0, &[("Activating", 1), ("Pending", 1)]), wave(1, &[("Pending", 1)])]);

@@ -11,16 +11,70 @@ use std::sync::{Arc, Mutex};
 
 use common::mtls::{self, Pki, drover_blocking, operator_flags};
 use common::{Run, Scratch, drover_env};
+use drover_proto::api::events::EventView;
+use drover_proto::api::hosts::{HostDetail, HostView};
+use drover_proto::api::jobs::{ActionOutcome, ActionResponse, JobDetail, JobJson};
+use drover_proto::api::maintenance::{MaintenanceScope, MaintenanceState, MaintenanceView};
+use drover_proto::states::{HostLifecycle, JobState};
+use drover_proto::time::Time;
 use serde_json::{Value, json};
 
 const HOST: &str = "7f0c6a56-1d51-4bb4-9a5e-3c8f1d2f9a10";
 
-fn job(id: &str, state: &str) -> Value {
-    json!({
-        "jobId": id, "kind": "full_decommission", "hostId": HOST, "hostname": "gpu-a-01", "state": state,
-        "input": {"mode": "full"}, "stages": ["cordon", "drain", "wipe"], "stage": "drain", "stageIndex": 1,
-        "attempt": 1, "message": "draining", "history": [], "createdAt": "2030-01-01T00:00:00Z", "updatedAt": "2030-01-01T00:00:00Z"
-    })
+fn at() -> Time {
+    Time::parse_lenient("2030-01-01T00:00:00Z").expect("time")
+}
+
+/// A job as the coordinator writes it: its own type, so this fake answers what a coordinator
+/// would, field for field.
+fn job_json(id: &str, state: JobState) -> JobJson {
+    JobJson {
+        job_id: id.to_owned(),
+        kind: "full_decommission".to_owned(),
+        host_id: Some(HOST.to_owned()),
+        hostname: Some("gpu-a-01".to_owned()),
+        state,
+        input: json!({"mode": "full"}),
+        request_id: None,
+        stages: vec!["cordon".to_owned(), "drain".to_owned(), "wipe".to_owned()],
+        stage: "drain".to_owned(),
+        stage_index: 1,
+        attempt: 1,
+        task_id: None,
+        child_job_id: None,
+        failure_class: None,
+        message: "draining".to_owned(),
+        history: Vec::new(),
+        requester: None,
+        started_at: None,
+        completed_at: None,
+        error: None,
+        recommended_action: None,
+        created_at: at(),
+        updated_at: at(),
+    }
+}
+
+fn job(id: &str, state: JobState) -> Value {
+    serde_json::to_value(job_json(id, state)).expect("json")
+}
+
+fn host() -> Value {
+    let view = HostView {
+        id: HOST.to_owned(),
+        host_id: HOST.to_owned(),
+        hostname: "gpu-a-01".to_owned(),
+        state: HostLifecycle::Active,
+        schedulable: true,
+        created_at: at(),
+        updated_at: at(),
+        last_checkin: None,
+        channel: None,
+        wave: None,
+        rollout_id: None,
+        rollout_state: None,
+    };
+    serde_json::to_value(HostDetail { host: view, certificates: Vec::new(), health: None }).expect("json")
 }
 
 /// A fake coordinator: mutual TLS 1.3, the job and maintenance routes, recording every
@@ -38,28 +92,53 @@ impl Fake {
     fn answer(&self, line: &str, body: &Value) -> (u16, Value) {
         let conflict = |m: &str| (409, json!({"error": {"code": "conflict", "message": m}}));
         match line {
-            l if l == format!("GET /v1/hosts/{HOST}") => {
-                (200, json!({"id": HOST, "hostId": HOST, "hostname": "gpu-a-01", "state": "active"}))
-            }
-            l if l == format!("POST /v1/hosts/{HOST}/decommission") => (201, job("job-1", "pending")),
+            l if l == format!("GET /v1/hosts/{HOST}") => (200, host()),
+            l if l == format!("POST /v1/hosts/{HOST}/decommission") => (201, job("job-1", JobState::Pending)),
             "POST /v1/maintenance" if body.get("group") == Some(&json!("busy")) => conflict("host gpu-a-01 is held by job job-1"),
-            "POST /v1/maintenance" => (
-                201,
-                json!({"requestId": "mr-1", "initiator": "admin.operator", "reason": "scrub", "group": "rack-a1",
-                       "activities": [], "state": "running", "createdAt": "2030-01-01T00:00:00Z", "jobs": [job("job-2", "pending")]}),
-            ),
+            "POST /v1/maintenance" => {
+                let request = MaintenanceView {
+                    request_id: "mr-1".to_owned(),
+                    initiator: "admin.operator".to_owned(),
+                    reason: "scrub".to_owned(),
+                    scope: MaintenanceScope { group: Some("rack-a1".to_owned()), hosts: vec![HOST.to_owned()] },
+                    group: Some("rack-a1".to_owned()),
+                    activities: vec!["gpu_scrub".to_owned()],
+                    state: MaintenanceState::Running,
+                    created_at: at(),
+                    jobs: vec![job_json("job-2", JobState::Pending)],
+                };
+                (201, serde_json::to_value(request).expect("json"))
+            }
             "GET /v1/maintenance" => (200, json!({"items": [], "next": null})),
-            "GET /v1/jobs?state=running" => (200, json!({"items": [job("job-1", "running")], "next": null})),
+            "GET /v1/jobs?state=running" => (200, json!({"items": [job("job-1", JobState::Running)], "next": null})),
             "GET /v1/jobs/job-1" => {
-                let mut j = job("job-1", "running");
-                j["events"] = json!([{"id": 1, "at": "2030-01-01T00:00:01Z", "kind": "created", "message": "by admin", "data": {}}]);
-                (200, j)
+                let event = EventView {
+                    id: 1,
+                    at: at(),
+                    kind: "created".to_owned(),
+                    host_id: Some(HOST.to_owned()),
+                    rollout_id: None,
+                    job_id: Some("job-1".to_owned()),
+                    message: "by admin".to_owned(),
+                    data: json!({}),
+                };
+                (200, serde_json::to_value(JobDetail { job: job_json("job-1", JobState::Running), events: vec![event] }).expect("json"))
             }
             "POST /v1/jobs/job-1/retry_stage" => conflict("retry_stage needs failed_retryable; job-1 is running"),
             "POST /v1/jobs/job-1/cancel" => (
                 200,
-                json!({"job": job("job-1", "compensating"), "outcome": {"action": "cancel", "priorState": "running",
-                       "newState": "compensating", "expectedState": "running", "progressChange": "cancelled at drain", "task": "issued t-3"}}),
+                serde_json::to_value(ActionResponse {
+                    job: job_json("job-1", JobState::Compensating),
+                    outcome: ActionOutcome {
+                        action: "cancel".to_owned(),
+                        prior_state: JobState::Running,
+                        new_state: JobState::Compensating,
+                        expected_state: JobState::Running,
+                        progress_change: "cancelled at drain".to_owned(),
+                        task: "issued t-3".to_owned(),
+                    },
+                })
+                .expect("json"),
             ),
             _ => (404, json!({"error": {"code": "not_found", "message": "no such route"}})),
         }

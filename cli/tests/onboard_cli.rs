@@ -12,22 +12,59 @@ use std::sync::{Arc, Mutex};
 
 use common::mtls::{self, Pki, drover_blocking, operator_flags};
 use common::{Run, Scratch};
+use drover_proto::api::onboardings::{Diagnostics, OnboardingEvent, OnboardingView};
+use drover_proto::time::Time;
 use serde_json::{Value, json};
 
 const ID: &str = "0d9e1c7a-2b3c-4d5e-8f90-123456789abc";
 const ID2: &str = "11111111-2222-4333-8444-555555555555";
 const BATCH: &str = "5b7d3c1e-9a0f-4e2d-8c6b-abcdefabcdef";
 
+/// An onboarding as the coordinator writes it: its own type, so this fake answers what a
+/// coordinator would, field for field.
 fn onboarding(id: &str, hostname: &str, ip: &str, state: &str) -> Value {
-    json!({
-        "onboardingId": id, "batchId": BATCH, "site": "dc1", "profile": "gpu", "sku": null, "hostname": hostname,
-        "ipmiIp": ip, "state": state, "stage": "commission", "stageIndex": 1, "stages": ["create_or_find", "commission"],
-        "attempt": 2, "systemId": "abc123", "hostId": null, "failureClass": "hardware_mismatch", "message": "7 of 8 GPUs",
-        "recommendedAction": "reseat the tray", "requester": "admin.operator",
-        "diagnostics": {"maasStatus": "Failed commissioning", "powerState": "on", "ipAddresses": ["10.1.0.5"], "upstreamSnippet": null},
-        "createdAt": "2030-01-01T00:00:00Z", "startedAt": null, "completedAt": null, "updatedAt": "2030-01-01T00:00:00Z",
-        "events": [{"stage": "commission", "status": "failed", "attempt": 2, "at": "2030-01-01T00:10:00Z", "details": "7 of 8 GPUs"}]
-    })
+    let at = |t: &str| Time::parse_lenient(t).expect("time");
+    let view = OnboardingView {
+        onboarding_id: id.to_owned(),
+        batch_id: Some(BATCH.to_owned()),
+        site: "dc1".to_owned(),
+        profile: "gpu".to_owned(),
+        sku: None,
+        hostname: hostname.to_owned(),
+        ipmi_ip: ip.to_owned(),
+        pxe_mac: None,
+        state: state.parse().expect("a job state"),
+        stage: "commission".to_owned(),
+        stage_index: 1,
+        stages: vec!["create_or_find".to_owned(), "commission".to_owned()],
+        attempt: 2,
+        system_id: Some("abc123".to_owned()),
+        host_id: None,
+        failure_class: Some("hardware_mismatch".to_owned()),
+        message: "7 of 8 GPUs".to_owned(),
+        recommended_action: Some("reseat the tray".to_owned()),
+        diagnostics: Some(Diagnostics {
+            maas_status: Some("Failed commissioning".to_owned()),
+            power_state: Some("on".to_owned()),
+            ip_addresses: vec!["10.1.0.5".to_owned()],
+            upstream_snippet: None,
+        }),
+        requester: Some("admin.operator".to_owned()),
+        created_at: at("2030-01-01T00:00:00Z"),
+        started_at: None,
+        completed_at: None,
+        updated_at: at("2030-01-01T00:00:00Z"),
+        events: vec![OnboardingEvent {
+            stage: "commission".to_owned(),
+            status: "failed".to_owned(),
+            attempt: 2,
+            at: at("2030-01-01T00:10:00Z"),
+            details: "7 of 8 GPUs".to_owned(),
+        }],
+        workflow: "onboard".to_owned(),
+        parent_job_id: None,
+    };
+    serde_json::to_value(view).expect("json")
 }
 
 /// A fake coordinator: the onboarding routes, recording every request line and body.

@@ -17,6 +17,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod api;
 pub mod artifacts;
 pub mod canonical;
 pub mod duration;

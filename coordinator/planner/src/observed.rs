@@ -179,6 +179,21 @@ pub fn plan_input(release: &VerifiedRelease, observed: Observed) -> Result<PlanI
     Ok(input)
 }
 
+/// `GET /v1/plan-input`: what `drover plan --from-coordinator` and `drover explain` plan over,
+/// as the coordinator writes it and the CLI reads it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanInputResponse {
+    /// The coordinator's clock when the snapshot was read.
+    pub now: Time,
+    /// The observed part of the planner's input (`observed.json`'s format).
+    pub observed: Observed,
+    /// The latest release's version.
+    pub release_version: u64,
+    /// The latest release's files, path → text, byte-exact (the caller verifies them).
+    pub release: BTreeMap<String, String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::api::auth::Reader;
 use crate::api::error::ApiError;
-use crate::api::operator::{EventView, EventsQuery, QueryParams, event_filter};
+use crate::api::operator::{EventsQuery, QueryParams, event_filter};
 use crate::app::AppState;
 use crate::store::{self, EventFilter};
 
@@ -55,7 +55,7 @@ fn encode(events: Vec<crate::store::Event>) -> Bytes {
     for e in events {
         let id = e.id;
         // serde_json never writes a raw newline, so the JSON is one data line.
-        let json = serde_json::to_string(&EventView::from(e)).unwrap_or_else(|_| "{}".to_owned());
+        let json = serde_json::to_string(&crate::api::operator::event_view(e)).unwrap_or_else(|_| "{}".to_owned());
         out.push_str(&format!("id: {id}\ndata: {json}\n\n"));
     }
     Bytes::from(out)

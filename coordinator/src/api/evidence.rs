@@ -15,8 +15,6 @@ use axum::Json;
 use axum::extract::{Path, State};
 use drover_proto::evidence::{self, Evidence, Expect, Subject};
 use drover_proto::report::{ProbeResult, TaskResult};
-use drover_proto::time::Time;
-use serde::Serialize;
 use uuid::Uuid;
 
 use super::auth::Reader;
@@ -73,43 +71,27 @@ pub struct EvidenceQuery {
     limit: Option<u32>,
 }
 
-/// One kept statement.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EvidenceView {
-    seq: i64,
-    host_id: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    task_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    job_id: Option<String>,
-    kind: String,
-    signed_at: Time,
-    received_at: Time,
-    /// The document as the host sent it: verifies offline with the CA certificate.
-    evidence: serde_json::Value,
-}
+pub use drover_proto::api::evidence::EvidenceView;
 
-impl From<EvidenceRecord> for EvidenceView {
-    fn from(r: EvidenceRecord) -> Self {
-        let e = r.evidence;
-        EvidenceView {
-            seq: r.seq,
-            host_id: e.host_id.to_string(),
-            task_id: e.task_id.map(|t| t.to_string()),
-            job_id: e.job_id.map(|j| j.to_string()),
-            kind: e.kind,
-            signed_at: e.signed_at,
-            received_at: e.received_at,
-            evidence: serde_json::from_str(&e.document).unwrap_or(serde_json::Value::Null),
-        }
+/// A kept statement as the API shows it.
+fn evidence_view(r: EvidenceRecord) -> EvidenceView {
+    let e = r.evidence;
+    EvidenceView {
+        seq: r.seq,
+        host_id: e.host_id.to_string(),
+        task_id: e.task_id.map(|t| t.to_string()),
+        job_id: e.job_id.map(|j| j.to_string()),
+        kind: e.kind,
+        signed_at: e.signed_at,
+        received_at: e.received_at,
+        evidence: serde_json::from_str(&e.document).unwrap_or(serde_json::Value::Null),
     }
 }
 
 async fn list(app: Arc<AppState>, filter: EvidenceFilter, limit: u32) -> Result<Json<Page<EvidenceView, i64>>, ApiError> {
     let rows = store::blocking(app.store.clone(), move |s| s.list_evidence(&filter)).await?;
     let next = next_after(&rows, limit, |r| r.seq);
-    Ok(Json(Page { items: rows.into_iter().map(EvidenceView::from).collect(), next }))
+    Ok(Json(Page { items: rows.into_iter().map(evidence_view).collect(), next }))
 }
 
 /// `GET /v1/hosts/{id}/evidence` (viewer): a host's signed statements, oldest first.
@@ -147,6 +129,7 @@ pub async fn for_job(
 #[cfg(test)]
 mod tests {
     use drover_proto::report::{StepOutcome, StepResult, TaskOutcome};
+    use drover_proto::time::Time;
     use serde_json::Value;
 
     use super::*;

@@ -23,14 +23,14 @@ use axum::response::{IntoResponse, Response};
 use drover_proto::states::{HostLifecycle, JobState};
 use drover_proto::task::StorageScope;
 use drover_proto::time::Time;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::api::auth::{Admin, OperatorCaller, Reader};
 use crate::api::error::{ApiError, JsonBody};
 use crate::api::lifecycle::check_reason;
-use crate::api::operator::{EventView, Page, QueryParams, decode_created_cursor, next_created, page_size, parse_uuid};
+use crate::api::operator::{Page, QueryParams, decode_created_cursor, event_view, next_created, page_size, parse_uuid};
 use crate::app::AppState;
 use crate::jobs::exec::event;
 use crate::jobs::model::MaasRelease;
@@ -41,109 +41,59 @@ use crate::jobs::{
 use crate::maasflow::onboard::EraseMode;
 use crate::store::{self, CreatedCursor, EventFilter, Host, HostOp, Job, JobFilter, JobStep, NewAudit, TaskRecord};
 
-/// A job as the API shows it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct JobJson {
-    /// Its id.
-    pub job_id: String,
-    /// soft_reset | storage_cleanup | full_decommission | reimage | maintenance | retire | remove.
-    pub kind: String,
-    /// The host.
-    pub host_id: Option<String>,
-    /// The host's name (when it still has a record).
-    pub hostname: Option<String>,
-    /// The job state.
-    pub state: JobState,
-    /// What it was asked to do.
-    pub input: Value,
-    /// The maintenance request it belongs to.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub request_id: Option<String>,
-    /// Its stages, in order.
-    pub stages: Vec<String>,
-    /// The current stage.
-    pub stage: String,
-    /// Its index in `stages`.
-    pub stage_index: usize,
-    /// Attempts of the current stage.
-    pub attempt: u32,
-    /// The current stage's task.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub task_id: Option<String>,
-    /// The child MAAS workflow of a reimage or full decommission (`GET /v1/maas/onboardings/{id}`
-    /// shows it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub child_job_id: Option<String>,
-    /// Why it failed, as a class.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub failure_class: Option<String>,
-    /// The latest status line.
-    pub message: String,
-    /// Every stage event, oldest first.
-    pub history: Value,
-    /// Who asked for it: the operator (and role) whose action created it, or the maintenance
-    /// request's initiator.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub requester: Option<String>,
-    /// When its first stage started.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_at: Option<Time>,
-    /// When it finished (completed, cancelled or reconciled).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub completed_at: Option<Time>,
-    /// The latest failure: class, stage, attempt, message, when.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<Value>,
-    /// What an operator should do next, while the job waits for one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub recommended_action: Option<String>,
-    /// Created.
-    pub created_at: Time,
-    /// Last change.
-    pub updated_at: Time,
+pub use drover_proto::api::jobs::{
+    ActionOutcome as ActionOutcomeView, ActionResponse, DryRunView, HistoryEntry, JobDetail, JobError, JobJson,
+};
+
+/// A stored job as the API shows it, with its host's name.
+pub fn job_json(job: &Job, hostname: Option<String>) -> JobJson {
+    let parsed = JobView::from_job(job).ok();
+    let kind_stages = parsed.as_ref().map(|v| stages(&v.kind).iter().map(|s| s.as_str().to_owned()).collect()).unwrap_or_default();
+    let p = parsed.as_ref().map(|v| v.progress.clone());
+    JobJson {
+        job_id: job.job.job_id.to_string(),
+        kind: job.job.kind.clone(),
+        host_id: job.job.host_id.map(|h| h.to_string()),
+        hostname,
+        state: job.state,
+        input: job.job.input.clone(),
+        request_id: job.job.request_id.map(|r| r.to_string()),
+        stages: kind_stages,
+        stage: p.as_ref().map(|p| p.stage.as_str().to_owned()).unwrap_or_default(),
+        stage_index: p.as_ref().map_or(0, |p| p.stage_index),
+        attempt: p.as_ref().map_or(0, |p| p.attempt),
+        task_id: p.as_ref().and_then(|p| p.task_id.clone()),
+        child_job_id: p.as_ref().and_then(|p| p.child_job_id.clone()),
+        failure_class: p.as_ref().and_then(|p| p.failure_class).map(|c| c.as_str().to_owned()),
+        message: p.as_ref().map(|p| p.message.clone()).unwrap_or_default(),
+        history: p.as_ref().map(|p| p.history.iter().map(history_entry).collect()).unwrap_or_default(),
+        requester: None,
+        started_at: p.as_ref().and_then(|p| p.history.iter().find(|e| e.status == StageStatus::Started).map(|e| e.at)),
+        completed_at: matches!(job.state, JobState::Completed | JobState::Cancelled | JobState::Reconciled).then_some(job.updated_at),
+        error: p.as_ref().and_then(|p| {
+            let failed = p.history.iter().rev().find(|e| e.status == StageStatus::Failed)?;
+            Some(JobError {
+                class: p.failure_class.map(|c| c.as_str().to_owned()),
+                stage: failed.stage.as_str().to_owned(),
+                attempt: failed.attempt,
+                message: failed.message.clone(),
+                at: failed.at,
+            })
+        }),
+        recommended_action: recommended_next(job.state, p.as_ref().and_then(|p| p.failure_class)).map(str::to_owned),
+        created_at: job.job.created_at,
+        updated_at: job.updated_at,
+    }
 }
 
-impl JobJson {
-    /// From a stored job and its host's name.
-    pub fn new(job: &Job, hostname: Option<String>) -> JobJson {
-        let parsed = JobView::from_job(job).ok();
-        let kind_stages = parsed.as_ref().map(|v| stages(&v.kind).iter().map(|s| s.as_str().to_owned()).collect()).unwrap_or_default();
-        let p = parsed.as_ref().map(|v| v.progress.clone());
-        JobJson {
-            job_id: job.job.job_id.to_string(),
-            kind: job.job.kind.clone(),
-            host_id: job.job.host_id.map(|h| h.to_string()),
-            hostname,
-            state: job.state,
-            input: job.job.input.clone(),
-            request_id: job.job.request_id.map(|r| r.to_string()),
-            stages: kind_stages,
-            stage: p.as_ref().map(|p| p.stage.as_str().to_owned()).unwrap_or_default(),
-            stage_index: p.as_ref().map_or(0, |p| p.stage_index),
-            attempt: p.as_ref().map_or(0, |p| p.attempt),
-            task_id: p.as_ref().and_then(|p| p.task_id.clone()),
-            child_job_id: p.as_ref().and_then(|p| p.child_job_id.clone()),
-            failure_class: p.as_ref().and_then(|p| p.failure_class).map(|c| c.as_str().to_owned()),
-            message: p.as_ref().map(|p| p.message.clone()).unwrap_or_default(),
-            history: p.as_ref().map(|p| serde_json::to_value(&p.history).unwrap_or(Value::Null)).unwrap_or(Value::Array(Vec::new())),
-            requester: None,
-            started_at: p.as_ref().and_then(|p| p.history.iter().find(|e| e.status == StageStatus::Started).map(|e| e.at)),
-            completed_at: matches!(job.state, JobState::Completed | JobState::Cancelled | JobState::Reconciled).then_some(job.updated_at),
-            error: p.as_ref().and_then(|p| {
-                let failed = p.history.iter().rev().find(|e| e.status == StageStatus::Failed)?;
-                Some(serde_json::json!({
-                    "class": p.failure_class.map(|c| c.as_str()),
-                    "stage": failed.stage.as_str(),
-                    "attempt": failed.attempt,
-                    "message": failed.message,
-                    "at": failed.at,
-                }))
-            }),
-            recommended_action: recommended_next(job.state, p.as_ref().and_then(|p| p.failure_class)).map(str::to_owned),
-            created_at: job.job.created_at,
-            updated_at: job.updated_at,
-        }
+/// One entry of a job's history as the API shows it.
+fn history_entry(e: &crate::jobs::model::StageEvent) -> HistoryEntry {
+    HistoryEntry {
+        stage: e.stage.as_str().to_owned(),
+        attempt: e.attempt,
+        status: e.status.as_str().to_owned(),
+        message: e.message.clone(),
+        at: e.at,
     }
 }
 
@@ -153,7 +103,7 @@ pub async fn with_hostnames(app: &Arc<AppState>, jobs: Vec<Job>) -> Result<Vec<J
         jobs.iter()
             .map(|j| {
                 let name = j.job.host_id.map(|h| s.get_host(h)).transpose()?.flatten().map(|h| h.hostname);
-                let mut json = JobJson::new(j, name);
+                let mut json = job_json(j, name);
                 json.requester = requester(s, j)?;
                 Ok(json)
             })
@@ -199,20 +149,6 @@ pub struct DecommissionRequest {
     /// starting it: nothing is written, audited or sent to the host.
     #[serde(default)]
     pub dry_run: bool,
-}
-
-/// What a dry-run decommission answers: the host as it is now and the stages its job would run.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DryRunView {
-    dry_run: bool,
-    host_id: String,
-    hostname: String,
-    host_state: &'static str,
-    kind: &'static str,
-    /// In order; `maas_workflow` of a full decommission is marked when the host has no MAAS
-    /// binding (it then has nothing to do).
-    stages: Vec<String>,
 }
 
 /// The job a decommission request asks for, and the host states it may start from.
@@ -317,8 +253,8 @@ async fn dry_run(
         dry_run: true,
         host_id: host.id.to_string(),
         hostname: host.hostname,
-        host_state: host.state.as_str(),
-        kind: kind.name(),
+        host_state: host.state,
+        kind: kind.name().to_owned(),
         stages,
     }))
 }
@@ -399,7 +335,7 @@ pub async fn list(
 }
 
 /// `GET /v1/jobs/{id}` (viewer): the job and its events.
-pub async fn get(State(app): State<Arc<AppState>>, _r: Reader, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn get(State(app): State<Arc<AppState>>, _r: Reader, Path(id): Path<String>) -> Result<Json<JobDetail>, ApiError> {
     let job_id = parse_uuid("job id", &id)?;
     let (job, events) = store::blocking(app.store.clone(), move |s| {
         let job = s.get_job(job_id)?;
@@ -408,9 +344,8 @@ pub async fn get(State(app): State<Arc<AppState>>, _r: Reader, Path(id): Path<St
     })
     .await?;
     let job = job.ok_or_else(|| ApiError::not_found(format!("job {job_id} not found")))?;
-    let mut v = serde_json::to_value(with_hostnames(&app, vec![job]).await?.remove(0)).map_err(|_| ApiError::internal())?;
-    v["events"] = serde_json::to_value(events.into_iter().map(EventView::from).collect::<Vec<_>>()).map_err(|_| ApiError::internal())?;
-    Ok(Json(v))
+    let job = with_hostnames(&app, vec![job]).await?.remove(0);
+    Ok(Json(JobDetail { job, events: events.into_iter().map(event_view).collect() }))
 }
 
 /// `POST /v1/jobs/{id}/{action}` body.
@@ -561,7 +496,7 @@ pub async fn action(
     Admin(op): Admin,
     Path((id, action)): Path<(String, String)>,
     JsonBody(req): JsonBody<ActionRequest>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ActionResponse>, ApiError> {
     let job_id = parse_uuid("job id", &id)?;
     let action: OperatorAction = serde_json::from_value(Value::String(action.clone())).map_err(|_| {
         ApiError::not_found(format!(
@@ -572,15 +507,15 @@ pub async fn action(
     let read = read_job(&app, job_id).await?.ok_or_else(|| ApiError::not_found(format!("job {job_id} not found")))?;
     let ActionTaken { job, outcome, task_note } = take_action(&app, &op, read, action, &reason, Vec::new()).await?;
     let json_job = with_hostnames(&app, vec![job]).await?.remove(0);
-    Ok(Json(json!({
-        "job": json_job,
-        "outcome": {
-            "action": action.as_str(),
-            "priorState": outcome.audit_prior.as_str(),
-            "newState": outcome.new_state.as_str(),
-            "expectedState": outcome.audit_expected.as_str(),
-            "progressChange": outcome.progress_change,
-            "task": task_note,
-        }
-    })))
+    Ok(Json(ActionResponse {
+        job: json_job,
+        outcome: ActionOutcomeView {
+            action: action.as_str().to_owned(),
+            prior_state: outcome.audit_prior,
+            new_state: outcome.new_state,
+            expected_state: outcome.audit_expected,
+            progress_change: outcome.progress_change,
+            task: task_note,
+        },
+    }))
 }

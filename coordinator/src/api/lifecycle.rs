@@ -65,7 +65,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use drover_proto::states::{HostLifecycle, JobState};
 use drover_proto::time::Time;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::json;
 use uuid::Uuid;
 
@@ -88,23 +88,7 @@ pub struct LifecycleRequest {
     pub reason: Option<String>,
 }
 
-/// The host after the verb.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct HostStateResponse {
-    /// The host's id.
-    pub host_id: String,
-    /// Its hostname.
-    pub hostname: String,
-    /// Its lifecycle state.
-    pub state: HostLifecycle,
-    /// Whether it is schedulable (not cordoned).
-    pub schedulable: bool,
-    /// `retire` and `remove`: the job that owns the host's `draining` / `removing` (created or
-    /// resumed by the request); `GET /v1/jobs/{id}` follows it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job_id: Option<String>,
-}
+pub use drover_proto::api::hosts::HostStateResponse;
 
 impl From<&Host> for HostStateResponse {
     fn from(h: &Host) -> Self {

@@ -23,10 +23,10 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+pub use drover_proto::api::maintenance::{MaintenanceScope, MaintenanceState, MaintenanceView};
 use drover_proto::states::{HostLifecycle, JobState};
 use drover_proto::task::StorageScope;
 use serde::Deserialize;
-use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::api::auth::{Admin, Reader};
@@ -96,7 +96,7 @@ pub async fn request(
     State(app): State<Arc<AppState>>,
     Admin(op): Admin,
     JsonBody(req): JsonBody<MaintenanceRequest>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<MaintenanceView>), ApiError> {
     let reason = check_reason(req.reason.as_deref())?;
     if let Some(r) = &req.reference
         && (r.chars().count() > MAX_REFERENCE_CHARS || !drover_proto::text::is_plain(r))
@@ -202,7 +202,8 @@ pub async fn request(
         })
         .collect();
     let who = initiator(Some(&op.name), req.reference.as_deref());
-    let scope = json!({ "group": group, "hosts": resolved.iter().map(|h| h.id.to_string()).collect::<Vec<_>>() });
+    let scope = MaintenanceScope { group: group.clone(), hosts: resolved.iter().map(|h| h.id.to_string()).collect() };
+    let scope = serde_json::to_value(&scope).map_err(|_| ApiError::internal())?;
     let new = NewMaintenance {
         request_id,
         initiator: who.clone(),
@@ -218,37 +219,48 @@ pub async fn request(
     tracing::info!(%request_id, initiator = %who, hosts = jobs.len(), %reason, "maintenance requested");
     app.executor.poke();
     let jobs = with_hostnames(&app, jobs).await?;
-    Ok((StatusCode::CREATED, Json(request_json(&record, jobs))))
+    Ok((StatusCode::CREATED, Json(request_view(&record, jobs))))
 }
 
 /// The request's state from its jobs: running while any is unfinished and none failed;
 /// failed once one failed (its host's request is cleared); completed when all completed.
-pub fn request_state(jobs: &[JobJson]) -> &'static str {
+pub fn request_state(jobs: &[JobJson]) -> MaintenanceState {
     if jobs.iter().any(|j| matches!(j.state, JobState::FailedRetryable | JobState::FailedManualIntervention | JobState::Cancelled)) {
-        "failed"
+        MaintenanceState::Failed
     } else if !jobs.is_empty() && jobs.iter().all(|j| matches!(j.state, JobState::Completed | JobState::Reconciled)) {
-        "completed"
+        MaintenanceState::Completed
     } else {
-        "running"
+        MaintenanceState::Running
     }
 }
 
-fn request_json(r: &MaintenanceRecord, jobs: Vec<JobJson>) -> Value {
-    json!({
-        "requestId": r.request_id.to_string(),
-        "initiator": r.initiator,
-        "reason": r.reason,
-        "scope": r.scope,
-        "group": r.scope.get("group").cloned().unwrap_or(Value::Null),
-        "activities": r.activities,
-        "state": request_state(&jobs),
-        "createdAt": r.created_at,
-        "jobs": jobs,
-    })
+/// A request as the API shows it. The scope and activities are stored as the JSON this
+/// coordinator wrote; one that no longer reads as such (an older build's) shows as empty
+/// rather than failing the read.
+fn request_view(r: &MaintenanceRecord, jobs: Vec<JobJson>) -> MaintenanceView {
+    let scope: MaintenanceScope = serde_json::from_value(r.scope.clone()).unwrap_or_else(|e| {
+        tracing::warn!(request = %r.request_id, error = %e, "stored maintenance scope does not parse");
+        MaintenanceScope { group: None, hosts: Vec::new() }
+    });
+    let activities: Vec<String> = serde_json::from_value(r.activities.clone()).unwrap_or_else(|e| {
+        tracing::warn!(request = %r.request_id, error = %e, "stored maintenance activities do not parse");
+        Vec::new()
+    });
+    MaintenanceView {
+        request_id: r.request_id.to_string(),
+        initiator: r.initiator.clone(),
+        reason: r.reason.clone(),
+        group: scope.group.clone(),
+        scope,
+        activities,
+        state: request_state(&jobs),
+        created_at: r.created_at,
+        jobs,
+    }
 }
 
 /// `GET /v1/maintenance/{id}` (viewer).
-pub async fn get(State(app): State<Arc<AppState>>, _r: Reader, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn get(State(app): State<Arc<AppState>>, _r: Reader, Path(id): Path<String>) -> Result<Json<MaintenanceView>, ApiError> {
     let request_id = parse_uuid("request id", &id)?;
     let (record, jobs) = store::blocking(app.store.clone(), move |s| {
         let r = s.get_maintenance(request_id)?;
@@ -257,7 +269,7 @@ pub async fn get(State(app): State<Arc<AppState>>, _r: Reader, Path(id): Path<St
     })
     .await?;
     let record = record.ok_or_else(|| ApiError::not_found(format!("maintenance request {request_id} not found")))?;
-    Ok(Json(request_json(&record, with_hostnames(&app, jobs).await?)))
+    Ok(Json(request_view(&record, with_hostnames(&app, jobs).await?)))
 }
 
 /// `GET /v1/maintenance?limit=&after=` (viewer): requests with their jobs, oldest first, paged
@@ -266,7 +278,7 @@ pub async fn list(
     State(app): State<Arc<AppState>>,
     _r: Reader,
     QueryParams(q): QueryParams<MaintenanceQuery>,
-) -> Result<Json<Page<Value, String>>, ApiError> {
+) -> Result<Json<Page<MaintenanceView, String>>, ApiError> {
     let limit = page_size(q.limit)?;
     let filter = MaintenanceFilter { after: q.after.as_deref().map(decode_created_cursor).transpose()?, limit };
     let rows = store::blocking(app.store.clone(), move |s| {
@@ -282,7 +294,7 @@ pub async fn list(
     let next = next_created(&rows, limit, |(r, _)| CreatedCursor { created_at: r.created_at, id: r.request_id });
     let mut items = Vec::new();
     for (r, jobs) in rows {
-        items.push(request_json(&r, with_hostnames(&app, jobs).await?));
+        items.push(request_view(&r, with_hostnames(&app, jobs).await?));
     }
     Ok(Json(Page { items, next }))
 }

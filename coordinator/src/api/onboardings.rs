@@ -18,8 +18,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use drover_proto::states::{HostLifecycle, JobState};
-use drover_proto::time::Time;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -29,7 +28,7 @@ use crate::api::lifecycle::check_reason;
 use crate::api::operator::{QueryParams, parse_uuid};
 use crate::app::AppState;
 use crate::jobs::OperatorAction;
-use crate::maasflow::onboard::{Diagnostics, KIND, OnboardingRequest, StageEvent};
+use crate::maasflow::onboard::{KIND, OnboardingRequest};
 use crate::maasflow::recovery::{self, ActionContext};
 use crate::maasflow::taxonomy::Workflow;
 use crate::sites::preflight;
@@ -39,98 +38,53 @@ use crate::store::{self, Job, JobFilter, JobStep, NewAudit, NewEvent, NewJob};
 /// Most nodes in one batch.
 pub const MAX_BATCH: usize = 1000;
 
-/// An onboarding as the API shows it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OnboardingJson {
-    /// Its id (the job's).
-    pub onboarding_id: Uuid,
-    /// Its batch.
-    pub batch_id: Option<Uuid>,
-    /// Site name.
-    pub site: String,
-    /// Profile name.
-    pub profile: String,
-    /// Hardware SKU.
-    pub sku: Option<String>,
-    /// The node's hostname.
-    pub hostname: String,
-    /// The node's BMC address.
-    pub ipmi_ip: String,
-    /// The job state.
-    pub state: JobState,
-    /// The current stage.
-    pub stage: String,
-    /// Its index in `stages`.
-    pub stage_index: usize,
-    /// Every stage, in order.
-    pub stages: Vec<String>,
-    /// The current stage's attempt.
-    pub attempt: u32,
-    /// The MAAS machine.
-    pub system_id: Option<String>,
-    /// The Drover host.
-    pub host_id: Option<Uuid>,
-    /// Why it stopped, as a class.
-    pub failure_class: Option<String>,
-    /// The latest status line.
-    pub message: String,
-    /// What to do now, once stopped.
-    pub recommended_action: Option<String>,
-    /// The last MAAS observation.
-    pub diagnostics: Option<Diagnostics>,
-    /// Who asked.
-    pub requester: Option<String>,
-    /// Created.
-    pub created_at: Time,
-    /// First stage started.
-    pub started_at: Option<Time>,
-    /// Finished (completed, reconciled or cancelled).
-    pub completed_at: Option<Time>,
-    /// Last change.
-    pub updated_at: Time,
-    /// Per-stage history, oldest first.
-    pub events: Vec<StageEvent>,
-    /// onboard | reimage | decommission.
-    pub workflow: Workflow,
-    /// The reimage or full decommission job this is the MAAS half of.
-    pub parent_job_id: Option<Uuid>,
-}
+pub use drover_proto::api::onboardings::{
+    BatchView, CreatedBatch, OnboardingActionResponse, OnboardingEvent, OnboardingList, OnboardingView, OneOnboarding,
+};
 
-impl OnboardingJson {
-    /// From a stored onboarding job; `None` when it does not parse.
-    pub fn new(job: &Job) -> Option<OnboardingJson> {
-        let (req, p) = crate::onboarding::exec::parse(job).ok()?;
-        let workflow = Workflow::of_kind(&job.job.kind)?;
-        Some(OnboardingJson {
-            onboarding_id: job.job.job_id,
-            batch_id: req.batch_id,
-            site: req.site,
-            profile: req.profile,
-            sku: req.sku,
-            hostname: req.hostname,
-            ipmi_ip: req.ipmi_ip,
-            state: job.state,
-            stage: p.stage.as_str().to_owned(),
-            stage_index: p.stage_index(workflow),
-            stages: workflow.stages().iter().map(|s| s.as_str().to_owned()).collect(),
-            attempt: p.attempt,
-            system_id: p.system_id,
-            host_id: p.host_id,
-            failure_class: p.failure_class.map(|c| c.as_str().to_owned()),
-            message: p.message,
-            recommended_action: p.recommended_action,
-            diagnostics: p.diagnostics,
-            requester: req.requester,
-            created_at: job.job.created_at,
-            started_at: p.started_at,
-            completed_at: matches!(job.state, JobState::Completed | JobState::Reconciled | JobState::Cancelled).then_some(job.updated_at),
-            updated_at: job.updated_at,
-            events: p.events,
-            workflow,
-            parent_job_id: req.parent_job_id,
-        })
-    }
+/// A stored MAAS workflow job as the API shows it; `None` when it does not parse.
+pub fn onboarding_view(job: &Job) -> Option<OnboardingView> {
+    let (req, p) = crate::onboarding::exec::parse(job).ok()?;
+    let workflow = Workflow::of_kind(&job.job.kind)?;
+    Some(OnboardingView {
+        onboarding_id: job.job.job_id.to_string(),
+        batch_id: req.batch_id.map(|b| b.to_string()),
+        site: req.site,
+        profile: req.profile,
+        sku: req.sku,
+        hostname: req.hostname,
+        ipmi_ip: req.ipmi_ip,
+        pxe_mac: req.pxe_mac,
+        state: job.state,
+        stage: p.stage.as_str().to_owned(),
+        stage_index: p.stage_index(workflow),
+        stages: workflow.stages().iter().map(|s| s.as_str().to_owned()).collect(),
+        attempt: p.attempt,
+        system_id: p.system_id,
+        host_id: p.host_id.map(|h| h.to_string()),
+        failure_class: p.failure_class.map(|c| c.as_str().to_owned()),
+        message: p.message,
+        recommended_action: p.recommended_action,
+        diagnostics: p.diagnostics,
+        requester: req.requester,
+        created_at: job.job.created_at,
+        started_at: p.started_at,
+        completed_at: matches!(job.state, JobState::Completed | JobState::Reconciled | JobState::Cancelled).then_some(job.updated_at),
+        updated_at: job.updated_at,
+        events: p
+            .events
+            .into_iter()
+            .map(|e| OnboardingEvent {
+                stage: e.stage.as_str().to_owned(),
+                status: e.status.as_str().to_owned(),
+                attempt: e.attempt,
+                at: e.at,
+                details: e.details,
+            })
+            .collect(),
+        workflow: workflow.name().to_owned(),
+        parent_job_id: req.parent_job_id.map(|j| j.to_string()),
+    })
 }
 
 /// One node of a request.
@@ -293,8 +247,8 @@ fn request_of(
     }
 }
 
-fn views(jobs: &[Job]) -> Vec<OnboardingJson> {
-    jobs.iter().filter_map(OnboardingJson::new).collect()
+fn views(jobs: &[Job]) -> Vec<OnboardingView> {
+    jobs.iter().filter_map(onboarding_view).collect()
 }
 
 /// `POST /v1/maas/onboardings` (admin).
@@ -302,13 +256,13 @@ pub async fn create_one(
     State(app): State<Arc<AppState>>,
     Admin(op): Admin,
     JsonBody(req): JsonBody<CreateRequest>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<OneOnboarding>), ApiError> {
     let node = check_node(None, &NodeRequest { hostname: req.hostname, ipmi_ip: req.ipmi_ip, pxe_mac: req.pxe_mac })?;
     let sku = check_sku(req.sku.as_deref())?;
     preflight_for(&app, &req.site, &req.profile).await?;
     let jobs = create(&app, &op, vec![request_of(&op, &req.site, &req.profile, sku, node, None)]).await?;
     let one = views(&jobs).into_iter().next().ok_or_else(ApiError::internal)?;
-    Ok((StatusCode::CREATED, Json(json!({ "onboarding": one }))))
+    Ok((StatusCode::CREATED, Json(OneOnboarding { onboarding: one })))
 }
 
 /// `POST /v1/maas/onboardings/batch` (admin).
@@ -316,7 +270,7 @@ pub async fn create_batch(
     State(app): State<Arc<AppState>>,
     Admin(op): Admin,
     JsonBody(req): JsonBody<BatchRequest>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<CreatedBatch>), ApiError> {
     if req.nodes.is_empty() || req.nodes.len() > MAX_BATCH {
         return Err(ApiError::bad_request(format!("nodes must list 1 to {MAX_BATCH} nodes")));
     }
@@ -336,7 +290,7 @@ pub async fn create_batch(
     let batch = Uuid::new_v4();
     let reqs = nodes.into_iter().map(|n| request_of(&op, &req.site, &req.profile, sku.clone(), n, Some(batch))).collect();
     let jobs = create(&app, &op, reqs).await?;
-    Ok((StatusCode::CREATED, Json(json!({ "batchId": batch, "onboardings": views(&jobs) }))))
+    Ok((StatusCode::CREATED, Json(CreatedBatch { batch_id: batch.to_string(), onboardings: views(&jobs) })))
 }
 
 /// Filters of `GET /v1/maas/onboardings`.
@@ -356,7 +310,7 @@ pub struct ListQuery {
 }
 
 /// Every MAAS workflow (onboardings, and the MAAS halves of reimages and decommissions).
-async fn all(app: &Arc<AppState>) -> Result<Vec<OnboardingJson>, ApiError> {
+async fn all(app: &Arc<AppState>) -> Result<Vec<OnboardingView>, ApiError> {
     let jobs = store::blocking(app.store.clone(), |s| {
         let mut jobs = Vec::new();
         for w in Workflow::ALL {
@@ -373,7 +327,7 @@ pub async fn list(
     State(app): State<Arc<AppState>>,
     Reader(_): Reader,
     QueryParams(q): QueryParams<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<OnboardingList>, ApiError> {
     let batch = q.batch.as_deref().map(|b| parse_uuid("batch", b)).transpose()?;
     let state = q
         .state
@@ -391,16 +345,16 @@ pub async fn list(
             return Err(ApiError::bad_request(format!("workflow {other:?} is not onboard, reimage, decommission, resync or all")));
         }
     };
-    let rows: Vec<OnboardingJson> = all(&app)
+    let rows: Vec<OnboardingView> = all(&app)
         .await?
         .into_iter()
-        .filter(|o| workflow.is_none_or(|w| o.workflow == w))
-        .filter(|o| batch.is_none_or(|b| o.batch_id == Some(b)))
+        .filter(|o| workflow.is_none_or(|w| o.workflow == w.name()))
+        .filter(|o| batch.is_none_or(|b| o.batch_id == Some(b.to_string())))
         .filter(|o| state.is_none_or(|s| o.state == s))
         .filter(|o| host.as_deref().is_none_or(|h| o.hostname == h))
         .filter(|o| q.site.as_deref().is_none_or(|s| o.site == s))
         .collect();
-    Ok(Json(json!({ "onboardings": rows })))
+    Ok(Json(OnboardingList { onboardings: rows }))
 }
 
 async fn load(app: &Arc<AppState>, id: &str) -> Result<Job, ApiError> {
@@ -411,24 +365,25 @@ async fn load(app: &Arc<AppState>, id: &str) -> Result<Job, ApiError> {
 }
 
 /// `GET /v1/maas/onboardings/{id}` (viewer).
-pub async fn get(State(app): State<Arc<AppState>>, Reader(_): Reader, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn get(State(app): State<Arc<AppState>>, Reader(_): Reader, Path(id): Path<String>) -> Result<Json<OneOnboarding>, ApiError> {
     let job = load(&app, &id).await?;
-    let view = OnboardingJson::new(&job).ok_or_else(|| ApiError::conflict(format!("onboarding {id} does not parse")))?;
-    Ok(Json(json!({ "onboarding": view })))
+    let view = onboarding_view(&job).ok_or_else(|| ApiError::conflict(format!("onboarding {id} does not parse")))?;
+    Ok(Json(OneOnboarding { onboarding: view }))
 }
 
 /// `GET /v1/maas/onboardings/batches/{id}` (viewer): the batch summary.
-pub async fn batch(State(app): State<Arc<AppState>>, Reader(_): Reader, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn batch(State(app): State<Arc<AppState>>, Reader(_): Reader, Path(id): Path<String>) -> Result<Json<BatchView>, ApiError> {
     let batch = parse_uuid("batch id", &id)?;
-    let rows: Vec<OnboardingJson> = all(&app).await?.into_iter().filter(|o| o.batch_id == Some(batch)).collect();
+    let batch_id = batch.to_string();
+    let rows: Vec<OnboardingView> = all(&app).await?.into_iter().filter(|o| o.batch_id.as_ref() == Some(&batch_id)).collect();
     if rows.is_empty() {
         return Err(ApiError::not_found(format!("batch {batch} not found")));
     }
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut counts: BTreeMap<JobState, u64> = BTreeMap::new();
     for o in &rows {
-        *counts.entry(o.state.as_str()).or_default() += 1;
+        *counts.entry(o.state).or_default() += 1;
     }
-    Ok(Json(json!({ "batchId": batch, "site": rows[0].site, "total": rows.len(), "counts": counts, "onboardings": rows })))
+    Ok(Json(BatchView { batch_id, site: rows[0].site.clone(), total: rows.len() as u64, counts, onboardings: rows }))
 }
 
 /// The body of an action.
@@ -448,7 +403,7 @@ pub async fn action(
     Admin(op): Admin,
     Path((id, action)): Path<(String, String)>,
     JsonBody(req): JsonBody<ActionRequest>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<OnboardingActionResponse>, ApiError> {
     let action: OperatorAction = serde_json::from_value(Value::String(action.clone())).map_err(|_| {
         ApiError::not_found(format!(
             "no onboarding action {action:?}: retry_stage, resume, rerun, restart_clean, cancel, adopt_observed_state, mark_manual_intervention_required"
@@ -502,6 +457,6 @@ pub async fn action(
         at: now,
     };
     let after = store::blocking(app.store.clone(), move |s| s.apply_job_step(&step)).await?;
-    let view = OnboardingJson::new(&after).ok_or_else(ApiError::internal)?;
-    Ok(Json(json!({ "onboarding": view, "message": accepted.message })))
+    let view = onboarding_view(&after).ok_or_else(ApiError::internal)?;
+    Ok(Json(OnboardingActionResponse { onboarding: view, message: accepted.message }))
 }

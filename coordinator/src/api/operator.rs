@@ -23,12 +23,15 @@ use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use drover_proto::names::RolloutId;
-use drover_proto::states::{HostLifecycle, RolloutState};
+use drover_proto::states::{HostLifecycle, HostRolloutState, RolloutState};
 use drover_proto::time::Time;
-use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 use uuid::Uuid;
+
+pub use drover_proto::api::Page;
+pub use drover_proto::api::events::{AuditView, EventView};
+pub use drover_proto::api::hosts::{CertView, CheckinView, HealthView, HostDetail, HostHealthReport, HostView};
+pub use drover_proto::api::rollouts::{ReleaseView, RolloutView};
 
 use crate::api::auth::Reader;
 use crate::api::error::ApiError;
@@ -88,15 +91,6 @@ pub(crate) fn parse_uuid(what: &str, value: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(value).map_err(|_| ApiError::bad_request(format!("{what} is not a UUID")))
 }
 
-/// A page of a listing.
-#[derive(Debug, Serialize)]
-pub struct Page<T, C> {
-    /// The rows.
-    pub items: Vec<T>,
-    /// Where the next page starts, or `null` when this was the last.
-    pub next: Option<C>,
-}
-
 // ---- hosts ---------------------------------------------------------------------------------
 
 /// `GET /v1/hosts` query.
@@ -108,51 +102,6 @@ pub struct HostsQuery {
     after: Option<String>,
 }
 
-/// The last check-in as operators see it.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CheckinView {
-    at: Time,
-    agent_version: String,
-    boot_id: String,
-    current_generation: Option<String>,
-}
-
-/// A host row. Its id is under both `id` (the key host objects have always had) and `hostId`,
-/// the key every other operator answer (tasks, jobs, events, lifecycle answers) names a host
-/// by, so a script can read `hostId` from any answer.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct HostView {
-    id: String,
-    host_id: String,
-    hostname: String,
-    state: &'static str,
-    schedulable: bool,
-    created_at: Time,
-    updated_at: Time,
-    last_checkin: Option<CheckinView>,
-    /// Where the host stands in the rollout opened last that names it (null when none does):
-    /// its channel, its wave there, the rollout and its state in it.
-    channel: Option<String>,
-    wave: Option<u32>,
-    rollout_id: Option<String>,
-    rollout_state: Option<&'static str>,
-}
-
-impl HostView {
-    /// Fills the rollout fields from the host's latest rollout row, if it has one.
-    fn placed(mut self, row: Option<&HostRollout>) -> Self {
-        if let Some(r) = row {
-            self.channel = Some(r.rollout_id.channel().to_owned());
-            self.wave = Some(r.wave_index);
-            self.rollout_id = Some(r.rollout_id.as_str().to_owned());
-            self.rollout_state = Some(r.state.as_str());
-        }
-        self
-    }
-}
-
 /// Hosts as views, each with its latest rollout row, read for the whole page at once.
 fn placed_views(s: &dyn store::Store, hosts: Vec<Host>) -> Result<Vec<HostView>, store::StoreError> {
     let names: Vec<String> = hosts.iter().map(|h| h.hostname.clone()).collect();
@@ -162,32 +111,42 @@ fn placed_views(s: &dyn store::Store, hosts: Vec<Host>) -> Result<Vec<HostView>,
         .into_iter()
         .map(|h| {
             let row = rows.get(&h.hostname);
-            HostView::from(h).placed(row)
+            placed(host_view(h), row)
         })
         .collect())
 }
 
-impl From<Host> for HostView {
-    fn from(h: Host) -> Self {
-        HostView {
-            id: h.id.to_string(),
-            host_id: h.id.to_string(),
-            hostname: h.hostname,
-            state: h.state.as_str(),
-            schedulable: h.schedulable,
-            created_at: h.created_at,
-            updated_at: h.updated_at,
-            last_checkin: h.last_checkin.map(|c| CheckinView {
-                at: c.at,
-                agent_version: c.agent_version,
-                boot_id: c.boot_id,
-                current_generation: c.current_generation,
-            }),
-            channel: None,
-            wave: None,
-            rollout_id: None,
-            rollout_state: None,
-        }
+/// Fills a host view's rollout fields from the host's latest rollout row, if it has one.
+fn placed(mut view: HostView, row: Option<&HostRollout>) -> HostView {
+    if let Some(r) = row {
+        view.channel = Some(r.rollout_id.channel().to_owned());
+        view.wave = Some(r.wave_index);
+        view.rollout_id = Some(r.rollout_id.as_str().to_owned());
+        view.rollout_state = Some(r.state);
+    }
+    view
+}
+
+/// A host's row, without its rollout placement ([`placed`] adds it).
+pub fn host_view(h: Host) -> HostView {
+    HostView {
+        id: h.id.to_string(),
+        host_id: h.id.to_string(),
+        hostname: h.hostname,
+        state: h.state,
+        schedulable: h.schedulable,
+        created_at: h.created_at,
+        updated_at: h.updated_at,
+        last_checkin: h.last_checkin.map(|c| CheckinView {
+            at: c.at,
+            agent_version: c.agent_version,
+            boot_id: c.boot_id,
+            current_generation: c.current_generation,
+        }),
+        channel: None,
+        wave: None,
+        rollout_id: None,
+        rollout_state: None,
     }
 }
 
@@ -254,52 +213,6 @@ pub async fn list_hosts(
     Ok(Json(Page { items, next }))
 }
 
-/// A certificate as operators see it (no key material: the CA never had the host's key).
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CertView {
-    serial: String,
-    kind: &'static str,
-    not_before: Time,
-    not_after: Time,
-    revoked: bool,
-    revoked_at: Option<Time>,
-}
-
-/// What a host's agent last said of itself: its health report (GPUs, disks, load, memory,
-/// failed units, its state directory) and its probe results. Kept as this JSON in the store.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct HostHealthReport {
-    /// The health report, when the check-in carried one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub health: Option<drover_proto::report::HealthReport>,
-    /// The probe results it carried.
-    #[serde(default)]
-    pub probes: Vec<drover_proto::report::ProbeResult>,
-}
-
-/// A host's latest report, with when it arrived.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct HealthView {
-    reported_at: Time,
-    #[serde(flatten)]
-    report: HostHealthReport,
-}
-
-/// One host with its certificates and its latest health report.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct HostDetail {
-    #[serde(flatten)]
-    host: HostView,
-    certificates: Vec<CertView>,
-    /// Absent until the host's agent has reported.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    health: Option<HealthView>,
-}
-
 /// `GET /v1/hosts/{id}`: the host, its last check-in and its certificates.
 pub async fn get_host(State(app): State<Arc<AppState>>, _caller: Reader, Path(id): Path<String>) -> Result<Json<HostDetail>, ApiError> {
     let id = parse_uuid("host id", &id)?;
@@ -325,7 +238,7 @@ pub async fn get_host(State(app): State<Arc<AppState>>, _caller: Reader, Path(id
         .into_iter()
         .map(|c| CertView {
             serial: c.cert.serial,
-            kind: c.cert.kind.as_str(),
+            kind: c.cert.kind.as_str().to_owned(),
             not_before: c.cert.not_before,
             not_after: c.cert.not_after,
             revoked: c.revoked.is_some(),
@@ -336,19 +249,6 @@ pub async fn get_host(State(app): State<Arc<AppState>>, _caller: Reader, Path(id
 }
 
 // ---- releases and rollouts -----------------------------------------------------------------
-
-/// A stored release without its bytes: who published it (`null` where the audit log holds
-/// no record of it), how many rollouts it opened and on which channels.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ReleaseView {
-    version: u64,
-    signed_at: Time,
-    paths: Vec<String>,
-    publisher: Option<String>,
-    channels: Vec<String>,
-    rollouts: u64,
-}
 
 /// `GET /v1/releases`: stored releases, newest first.
 pub async fn list_releases(State(app): State<Arc<AppState>>, _caller: Reader) -> Result<Json<Page<ReleaseView, String>>, ApiError> {
@@ -375,21 +275,6 @@ pub struct RolloutsQuery {
     channel: Option<String>,
 }
 
-/// A rollout row.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RolloutView {
-    rollout_id: String,
-    channel: String,
-    state: &'static str,
-    manifest_sha256: String,
-    opened_at: Time,
-    updated_at: Time,
-    /// Hosts per state in this rollout (`{"Converged": 8, "Skipped": 2}`), so a listing can
-    /// say a converged rollout went without some of its hosts.
-    hosts: BTreeMap<&'static str, u64>,
-}
-
 /// `GET /v1/rollouts?state=&channel=`: rollouts by opening time.
 pub async fn list_rollouts(
     State(app): State<Arc<AppState>>,
@@ -403,9 +288,9 @@ pub async fn list_rollouts(
         Ok((rollouts, s.host_rollout_counts(&ids)?))
     })
     .await?;
-    let mut hosts: BTreeMap<String, BTreeMap<&'static str, u64>> = BTreeMap::new();
+    let mut hosts: BTreeMap<String, BTreeMap<HostRolloutState, u64>> = BTreeMap::new();
     for (id, state, n) in counts {
-        hosts.entry(id.as_str().to_owned()).or_default().insert(state.as_str(), n);
+        hosts.entry(id.as_str().to_owned()).or_default().insert(state, n);
     }
     let items = rollouts
         .into_iter()
@@ -413,7 +298,7 @@ pub async fn list_rollouts(
             hosts: hosts.remove(r.rollout_id.as_str()).unwrap_or_default(),
             rollout_id: r.rollout_id.to_string(),
             channel: r.channel,
-            state: r.state.as_str(),
+            state: r.state,
             manifest_sha256: r.manifest_sha256,
             opened_at: r.opened_at,
             updated_at: r.updated_at,
@@ -435,32 +320,17 @@ pub struct EventsQuery {
     pub(crate) limit: Option<u32>,
 }
 
-/// An event row.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EventView {
-    id: i64,
-    at: Time,
-    kind: String,
-    host_id: Option<String>,
-    rollout_id: Option<String>,
-    job_id: Option<String>,
-    message: String,
-    data: Value,
-}
-
-impl From<crate::store::Event> for EventView {
-    fn from(e: crate::store::Event) -> Self {
-        EventView {
-            id: e.id,
-            at: e.event.at,
-            kind: e.event.kind,
-            host_id: e.event.host_id.map(|h| h.to_string()),
-            rollout_id: e.event.rollout_id.map(|r| r.to_string()),
-            job_id: e.event.job_id.map(|j| j.to_string()),
-            message: e.event.message,
-            data: e.event.data,
-        }
+/// An event as the API shows it.
+pub fn event_view(e: crate::store::Event) -> EventView {
+    EventView {
+        id: e.id,
+        at: e.event.at,
+        kind: e.event.kind,
+        host_id: e.event.host_id.map(|h| h.to_string()),
+        rollout_id: e.event.rollout_id.map(|r| r.to_string()),
+        job_id: e.event.job_id.map(|j| j.to_string()),
+        message: e.event.message,
+        data: e.event.data,
     }
 }
 
@@ -493,7 +363,7 @@ pub async fn list_events(
     let filter = event_filter(&app, &q, limit).await?;
     let events = store::blocking(app.store.clone(), move |s| s.list_events(&filter)).await?;
     let next = next_after(&events, limit, |e| e.id);
-    let items = events.into_iter().map(EventView::from).collect();
+    let items = events.into_iter().map(event_view).collect();
     Ok(Json(Page { items, next }))
 }
 
@@ -533,21 +403,6 @@ pub struct AuditQuery {
     target: Option<String>,
     after: Option<i64>,
     limit: Option<u32>,
-}
-
-/// An audit row: who did what to which target, why, from which state to which.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AuditView {
-    id: i64,
-    at: Time,
-    actor: String,
-    role: String,
-    action: String,
-    target: String,
-    reason: String,
-    prior_state: Option<String>,
-    expected_state: Option<String>,
 }
 
 /// `GET /v1/audit?actor=&target=&after=&limit=`: audit records by id, paged by id.

@@ -22,11 +22,9 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, State};
-use drover_planner::observed::Observed;
+pub use drover_proto::api::rollouts::{RolloutHostView, RolloutStateResponse, RolloutStatus};
 use drover_proto::names::RolloutId;
-use drover_proto::states::{HostRolloutState, RolloutState};
-use drover_proto::time::Time;
-use serde::Serialize;
+use drover_proto::states::RolloutState;
 use serde_json::json;
 
 use crate::api::auth::{Admin, OperatorCaller, Reader};
@@ -79,24 +77,6 @@ impl RolloutAction {
             RolloutAction::Rollback => RolloutState::Reverting,
         }
     }
-}
-
-/// A rollout as the operator routes show it.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RolloutStateResponse {
-    /// `channel@ref`.
-    pub rollout_id: String,
-    /// Its channel.
-    pub channel: String,
-    /// Its state.
-    pub state: RolloutState,
-    /// Its manifest's sha256.
-    pub manifest_sha256: String,
-    /// When it was opened.
-    pub opened_at: Time,
-    /// Its last state change.
-    pub updated_at: Time,
 }
 
 impl From<&Rollout> for RolloutStateResponse {
@@ -233,34 +213,6 @@ pub async fn rollback(
     route(app, op, id, req, RolloutAction::Rollback).await
 }
 
-/// One host of a rollout.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RolloutHostView {
-    /// The host.
-    pub hostname: String,
-    /// Its wave.
-    pub wave_index: u32,
-    /// Its state.
-    pub state: HostRolloutState,
-    /// Since when.
-    pub since: Time,
-    /// The closure of its last intent in this rollout.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub intent_target: Option<String>,
-}
-
-/// `GET /v1/rollouts/{id}/status` body.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RolloutStatus {
-    /// The rollout.
-    #[serde(flatten)]
-    pub rollout: RolloutStateResponse,
-    /// Its hosts with a recorded state (a manifest host missing here is Pending).
-    pub hosts: Vec<RolloutHostView>,
-}
-
 /// `GET /v1/rollouts/{id}/status` (viewer): the rollout and its hosts' states.
 pub async fn status(State(app): State<Arc<AppState>>, _caller: Reader, Path(id): Path<String>) -> Result<Json<RolloutStatus>, ApiError> {
     let id = parse_id(&id)?;
@@ -281,19 +233,7 @@ pub async fn status(State(app): State<Arc<AppState>>, _caller: Reader, Path(id):
     Ok(Json(RolloutStatus { rollout: RolloutStateResponse::from(&rollout), hosts }))
 }
 
-/// `GET /v1/plan-input` body: what `drover plan --from-coordinator` plans over.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PlanInputResponse {
-    /// The coordinator's clock when the snapshot was read.
-    pub now: Time,
-    /// The observed part of the planner's input (`observed.json`'s format).
-    pub observed: Observed,
-    /// The latest release's version.
-    pub release_version: u64,
-    /// The latest release's files, path → text, byte-exact (the caller verifies them).
-    pub release: std::collections::BTreeMap<String, String>,
-}
+pub use drover_planner::observed::PlanInputResponse;
 
 /// `GET /v1/plan-input` (viewer): the observed state the executor plans over, with the
 /// release it plans against. The release is served as stored so the caller verifies it

@@ -18,8 +18,7 @@ use drover_proto::keys::KeySigner;
 use drover_proto::sig::Envelope;
 use drover_proto::states::HostLifecycle;
 use drover_proto::task::{MachineToken, Task, TaskKind};
-use drover_proto::time::Time;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -48,32 +47,7 @@ pub struct IssueTaskRequest {
     pub reason: Option<String>,
 }
 
-/// A task as the operator routes show it: never its envelope.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TaskView {
-    /// Its id.
-    pub task_id: String,
-    /// Its host.
-    pub host_id: String,
-    /// Its job, if a job issued it.
-    pub job_id: Option<String>,
-    /// Its catalog type (`node.gpu_scrub`, …).
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// queued | leased | completed.
-    pub state: &'static str,
-    /// How many times it was leased.
-    pub attempts: u32,
-    /// When it was queued.
-    pub created_at: Time,
-    /// While leased: when the lease lapses.
-    pub lease_expires_at: Option<Time>,
-    /// When the result arrived.
-    pub completed_at: Option<Time>,
-    /// The host's result: outcome and every step.
-    pub result: Option<Value>,
-}
+pub use drover_proto::api::tasks::TaskView;
 
 fn kind_of(envelope: &[u8]) -> String {
     serde_json::from_slice::<Value>(envelope)
@@ -82,20 +56,26 @@ fn kind_of(envelope: &[u8]) -> String {
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
-impl From<&TaskRecord> for TaskView {
-    fn from(r: &TaskRecord) -> Self {
-        TaskView {
-            task_id: r.task.task_id.to_string(),
-            host_id: r.task.host_id.to_string(),
-            job_id: r.task.job_id.map(|j| j.to_string()),
-            kind: kind_of(&r.task.envelope),
-            state: r.state.as_str(),
-            attempts: r.attempts,
-            created_at: r.task.created_at,
-            lease_expires_at: r.lease_expires_at,
-            completed_at: r.completed_at,
-            result: r.result.clone(),
-        }
+/// A task as the API shows it. Its result is stored as the report this coordinator checked;
+/// one that no longer reads as one (an older build's) is left out rather than failing the read.
+pub fn task_view(r: &TaskRecord) -> TaskView {
+    TaskView {
+        task_id: r.task.task_id.to_string(),
+        host_id: r.task.host_id.to_string(),
+        job_id: r.task.job_id.map(|j| j.to_string()),
+        kind: kind_of(&r.task.envelope),
+        state: r.state,
+        attempts: r.attempts,
+        created_at: r.task.created_at,
+        lease_expires_at: r.lease_expires_at,
+        completed_at: r.completed_at,
+        result: r.result.as_ref().and_then(|v| match serde_json::from_value(v.clone()) {
+            Ok(result) => Some(result),
+            Err(e) => {
+                tracing::warn!(task = %r.task.task_id, error = %e, "stored task result does not parse; not shown");
+                None
+            }
+        }),
     }
 }
 
@@ -243,7 +223,7 @@ pub async fn issue_route(
     .await?
     .ok_or_else(ApiError::internal)?;
     tracing::info!(%host_id, task_id = %id, kind = kind_name, operator = %op.name, "task issued");
-    Ok((StatusCode::CREATED, Json(TaskView::from(&record))))
+    Ok((StatusCode::CREATED, Json(task_view(&record))))
 }
 
 /// `GET /v1/tasks` query.
@@ -266,7 +246,7 @@ pub async fn list(
     let job_id = q.job.as_deref().map(|j| crate::api::operator::parse_uuid("job", j)).transpose()?;
     let filter = TaskFilter { host_id, job_id, state };
     let tasks = store::blocking(app.store.clone(), move |s| s.list_tasks(&filter)).await?;
-    let items: Vec<TaskView> = tasks.iter().map(TaskView::from).collect();
+    let items: Vec<TaskView> = tasks.iter().map(task_view).collect();
     Ok(Json(json!({ "items": items, "next": null })))
 }
 
@@ -276,5 +256,5 @@ pub async fn get(State(app): State<Arc<AppState>>, _caller: Reader, Path(id): Pa
     let record = store::blocking(app.store.clone(), move |s| s.get_task(task_id))
         .await?
         .ok_or_else(|| ApiError::not_found(format!("task {task_id} not found")))?;
-    Ok(Json(TaskView::from(&record)))
+    Ok(Json(task_view(&record)))
 }

@@ -538,6 +538,19 @@ pub enum StageStatus {
     Compensated,
 }
 
+impl StageStatus {
+    /// The stable string form (the serde form).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StageStatus::Started => "started",
+            StageStatus::Succeeded => "succeeded",
+            StageStatus::Failed => "failed",
+            StageStatus::Skipped => "skipped",
+            StageStatus::Compensated => "compensated",
+        }
+    }
+}
+
 /// One entry of a job's history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -114,6 +114,19 @@ pub enum EventStatus {
     Skipped,
 }
 
+impl EventStatus {
+    /// The stable string form (the serde form).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EventStatus::Started => "started",
+            EventStatus::Succeeded => "succeeded",
+            EventStatus::Failed => "failed",
+            EventStatus::Compensated => "compensated",
+            EventStatus::Skipped => "skipped",
+        }
+    }
+}
+
 /// One entry of the per-stage history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -130,20 +143,8 @@ pub struct StageEvent {
     pub details: String,
 }
 
-/// The last MAAS observation (§4.12), for operators.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Diagnostics {
-    /// MAAS's status name, e.g. `Failed deployment`.
-    pub maas_status: Option<String>,
-    /// MAAS's power state.
-    pub power_state: Option<String>,
-    /// The addresses MAAS knows.
-    #[serde(default)]
-    pub ip_addresses: Vec<String>,
-    /// A bounded, sanitised extract of what MAAS said (status message, events, error).
-    pub upstream_snippet: Option<String>,
-}
+/// The last MAAS observation (§4.12), for operators: the API's own type, stored as is.
+pub use drover_proto::api::onboardings::Diagnostics;
 
 /// The read model: the job's `progress`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

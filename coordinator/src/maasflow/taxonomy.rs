@@ -212,6 +212,16 @@ impl Workflow {
         }
     }
 
+    /// The stable name (the serde form).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Workflow::Onboard => "onboard",
+            Workflow::Reimage => "reimage",
+            Workflow::Decommission => "decommission",
+            Workflow::Resync => "resync",
+        }
+    }
+
     /// Every workflow.
     pub const ALL: [Workflow; 4] = [Workflow::Onboard, Workflow::Reimage, Workflow::Decommission, Workflow::Resync];
 

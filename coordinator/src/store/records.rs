@@ -423,39 +423,8 @@ pub struct IntentRecord {
     pub current: bool,
 }
 
-/// Where a task stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TaskState {
-    /// Waiting to be leased by its host.
-    Queued,
-    /// Handed to its host; the lease expires at `lease_expires_at`.
-    Leased,
-    /// Its host reported a result.
-    Completed,
-}
-
-impl TaskState {
-    /// The stable string form.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            TaskState::Queued => "queued",
-            TaskState::Leased => "leased",
-            TaskState::Completed => "completed",
-        }
-    }
-}
-
-impl FromStr for TaskState {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "queued" => Ok(TaskState::Queued),
-            "leased" => Ok(TaskState::Leased),
-            "completed" => Ok(TaskState::Completed),
-            other => Err(format!("unknown task state {other:?}")),
-        }
-    }
-}
+/// Where a task stands: the API's own type.
+pub use drover_proto::api::tasks::TaskState;
 
 /// A signed task to queue for a host.
 #[derive(Debug, Clone, PartialEq, Eq)]
