@@ -175,7 +175,10 @@ pub fn run(args: &DevArgs) -> Result<(), CliError> {
     }
     let n = hosts.len();
     fleet
-        .wait_until("every agent's first check-in", 60, |f| Ok(f.hosts()?.iter().filter(|h| h["state"] == "active").count() == n))
+        .wait_until("every agent's first check-in", 60, |f| {
+            let hosts: Vec<HostView> = f.hosts()?.into_iter().filter_map(|h| serde_json::from_value(h).ok()).collect();
+            Ok(hosts.iter().filter(|h| h.state == drover_proto::states::HostLifecycle::Active).count() == n)
+        })
         .map_err(dev_error)?;
     say(format!("{n} agents active ({:.1} s)", started.elapsed().as_secs_f64()));
 

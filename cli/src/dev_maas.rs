@@ -15,10 +15,14 @@ use drover_devkit::bus::PrivateBus;
 use drover_devkit::fake_maas::boot::BootOptions;
 use drover_devkit::fake_maas::{FakeMaas, FakeMaasOptions};
 use drover_devkit::fleet::LocalFleet;
+use drover_proto::api::onboardings::{CreatedBatch, OnboardingList, OnboardingView};
+use drover_proto::api::reconciliation::{DriftList, RunList};
+use drover_proto::states::JobState;
 use rand::RngCore as _;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::exit::{CliError, codes};
+use crate::job::decode;
 
 /// The site's name.
 pub const SITE: &str = "dev-maas";
@@ -110,12 +114,12 @@ pub fn onboard(
     let created = fleet
         .post("/v1/maas/onboardings/batch", &json!({ "site": SITE, "profile": "default", "nodes": rows }))
         .map_err(|e| api("start the onboarding batch", e))?;
-    let batch_id = created["batchId"].as_str().unwrap_or_default().to_owned();
+    let batch_id = decode::<CreatedBatch>("/v1/maas/onboardings/batch", &created)?.batch_id;
     let rows = watch(fleet, &batch_id, nodes, &say)?;
     let hosts = hostnames
         .iter()
         .map(|h| {
-            let id = rows.iter().find(|o| o["hostname"] == h.as_str()).and_then(|o| o["hostId"].as_str()).unwrap_or("?");
+            let id = rows.iter().find(|o| o.hostname == *h).and_then(|o| o.host_id.as_deref()).unwrap_or("?");
             (h.clone(), id.to_owned())
         })
         .collect();
@@ -145,17 +149,19 @@ pub fn show_drift(fleet: &mut LocalFleet, demo: &MaasDemo, say: impl Fn(String))
     loop {
         let run =
             fleet.post("/v1/maas/reconciliation/run", &json!({ "site": SITE })).map_err(|e| software(format!("dev: reconcile: {e}")))?;
-        let drift = fleet.get(&format!("/v1/maas/reconciliation/drift?site={SITE}")).map_err(|e| software(format!("dev: drift: {e}")))?;
-        if let Some(d) = drift["drift"].as_array().and_then(|rows| rows.iter().find(|d| d["hostname"] == name.as_str())) {
-            let details = &d["driftDetails"];
+        let run = decode::<RunList>("/v1/maas/reconciliation/run", &run)?;
+        let path = format!("/v1/maas/reconciliation/drift?site={SITE}");
+        let drift: DriftList = decode(&path, &fleet.get(&path).map_err(|e| software(format!("dev: drift: {e}")))?)?;
+        if let Some(d) = drift.drift.iter().find(|d| d.hostname == *name) {
+            let details = d.drift_details.as_ref();
             say(format!(
                 "drift caught in {} ms: {name} {} ({}): MAAS shows {}, Drover had it active; host now {}, schedulable {}",
-                run["runs"][0]["durationMs"],
-                details["rule"].as_str().unwrap_or("?"),
-                details["severity"].as_str().unwrap_or("?"),
-                d["lastMaasStatus"].as_str().unwrap_or("?"),
-                d["state"].as_str().unwrap_or("?"),
-                d["schedulable"],
+                run.runs.first().map_or(0, |r| r.duration_ms),
+                details.map_or("?", |d| d.rule.as_str()),
+                details.map_or("?", |d| d.severity.as_str()),
+                d.last_maas_status.as_deref().unwrap_or("?"),
+                d.state,
+                d.schedulable,
             ));
             return Ok(name.clone());
         }
@@ -168,25 +174,24 @@ pub fn show_drift(fleet: &mut LocalFleet, demo: &MaasDemo, say: impl Fn(String))
 
 /// Prints each onboarding's stage as it moves until all are completed (bounded); returns the
 /// rows.
-fn watch(fleet: &mut LocalFleet, batch: &str, nodes: usize, say: &impl Fn(String)) -> Result<Vec<Value>, CliError> {
+fn watch(fleet: &mut LocalFleet, batch: &str, nodes: usize, say: &impl Fn(String)) -> Result<Vec<OnboardingView>, CliError> {
     let deadline = Instant::now() + Duration::from_secs(300);
     let mut last = String::new();
     loop {
-        let v = fleet.get(&format!("/v1/maas/onboardings?batch={batch}")).map_err(|e| software(format!("dev: onboardings: {e}")))?;
-        let rows: Vec<Value> = v["onboardings"].as_array().cloned().unwrap_or_default();
-        let line = rows
-            .iter()
-            .map(|o| format!("{} {}", o["hostname"].as_str().unwrap_or("?"), o["stage"].as_str().unwrap_or("?")))
-            .collect::<Vec<_>>()
-            .join(" | ");
+        let path = format!("/v1/maas/onboardings?batch={batch}");
+        let v = fleet.get(&path).map_err(|e| software(format!("dev: onboardings: {e}")))?;
+        let rows = decode::<OnboardingList>(&path, &v)?.onboardings;
+        let line = rows.iter().map(|o| format!("{} {}", o.hostname, o.stage)).collect::<Vec<_>>().join(" | ");
         if line != last {
             say(format!("  {line}"));
             last = line;
         }
-        if let Some(bad) = rows.iter().find(|o| matches!(o["state"].as_str(), Some(s) if s.starts_with("failed") || s == "cancelled")) {
-            return Err(software(format!("dev: onboarding of {} stopped: {} ({})", bad["hostname"], bad["message"], bad["failureClass"])));
+        let stopped = |s: JobState| matches!(s, JobState::FailedRetryable | JobState::FailedManualIntervention | JobState::Cancelled);
+        if let Some(bad) = rows.iter().find(|o| stopped(o.state)) {
+            let class = bad.failure_class.as_deref().unwrap_or("-");
+            return Err(software(format!("dev: onboarding of {} stopped: {} ({class})", bad.hostname, bad.message)));
         }
-        if rows.len() == nodes && rows.iter().all(|o| o["state"] == "completed") {
+        if rows.len() == nodes && rows.iter().all(|o| o.state == JobState::Completed) {
             return Ok(rows);
         }
         if Instant::now() > deadline {

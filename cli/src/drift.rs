@@ -15,15 +15,16 @@
 //! passes through [`clean`].
 
 use clap::{Args, Subcommand};
+use drover_proto::api::reconciliation::{DriftDetails, DriftList, DriftResolved, PassOutcome, ReconciliationStatus, RunList, RunRecord};
+use drover_proto::time::Time;
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::client::ConnectArgs;
 use crate::exit::{CliError, codes};
 use crate::get::with_query;
 use crate::host::check_reason;
-use crate::job::{clean, get, post};
-use crate::output::{Output, OutputArgs, dash, field, pretty, print, table};
+use crate::job::{clean, decode, get, post};
+use crate::output::{Output, OutputArgs, dash, pretty, print, table};
 
 const ROUTE: &str = "/v1/maas/reconciliation";
 /// Characters of a coordinator string a table cell shows.
@@ -104,19 +105,19 @@ struct ResolveArgs {
     connect: ConnectArgs,
 }
 
-fn text(v: &Value, name: &str) -> String {
-    clean(dash(field(v, name)), CELL)
+fn text(s: &str) -> String {
+    clean(dash(s), CELL)
 }
 
-fn items<'a>(v: &'a Value, key: &str, path: &str) -> Result<&'a Vec<Value>, CliError> {
-    v.get(key).and_then(Value::as_array).ok_or_else(|| CliError::new(codes::PROTOCOL, format!("{path}: unexpected answer: no {key} list")))
+fn at(t: Option<Time>) -> String {
+    t.map_or_else(|| "-".to_owned(), |t| t.to_string())
 }
 
 /// Renders `GET …/drift`.
-pub fn render_drift(v: &Value, wide: bool) -> Result<String, CliError> {
-    let rows = items(v, "drift", ROUTE)?;
+pub fn render_drift(list: &DriftList, wide: bool) -> String {
+    let rows = &list.drift;
     if rows.is_empty() {
-        return Ok("no drift: every bound host agrees with MAAS\n".to_owned());
+        return "no drift: every bound host agrees with MAAS\n".to_owned();
     }
     let mut header = vec!["HOSTNAME", "SITE", "STATE", "RULE", "SEVERITY", "MAAS", "DETECTED"];
     if wide {
@@ -125,24 +126,24 @@ pub fn render_drift(v: &Value, wide: bool) -> Result<String, CliError> {
     let body: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            let d = r.get("driftDetails").cloned().unwrap_or(Value::Null);
+            let d = r.drift_details.as_ref();
+            let detail = |f: fn(&DriftDetails) -> &str| text(d.map_or("", f));
             let mut row = vec![
-                text(r, "hostname"),
-                text(r, "site"),
-                text(r, "state"),
-                text(&d, "rule"),
-                text(&d, "severity"),
-                text(r, "lastMaasStatus"),
-                text(r, "driftDetectedAt"),
+                text(&r.hostname),
+                text(&r.site),
+                r.state.as_str().to_owned(),
+                detail(|d| &d.rule),
+                detail(|d| &d.severity),
+                text(r.last_maas_status.as_deref().unwrap_or("")),
+                at(r.drift_detected_at),
             ];
             if wide {
-                let action = d.get("action").and_then(|a| a.get("action")).and_then(Value::as_str).unwrap_or("-");
-                row.extend([text(r, "systemId"), text(&d, "expected"), text(&d, "observed"), clean(action, CELL)]);
+                row.extend([text(&r.system_id), detail(|d| &d.expected), detail(|d| &d.observed), detail(|d| d.action.as_str())]);
             }
             row
         })
         .collect();
-    Ok(table(&header, &body))
+    table(&header, &body)
 }
 
 /// Runs `drover get drift`.
@@ -151,32 +152,34 @@ pub fn run_list(args: &DriftListArgs) -> Result<(), CliError> {
     if let Some(s) = &args.site {
         q.push(("site", s.clone()));
     }
-    let v = get(&args.connect, &with_query(&format!("{ROUTE}/drift"), &q))?;
+    let path = with_query(&format!("{ROUTE}/drift"), &q);
+    let v = get(&args.connect, &path)?;
+    let list: DriftList = decode(&path, &v)?;
     let text = match args.output.output {
         Output::Json => pretty(&v)?,
-        o => render_drift(&v, o == Output::Wide)?,
+        o => render_drift(&list, o == Output::Wide),
     };
     print(&text)
 }
 
-fn run_line(r: &Value) -> String {
-    let n = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
+fn run_line(r: &RunRecord) -> String {
+    let p = &r.report;
     let mut line = format!(
         "{}: {} in {} ms — {} machines, {} hosts, {} unmanaged; {} detected, {} healed, {} quarantined; {} changes in {} transaction(s)",
-        text(r, "site"),
-        text(r, "outcome"),
-        n("durationMs"),
-        n("machines"),
-        n("hosts"),
-        n("unmanaged"),
-        n("detected"),
-        n("healed"),
-        n("quarantined"),
-        n("changes"),
-        n("batches"),
+        text(&r.site),
+        r.outcome.as_str(),
+        r.duration_ms,
+        p.machines,
+        p.hosts,
+        p.unmanaged,
+        p.detected,
+        p.healed,
+        p.quarantined,
+        r.changes,
+        r.batches,
     );
-    if let Some(m) = r.get("message").and_then(Value::as_str).filter(|m| !m.is_empty()) {
-        line.push_str(&format!(": {}", clean(m, 300)));
+    if !r.message.is_empty() {
+        line.push_str(&format!(": {}", clean(&r.message, 300)));
     }
     line
 }
@@ -190,43 +193,43 @@ pub fn run_reconcile(args: &ReconcileArgs) -> Result<(), CliError> {
                 #[serde(skip_serializing_if = "Option::is_none")]
                 site: Option<&'a str>,
             }
-            let v = post(&a.connect, &format!("{ROUTE}/run"), &Body { site: a.site.as_deref() })?;
-            let runs = items(&v, "runs", ROUTE)?;
+            let path = format!("{ROUTE}/run");
+            let v = post(&a.connect, &path, &Body { site: a.site.as_deref() })?;
+            let runs = decode::<RunList>(&path, &v)?.runs;
             let text = match a.output.output {
                 Output::Json => pretty(&v)?,
                 _ if runs.is_empty() => "no active site to reconcile\n".to_owned(),
                 _ => runs.iter().map(|r| run_line(r) + "\n").collect(),
             };
             print(&text)?;
-            let outcomes: Vec<&str> = runs.iter().map(|r| field(r, "outcome")).collect();
-            if outcomes.contains(&"upstream_transient") {
+            if runs.iter().any(|r| r.outcome == PassOutcome::UpstreamTransient) {
                 return Err(CliError::new(codes::UNAVAILABLE, "a pass could not see its site's MAAS; nothing was changed for that site"));
             }
-            if outcomes.iter().any(|o| *o != "ok") {
+            if runs.iter().any(|r| r.outcome != PassOutcome::Ok) {
                 return Err(CliError::new(codes::SOFTWARE, "a pass failed; see its message"));
             }
             Ok(())
         }
         ReconcileCommand::Status(a) => {
-            let v = get(&a.connect, &format!("{ROUTE}/status"))?;
-            let sites = items(&v, "sites", ROUTE)?;
+            let path = format!("{ROUTE}/status");
+            let v = get(&a.connect, &path)?;
+            let sites = decode::<ReconciliationStatus>(&path, &v)?.sites;
             let text = match a.output.output {
                 Output::Json => pretty(&v)?,
                 _ => {
                     let rows: Vec<Vec<String>> = sites
                         .iter()
                         .map(|s| {
-                            let last = s.get("lastRun").cloned().unwrap_or(Value::Null);
-                            let n = |k: &str| s.get(k).and_then(Value::as_u64).unwrap_or(0).to_string();
+                            let last = s.last_run.as_ref();
                             vec![
-                                text(s, "site"),
-                                text(s, "status"),
-                                n("ok"),
-                                n("drifted"),
-                                n("unreconciled"),
-                                text(&last, "startedAt"),
-                                last.get("durationMs").and_then(Value::as_u64).map_or("-".into(), |d| format!("{d} ms")),
-                                text(&last, "outcome"),
+                                text(&s.site),
+                                text(&s.status),
+                                s.ok.to_string(),
+                                s.drifted.to_string(),
+                                s.unreconciled.to_string(),
+                                at(last.map(|l| l.started_at)),
+                                last.map_or("-".into(), |l| format!("{} ms", l.duration_ms)),
+                                last.map_or("-", |l| l.outcome.as_str()).to_owned(),
                             ]
                         })
                         .collect();
@@ -254,9 +257,10 @@ pub fn run_drift(args: &DriftArgs) -> Result<(), CliError> {
             let action = if a.unquarantine { "unquarantine" } else { "acknowledge" };
             let path = format!("{ROUTE}/drift/{}/resolve", a.host.trim());
             let v = post(&a.connect, &path, &Body { reason, action })?;
+            let resolved: DriftResolved = decode(&path, &v)?;
             let text = match a.output.output {
                 Output::Json => pretty(&v)?,
-                _ => format!("{}: drift resolved ({action}); host is {}\n", text(&v, "hostname"), text(&v, "state")),
+                _ => format!("{}: drift resolved ({action}); host is {}\n", text(&resolved.hostname), resolved.state),
             };
             print(&text)
         }

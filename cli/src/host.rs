@@ -17,7 +17,8 @@ use std::io::Write;
 use crate::client::{ConnectArgs, Session};
 use crate::exit::{CliError, codes};
 use clap::{Args, ValueEnum};
-use serde::{Deserialize, Serialize};
+use drover_proto::api::hosts::HostStateResponse as HostState;
+use serde::Serialize;
 
 /// Longest reason the coordinator accepts, in characters (checked here too, to fail early).
 const MAX_REASON_CHARS: usize = 500;
@@ -76,18 +77,6 @@ pub struct HostArgs {
 #[derive(Serialize)]
 struct LifecycleRequest<'a> {
     reason: &'a str,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct HostState {
-    host_id: String,
-    hostname: String,
-    state: String,
-    schedulable: bool,
-    /// `retire` and `remove`: the job that carries the verb out.
-    #[serde(default)]
-    job_id: Option<String>,
 }
 
 /// The line `drover host` prints: `HOST_ID HOSTNAME STATE schedulable|cordoned [JOB_ID]`.

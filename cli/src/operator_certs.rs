@@ -7,13 +7,14 @@
 //! Revoking a certificate of one's own name and role needs `--force`.
 
 use clap::{Args, Subcommand};
-use serde_json::{Value, json};
+use drover_proto::api::admin::OperatorCertView;
+use serde_json::json;
 
 use crate::client::{ConnectArgs, Session};
 use crate::exit::CliError;
 use crate::host::check_reason;
-use crate::job::clean;
-use crate::output::{Output, OutputArgs, dash, field, pretty, print, table};
+use crate::job::{clean, decode, decode_all};
+use crate::output::{Output, OutputArgs, dash, pretty, print, table};
 
 /// Arguments of `drover operator-cert`.
 #[derive(Args)]
@@ -68,19 +69,20 @@ pub fn run(args: &OperatorCertArgs) -> Result<(), CliError> {
 
 fn list(args: &ListArgs) -> Result<(), CliError> {
     let s = Session::open(&args.connect)?;
-    let certs = &crate::get::list_all(&s, "/v1/operator-certs", &[], None)?;
+    let raw = crate::get::list_all(&s, "/v1/operator-certs", &[], None)?;
+    let certs: Vec<OperatorCertView> = decode_all("/v1/operator-certs", &raw)?;
     match args.output.output {
-        Output::Json => print(&pretty(&Value::Array(certs.clone()))?),
+        Output::Json => print(&pretty(&raw)?),
         _ if certs.is_empty() => {
             eprintln!("no operator certificates recorded");
             Ok(())
         }
-        o => print(&render(certs, o == Output::Wide)),
+        o => print(&render(&certs, o == Output::Wide)),
     }
 }
 
 /// The table: one row a certificate.
-fn render(certs: &[Value], wide: bool) -> String {
+fn render(certs: &[OperatorCertView], wide: bool) -> String {
     let mut header = vec!["SERIAL", "NAME", "ROLE", "NOT AFTER", "REVOKED"];
     if wide {
         header.extend(["NOT BEFORE", "REASON"]);
@@ -89,15 +91,15 @@ fn render(certs: &[Value], wide: bool) -> String {
         .iter()
         .map(|c| {
             let mut row = vec![
-                clean(field(c, "serial"), 64),
-                clean(field(c, "name"), 64),
-                clean(field(c, "role"), 16),
-                clean(field(c, "notAfter"), 32),
-                dash(&clean(field(c, "revokedAt"), 32)).to_owned(),
+                clean(&c.serial, 64),
+                clean(&c.name, 64),
+                clean(&c.role, 16),
+                c.not_after.to_string(),
+                c.revoked_at.map_or_else(|| "-".to_owned(), |t| t.to_string()),
             ];
             if wide {
-                row.push(clean(field(c, "notBefore"), 32));
-                row.push(dash(&clean(field(c, "revokedReason"), 120)).to_owned());
+                row.push(c.not_before.to_string());
+                row.push(dash(&clean(c.revoked_reason.as_deref().unwrap_or(""), 120)).to_owned());
             }
             row
         })
@@ -113,15 +115,16 @@ fn revoke(args: &RevokeArgs) -> Result<(), CliError> {
     let reason = check_reason(&args.reason)?;
     let path = format!("/v1/operator-certs/{serial}/revoke");
     let value = crate::job::post(&args.connect, &path, &json!({ "reason": reason, "force": args.force }))?;
+    let cert: OperatorCertView = decode(&path, &value)?;
     if args.output.output.is_json() {
         return print(&pretty(&value)?);
     }
     print(&format!(
         "operator certificate {} ({} {}) revoked at {}\n",
-        clean(field(&value, "serial"), 64),
-        clean(field(&value, "role"), 16),
-        clean(field(&value, "name"), 64),
-        clean(field(&value, "revokedAt"), 32)
+        clean(&cert.serial, 64),
+        clean(&cert.role, 16),
+        clean(&cert.name, 64),
+        cert.revoked_at.map_or_else(|| "-".to_owned(), |t| t.to_string())
     ))
 }
 
@@ -137,6 +140,7 @@ mod tests {
             json!({"serial": "ff02", "name": "bob\u{1b}[31m", "role": "viewer", "notBefore": "2030-01-01T00:00:00Z",
                    "notAfter": "2031-01-01T00:00:00Z", "revokedAt": "2030-06-01T00:00:00Z", "revokedReason": "left"}),
         ];
+        let certs: Vec<OperatorCertView> = decode_all("/v1/operator-certs", &certs).expect("certificates");
         let t = render(&certs, false);
         let lines: Vec<&str> = t.lines().collect();
         assert!(lines[0].starts_with("SERIAL  NAME") && lines[0].contains("REVOKED"), "{t}");

@@ -15,6 +15,8 @@
 //! Writes need an admin certificate, reads a viewer's. `-o json` prints the coordinator's JSON.
 
 use clap::{Args, Subcommand};
+use drover_proto::api::racks::{DeviceList as DeviceListView, DeviceView, RackDetail, RackList, RackView, ShelfMaintenanceAnswer};
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::client::ConnectArgs;
@@ -22,13 +24,13 @@ use crate::exit::CliError;
 use crate::get::with_query;
 use crate::host::check_reason;
 use crate::job::{clean, get, post};
-use crate::output::{Output, OutputArgs, dash, field, pretty, print, table};
+use crate::output::{Output, OutputArgs, dash, table};
 
 /// Characters of a coordinator string a table cell shows.
 const CELL: usize = 80;
 
-fn text(v: &Value, name: &str) -> String {
-    clean(dash(field(v, name)), CELL)
+fn text(s: &str) -> String {
+    clean(dash(s), CELL)
 }
 
 /// Arguments of `drover rack`.
@@ -194,20 +196,22 @@ fn delete(connect: &ConnectArgs, path: &str) -> Result<Value, CliError> {
     Ok(session.runtime.block_on(session.client.request_json::<Value, Value>(reqwest::Method::DELETE, path, None))?)
 }
 
-fn show(common: &Common, v: &Value, render: impl FnOnce(&Value) -> String) -> Result<(), CliError> {
-    print(&match common.output.output {
-        Output::Json => pretty(v)?,
-        _ => render(v),
-    })
+/// Prints the answer `v` (from `path`): as it came with `-o json`, else `render` of it decoded
+/// as the coordinator's type `T`. It is decoded either way, so an answer that is not the API's
+/// exits 76.
+pub(crate) fn show<T: DeserializeOwned>(output: Output, path: &str, v: &Value, render: impl FnOnce(&T) -> String) -> Result<(), CliError> {
+    crate::job::print_answer(output, path, v, render)
 }
 
-fn rack_row(r: &Value) -> Vec<String> {
-    vec![text(r, "name"), text(r, "hardwareType"), text(r, "state"), text(r, "rackId")]
+fn rack_row(r: &RackView) -> Vec<String> {
+    vec![text(&r.name), text(&r.hardware_type), r.state.as_str().to_owned(), text(&r.rack_id)]
 }
 
-fn device_rows(items: &[Value]) -> String {
-    let rows: Vec<Vec<String>> =
-        items.iter().map(|d| vec![text(d, "name"), text(d, "kind"), text(d, "state"), text(d, "endpoint"), text(d, "id")]).collect();
+fn device_rows(items: &[DeviceView]) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|d| vec![text(&d.name), text(&d.kind), d.state.map_or("-", |s| s.as_str()).to_owned(), text(&d.endpoint), text(&d.id)])
+        .collect();
     table(&["NAME", "KIND", "STATE", "ENDPOINT", "ID"], &rows)
 }
 
@@ -223,28 +227,27 @@ pub fn run_rack(args: &RackArgs) -> Result<(), CliError> {
             }
             let body = json!({ "name": a.name, "hardwareType": a.hardware_type, "labels": labels, "reason": reason });
             let v = post(&a.common.connect, "/v1/racks", &body)?;
-            show(&a.common, &v, |r| table(&["NAME", "HARDWARE", "STATE", "ID"], &[rack_row(r)]))
+            show(a.common.output.output, "/v1/racks", &v, |r: &RackView| table(&["NAME", "HARDWARE", "STATE", "ID"], &[rack_row(r)]))
         }
         RackCommand::List(c) => {
             let v = get(&c.connect, "/v1/racks")?;
-            show(c, &v, |v| {
-                let rows: Vec<Vec<String>> = v["racks"].as_array().map(|a| a.iter().map(rack_row).collect()).unwrap_or_default();
-                table(&["NAME", "HARDWARE", "STATE", "ID"], &rows)
+            show(c.output.output, "/v1/racks", &v, |l: &RackList| {
+                table(&["NAME", "HARDWARE", "STATE", "ID"], &l.racks.iter().map(rack_row).collect::<Vec<_>>())
             })
         }
         RackCommand::Get(n) => {
-            let v = get(&n.common.connect, &format!("/v1/racks/{}", n.item.trim()))?;
-            show(&n.common, &v, |r| {
-                let hosts = r["hosts"].as_array().map_or(0, Vec::len);
-                let devices = r["devices"].as_array().cloned().unwrap_or_default();
-                format!("{}\nhosts: {hosts}\n{}", table(&["NAME", "HARDWARE", "STATE", "ID"], &[rack_row(r)]), device_rows(&devices))
+            let path = format!("/v1/racks/{}", n.item.trim());
+            let v = get(&n.common.connect, &path)?;
+            show(n.common.output.output, &path, &v, |r: &RackDetail| {
+                let head = table(&["NAME", "HARDWARE", "STATE", "ID"], &[rack_row(&r.rack)]);
+                format!("{head}\nhosts: {}\n{}", r.hosts.len(), device_rows(&r.devices))
             })
         }
         RackCommand::Delete(d) => {
             let reason = check_reason(&d.reason)?;
             let path = with_query(&format!("/v1/racks/{}", d.item.trim()), &[("reason", reason.to_owned())]);
             let v = delete(&d.common.connect, &path)?;
-            show(&d.common, &v, |r| format!("rack {} deleted\n", text(r, "name")))
+            show(d.common.output.output, &path, &v, |r: &RackView| format!("rack {} deleted\n", text(&r.name)))
         }
         RackCommand::Maintenance(m) => crate::rack_ops::run_maintenance(m),
         RackCommand::Place(p) => crate::rack_ops::run_place(p),
@@ -269,22 +272,24 @@ pub fn run_device(args: &DeviceArgs, shelves: bool) -> Result<(), CliError> {
                 body["credentials"] = c;
             }
             let v = post(&a.common.connect, route, &body)?;
-            show(&a.common, &v, |d| device_rows(std::slice::from_ref(d)))
+            show(a.common.output.output, route, &v, |d: &DeviceView| device_rows(std::slice::from_ref(d)))
         }
         DeviceCommand::List(l) => {
             let q: Vec<(&str, String)> = l.rack.iter().map(|r| ("rack", r.clone())).collect();
-            let v = get(&l.common.connect, &with_query(route, &q))?;
-            show(&l.common, &v, |v| device_rows(v["items"].as_array().map(Vec::as_slice).unwrap_or_default()))
+            let path = with_query(route, &q);
+            let v = get(&l.common.connect, &path)?;
+            show(l.common.output.output, &path, &v, |l: &DeviceListView| device_rows(&l.items))
         }
         DeviceCommand::Get(n) => {
-            let v = get(&n.common.connect, &format!("{route}/{}", n.item.trim()))?;
-            show(&n.common, &v, |d| device_rows(std::slice::from_ref(d)))
+            let path = format!("{route}/{}", n.item.trim());
+            let v = get(&n.common.connect, &path)?;
+            show(n.common.output.output, &path, &v, |d: &DeviceView| device_rows(std::slice::from_ref(d)))
         }
         DeviceCommand::Delete(d) => {
             let reason = check_reason(&d.reason)?;
             let path = with_query(&format!("{route}/{}", d.item.trim()), &[("reason", reason.to_owned())]);
             let v = delete(&d.common.connect, &path)?;
-            show(&d.common, &v, |d| device_rows(std::slice::from_ref(d)))
+            show(d.common.output.output, &path, &v, |d: &DeviceView| device_rows(std::slice::from_ref(d)))
         }
         DeviceCommand::Maintenance(m) => {
             if !shelves {
@@ -296,10 +301,10 @@ pub fn run_device(args: &DeviceArgs, shelves: bool) -> Result<(), CliError> {
             };
             let ids: Vec<&str> = t.ids.iter().flat_map(|i| i.split_whitespace()).collect();
             let body = json!({ "powerShelfIds": ids, "operation": op, "reference": t.reference });
-            let v = post(&t.common.connect, "/v1/power-shelves/maintenance", &body)?;
-            show(&t.common, &v, |v| {
-                let n = v["items"].as_array().map_or(0, Vec::len);
-                format!("{op} requested on {n} power shelf(s) by {}\n", text(v, "initiator"))
+            let path = "/v1/power-shelves/maintenance";
+            let v = post(&t.common.connect, path, &body)?;
+            show(t.common.output.output, path, &v, |a: &ShelfMaintenanceAnswer| {
+                format!("{op} requested on {} power shelf(s) by {}\n", a.items.len(), text(&a.initiator))
             })
         }
     }

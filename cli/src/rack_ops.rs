@@ -18,14 +18,16 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
+use drover_proto::api::racks::{ComponentFirmwareAnswer, FirmwareList, FirmwareView, HostBmcView, HostPlacement, RackMaintenanceAnswer};
 use serde_json::{Value, json};
 
 use crate::client::ConnectArgs;
 use crate::exit::CliError;
 use crate::get::with_query;
 use crate::host::check_reason;
-use crate::job::{get, post};
-use crate::output::{Output, OutputArgs, dash, field, pretty, print, table};
+use crate::job::{clean, get, post};
+use crate::output::{OutputArgs, dash, table};
+use crate::rack::show;
 use crate::resolve::HostName;
 
 /// Activities of a maintenance cycle.
@@ -208,32 +210,36 @@ struct ComponentUpdate {
     common: Common,
 }
 
-fn show(common: &Common, v: &Value, render: impl FnOnce(&Value) -> String) -> Result<(), CliError> {
-    print(&match common.output.output {
-        Output::Json => pretty(v)?,
-        _ => render(v),
-    })
-}
-
 fn split(ids: &[String]) -> Vec<&str> {
     ids.iter().flat_map(|i| i.split_whitespace()).collect()
 }
 
-fn maintenance_line(v: &Value) -> String {
-    let m = &v["maintenance"];
-    let n = |k: &str| m["targets"][k].as_array().map_or(0, Vec::len);
+fn maintenance_line(v: &RackMaintenanceAnswer) -> String {
+    let Some(m) = &v.maintenance else {
+        return format!("maintenance requested on rack {}; the coordinator shows no cycle\n", clean(&v.name, 80));
+    };
+    let t = &m.targets;
     format!(
         "maintenance requested on rack {} by {}: {} machine(s), {} switch(es), {} power shelf(s); activities {}\n",
-        dash(field(v, "name")),
-        dash(field(m, "initiator")),
-        n("machines"),
-        n("switches"),
-        n("powerShelves"),
-        m["targets"]["activities"]
-            .as_array()
-            .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", "))
-            .unwrap_or_default()
+        clean(dash(&v.name), 80),
+        clean(dash(&m.initiator), 200),
+        t.machines.len(),
+        t.switches.len(),
+        t.power_shelves.len(),
+        t.activities.iter().map(|a| a.as_str()).collect::<Vec<_>>().join(", ")
     )
+}
+
+fn component_line(v: &ComponentFirmwareAnswer) -> String {
+    match v {
+        ComponentFirmwareAnswer::Rack(m) => maintenance_line(m),
+        ComponentFirmwareAnswer::Shelves(s) => format!(
+            "firmware {} sent to {} power shelf(s) by {}\n",
+            clean(&s.firmware, 80),
+            s.power_shelf_ids.len(),
+            clean(&s.initiator, 200)
+        ),
+    }
 }
 
 /// Runs `drover rack maintenance`.
@@ -261,8 +267,9 @@ pub fn run_maintenance(a: &RackMaintenance) -> Result<(), CliError> {
     }
     let body = json!({ "machineIds": split(&a.machines), "switchIds": split(&a.switches), "powerShelfIds": split(&a.shelves),
         "activities": activities, "reference": a.reference });
-    let v = post(&a.common.connect, &format!("/v1/racks/{}/maintenance", a.rack.trim()), &body)?;
-    show(&a.common, &v, maintenance_line)
+    let path = format!("/v1/racks/{}/maintenance", a.rack.trim());
+    let v = post(&a.common.connect, &path, &body)?;
+    show(a.common.output.output, &path, &v, maintenance_line)
 }
 
 /// Runs `drover rack place`.
@@ -275,7 +282,9 @@ pub fn run_place(a: &Place) -> Result<(), CliError> {
     let session = crate::client::Session::open(&a.common.connect)?;
     let path = format!("/v1/hosts/{}/rack", crate::resolve::host_id(&session, "HOST", &a.host)?);
     let v: Value = session.post(&path, &json!({ "rack": a.rack, "reason": reason }))?;
-    show(&a.common, &v, |v| format!("host {} placed in rack {}\n", dash(field(v, "hostId")), dash(field(v, "rack"))))
+    show(a.common.output.output, &path, &v, |p: &HostPlacement| {
+        format!("host {} placed in rack {}\n", clean(&p.host_id, 40), clean(dash(p.rack.as_deref().unwrap_or("")), 80))
+    })
 }
 
 /// Runs `drover rack bmc`.
@@ -298,19 +307,15 @@ pub fn run_bmc(a: &Bmc) -> Result<(), CliError> {
         }
         session.runtime.block_on(session.client.request_json::<Value, Value>(reqwest::Method::PUT, &path, Some(&body)))?
     };
-    show(&a.common, &v, |v| format!("host {} BMC: {}\n", dash(field(v, "hostId")), dash(field(v, "endpoint"))))
+    show(a.common.output.output, &path, &v, |b: &HostBmcView| {
+        format!("host {} BMC: {}\n", clean(&b.host_id, 40), clean(dash(b.endpoint.as_deref().unwrap_or("")), 200))
+    })
 }
 
 /// Runs `drover rack firmware`.
 pub fn run_firmware(a: &FirmwareArgs) -> Result<(), CliError> {
-    let row = |f: &Value| {
-        vec![
-            dash(field(f, "id")).to_owned(),
-            dash(field(f, "hardwareType")).to_owned(),
-            f["available"].to_string(),
-            f["default"].to_string(),
-            dash(field(f, "imageUri")).to_owned(),
-        ]
+    let row = |f: &FirmwareView| {
+        vec![clean(&f.id, 80), clean(&f.hardware_type, 80), f.available.to_string(), f.default.to_string(), clean(&f.image_uri, 300)]
     };
     let head = ["ID", "HARDWARE", "AVAILABLE", "DEFAULT", "IMAGE"];
     match &a.command {
@@ -319,11 +324,11 @@ pub fn run_firmware(a: &FirmwareArgs) -> Result<(), CliError> {
             let body = json!({ "id": c.id, "hardwareType": c.hardware_type, "imageUri": c.image_uri, "available": !c.unavailable,
                 "default": c.default, "reason": reason });
             let v = post(&c.common.connect, "/v1/rack-firmware", &body)?;
-            show(&c.common, &v, |f| table(&head, &[row(f)]))
+            show(c.common.output.output, "/v1/rack-firmware", &v, |f: &FirmwareView| table(&head, &[row(f)]))
         }
         FirmwareCommand::List(c) => {
             let v = get(&c.connect, "/v1/rack-firmware")?;
-            show(c, &v, |v| table(&head, &v["firmware"].as_array().map(|a| a.iter().map(row).collect::<Vec<_>>()).unwrap_or_default()))
+            show(c.output.output, "/v1/rack-firmware", &v, |l: &FirmwareList| table(&head, &l.firmware.iter().map(row).collect::<Vec<_>>()))
         }
     }
 }
@@ -335,5 +340,5 @@ pub fn run_component(a: &ComponentArgs) -> Result<(), CliError> {
     let body = json!({ "computeTrays": u.compute_trays, "switches": u.switches, "powerShelves": u.power_shelves,
         "targetVersion": u.target_version, "reference": u.reference });
     let v = post(&u.common.connect, "/v1/components/firmware", &body)?;
-    show(&u.common, &v, maintenance_line)
+    show(u.common.output.output, "/v1/components/firmware", &v, component_line)
 }

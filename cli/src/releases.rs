@@ -4,12 +4,12 @@
 //! which channels, and how many artifacts it carries (`wide` lists their paths).
 
 use clap::{Args, Subcommand};
-use serde_json::Value;
+use drover_proto::api::rollouts::ReleaseView;
 
 use crate::client::{ConnectArgs, Session};
 use crate::exit::CliError;
-use crate::job::clean;
-use crate::output::{Output, OutputArgs, dash, field, pretty, print, table};
+use crate::job::{clean, decode_all};
+use crate::output::{Output, OutputArgs, dash, pretty, print, table};
 
 /// Arguments of `drover releases`.
 #[derive(Args)]
@@ -38,41 +38,37 @@ struct ListArgs {
 pub fn run(args: &ReleasesArgs) -> Result<(), CliError> {
     let ReleasesCommand::List(a) = &args.command;
     let s = Session::open(&a.connect)?;
-    let releases = &crate::get::list_all(&s, "/v1/releases", &[], None)?;
+    let raw = crate::get::list_all(&s, "/v1/releases", &[], None)?;
+    let releases: Vec<ReleaseView> = decode_all("/v1/releases", &raw)?;
     match a.output.output {
-        Output::Json => print(&pretty(&Value::Array(releases.clone()))?),
+        Output::Json => print(&pretty(&raw)?),
         _ if releases.is_empty() => {
             eprintln!("no releases");
             Ok(())
         }
-        o => print(&render(releases, o == Output::Wide)),
+        o => print(&render(&releases, o == Output::Wide)),
     }
 }
 
 /// The releases table.
-fn render(releases: &[Value], wide: bool) -> String {
+fn render(releases: &[ReleaseView], wide: bool) -> String {
     let mut header = vec!["VERSION", "SIGNED", "PUBLISHER", "ROLLOUTS", "CHANNELS", "ARTIFACTS"];
     if wide {
         header.push("PATHS");
     }
-    let strings = |r: &Value, key: &str| -> Vec<String> {
-        r.get(key).and_then(Value::as_array).map(|p| p.iter().filter_map(Value::as_str).map(str::to_owned).collect()).unwrap_or_default()
-    };
     let rows: Vec<Vec<String>> = releases
         .iter()
         .map(|r| {
-            let paths = strings(r, "paths");
-            let channels = strings(r, "channels");
             let mut row = vec![
-                r.get("version").and_then(Value::as_u64).map_or_else(|| "-".to_owned(), |v| v.to_string()),
-                clean(dash(field(r, "signedAt")), 40),
-                clean(dash(field(r, "publisher")), 64),
-                r.get("rollouts").and_then(Value::as_u64).map_or_else(|| "-".to_owned(), |n| n.to_string()),
-                clean(dash(&channels.join(",")), 200),
-                paths.len().to_string(),
+                r.version.to_string(),
+                r.signed_at.to_string(),
+                clean(dash(r.publisher.as_deref().unwrap_or("")), 64),
+                r.rollouts.to_string(),
+                clean(dash(&r.channels.join(",")), 200),
+                r.paths.len().to_string(),
             ];
             if wide {
-                row.push(clean(&paths.join(","), 400));
+                row.push(clean(&r.paths.join(","), 400));
             }
             row
         })
@@ -82,6 +78,7 @@ fn render(releases: &[Value], wide: bool) -> String {
 
 #[cfg(test)]
 mod tests {
+    use drover_proto::api::rollouts::ReleaseView;
     use serde_json::json;
 
     #[test]
@@ -91,15 +88,17 @@ mod tests {
                    "channels": ["canary", "prod"], "rollouts": 2}),
             json!({"version": 6, "signedAt": "2030-01-01T00:00:00Z", "paths": ["a"], "publisher": null,
                    "channels": [], "rollouts": 0}),
-            json!({"version": 5, "signedAt": "2029-12-31T00:00:00Z", "paths": [], "publisher": "evil\u{1b}[2J"}),
+            json!({"version": 5, "signedAt": "2029-12-31T00:00:00Z", "paths": [], "publisher": "evil\u{1b}[2J",
+                   "channels": [], "rollouts": 0}),
         ];
+        let releases: Vec<ReleaseView> = crate::job::decode_all("/v1/releases", &releases).expect("releases");
         let t = super::render(&releases, false);
         let lines: Vec<Vec<&str>> = t.lines().map(|l| l.split_whitespace().collect()).collect();
         assert_eq!(lines[0], ["VERSION", "SIGNED", "PUBLISHER", "ROLLOUTS", "CHANNELS", "ARTIFACTS"], "{t}");
         assert_eq!(lines[1], ["7", "2030-01-02T00:00:00Z", "ci-bot", "2", "canary,prod", "2"], "{t}");
         assert_eq!(lines[2], ["6", "2030-01-01T00:00:00Z", "-", "0", "-", "1"], "{t}");
-        // An answer from an older coordinator (no rollouts) and a hostile name: dashes, no escapes.
-        assert_eq!(lines[3][lines[3].len() - 3..], ["-", "-", "0"], "{t}");
+        // No channels and a hostile name: dashes, no escapes.
+        assert_eq!(lines[3][lines[3].len() - 3..], ["0", "-", "0"], "{t}");
         assert!(!t.contains('\u{1b}'), "{t}");
         assert!(super::render(&releases, true).lines().nth(1).unwrap().ends_with("a,b"));
     }

@@ -19,11 +19,13 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use drover_client::Method;
+use drover_proto::api::sites::{CheckFailure, Items, PreflightAnswer, ProbeAnswer, SecretRef, SiteView};
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use crate::client::Session;
 use crate::exit::{CliError, codes};
-use crate::job::clean;
+use crate::job::{clean, decode};
 use crate::output::{self, OutputArgs};
 use crate::site_items::{OverrideArgs, ProfileArgs, RoceArgs};
 
@@ -248,62 +250,74 @@ pub fn call(common: &Common, method: Method, path: &str, body: Option<&Value>) -
 
 /// Prints a probe or preflight answer: JSON when asked; else the text of a success (a
 /// failure is the error message, printed once by `main`).
-fn show_check(common: &Common, v: &Value, text: impl FnOnce(&Value) -> String) -> Result<(), CliError> {
-    if common.output.output.is_json() || v["ok"] == json!(true) {
-        show(common, v, text)?;
+fn show_check<T: DeserializeOwned>(
+    common: &Common,
+    path: &str,
+    v: &Value,
+    ok: impl Fn(&T) -> Option<&CheckFailure>,
+    text: impl FnOnce(&T) -> String,
+) -> Result<(), CliError> {
+    let answer: T = decode(path, v)?;
+    let failure = ok(&answer);
+    if common.output.output.is_json() || failure.is_none() {
+        show(common, path, v, |_: &T| text(&answer))?;
     }
-    verdict(v)
+    failure.map_or(Ok(()), verdict)
 }
 
-/// Prints `v` as JSON when asked, else `text(v)`.
-pub fn show(common: &Common, v: &Value, text: impl FnOnce(&Value) -> String) -> Result<(), CliError> {
-    if common.output.output.is_json() { output::print(&output::pretty(v)?) } else { output::print(&text(v)) }
+/// Prints the answer `v` (from `path`) as JSON when asked, else `text` of it decoded as the
+/// coordinator's type `T`. It is decoded either way, so an answer that is not the API's exits 76.
+pub fn show<T: DeserializeOwned>(common: &Common, path: &str, v: &Value, text: impl FnOnce(&T) -> String) -> Result<(), CliError> {
+    crate::job::print_answer(common.output.output, path, v, text)
 }
 
-fn site_line(v: &Value) -> String {
-    format!("{} {} {}\n", c(output::field(v, "id")), c(output::field(v, "name")), c(output::field(v, "status")))
+fn site_line(v: &SiteView) -> String {
+    format!("{} {} {}\n", c(&v.id), c(&v.name), v.status)
 }
 
-fn set_at(v: &Value, which: &str) -> String {
-    v["credentials"][which]["setAt"].as_str().map(c).unwrap_or_else(|| "-".into())
+fn set_at(s: &SecretRef) -> String {
+    s.set_at.map_or_else(|| "-".into(), |t| t.to_string())
 }
 
-fn site_table(items: &[Value]) -> String {
-    let rows: Vec<Vec<String>> = items
+fn site_table(l: &Items<SiteView>) -> String {
+    let rows: Vec<Vec<String>> = l
+        .items
         .iter()
         .map(|v| {
             vec![
-                c(output::field(v, "name")),
-                c(output::field(v, "status")),
-                c(output::field(v, "regionCode")),
-                c(output::field(v, "apiBaseUrl")),
-                if v["credentials"]["apiToken"]["setAt"].is_string() { "set".into() } else { "missing".into() },
+                c(&v.name),
+                v.status.to_string(),
+                c(&v.config.region_code),
+                c(&v.config.api_base_url),
+                if v.credentials.api_token.set_at.is_some() { "set".into() } else { "missing".into() },
             ]
         })
         .collect();
     output::table(&["NAME", "STATUS", "REGION", "MAAS", "TOKEN"], &rows)
 }
 
-fn describe(v: &Value) -> String {
+fn describe(v: &SiteView) -> String {
+    let k = &v.config;
     let mut out = String::new();
-    for (label, key) in [("Name", "name"), ("Id", "id"), ("Status", "status"), ("Region", "regionCode"), ("MAAS", "apiBaseUrl")] {
-        out.push_str(&format!("{label}:\t{}\n", c(output::field(v, key))));
+    let status = v.status.to_string();
+    for (label, value) in [("Name", &v.name), ("Id", &v.id), ("Status", &status), ("Region", &k.region_code), ("MAAS", &k.api_base_url)] {
+        out.push_str(&format!("{label}:\t{}\n", c(value)));
     }
-    out.push_str(&format!(
-        "PXE:\t{} vlan {} (node {})\n",
-        c(output::field(v, "pxeIface")),
-        v["pxeVlanVid"],
-        c(output::field(v, "nodePxeIface"))
-    ));
-    out.push_str(&format!("Deploy user:\t{} via {}\n", c(output::field(v, "deployUser")), c(output::field(v, "deploySshIface"))));
-    out.push_str(&format!("Default profile:\t{}\n", c(output::field(v, "defaultProfileId"))));
-    out.push_str(&format!(
-        "Credentials:\tapi token {}; default power {}; deploy password {}\n",
-        set_at(v, "apiToken"),
-        set_at(v, "defaultPower"),
-        set_at(v, "deployPassword")
-    ));
+    out.push_str(&format!("PXE:\t{} vlan {} (node {})\n", c(&k.pxe_iface), k.pxe_vlan_vid, c(&k.node_pxe_iface)));
+    out.push_str(&format!("Deploy user:\t{} via {}\n", c(&k.deploy_user), c(&k.deploy_ssh_iface)));
+    out.push_str(&format!("Default profile:\t{}\n", c(&v.default_profile_id)));
+    out.push_str(&credentials_line("Credentials:\t", v));
     out
+}
+
+fn credentials_line(prefix: &str, v: &SiteView) -> String {
+    let s = &v.credentials;
+    format!(
+        "{prefix}api token {}; default power {}; deploy password {}\n",
+        set_at(&s.api_token),
+        set_at(&s.default_power),
+        set_at(&s.deploy_password)
+    )
 }
 
 /// Runs `drover site`.
@@ -325,15 +339,16 @@ pub fn run(args: &SiteArgs) -> Result<(), CliError> {
                 m.insert("maasCaPem".into(), json!(crate::fsio::read_text(f)?));
             }
             let v = call(&a.common, Method::POST, "/v1/maas/sites", Some(&body))?;
-            show(&a.common, &v, site_line)
+            show(&a.common, "/v1/maas/sites", &v, site_line)
         }
         SiteCommand::List(a) => {
             let v = call(&a.common, Method::GET, "/v1/maas/sites", None)?;
-            show(&a.common, &v, |v| site_table(v["items"].as_array().map(Vec::as_slice).unwrap_or_default()))
+            show(&a.common, "/v1/maas/sites", &v, site_table)
         }
         SiteCommand::Get(a) => {
-            let v = call(&a.common, Method::GET, &site_path(&a.site, "")?, None)?;
-            show(&a.common, &v, describe)
+            let path = site_path(&a.site, "")?;
+            let v = call(&a.common, Method::GET, &path, None)?;
+            show(&a.common, &path, &v, describe)
         }
         SiteCommand::Update(a) => {
             let mut m = Map::new();
@@ -350,8 +365,9 @@ pub fn run(args: &SiteArgs) -> Result<(), CliError> {
             if let Some(f) = &a.maas_ca {
                 m.insert("maasCaPem".into(), json!(crate::fsio::read_text(f)?));
             }
-            let v = call(&a.common, Method::PATCH, &site_path(&a.site, "")?, Some(&Value::Object(m)))?;
-            show(&a.common, &v, site_line)
+            let path = site_path(&a.site, "")?;
+            let v = call(&a.common, Method::PATCH, &path, Some(&Value::Object(m)))?;
+            show(&a.common, &path, &v, site_line)
         }
         SiteCommand::Credentials(a) => {
             let mut m = Map::new();
@@ -368,30 +384,29 @@ pub fn run(args: &SiteArgs) -> Result<(), CliError> {
                 return Err(CliError::usage("give --api-token-file, --power-user with --power-pass-file, and/or --deploy-password-file"));
             }
             put_opt(&mut m, "reason", a.reason.clone());
-            let v = call(&a.common, Method::POST, &site_path(&a.site, "/credentials")?, Some(&Value::Object(m)))?;
-            show(&a.common, &v, |v| {
-                format!(
-                    "{}: api token {}; default power {}; deploy password {}\n",
-                    c(output::field(v, "name")),
-                    set_at(v, "apiToken"),
-                    set_at(v, "defaultPower"),
-                    set_at(v, "deployPassword")
-                )
-            })
+            let path = site_path(&a.site, "/credentials")?;
+            let v = call(&a.common, Method::POST, &path, Some(&Value::Object(m)))?;
+            show(&a.common, &path, &v, |v: &SiteView| credentials_line(&format!("{}: ", c(&v.name)), v))
         }
         SiteCommand::Probe(a) => {
-            let v = call(&a.common, Method::POST, &site_path(&a.site, "/probe")?, Some(&json!({})))?;
-            show_check(&a.common, &v, probe_text)
+            let path = site_path(&a.site, "/probe")?;
+            let v = call(&a.common, Method::POST, &path, Some(&json!({})))?;
+            show_check(&a.common, &path, &v, |p: &ProbeAnswer| p.failure.as_ref(), probe_text)
         }
         SiteCommand::Preflight(a) => {
             let body = match &a.profile {
                 Some(p) => json!({ "profile": p }),
                 None => json!({}),
             };
-            let v = call(&a.common, Method::POST, &site_path(&a.site, "/preflight")?, Some(&body))?;
-            show_check(&a.common, &v, |v| {
-                format!("preflight passed: site {} profile {}\n", c(output::field(v, "siteId")), c(output::field(v, "profile")))
-            })
+            let path = site_path(&a.site, "/preflight")?;
+            let v = call(&a.common, Method::POST, &path, Some(&body))?;
+            show_check(
+                &a.common,
+                &path,
+                &v,
+                |p: &PreflightAnswer| p.failure.as_ref(),
+                |p| format!("preflight passed: site {} profile {}\n", c(&p.site_id), c(p.profile.as_deref().unwrap_or("-"))),
+            )
         }
         SiteCommand::Disable(a) | SiteCommand::Enable(a) => {
             let verb = if matches!(args.command, SiteCommand::Disable(_)) { "/disable" } else { "/enable" };
@@ -399,8 +414,9 @@ pub fn run(args: &SiteArgs) -> Result<(), CliError> {
                 Some(r) => json!({ "reason": r }),
                 None => json!({}),
             };
-            let v = call(&a.common, Method::POST, &site_path(&a.site, verb)?, Some(&body))?;
-            show(&a.common, &v, site_line)
+            let path = site_path(&a.site, verb)?;
+            let v = call(&a.common, Method::POST, &path, Some(&body))?;
+            show(&a.common, &path, &v, site_line)
         }
         SiteCommand::Roce(a) => crate::site_items::run_roce(a),
         SiteCommand::Override(a) => crate::site_items::run_override(a),
@@ -414,26 +430,22 @@ fn put_opt(m: &mut Map<String, Value>, key: &str, v: Option<String>) {
     }
 }
 
-fn probe_text(v: &Value) -> String {
-    let mut out = format!("MAAS {} at {}\n", c(output::field(v, "version")), c(output::field(v, "apiBaseUrl")));
-    let rows: Vec<Vec<String>> = v["rackControllers"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
+fn probe_text(v: &ProbeAnswer) -> String {
+    let Some(report) = &v.report else { return String::new() };
+    let mut out = format!("MAAS {} at {}\n", c(&report.version), c(v.api_base_url.as_deref().unwrap_or("-")));
+    let rows: Vec<Vec<String>> = report
+        .rack_controllers
         .iter()
-        .map(|r| vec![c(output::field(r, "systemId")), c(output::field(r, "hostname")), c(output::dash(output::field(r, "version")))])
+        .map(|r| vec![c(&r.system_id), c(&r.hostname), c(output::dash(r.version.as_deref().unwrap_or("")))])
         .collect();
     out.push_str(&output::table(&["RACK CONTROLLER", "HOSTNAME", "VERSION"], &rows));
     out
 }
 
 /// A failed probe or preflight as an exit code: MAAS away is 69, the site's own fault 65.
-fn verdict(v: &Value) -> Result<(), CliError> {
-    if v["ok"] == json!(true) {
-        return Ok(());
-    }
-    let class = output::field(&v["failure"], "class");
-    let message = format!("{class}: {}", c(output::field(&v["failure"], "message")));
+fn verdict(failure: &CheckFailure) -> Result<(), CliError> {
+    let class = failure.class.as_str();
+    let message = format!("{}: {}", c(class), c(&failure.message));
     Err(match class {
         "upstream_transient" => CliError::new(codes::UNAVAILABLE, message),
         _ => CliError::data(message),

@@ -17,6 +17,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use drover_client::Method;
+use drover_proto::api::sites::{Items, OverrideView, ProfileView, RoceUpsert, RoceView};
 use serde_json::{Map, Value, json};
 
 use crate::exit::CliError;
@@ -110,8 +111,9 @@ pub fn run_roce(args: &RoceArgs) -> Result<(), CliError> {
             if let Some(r) = reason {
                 body["reason"] = json!(r);
             }
-            let v = call(common, Method::POST, &site_path(site, "/roce-assignments")?, Some(&body))?;
-            show(common, &v, |v| format!("created {}, updated {}, unchanged {}\n", v["created"], v["updated"], v["unchanged"]))
+            let path = site_path(site, "/roce-assignments")?;
+            let v = call(common, Method::POST, &path, Some(&body))?;
+            show(common, &path, &v, |r: &RoceUpsert| format!("created {}, updated {}, unchanged {}\n", r.created, r.updated, r.unchanged))
         }
         RoceCommand::List { site, hostname, common } => {
             let mut path = site_path(site, "/roce-assignments")?;
@@ -122,33 +124,18 @@ pub fn run_roce(args: &RoceArgs) -> Result<(), CliError> {
                 path.push_str(&format!("?hostname={h}"));
             }
             let v = call(common, Method::GET, &path, None)?;
-            show(common, &v, |v| {
-                let rows = rows(v, &["hostname", "interface", "ipv4Cidr", "id"]);
+            show(common, &path, &v, |l: &Items<RoceView>| {
+                let rows: Vec<Vec<String>> =
+                    l.items.iter().map(|r| [&r.hostname, &r.interface, &r.ipv4_cidr, &r.id].map(|s| c(output::dash(s))).to_vec()).collect();
                 output::table(&["HOSTNAME", "INTERFACE", "IPV4 CIDR", "ID"], &rows)
             })
         }
         RoceCommand::Delete { site, id, common } => {
-            let v = call(common, Method::DELETE, &site_path(site, &format!("/roce-assignments/{}", checked_id(id)?))?, None)?;
-            show(common, &v, |v| {
-                format!(
-                    "deleted {} {} {}\n",
-                    c(output::field(v, "hostname")),
-                    c(output::field(v, "interface")),
-                    c(output::field(v, "ipv4Cidr"))
-                )
-            })
+            let path = site_path(site, &format!("/roce-assignments/{}", checked_id(id)?))?;
+            let v = call(common, Method::DELETE, &path, None)?;
+            show(common, &path, &v, |r: &RoceView| format!("deleted {} {} {}\n", c(&r.hostname), c(&r.interface), c(&r.ipv4_cidr)))
         }
     }
-}
-
-fn rows(v: &Value, keys: &[&str]) -> Vec<Vec<String>> {
-    v["items"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-        .iter()
-        .map(|item| keys.iter().map(|k| c(output::dash(&value_text(&item[*k])))).collect())
-        .collect()
 }
 
 fn value_text(v: &Value) -> String {
@@ -235,8 +222,8 @@ enum OverrideCommand {
     },
 }
 
-fn override_line(v: &Value) -> String {
-    format!("{} {}={}\n", c(output::field(v, "id")), c(output::field(v, "selectorType")), c(output::field(v, "selectorValue")))
+fn override_line(v: &OverrideView) -> String {
+    format!("{} {}={}\n", c(&v.id), v.selector_type, c(&v.selector_value))
 }
 
 /// Runs `drover site override`.
@@ -247,23 +234,32 @@ pub fn run_override(args: &OverrideArgs) -> Result<(), CliError> {
             if let Some(r) = reason {
                 body["reason"] = json!(r);
             }
-            let v = call(common, Method::POST, &site_path(site, "/overrides")?, Some(&body))?;
-            show(common, &v, override_line)
+            let path = site_path(site, "/overrides")?;
+            let v = call(common, Method::POST, &path, Some(&body))?;
+            show(common, &path, &v, override_line)
         }
         OverrideCommand::List { site, common } => {
-            let v = call(common, Method::GET, &site_path(site, "/overrides")?, None)?;
-            show(common, &v, |v| {
-                output::table(&["TYPE", "VALUE", "STATUS", "ID"], &rows(v, &["selectorType", "selectorValue", "status", "id"]))
+            let path = site_path(site, "/overrides")?;
+            let v = call(common, Method::GET, &path, None)?;
+            show(common, &path, &v, |l: &Items<OverrideView>| {
+                let rows: Vec<Vec<String>> = l
+                    .items
+                    .iter()
+                    .map(|o| vec![o.selector_type.to_string(), c(&o.selector_value), o.status.to_string(), c(&o.id)])
+                    .collect();
+                output::table(&["TYPE", "VALUE", "STATUS", "ID"], &rows)
             })
         }
         OverrideCommand::Delete { site, id, common } => {
-            let v = call(common, Method::DELETE, &site_path(site, &format!("/overrides/{}", checked_id(id)?))?, None)?;
-            show(common, &v, |v| format!("deleted {}", override_line(v)))
+            let path = site_path(site, &format!("/overrides/{}", checked_id(id)?))?;
+            let v = call(common, Method::DELETE, &path, None)?;
+            show(common, &path, &v, |o: &OverrideView| format!("deleted {}", override_line(o)))
         }
         OverrideCommand::Credentials { site, id, power, common } => {
             let body = json!({ "credentials": power.json()? });
-            let v = call(common, Method::POST, &site_path(site, &format!("/overrides/{}/credentials", checked_id(id)?))?, Some(&body))?;
-            show(common, &v, |v| format!("rotated {}", override_line(v)))
+            let path = site_path(site, &format!("/overrides/{}/credentials", checked_id(id)?))?;
+            let v = call(common, Method::POST, &path, Some(&body))?;
+            show(common, &path, &v, |o: &OverrideView| format!("rotated {}", override_line(o)))
         }
     }
 }
@@ -339,30 +335,29 @@ pub fn policy_pairs(pairs: &[String]) -> Result<Map<String, Value>, CliError> {
     Ok(m)
 }
 
-fn profile_table(v: &Value) -> String {
-    let rows: Vec<Vec<String>> = v["items"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
+fn profile_table(l: &Items<ProfileView>) -> String {
+    let rows: Vec<Vec<String>> = l
+        .items
         .iter()
         .map(|p| {
             vec![
-                c(output::field(p, "name")),
-                c(output::field(p, "status")),
-                if p["default"] == json!(true) { "yes".into() } else { String::new() },
-                c(output::field(&p["policy"], "distroSeries")),
-                c(output::field(p, "id")),
+                c(&p.name),
+                p.status.to_string(),
+                if p.default { "yes".into() } else { String::new() },
+                c(&p.policy.distro_series),
+                c(&p.id),
             ]
         })
         .collect();
     output::table(&["NAME", "STATUS", "DEFAULT", "DISTRO", "ID"], &rows)
 }
 
-fn profile_text(v: &Value) -> String {
-    let mut out = format!("{} ({}) {}\n", c(output::field(v, "name")), c(output::field(v, "id")), c(output::field(v, "status")));
-    if let Some(m) = v["policy"].as_object() {
+fn profile_text(p: &ProfileView) -> String {
+    let mut out = format!("{} ({}) {}\n", c(&p.name), c(&p.id), p.status);
+    // Every policy field by its API name, as the coordinator would write it.
+    if let Ok(Value::Object(m)) = serde_json::to_value(&p.policy) {
         for (k, val) in m {
-            out.push_str(&format!("  {k}: {}\n", c(&value_text(val))));
+            out.push_str(&format!("  {k}: {}\n", c(&value_text(&val))));
         }
     }
     out
@@ -376,16 +371,19 @@ pub fn run_profile(args: &ProfileArgs) -> Result<(), CliError> {
             if let Some(d) = description {
                 body["description"] = json!(d);
             }
-            let v = call(common, Method::POST, &site_path(site, "/profiles")?, Some(&body))?;
-            show(common, &v, profile_text)
+            let path = site_path(site, "/profiles")?;
+            let v = call(common, Method::POST, &path, Some(&body))?;
+            show(common, &path, &v, profile_text)
         }
         ProfileCommand::List { site, common } => {
-            let v = call(common, Method::GET, &site_path(site, "/profiles")?, None)?;
-            show(common, &v, profile_table)
+            let path = site_path(site, "/profiles")?;
+            let v = call(common, Method::GET, &path, None)?;
+            show(common, &path, &v, profile_table)
         }
         ProfileCommand::Get { site, profile, common } => {
-            let v = call(common, Method::GET, &site_path(site, &format!("/profiles/{}", path_segment(profile)?))?, None)?;
-            show(common, &v, profile_text)
+            let path = site_path(site, &format!("/profiles/{}", path_segment(profile)?))?;
+            let v = call(common, Method::GET, &path, None)?;
+            show(common, &path, &v, profile_text)
         }
         ProfileCommand::Update { site, profile, name, status, set, common } => {
             let mut body = Map::new();
@@ -400,7 +398,7 @@ pub fn run_profile(args: &ProfileArgs) -> Result<(), CliError> {
             }
             let path = site_path(site, &format!("/profiles/{}", path_segment(profile)?))?;
             let v = call(common, Method::PATCH, &path, Some(&Value::Object(body)))?;
-            show(common, &v, profile_text)
+            show(common, &path, &v, profile_text)
         }
     }
 }

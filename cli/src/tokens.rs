@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 
 use clap::{Args, Subcommand};
+use drover_proto::api::admin::TokenView;
 use drover_proto::time::Time;
 use serde_json::{Value, json};
 
@@ -21,8 +22,8 @@ use crate::client::{ConnectArgs, Session};
 use crate::exit::CliError;
 use crate::get::hostnames;
 use crate::host::check_reason;
-use crate::job::clean;
-use crate::output::{Output, OutputArgs, dash, field, pretty, print, table};
+use crate::job::{clean, decode, decode_all};
+use crate::output::{Output, OutputArgs, dash, pretty, print, table};
 
 /// Arguments of `drover tokens`.
 #[derive(Args)]
@@ -81,16 +82,17 @@ fn list(args: &ListArgs) -> Result<(), CliError> {
     if let Some(h) = &args.host {
         q.push(("hostId", crate::resolve::host(&s, "--host", h)?.id.to_string()));
     }
-    let tokens = &crate::get::list_all(&s, "/v1/tokens", &q, None)?;
+    let raw = crate::get::list_all(&s, "/v1/tokens", &q, None)?;
+    let tokens: Vec<TokenView> = decode_all("/v1/tokens", &raw)?;
     match args.output.output {
-        Output::Json => print(&pretty(&Value::Array(tokens.clone()))?),
+        Output::Json => print(&pretty(&raw)?),
         o => {
             if tokens.is_empty() {
                 eprintln!("no enrollment tokens");
                 return Ok(());
             }
             let names = hostnames(&s)?;
-            print(&render(tokens, &names, crate::clock::now()?, o == Output::Wide))
+            print(&render(&tokens, &names, crate::clock::now()?, o == Output::Wide))
         }
     }
 }
@@ -103,36 +105,18 @@ fn revoke(args: &RevokeArgs) -> Result<(), CliError> {
     })?;
     let reason = check_reason(&args.reason)?;
     let s = Session::open(&args.connect)?;
-    let token: Value = s.post(&format!("/v1/tokens/{id}/revoke"), &json!({ "reason": reason }))?;
+    let path = format!("/v1/tokens/{id}/revoke");
+    let raw: Value = s.post(&path, &json!({ "reason": reason }))?;
+    let token: TokenView = decode(&path, &raw)?;
     if args.output.output.is_json() {
-        return print(&pretty(&token)?);
+        return print(&pretty(&raw)?);
     }
-    print(&format!(
-        "enrollment token {} (host {}) revoked at {}\n",
-        clean(field(&token, "id"), 40),
-        clean(dash(field(&token, "hostId")), 40),
-        clean(dash(field(&token, "revokedAt")), 40)
-    ))
-}
-
-/// Where a token stands at `now`: `used`, `revoked`, `expired` or `pending`.
-fn state(t: &Value, now: Time) -> &'static str {
-    if !field(t, "usedAt").is_empty() {
-        return "used";
-    }
-    if !field(t, "revokedAt").is_empty() {
-        return "revoked";
-    }
-    match Time::parse_lenient(field(t, "expiresAt")) {
-        Ok(expires) if expires <= now => "expired",
-        Ok(_) => "pending",
-        // A coordinator answer without a readable expiry: say so rather than guess.
-        Err(_) => "unknown",
-    }
+    let revoked = token.revoked_at.map_or_else(|| "-".to_owned(), |t| t.to_string());
+    print(&format!("enrollment token {} (host {}) revoked at {revoked}\n", clean(&token.id, 40), clean(dash(&token.host_id), 40)))
 }
 
 /// The tokens table; hosts by name where known. The id leads: it is what `revoke` takes.
-fn render(tokens: &[Value], names: &BTreeMap<String, String>, now: Time, wide: bool) -> String {
+fn render(tokens: &[TokenView], names: &BTreeMap<String, String>, now: Time, wide: bool) -> String {
     let mut header = vec!["ID", "HOST", "STATE", "CREATED", "EXPIRES", "USED"];
     if wide {
         header.insert(2, "HOST ID");
@@ -141,19 +125,20 @@ fn render(tokens: &[Value], names: &BTreeMap<String, String>, now: Time, wide: b
     let rows: Vec<Vec<String>> = tokens
         .iter()
         .map(|t| {
-            let host_id = field(t, "hostId");
+            let host_id = t.host_id.as_str();
             let host = names.get(host_id).map_or(host_id, String::as_str);
+            let at = |v: Option<Time>| v.map_or_else(|| "-".to_owned(), |t| t.to_string());
             let mut row = vec![
-                clean(dash(field(t, "id")), 40),
+                clean(dash(&t.id), 40),
                 clean(dash(host), 64),
-                state(t, now).to_owned(),
-                clean(dash(field(t, "createdAt")), 40),
-                clean(dash(field(t, "expiresAt")), 40),
-                clean(dash(field(t, "usedAt")), 40),
+                t.state(now).to_owned(),
+                t.created_at.to_string(),
+                t.expires_at.to_string(),
+                at(t.used_at),
             ];
             if wide {
                 row.insert(2, clean(dash(host_id), 40));
-                row.push(clean(dash(field(t, "revokedAt")), 40));
+                row.push(at(t.revoked_at));
             }
             row
         })
@@ -165,23 +150,26 @@ fn render(tokens: &[Value], names: &BTreeMap<String, String>, now: Time, wide: b
 mod tests {
     use std::collections::BTreeMap;
 
+    use drover_proto::api::admin::TokenView;
     use drover_proto::time::Time;
     use serde_json::json;
 
     #[test]
     fn state_follows_use_then_expiry() {
         let now = Time::parse_lenient("2026-01-02T00:00:00Z").unwrap();
-        let used = json!({"expiresAt": "2026-01-01T00:00:00Z", "usedAt": "2025-12-31T00:00:00Z"});
-        let expired = json!({"expiresAt": "2026-01-01T00:00:00Z"});
-        let pending = json!({"expiresAt": "2026-01-03T00:00:00Z"});
-        let revoked = json!({"expiresAt": "2026-01-03T00:00:00Z", "revokedAt": "2026-01-01T12:00:00Z"});
-        assert_eq!(super::state(&used, now), "used");
-        assert_eq!(super::state(&revoked, now), "revoked");
-        assert_eq!(super::state(&expired, now), "expired");
-        assert_eq!(super::state(&pending, now), "pending");
-        assert_eq!(super::state(&json!({}), now), "unknown");
+        let token = |v: serde_json::Value| -> TokenView { serde_json::from_value(v).expect("a token") };
+        let base = json!({"id": "t-1", "hostId": "h-1", "createdAt": "2026-01-01T00:00:00Z", "expiresAt": "2026-01-03T00:00:00Z"});
+        let with = |k: &str, v: &str| {
+            let mut t = base.clone();
+            t[k] = v.into();
+            token(t)
+        };
+        assert_eq!(with("usedAt", "2025-12-31T00:00:00Z").state(now), "used");
+        assert_eq!(with("revokedAt", "2026-01-01T12:00:00Z").state(now), "revoked");
+        assert_eq!(with("expiresAt", "2026-01-01T00:00:00Z").state(now), "expired");
+        assert_eq!(token(base.clone()).state(now), "pending");
         let names = BTreeMap::from([("h-1".to_owned(), "gpu01".to_owned())]);
-        let t = json!({"id": "t-1", "hostId": "h-1", "createdAt": "2026-01-01T00:00:00Z", "expiresAt": "2026-01-03T00:00:00Z"});
+        let t = token(base);
         let text = super::render(std::slice::from_ref(&t), &names, now, true);
         assert!(text.contains("gpu01") && text.contains("h-1") && text.contains("pending"), "{text}");
         assert!(text.starts_with("ID ") && text.lines().next().unwrap().ends_with("REVOKED"), "{text}");

@@ -8,12 +8,14 @@
 //! 0); a coordinator that is configured but cannot be asked is an error with its usual code.
 
 use clap::Args;
+use drover_proto::api::admin::VersionView;
 use drover_proto::version::{VERSION, minor_releases_apart};
 use serde_json::{Value, json};
 
 use crate::client::{ConnectArgs, Session};
 use crate::exit::{CliError, codes};
-use crate::output::{Output, OutputArgs, field, pretty, print};
+use crate::job::decode;
+use crate::output::{Output, OutputArgs, pretty, print};
 
 /// Arguments of `drover version`.
 #[derive(Args)]
@@ -48,7 +50,9 @@ pub fn run(args: &VersionArgs) -> Result<(), CliError> {
         match args.connect.resolve() {
             Ok(target) => {
                 let session = Session::open(&args.connect)?;
-                Some((target.url, session.get("/v1/version")?))
+                let raw: Value = session.get("/v1/version")?;
+                let view: VersionView = decode("/v1/version", &raw)?;
+                Some((target.url, raw, view))
             }
             // Nothing configured (or not usably): the client's version is still an answer.
             Err(e) if e.code() == codes::USAGE => {
@@ -58,22 +62,22 @@ pub fn run(args: &VersionArgs) -> Result<(), CliError> {
             Err(e) => return Err(e),
         }
     };
-    let server_version = server.as_ref().map(|(_, v)| field(v, "version").to_owned());
+    let server_version = server.as_ref().map(|(_, _, v)| v.version.clone());
     if let Some(w) = server_version.as_deref().and_then(|s| skew_warning(VERSION, s)) {
         eprintln!("drover: warning: {w}");
     }
     if args.output.output.is_json() {
-        let server = server.map(|(url, v)| json!({ "url": url, "answer": v }));
+        let server = server.map(|(url, raw, _)| json!({ "url": url, "answer": raw }));
         return print(&pretty(&json!({ "client": { "version": VERSION }, "server": server.unwrap_or(Value::Null) }))?);
     }
     let mut text = format!("client  {VERSION}\n");
-    if let Some((url, v)) = &server {
-        text.push_str(&format!("server  {} ({url})\n", field(v, "version")));
+    if let Some((url, _, v)) = &server {
+        text.push_str(&format!("server  {} ({url})\n", crate::job::clean(&v.version, 64)));
     }
     if args.output.output == Output::Wide
-        && let Some((_, v)) = &server
+        && let Some((_, _, v)) = &server
     {
-        text.push_str(&format!("api     {}\n", field(v, "apiVersion")));
+        text.push_str(&format!("api     {}\n", crate::job::clean(&v.api_version, 64)));
     }
     print(&text)
 }

@@ -21,7 +21,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use drover_proto::time::Time;
-use serde::Serialize;
 use uuid::Uuid;
 
 use crate::app::AppState;
@@ -29,44 +28,8 @@ use crate::maasflow::reconcile::{self, MachineSnap, PassReport, SiteRef};
 use crate::maasflow::taxonomy::MaasFailureClass;
 use crate::store::{self, Site, SiteStatus};
 
-/// How a pass ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// MAAS listed and every batch was written.
-    Ok,
-    /// MAAS (or the secret store) did not answer, or the pass ran out of time: nothing
-    /// judged from it.
-    UpstreamTransient,
-    /// The site's configuration or the store stopped it.
-    Failed,
-}
-
-/// One pass, as the status API and the CLI show it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RunRecord {
-    /// The site's name.
-    pub site: String,
-    /// When the pass began (RFC 3339).
-    pub started_at: String,
-    /// How long it took.
-    pub duration_ms: u64,
-    /// How it ended.
-    pub outcome: Outcome,
-    /// Why, when it did not end `ok`.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub message: String,
-    /// What the pass found (zeros, and the previous open drifts, when it could not see MAAS).
-    #[serde(flatten)]
-    pub report: PassReport,
-    /// Store changes written.
-    pub changes: u64,
-    /// Transactions they took.
-    pub batches: u64,
-    /// Hosts that moved under the pass (judged again next time).
-    pub skipped: u64,
-}
+/// How a pass ended, and one pass as the status API and the CLI show it: the API's own types.
+pub use drover_proto::api::reconciliation::{PassOutcome as Outcome, RunRecord};
 
 #[derive(Default)]
 struct Slot {
@@ -120,7 +83,7 @@ pub async fn pass(app: &Arc<AppState>, site: &Site) -> RunRecord {
     };
     let mut record = RunRecord {
         site: site.name.clone(),
-        started_at: started_at.to_string(),
+        started_at,
         duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         outcome: Outcome::Ok,
         message: String::new(),

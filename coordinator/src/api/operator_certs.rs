@@ -20,27 +20,8 @@ use crate::api::error::{ApiError, JsonBody};
 use crate::api::lifecycle::check_reason;
 use crate::app::AppState;
 use crate::store::{self, CertKind, CertRecord, NewAudit};
-use drover_proto::time::Time;
 
-/// One operator certificate as listed.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OperatorCertView {
-    /// Serial, lowercase hex.
-    pub serial: String,
-    /// The operator's name.
-    pub name: String,
-    /// Their role (`admin`, `viewer`, `publisher`).
-    pub role: String,
-    /// Validity start.
-    pub not_before: Time,
-    /// Validity end.
-    pub not_after: Time,
-    /// When it was revoked, if it was.
-    pub revoked_at: Option<Time>,
-    /// Why, if it was.
-    pub revoked_reason: Option<String>,
-}
+pub use drover_proto::api::admin::OperatorCertView;
 
 fn view(r: CertRecord) -> OperatorCertView {
     // Issued with the subject "ROLE:NAME" (drover-coordinator operator-cert).

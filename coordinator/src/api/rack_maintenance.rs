@@ -18,8 +18,12 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 use uuid::Uuid;
+
+pub use drover_proto::api::racks::{
+    ComponentFirmwareAnswer, FirmwareList, FirmwareView, HostBmcView, RackMaintenanceAnswer, ShelfFirmwareAnswer,
+};
 
 use crate::api::auth::{Admin, OperatorCaller, Reader};
 use crate::api::error::{ApiError, JsonBody};
@@ -87,7 +91,7 @@ async fn request(
     rack_key: &str,
     scope: Scope,
     reference: Option<&str>,
-) -> Result<Value, ApiError> {
+) -> Result<RackMaintenanceAnswer, ApiError> {
     if let Some(r) = reference
         && (r.len() > 500 || !drover_proto::text::is_plain(r))
     {
@@ -135,7 +139,12 @@ async fn request(
         StoreError::Conflict { message, .. } => ApiError::new(StatusCode::CONFLICT, "rack_not_ready", message),
         other => ApiError::from(other),
     })?;
-    Ok(json!({ "rackId": stored.id.to_string(), "name": stored.name, "state": stored.state, "maintenance": stored.maintenance }))
+    Ok(RackMaintenanceAnswer {
+        rack_id: stored.id.to_string(),
+        name: stored.name.clone(),
+        state: stored.state,
+        maintenance: crate::api::racks::stored_as("rack maintenance", stored.id, stored.maintenance.as_ref()),
+    })
 }
 
 /// `POST /v1/racks/{rack}/maintenance` (admin).
@@ -144,7 +153,7 @@ pub async fn request_maintenance(
     Admin(op): Admin,
     Path(rack): Path<String>,
     JsonBody(req): JsonBody<RackMaintenanceRequest>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<RackMaintenanceAnswer>), ApiError> {
     let scope = Scope {
         machine_ids: req.machine_ids,
         switch_ids: req.switch_ids,
@@ -174,13 +183,14 @@ pub async fn component_firmware(
     State(app): State<Arc<AppState>>,
     Admin(op): Admin,
     JsonBody(req): JsonBody<ComponentFirmwareRequest>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<ComponentFirmwareAnswer>), ApiError> {
     let kinds = [!req.compute_trays.is_empty(), !req.switches.is_empty(), !req.power_shelves.is_empty()];
     if kinds.iter().filter(|k| **k).count() != 1 {
         return Err(ApiError::bad_request("name one kind of component: computeTrays, switches or powerShelves"));
     }
     if !req.power_shelves.is_empty() {
-        return shelf_firmware(&app, &op, &req.power_shelves, req.target_version.as_deref(), req.reference.as_deref()).await;
+        let answer = shelf_firmware(&app, &op, &req.power_shelves, req.target_version.as_deref(), req.reference.as_deref()).await?;
+        return Ok((StatusCode::ACCEPTED, Json(ComponentFirmwareAnswer::Shelves(answer))));
     }
     let first = req.compute_trays.first().or(req.switches.first()).cloned().unwrap_or_default();
     let first_id = Uuid::parse_str(first.trim()).map_err(|_| ApiError::bad_request(format!("component id {first:?} is not a UUID")))?;
@@ -203,7 +213,7 @@ pub async fn component_firmware(
         activities: vec![ActivityConfig::FirmwareUpgrade { firmware_version: req.target_version }],
     };
     let v = request(&app, &op, &rack_id.to_string(), scope, req.reference.as_deref()).await?;
-    Ok((StatusCode::ACCEPTED, Json(v)))
+    Ok((StatusCode::ACCEPTED, Json(ComponentFirmwareAnswer::Rack(v))))
 }
 
 /// Power shelves' firmware goes straight to their PMCs, not through the rack state machine
@@ -218,7 +228,7 @@ async fn shelf_firmware(
     ids: &[String],
     version: Option<&str>,
     reference: Option<&str>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<ShelfFirmwareAnswer, ApiError> {
     let mut parsed = Vec::new();
     for id in ids {
         parsed.push(Uuid::parse_str(id.trim()).map_err(|_| ApiError::bad_request(format!("power shelf id {id:?} is not a UUID")))?);
@@ -306,12 +316,7 @@ async fn shelf_firmware(
             }
         });
     }
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(
-            json!({ "firmware": firmware, "powerShelfIds": parsed.iter().map(Uuid::to_string).collect::<Vec<_>>(), "initiator": initiator }),
-        ),
-    ))
+    Ok(ShelfFirmwareAnswer { firmware, power_shelf_ids: parsed.iter().map(Uuid::to_string).collect(), initiator })
 }
 
 /// `PUT /v1/hosts/{id}/bmc`.
@@ -335,7 +340,7 @@ pub async fn set_bmc(
     Admin(op): Admin,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<BmcRequest>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<HostBmcView>, ApiError> {
     let reason = check_reason(req.reason.as_deref())?;
     let host = host_id(&id)?;
     let endpoint = check_endpoint(&req.endpoint)?;
@@ -352,7 +357,7 @@ pub async fn set_bmc(
     log.event.host_id = Some(host);
     let b = bmc.clone();
     store::blocking(app.store.clone(), move |s| s.set_host_bmc(host, Some(&b), &log)).await?;
-    Ok(Json(json!({ "hostId": host.to_string(), "endpoint": bmc.endpoint, "credentialsPath": bmc.credentials_path })))
+    Ok(Json(HostBmcView { host_id: host.to_string(), endpoint: Some(bmc.endpoint), credentials_path: Some(bmc.credentials_path) }))
 }
 
 /// `DELETE /v1/hosts/{id}/bmc?reason=…` (admin).
@@ -361,13 +366,13 @@ pub async fn delete_bmc(
     Admin(op): Admin,
     Path(id): Path<String>,
     crate::api::operator::QueryParams(q): crate::api::operator::QueryParams<crate::api::racks::ReasonQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<HostBmcView>, ApiError> {
     let reason = check_reason(q.reason.as_deref())?;
     let host = host_id(&id)?;
     let mut log = change(&app, &op, "host.bmc.removed", host, &reason, json!({}));
     log.event.host_id = Some(host);
     store::blocking(app.store.clone(), move |s| s.set_host_bmc(host, None, &log)).await?;
-    Ok(Json(json!({ "hostId": host.to_string(), "bmc": null })))
+    Ok(Json(HostBmcView { host_id: host.to_string(), endpoint: None, credentials_path: None }))
 }
 
 /// `POST /v1/rack-firmware`.
@@ -388,9 +393,15 @@ fn yes() -> bool {
     true
 }
 
-fn firmware_json(f: &FirmwareRecord) -> Value {
-    json!({ "id": f.id, "hardwareType": f.hardware_type, "imageUri": f.image_uri, "available": f.available,
-            "default": f.default, "createdAt": f.created_at })
+fn firmware_view(f: &FirmwareRecord) -> FirmwareView {
+    FirmwareView {
+        id: f.id.clone(),
+        hardware_type: f.hardware_type.clone(),
+        image_uri: f.image_uri.clone(),
+        available: f.available,
+        default: f.default,
+        created_at: f.created_at,
+    }
 }
 
 /// `POST /v1/rack-firmware` (admin).
@@ -398,7 +409,7 @@ pub async fn create_firmware(
     State(app): State<Arc<AppState>>,
     Admin(op): Admin,
     JsonBody(req): JsonBody<FirmwareRequest>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<FirmwareView>), ApiError> {
     let reason = check_reason(req.reason.as_deref())?;
     let id = check_name("id", &req.id)?;
     let hardware_type = check_name("hardwareType", &req.hardware_type)?;
@@ -417,13 +428,13 @@ pub async fn create_firmware(
         default: req.default,
         created_at: app.clock.now(),
     };
-    let log = change(&app, &op, "rack.firmware.created", Uuid::nil(), &reason, firmware_json(&f));
+    let log = change(&app, &op, "rack.firmware.created", Uuid::nil(), &reason, serde_json::to_value(firmware_view(&f)).unwrap_or_default());
     let stored = store::blocking(app.store.clone(), move |s| s.create_firmware(&f, &log)).await?;
-    Ok((StatusCode::CREATED, Json(firmware_json(&stored))))
+    Ok((StatusCode::CREATED, Json(firmware_view(&stored))))
 }
 
 /// `GET /v1/rack-firmware` (viewer).
-pub async fn list_firmware(State(app): State<Arc<AppState>>, Reader(_): Reader) -> Result<Json<Value>, ApiError> {
+pub async fn list_firmware(State(app): State<Arc<AppState>>, Reader(_): Reader) -> Result<Json<FirmwareList>, ApiError> {
     let all = store::blocking(app.store.clone(), |s| s.list_firmware()).await?;
-    Ok(Json(json!({ "firmware": all.iter().map(firmware_json).collect::<Vec<_>>() })))
+    Ok(Json(FirmwareList { firmware: all.iter().map(firmware_view).collect() }))
 }

@@ -22,6 +22,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+pub use drover_proto::api::racks::{DeviceList, DeviceView, HostPlacement, RackDetail, RackList, RackView, ShelfMaintenanceAnswer};
+
 use crate::api::auth::{Admin, OperatorCaller, Reader};
 use crate::api::error::{ApiError, JsonBody};
 use crate::api::lifecycle::check_reason;
@@ -65,16 +67,49 @@ pub(crate) fn check_name(field: &str, name: &str) -> Result<String, ApiError> {
     Ok(n)
 }
 
-fn rack_json(r: &Rack) -> Value {
-    json!({ "rackId": r.id.to_string(), "name": r.name, "hardwareType": r.hardware_type, "labels": r.labels, "state": r.state,
-            "maintenance": r.maintenance, "createdAt": r.created_at, "updatedAt": r.updated_at })
+/// Stored JSON this coordinator wrote, read as the API's type; what no longer reads as such
+/// (an older build's) shows as `null` rather than failing the read.
+pub(crate) fn stored_as<T: serde::de::DeserializeOwned>(what: &str, id: Uuid, v: Option<&Value>) -> Option<T> {
+    match serde_json::from_value(v?.clone()) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::warn!(%id, error = %e, "stored {what} does not parse; not shown");
+            None
+        }
+    }
 }
 
-fn device_json(d: &Device) -> Value {
-    json!({ "id": d.id.to_string(), "kind": d.kind, "rackId": d.rack_id.to_string(), "name": d.name, "endpoint": d.endpoint,
-            "credentialsPath": d.credentials_path, "state": d.shelf_state, "operation": d.operation,
-            "maintenanceRequested": d.maintenance_requested, "markedForDeletion": d.marked_for_deletion, "facts": d.facts,
-            "createdAt": d.created_at, "updatedAt": d.updated_at })
+/// A rack as the API shows it.
+pub(crate) fn rack_view(r: &Rack) -> RackView {
+    RackView {
+        rack_id: r.id.to_string(),
+        name: r.name.clone(),
+        hardware_type: r.hardware_type.clone(),
+        labels: r.labels.clone(),
+        state: r.state,
+        maintenance: stored_as("rack maintenance", r.id, r.maintenance.as_ref()),
+        created_at: r.created_at,
+        updated_at: r.updated_at,
+    }
+}
+
+/// A switch or power shelf as the API shows it.
+pub(crate) fn device_view(d: &Device) -> DeviceView {
+    DeviceView {
+        id: d.id.to_string(),
+        kind: d.kind.as_str().to_owned(),
+        rack_id: d.rack_id.to_string(),
+        name: d.name.clone(),
+        endpoint: d.endpoint.clone(),
+        credentials_path: d.credentials_path.clone(),
+        state: d.shelf_state,
+        operation: d.operation.clone(),
+        maintenance_requested: stored_as("shelf maintenance request", d.id, d.maintenance_requested.as_ref()),
+        marked_for_deletion: d.marked_for_deletion,
+        facts: d.facts.clone(),
+        created_at: d.created_at,
+        updated_at: d.updated_at,
+    }
 }
 
 /// A rack by id or name.
@@ -103,7 +138,7 @@ pub async fn create_rack(
     State(app): State<Arc<AppState>>,
     Admin(op): Admin,
     JsonBody(req): JsonBody<NewRackRequest>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<RackView>), ApiError> {
     let reason = check_reason(req.reason.as_deref())?;
     let name = check_name("name", &req.name)?;
     let hardware_type = check_name("hardwareType", &req.hardware_type)?;
@@ -125,23 +160,25 @@ pub async fn create_rack(
     };
     let log = change(&app, &op, "rack.created", rack.id, &reason, json!({ "name": rack.name }));
     let stored = store::blocking(app.store.clone(), move |s| s.create_rack(&rack, &log)).await?;
-    Ok((StatusCode::CREATED, Json(rack_json(&stored))))
+    Ok((StatusCode::CREATED, Json(rack_view(&stored))))
 }
 
 /// `GET /v1/racks` (viewer).
-pub async fn list_racks(State(app): State<Arc<AppState>>, Reader(_): Reader) -> Result<Json<Value>, ApiError> {
+pub async fn list_racks(State(app): State<Arc<AppState>>, Reader(_): Reader) -> Result<Json<RackList>, ApiError> {
     let racks = store::blocking(app.store.clone(), |s| s.list_racks()).await?;
-    Ok(Json(json!({ "racks": racks.iter().map(rack_json).collect::<Vec<_>>() })))
+    Ok(Json(RackList { racks: racks.iter().map(rack_view).collect() }))
 }
 
 /// `GET /v1/racks/{rack}` (viewer): the rack, its devices and its hosts.
-pub async fn get_rack(State(app): State<Arc<AppState>>, Reader(_): Reader, Path(key): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn get_rack(State(app): State<Arc<AppState>>, Reader(_): Reader, Path(key): Path<String>) -> Result<Json<RackDetail>, ApiError> {
     let rack = find_rack(&app, &key).await?;
     let id = rack.id;
     let (devices, hosts) = store::blocking(app.store.clone(), move |s| Ok((s.list_devices(Some(id), None)?, s.rack_hosts(id)?))).await?;
-    let mut v = rack_json(&rack);
-    v["devices"] = json!(devices.iter().map(device_json).collect::<Vec<_>>());
-    v["hosts"] = json!(hosts.iter().map(Uuid::to_string).collect::<Vec<_>>());
+    let v = RackDetail {
+        rack: rack_view(&rack),
+        devices: devices.iter().map(device_view).collect(),
+        hosts: hosts.iter().map(Uuid::to_string).collect(),
+    };
     Ok(Json(v))
 }
 
@@ -158,13 +195,13 @@ pub async fn delete_rack(
     Admin(op): Admin,
     Path(key): Path<String>,
     QueryParams(q): QueryParams<ReasonQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RackView>, ApiError> {
     let reason = check_reason(q.reason.as_deref())?;
     let rack = find_rack(&app, &key).await?;
     let log = change(&app, &op, "rack.deleted", rack.id, &reason, json!({ "name": rack.name }));
     let id = rack.id;
     let gone = store::blocking(app.store.clone(), move |s| s.delete_rack(id, &log)).await?;
-    Ok(Json(rack_json(&gone)))
+    Ok(Json(rack_view(&gone)))
 }
 
 /// `POST /v1/switches` and `/v1/power-shelves`.
@@ -198,7 +235,7 @@ async fn create_device(
     op: OperatorCaller,
     kind: DeviceKind,
     req: NewDeviceRequest,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<DeviceView>), ApiError> {
     let reason = check_reason(req.reason.as_deref())?;
     let name = check_name("name", &req.name)?;
     let endpoint = check_endpoint(&req.endpoint)?;
@@ -232,7 +269,7 @@ async fn create_device(
     let log =
         change(&app, &op, &format!("{}.created", kind.as_str()), device.id, &reason, json!({ "name": device.name, "rack": rack.name }));
     let stored = store::blocking(app.store.clone(), move |s| s.create_device(&device, &log)).await?;
-    Ok((StatusCode::CREATED, Json(device_json(&stored))))
+    Ok((StatusCode::CREATED, Json(device_view(&stored))))
 }
 
 /// `POST /v1/switches` (admin).
@@ -240,7 +277,7 @@ pub async fn create_switch(
     State(app): State<Arc<AppState>>,
     Admin(op): Admin,
     JsonBody(req): JsonBody<NewDeviceRequest>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<DeviceView>), ApiError> {
     create_device(app, op, DeviceKind::Switch, req).await
 }
 
@@ -249,7 +286,7 @@ pub async fn create_shelf(
     State(app): State<Arc<AppState>>,
     Admin(op): Admin,
     JsonBody(req): JsonBody<NewDeviceRequest>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<DeviceView>), ApiError> {
     create_device(app, op, DeviceKind::PowerShelf, req).await
 }
 
@@ -260,13 +297,13 @@ pub struct DeviceQuery {
     rack: Option<String>,
 }
 
-async fn list_devices(app: Arc<AppState>, kind: DeviceKind, q: DeviceQuery) -> Result<Json<Value>, ApiError> {
+async fn list_devices(app: Arc<AppState>, kind: DeviceKind, q: DeviceQuery) -> Result<Json<DeviceList>, ApiError> {
     let rack = match q.rack.as_deref() {
         Some(r) => Some(find_rack(&app, r).await?.id),
         None => None,
     };
     let devices = store::blocking(app.store.clone(), move |s| s.list_devices(rack, Some(kind))).await?;
-    Ok(Json(json!({ "items": devices.iter().map(device_json).collect::<Vec<_>>() })))
+    Ok(Json(DeviceList { items: devices.iter().map(device_view).collect() }))
 }
 
 /// `GET /v1/switches` (viewer).
@@ -274,7 +311,7 @@ pub async fn list_switches(
     State(app): State<Arc<AppState>>,
     Reader(_): Reader,
     QueryParams(q): QueryParams<DeviceQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DeviceList>, ApiError> {
     list_devices(app, DeviceKind::Switch, q).await
 }
 
@@ -283,7 +320,7 @@ pub async fn list_shelves(
     State(app): State<Arc<AppState>>,
     Reader(_): Reader,
     QueryParams(q): QueryParams<DeviceQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DeviceList>, ApiError> {
     list_devices(app, DeviceKind::PowerShelf, q).await
 }
 
@@ -297,13 +334,13 @@ async fn find_device(app: &Arc<AppState>, kind: DeviceKind, id: &str) -> Result<
 }
 
 /// `GET /v1/switches/{id}` (viewer).
-pub async fn get_switch(State(app): State<Arc<AppState>>, Reader(_): Reader, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(device_json(&find_device(&app, DeviceKind::Switch, &id).await?)))
+pub async fn get_switch(State(app): State<Arc<AppState>>, Reader(_): Reader, Path(id): Path<String>) -> Result<Json<DeviceView>, ApiError> {
+    Ok(Json(device_view(&find_device(&app, DeviceKind::Switch, &id).await?)))
 }
 
 /// `GET /v1/power-shelves/{id}` (viewer).
-pub async fn get_shelf(State(app): State<Arc<AppState>>, Reader(_): Reader, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(device_json(&find_device(&app, DeviceKind::PowerShelf, &id).await?)))
+pub async fn get_shelf(State(app): State<Arc<AppState>>, Reader(_): Reader, Path(id): Path<String>) -> Result<Json<DeviceView>, ApiError> {
+    Ok(Json(device_view(&find_device(&app, DeviceKind::PowerShelf, &id).await?)))
 }
 
 async fn delete_device(
@@ -312,7 +349,7 @@ async fn delete_device(
     kind: DeviceKind,
     id: String,
     q: ReasonQuery,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DeviceView>, ApiError> {
     let reason = check_reason(q.reason.as_deref())?;
     let d = find_device(&app, kind, &id).await?;
     // A switch goes at once; a shelf is only marked here, and its controller's final delete
@@ -324,7 +361,7 @@ async fn delete_device(
     let log = change(&app, &op, kind_name, d.id, &reason, json!({ "name": d.name }));
     let id = d.id;
     let after = store::blocking(app.store.clone(), move |s| s.delete_device(id, &log)).await?;
-    Ok(Json(device_json(&after)))
+    Ok(Json(device_view(&after)))
 }
 
 /// `DELETE /v1/switches/{id}?reason=…` (admin).
@@ -333,7 +370,7 @@ pub async fn delete_switch(
     Admin(op): Admin,
     Path(id): Path<String>,
     QueryParams(q): QueryParams<ReasonQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DeviceView>, ApiError> {
     delete_device(app, op, DeviceKind::Switch, id, q).await
 }
 
@@ -343,7 +380,7 @@ pub async fn delete_shelf(
     Admin(op): Admin,
     Path(id): Path<String>,
     QueryParams(q): QueryParams<ReasonQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DeviceView>, ApiError> {
     delete_device(app, op, DeviceKind::PowerShelf, id, q).await
 }
 
@@ -363,7 +400,7 @@ pub async fn shelf_maintenance(
     State(app): State<Arc<AppState>>,
     Admin(op): Admin,
     JsonBody(req): JsonBody<ShelfMaintenanceRequest>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ShelfMaintenanceAnswer>, ApiError> {
     let (ids, operation) = shelf::parse_request(&req.power_shelf_ids, &req.operation, app.config.jobs.max_shelves_per_request)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     if let Some(r) = &req.reference
@@ -386,7 +423,7 @@ pub async fn shelf_maintenance(
         StoreError::NotFound { id, .. } => ApiError::not_found(format!("power shelf {id} does not exist; no shelf was changed")),
         other => ApiError::from(other),
     })?;
-    Ok(Json(json!({ "initiator": initiator, "items": set.iter().map(device_json).collect::<Vec<_>>() })))
+    Ok(Json(ShelfMaintenanceAnswer { initiator, items: set.iter().map(device_view).collect() }))
 }
 
 /// `POST /v1/hosts/{id}/rack`.
@@ -403,7 +440,7 @@ pub async fn place_host(
     Admin(op): Admin,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<PlaceRequest>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<HostPlacement>, ApiError> {
     let reason = check_reason(req.reason.as_deref())?;
     let host_id = Uuid::parse_str(&id).map_err(|_| ApiError::bad_request("host id is not a UUID"))?;
     let rack = match req.rack.as_deref() {
@@ -414,5 +451,5 @@ pub async fn place_host(
     let mut log = change(&app, &op, "host.placed", host_id, &reason, json!({ "rack": rack.as_ref().map(|r| r.name.clone()) }));
     log.event.host_id = Some(host_id);
     store::blocking(app.store.clone(), move |s| s.place_host(host_id, rack_id, &log)).await?;
-    Ok(Json(json!({ "hostId": host_id.to_string(), "rack": rack.map(|r| r.name) })))
+    Ok(Json(HostPlacement { host_id: host_id.to_string(), rack: rack.map(|r| r.name) }))
 }

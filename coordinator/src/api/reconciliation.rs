@@ -18,7 +18,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::{Path, State};
 use drover_proto::states::HostLifecycle;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -27,20 +27,10 @@ use crate::api::error::{ApiError, JsonBody};
 use crate::api::lifecycle::check_reason;
 use crate::api::operator::QueryParams;
 use crate::app::AppState;
-use crate::reconciler::{self, RunRecord};
+use crate::reconciler;
 use crate::store::{self, ChangeLog, NewAudit, NewEvent, ReconcileRow, Site, SiteStatus, StoreError};
 
-/// One site's counts.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct SiteStatusJson {
-    site: String,
-    status: &'static str,
-    ok: u64,
-    drifted: u64,
-    unreconciled: u64,
-    last_run: Option<RunRecord>,
-}
+pub use drover_proto::api::reconciliation::{DriftList, DriftResolved, DriftView, ReconciliationStatus, RunList, SiteReconciliation};
 
 async fn sites(app: &Arc<AppState>, name: Option<&str>) -> Result<Vec<Site>, ApiError> {
     let Some(n) = name.map(str::to_owned) else { return Ok(store::blocking(app.store.clone(), |s| s.list_sites()).await?) };
@@ -53,22 +43,22 @@ async fn rows(app: &Arc<AppState>, site: Uuid) -> Result<Vec<ReconcileRow>, ApiE
 }
 
 /// `GET /v1/maas/reconciliation/status` (viewer).
-pub async fn status(State(app): State<Arc<AppState>>, Reader(_): Reader) -> Result<Json<Value>, ApiError> {
+pub async fn status(State(app): State<Arc<AppState>>, Reader(_): Reader) -> Result<Json<ReconciliationStatus>, ApiError> {
     let mut out = Vec::new();
     for site in sites(&app, None).await? {
         let rows = rows(&app, site.id).await?;
         let drifted = rows.iter().filter(|r| r.binding.drift.is_some()).count() as u64;
         let unreconciled = rows.iter().filter(|r| r.binding.drift.is_none() && r.binding.observed.is_none()).count() as u64;
-        out.push(SiteStatusJson {
+        out.push(SiteReconciliation {
             site: site.name.clone(),
-            status: site.status.as_str(),
+            status: site.status.as_str().to_owned(),
             ok: rows.len() as u64 - drifted - unreconciled,
             drifted,
             unreconciled,
             last_run: app.reconciler.last(site.id),
         });
     }
-    Ok(Json(json!({ "sites": out })))
+    Ok(Json(ReconciliationStatus { sites: out }))
 }
 
 /// `?site=` of the drift listing.
@@ -78,24 +68,34 @@ pub struct DriftQuery {
     site: Option<String>,
 }
 
-fn drift_json(site: &str, r: &ReconcileRow) -> Value {
+/// A drifted host as the API shows it. Its details are stored as the JSON this coordinator
+/// wrote; details that no longer read as such (an older build's) show as `null` rather than
+/// failing the listing.
+fn drift_view(site: &str, r: &ReconcileRow) -> DriftView {
     let b = &r.binding;
-    json!({
-        "hostId": b.host_id.to_string(),
-        "hostname": r.hostname,
-        "site": site,
-        "systemId": b.system_id,
-        "state": r.state,
-        "schedulable": r.schedulable,
-        "lastMaasStatus": b.observed.as_ref().map(|o| o.status.clone()),
-        "lastPowerState": b.observed.as_ref().map(|o| o.power_state.clone()),
-        "lastIps": b.observed.as_ref().map(|o| o.ips.clone()).unwrap_or_default(),
-        "lastReconciledAt": b.observed.as_ref().map(|o| o.at),
-        "driftDetected": b.drift.is_some(),
-        "driftDetails": b.drift,
-        "driftDetectedAt": b.drift_detected_at,
-        "driftResolvedAt": b.drift_resolved_at,
-    })
+    let details = b.drift.as_ref().and_then(|d| match serde_json::from_value(d.clone()) {
+        Ok(details) => Some(details),
+        Err(e) => {
+            tracing::warn!(host = %b.host_id, error = %e, "stored drift details do not parse; not shown");
+            None
+        }
+    });
+    DriftView {
+        host_id: b.host_id.to_string(),
+        hostname: r.hostname.clone(),
+        site: site.to_owned(),
+        system_id: b.system_id.clone(),
+        state: r.state,
+        schedulable: r.schedulable,
+        last_maas_status: b.observed.as_ref().map(|o| o.status.clone()),
+        last_power_state: b.observed.as_ref().map(|o| o.power_state.clone()),
+        last_ips: b.observed.as_ref().map(|o| o.ips.clone()).unwrap_or_default(),
+        last_reconciled_at: b.observed.as_ref().map(|o| o.at),
+        drift_detected: b.drift.is_some(),
+        drift_details: details,
+        drift_detected_at: b.drift_detected_at,
+        drift_resolved_at: b.drift_resolved_at,
+    }
 }
 
 /// `GET /v1/maas/reconciliation/drift` (viewer): hosts with an open drift, by site then
@@ -104,14 +104,14 @@ pub async fn drift(
     State(app): State<Arc<AppState>>,
     Reader(_): Reader,
     QueryParams(q): QueryParams<DriftQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DriftList>, ApiError> {
     let mut out = Vec::new();
     for site in sites(&app, q.site.as_deref()).await? {
         let mut rows: Vec<ReconcileRow> = rows(&app, site.id).await?.into_iter().filter(|r| r.binding.drift.is_some()).collect();
         rows.sort_by(|a, b| a.hostname.cmp(&b.hostname));
-        out.extend(rows.iter().map(|r| drift_json(&site.name, r)));
+        out.extend(rows.iter().map(|r| drift_view(&site.name, r)));
     }
-    Ok(Json(json!({ "drift": out })))
+    Ok(Json(DriftList { drift: out }))
 }
 
 /// What the operator did about a drift.
@@ -152,7 +152,7 @@ pub async fn resolve(
     Admin(op): Admin,
     Path(key): Path<String>,
     JsonBody(req): JsonBody<ResolveRequest>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DriftResolved>, ApiError> {
     let reason = check_reason(req.reason.as_deref())?;
     let id = host_id(&app, &key).await?;
     let at = app.clock.now();
@@ -213,14 +213,18 @@ pub async fn resolve(
         other => ApiError::from(other),
     })??;
     tracing::info!(host_id = %id, operator = %op.name, action = ?action, %reason, "MAAS drift resolved");
-    Ok(Json(json!({
-        "hostId": id.to_string(),
-        "hostname": host.hostname,
-        "state": host.state,
-        "schedulable": host.schedulable,
-        "action": match action { Resolution::Acknowledge => "acknowledge", Resolution::Unquarantine => "unquarantine" },
-        "driftResolvedAt": binding.drift_resolved_at,
-    })))
+    Ok(Json(DriftResolved {
+        host_id: id.to_string(),
+        hostname: host.hostname,
+        state: host.state,
+        schedulable: host.schedulable,
+        action: match action {
+            Resolution::Acknowledge => "acknowledge",
+            Resolution::Unquarantine => "unquarantine",
+        }
+        .to_owned(),
+        drift_resolved_at: binding.drift_resolved_at,
+    }))
 }
 
 /// The run body.
@@ -233,7 +237,11 @@ pub struct RunRequest {
 
 /// `POST /v1/maas/reconciliation/run` (admin): runs a pass now (after any running one) and
 /// answers with it.
-pub async fn run(State(app): State<Arc<AppState>>, Admin(op): Admin, JsonBody(req): JsonBody<RunRequest>) -> Result<Json<Value>, ApiError> {
+pub async fn run(
+    State(app): State<Arc<AppState>>,
+    Admin(op): Admin,
+    JsonBody(req): JsonBody<RunRequest>,
+) -> Result<Json<RunList>, ApiError> {
     let chosen = sites(&app, req.site.as_deref()).await?;
     if let Some(site) = chosen.iter().find(|s| req.site.is_some() && s.status != SiteStatus::Active) {
         return Err(ApiError::conflict(format!("site {} is {}: enable it to reconcile it", site.name, site.status.as_str())));
@@ -244,5 +252,5 @@ pub async fn run(State(app): State<Arc<AppState>>, Admin(op): Admin, JsonBody(re
     for site in &active {
         runs.push(reconciler::pass(&app, site).await);
     }
-    Ok(Json(json!({ "runs": runs })))
+    Ok(Json(RunList { runs }))
 }

@@ -21,6 +21,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+pub use drover_proto::api::sites::{Items, OverrideView, ProfileView, RoceUpsert, RoceView};
+
 use crate::api::auth::{Admin, Reader};
 use crate::api::error::{ApiError, JsonBody};
 use crate::api::sites::{PowerCredentials, change_log, load_site, reason_or_default, secret_error, secret_path};
@@ -31,12 +33,19 @@ use crate::store::{self, NewRoce, PowerOverride, Profile, ProfilePolicy, Selecto
 /// The most RoCE rows one upsert may carry.
 pub const MAX_ROCE_ITEMS: usize = 10_000;
 
-fn profile_json(p: &Profile, site: &Site) -> Value {
-    json!({
-        "id": p.id, "siteId": p.site_id, "name": p.name, "description": p.description, "status": p.status,
-        "default": p.id == site.default_profile_id, "policy": p.policy, "revision": p.revision,
-        "createdAt": p.created_at, "updatedAt": p.updated_at,
-    })
+fn profile_view(p: &Profile, site: &Site) -> ProfileView {
+    ProfileView {
+        id: p.id.to_string(),
+        site_id: p.site_id.to_string(),
+        name: p.name.clone(),
+        description: p.description.clone(),
+        status: p.status,
+        default: p.id == site.default_profile_id,
+        policy: p.policy.clone(),
+        revision: p.revision,
+        created_at: p.created_at,
+        updated_at: p.updated_at,
+    }
 }
 
 /// One of `site`'s profiles, by id or name.
@@ -51,11 +60,15 @@ pub async fn load_profile(app: &Arc<AppState>, site: &Site, key: &str) -> Result
 }
 
 /// `GET /v1/maas/sites/{site}/profiles` (viewer).
-pub async fn list_profiles(State(app): State<Arc<AppState>>, Reader(_): Reader, Path(key): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn list_profiles(
+    State(app): State<Arc<AppState>>,
+    Reader(_): Reader,
+    Path(key): Path<String>,
+) -> Result<Json<Items<ProfileView>>, ApiError> {
     let site = load_site(&app, &key).await?;
     let id = site.id;
     let profiles = store::blocking(app.store.clone(), move |s| s.list_profiles(id)).await?;
-    Ok(Json(json!({ "items": profiles.iter().map(|p| profile_json(p, &site)).collect::<Vec<_>>() })))
+    Ok(Json(Items { items: profiles.iter().map(|p| profile_view(p, &site)).collect() }))
 }
 
 /// `GET /v1/maas/sites/{site}/profiles/{profile}` (viewer).
@@ -63,10 +76,10 @@ pub async fn get_profile(
     State(app): State<Arc<AppState>>,
     Reader(_): Reader,
     Path((key, profile)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ProfileView>, ApiError> {
     let site = load_site(&app, &key).await?;
     let p = load_profile(&app, &site, &profile).await?;
-    Ok(Json(profile_json(&p, &site)))
+    Ok(Json(profile_view(&p, &site)))
 }
 
 /// `POST /v1/maas/sites/{site}/profiles` body.
@@ -98,7 +111,7 @@ pub async fn create_profile(
     Admin(op): Admin,
     Path(key): Path<String>,
     JsonBody(req): JsonBody<CreateProfile>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<ProfileView>), ApiError> {
     let reason = reason_or_default(req.reason.as_deref())?;
     let site = load_site(&app, &key).await?;
     let now = app.clock.now();
@@ -115,7 +128,7 @@ pub async fn create_profile(
     };
     let log = change_log(&op, &app, "maas.profile.created", &site, &profile.id.to_string(), &reason, json!({ "profile": profile.name }));
     let stored = store::blocking(app.store.clone(), move |s| s.create_profile(&profile, &log)).await?;
-    Ok((StatusCode::CREATED, Json(profile_json(&stored, &site))))
+    Ok((StatusCode::CREATED, Json(profile_view(&stored, &site))))
 }
 
 /// `PATCH /v1/maas/sites/{site}/profiles/{profile}` body; `policy` holds only the fields to change.
@@ -141,7 +154,7 @@ pub async fn patch_profile(
     Admin(op): Admin,
     Path((key, profile)): Path<(String, String)>,
     JsonBody(req): JsonBody<PatchProfile>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ProfileView>, ApiError> {
     let reason = reason_or_default(req.reason.as_deref())?;
     let site = load_site(&app, &key).await?;
     let current = load_profile(&app, &site, &profile).await?;
@@ -171,27 +184,37 @@ pub async fn patch_profile(
         next.policy = validate::policy(&policy)?;
     }
     if next == current {
-        return Ok(Json(profile_json(&current, &site)));
+        return Ok(Json(profile_view(&current, &site)));
     }
     next.updated_at = app.clock.now();
     let log = change_log(&op, &app, "maas.profile.updated", &site, &current.id.to_string(), &reason, json!({ "profile": next.name }));
     let revision = current.revision;
     let stored = store::blocking(app.store.clone(), move |s| s.update_profile(&next, revision, &log)).await?;
-    Ok(Json(profile_json(&stored, &site)))
+    Ok(Json(profile_view(&stored, &site)))
 }
 
-fn override_json(o: &PowerOverride) -> Value {
-    json!({
-        "id": o.id, "siteId": o.site_id, "selectorType": o.selector_type, "selectorValue": o.selector_value,
-        "secretPath": o.secret_path, "status": o.status, "createdAt": o.created_at, "updatedAt": o.updated_at,
-    })
+fn override_view(o: &PowerOverride) -> OverrideView {
+    OverrideView {
+        id: o.id.to_string(),
+        site_id: o.site_id.to_string(),
+        selector_type: o.selector_type,
+        selector_value: o.selector_value.clone(),
+        secret_path: o.secret_path.clone(),
+        status: o.status,
+        created_at: o.created_at,
+        updated_at: o.updated_at,
+    }
 }
 
 /// `GET /v1/maas/sites/{site}/overrides` (viewer): in selection order; paths, never values.
-pub async fn list_overrides(State(app): State<Arc<AppState>>, Reader(_): Reader, Path(key): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn list_overrides(
+    State(app): State<Arc<AppState>>,
+    Reader(_): Reader,
+    Path(key): Path<String>,
+) -> Result<Json<Items<OverrideView>>, ApiError> {
     let site = load_site(&app, &key).await?;
     let overrides = store::blocking(app.store.clone(), move |s| s.list_overrides(site.id)).await?;
-    Ok(Json(json!({ "items": overrides.iter().map(override_json).collect::<Vec<_>>() })))
+    Ok(Json(Items { items: overrides.iter().map(override_view).collect() }))
 }
 
 /// `POST /v1/maas/sites/{site}/overrides` body.
@@ -212,7 +235,7 @@ pub async fn create_override(
     Admin(op): Admin,
     Path(key): Path<String>,
     JsonBody(req): JsonBody<CreateOverride>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<OverrideView>), ApiError> {
     let reason = reason_or_default(req.reason.as_deref())?;
     let ty: SelectorType = req.selector_type.trim().parse().map_err(|e: String| ApiError::bad_request(format!("selectorType: {e}")))?;
     let value = validate::selector_value(ty, &req.selector_value)?;
@@ -236,7 +259,7 @@ pub async fn create_override(
     let data = json!({ "overrideId": id, "selectorType": ty, "selectorValue": o.selector_value });
     let log = change_log(&op, &app, "maas.override.created", &site, &id.to_string(), &reason, data);
     match store::blocking(app.store.clone(), move |s| s.create_override(&o, &log)).await {
-        Ok(stored) => Ok((StatusCode::CREATED, Json(override_json(&stored)))),
+        Ok(stored) => Ok((StatusCode::CREATED, Json(override_view(&stored)))),
         Err(e) => {
             if let Err(cleanup) = app.secrets.delete(&spath).await {
                 tracing::warn!(error = %cleanup, path = %path, "could not remove the secret of a refused override");
@@ -268,7 +291,7 @@ pub async fn override_credentials(
     Admin(op): Admin,
     Path((key, id)): Path<(String, String)>,
     JsonBody(req): JsonBody<OverrideCredentials>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<OverrideView>, ApiError> {
     let reason = reason_or_default(req.reason.as_deref())?;
     let secret = req.credentials.to_secret("credentials")?;
     let site = load_site(&app, &key).await?;
@@ -281,7 +304,7 @@ pub async fn override_credentials(
         s.append_audit(&log.audit)
     })
     .await?;
-    Ok(Json(override_json(&o)))
+    Ok(Json(override_view(&o)))
 }
 
 /// `DELETE /v1/maas/sites/{site}/overrides/{id}` (admin): the row, then its secret.
@@ -289,7 +312,7 @@ pub async fn delete_override(
     State(app): State<Arc<AppState>>,
     Admin(op): Admin,
     Path((key, id)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<OverrideView>, ApiError> {
     let site = load_site(&app, &key).await?;
     let o = find_override(&app, &site, &id).await?;
     let log = change_log(&op, &app, "maas.override.deleted", &site, &o.id.to_string(), "(no reason given)", json!({ "overrideId": o.id }));
@@ -297,7 +320,7 @@ pub async fn delete_override(
     let removed = store::blocking(app.store.clone(), move |s| s.delete_override(site_id, oid, &log)).await?;
     let spath = secret_path(&removed.secret_path)?;
     app.secrets.delete(&spath).await.map_err(secret_error)?;
-    Ok(Json(override_json(&removed)))
+    Ok(Json(override_view(&removed)))
 }
 
 /// One row of a RoCE upsert, as §3.4's payload spells it (`ipv4_cidr`) or camelCase.
@@ -349,14 +372,14 @@ pub async fn upsert_roce(
     Admin(op): Admin,
     Path(key): Path<String>,
     JsonBody(req): JsonBody<RoceUpsertRequest>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RoceUpsert>, ApiError> {
     let reason = reason_or_default(req.reason.as_deref())?;
     let rows = check_roce(&req.items)?;
     let site = load_site(&app, &key).await?;
     let log = change_log(&op, &app, "maas.roce.upserted", &site, &site.id.to_string(), &reason, json!({ "rows": rows.len() }));
     let (site_id, at) = (site.id, app.clock.now());
     let r = store::blocking(app.store.clone(), move |s| s.upsert_roce(site_id, &rows, at, &log)).await?;
-    Ok(Json(json!({ "siteId": site.id, "created": r.created, "updated": r.updated, "unchanged": r.unchanged })))
+    Ok(Json(RoceUpsert { site_id: site.id.to_string(), created: r.created, updated: r.updated, unchanged: r.unchanged }))
 }
 
 /// `GET …/roce-assignments` query.
@@ -373,15 +396,22 @@ pub async fn list_roce(
     Reader(_): Reader,
     Path(key): Path<String>,
     Query(q): Query<RoceQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Items<RoceView>>, ApiError> {
     let site = load_site(&app, &key).await?;
     let host = q.hostname.as_deref().map(|h| validate::hostname("hostname", h)).transpose()?;
     let rows = store::blocking(app.store.clone(), move |s| s.list_roce(site.id, host.as_deref())).await?;
-    let items: Vec<Value> = rows
+    let items: Vec<RoceView> = rows
         .iter()
-        .map(|r| json!({ "id": r.id, "hostname": r.hostname, "interface": r.interface, "ipv4Cidr": r.ipv4_cidr, "createdAt": r.created_at, "updatedAt": r.updated_at }))
+        .map(|r| RoceView {
+            id: r.id.to_string(),
+            hostname: r.hostname.clone(),
+            interface: r.interface.clone(),
+            ipv4_cidr: r.ipv4_cidr.clone(),
+            created_at: Some(r.created_at),
+            updated_at: Some(r.updated_at),
+        })
         .collect();
-    Ok(Json(json!({ "items": items })))
+    Ok(Json(Items { items }))
 }
 
 /// `DELETE /v1/maas/sites/{site}/roce-assignments/{id}` (admin).
@@ -389,7 +419,7 @@ pub async fn delete_roce(
     State(app): State<Arc<AppState>>,
     Admin(op): Admin,
     Path((key, id)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RoceView>, ApiError> {
     let rid = Uuid::parse_str(id.trim()).map_err(|_| ApiError::bad_request(format!("assignment id {id:?} is not a UUID")))?;
     let site = load_site(&app, &key).await?;
     let log = change_log(&op, &app, "maas.roce.deleted", &site, &rid.to_string(), "(no reason given)", json!({ "assignmentId": rid }));
@@ -398,5 +428,12 @@ pub async fn delete_roce(
         StoreError::NotFound { .. } => ApiError::not_found(format!("site {} has no RoCE assignment {rid}", site.name)),
         other => other.into(),
     })?;
-    Ok(Json(json!({ "id": r.id, "hostname": r.hostname, "interface": r.interface, "ipv4Cidr": r.ipv4_cidr })))
+    Ok(Json(RoceView {
+        id: r.id.to_string(),
+        hostname: r.hostname,
+        interface: r.interface,
+        ipv4_cidr: r.ipv4_cidr,
+        created_at: None,
+        updated_at: None,
+    }))
 }

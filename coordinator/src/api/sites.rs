@@ -26,6 +26,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+pub use drover_proto::api::sites::{Items, PreflightAnswer, ProbeAnswer, SecretRef, SiteCredentials, SiteView};
+
 use crate::api::auth::{Admin, OperatorCaller, Reader};
 use crate::api::error::{ApiError, JsonBody};
 use crate::app::AppState;
@@ -109,28 +111,27 @@ pub fn change_log(op: &OperatorCaller, app: &AppState, kind: &str, site: &Site, 
 
 /// The API's JSON of a site: its fields, status, default profile and secret paths with when
 /// each was written — never a secret value.
-pub fn site_json(site: &Site) -> Value {
-    let mut v = serde_json::to_value(&site.config).unwrap_or_else(|_| json!({}));
+pub fn site_view(site: &Site) -> SiteView {
     let s = &site.secrets;
-    let set_at = |t: Option<i64>| t.and_then(|t| drover_proto::time::Time::from_unix(t).ok());
-    if let Value::Object(m) = &mut v {
-        m.insert("id".into(), json!(site.id));
-        m.insert("name".into(), json!(site.name));
-        m.insert("status".into(), json!(site.status));
-        m.insert("defaultProfileId".into(), json!(site.default_profile_id));
-        m.insert(
-            "credentials".into(),
-            json!({
-                "apiToken": { "path": s.api_token_path, "setAt": set_at(s.api_token_set_at) },
-                "defaultPower": { "path": s.default_power_path, "setAt": set_at(s.default_power_set_at) },
-                "deployPassword": { "path": s.deploy_password_path, "setAt": set_at(s.deploy_password_set_at) },
-            }),
-        );
-        m.insert("revision".into(), json!(site.revision));
-        m.insert("createdAt".into(), json!(site.created_at));
-        m.insert("updatedAt".into(), json!(site.updated_at));
+    let secret = |path: &str, at: Option<i64>| SecretRef {
+        path: path.to_owned(),
+        set_at: at.and_then(|t| drover_proto::time::Time::from_unix(t).ok()),
+    };
+    SiteView {
+        config: site.config.clone(),
+        id: site.id.to_string(),
+        name: site.name.clone(),
+        status: site.status,
+        default_profile_id: site.default_profile_id.to_string(),
+        credentials: SiteCredentials {
+            api_token: secret(&s.api_token_path, s.api_token_set_at),
+            default_power: secret(&s.default_power_path, s.default_power_set_at),
+            deploy_password: secret(&s.deploy_password_path, s.deploy_password_set_at),
+        },
+        revision: site.revision,
+        created_at: site.created_at,
+        updated_at: site.updated_at,
     }
-    v
 }
 
 /// The site named by `key`: its id, or its name.
@@ -208,7 +209,7 @@ pub async fn create(
     State(app): State<Arc<AppState>>,
     Admin(op): Admin,
     JsonBody(req): JsonBody<CreateSite>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<SiteView>), ApiError> {
     let reason = reason_or_default(req.reason.as_deref())?;
     let name = validate::name("name", &req.name)?;
     let config = validate::site_config(&SiteConfig {
@@ -252,18 +253,18 @@ pub async fn create(
     };
     let log = change_log(&op, &app, "maas.site.created", &site, &id.to_string(), &reason, json!({ "defaultProfileId": profile_id }));
     let stored = store::blocking(app.store.clone(), move |s| s.create_site(&site, &profile, &log)).await?;
-    Ok((StatusCode::CREATED, Json(site_json(&stored))))
+    Ok((StatusCode::CREATED, Json(site_view(&stored))))
 }
 
 /// `GET /v1/maas/sites` (viewer).
-pub async fn list(State(app): State<Arc<AppState>>, Reader(_): Reader) -> Result<Json<Value>, ApiError> {
+pub async fn list(State(app): State<Arc<AppState>>, Reader(_): Reader) -> Result<Json<Items<SiteView>>, ApiError> {
     let sites = store::blocking(app.store.clone(), |s| s.list_sites()).await?;
-    Ok(Json(json!({ "items": sites.iter().map(site_json).collect::<Vec<_>>() })))
+    Ok(Json(Items { items: sites.iter().map(site_view).collect() }))
 }
 
 /// `GET /v1/maas/sites/{site}` (viewer).
-pub async fn get(State(app): State<Arc<AppState>>, Reader(_): Reader, Path(key): Path<String>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(site_json(&load_site(&app, &key).await?)))
+pub async fn get(State(app): State<Arc<AppState>>, Reader(_): Reader, Path(key): Path<String>) -> Result<Json<SiteView>, ApiError> {
+    Ok(Json(site_view(&load_site(&app, &key).await?)))
 }
 
 /// `PATCH /v1/maas/sites/{site}` body: every field optional; `maasCaPem: null` clears it.
@@ -307,7 +308,7 @@ pub async fn patch(
     Admin(op): Admin,
     Path(key): Path<String>,
     JsonBody(req): JsonBody<PatchSite>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SiteView>, ApiError> {
     let reason = reason_or_default(req.reason.as_deref())?;
     let ca = match &req.maas_ca_pem {
         None => None,
@@ -365,7 +366,7 @@ pub async fn patch(
         Ok(Some((next, log)))
     })
     .await?;
-    Ok(Json(site_json(&site)))
+    Ok(Json(site_view(&site)))
 }
 
 /// `POST /v1/maas/sites/{site}/disable|enable` body.
@@ -382,7 +383,7 @@ async fn set_status(
     key: String,
     to: SiteStatus,
     reason: Option<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SiteView>, ApiError> {
     let reason = reason_or_default(reason.as_deref())?;
     let kind = if to == SiteStatus::Disabled { "maas.site.disabled" } else { "maas.site.enabled" };
     let site = modify_site(&app, &key, |current| {
@@ -396,7 +397,7 @@ async fn set_status(
         Ok(Some((next, log)))
     })
     .await?;
-    Ok(Json(site_json(&site)))
+    Ok(Json(site_view(&site)))
 }
 
 /// `POST /v1/maas/sites/{site}/disable` (admin): new work is refused, running work finishes.
@@ -405,7 +406,7 @@ pub async fn disable(
     Admin(op): Admin,
     Path(key): Path<String>,
     body: axum::body::Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SiteView>, ApiError> {
     set_status(app, op, key, SiteStatus::Disabled, optional_json::<StatusChange>(&body)?.reason).await
 }
 
@@ -415,12 +416,12 @@ pub async fn enable(
     Admin(op): Admin,
     Path(key): Path<String>,
     body: axum::body::Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SiteView>, ApiError> {
     set_status(app, op, key, SiteStatus::Active, optional_json::<StatusChange>(&body)?.reason).await
 }
 
 /// `DELETE /v1/maas/sites/{site}` (admin): the soft delete of §3.4 — the site is disabled.
-pub async fn delete(State(app): State<Arc<AppState>>, Admin(op): Admin, Path(key): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn delete(State(app): State<Arc<AppState>>, Admin(op): Admin, Path(key): Path<String>) -> Result<Json<SiteView>, ApiError> {
     set_status(app, op, key, SiteStatus::Disabled, Some("deleted (soft: disabled)".into())).await
 }
 
@@ -500,7 +501,7 @@ pub async fn credentials(
     Admin(op): Admin,
     Path(key): Path<String>,
     JsonBody(req): JsonBody<Credentials>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SiteView>, ApiError> {
     let reason = reason_or_default(req.reason.as_deref())?;
     let token = req.api_token.as_deref().map(check_api_token).transpose()?;
     let power = req.default_power.as_ref().map(|p| p.to_secret("defaultPower")).transpose()?;
@@ -547,20 +548,25 @@ pub async fn credentials(
         Ok(Some((next, log)))
     })
     .await?;
-    Ok(Json(site_json(&site)))
+    Ok(Json(site_view(&site)))
 }
 
 /// `POST /v1/maas/sites/{site}/probe` (admin): reads the token from the secret store now and
 /// asks MAAS for its version and rack controllers ([`preflight::probe_site`]). 200 either
 /// way; `ok` says which, and a failure carries its preflight class.
-pub async fn probe(State(app): State<Arc<AppState>>, Admin(_): Admin, Path(key): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn probe(State(app): State<Arc<AppState>>, Admin(_): Admin, Path(key): Path<String>) -> Result<Json<ProbeAnswer>, ApiError> {
     let site = load_site(&app, &key).await?;
-    Ok(Json(match preflight::probe_site(&*app.secrets, &*app.maas, &site, MAAS_CALL_TIMEOUT).await {
-        Ok(report) => json!({
-            "siteId": site.id, "site": site.name, "ok": true, "apiBaseUrl": site.config.api_base_url,
-            "version": report.version, "capabilities": report.capabilities, "rackControllers": report.rack_controllers,
-        }),
-        Err(failure) => json!({ "siteId": site.id, "site": site.name, "ok": false, "failure": failure }),
+    let (report, failure) = match preflight::probe_site(&*app.secrets, &*app.maas, &site, MAAS_CALL_TIMEOUT).await {
+        Ok(report) => (Some(report), None),
+        Err(failure) => (None, Some(failure.view())),
+    };
+    Ok(Json(ProbeAnswer {
+        site_id: site.id.to_string(),
+        site: site.name.clone(),
+        ok: report.is_some(),
+        api_base_url: report.as_ref().map(|_| site.config.api_base_url.clone()),
+        report,
+        failure,
     }))
 }
 
@@ -582,7 +588,7 @@ pub async fn run_preflight(
     Admin(_): Admin,
     Path(key): Path<String>,
     body: axum::body::Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<PreflightAnswer>, ApiError> {
     let req: PreflightRequest = optional_json(&body)?;
     let site = load_site(&app, &key).await?;
     let profile_id = match &req.profile {
@@ -592,7 +598,21 @@ pub async fn run_preflight(
     let needed: Vec<&str> = req.capabilities.iter().map(String::as_str).collect();
     let result = preflight::preflight(app.store.clone(), &*app.secrets, &*app.maas, site.id, profile_id, &needed, MAAS_CALL_TIMEOUT).await;
     Ok(Json(match result {
-        Ok(p) => json!({ "siteId": p.site.id, "profileId": p.profile.id, "profile": p.profile.name, "ok": true, "maas": p.maas }),
-        Err(failure) => json!({ "siteId": site.id, "ok": false, "failure": failure }),
+        Ok(p) => PreflightAnswer {
+            site_id: p.site.id.to_string(),
+            ok: true,
+            profile_id: Some(p.profile.id.to_string()),
+            profile: Some(p.profile.name),
+            maas: Some(p.maas),
+            failure: None,
+        },
+        Err(failure) => PreflightAnswer {
+            site_id: site.id.to_string(),
+            ok: false,
+            profile_id: None,
+            profile: None,
+            maas: None,
+            failure: Some(failure.view()),
+        },
     }))
 }

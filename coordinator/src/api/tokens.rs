@@ -16,8 +16,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, State};
-use drover_proto::time::Time;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::api::auth::{Admin, Reader};
 use crate::api::error::{ApiError, JsonBody};
@@ -33,29 +32,17 @@ pub struct TokensQuery {
     host_id: Option<String>,
 }
 
-/// An enrollment token's record: when it was issued, expires, was used or revoked. Never the
-/// token or its hash: either would be a credential in a listing.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TokenView {
-    id: String,
-    host_id: String,
-    created_at: Time,
-    expires_at: Time,
-    used_at: Option<Time>,
-    revoked_at: Option<Time>,
-}
+pub use drover_proto::api::admin::TokenView;
 
-impl From<TokenInfo> for TokenView {
-    fn from(t: TokenInfo) -> Self {
-        TokenView {
-            id: t.id.to_string(),
-            host_id: t.host_id.to_string(),
-            created_at: t.created_at,
-            expires_at: t.expires_at,
-            used_at: t.used_at,
-            revoked_at: t.revoked_at,
-        }
+/// A token record as the API shows it.
+fn token_view(t: TokenInfo) -> TokenView {
+    TokenView {
+        id: t.id.to_string(),
+        host_id: t.host_id.to_string(),
+        created_at: t.created_at,
+        expires_at: t.expires_at,
+        used_at: t.used_at,
+        revoked_at: t.revoked_at,
     }
 }
 
@@ -67,7 +54,7 @@ pub async fn list(
 ) -> Result<Json<Page<TokenView, String>>, ApiError> {
     let host = q.host_id.as_deref().map(|h| parse_uuid("hostId", h)).transpose()?;
     let tokens = store::blocking(app.store.clone(), move |s| s.list_tokens(host)).await?;
-    Ok(Json(Page { items: tokens.into_iter().map(TokenView::from).collect(), next: None }))
+    Ok(Json(Page { items: tokens.into_iter().map(token_view).collect(), next: None }))
 }
 
 /// The body of a revocation.
@@ -106,5 +93,5 @@ pub async fn revoke(
     })
     .await?;
     tracing::info!(token_id = %id, host_id = %token.host_id, operator = %op.name, "enrollment token revoked");
-    Ok(Json(token.into()))
+    Ok(Json(token_view(token)))
 }

@@ -4,28 +4,16 @@
 //! nothing about which build to attack.
 
 use axum::Json;
-use serde::Serialize;
 
 use crate::api::auth::Reader;
 
-/// The answer.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct VersionView {
-    /// The coordinator's release (the workspace version it was built from).
-    pub version: &'static str,
-    /// The operator API's version, the `/v1` of every route.
-    pub api_version: &'static str,
-    /// How many minor releases an agent may be from this coordinator before
-    /// `host.version_skew` is raised.
-    pub agent_minor_skew: u64,
-}
+pub use drover_proto::api::admin::VersionView;
 
 /// `GET /v1/version`.
 pub async fn version(_caller: Reader) -> Json<VersionView> {
     Json(VersionView {
-        version: drover_proto::version::VERSION,
-        api_version: "v1",
+        version: drover_proto::version::VERSION.to_owned(),
+        api_version: "v1".to_owned(),
         agent_minor_skew: drover_proto::version::AGENT_MINOR_SKEW,
     })
 }

@@ -13,31 +13,8 @@ use drover_proto::states::RackState;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-/// A maintenance activity, in the order a cycle runs them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Activity {
-    /// Reprovision and upgrade firmware.
-    FirmwareUpgrade,
-    /// Configure the NMX (NVLink) cluster.
-    ConfigureNmxCluster,
-    /// Power sequencing.
-    PowerSequence,
-}
-
-impl Activity {
-    /// Every activity, in the order a cycle runs them.
-    pub const ALL: [Activity; 3] = [Activity::FirmwareUpgrade, Activity::ConfigureNmxCluster, Activity::PowerSequence];
-
-    /// The stable name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Activity::FirmwareUpgrade => "firmware_upgrade",
-            Activity::ConfigureNmxCluster => "configure_nmx_cluster",
-            Activity::PowerSequence => "power_sequence",
-        }
-    }
-}
+/// A maintenance activity, in the order a cycle runs them: the API's own type.
+pub use drover_proto::api::racks::RackActivity as Activity;
 
 /// One requested activity with its own configuration (the seed's oneof).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -240,15 +217,8 @@ pub fn resolve_firmware(version: Option<&str>, hardware_type: &str, table: &[Fir
     }
 }
 
-/// Where a maintenance cycle is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "phase", content = "activity", rename_all = "snake_case")]
-pub enum Phase {
-    /// The cycle's entry point (the seed's `FirmwareUpgrade(Start)`): consumes the scope.
-    Start,
-    /// Running an activity.
-    Running(Activity),
-}
+/// Where a maintenance cycle is: the API's own type.
+pub use drover_proto::api::racks::RackPhase as Phase;
 
 /// The next activity after `done` (or the first, from the start) among those requested: the
 /// cycle always enters at the firmware upgrade's start and skips what was not asked for.

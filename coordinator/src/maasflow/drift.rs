@@ -27,6 +27,18 @@ pub enum Severity {
     Critical,
 }
 
+impl Severity {
+    /// The stable name (the serde form).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Severity::Debug => "debug",
+            Severity::Info => "info",
+            Severity::Warn => "warn",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
 /// Which row of §6.4 (or §9.1) holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -104,24 +116,8 @@ impl Rule {
     }
 }
 
-/// What the reconciler does about it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case", tag = "action")]
-pub enum Action {
-    /// Nothing.
-    None,
-    /// Quarantine the host (no new work; tenants are not released).
-    Quarantine,
-    /// Record the machine's new addresses on the host.
-    UpdateAddresses {
-        /// What MAAS lists now.
-        ips: Vec<String>,
-    },
-    /// Release the machine and power it off in MAAS.
-    ReleaseAndPowerOff,
-    /// Re-assert hardware sync and re-seed the credentials (§9.1).
-    Resync,
-}
+/// What the reconciler does about it: the API's own type.
+pub use drover_proto::api::reconciliation::DriftAction as Action;
 
 /// The verdict on one pair.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

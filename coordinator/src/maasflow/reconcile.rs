@@ -17,9 +17,10 @@
 //! the MAAS record, and unhealthy hardware sync is re-synced by a `maas_resync` workflow
 //! (§9.1), both run by the MAAS executor with its retries, time limits and failure events.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use drover_maas::NodeStatus;
+use drover_proto::api::reconciliation::DriftDetails;
 use drover_proto::states::HostLifecycle;
 use drover_proto::time::Time;
 use serde_json::{Value, json};
@@ -61,25 +62,8 @@ pub struct SiteRef {
     pub profile: String,
 }
 
-/// What a pass found, for the status API, the metrics and the logs.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PassReport {
-    /// Machines MAAS listed.
-    pub machines: u64,
-    /// Bound hosts judged.
-    pub hosts: u64,
-    /// Machines no host is bound to (DEBUG only).
-    pub unmanaged: u64,
-    /// Drifts opened by this pass.
-    pub detected: u64,
-    /// Drifts healed by this pass.
-    pub healed: u64,
-    /// Hosts quarantined by this pass.
-    pub quarantined: u64,
-    /// Open drifts after the pass, by rule.
-    pub open_by_rule: BTreeMap<String, u64>,
-}
+/// What a pass found, for the status API, the metrics and the logs: the API's own type.
+pub use drover_proto::api::reconciliation::PassReport;
 
 /// The plan of one pass.
 #[derive(Debug, Clone, Default)]
@@ -114,16 +98,17 @@ fn acknowledged(details: Option<&Value>, v: &Verdict, status: &str) -> bool {
 
 /// The drift record's details.
 pub fn details(v: &Verdict, status: &str, system_id: &str) -> Value {
-    json!({
-        "rule": v.rule,
-        "severity": v.severity,
-        "alert": v.rule.alert(),
-        "maasStatus": status,
-        "systemId": system_id,
-        "expected": v.expected,
-        "observed": v.observed,
-        "action": v.action,
-    })
+    let details = DriftDetails {
+        rule: v.rule.as_str().to_owned(),
+        severity: v.severity.as_str().to_owned(),
+        alert: v.rule.alert().to_owned(),
+        maas_status: status.to_owned(),
+        system_id: system_id.to_owned(),
+        expected: v.expected.clone(),
+        observed: v.observed.clone(),
+        action: v.action.clone(),
+    };
+    serde_json::to_value(details).unwrap_or(Value::Null)
 }
 
 fn event(at: Time, kind: &str, host_id: Uuid, job_id: Option<Uuid>, message: String, data: Value) -> NewEvent {

@@ -56,6 +56,13 @@ pub struct PreflightFailure {
     pub message: String,
 }
 
+impl PreflightFailure {
+    /// As the API shows it.
+    pub fn view(&self) -> drover_proto::api::sites::CheckFailure {
+        drover_proto::api::sites::CheckFailure { class: self.class.as_str().to_owned(), message: self.message.clone() }
+    }
+}
+
 fn fail(class: PreflightClass, message: impl Into<String>) -> PreflightFailure {
     PreflightFailure { class, message: message.into() }
 }

@@ -11,8 +11,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use serde::Serialize;
-
 /// Where and how to probe.
 #[derive(Clone, Copy)]
 pub struct ProbeTarget<'a> {
@@ -39,29 +37,8 @@ impl std::fmt::Debug for ProbeTarget<'_> {
     }
 }
 
-/// One rack controller, as the probe shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RackSummary {
-    /// MAAS's id.
-    pub system_id: String,
-    /// Its hostname.
-    pub hostname: String,
-    /// Its MAAS version, when reported.
-    pub version: Option<String>,
-}
-
-/// What a successful probe learned.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ProbeReport {
-    /// MAAS's version string, e.g. `3.7.0~beta1`.
-    pub version: String,
-    /// Its capabilities.
-    pub capabilities: Vec<String>,
-    /// Its rack controllers.
-    pub rack_controllers: Vec<RackSummary>,
-}
+/// One rack controller, and what a successful probe learned: the API's own types.
+pub use drover_proto::api::sites::{ProbeReport, RackController as RackSummary};
 
 /// Why a probe failed. Messages never carry the token.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -11,9 +11,6 @@
 //! row's `revision`), and nothing queries inside them. Validation lives in
 //! [`crate::sites`]; a row here is always a validated one.
 
-use std::fmt;
-use std::str::FromStr;
-
 use drover_proto::states::HostLifecycle;
 use drover_proto::time::Time;
 use serde::{Deserialize, Serialize};
@@ -21,73 +18,9 @@ use uuid::Uuid;
 
 use super::{NewAudit, NewEvent};
 
-/// Whether a site (or a profile, or an override) takes new work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SiteStatus {
-    /// Takes new work.
-    Active,
-    /// Refuses new work; running work finishes (§3.5).
-    Disabled,
-}
-
-impl SiteStatus {
-    /// The stable string form.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            SiteStatus::Active => "active",
-            SiteStatus::Disabled => "disabled",
-        }
-    }
-}
-
-impl fmt::Display for SiteStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for SiteStatus {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "active" => Ok(SiteStatus::Active),
-            "disabled" => Ok(SiteStatus::Disabled),
-            other => Err(format!("{other:?} is not a status (active, disabled)")),
-        }
-    }
-}
-
-/// A site's connectivity and defaults (§3.1, §3.6): everything but identity, status and
-/// secrets. Also the API's shape for these fields.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SiteConfig {
-    /// The Drover region this MAAS serves.
-    pub region_code: String,
-    /// MAAS's base URL, e.g. `http://10.176.46.1:5240/MAAS` (no credentials, query or fragment).
-    pub api_base_url: String,
-    /// PXE interface on the MAAS server side, e.g. `ens19`.
-    pub pxe_iface: String,
-    /// PXE VLAN id.
-    pub pxe_vlan_vid: u16,
-    /// PXE interface on the node side, e.g. `eno8303`.
-    pub node_pxe_iface: String,
-    /// The one deploy identity of the site (§3.6: site-scoped, not profile-scoped).
-    pub deploy_user: String,
-    /// The interface the deploy user reaches the node on.
-    pub deploy_ssh_iface: String,
-    /// Resolvers handed to deployed nodes.
-    pub upstream_dns_servers: Vec<String>,
-    /// PEM CA certificate(s) MAAS's HTTPS endpoint is verified against; `None`: plain HTTP
-    /// or publicly trusted. Not a secret.
-    #[serde(default)]
-    pub maas_ca_pem: Option<String>,
-    /// MAAS capabilities (from its version endpoint) every workflow on this site needs; the
-    /// preflight refuses to start when one is missing (§4.14).
-    #[serde(default)]
-    pub required_capabilities: Vec<String>,
-}
+/// Whether a site takes new work, its connectivity, a profile's policy and what an override
+/// matches on: the API's own types ([`drover_proto::api::sites`]).
+pub use drover_proto::api::sites::{ProfilePolicy, SelectorType, SiteConfig, SiteStatus};
 
 /// Where a site's secrets live in the secret store, and when each was last written. Paths
 /// only: the values never enter this store.
@@ -134,89 +67,6 @@ pub struct Site {
     pub updated_at: Time,
 }
 
-/// A profile's policy (§3.6, §3.7): how onboarding, reimage and decommission behave on the
-/// site. Also the API's shape; every field has the seed's default.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
-pub struct ProfilePolicy {
-    /// OS to deploy, e.g. `ubuntu/noble` (profile-scoped so one site can serve several shapes).
-    pub distro_series: String,
-    /// MAAS architecture, e.g. `amd64/generic`.
-    pub architecture: String,
-    /// Profile override of the site's PXE interface (MAAS side).
-    pub pxe_iface: Option<String>,
-    /// Profile override of the site's node-side PXE interface.
-    pub node_pxe_iface: Option<String>,
-    /// Profile override of the site's PXE VLAN.
-    pub pxe_vlan_vid: Option<u16>,
-    /// Refuse to onboard when the PXE prerequisites cannot be verified.
-    pub strict_pxe_preflight: bool,
-    /// Configure RoCE phase 2 from the site's assignments.
-    pub enable_phase2_roce: bool,
-    /// Require MAAS hardware sync (stays true for MAAS-managed nodes in v1).
-    pub require_hw_sync: bool,
-    /// MAAS hardware-sync interval.
-    pub hardware_sync_interval_secs: u64,
-    /// Release without erasing when an erasing release fails.
-    pub release_fallback_no_erase: bool,
-    /// Redeploy once more after a datasource / cloud-init class deploy failure.
-    pub enable_deploy_retry_on_datasource_failure: bool,
-    /// How many such redeploys.
-    pub max_deploy_retry_attempts: u32,
-    /// Claim the sole New machine when nothing matches more strongly (§4.16; unsafe, off).
-    pub auto_claim_single_new_machine: bool,
-    /// Onboardings of one batch running at once on this site.
-    pub batch_max_parallel: u32,
-    /// Infra-owned bootstrap bundle run at first boot before Drover's bootstrap.
-    pub site_bootstrap_bundle_ref: Option<String>,
-    /// Lifetime of the enrollment token baked into a node's cloud-init.
-    pub enrollment_token_ttl_secs: u64,
-    /// Block-device model pattern (case-insensitive substring) that picks the boot disk.
-    pub boot_disk_pattern: String,
-    /// §4.14: how long discovery may take.
-    pub discovery_timeout_secs: u64,
-    /// §4.14: how long commissioning may take.
-    pub commission_timeout_secs: u64,
-    /// §4.14: how long a deployment may take.
-    pub deploy_timeout_secs: u64,
-    /// §4.14: how long seeding hardware sync may take.
-    pub hw_sync_seed_timeout_secs: u64,
-    /// §4.14: how long hardware sync may take to report healthy.
-    pub hw_sync_health_timeout_secs: u64,
-    /// §4.14: how long the agent may take to enroll after deployment.
-    pub enrollment_timeout_secs: u64,
-}
-
-impl Default for ProfilePolicy {
-    fn default() -> Self {
-        ProfilePolicy {
-            distro_series: "ubuntu/noble".into(),
-            architecture: "amd64/generic".into(),
-            pxe_iface: None,
-            node_pxe_iface: None,
-            pxe_vlan_vid: None,
-            strict_pxe_preflight: true,
-            enable_phase2_roce: true,
-            require_hw_sync: true,
-            hardware_sync_interval_secs: 900,
-            release_fallback_no_erase: true,
-            enable_deploy_retry_on_datasource_failure: true,
-            max_deploy_retry_attempts: 1,
-            auto_claim_single_new_machine: false,
-            batch_max_parallel: 10,
-            site_bootstrap_bundle_ref: None,
-            enrollment_token_ttl_secs: 7200,
-            boot_disk_pattern: "BOSS".into(),
-            discovery_timeout_secs: 900,
-            commission_timeout_secs: 1800,
-            deploy_timeout_secs: 2400,
-            hw_sync_seed_timeout_secs: 600,
-            hw_sync_health_timeout_secs: 1800,
-            enrollment_timeout_secs: 1800,
-        }
-    }
-}
-
 /// A site profile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Profile {
@@ -238,47 +88,6 @@ pub struct Profile {
     pub created_at: Time,
     /// Last changed.
     pub updated_at: Time,
-}
-
-/// What a power-credential override matches on (§3.2.1), in selection order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SelectorType {
-    /// The node's PXE MAC address (most specific).
-    PxeMac,
-    /// The node's BMC address.
-    IpmiIp,
-    /// The node's hostname.
-    Hostname,
-}
-
-impl SelectorType {
-    /// The stable string form.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            SelectorType::PxeMac => "pxe_mac",
-            SelectorType::IpmiIp => "ipmi_ip",
-            SelectorType::Hostname => "hostname",
-        }
-    }
-}
-
-impl fmt::Display for SelectorType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for SelectorType {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "pxe_mac" => Ok(SelectorType::PxeMac),
-            "ipmi_ip" => Ok(SelectorType::IpmiIp),
-            "hostname" => Ok(SelectorType::Hostname),
-            other => Err(format!("{other:?} is not a selector type (pxe_mac, ipmi_ip, hostname)")),
-        }
-    }
 }
 
 /// A per-node power-credential override.

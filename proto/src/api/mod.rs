@@ -10,13 +10,17 @@
 //! The module holds data only: how a view is built from the store lives in the coordinator,
 //! how it is rendered lives in the CLI.
 
+pub mod admin;
 pub mod events;
 pub mod evidence;
 pub mod hosts;
 pub mod jobs;
 pub mod maintenance;
 pub mod onboardings;
+pub mod racks;
+pub mod reconciliation;
 pub mod rollouts;
+pub mod sites;
 pub mod tasks;
 
 use serde::{Deserialize, Serialize};
