@@ -21,6 +21,7 @@ pub struct CreateHostRequest {
 }
 
 /// `POST /v1/hosts` response: the only time the token is ever shown.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateHostResponse {
@@ -57,6 +58,7 @@ pub struct EnrollRequest {
 }
 
 /// `POST /v1/enroll` response.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EnrollResponse {

@@ -40,6 +40,7 @@ impl PublishRequest {
 }
 
 /// `POST /v1/releases` response (201).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PublishResponse {

@@ -9,6 +9,7 @@ use crate::spec::Mode;
 use crate::time::Time;
 
 /// A probe's outcome (RFC-0002 §5.3): probe-error gates like failed.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ProbeOutcome {
@@ -21,6 +22,7 @@ pub enum ProbeOutcome {
 }
 
 /// One probe run.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProbeResult {
@@ -40,6 +42,7 @@ pub struct ProbeResult {
 }
 
 /// GPU summary inside a health report.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GpuSummary {
@@ -52,6 +55,7 @@ pub struct GpuSummary {
 }
 
 /// MAAS hardware-sync state inside a health report.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HwSyncState {
@@ -62,6 +66,7 @@ pub struct HwSyncState {
 }
 
 /// The host's health as the agent saw it.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HealthReport {
@@ -103,6 +108,7 @@ pub struct HealthReport {
 
 /// The agent's state directory inside a health report: whether the agent can keep its records
 /// (version floors, replay journal, pending activation) there.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StateDirHealth {
@@ -121,6 +127,7 @@ pub struct StateDirHealth {
 }
 
 /// One filesystem's usage inside a health report.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DiskUsage {
@@ -170,6 +177,7 @@ pub struct ActivationStatus {
 }
 
 /// Outcome of one step of a task.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StepOutcome {
@@ -182,6 +190,7 @@ pub enum StepOutcome {
 }
 
 /// One step's result.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StepResult {
@@ -198,6 +207,7 @@ pub struct StepResult {
 }
 
 /// A task's overall outcome.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TaskOutcome {
@@ -210,6 +220,7 @@ pub enum TaskOutcome {
 }
 
 /// The result of running (or refusing) a task.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TaskResult {
@@ -226,6 +237,7 @@ pub struct TaskResult {
     /// The host's signed statement of this result (`node.validate_clean`, `node.gpu_scrub`),
     /// when the host has an evidence key ([`crate::evidence`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<serde_json::Value>"))]
     pub evidence: Option<crate::evidence::Evidence>,
 }
 

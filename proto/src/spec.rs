@@ -54,6 +54,7 @@ pub struct HostSpec {
 }
 
 /// Whether a compliance result or probe blocks (`enforce`) or is only reported (`observe`).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {

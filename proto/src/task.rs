@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::time::Time;
 
 /// A value that must never reach a log line, an event or a listing.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Secret(String);

@@ -104,6 +104,17 @@ impl Serialize for Time {
     }
 }
 
+/// An RFC 3339 UTC instant with whole seconds (`2030-01-01T00:00:00Z`), as [`Serialize`] writes it.
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for Time {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Time".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string", "format": "date-time" })
+    }
+}
+
 impl<'de> Deserialize<'de> for Time {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;

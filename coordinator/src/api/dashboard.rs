@@ -29,7 +29,7 @@ use crate::identity::Role;
 use crate::store;
 
 /// `GET /v1/whoami` answer.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WhoAmI {
     /// The operator's name (the certificate's).
@@ -46,7 +46,7 @@ pub async fn whoami(Reader(op): Reader) -> Json<WhoAmI> {
 }
 
 /// `GET /v1/fleet/summary` answer.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FleetSummary {
     /// When it was counted (the coordinator's clock).
@@ -95,7 +95,7 @@ pub async fn fleet_summary(State(app): State<Arc<AppState>>, _r: Reader) -> Resu
 }
 
 /// One wave of a rollout.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WaveProgress {
     /// Its index.
@@ -109,19 +109,21 @@ pub struct WaveProgress {
 }
 
 /// Why one host (or the rollout, or its channel) does not advance.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WaitView {
     /// The host, when one is concerned.
     pub host: Option<String>,
     /// Why, as a sentence.
     pub reason: String,
-    /// Why, typed: `kind` (budget, edge, soak, gate, hold…) and its figures.
+    /// Why, typed: `kind` (budget, edge, soak, gate, hold…) and its figures (the planner's
+    /// `WaitReason`; described as an object with its `kind`).
+    #[schemars(with = "serde_json::Map<String, serde_json::Value>")]
     pub why: drover_planner::WaitReason,
 }
 
 /// `GET /v1/rollouts/{id}/progress` answer.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutProgress {
     /// The rollout.

@@ -14,6 +14,7 @@ pub mod metrics_route;
 pub mod onboardings;
 pub mod openapi;
 pub mod openapi_routes;
+pub mod openapi_schemas;
 pub mod operator;
 pub mod operator_certs;
 pub mod rack_maintenance;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, State};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::api::auth::Admin;
 use crate::api::error::{ApiError, JsonBody};
@@ -22,6 +22,8 @@ use crate::app::AppState;
 use crate::store::{self, CertKind, CertRecord, NewAudit};
 
 pub use drover_proto::api::admin::OperatorCertView;
+
+use crate::api::operator::Page;
 
 fn view(r: CertRecord) -> OperatorCertView {
     // Issued with the subject "ROLE:NAME" (drover-coordinator operator-cert).
@@ -38,17 +40,11 @@ fn view(r: CertRecord) -> OperatorCertView {
     }
 }
 
-/// `{"items": [...]}`.
-#[derive(Debug, Serialize)]
-pub struct OperatorCertList {
-    /// Oldest first.
-    pub items: Vec<OperatorCertView>,
-}
-
 /// `GET /v1/operator-certs`.
-pub async fn list(State(app): State<Arc<AppState>>, _admin: Admin) -> Result<Json<OperatorCertList>, ApiError> {
+pub async fn list(State(app): State<Arc<AppState>>, _admin: Admin) -> Result<Json<Page<OperatorCertView, String>>, ApiError> {
     let certs = store::blocking(app.store.clone(), |s| s.list_certs(None)).await?;
-    Ok(Json(OperatorCertList { items: certs.into_iter().filter(|c| c.cert.kind == CertKind::Operator).map(view).collect() }))
+    let items = certs.into_iter().filter(|c| c.cert.kind == CertKind::Operator).map(view).collect();
+    Ok(Json(Page { items, next: None }))
 }
 
 /// The body of a revocation.

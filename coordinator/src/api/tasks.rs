@@ -25,6 +25,7 @@ use uuid::Uuid;
 use crate::api::auth::{Admin, Reader};
 use crate::api::error::{ApiError, JsonBody};
 use crate::api::lifecycle::check_reason;
+use crate::api::operator::Page;
 use crate::api::operator::QueryParams;
 use crate::app::AppState;
 use crate::store::{self, NewAudit, NewEvent, NewTask, TaskFilter, TaskRecord, TaskState};
@@ -240,14 +241,14 @@ pub async fn list(
     State(app): State<Arc<AppState>>,
     _caller: Reader,
     QueryParams(q): QueryParams<TasksQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Page<TaskView, String>>, ApiError> {
     let host_id = q.host.as_deref().map(|h| Uuid::parse_str(h).map_err(|_| ApiError::bad_request("host is not a UUID"))).transpose()?;
     let state = q.state.as_deref().map(|s| s.parse::<TaskState>().map_err(|e| ApiError::bad_request(format!("state: {e}")))).transpose()?;
     let job_id = q.job.as_deref().map(|j| crate::api::operator::parse_uuid("job", j)).transpose()?;
     let filter = TaskFilter { host_id, job_id, state };
     let tasks = store::blocking(app.store.clone(), move |s| s.list_tasks(&filter)).await?;
     let items: Vec<TaskView> = tasks.iter().map(task_view).collect();
-    Ok(Json(json!({ "items": items, "next": null })))
+    Ok(Json(Page { items, next: None }))
 }
 
 /// `GET /v1/tasks/{id}` (viewer): one task with its result.

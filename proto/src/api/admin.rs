@@ -8,6 +8,7 @@ use crate::time::Time;
 
 /// An enrollment token's record: when it was issued, expires, was used or revoked. Never the
 /// token or its hash: either would be a credential in a listing.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TokenView {
@@ -41,6 +42,7 @@ impl TokenView {
 }
 
 /// One operator certificate.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OperatorCertView {
@@ -61,6 +63,7 @@ pub struct OperatorCertView {
 }
 
 /// `GET /v1/version`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct VersionView {

@@ -7,6 +7,7 @@ use serde_json::Value;
 use crate::time::Time;
 
 /// One event: what happened, when, to which host, rollout or job.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EventView {
@@ -29,6 +30,7 @@ pub struct EventView {
 }
 
 /// One audit record: who did what to which target, why, from which state to which.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditView {

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::time::Time;
 
 /// One kept statement.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EvidenceView {

@@ -8,6 +8,7 @@ use crate::states::{HostLifecycle, HostRolloutState};
 use crate::time::Time;
 
 /// A host's last check-in as operators see it.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CheckinView {
@@ -24,6 +25,7 @@ pub struct CheckinView {
 /// A host row. Its id is under both `id` (the key host objects have always had) and `hostId`,
 /// the key every other operator answer (tasks, jobs, events, lifecycle answers) names a host
 /// by, so a script can read `hostId` from any answer.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HostView {
@@ -54,6 +56,7 @@ pub struct HostView {
 }
 
 /// A certificate as operators see it (no key material: the CA never had the host's key).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CertView {
@@ -74,6 +77,7 @@ pub struct CertView {
 /// What a host's agent last said of itself: its health report (GPUs, disks, load, memory,
 /// failed units, its state directory) and its probe results. The coordinator keeps it as this
 /// JSON in the store.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HostHealthReport {
@@ -86,6 +90,7 @@ pub struct HostHealthReport {
 }
 
 /// A host's latest report, with when it arrived.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthView {
@@ -97,6 +102,7 @@ pub struct HealthView {
 }
 
 /// `GET /v1/hosts/{id}`: one host with its certificates and its latest health report.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HostDetail {
@@ -111,6 +117,7 @@ pub struct HostDetail {
 }
 
 /// What a lifecycle verb answers: the host after it.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HostStateResponse {

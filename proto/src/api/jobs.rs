@@ -11,6 +11,7 @@ use crate::time::Time;
 
 /// One entry of a job's history: a stage's attempt started, succeeded, failed, was skipped or
 /// compensated.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HistoryEntry {
@@ -27,6 +28,7 @@ pub struct HistoryEntry {
 }
 
 /// A job's latest failure.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobError {
@@ -43,6 +45,7 @@ pub struct JobError {
 }
 
 /// A job as the API shows it.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobJson {
@@ -106,6 +109,7 @@ pub struct JobJson {
 }
 
 /// `GET /v1/jobs/{id}`: the job and its events, oldest first.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobDetail {
     /// The job.
@@ -116,6 +120,7 @@ pub struct JobDetail {
 }
 
 /// What an operator action did.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ActionOutcome {
@@ -134,6 +139,7 @@ pub struct ActionOutcome {
 }
 
 /// `POST /v1/jobs/{id}/{action}`: the job after the action and what it did.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ActionResponse {
     /// The job after the action.
@@ -143,6 +149,7 @@ pub struct ActionResponse {
 }
 
 /// What a dry-run decommission answers: the host as it is now and the stages its job would run.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DryRunView {

@@ -7,6 +7,7 @@ use crate::api::jobs::JobJson;
 use crate::time::Time;
 
 /// The hosts a request named: a host tag, ids, or both.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MaintenanceScope {
     /// The host tag.
@@ -17,6 +18,7 @@ pub struct MaintenanceScope {
 
 /// A request's state, read from its jobs: `failed` once one failed, `completed` when all
 /// completed, `running` otherwise.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MaintenanceState {
@@ -40,6 +42,7 @@ impl MaintenanceState {
 }
 
 /// A maintenance request with its jobs.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MaintenanceView {

@@ -28,7 +28,9 @@ use serde::{Deserialize, Serialize};
 /// A page of a listing: its rows and where the next page starts (`null` on the last page).
 /// `C` is the cursor: an opaque string (hosts, jobs, maintenance), or the last row's id
 /// (events, audit), passed back as `after=`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", schemars(rename = "Page_of_{T}_after_{C}"))]
 pub struct Page<T, C = String> {
     /// The rows.
     pub items: Vec<T>,

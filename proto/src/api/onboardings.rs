@@ -10,6 +10,7 @@ use crate::states::JobState;
 use crate::time::Time;
 
 /// The last MAAS observation of the machine, for operators.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Diagnostics {
@@ -25,6 +26,7 @@ pub struct Diagnostics {
 }
 
 /// One step of a workflow's history.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OnboardingEvent {
@@ -41,6 +43,7 @@ pub struct OnboardingEvent {
 }
 
 /// A MAAS workflow as the API shows it.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OnboardingView {
@@ -102,6 +105,7 @@ pub struct OnboardingView {
 }
 
 /// `{"onboarding": …}`: one workflow (`GET /v1/maas/onboardings/{id}`, a single create).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OneOnboarding {
     /// The workflow.
@@ -109,6 +113,7 @@ pub struct OneOnboarding {
 }
 
 /// `{"onboardings": […]}`: the listing.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OnboardingList {
     /// The workflows, oldest first.
@@ -116,6 +121,7 @@ pub struct OnboardingList {
 }
 
 /// What a batch create answers: the batch's id and one onboarding per node.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CreatedBatch {
@@ -126,6 +132,7 @@ pub struct CreatedBatch {
 }
 
 /// `GET /v1/maas/onboardings/batches/{id}`: a batch's counts by state, and its onboardings.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BatchView {
@@ -142,6 +149,7 @@ pub struct BatchView {
 }
 
 /// What a recovery action answers: the workflow after it, and what it did.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OnboardingActionResponse {
     /// The workflow after the action.

@@ -12,6 +12,7 @@ use crate::states::{PowerShelfState, RackState};
 use crate::time::Time;
 
 /// A rack maintenance activity, in the order a cycle runs them.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RackActivity {
@@ -38,6 +39,7 @@ impl RackActivity {
 }
 
 /// Where a maintenance cycle is.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "phase", content = "activity", rename_all = "snake_case")]
 pub enum RackPhase {
@@ -48,6 +50,7 @@ pub enum RackPhase {
 }
 
 /// What a cycle works on, resolved: device ids and activities.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RackTargets {
@@ -64,6 +67,7 @@ pub struct RackTargets {
 }
 
 /// A rack's maintenance cycle.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RackMaintenanceView {
@@ -88,6 +92,7 @@ pub struct RackMaintenanceView {
 }
 
 /// A rack.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RackView {
@@ -110,6 +115,7 @@ pub struct RackView {
 }
 
 /// `GET /v1/racks/{rack}`: the rack with its devices and the hosts placed in it.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RackDetail {
     /// The rack.
@@ -122,6 +128,7 @@ pub struct RackDetail {
 }
 
 /// `{"racks": […]}`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RackList {
     /// Every rack.
@@ -129,6 +136,7 @@ pub struct RackList {
 }
 
 /// A pending power operation on a shelf.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ShelfMaintenanceView {
@@ -141,6 +149,7 @@ pub struct ShelfMaintenanceView {
 }
 
 /// A switch or a power shelf.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DeviceView {
@@ -174,6 +183,7 @@ pub struct DeviceView {
 }
 
 /// `{"items": […]}`: a device listing.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeviceList {
     /// The devices.
@@ -181,6 +191,7 @@ pub struct DeviceList {
 }
 
 /// What `POST /v1/power-shelves/maintenance` answers: the shelves, each with its request.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ShelfMaintenanceAnswer {
     /// Who asked and why.
@@ -190,6 +201,7 @@ pub struct ShelfMaintenanceAnswer {
 }
 
 /// What a rack maintenance request answers: the rack and its cycle.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RackMaintenanceAnswer {
@@ -204,6 +216,7 @@ pub struct RackMaintenanceAnswer {
 }
 
 /// What a power shelf firmware update answers: it went straight to the shelves' PMCs.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ShelfFirmwareAnswer {
@@ -217,6 +230,7 @@ pub struct ShelfFirmwareAnswer {
 
 /// What `POST /v1/components/firmware` answers: compute trays and switches go through their
 /// rack's maintenance cycle; power shelves straight to their PMCs.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum ComponentFirmwareAnswer {
@@ -227,6 +241,7 @@ pub enum ComponentFirmwareAnswer {
 }
 
 /// A firmware record.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FirmwareView {
@@ -245,6 +260,7 @@ pub struct FirmwareView {
 }
 
 /// `{"firmware": […]}`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FirmwareList {
     /// Every record.
@@ -252,6 +268,7 @@ pub struct FirmwareList {
 }
 
 /// Where a host is placed (`rack: None`: in no rack).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HostPlacement {
@@ -262,6 +279,7 @@ pub struct HostPlacement {
 }
 
 /// A host's BMC after `PUT` (both set) or `DELETE` (both `None`).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HostBmcView {

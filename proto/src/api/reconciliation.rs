@@ -9,6 +9,7 @@ use crate::states::HostLifecycle;
 use crate::time::Time;
 
 /// What the reconciler does about a drift, with its detail.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "action")]
 pub enum DriftAction {
@@ -42,6 +43,7 @@ impl DriftAction {
 
 /// An open drift: which rule holds, how loud it is, what MAAS showed and what was expected.
 /// The coordinator keeps it as this JSON with the binding.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DriftDetails {
@@ -64,6 +66,7 @@ pub struct DriftDetails {
 }
 
 /// A bound host with an open drift.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DriftView {
@@ -98,6 +101,7 @@ pub struct DriftView {
 }
 
 /// `{"drift": […]}`: hosts with an open drift, by site then hostname.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DriftList {
     /// The hosts.
@@ -105,6 +109,7 @@ pub struct DriftList {
 }
 
 /// How a reconciler pass ended.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PassOutcome {
@@ -129,6 +134,7 @@ impl PassOutcome {
 }
 
 /// What a pass found.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PassReport {
@@ -149,6 +155,7 @@ pub struct PassReport {
 }
 
 /// One reconciler pass over a site.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunRecord {
@@ -175,6 +182,7 @@ pub struct RunRecord {
 }
 
 /// `{"runs": […]}`: the passes `POST …/run` ran.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunList {
     /// One per site.
@@ -182,6 +190,7 @@ pub struct RunList {
 }
 
 /// One site's reconciliation counts.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SiteReconciliation {
@@ -200,6 +209,7 @@ pub struct SiteReconciliation {
 }
 
 /// `{"sites": […]}`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReconciliationStatus {
     /// Every site.
@@ -207,6 +217,7 @@ pub struct ReconciliationStatus {
 }
 
 /// What resolving a drift answers: the host after it.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DriftResolved {

@@ -11,6 +11,7 @@ use crate::time::Time;
 
 /// A stored release without its bytes: who published it (`None` where the audit log holds
 /// no record of it), how many rollouts it opened and on which channels.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReleaseView {
@@ -29,6 +30,7 @@ pub struct ReleaseView {
 }
 
 /// A rollout row of `GET /v1/rollouts`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutView {
@@ -50,6 +52,7 @@ pub struct RolloutView {
 }
 
 /// A rollout as its verbs answer it and as its status starts.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutStateResponse {
@@ -68,6 +71,7 @@ pub struct RolloutStateResponse {
 }
 
 /// One host of a rollout.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutHostView {
@@ -86,6 +90,7 @@ pub struct RolloutHostView {
 
 /// `GET /v1/rollouts/{id}/status`: the rollout and its hosts with a recorded state (a host of
 /// the manifest missing here is Pending).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutStatus {

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::time::Time;
 
 /// Whether a site (or a profile, or an override) takes new work.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SiteStatus {
@@ -51,6 +52,7 @@ impl FromStr for SiteStatus {
 
 /// A site's connectivity and defaults (§3.1, §3.6): everything but identity, status and
 /// secrets. Also the API's shape for these fields.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SiteConfig {
@@ -82,6 +84,7 @@ pub struct SiteConfig {
 
 /// A profile's policy (§3.6, §3.7): how onboarding, reimage and decommission behave on the
 /// site. Also the API's shape; every field has the seed's default.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct ProfilePolicy {
@@ -164,6 +167,7 @@ impl Default for ProfilePolicy {
 }
 
 /// What a power-credential override matches on (§3.2.1), in selection order.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SelectorType {
@@ -206,6 +210,7 @@ impl FromStr for SelectorType {
 
 /// Where one of a site's secrets lives in the secret store, and when it was last written
 /// (`None`: never). The value never leaves the secret store.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretRef {
@@ -216,6 +221,7 @@ pub struct SecretRef {
 }
 
 /// A site's secrets, by path.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SiteCredentials {
@@ -228,6 +234,7 @@ pub struct SiteCredentials {
 }
 
 /// A MAAS site as the API shows it: its configuration's fields, then identity and state.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SiteView {
@@ -253,6 +260,7 @@ pub struct SiteView {
 }
 
 /// A site profile.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProfileView {
@@ -279,6 +287,7 @@ pub struct ProfileView {
 }
 
 /// A per-node power-credential override: what it matches and where its credentials live.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OverrideView {
@@ -301,6 +310,7 @@ pub struct OverrideView {
 }
 
 /// One RoCE address assignment.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RoceView {
@@ -321,6 +331,7 @@ pub struct RoceView {
 }
 
 /// What a RoCE bulk upsert did.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RoceUpsert {
@@ -335,13 +346,16 @@ pub struct RoceUpsert {
 }
 
 /// `{"items": […]}`: sites, profiles, overrides or RoCE rows.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", schemars(rename = "Items_of_{T}"))]
 pub struct Items<T> {
     /// The rows.
     pub items: Vec<T>,
 }
 
 /// A MAAS rack controller, as a probe saw it.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RackController {
@@ -354,6 +368,7 @@ pub struct RackController {
 }
 
 /// What a successful probe of MAAS learned.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProbeReport {
@@ -366,6 +381,7 @@ pub struct ProbeReport {
 }
 
 /// Why a probe or a preflight failed: who must act, and what is wrong (never a secret).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckFailure {
     /// `upstream_transient` (MAAS away: retry), or the site's or the operator's fault.
@@ -375,6 +391,7 @@ pub struct CheckFailure {
 }
 
 /// `POST /v1/maas/sites/{site}/probe`: 200 either way; `ok` says which.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProbeAnswer {
@@ -396,6 +413,7 @@ pub struct ProbeAnswer {
 }
 
 /// `POST /v1/maas/sites/{site}/preflight`: 200 either way; `ok` says which.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PreflightAnswer {

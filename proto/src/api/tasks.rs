@@ -7,6 +7,7 @@ use crate::report::TaskResult;
 use crate::time::Time;
 
 /// A task's delivery state.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TaskState {
@@ -42,6 +43,7 @@ impl std::str::FromStr for TaskState {
 }
 
 /// A task row.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskView {
