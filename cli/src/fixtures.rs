@@ -5,7 +5,7 @@
 use drover_proto::api::events::EventView;
 use drover_proto::api::hosts::HostView;
 use drover_proto::api::jobs::{JobDetail, JobJson};
-use drover_proto::api::rollouts::RolloutView;
+use drover_proto::api::rollouts::{RolloutStateResponse, RolloutView};
 use drover_proto::states::{HostLifecycle, JobState, RolloutState};
 use drover_proto::time::Time;
 
@@ -35,15 +35,15 @@ pub fn host(id: &str, hostname: &str) -> HostView {
 /// A rollout `CHANNEL@REF` in `state`, with no host counts.
 pub fn rollout(id: &str, state: RolloutState) -> RolloutView {
     let channel = id.split_once('@').map_or(id, |(c, _)| c);
-    RolloutView {
+    let rollout = RolloutStateResponse {
         rollout_id: id.to_owned(),
         channel: channel.to_owned(),
         state,
         manifest_sha256: "ab".repeat(32),
         opened_at: at(0),
         updated_at: at(0),
-        hosts: Default::default(),
-    }
+    };
+    RolloutView { rollout, hosts: Default::default() }
 }
 
 /// A job with nothing started: `kind` on `hostname`, pending.

@@ -294,14 +294,14 @@ pub fn render_rollouts(now: Time, rollouts: &[RolloutView], wide: bool) -> Strin
         .map(|r| {
             let skipped = r.hosts.get(&HostRolloutState::Skipped).map_or(0, |n| usize::try_from(*n).unwrap_or(usize::MAX));
             let mut row = vec![
-                clean(&r.rollout_id, 80),
-                clean(&r.channel, 64),
-                crate::rollout::state_label(r.state.as_str(), skipped),
-                age_of(now, r.opened_at),
-                age_of(now, r.updated_at),
+                clean(&r.rollout.rollout_id, 80),
+                clean(&r.rollout.channel, 64),
+                crate::rollout::state_label(r.rollout.state.as_str(), skipped),
+                age_of(now, r.rollout.opened_at),
+                age_of(now, r.rollout.updated_at),
             ];
             if wide {
-                row.extend([r.opened_at.to_string(), clean(&r.manifest_sha256, 64)]);
+                row.extend([r.rollout.opened_at.to_string(), clean(&r.rollout.manifest_sha256, 64)]);
             }
             row
         })

@@ -226,15 +226,15 @@ fn pick_rollout(given: &str, rollouts: &[RolloutView]) -> Result<RolloutId, Reso
         RolloutId::parse(id)
             .map_err(|_| ResolveError::Protocol { path: "/v1/rollouts", what: format!("{} is not a rollout id", clean(id, 130)) })
     };
-    let ids: Vec<&str> = rollouts.iter().map(|r| r.rollout_id.as_str()).collect();
+    let ids: Vec<&str> = rollouts.iter().map(|r| r.rollout.rollout_id.as_str()).collect();
     if ids.contains(&given) {
         return parse(given);
     }
     if !given.contains('@') {
-        let of_channel: Vec<&RolloutView> = rollouts.iter().filter(|r| r.channel == given).collect();
-        let current = of_channel.iter().rev().find(|r| is_live(r.state)).or(of_channel.last());
+        let of_channel: Vec<&RolloutView> = rollouts.iter().filter(|r| r.rollout.channel == given).collect();
+        let current = of_channel.iter().rev().find(|r| is_live(r.rollout.state)).or(of_channel.last());
         if let Some(r) = current {
-            return parse(&r.rollout_id);
+            return parse(&r.rollout.rollout_id);
         }
     }
     let candidates: Vec<String> = ids.iter().filter(|id| id.starts_with(given)).map(|id| (*id).to_owned()).collect();

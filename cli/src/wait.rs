@@ -258,7 +258,7 @@ pub fn wait_rollouts(session: &Session, ids: &[String], limit: Duration, out: &m
         let rows = session.get::<Page<RolloutView>>("/v1/rollouts")?.items;
         let mut standings = Vec::new();
         for id in ids {
-            if !rows.iter().any(|r| r.rollout_id == *id) {
+            if !rows.iter().any(|r| r.rollout.rollout_id == *id) {
                 if let Some(line) = changes.note(id, format!("{} not opened yet", clean(id, 80))) {
                     crate::output::write_to(out, &format!("{line}\n"))?;
                 }

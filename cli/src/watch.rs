@@ -234,11 +234,11 @@ impl Watcher {
             Some(id) => vec![id.to_string()],
             None => {
                 let rows = rt.block_on(client.get_json::<Page<RolloutView>>("/v1/rollouts"))?.items;
-                let all: BTreeSet<String> = rows.iter().map(|r| r.rollout_id.clone()).collect();
+                let all: BTreeSet<String> = rows.iter().map(|r| r.rollout.rollout_id.clone()).collect();
                 let start = self.known_at_start.get_or_insert_with(|| all.clone()).clone();
                 for r in &rows {
-                    if !is_finished(r.state.as_str()) || !start.contains(&r.rollout_id) {
-                        self.watched.insert(r.rollout_id.clone());
+                    if !is_finished(r.rollout.state.as_str()) || !start.contains(&r.rollout.rollout_id) {
+                        self.watched.insert(r.rollout.rollout_id.clone());
                     }
                 }
                 self.watched.iter().filter(|id| all.contains(*id)).cloned().collect()
@@ -385,15 +385,7 @@ mod tests {
 
     #[test]
     fn manifest_hosts_without_a_state_are_pending() {
-        let r = crate::fixtures::rollout("gpu@c0ffee", drover_proto::states::RolloutState::Active);
-        let rollout = drover_proto::api::rollouts::RolloutStateResponse {
-            rollout_id: r.rollout_id,
-            channel: r.channel,
-            state: r.state,
-            manifest_sha256: r.manifest_sha256,
-            opened_at: r.opened_at,
-            updated_at: r.updated_at,
-        };
+        let rollout = crate::fixtures::rollout("gpu@c0ffee", drover_proto::states::RolloutState::Active).rollout;
         let host = drover_proto::api::rollouts::RolloutHostView {
             hostname: "a".to_owned(),
             wave_index: 0,

@@ -296,12 +296,7 @@ pub async fn list_rollouts(
         .into_iter()
         .map(|r| RolloutView {
             hosts: hosts.remove(r.rollout_id.as_str()).unwrap_or_default(),
-            rollout_id: r.rollout_id.to_string(),
-            channel: r.channel,
-            state: r.state,
-            manifest_sha256: r.manifest_sha256,
-            opened_at: r.opened_at,
-            updated_at: r.updated_at,
+            rollout: crate::api::rollouts::RolloutStateResponse::from(&r),
         })
         .collect();
     Ok(Json(Page { items, next: None }))

@@ -29,23 +29,13 @@ pub struct ReleaseView {
     pub rollouts: u64,
 }
 
-/// A rollout row of `GET /v1/rollouts`.
+/// A rollout row of `GET /v1/rollouts`: the rollout, with its hosts counted by state.
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
 pub struct RolloutView {
-    /// `channel@ref`.
-    pub rollout_id: String,
-    /// Its channel.
-    pub channel: String,
-    /// Its state.
-    pub state: RolloutState,
-    /// Its manifest's sha256.
-    pub manifest_sha256: String,
-    /// When it was opened.
-    pub opened_at: Time,
-    /// Its last state change.
-    pub updated_at: Time,
+    /// The rollout.
+    #[serde(flatten)]
+    pub rollout: RolloutStateResponse,
     /// Hosts per state in this rollout (`{"Converged": 8, "Skipped": 2}`), so a listing can
     /// say a converged rollout went without some of its hosts.
     pub hosts: BTreeMap<HostRolloutState, u64>,
