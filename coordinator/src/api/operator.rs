@@ -26,6 +26,7 @@ use drover_proto::names::RolloutId;
 use drover_proto::states::{HostLifecycle, HostRolloutState, RolloutState};
 use drover_proto::time::Time;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 use uuid::Uuid;
 
 pub use drover_proto::api::Page;
@@ -85,6 +86,19 @@ where
     T::Err: std::fmt::Display,
 {
     value.map(|v| v.parse::<T>().map_err(|e| ApiError::bad_request(format!("{what}: {e}")))).transpose()
+}
+
+/// JSON this coordinator stored (`what` of `id`), read as the API's type; what no longer reads
+/// as such (an older build's shape) shows as `null`, with a warning, rather than failing the
+/// read.
+pub(crate) fn stored_as<T: serde::de::DeserializeOwned>(what: &str, id: impl std::fmt::Display, v: Option<&Value>) -> Option<T> {
+    match serde_json::from_value(v?.clone()) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::warn!(%id, error = %e, "stored {what} does not parse; not shown");
+            None
+        }
+    }
 }
 
 pub(crate) fn parse_uuid(what: &str, value: &str) -> Result<Uuid, ApiError> {

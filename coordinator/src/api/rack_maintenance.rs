@@ -143,7 +143,7 @@ async fn request(
         rack_id: stored.id.to_string(),
         name: stored.name.clone(),
         state: stored.state,
-        maintenance: crate::api::racks::stored_as("rack maintenance", stored.id, stored.maintenance.as_ref()),
+        maintenance: crate::api::operator::stored_as("rack maintenance", stored.id, stored.maintenance.as_ref()),
     })
 }
 

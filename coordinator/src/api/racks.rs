@@ -67,18 +67,6 @@ pub(crate) fn check_name(field: &str, name: &str) -> Result<String, ApiError> {
     Ok(n)
 }
 
-/// Stored JSON this coordinator wrote, read as the API's type; what no longer reads as such
-/// (an older build's) shows as `null` rather than failing the read.
-pub(crate) fn stored_as<T: serde::de::DeserializeOwned>(what: &str, id: Uuid, v: Option<&Value>) -> Option<T> {
-    match serde_json::from_value(v?.clone()) {
-        Ok(t) => Some(t),
-        Err(e) => {
-            tracing::warn!(%id, error = %e, "stored {what} does not parse; not shown");
-            None
-        }
-    }
-}
-
 /// A rack as the API shows it.
 pub(crate) fn rack_view(r: &Rack) -> RackView {
     RackView {
@@ -87,7 +75,7 @@ pub(crate) fn rack_view(r: &Rack) -> RackView {
         hardware_type: r.hardware_type.clone(),
         labels: r.labels.clone(),
         state: r.state,
-        maintenance: stored_as("rack maintenance", r.id, r.maintenance.as_ref()),
+        maintenance: crate::api::operator::stored_as("rack maintenance", r.id, r.maintenance.as_ref()),
         created_at: r.created_at,
         updated_at: r.updated_at,
     }
@@ -104,7 +92,7 @@ pub(crate) fn device_view(d: &Device) -> DeviceView {
         credentials_path: d.credentials_path.clone(),
         state: d.shelf_state,
         operation: d.operation.clone(),
-        maintenance_requested: stored_as("shelf maintenance request", d.id, d.maintenance_requested.as_ref()),
+        maintenance_requested: crate::api::operator::stored_as("shelf maintenance request", d.id, d.maintenance_requested.as_ref()),
         marked_for_deletion: d.marked_for_deletion,
         facts: d.facts.clone(),
         created_at: d.created_at,

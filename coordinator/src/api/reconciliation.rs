@@ -73,13 +73,7 @@ pub struct DriftQuery {
 /// failing the listing.
 fn drift_view(site: &str, r: &ReconcileRow) -> DriftView {
     let b = &r.binding;
-    let details = b.drift.as_ref().and_then(|d| match serde_json::from_value(d.clone()) {
-        Ok(details) => Some(details),
-        Err(e) => {
-            tracing::warn!(host = %b.host_id, error = %e, "stored drift details do not parse; not shown");
-            None
-        }
-    });
+    let details = crate::api::operator::stored_as("drift details", b.host_id, b.drift.as_ref());
     DriftView {
         host_id: b.host_id.to_string(),
         hostname: r.hostname.clone(),

@@ -70,13 +70,7 @@ pub fn task_view(r: &TaskRecord) -> TaskView {
         created_at: r.task.created_at,
         lease_expires_at: r.lease_expires_at,
         completed_at: r.completed_at,
-        result: r.result.as_ref().and_then(|v| match serde_json::from_value(v.clone()) {
-            Ok(result) => Some(result),
-            Err(e) => {
-                tracing::warn!(task = %r.task.task_id, error = %e, "stored task result does not parse; not shown");
-                None
-            }
-        }),
+        result: crate::api::operator::stored_as("task result", r.task.task_id, r.result.as_ref()),
     }
 }
 
