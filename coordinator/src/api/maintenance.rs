@@ -238,14 +238,10 @@ pub fn request_state(jobs: &[JobJson]) -> MaintenanceState {
 /// coordinator wrote; one that no longer reads as such (an older build's) shows as empty
 /// rather than failing the read.
 fn request_view(r: &MaintenanceRecord, jobs: Vec<JobJson>) -> MaintenanceView {
-    let scope: MaintenanceScope = serde_json::from_value(r.scope.clone()).unwrap_or_else(|e| {
-        tracing::warn!(request = %r.request_id, error = %e, "stored maintenance scope does not parse");
-        MaintenanceScope { group: None, hosts: Vec::new() }
-    });
-    let activities: Vec<String> = serde_json::from_value(r.activities.clone()).unwrap_or_else(|e| {
-        tracing::warn!(request = %r.request_id, error = %e, "stored maintenance activities do not parse");
-        Vec::new()
-    });
+    let scope: MaintenanceScope = crate::api::operator::stored_as("maintenance scope", r.request_id, Some(&r.scope))
+        .unwrap_or(MaintenanceScope { group: None, hosts: Vec::new() });
+    let activities: Vec<String> =
+        crate::api::operator::stored_as("maintenance activities", r.request_id, Some(&r.activities)).unwrap_or_default();
     MaintenanceView {
         request_id: r.request_id.to_string(),
         initiator: r.initiator.clone(),

@@ -4,11 +4,13 @@
 //! the other, not a blank column).
 //!
 //! Reading is forward-compatible: unknown fields are ignored, so an older `drover` reads a
-//! newer coordinator's answers. Fields the coordinator always writes are required; the ones it
+//! newer coordinator's answers (the agent's own reports carried inside them, health and probe
+//! and task results, keep the strictness the coordinator reads them with). Fields the coordinator always writes are required; the ones it
 //! leaves out are `Option` with `skip_serializing_if`, and say so.
 //!
-//! The module holds data only: how a view is built from the store lives in the coordinator,
-//! how it is rendered lives in the CLI.
+//! The module holds data, with at most a wire name or a reading of its own fields (a token's
+//! state at an instant): how a view is built from the store lives in the coordinator, how it
+//! is rendered lives in the CLI.
 
 pub mod admin;
 pub mod events;
