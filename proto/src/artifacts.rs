@@ -316,3 +316,51 @@ impl TimestampDoc {
         })
     }
 }
+
+/// `roots/<rolloutId>.json`: the signed root of a manifest's host-set Merkle tree
+/// (`docs/manifest-proofs.md`), what an agent verifies instead of the whole manifest. A
+/// deterministic projection of the manifest ([`ManifestRoot::of`]); `verify_release` refuses
+/// one that is not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ManifestRoot {
+    /// Always [`SCHEMA_VERSION`].
+    pub schema_version: u64,
+    /// The manifest's rollout id, recomputed by every verifier.
+    pub rollout_id: RolloutId,
+    /// The channel.
+    pub channel: String,
+    /// The ref.
+    pub channel_ref: String,
+    /// The manifest's anchor to its fleet.resolved.
+    pub fleet_resolved_hash: String,
+    /// The manifest's creation time (checked against the trust's rejectBefore).
+    pub created_at: Time,
+    /// sha256 (hex) of the manifest's bytes: what the timestamp lists and intents name.
+    pub manifest_sha256: String,
+    /// Number of entries in the manifest's host set (the tree's leaves).
+    pub tree_size: u64,
+    /// The Merkle Tree Hash over the host set, lowercase hex.
+    pub root_hash: String,
+    /// The channel's signed probes (the only ones that may gate a host).
+    pub probes: Vec<ProbeSpec>,
+}
+
+impl ManifestRoot {
+    /// The root of `manifest`, whose bytes have sha256 `manifest_sha256`.
+    pub fn of(manifest: &RolloutManifest, manifest_sha256: &str) -> Result<ManifestRoot, crate::canonical::CanonicalError> {
+        let tree = crate::merkle::Tree::from_entries(&manifest.host_set)?;
+        Ok(ManifestRoot {
+            schema_version: SCHEMA_VERSION,
+            rollout_id: manifest.rollout_id.clone(),
+            channel: manifest.channel.clone(),
+            channel_ref: manifest.channel_ref.clone(),
+            fleet_resolved_hash: manifest.fleet_resolved_hash.clone(),
+            created_at: manifest.created_at,
+            manifest_sha256: manifest_sha256.to_owned(),
+            tree_size: tree.size(),
+            root_hash: hex::encode(tree.root()),
+            probes: manifest.probes.clone(),
+        })
+    }
+}

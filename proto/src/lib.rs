@@ -6,6 +6,8 @@
 //! - [`spec`], [`selector`], [`resolve`]: the fleet spec CI evaluates and its deterministic
 //!   projection into the signed artifacts of [`artifacts`]; [`release`] builds and verifies a
 //!   release directory's files.
+//! - [`merkle`]: the Merkle tree over a manifest's host set and its inclusion and absence
+//!   proofs (`docs/manifest-proofs.md`).
 //! - [`verify`]: every verification rule, one [`verify::VerifyError`] variant per rule.
 //! - [`intent`], [`task`], [`report`], [`states`]: per-host messages, agent reports and the
 //!   state enums with their legal transitions; [`enroll`]: enrollment and distribution;
@@ -26,6 +28,7 @@ pub mod event_kinds;
 pub mod evidence;
 pub mod intent;
 pub mod keys;
+pub mod merkle;
 pub mod names;
 pub mod publish;
 pub mod release;

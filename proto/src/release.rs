@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::artifacts::{RevertableRollout, SCHEMA_VERSION, TimestampChannel, TimestampDoc};
+use crate::artifacts::{ManifestRoot, RevertableRollout, SCHEMA_VERSION, TimestampChannel, TimestampDoc};
 use crate::canonical::{self, CanonicalError};
 use crate::keys::Signer;
 use crate::names::RolloutId;
@@ -16,6 +16,7 @@ use crate::sig::{SignError, sign_bytes};
 use crate::spec::FleetSpec;
 use crate::time::Time;
 use crate::trust::{KeySet, TrustRoots};
+use crate::verify::root::{VerifiedRoot, check_root_matches, verify_root};
 use crate::verify::{
     ManifestAnchors, Proof, VerifiedFleet, VerifiedManifest, VerifiedTimestamp, VerifyContext, VerifyError, check_canonical,
     check_detached, check_safe_integers, verify_fleet_resolved, verify_manifest, verify_timestamp,
@@ -27,12 +28,19 @@ pub const FLEET_RESOLVED: &str = "fleet.resolved.json";
 pub const TIMESTAMP: &str = "timestamp.json";
 /// Directory of the manifests inside a release.
 pub const ROLLOUTS_DIR: &str = "rollouts";
+/// Directory of the manifests' signed roots inside a release (`docs/manifest-proofs.md`).
+pub const ROOTS_DIR: &str = "roots";
 /// How many earlier rollouts per channel a timestamp keeps revertable.
 pub const MAX_REVERTABLE: usize = 5;
 
 /// Path of a manifest inside a release.
 pub fn manifest_path(id: &RolloutId) -> String {
     format!("{ROLLOUTS_DIR}/{id}.json")
+}
+
+/// Path of a manifest's signed root inside a release.
+pub fn root_path(id: &RolloutId) -> String {
+    format!("{ROOTS_DIR}/{id}.json")
 }
 
 /// Path of an artifact's detached signature.
@@ -167,12 +175,14 @@ pub fn build_release<S: Signer>(spec: &FleetSpec, params: &ReleaseParams, signer
             name.clone(),
             TimestampChannel {
                 rollout_id: manifest.rollout_id.clone(),
-                manifest_sha256: sha,
+                manifest_sha256: sha.clone(),
                 freshness_window_secs: freshness,
                 revertable,
             },
         );
         files.put_signed(manifest_path(&manifest.rollout_id), bytes.clone(), signers)?;
+        let root = ManifestRoot::of(manifest, &sha)?;
+        files.put_signed(root_path(&manifest.rollout_id), signed_bytes_of(&root_path(&manifest.rollout_id), &root)?, signers)?;
     }
     let timestamp = TimestampDoc {
         schema_version: SCHEMA_VERSION,
@@ -272,18 +282,19 @@ pub fn resign_timestamp<S: Signer>(
 }
 
 /// Rule: a release holds only its layout's files — `fleet.resolved.json`, `timestamp.json`,
-/// `rollouts/<rolloutId>.json`, each with its `.sig`. Whoever stores a verified release by
+/// `rollouts/<rolloutId>.json`, `roots/<rolloutId>.json`, each with its `.sig`. Whoever stores a verified release by
 /// these paths can then never be led outside it.
 pub fn check_layout(files: &ReleaseFiles) -> Result<(), VerifyError> {
     for path in files.files.keys() {
         let artifact = path.strip_suffix(".sig").unwrap_or(path);
-        let known = artifact == FLEET_RESOLVED
-            || artifact == TIMESTAMP
-            || artifact
-                .strip_prefix(ROLLOUTS_DIR)
+        let in_dir = |dir: &str| {
+            artifact
+                .strip_prefix(dir)
                 .and_then(|p| p.strip_prefix('/'))
                 .and_then(|p| p.strip_suffix(".json"))
-                .is_some_and(|id| RolloutId::parse(id).is_ok());
+                .is_some_and(|id| RolloutId::parse(id).is_ok())
+        };
+        let known = artifact == FLEET_RESOLVED || artifact == TIMESTAMP || in_dir(ROLLOUTS_DIR) || in_dir(ROOTS_DIR);
         if !known {
             return Err(VerifyError::Malformed { artifact: path.clone(), message: "not a file of the release layout".to_owned() });
         }
@@ -302,6 +313,8 @@ pub struct VerifiedRelease {
     pub manifests: BTreeMap<String, VerifiedManifest>,
     /// Revertable manifests that travelled with the release, by rollout id.
     pub revertable: BTreeMap<RolloutId, VerifiedManifest>,
+    /// The signed root of every manifest above, by rollout id.
+    pub roots: BTreeMap<RolloutId, VerifiedRoot>,
     /// Only verification makes one.
     _proof: Proof,
 }
@@ -310,7 +323,9 @@ pub struct VerifiedRelease {
 /// sha256 must be the timestamp's), then every manifest the timestamp lists (present,
 /// anchored to this fleet.resolved), then any revertable manifest carried along. A manifest
 /// file the timestamp does not list is refused rather than ignored, so nothing unlisted
-/// travels inside a release.
+/// travels inside a release. Last, every manifest's signed root: present, signed, and the
+/// exact projection of its manifest (`docs/manifest-proofs.md`); a root without its manifest
+/// is refused too.
 pub fn verify_release(files: &ReleaseFiles, trust: &TrustRoots, ctx: &VerifyContext) -> Result<VerifiedRelease, VerifyError> {
     check_layout(files)?;
     let timestamp = verify_timestamp(files.require(TIMESTAMP)?, files.require(&sig_path(TIMESTAMP))?, trust, ctx)?;
@@ -348,5 +363,26 @@ pub fn verify_release(files: &ReleaseFiles, trust: &TrustRoots, ctx: &VerifyCont
         let anchors = ManifestAnchors { advertised_id: Some(&rollout_id), timestamp: &timestamp, fleet: None };
         revertable.insert(rollout_id.clone(), verify_manifest(bytes, sig, trust, ctx, anchors)?);
     }
-    Ok(VerifiedRelease { fleet, timestamp, manifests, revertable, _proof: Proof(()) })
+    let mut roots = BTreeMap::new();
+    for (m, fleet) in manifests.values().map(|m| (m, Some(&fleet))).chain(revertable.values().map(|m| (m, None))) {
+        let id = &m.manifest.rollout_id;
+        let path = root_path(id);
+        let (Some(bytes), Some(sig)) = (files.get(&path), files.get(&sig_path(&path))) else {
+            return Err(VerifyError::RootMissing { rollout_id: id.clone() });
+        };
+        let anchors = ManifestAnchors { advertised_id: Some(id), timestamp: &timestamp, fleet };
+        let root = verify_root(bytes, sig, trust, ctx, anchors)?;
+        check_root_matches(&root, bytes, m)?;
+        roots.insert(id.clone(), root);
+    }
+    for path in files.files.keys() {
+        let Some(name) = path.strip_prefix(&format!("{ROOTS_DIR}/")).and_then(|p| p.strip_suffix(".json")) else { continue };
+        if !roots.keys().any(|id| id.as_str() == name) {
+            return Err(VerifyError::Malformed {
+                artifact: path.clone(),
+                message: "a root whose manifest the release does not carry".to_owned(),
+            });
+        }
+    }
+    Ok(VerifiedRelease { fleet, timestamp, manifests, revertable, roots, _proof: Proof(()) })
 }

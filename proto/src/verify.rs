@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 use serde::de::DeserializeOwned;
 
-use crate::artifacts::{self, FleetResolved, RolloutManifest, SCHEMA_VERSION, SchemaError, TimestampDoc};
+use crate::artifacts::{self, FleetResolved, HostSetEntry, RolloutManifest, SCHEMA_VERSION, SchemaError, TimestampDoc};
 use crate::canonical;
 use crate::intent::Intent;
 use crate::keys::KeyId;
@@ -259,6 +259,31 @@ pub enum VerifyError {
         /// This host's id.
         actual: String,
     },
+    /// A host's entry and audit path do not lead to the signed root (`docs/manifest-proofs.md`).
+    #[error("rollout {rollout_id}: the proof of host {hostname:?} does not hold: {source}")]
+    ProofInvalid {
+        /// The host the entry names.
+        hostname: String,
+        /// The rollout.
+        rollout_id: RolloutId,
+        /// Which proof rule failed.
+        #[source]
+        source: crate::merkle::ProofError,
+    },
+    /// A manifest in a release without its signed root.
+    #[error("rollout {rollout_id}: the release has no signed root roots/{rollout_id}.json for its manifest")]
+    RootMissing {
+        /// The rollout.
+        rollout_id: RolloutId,
+    },
+    /// A signed root that is not its manifest's projection.
+    #[error("rollout {rollout_id}: roots/{rollout_id}.json is not the root of its manifest ({reason})")]
+    RootMismatch {
+        /// The rollout.
+        rollout_id: RolloutId,
+        /// What differs.
+        reason: String,
+    },
     /// A per-host message past its expiry.
     #[error("{artifact} expired at {expires_at} (now {now})")]
     Expired {
@@ -312,6 +337,9 @@ impl VerifyError {
             VerifyError::ManifestHashMismatch { .. } => "ManifestHashMismatch",
             VerifyError::WrongHost { .. } => "WrongHost",
             VerifyError::Expired { .. } => "Expired",
+            VerifyError::ProofInvalid { .. } => "ProofInvalid",
+            VerifyError::RootMissing { .. } => "RootMissing",
+            VerifyError::RootMismatch { .. } => "RootMismatch",
         }
     }
 }
@@ -723,6 +751,44 @@ pub fn verify_intent(
     timestamp: &VerifiedTimestamp,
     ctx: &VerifyContext,
 ) -> Result<Intent, VerifyError> {
+    let m = &manifest.manifest;
+    let entry = |hostname: &str| {
+        m.host(hostname).ok_or_else(|| VerifyError::HostNotInManifest { hostname: hostname.to_owned(), rollout_id: m.rollout_id.clone() })
+    };
+    check_intent(env, director, host, (&m.rollout_id, &manifest.sha256), entry, timestamp, ctx)
+}
+
+/// Verifies an intent against the director keys, this host's place proven under a signed
+/// root ([`root::verify_place`]) and the fresh timestamp: the same rules as [`verify_intent`],
+/// with the proven entry in the manifest's stead.
+pub fn verify_intent_at(
+    env: &Envelope,
+    director: &KeySet,
+    host: HostIdentity<'_>,
+    place: &VerifiedPlace,
+    timestamp: &VerifiedTimestamp,
+    ctx: &VerifyContext,
+) -> Result<Intent, VerifyError> {
+    let entry = |hostname: &str| {
+        if place.entry.hostname == hostname {
+            Ok(&place.entry)
+        } else {
+            Err(VerifyError::HostNotInManifest { hostname: hostname.to_owned(), rollout_id: place.rollout_id.clone() })
+        }
+    };
+    check_intent(env, director, host, (&place.rollout_id, &place.manifest_sha256), entry, timestamp, ctx)
+}
+
+/// The intent rules, over a manifest's `(rolloutId, sha256)` and a lookup of a host's entry.
+fn check_intent<'m>(
+    env: &Envelope,
+    director: &KeySet,
+    host: HostIdentity<'_>,
+    (rollout_id, manifest_sha256): (&RolloutId, &str),
+    entry_of: impl FnOnce(&str) -> Result<&'m HostSetEntry, VerifyError>,
+    timestamp: &VerifiedTimestamp,
+    ctx: &VerifyContext,
+) -> Result<Intent, VerifyError> {
     const A: &str = "intent";
     let intent: Intent = open_envelope(A, env, director, ctx.now)?;
     check_per_host(A, &intent.host_id, host.host_id, intent.issued_at, intent.expires_at, ctx)?;
@@ -735,20 +801,20 @@ pub fn verify_intent(
             actual: host.hostname.to_owned(),
         });
     }
-    let m = &manifest.manifest;
-    if intent.rollout_id != m.rollout_id {
-        return Err(VerifyError::RolloutIdMismatch { advertised: intent.rollout_id.to_string(), computed: m.rollout_id.to_string() });
+    if intent.rollout_id != *rollout_id {
+        return Err(VerifyError::RolloutIdMismatch { advertised: intent.rollout_id.to_string(), computed: rollout_id.to_string() });
     }
-    if intent.manifest_sha256 != manifest.sha256 {
-        return Err(VerifyError::ManifestHashMismatch { intent_sha256: intent.manifest_sha256, manifest_sha256: manifest.sha256.clone() });
+    if intent.manifest_sha256 != manifest_sha256 {
+        return Err(VerifyError::ManifestHashMismatch {
+            intent_sha256: intent.manifest_sha256,
+            manifest_sha256: manifest_sha256.to_owned(),
+        });
     }
     // A cached manifest is acted on only while the fresh timestamp still lists it.
-    if !timestamp.doc.lists(&m.rollout_id, &manifest.sha256) {
-        return Err(VerifyError::ManifestNotInTimestamp { rollout_id: m.rollout_id.clone(), manifest_sha256: manifest.sha256.clone() });
+    if !timestamp.doc.lists(rollout_id, manifest_sha256) {
+        return Err(VerifyError::ManifestNotInTimestamp { rollout_id: rollout_id.clone(), manifest_sha256: manifest_sha256.to_owned() });
     }
-    let entry = m
-        .host(&intent.hostname)
-        .ok_or_else(|| VerifyError::HostNotInManifest { hostname: intent.hostname.clone(), rollout_id: m.rollout_id.clone() })?;
+    let entry = entry_of(&intent.hostname)?;
     if entry.wave_index != intent.wave_index {
         return Err(VerifyError::WaveMismatch {
             hostname: intent.hostname,
@@ -777,6 +843,10 @@ pub fn verify_task(env: &Envelope, director: &KeySet, host_id: &str, ctx: &Verif
     check_per_host(A, &task.host_id, host_id, task.issued_at, task.expires_at, ctx)?;
     Ok(task)
 }
+
+pub mod root;
+
+pub use root::{VerifiedPlace, VerifiedRoot, verify_place, verify_root};
 
 #[cfg(test)]
 mod tests;

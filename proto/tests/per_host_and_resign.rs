@@ -15,7 +15,8 @@ use drover_proto::intent::Intent;
 use drover_proto::keys::{KeySigner, Signer as _};
 use drover_proto::names::RolloutId;
 use drover_proto::release::{
-    FLEET_RESOLVED, MAX_REVERTABLE, ReleaseError, ReleaseFiles, build_release, manifest_path, resign_timestamp, sig_path, verify_release,
+    FLEET_RESOLVED, MAX_REVERTABLE, ReleaseError, ReleaseFiles, build_release, manifest_path, resign_timestamp, root_path, sig_path,
+    verify_release,
 };
 use drover_proto::resolve::sha256_hex;
 use drover_proto::sig::Envelope;
@@ -316,7 +317,8 @@ fn previous_release_carries_revertable_rollouts_newest_first_bounded() {
     // A revertable manifest may travel inside the current release directory; one that is
     // not listed (fallen off the list) may not.
     let mut carrying = last.clone();
-    for p in [path.clone(), sig_path(&path)] {
+    let root = root_path(&r7);
+    for p in [path.clone(), sig_path(&path), root.clone(), sig_path(&root)] {
         carrying.files.insert(p.clone(), releases[6].get(&p).expect("shipped").to_vec());
     }
     let verified = verify_release(&carrying, &trust, &VerifyContext::at(now)).unwrap_or_else(|e| panic!("carried revertable refused: {e}"));

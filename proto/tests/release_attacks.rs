@@ -159,7 +159,7 @@ fn flipping_any_byte_of_any_file_is_refused() {
     let trust = trust_of(&[&signer(1)]);
     let ctx = VerifyContext::at(t0_plus(60));
     verify_release(&files, &trust, &ctx).unwrap_or_else(|e| panic!("baseline refused: {e}"));
-    assert_eq!(files.files.len(), 6, "fleet.resolved, one manifest, timestamp, and a .sig each");
+    assert_eq!(files.files.len(), 8, "fleet.resolved, one manifest, its root, timestamp, and a .sig each");
 
     // XOR 0x01 (a neighbouring ASCII character: a hex digit, a base64 digit, a letter of a
     // field name, a quote or a brace) at every offset of every file, artifacts and .sig files.
@@ -192,8 +192,13 @@ fn removing_any_file_is_refused() {
     for path in files.files.keys() {
         let mut cut = files.clone();
         cut.files.remove(path);
-        let err = refused!(verify_release(&cut, &trust, &ctx), VerifyError::Malformed { .. } | VerifyError::ManifestMissing { .. });
-        if path.starts_with("rollouts/") {
+        let err = refused!(
+            verify_release(&cut, &trust, &ctx),
+            VerifyError::Malformed { .. } | VerifyError::ManifestMissing { .. } | VerifyError::RootMissing { .. }
+        );
+        if path.starts_with("roots/") {
+            assert!(matches!(&err, VerifyError::RootMissing { rollout_id } if *rollout_id == id), "{err:?}");
+        } else if path.starts_with("rollouts/") {
             assert!(
                 matches!(&err, VerifyError::ManifestMissing { channel, rollout_id } if channel == "stable" && *rollout_id == id),
                 "{err:?}"
