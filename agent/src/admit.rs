@@ -3,14 +3,19 @@
 //!
 //! 1. `timestamp.json` verifies against the operator's CI trust roots: signed to threshold,
 //!    fresh for its channels, not future-dated, its version not below the highest accepted;
-//! 2. the manifest's bytes are the ones cached under its rollout id, if any were (a manifest
-//!    never changes bytes under its id);
-//! 3. the manifest verifies: CI-signed, `rolloutId` recomputed from its `channel` and
-//!    `channelRef` equal to the one advertised, listed with its sha256 by the fresh timestamp,
-//!    anchored to the timestamp's `fleetResolvedSha256`;
-//! 4. the intent verifies: director-signed, for this host's id **and** hostname, not expired,
-//!    naming this manifest by sha256, `(hostname, waveIndex)` in the manifest's host set, and
-//!    its target equal to the manifest's target for this host.
+//! 2. the rollout's signed root (`docs/manifest-proofs.md`) has the bytes cached under its
+//!    rollout id, if any were (a root never changes under its id);
+//! 3. the root verifies: CI-signed to threshold, not before `rejectBefore`, not future-dated,
+//!    `rolloutId` recomputed from its `channel` and `channelRef` equal to the one advertised,
+//!    its `(rolloutId, manifestSha256)` listed by the fresh timestamp, anchored to the
+//!    timestamp's `fleetResolvedSha256`;
+//! 4. this host's entry and its audit path lead to the root (RFC 9162, exact path length), and
+//!    the entry is this host's hostname's;
+//! 5. the intent verifies: director-signed, for this host's id **and** hostname, not expired,
+//!    naming the root's manifest by sha256, its wave and target those of the proven entry.
+//!
+//! The agent never fetches the whole manifest: its entry, proven, is all it checks, as the
+//! manifest's entry was before.
 //!
 //! Each refusal becomes a typed [`ReportEvent`] (`ManifestMismatch` when intent, manifest and
 //! host disagree; `VerificationFailed` for a broken signature, freshness or version rule) and
@@ -18,21 +23,22 @@
 //! them and carries the agent's persisted floors into them. No I/O: the caller fetches and
 //! persists.
 
-use drover_proto::enroll::RolloutBundle;
+use drover_proto::enroll::ProofBundle;
 use drover_proto::intent::Intent;
 use drover_proto::names::RolloutId;
+use drover_proto::release::root_path;
 use drover_proto::report::ReportEvent;
 use drover_proto::sig::Envelope;
 use drover_proto::time::Time;
 use drover_proto::trust::TrustRoots;
 use drover_proto::verify::{
-    HostIdentity, ManifestAnchors, VerifiedManifest, VerifiedTimestamp, VerifyContext, VerifyError, VersionFloor, verify_intent,
-    verify_manifest, verify_task, verify_timestamp,
+    HostIdentity, ManifestAnchors, VerifiedPlace, VerifiedRoot, VerifiedTimestamp, VerifyContext, VerifyError, VersionFloor,
+    verify_intent_at, verify_place, verify_root, verify_task, verify_timestamp,
 };
 use sha2::{Digest, Sha256};
 
 use crate::director::DirectorKeys;
-use crate::records::{CachedManifest, Seen};
+use crate::records::{CachedRoot, Seen};
 use crate::state::{StateDir, StateError, TRUST};
 
 /// The keys the agent checks against, both pinned at enrollment from the operator's side.
@@ -58,12 +64,14 @@ impl Anchors {
 pub struct Admitted {
     /// The intent.
     pub intent: Intent,
-    /// The manifest it names.
-    pub manifest: VerifiedManifest,
+    /// This host's entry in the rollout, proven under the signed root.
+    pub place: VerifiedPlace,
+    /// The rollout's signed root (its probes are the channel's, the only ones that may gate).
+    pub root: VerifiedRoot,
     /// The timestamp that lists it (its version becomes the new floor).
     pub timestamp: VerifiedTimestamp,
-    /// The manifest as it is to be cached.
-    pub cache: CachedManifest,
+    /// The root as it is to be cached.
+    pub cache: CachedRoot,
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -83,6 +91,7 @@ fn is_mismatch(e: &VerifyError) -> bool {
             | VerifyError::WrongHost { .. }
             | VerifyError::FleetResolvedHashMismatch { .. }
             | VerifyError::ManifestNotInTimestamp { .. }
+            | VerifyError::ProofInvalid { .. }
     )
 }
 
@@ -106,14 +115,14 @@ pub fn advertised_rollout(env: &Envelope) -> Result<RolloutId, ReportEvent> {
     RolloutId::parse(id).map_err(|e| refused(format!("Malformed: rolloutId: {e}")))
 }
 
-/// Runs every rule of the module doc over an intent and the bundle fetched for it.
+/// Runs every rule of the module doc over an intent and the proof bundle fetched for it.
 pub fn admit_intent(
     env: &Envelope,
-    bundle: &RolloutBundle,
+    bundle: &ProofBundle,
     anchors: &Anchors,
     host: HostIdentity<'_>,
     seen: &Seen,
-    cached: Option<&CachedManifest>,
+    cached: Option<&CachedRoot>,
     now: Time,
 ) -> Result<Admitted, ReportEvent> {
     let rollout = advertised_rollout(env)?;
@@ -123,21 +132,21 @@ pub fn admit_intent(
     let ctx = VerifyContext::at(now).with_floor(floor);
     let timestamp = verify_timestamp(bundle.timestamp.as_bytes(), bundle.timestamp_sig.as_bytes(), &anchors.ci, &ctx)
         .map_err(|e| refusal(&rid, "timestamp.json", &e))?;
-    let sha256 = sha256_hex(bundle.manifest.as_bytes());
+    let sha256 = sha256_hex(bundle.root.as_bytes());
     if let Some(c) = cached.filter(|c| c.sha256 != sha256) {
         return Err(ReportEvent::ManifestMismatch {
             rollout_id: rid,
-            reason: format!("ManifestChanged: the manifest of this rollout id was {} and is now {sha256}", c.sha256),
+            reason: format!("RootChanged: the signed root of this rollout id was {} and is now {sha256}", c.sha256),
         });
     }
-    let anchors_m = ManifestAnchors { advertised_id: Some(&rollout), timestamp: &timestamp, fleet: None };
-    let manifest = verify_manifest(bundle.manifest.as_bytes(), bundle.manifest_sig.as_bytes(), &anchors.ci, &ctx, anchors_m)
-        .map_err(|e| refusal(&rid, &format!("rollouts/{rid}.json"), &e))?;
+    let anchors_r = ManifestAnchors { advertised_id: Some(&rollout), timestamp: &timestamp, fleet: None };
+    let root = verify_root(bundle.root.as_bytes(), bundle.root_sig.as_bytes(), &anchors.ci, &ctx, anchors_r)
+        .map_err(|e| refusal(&rid, &root_path(&rollout), &e))?;
+    let place = verify_place(&root, &bundle.proof, host.hostname).map_err(|e| refusal(&rid, "proof", &e))?;
     let intent =
-        verify_intent(env, anchors.director.key_set(), host, &manifest, &timestamp, &ctx).map_err(|e| refusal(&rid, "intent", &e))?;
-    let cache =
-        CachedManifest { rollout_id: rollout, sha256, manifest: bundle.manifest.clone(), manifest_sig: bundle.manifest_sig.clone() };
-    Ok(Admitted { intent, manifest, timestamp, cache })
+        verify_intent_at(env, anchors.director.key_set(), host, &place, &timestamp, &ctx).map_err(|e| refusal(&rid, "intent", &e))?;
+    let cache = CachedRoot { rollout_id: rollout, sha256, root: bundle.root.clone(), root_sig: bundle.root_sig.clone() };
+    Ok(Admitted { intent, place, root, timestamp, cache })
 }
 
 /// A task that passed the director's signature, host and window rules, and is not a replay.

@@ -20,7 +20,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use drover_client::{ClientError, ClientIdentity, CoordinatorClient};
-use drover_proto::enroll::{RenewRequest, RenewResponse, RolloutBundle};
+use drover_proto::enroll::{ProofBundle, RenewRequest, RenewResponse};
 use drover_proto::report::{
     ActivationStatus, CheckinRequest, CheckinResponse, HealthReport, MAX_EVENTS_PER_CHECKIN, ProbeResult, ReportEvent, TaskResult,
 };
@@ -441,16 +441,16 @@ impl Agent {
                 return Ok(self.mark_handled(intent_id)?);
             }
         };
-        let bundle: RolloutBundle = match self.client.get().get_json(&format!("/v1/rollouts/{rollout}")).await {
+        let bundle: ProofBundle = match self.client.get().get_json(&format!("/v1/rollouts/{rollout}/proof")).await {
             Ok(b) => b,
             Err(e) if e.is_transient() => return Err(e.into()),
             Err(e) => {
-                self.push_event(ReportEvent::VerificationFailed { artifact: format!("rollouts/{rollout}"), reason: e.to_string() });
+                self.push_event(ReportEvent::VerificationFailed { artifact: format!("rollouts/{rollout}/proof"), reason: e.to_string() });
                 return Ok(self.mark_handled(intent_id)?);
             }
         };
         let seen = self.state.seen()?;
-        let cached = self.state.cached_manifest(&rollout)?;
+        let cached = self.state.cached_root(&rollout)?;
         let host = HostIdentity { host_id: &self.identity.host_id, hostname: &self.identity.hostname };
         let admitted = match admit::admit_intent(&env, &bundle, &self.anchors, host, &seen, cached.as_ref(), now) {
             Ok(a) => a,
@@ -463,7 +463,7 @@ impl Agent {
         // a crash during the act is resolved by the activation's own pending record, never by
         // acting twice.
         if cached.is_none() {
-            self.state.put_manifest(&admitted.cache)?;
+            self.state.put_root(&admitted.cache)?;
         }
         let mut seen = self.state.seen()?;
         seen.highest_timestamp_version = seen.highest_timestamp_version.max(admitted.timestamp.doc.version);
@@ -471,7 +471,7 @@ impl Agent {
         seen.acted_intent_id = Some(admitted.intent.intent_id.clone());
         self.state.put_seen(&seen)?;
         // The channel's signed probes: the only ones that may gate.
-        self.manifest_probes = admitted.manifest.manifest.probes.clone();
+        self.manifest_probes = admitted.root.root.probes.clone();
         let outcome = self.blocking(move |h| h.activate(&admitted)).await?;
         self.activation = Some(outcome.status);
         for e in outcome.events {

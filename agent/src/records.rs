@@ -29,10 +29,10 @@ use crate::state::{PRIVATE_MODE, StateDir, StateError};
 pub const SEEN: &str = "seen.json";
 /// `journal.json`.
 pub const JOURNAL: &str = "journal.json";
-/// Prefix of cached manifest files.
-pub const MANIFEST_PREFIX: &str = "manifest-";
-/// Most manifests kept in the cache; the oldest beyond this are dropped.
-pub const MAX_CACHED_MANIFESTS: usize = 8;
+/// Prefix of cached root files (`docs/manifest-proofs.md`).
+pub const ROOT_PREFIX: &str = "root-";
+/// Most roots kept in the cache; the oldest beyond this are dropped.
+pub const MAX_CACHED_ROOTS: usize = 8;
 
 /// What the agent has accepted so far: the floors that make rollback and replay visible.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,18 +51,18 @@ pub struct Seen {
     pub acted_intent_id: Option<String>,
 }
 
-/// A verified manifest as cached: the exact bytes CI signed, with their signature.
+/// A verified signed root as cached: the exact bytes CI signed, with their signature.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct CachedManifest {
+pub struct CachedRoot {
     /// The rollout.
     pub rollout_id: RolloutId,
-    /// sha256 (hex) of `manifest`.
+    /// sha256 (hex) of `root`.
     pub sha256: String,
-    /// The manifest's bytes (UTF-8 JSON).
-    pub manifest: String,
+    /// The root's bytes (UTF-8 JSON).
+    pub root: String,
     /// Its `.sig` file's bytes.
-    pub manifest_sig: String,
+    pub root_sig: String,
 }
 
 /// One task id the agent has taken.
@@ -158,19 +158,19 @@ pub trait Records {
     fn seen(&self) -> Result<Seen, StateError>;
     /// Replaces `seen.json`.
     fn put_seen(&self, seen: &Seen) -> Result<(), StateError>;
-    /// The cached manifest of `id`, if any.
-    fn cached_manifest(&self, id: &RolloutId) -> Result<Option<CachedManifest>, StateError>;
-    /// Caches a verified manifest (and drops the oldest beyond [`MAX_CACHED_MANIFESTS`]).
-    fn put_manifest(&self, m: &CachedManifest) -> Result<(), StateError>;
+    /// The cached signed root of `id`, if any.
+    fn cached_root(&self, id: &RolloutId) -> Result<Option<CachedRoot>, StateError>;
+    /// Caches a verified root (and drops the oldest beyond [`MAX_CACHED_ROOTS`]).
+    fn put_root(&self, m: &CachedRoot) -> Result<(), StateError>;
     /// `journal.json`, or an empty journal when absent.
     fn journal(&self) -> Result<Journal, StateError>;
     /// Replaces `journal.json`.
     fn put_journal(&self, journal: &Journal) -> Result<(), StateError>;
 }
 
-fn manifest_file(id: &RolloutId) -> String {
+fn root_file(id: &RolloutId) -> String {
     // Rollout ids are `[A-Za-z0-9._-]{1,64}@[A-Za-z0-9._-]{1,64}`: safe as a file name.
-    format!("{MANIFEST_PREFIX}{id}.json")
+    format!("{ROOT_PREFIX}{id}.json")
 }
 
 impl StateDir {
@@ -200,9 +200,9 @@ impl Records for StateDir {
         self.write_json(SEEN, seen)
     }
 
-    fn cached_manifest(&self, id: &RolloutId) -> Result<Option<CachedManifest>, StateError> {
-        let name = manifest_file(id);
-        let cached: Option<CachedManifest> = self.read_json(&name)?;
+    fn cached_root(&self, id: &RolloutId) -> Result<Option<CachedRoot>, StateError> {
+        let name = root_file(id);
+        let cached: Option<CachedRoot> = self.read_json(&name)?;
         match cached {
             Some(c) if c.rollout_id != *id => {
                 Err(StateError::Corrupt { file: self.file(&name), message: format!("holds rollout {} instead of {id}", c.rollout_id) })
@@ -211,22 +211,22 @@ impl Records for StateDir {
         }
     }
 
-    fn put_manifest(&self, m: &CachedManifest) -> Result<(), StateError> {
-        self.write_json(&manifest_file(&m.rollout_id), m)?;
+    fn put_root(&self, m: &CachedRoot) -> Result<(), StateError> {
+        self.write_json(&root_file(&m.rollout_id), m)?;
         let dir_err = |source| StateError::Read { file: self.path().to_owned(), source };
         let mut cached: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
         for entry in std::fs::read_dir(self.path()).map_err(dir_err)? {
             let entry = entry.map_err(dir_err)?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with(MANIFEST_PREFIX) && name.ends_with(".json") {
+            if name.starts_with(ROOT_PREFIX) && name.ends_with(".json") {
                 let modified = entry.metadata().and_then(|m| m.modified()).map_err(dir_err)?;
                 cached.push((modified, entry.path()));
             }
         }
         cached.sort();
-        let excess = cached.len().saturating_sub(MAX_CACHED_MANIFESTS);
+        let excess = cached.len().saturating_sub(MAX_CACHED_ROOTS);
         for (_, path) in cached.into_iter().take(excess) {
-            if path != self.file(&manifest_file(&m.rollout_id)) {
+            if path != self.file(&root_file(&m.rollout_id)) {
                 std::fs::remove_file(&path).map_err(|source| StateError::Write { file: path.clone(), source })?;
             }
         }
@@ -275,31 +275,27 @@ mod tests {
     }
 
     #[test]
-    fn the_manifest_cache_is_bounded_and_keeps_the_newest() {
+    fn the_root_cache_is_bounded_and_keeps_the_newest() {
         let (_tmp, s) = state();
-        for i in 0..(MAX_CACHED_MANIFESTS + 3) {
+        for i in 0..(MAX_CACHED_ROOTS + 3) {
             let id = RolloutId::new("gpu", &format!("c{i:02}")).unwrap();
-            s.put_manifest(&CachedManifest { rollout_id: id, sha256: format!("{i}"), manifest: "{}".into(), manifest_sig: "{}".into() })
-                .unwrap();
+            s.put_root(&CachedRoot { rollout_id: id, sha256: format!("{i}"), root: "{}".into(), root_sig: "{}".into() }).unwrap();
         }
-        let kept = std::fs::read_dir(s.path())
-            .unwrap()
-            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("manifest-"))
-            .count();
-        assert_eq!(kept, MAX_CACHED_MANIFESTS);
-        let newest = RolloutId::new("gpu", &format!("c{:02}", MAX_CACHED_MANIFESTS + 2)).unwrap();
-        assert!(s.cached_manifest(&newest).unwrap().is_some());
+        let kept =
+            std::fs::read_dir(s.path()).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("root-")).count();
+        assert_eq!(kept, MAX_CACHED_ROOTS);
+        let newest = RolloutId::new("gpu", &format!("c{:02}", MAX_CACHED_ROOTS + 2)).unwrap();
+        assert!(s.cached_root(&newest).unwrap().is_some());
     }
 
     #[test]
-    fn a_manifest_file_holding_another_rollout_is_refused() {
+    fn a_root_file_holding_another_rollout_is_refused() {
         let (_tmp, s) = state();
         let a = RolloutId::new("gpu", "a").unwrap();
         let b = RolloutId::new("gpu", "b").unwrap();
-        s.put_manifest(&CachedManifest { rollout_id: b.clone(), sha256: "x".into(), manifest: "{}".into(), manifest_sig: "{}".into() })
-            .unwrap();
-        std::fs::rename(s.file(&manifest_file(&b)), s.file(&manifest_file(&a))).unwrap();
-        assert!(matches!(s.cached_manifest(&a), Err(StateError::Corrupt { .. })));
+        s.put_root(&CachedRoot { rollout_id: b.clone(), sha256: "x".into(), root: "{}".into(), root_sig: "{}".into() }).unwrap();
+        std::fs::rename(s.file(&root_file(&b)), s.file(&root_file(&a))).unwrap();
+        assert!(matches!(s.cached_root(&a), Err(StateError::Corrupt { .. })));
     }
 
     #[test]

@@ -258,7 +258,7 @@ impl HostOps for RealHost {
     }
 
     fn activate(&self, admitted: &Admitted) -> ActivationOutcome {
-        let gate = Gate { host: self, probes: admitted.manifest.manifest.probes.clone() };
+        let gate = Gate { host: self, probes: admitted.root.root.probes.clone() };
         Self::outcome(self.activator(&gate).activate(&admitted.intent), Some(admitted))
     }
 

@@ -25,18 +25,18 @@ async fn refused_intent(h: &mut Harness, intent: &Intent) -> Vec<ReportEvent> {
 }
 
 #[tokio::test]
-async fn bad_manifest_signature_is_refused() {
+async fn bad_root_signature_is_refused() {
     let mut h = Harness::new().await;
     let files = h.release();
     // A real CI signature by a trusted key, over other bytes (the timestamp's).
     let mut b = bundle(&files, &rollout_id());
-    b.manifest_sig = b.timestamp_sig.clone();
+    b.root_sig = b.timestamp_sig.clone();
     h.fake.serve_bundle(rollout_id().as_str(), &b);
     let intent = intent_for(&files, HOSTNAME, INTENT_1, h.t0);
     let events = refused_intent(&mut h, &intent).await;
     let artifact = assert_refusal(&events, false, "BadSignature");
-    assert_eq!(artifact, format!("rollouts/{}.json", rollout_id()));
-    assert!(h.state.cached_manifest(&rollout_id()).expect("cache").is_none(), "an unverified manifest is never cached");
+    assert_eq!(artifact, format!("roots/{}.json", rollout_id()));
+    assert!(h.state.cached_root(&rollout_id()).expect("cache").is_none(), "an unverified root is never cached");
 }
 
 #[tokio::test]
@@ -115,13 +115,54 @@ async fn expired_intent_is_refused() {
 #[tokio::test]
 async fn host_not_in_manifest_is_refused() {
     // The agent is gpu-03, which the manifest does not list; the director sends it an intent
-    // anyway (with a validly CI-signed target of another host).
+    // anyway (with a validly CI-signed target of another host), and the only proof there is
+    // to serve is another host's: genuine under the root, refused as not this host's.
     let mut h = Harness::named("gpu-03").await;
     let files = h.release();
     h.serve(&files);
     let intent = Intent { hostname: "gpu-03".to_owned(), ..intent_for(&files, HOSTNAME, INTENT_1, h.t0) };
     let events = refused_intent(&mut h, &intent).await;
-    assert_eq!(assert_refusal(&events, true, "HostNotInManifest"), rollout_id().as_str());
+    assert_eq!(assert_refusal(&events, true, "WrongHost"), rollout_id().as_str());
+}
+
+#[tokio::test]
+async fn proof_for_another_host_is_refused() {
+    // gpu-01's genuine entry and audit path, served to gpu-02 with an intent that claims
+    // gpu-01's wave and target for gpu-02.
+    let mut h = Harness::new().await;
+    let files = h.release();
+    h.fake.serve_bundle(rollout_id().as_str(), &bundle_for(&files, &rollout_id(), "gpu-01"));
+    let theirs = intent_for(&files, "gpu-01", INTENT_1, h.t0);
+    let intent = Intent { hostname: HOSTNAME.to_owned(), ..theirs };
+    let events = refused_intent(&mut h, &intent).await;
+    assert_eq!(assert_refusal(&events, true, "WrongHost"), rollout_id().as_str());
+    assert!(h.state.cached_root(&rollout_id()).expect("cache").is_none());
+}
+
+#[tokio::test]
+async fn proof_with_the_leaf_moved_to_another_wave_is_refused() {
+    // A coordinator holding the director key moves gpu-02 into the canary wave: it edits the
+    // leaf it serves and signs an intent to match. The leaf no longer hashes to the CI root.
+    let mut h = Harness::new().await;
+    let files = h.release();
+    let mut b = bundle(&files, &rollout_id());
+    b.proof.entry.wave_index = 0;
+    h.fake.serve_bundle(rollout_id().as_str(), &b);
+    let intent = Intent { wave_index: 0, ..intent_for(&files, HOSTNAME, INTENT_1, h.t0) };
+    let events = refused_intent(&mut h, &intent).await;
+    assert_eq!(assert_refusal(&events, true, "ProofInvalid"), rollout_id().as_str());
+}
+
+#[tokio::test]
+async fn truncated_proof_is_refused() {
+    let mut h = Harness::new().await;
+    let files = h.release();
+    let mut b = bundle(&files, &rollout_id());
+    b.proof.path.pop();
+    h.fake.serve_bundle(rollout_id().as_str(), &b);
+    let intent = intent_for(&files, HOSTNAME, INTENT_1, h.t0);
+    let events = refused_intent(&mut h, &intent).await;
+    assert_eq!(assert_refusal(&events, true, "ProofInvalid"), rollout_id().as_str());
 }
 
 #[tokio::test]
@@ -153,29 +194,29 @@ async fn wave_mismatch_is_refused() {
 }
 
 #[tokio::test]
-async fn manifest_served_under_another_rollout_id_is_refused() {
+async fn root_served_under_another_rollout_id_is_refused() {
     let mut h = Harness::new().await;
     let files = h.release();
-    // The intent names `stable@elsewhere`; the coordinator serves stable@c0ffee1's manifest
-    // (and a fresh timestamp) under that id.
+    // The intent names `stable@elsewhere`; the coordinator serves stable@c0ffee1's root and
+    // proof (and a fresh timestamp) under that id.
     let elsewhere = RolloutId::new("stable", "elsewhere").expect("id");
     h.fake.serve_bundle(elsewhere.as_str(), &bundle(&files, &rollout_id()));
     let intent = Intent { rollout_id: elsewhere.clone(), ..intent_for(&files, HOSTNAME, INTENT_1, h.t0) };
     let events = refused_intent(&mut h, &intent).await;
     assert_eq!(assert_refusal(&events, true, "RolloutIdMismatch"), elsewhere.as_str());
-    assert!(h.fake.lines().contains(&format!("GET /v1/rollouts/{elsewhere} HTTP/1.1")), "{:?}", h.fake.lines());
-    assert!(h.state.cached_manifest(&elsewhere).expect("cache").is_none());
+    assert!(h.fake.lines().contains(&format!("GET /v1/rollouts/{elsewhere}/proof HTTP/1.1")), "{:?}", h.fake.lines());
+    assert!(h.state.cached_root(&elsewhere).expect("cache").is_none());
 }
 
 #[tokio::test]
-async fn cached_manifest_with_other_bytes_is_refused() {
+async fn cached_root_with_other_bytes_is_refused() {
     let mut h = Harness::new().await;
     let files = h.release();
     h.serve(&files);
     let events = h.deliver_intent(seal(&intent_for(&files, HOSTNAME, INTENT_1, h.t0), &h.director)).await;
-    assert!(events.is_empty(), "the first manifest is accepted: {events:?}");
+    assert!(events.is_empty(), "the first root is accepted: {events:?}");
     assert_eq!(h.host.activation_count(), 1);
-    let cached = h.state.cached_manifest(&rollout_id()).expect("cache").expect("cached");
+    let cached = h.state.cached_root(&rollout_id()).expect("cache").expect("cached");
 
     // Later, a validly CI-signed release puts other bytes (another target) under the same id.
     let mut spec = small_spec_json();
@@ -184,11 +225,11 @@ async fn cached_manifest_with_other_bytes_is_refused() {
     h.clock.set(h.t0.plus_secs(120));
     h.serve(&other);
     let intent = intent_for(&other, HOSTNAME, INTENT_2, h.t0.plus_secs(120));
-    assert_ne!(intent.manifest_sha256, cached.sha256);
+    assert_ne!(sha256_hex(bundle(&other, &rollout_id()).root.as_bytes()), cached.sha256);
     let events = h.deliver_intent(seal(&intent, &h.director)).await;
-    assert_eq!(assert_refusal(&events, true, "ManifestChanged"), rollout_id().as_str());
-    assert_eq!(h.host.activation_count(), 1, "the changed manifest activates nothing");
-    assert_eq!(h.state.cached_manifest(&rollout_id()).expect("cache"), Some(cached), "the cache keeps the first bytes");
+    assert_eq!(assert_refusal(&events, true, "RootChanged"), rollout_id().as_str());
+    assert_eq!(h.host.activation_count(), 1, "the changed root activates nothing");
+    assert_eq!(h.state.cached_root(&rollout_id()).expect("cache"), Some(cached), "the cache keeps the first bytes");
 }
 
 #[tokio::test]

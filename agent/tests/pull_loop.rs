@@ -9,7 +9,7 @@ use common::*;
 use drover_agent::pull::PullError;
 use drover_agent::records::Records;
 use drover_client::ClientError;
-use drover_proto::enroll::RolloutBundle;
+use drover_proto::enroll::ProofBundle;
 use drover_proto::report::{ActivationPhase, ReportEvent};
 use std::time::Duration;
 
@@ -32,17 +32,17 @@ async fn valid_intent_is_activated_once() {
     assert_eq!(first.current_generation.as_deref(), Some(CURRENT_GENERATION));
     assert_eq!(
         h.fake.lines(),
-        vec!["POST /v1/agent/checkin HTTP/1.1".to_owned(), format!("GET /v1/rollouts/{} HTTP/1.1", rollout_id())],
-        "one check-in, one bundle fetch"
+        vec!["POST /v1/agent/checkin HTTP/1.1".to_owned(), format!("GET /v1/rollouts/{}/proof HTTP/1.1", rollout_id())],
+        "one check-in, one proof fetch"
     );
 
     // Records: the floor, the cache, the handled mark.
     let seen = h.state.seen().expect("seen");
     assert_eq!(seen.highest_timestamp_version, 1);
     assert_eq!(seen.last_intent_id.as_deref(), Some(INTENT_1));
-    let cached = h.state.cached_manifest(&rollout_id()).expect("cache").expect("cached");
-    assert_eq!(cached.sha256, intent.manifest_sha256);
-    assert_eq!(cached.manifest, bundle(&files, &rollout_id()).manifest, "the exact bytes CI signed");
+    let cached = h.state.cached_root(&rollout_id()).expect("cache").expect("cached");
+    assert_eq!(cached.sha256, sha256_hex(bundle(&files, &rollout_id()).root.as_bytes()));
+    assert_eq!(cached.root, bundle(&files, &rollout_id()).root, "the exact bytes CI signed");
 
     // The next check-in reports the intent as known, with its activation status.
     h.pass_ok().await;
@@ -140,24 +140,23 @@ async fn malformed_bundle_is_refused() {
     let files = h.release();
     let good = bundle(&files, &rollout_id());
     let id = rollout_id().to_string();
-    let fetch = format!("rollouts/{id}");
-    let manifest_file = format!("rollouts/{id}.json");
+    let fetch = format!("rollouts/{id}/proof");
+    let root_file = format!("roots/{id}.json");
     let cases: Vec<(Reply, &str, &str)> = vec![
         // Not a bundle at all: the fetch itself fails (and is not retried as transient).
-        (Reply::ok(br#"{"manifest":1}"#.to_vec()), &fetch, "unexpected response"),
+        (Reply::ok(br#"{"root":1}"#.to_vec()), &fetch, "unexpected response"),
         (Reply::ok(b"\x00\xff garbage".to_vec()), &fetch, "unexpected response"),
-        // A bundle whose manifest is not canonical JSON (re-serialised with spaces).
+        // A bundle whose root is not canonical JSON (re-serialised with spaces).
         (
-            Reply::json(&RolloutBundle {
-                manifest: serde_json::to_string_pretty(&serde_json::from_str::<serde_json::Value>(&good.manifest).expect("json"))
-                    .expect("json"),
+            Reply::json(&ProofBundle {
+                root: serde_json::to_string_pretty(&serde_json::from_str::<serde_json::Value>(&good.root).expect("json")).expect("json"),
                 ..good.clone()
             }),
-            &manifest_file,
+            &root_file,
             "NotCanonical:",
         ),
         // A bundle whose timestamp is not JSON.
-        (Reply::json(&RolloutBundle { timestamp: "{".to_owned(), ..good.clone() }), "timestamp.json", "NotCanonical:"),
+        (Reply::json(&ProofBundle { timestamp: "{".to_owned(), ..good.clone() }), "timestamp.json", "NotCanonical:"),
     ];
     for (i, (reply, expected_artifact, reason_start)) in cases.into_iter().enumerate() {
         h.fake.route(&bundle_path(&id), reply);
@@ -173,7 +172,7 @@ async fn malformed_bundle_is_refused() {
         assert_eq!(h.state.seen().expect("seen").last_intent_id.as_deref(), Some(intent_id.as_str()), "handled (refused), not retried");
     }
     assert_eq!(h.host.activation_count(), 0, "nothing runs");
-    assert!(h.state.cached_manifest(&rollout_id()).expect("cache").is_none());
+    assert!(h.state.cached_root(&rollout_id()).expect("cache").is_none());
 }
 
 /// An intent re-sent inside its window (the real coordinator never re-sends a known intent; a

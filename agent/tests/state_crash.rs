@@ -8,7 +8,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use drover_agent::records::{CachedManifest, Journal, JournalEntry, Records, Seen};
+use drover_agent::records::{CachedRoot, Journal, JournalEntry, Records, Seen};
 use drover_agent::state::StateDir;
 use drover_proto::names::RolloutId;
 use drover_proto::report::{TaskOutcome, TaskResult};
@@ -47,9 +47,7 @@ fn write_round(state: &StateDir, n: u64) {
     state.put_journal(&journal).expect("journal");
     let id = RolloutId::new("gpu", &format!("c{}", n % 4)).expect("id");
     let manifest = format!("{{\"round\":{n},\"pad\":\"{}\"}}", "x".repeat((n % 97) as usize * 100));
-    state
-        .put_manifest(&CachedManifest { rollout_id: id, sha256: format!("{n:064x}"), manifest, manifest_sig: "{}".into() })
-        .expect("manifest");
+    state.put_root(&CachedRoot { rollout_id: id, sha256: format!("{n:064x}"), root: manifest, root_sig: "{}".into() }).expect("manifest");
 }
 
 /// The writer role: rounds forever, announcing each finished round on stdout.
@@ -110,8 +108,8 @@ fn state_survives_kill_9_at_random_points_during_writes() {
         assert!(journal.tasks.keys().any(|k| k.starts_with("round-")), "kill {kill}: journal lost its round marker");
         for c in 0..4 {
             let id = RolloutId::new("gpu", &format!("c{c}")).expect("id");
-            if let Some(m) = state.cached_manifest(&id).unwrap_or_else(|e| panic!("manifest {id} unreadable after kill {kill}: {e}")) {
-                let v: serde_json::Value = serde_json::from_str(&m.manifest).expect("manifest JSON whole");
+            if let Some(m) = state.cached_root(&id).unwrap_or_else(|e| panic!("manifest {id} unreadable after kill {kill}: {e}")) {
+                let v: serde_json::Value = serde_json::from_str(&m.root).expect("root JSON whole");
                 assert_eq!(
                     format!("{:064x}", v["round"].as_u64().expect("round")),
                     m.sha256,

@@ -5,7 +5,7 @@ use std::fs;
 use std::io::{Read, Write};
 use std::path::Path;
 
-use drover_proto::release::{FLEET_RESOLVED, ROLLOUTS_DIR, ReleaseFiles, TIMESTAMP};
+use drover_proto::release::{FLEET_RESOLVED, ROLLOUTS_DIR, ROOTS_DIR, ReleaseFiles, TIMESTAMP};
 
 use crate::exit::{CliError, codes};
 
@@ -52,9 +52,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, exclusive: bool) -> Re
     result.map_err(cant)
 }
 
-/// Loads a release directory: `fleet.resolved.json`, `timestamp.json`, `rollouts/*.json`
-/// and their `.sig` files. Other files are ignored; symlinks inside the directory (a release
-/// file, or `rollouts` itself) are refused. `dir` itself may be a symlink.
+/// Loads a release directory: `fleet.resolved.json`, `timestamp.json`, `rollouts/*.json`,
+/// `roots/*.json` and their `.sig` files. Other files are ignored; symlinks inside the
+/// directory (a release file, or `rollouts` or `roots` itself) are refused. `dir` itself may be a symlink.
 pub fn load_release(dir: &Path) -> Result<ReleaseFiles, CliError> {
     let mut files = ReleaseFiles::default();
     let meta =
@@ -76,39 +76,42 @@ pub fn load_release(dir: &Path) -> Result<ReleaseFiles, CliError> {
             add(name.to_owned(), &p)?;
         }
     }
-    let rollouts = dir.join(ROLLOUTS_DIR);
-    // symlink_metadata, not is_dir(): that follows a symlink, and a `rollouts` link would
-    // pull manifests from anywhere into the release.
-    let rollouts_meta = match fs::symlink_metadata(&rollouts) {
-        Ok(m) => Some(m),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(CliError::new(codes::IO, format!("{}: {e}", rollouts.display()))),
-    };
-    if rollouts_meta.as_ref().is_some_and(|m| m.file_type().is_symlink()) {
-        return Err(CliError::data(format!("{} is a symlink; a release's rollouts must be a real directory", rollouts.display())));
-    }
-    if rollouts_meta.is_some_and(|m| m.is_dir()) {
-        let entries = fs::read_dir(&rollouts).map_err(|e| CliError::new(codes::IO, format!("{}: {e}", rollouts.display())))?;
-        for entry in entries {
-            let entry = entry.map_err(|e| CliError::new(codes::IO, format!("{}: {e}", rollouts.display())))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".json") || name.ends_with(".json.sig") {
-                add(format!("{ROLLOUTS_DIR}/{name}"), &entry.path())?;
+    for sub in [ROLLOUTS_DIR, ROOTS_DIR] {
+        let subdir = dir.join(sub);
+        // symlink_metadata, not is_dir(): that follows a symlink, and a `rollouts` (or
+        // `roots`) link would pull artifacts from anywhere into the release.
+        let meta = match fs::symlink_metadata(&subdir) {
+            Ok(m) => Some(m),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(CliError::new(codes::IO, format!("{}: {e}", subdir.display()))),
+        };
+        if meta.as_ref().is_some_and(|m| m.file_type().is_symlink()) {
+            return Err(CliError::data(format!("{} is a symlink; a release's {sub} must be a real directory", subdir.display())));
+        }
+        if meta.is_some_and(|m| m.is_dir()) {
+            let entries = fs::read_dir(&subdir).map_err(|e| CliError::new(codes::IO, format!("{}: {e}", subdir.display())))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| CliError::new(codes::IO, format!("{}: {e}", subdir.display())))?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.ends_with(".json") || name.ends_with(".json.sig") {
+                    add(format!("{sub}/{name}"), &entry.path())?;
+                }
             }
         }
     }
     Ok(files)
 }
 
-/// Whether `rel` is a path a release may hold: `fleet.resolved.json`, `timestamp.json` or
-/// `rollouts/<name>.json`, each optionally with `.sig`, where `<name>` is one plain path
-/// component (no `/`, no `..`, not empty).
+/// Whether `rel` is a path a release may hold: `fleet.resolved.json`, `timestamp.json`,
+/// `rollouts/<name>.json` or `roots/<name>.json`, each optionally with `.sig`, where `<name>`
+/// is one plain path component (no `/`, no `..`, not empty).
 fn is_release_path(rel: &str) -> bool {
     let artifact = rel.strip_suffix(".sig").unwrap_or(rel);
     if artifact == FLEET_RESOLVED || artifact == TIMESTAMP {
         return true;
     }
-    let Some(name) = artifact.strip_prefix(ROLLOUTS_DIR).and_then(|r| r.strip_prefix('/')).and_then(|r| r.strip_suffix(".json")) else {
+    let in_dir = |dir: &str| artifact.strip_prefix(dir).and_then(|r| r.strip_prefix('/')).and_then(|r| r.strip_suffix(".json"));
+    let Some(name) = in_dir(ROLLOUTS_DIR).or_else(|| in_dir(ROOTS_DIR)) else {
         return false;
     };
     !name.is_empty() && !name.contains('/') && !name.contains("..") && !name.contains('\0')

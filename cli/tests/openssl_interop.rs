@@ -12,7 +12,14 @@ use base64::Engine as _;
 use common::{Scratch, openssl, openssl_run, read_json, s};
 
 /// Every artifact of the example release made with commit `c0ffee`.
-const ARTIFACTS: [&str; 4] = ["fleet.resolved.json", "rollouts/gpu@c0ffee.json", "rollouts/infra@c0ffee.json", "timestamp.json"];
+const ARTIFACTS: [&str; 6] = [
+    "fleet.resolved.json",
+    "rollouts/gpu@c0ffee.json",
+    "rollouts/infra@c0ffee.json",
+    "roots/gpu@c0ffee.json",
+    "roots/infra@c0ffee.json",
+    "timestamp.json",
+];
 
 /// `openssl genpkey -algorithm ed25519` into NAME.pem, and its public key into NAME.pub.pem.
 fn openssl_key(sc: &Scratch, name: &str) {

@@ -79,6 +79,10 @@ fn release_is_deterministic_byte_for_byte() {
             "rollouts/gpu@c0ffee.json.sig",
             "rollouts/infra@c0ffee.json",
             "rollouts/infra@c0ffee.json.sig",
+            "roots/gpu@c0ffee.json",
+            "roots/gpu@c0ffee.json.sig",
+            "roots/infra@c0ffee.json",
+            "roots/infra@c0ffee.json.sig",
             "timestamp.json",
             "timestamp.json.sig",
         ]

@@ -134,6 +134,8 @@ pub struct AppState {
     pub peers: std::sync::OnceLock<crate::peers::Peers>,
     /// Rollout bundles as served, one copy per (release, rollout).
     pub bundles: crate::bundles::BundleCache,
+    /// Each rollout's host-set tree, signed root and timestamp, one per (release, rollout).
+    pub proofs: crate::bundles::BundleCache<Arc<crate::api::agent_proofs::RolloutProofs>>,
     /// Time.
     pub clock: Arc<dyn Clock>,
     /// Serials revoked as of the last CRL refresh, checked on every request.

@@ -1,5 +1,6 @@
 //! The rollout bundles agents fetch (`GET /v1/rollouts/{id}`: a manifest with the latest
-//! timestamp), serialised once per (release, rollout) and shared.
+//! timestamp), serialised once per (release, rollout) and shared; and, in the same kind of
+//! cache, each rollout's host-set tree that `GET /v1/rollouts/{id}/proof` cuts proofs from.
 //!
 //! When a wave starts, every host in it fetches the same bundle within a second or two. Built
 //! per request, each copy would load the latest release from the store and hold the manifest
@@ -20,20 +21,25 @@ use drover_proto::names::RolloutId;
 /// may still ask for; a request beyond is answered but not kept.
 pub const MAX_BUNDLES: usize = 64;
 
-/// Serialised bundles of one release version.
-#[derive(Default)]
-pub struct BundleCache {
+/// Serialised bundles (or, for the proof route, each rollout's tree) of one release version.
+pub struct BundleCache<V = Bytes> {
     // A tokio mutex, held while a missing bundle is built, so a wave's simultaneous requests
     // build it once and the rest wait for it rather than each building their own.
-    inner: tokio::sync::Mutex<Option<(u64, HashMap<RolloutId, Bytes>)>>,
+    inner: tokio::sync::Mutex<Option<(u64, HashMap<RolloutId, V>)>>,
 }
 
-impl BundleCache {
+impl<V> Default for BundleCache<V> {
+    fn default() -> Self {
+        BundleCache { inner: tokio::sync::Mutex::new(None) }
+    }
+}
+
+impl<V: Clone> BundleCache<V> {
     /// The bundle of `id` for release `version`: the cached bytes, or `build`'s, kept for the
     /// next request. An error from `build` is returned and nothing is kept.
-    pub async fn get_or_build<E, F>(&self, version: u64, id: &RolloutId, build: impl FnOnce() -> F) -> Result<Bytes, E>
+    pub async fn get_or_build<E, F>(&self, version: u64, id: &RolloutId, build: impl FnOnce() -> F) -> Result<V, E>
     where
-        F: Future<Output = Result<Bytes, E>>,
+        F: Future<Output = Result<V, E>>,
     {
         let mut guard = self.inner.lock().await;
         if guard.as_ref().is_none_or(|(v, _)| *v != version) {

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use drover_proto::release::{ROLLOUTS_DIR, ReleaseFiles, TIMESTAMP};
+use drover_proto::release::{ROLLOUTS_DIR, ROOTS_DIR, ReleaseFiles, TIMESTAMP};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
@@ -164,7 +164,7 @@ fn scan(root: &Path) -> std::io::Result<Vec<Found>> {
     Ok(found)
 }
 
-/// Reads one release directory: regular files at the top level and in `rollouts/`, nothing
+/// Reads one release directory: regular files at the top level and in `rollouts/` and `roots/`, nothing
 /// else. A symlink, a device, or any other directory refuses the whole release, so no file
 /// from outside it is ever read; unknown file names are left to `verify_release`'s layout rule.
 pub fn load(dir: &Path) -> Result<ReleaseFiles, String> {
@@ -181,8 +181,8 @@ fn read_level(dir: &Path, prefix: &str, files: &mut ReleaseFiles, total: &mut us
         let path = entry.path();
         let name = entry.file_name().into_string().map_err(|_| format!("{}: file name is not UTF-8", path.display()))?;
         let kind = entry.file_type().map_err(|e| format!("{}: {e}", path.display()))?;
-        if kind.is_dir() && prefix.is_empty() && name == ROLLOUTS_DIR {
-            read_level(&path, &format!("{ROLLOUTS_DIR}/"), files, total)?;
+        if kind.is_dir() && prefix.is_empty() && (name == ROLLOUTS_DIR || name == ROOTS_DIR) {
+            read_level(&path, &format!("{name}/"), files, total)?;
         } else if kind.is_file() {
             let bytes = fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
             // The same bound as the API's body: a release is never larger than what may be posted.

@@ -311,6 +311,7 @@ pub async fn start_prepared(listener: TcpListener, prepared: Prepared, clock: Ar
         leader,
         peers: Default::default(),
         bundles: Default::default(),
+        proofs: Default::default(),
         clock,
         revoked: Default::default(),
         crl_lock: Default::default(),

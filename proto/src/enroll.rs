@@ -110,6 +110,24 @@ pub struct RolloutBundle {
     pub timestamp_sig: String,
 }
 
+/// `GET /v1/rollouts/{rolloutId}/proof` response (`docs/manifest-proofs.md`): the calling
+/// host's entry with its inclusion proof, the rollout's CI-signed root and the current
+/// timestamp, the signed files as the exact text CI produced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProofBundle {
+    /// This host's entry, its leaf index and its audit path.
+    pub proof: crate::merkle::EntryProof,
+    /// `roots/<rolloutId>.json`'s bytes.
+    pub root: String,
+    /// Its `.sig` file's bytes.
+    pub root_sig: String,
+    /// The current `timestamp.json` bytes.
+    pub timestamp: String,
+    /// Its `.sig` file's bytes.
+    pub timestamp_sig: String,
+}
+
 /// The command an operator runs on a new host. The script is fetched whole (pinned to the
 /// coordinator's key) before anything runs, and only if the fetch succeeded; the token goes in
 /// on stdin through the shell's `printf` builtin, so it is in no process's arguments. Every

@@ -266,9 +266,9 @@ pub enum VerifyError {
         hostname: String,
         /// The rollout.
         rollout_id: RolloutId,
-        /// Which proof rule failed.
+        /// Which proof rule failed (boxed: it is rare, and keeps every `Result` small).
         #[source]
-        source: crate::merkle::ProofError,
+        source: Box<crate::merkle::ProofError>,
     },
     /// A manifest in a release without its signed root.
     #[error("rollout {rollout_id}: the release has no signed root roots/{rollout_id}.json for its manifest")]

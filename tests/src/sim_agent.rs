@@ -1,14 +1,15 @@
 //! A simulated agent: speaks the real agent protocol over its own mTLS connection (check-in
-//! with long-poll, manifest bundle fetch, confirm) and runs the agent's own admission code
-//! (`drover_agent::admit::admit_intent`: timestamp, manifest, intent, wave membership) on
+//! with long-poll, proof bundle fetch, confirm) and runs the agent's own admission code
+//! (`drover_agent::admit::admit_intent`: timestamp, signed root, its entry's inclusion proof,
+//! intent, wave membership) on
 //! every intent it is handed, and the director-signature, host, window and replay rules on
 //! every task. Only the work itself is simulated: a host "switches" instantly and reports
 //! what its script says — healthy, failing its required probes, or failing the switch — and
 //! a task "runs" instantly and succeeds (a slow host takes the time its script says to switch).
 //!
 //! Thousands of them share one process in `drover-bench`: a [`VerifyCache`] shared between
-//! them verifies each (manifest, timestamp) pair once, while every agent still fetches the
-//! bundle itself and checks its own intent, host and wave against the verified manifest.
+//! them verifies the signatures of each (root, timestamp) pair once, while every agent still
+//! fetches its own proof bundle and checks its own inclusion proof, intent, host and wave.
 //!
 //! It is the building block of the executor's end-to-end tests and of the fleet simulator;
 //! nothing in the coordinator knows it is not a real agent.
@@ -21,14 +22,14 @@ use std::time::{Duration, SystemTime};
 use drover_agent::admit::{Admitted, Anchors, admit_intent, refusal};
 use drover_agent::records::Seen;
 use drover_client::{ClientError, ClientIdentity, CoordinatorClient};
-use drover_proto::enroll::RolloutBundle;
+use drover_proto::enroll::ProofBundle;
 use drover_proto::report::{
     ActivationPhase, ActivationStatus, CheckinRequest, CheckinResponse, ConfirmRequest, HealthReport, ProbeOutcome, ProbeResult,
     StepOutcome, StepResult, TaskOutcome, TaskResult,
 };
 use drover_proto::spec::Mode;
 use drover_proto::time::Time;
-use drover_proto::verify::{HostIdentity, VerifiedManifest, VerifiedTimestamp, VerifyContext, VersionFloor, verify_intent};
+use drover_proto::verify::{HostIdentity, VerifiedRoot, VerifiedTimestamp, VerifyContext, VersionFloor, verify_intent_at, verify_place};
 use uuid::Uuid;
 
 /// How a simulated host behaves when it is handed an intent.
@@ -267,7 +268,7 @@ impl SimAgent {
                 return Ok(false);
             }
         };
-        let bundle: RolloutBundle = self.client.get_json(&format!("/v1/rollouts/{rollout}")).await?;
+        let bundle: ProofBundle = self.client.get_json(&format!("/v1/rollouts/{rollout}/proof")).await?;
         let host_id = self.host_id.to_string();
         let host = HostIdentity { host_id: &host_id, hostname: &self.hostname };
         let admitted = match &self.cache {
@@ -291,7 +292,9 @@ impl SimAgent {
             closure: intent.target_closure.clone(),
             boot_id: self.boot_id.clone(),
         };
-        let required_probes = admitted.manifest.manifest.health_gate.required_probes.clone();
+        // The channel's signed probes, from the root: a healthy host passes them all, a
+        // failing one fails them all (the gate's required ones among them).
+        let required_probes = admitted.root.root.probes.iter().map(|p| p.name.clone()).collect();
         if let Behaviour::Slow(switch) = self.behaviour {
             tokio::time::sleep(switch).await;
         }
@@ -371,28 +374,30 @@ impl SimAgent {
     }
 }
 
-/// The sha256s (hex) of a manifest's and a timestamp's bytes.
+/// The sha256s (hex) of a signed root's and a timestamp's bytes.
 type PairKey = (String, String);
 
-/// Verified (manifest, timestamp) pairs shared by simulated agents, keyed by both sha256s:
+/// Verified (root, timestamp) pairs shared by simulated agents, keyed by both sha256s:
 /// the first agent handed a pair runs the agent's whole admission
 /// ([`drover_agent::admit::admit_intent`]); later ones check their bytes hash to a verified
 /// pair and then run the per-host rules themselves — the timestamp version floor, and
-/// [`verify_intent`]'s signature, host, window, manifest hash, wave and target checks.
+/// the inclusion proof and [`verify_intent_at`]'s signature, host, window, manifest hash, wave
+/// and target checks.
 #[derive(Default)]
 pub struct VerifyCache {
-    verified: Mutex<HashMap<PairKey, Arc<(VerifiedManifest, VerifiedTimestamp)>>>,
+    verified: Mutex<HashMap<PairKey, Arc<(VerifiedRoot, VerifiedTimestamp)>>>,
     /// Pairs verified in full (cache misses).
     pub full_verifications: std::sync::atomic::AtomicU64,
 }
 
 impl VerifyCache {
-    /// Admits `env` as [`admit_intent`] would, verifying the bundle only when this pair of
-    /// bytes was not verified before.
+    /// Admits `env` as [`admit_intent`] would, verifying the root's and the timestamp's
+    /// signatures only when this pair of bytes was not verified before; the host's own proof
+    /// and intent are checked every time.
     fn admit(
         &self,
         env: &drover_proto::sig::Envelope,
-        bundle: &RolloutBundle,
+        bundle: &ProofBundle,
         anchors: &Anchors,
         host: HostIdentity<'_>,
         seen: &Seen,
@@ -400,17 +405,17 @@ impl VerifyCache {
     ) -> Result<Admitted, drover_proto::report::ReportEvent> {
         use sha2::Digest;
         let key =
-            (hex::encode(sha2::Sha256::digest(bundle.manifest.as_bytes())), hex::encode(sha2::Sha256::digest(bundle.timestamp.as_bytes())));
+            (hex::encode(sha2::Sha256::digest(bundle.root.as_bytes())), hex::encode(sha2::Sha256::digest(bundle.timestamp.as_bytes())));
         let hit = self.verified.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
         let Some(pair) = hit else {
             let admitted = admit_intent(env, bundle, anchors, host, seen, None, now)?;
             self.full_verifications.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let pair = Arc::new((admitted.manifest.clone(), admitted.timestamp.clone()));
+            let pair = Arc::new((admitted.root.clone(), admitted.timestamp.clone()));
             self.verified.lock().unwrap_or_else(|e| e.into_inner()).insert(key, pair);
             return Ok(admitted);
         };
-        let (manifest, timestamp) = &*pair;
-        let rid = manifest.manifest.rollout_id.to_string();
+        let (root, timestamp) = &*pair;
+        let rid = root.root.rollout_id.to_string();
         let floor =
             if seen.highest_timestamp_version == 0 { VersionFloor::None } else { VersionFloor::AtLeast(seen.highest_timestamp_version) };
         let ctx = VerifyContext::at(now).with_floor(floor);
@@ -425,15 +430,16 @@ impl VerifyCache {
                 },
             ));
         }
+        let place = verify_place(root, &bundle.proof, host.hostname).map_err(|e| refusal(&rid, "proof", &e))?;
         let intent =
-            verify_intent(env, anchors.director.key_set(), host, manifest, timestamp, &ctx).map_err(|e| refusal(&rid, "intent", &e))?;
-        let cache = drover_agent::records::CachedManifest {
-            rollout_id: manifest.manifest.rollout_id.clone(),
-            sha256: manifest.sha256.clone(),
-            manifest: bundle.manifest.clone(),
-            manifest_sig: bundle.manifest_sig.clone(),
+            verify_intent_at(env, anchors.director.key_set(), host, &place, timestamp, &ctx).map_err(|e| refusal(&rid, "intent", &e))?;
+        let cache = drover_agent::records::CachedRoot {
+            rollout_id: root.root.rollout_id.clone(),
+            sha256: root.sha256.clone(),
+            root: bundle.root.clone(),
+            root_sig: bundle.root_sig.clone(),
         };
-        Ok(Admitted { intent, manifest: manifest.clone(), timestamp: timestamp.clone(), cache })
+        Ok(Admitted { intent, place, root: root.clone(), timestamp: timestamp.clone(), cache })
     }
 }
 

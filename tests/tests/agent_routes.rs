@@ -1,5 +1,6 @@
 //! The agent routes against a real coordinator: a held check-in returns as soon as work is
-//! dispatched to its host, a rollout's artifacts come back byte-exact and verify, confirm
+//! dispatched to its host, a rollout's artifacts come back byte-exact and verify, a host's
+//! proof of its place verifies and is its own, confirm
 //! answers 204 only while the dispatch is still wanted, and renewal keeps the host's
 //! identity.
 
@@ -7,9 +8,9 @@ use std::time::Duration;
 
 use drover_coordinator::app::Clock as _;
 use drover_coordinator::store::{IntentStatus, NewIntent};
-use drover_proto::enroll::RolloutBundle;
+use drover_proto::enroll::{ProofBundle, RolloutBundle};
 use drover_proto::names::RolloutId;
-use drover_proto::release::{ReleaseParams, build_release, manifest_path};
+use drover_proto::release::{ReleaseParams, build_release, manifest_path, root_path};
 use drover_proto::resolve::ReleaseMeta;
 use drover_proto::spec::FleetSpec;
 use drover_tests::{Harness, key_and_csr};
@@ -108,6 +109,48 @@ async fn rollout_artifacts_come_back_byte_exact_and_verify() {
     let out = h.curl_as(&cert, vec!["-w".into(), "\n%{http_code}".into(), format!("{}/v1/rollouts/gpu@nope", h.url)]).await;
     assert_eq!(split(&out).1, "404");
     let out = h.curl_as(&cert, vec!["-w".into(), "\n%{http_code}".into(), format!("{}/v1/rollouts/not-an-id", h.url)]).await;
+    assert_eq!(split(&out).1, "400");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hosts_proof_comes_back_verifies_and_is_its_own() {
+    let h = Harness::start().await;
+    let (_, cert, _) = h.host_credentials("gpu-b-01");
+    let (_, stranger, _) = h.host_credentials("infra-01");
+    let spec = FleetSpec::from_json(include_bytes!("../../examples/fleet.json")).expect("spec");
+    let now = h.clock.now();
+    let params = ReleaseParams { meta: ReleaseMeta { ci_commit: "c0ffee".into(), created_at: now }, version: 7, previous: None };
+    let ci = drover_proto::keys::KeySigner::new(ed25519_dalek::SigningKey::from_bytes(&[9u8; 32]));
+    let files = build_release(&spec, &params, &[ci]).expect("release");
+    h.running.app.store.put_release(7, now, &files).expect("publish");
+    let id = RolloutId::new("gpu", "c0ffee").expect("id");
+
+    let out = h.curl_as(&cert, vec!["-w".into(), "\n%{http_code}".into(), format!("{}/v1/rollouts/{id}/proof", h.url)]).await;
+    let (body, code) = split(&out);
+    assert_eq!(code, "200", "{body}");
+    assert!(body.len() < 4096, "a proof bundle is a few KB, not a manifest: {} bytes", body.len());
+    let bundle: ProofBundle = serde_json::from_str(&body).expect("bundle");
+    assert_eq!(bundle.root.as_bytes(), files.get(&root_path(&id)).expect("root"), "root bytes changed in transit");
+    assert_eq!(bundle.proof.entry.hostname, "gpu-b-01", "the certificate's host, and only it");
+    let trust = drover_proto::trust::TrustRoots::from_json(&std::fs::read(&h.trust.0).expect("trust")).expect("trust");
+    let ctx = drover_proto::verify::VerifyContext::at(now);
+    let ts = drover_proto::verify::verify_timestamp(bundle.timestamp.as_bytes(), bundle.timestamp_sig.as_bytes(), &trust, &ctx)
+        .expect("timestamp verifies");
+    let anchors = drover_proto::verify::ManifestAnchors { advertised_id: Some(&id), timestamp: &ts, fleet: None };
+    let root = drover_proto::verify::verify_root(bundle.root.as_bytes(), bundle.root_sig.as_bytes(), &trust, &ctx, anchors)
+        .expect("root verifies");
+    let place = drover_proto::verify::verify_place(&root, &bundle.proof, "gpu-b-01").expect("the proof holds");
+    assert_eq!(place.manifest_sha256, drover_proto::resolve::sha256_hex(files.get(&manifest_path(&id)).expect("manifest")));
+
+    // A host outside the rollout gets no proof (there is none to give), nor a rollout with
+    // no manifest; a malformed id is a 400.
+    let out = h.curl_as(&stranger, vec!["-w".into(), "\n%{http_code}".into(), format!("{}/v1/rollouts/{id}/proof", h.url)]).await;
+    let (body, code) = split(&out);
+    assert_eq!(code, "404", "{body}");
+    assert!(body.contains("infra-01 is not in rollout gpu@c0ffee"), "{body}");
+    let out = h.curl_as(&cert, vec!["-w".into(), "\n%{http_code}".into(), format!("{}/v1/rollouts/gpu@nope/proof", h.url)]).await;
+    assert_eq!(split(&out).1, "404");
+    let out = h.curl_as(&cert, vec!["-w".into(), "\n%{http_code}".into(), format!("{}/v1/rollouts/not-an-id/proof", h.url)]).await;
     assert_eq!(split(&out).1, "400");
 }
 

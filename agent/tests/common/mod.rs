@@ -18,11 +18,12 @@ use drover_agent::pull::{ActivationOutcome, Agent, CHECKIN_PATH, ClientFactory, 
 use drover_agent::state::{Identity, StateDir};
 use drover_client::{ClientIdentity, CoordinatorClient};
 use drover_proto::artifacts::RolloutManifest;
-use drover_proto::enroll::RolloutBundle;
+use drover_proto::enroll::ProofBundle;
 use drover_proto::intent::Intent;
 use drover_proto::keys::{KeySigner, Signer as _, signing_key_from_pem, verifying_key_to_pem};
+use drover_proto::merkle::{EntryProof, Tree};
 use drover_proto::names::RolloutId;
-use drover_proto::release::{ReleaseFiles, ReleaseParams, TIMESTAMP, build_release, manifest_path, sig_path};
+use drover_proto::release::{ReleaseFiles, ReleaseParams, TIMESTAMP, build_release, manifest_path, root_path, sig_path};
 use drover_proto::report::{ActivationPhase, ActivationStatus, CheckinRequest, CheckinResponse, HealthReport, ProbeResult, ReportEvent};
 use drover_proto::resolve::ReleaseMeta;
 use drover_proto::sig::Envelope;
@@ -115,12 +116,22 @@ fn text(files: &ReleaseFiles, path: &str) -> String {
     String::from_utf8(files.get(path).unwrap_or_else(|| panic!("no {path} in the release")).to_vec()).expect("utf8")
 }
 
-/// The bundle the coordinator serves for `id` out of `files`.
-pub fn bundle(files: &ReleaseFiles, id: &RolloutId) -> RolloutBundle {
-    let m = manifest_path(id);
-    RolloutBundle {
-        manifest: text(files, &m),
-        manifest_sig: text(files, &sig_path(&m)),
+/// The proof bundle the coordinator serves [`HOSTNAME`] for `id` out of `files`.
+pub fn bundle(files: &ReleaseFiles, id: &RolloutId) -> ProofBundle {
+    bundle_for(files, id, HOSTNAME)
+}
+
+/// The proof bundle the coordinator serves `hostname` for `id` out of `files`: its entry and
+/// audit path, cut from the tree over the manifest's host set, with the signed root.
+pub fn bundle_for(files: &ReleaseFiles, id: &RolloutId, hostname: &str) -> ProofBundle {
+    let m = manifest(files, id);
+    let tree = Tree::from_entries(&m.host_set).expect("tree");
+    let index = m.host_set.iter().position(|e| e.hostname == hostname).unwrap_or_else(|| panic!("{hostname} not in the manifest"));
+    let r = root_path(id);
+    ProofBundle {
+        proof: EntryProof::of(&tree, &m.host_set, index).expect("proof"),
+        root: text(files, &r),
+        root_sig: text(files, &sig_path(&r)),
         timestamp: text(files, TIMESTAMP),
         timestamp_sig: text(files, &sig_path(TIMESTAMP)),
     }
@@ -177,9 +188,9 @@ pub fn checkin_answer(intent: Option<Envelope>, tasks: Vec<Envelope>) -> Vec<u8>
     serde_json::to_vec(&CheckinResponse { intent, tasks, next_checkin_secs: NEXT_CHECKIN_SECS, director_rotations: vec![] }).expect("json")
 }
 
-/// The route the agent fetches a rollout's bundle from.
+/// The route the agent fetches its proof of a rollout from.
 pub fn bundle_path(id: &str) -> String {
-    format!("/v1/rollouts/{id}")
+    format!("/v1/rollouts/{id}/proof")
 }
 
 // ---------------------------------------------------------------------------------------
@@ -256,7 +267,7 @@ impl Fake {
     }
 
     /// Serves `bundle` for the rollout `id`.
-    pub fn serve_bundle(&self, id: &str, bundle: &RolloutBundle) {
+    pub fn serve_bundle(&self, id: &str, bundle: &ProofBundle) {
         self.route(&bundle_path(id), Reply::json(bundle));
     }
 

@@ -1,6 +1,7 @@
 //! The HTTP API: error shape, route guards, and the routes themselves.
 
 pub mod agent;
+pub mod agent_proofs;
 pub mod auth;
 pub mod dashboard;
 pub mod enroll;
@@ -85,6 +86,7 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/v1/agent/confirm", post(agent::confirm))
         .route("/v1/agent/renew", post(agent::renew))
         .route("/v1/rollouts/{id}", get(agent::rollout))
+        .route("/v1/rollouts/{id}/proof", get(agent_proofs::proof))
         .route("/v1/rollouts/{id}/status", get(rollouts::status))
         .route("/v1/rollouts/{id}/progress", get(dashboard::rollout_progress))
         .route("/v1/rollouts/{id}/halt", post(rollouts::halt))

@@ -45,6 +45,7 @@ pub const ROUTES: &[RouteDoc] = &[
     RouteDoc { method: "POST", path: "/v1/agent/confirm", access: Access::Host, handler: "agent::confirm", body: true, query: &[], summary: "204 while the host's dispatch is still wanted (and within its" },
     RouteDoc { method: "POST", path: "/v1/agent/renew", access: Access::Host, handler: "agent::renew", body: true, query: &[], summary: "a fresh 30-day certificate for the key in the CSR, naming the" },
     RouteDoc { method: "GET", path: "/v1/rollouts/{id}", access: Access::Host, handler: "agent::rollout", body: false, query: &[], summary: "the manifest and the current timestamp, byte-exact; built" },
+    RouteDoc { method: "GET", path: "/v1/rollouts/{id}/proof", access: Access::Host, handler: "agent_proofs::proof", body: false, query: &[], summary: "the calling host's entry proven under the rollout's signed root, with the current timestamp" },
     RouteDoc { method: "GET", path: "/v1/rollouts/{id}/status", access: Access::Viewer, handler: "rollouts::status", body: false, query: &[], summary: "the rollout and its hosts' states" },
     RouteDoc { method: "GET", path: "/v1/rollouts/{id}/progress", access: Access::Viewer, handler: "dashboard::rollout_progress", body: false, query: &[("waits", Ty::Bool)], summary: "rollout progress" },
     RouteDoc { method: "POST", path: "/v1/rollouts/{id}/halt", access: Access::Admin, handler: "rollouts::halt", body: true, query: &[], summary: "halt" },

@@ -349,6 +349,9 @@ pub trait Store: Send + Sync {
     fn list_releases(&self) -> Result<Vec<ReleaseSummary>, StoreError>;
     /// A manifest and its signature file, byte-exact.
     fn get_manifest(&self, rollout_id: &RolloutId) -> Result<Option<Manifest>, StoreError>;
+    /// A manifest's signed root (`roots/<id>.json`) and its `.sig`, byte-exact, from the newest
+    /// release that carried them (`docs/manifest-proofs.md`).
+    fn get_manifest_root(&self, rollout_id: &RolloutId) -> Result<Option<SignedBytes>, StoreError>;
 
     // ---- rollouts ----------------------------------------------------------------------
 

@@ -256,6 +256,9 @@ pub struct ReleaseSummary {
     pub rollouts: u64,
 }
 
+/// A signed artifact's bytes and its detached `.sig` file's bytes, byte-exact.
+pub type SignedBytes = (Vec<u8>, Vec<u8>);
+
 /// A rollout manifest as CI produced it. Its bytes never change under its id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Manifest {

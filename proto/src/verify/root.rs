@@ -119,7 +119,7 @@ pub fn verify_place(root: &VerifiedRoot, proof: &EntryProof, hostname: &str) -> 
     proof.verify(root.root.tree_size, &root.hash).map_err(|source| VerifyError::ProofInvalid {
         hostname: crate::text::echo(&proof.entry.hostname).into_owned(),
         rollout_id: root.root.rollout_id.clone(),
-        source,
+        source: Box::new(source),
     })?;
     if proof.entry.hostname != hostname {
         return Err(VerifyError::WrongHost {

@@ -88,6 +88,7 @@ macro_rules! __drover_store_checks {
             release_version_monotonic,
             release_files_byte_exact,
             manifest_bytes_immutable,
+            manifest_root_from_the_newest_release,
             manifest_without_signature_refused,
             release_listing_names_publisher_and_opened_rollouts,
             rollout_open_idempotent,

@@ -105,6 +105,25 @@ pub fn manifest_bytes_immutable(make: Factory<'_>) {
     assert_eq!(s.get_manifest(&rid("prod@other")).unwrap(), None);
 }
 
+/// A manifest's signed root comes from the newest release carrying it with its signature.
+pub fn manifest_root_from_the_newest_release(make: Factory<'_>) {
+    let s = make();
+    let id = rid("prod@abc123");
+    let with_root = |root: &[u8], sig: &[u8]| {
+        let mut f = release_with("prod@abc123", b"{}", b"sig");
+        f.files.insert("roots/prod@abc123.json".to_owned(), root.to_vec());
+        f.files.insert("roots/prod@abc123.json.sig".to_owned(), sig.to_vec());
+        f
+    };
+    assert_eq!(s.get_manifest_root(&id).unwrap(), None);
+    s.put_release(1, t(1), &with_root(b"{\"r\":1}", b"root-sig-1")).unwrap();
+    s.put_release(2, t(2), &release_with("prod@abc123", b"{}", b"sig")).unwrap();
+    assert_eq!(s.get_manifest_root(&id).unwrap(), Some((b"{\"r\":1}".to_vec(), b"root-sig-1".to_vec())), "an older release's root");
+    s.put_release(3, t(3), &with_root(b"{\"r\":1}", b"root-sig-3")).unwrap();
+    assert_eq!(s.get_manifest_root(&id).unwrap(), Some((b"{\"r\":1}".to_vec(), b"root-sig-3".to_vec())), "the newest signature");
+    assert_eq!(s.get_manifest_root(&rid("prod@other")).unwrap(), None);
+}
+
 /// A manifest without its signature file is refused and nothing is stored.
 pub fn manifest_without_signature_refused(make: Factory<'_>) {
     let s = make();

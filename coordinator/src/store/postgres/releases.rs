@@ -106,6 +106,18 @@ pub(crate) fn list_releases(c: &mut Transaction<'_>) -> Result<Vec<ReleaseSummar
     Ok(out)
 }
 
+/// The root file and its signature from the newest release holding both.
+pub(crate) fn get_manifest_root(c: &mut Transaction<'_>, id: &RolloutId) -> Result<Option<crate::store::SignedBytes>, StoreError> {
+    let path = drover_proto::release::root_path(id);
+    let sig = drover_proto::release::sig_path(&path);
+    let row = c.query_opt(
+        "SELECT r.bytes, s.bytes FROM release_files r JOIN release_files s ON s.version = r.version AND s.path = $2 \
+         WHERE r.path = $1 ORDER BY r.version DESC LIMIT 1",
+        &[&path, &sig],
+    )?;
+    row.map(|r| Ok((col(&r, 0)?, col(&r, 1)?))).transpose()
+}
+
 pub(crate) fn get_manifest(c: &mut Transaction<'_>, id: &RolloutId) -> Result<Option<Manifest>, StoreError> {
     let row = c.query_opt("SELECT rollout_id, bytes, sig, sha256, first_version FROM manifests WHERE rollout_id = $1", &[&id.as_str()])?;
     row.map(|r| {

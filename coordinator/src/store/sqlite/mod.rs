@@ -447,6 +447,9 @@ impl Store for SqliteStore {
     fn get_manifest(&self, rollout_id: &RolloutId) -> Result<Option<Manifest>, StoreError> {
         self.read(|c| releases::get_manifest(c, rollout_id))
     }
+    fn get_manifest_root(&self, rollout_id: &RolloutId) -> Result<Option<SignedBytes>, StoreError> {
+        self.read(|c| releases::get_manifest_root(c, rollout_id))
+    }
 
     fn open_rollout(&self, new: &NewRollout) -> Result<Rollout, StoreError> {
         self.write(|tx| releases::open_rollout(tx, new))

@@ -118,6 +118,16 @@ pub(super) fn list_releases(c: &Connection) -> Result<Vec<ReleaseSummary>, Store
     Ok(out)
 }
 
+/// The root file and its signature from the newest release holding both.
+pub(super) fn get_manifest_root(c: &Connection, id: &RolloutId) -> Result<Option<SignedBytes>, StoreError> {
+    let path = drover_proto::release::root_path(id);
+    let mut stmt = c.prepare_cached(
+        "SELECT r.bytes, s.bytes FROM release_files r JOIN release_files s ON s.version = r.version AND s.path = ?2 \
+         WHERE r.path = ?1 ORDER BY r.version DESC LIMIT 1",
+    )?;
+    Ok(stmt.query_row(params![path, sig_path(&path)], |r| Ok((r.get(0)?, r.get(1)?))).optional()?)
+}
+
 pub(super) fn get_manifest(c: &Connection, id: &RolloutId) -> Result<Option<Manifest>, StoreError> {
     let mut stmt = c.prepare_cached("SELECT rollout_id, bytes, sig, sha256, first_version FROM manifests WHERE rollout_id = ?1")?;
     Ok(stmt
