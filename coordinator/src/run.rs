@@ -319,6 +319,7 @@ pub async fn start_prepared(listener: TcpListener, prepared: Prepared, clock: Ar
         pending_health: Default::default(),
         metrics: Default::default(),
         executor: Default::default(),
+        release_cache: Default::default(),
         power,
         secrets,
         maas: Arc::new(crate::sites::probe::LiveProbe),

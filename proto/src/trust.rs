@@ -199,6 +199,12 @@ impl KeySet {
     pub fn reject_before(&self) -> Option<Time> {
         self.reject_before
     }
+
+    /// Whether every key is valid at `b` exactly when it is valid at `a`: then a verification
+    /// that passed at `a` passes at a later `b` too (a cache of one may be kept).
+    pub fn same_validity(&self, a: Time, b: Time) -> bool {
+        self.keys.values().all(|k| k.valid_at(a) == k.valid_at(b))
+    }
 }
 
 /// Validated `trust.json`.

@@ -348,6 +348,25 @@ async fn release_that_stops_verifying_aborts_ticks_with_one_alert() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ticks_over_an_unchanged_release_verify_it_once() {
+    let h = Harness::start_with_long_poll(1).await;
+    let app = h.running.app.clone();
+    let verifications = || app.release_cache.lock().expect("cache").verifications;
+    publish(&h, &release(FLEET, h.clock.now(), 1, "c0ffee")).await;
+    app.executor.tick_now(&app).await.expect("tick");
+    let after_first = verifications();
+    assert!(after_first >= 1, "the first tick over a release verifies it");
+    for _ in 0..5 {
+        h.clock.advance(60);
+        app.executor.tick_now(&app).await.expect("tick");
+    }
+    assert_eq!(verifications(), after_first, "nothing changed: the release is neither read nor verified again");
+    publish(&h, &release(FLEET, h.clock.now(), 2, "c0ffee2")).await;
+    app.executor.tick_now(&app).await.expect("tick");
+    assert_eq!(verifications(), after_first + 1, "a new release is verified once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn host_offline_during_the_rollout_gets_the_current_target_when_it_returns() {
     let h = Harness::start_with_long_poll(1).await;
     let agents = agents(&h, |name| if name == "gpu-a-02" { Behaviour::Offline } else { Behaviour::Healthy });

@@ -11,16 +11,19 @@
 //! Manifests: the release carries each channel's current manifest and the revertable ones
 //! that travelled with it. A rollout opened from an older ref, or a revert target from an
 //! older release, is read from the store, which kept it byte-exact when its own release was
-//! verified; a revert target is used only if its sha256 is the one the fresh timestamp lists.
+//! verified (once, then kept by [`super::cache`]); a revert target is used only if its sha256
+//! is the one the fresh timestamp lists.
 
 use std::collections::BTreeMap;
 
 use drover_planner::Plan;
 use drover_planner::input::{Deferral, HostObserved, HostProgress, PlanInput, PlanSettings, RolloutObserved};
 use drover_planner::observed::{Observed, plan_input};
-use drover_proto::artifacts::{RolloutManifest, TimestampDoc};
+use std::sync::Arc;
+
+use drover_proto::artifacts::RolloutManifest;
 use drover_proto::names::RolloutId;
-use drover_proto::release::{TIMESTAMP, VerifiedRelease};
+use drover_proto::release::VerifiedRelease;
 use drover_proto::states::{HostLifecycle, HostRolloutState, RolloutState};
 use drover_proto::time::Time;
 use sha2::{Digest, Sha256};
@@ -54,28 +57,32 @@ pub fn settings(config: &RolloutsConfig) -> PlanSettings {
     PlanSettings { confirm_deadline_secs: config.confirm_deadline_secs, retention_secs: config.retention_secs }
 }
 
-/// Reads the manifests the release may not carry: those of the snapshot's rollouts and of
-/// the revertable rollouts the latest timestamp lists (checked against it in [`build`]).
+/// The manifests the release does not carry that a tick may need: those of the snapshot's
+/// rollouts opened from an older release, and of the revertable rollouts the verified
+/// timestamp lists (checked against it in [`build`]). Each is taken from `cached` when a tick
+/// read it before (a manifest never changes under its id), else read from the store once.
 pub fn stored_manifests(
     store: &dyn Store,
-    release: &crate::store::Release,
+    release: &VerifiedRelease,
     snapshot: &PlanSnapshot,
-) -> Result<BTreeMap<RolloutId, StoredManifest>, StoreError> {
+    cached: impl Fn(&RolloutId) -> Option<Arc<StoredManifest>>,
+) -> Result<BTreeMap<RolloutId, Arc<StoredManifest>>, StoreError> {
     let mut ids: Vec<RolloutId> = snapshot.rollouts.iter().map(|r| r.rollout.rollout_id.clone()).collect();
-    // Unverified here, only to know which ids to read; `build` checks each against the
-    // verified timestamp before the planner sees it.
-    if let Some(ts) = release.files.get(TIMESTAMP).and_then(|b| serde_json::from_slice::<TimestampDoc>(b).ok()) {
-        ids.extend(ts.channels.values().flat_map(|c| c.revertable.iter().map(|r| r.rollout_id.clone())));
-    }
+    ids.extend(release.timestamp.doc.channels.values().flat_map(|c| c.revertable.iter().map(|r| r.rollout_id.clone())));
+    let carried = |id: &RolloutId| release.manifests.values().any(|m| m.manifest.rollout_id == *id) || release.revertable.contains_key(id);
     let mut out = BTreeMap::new();
     for id in ids {
-        if out.contains_key(&id) {
+        if out.contains_key(&id) || carried(&id) {
+            continue;
+        }
+        if let Some(m) = cached(&id) {
+            out.insert(id, m);
             continue;
         }
         if let Some(m) = store.get_manifest(&id)? {
             match serde_json::from_slice::<RolloutManifest>(&m.bytes) {
                 Ok(manifest) => {
-                    out.insert(id, StoredManifest { manifest, sha256: hex::encode(Sha256::digest(&m.bytes)) });
+                    out.insert(id, Arc::new(StoredManifest { manifest, sha256: hex::encode(Sha256::digest(&m.bytes)) }));
                 }
                 Err(e) => tracing::error!(rollout = %id, error = %e, "stored manifest does not parse; left out"),
             }
@@ -148,7 +155,7 @@ pub fn observed(snapshot: &PlanSnapshot, settings: PlanSettings) -> Observed {
 pub fn build(
     release: &VerifiedRelease,
     snapshot: &PlanSnapshot,
-    stored: BTreeMap<RolloutId, StoredManifest>,
+    stored: &BTreeMap<RolloutId, Arc<StoredManifest>>,
     settings: PlanSettings,
 ) -> Result<Built, String> {
     let mut input = plan_input(release, observed(snapshot, settings)).map_err(|e| e.to_string())?;
@@ -167,15 +174,15 @@ pub fn build(
         .flat_map(|c| c.revertable.iter().map(|r| (&r.rollout_id, r.manifest_sha256.as_str())))
         .collect();
     for (id, m) in stored {
-        if input.manifest(&id).is_some() {
+        if input.manifest(id).is_some() {
             continue;
         }
-        let opened_with = snapshot.rollouts.iter().find(|r| r.rollout.rollout_id == id).map(|r| r.rollout.manifest_sha256.as_str());
+        let opened_with = snapshot.rollouts.iter().find(|r| r.rollout.rollout_id == *id).map(|r| r.rollout.manifest_sha256.as_str());
         // A rollout's own manifest (the one it was opened with), or a revert target the
         // fresh timestamp lists with these exact bytes: nothing else reaches the planner.
-        if opened_with == Some(m.sha256.as_str()) || listed.get(&id) == Some(&m.sha256.as_str()) {
+        if opened_with == Some(m.sha256.as_str()) || listed.get(id) == Some(&m.sha256.as_str()) {
             manifest_sha256.insert(id.clone(), m.sha256.clone());
-            input.manifests.insert(id, m.manifest);
+            input.manifests.insert(id.clone(), m.manifest.clone());
         }
     }
     let host_ids = snapshot.hosts.iter().map(|h| (h.hostname.clone(), h.id)).collect();

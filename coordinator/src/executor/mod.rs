@@ -3,14 +3,18 @@
 //! hosts that got an intent are woken from their long-poll.
 //!
 //! - [`input`]: the store's snapshot and the verified release → `PlanInput` (pure).
+//! - [`cache`]: the verified release and stored manifests kept between ticks (a tick over an
+//!   unchanged release neither reads nor verifies it).
 //! - [`writes`]: a plan → the store ops, signed intents and events (pure but for signing).
 //! - [`trigger`]: when ticks run — periodic, on events, debounced, one at a time.
 //!
-//! The executor holds nothing between ticks that decides anything: a coordinator killed and
+//! The executor holds nothing between ticks that decides anything (its cache holds only what
+//! the store holds, verified): a coordinator killed and
 //! started again plans from the same store and converges to the same outcome (RFC-0002 §2).
 //! A tick whose plan no longer fits the store (an operator acted between the read and the
 //! write) fails whole on the store's compare-and-set and the next tick plans again.
 
+pub mod cache;
 pub mod input;
 pub mod trigger;
 pub mod writes;
@@ -18,7 +22,7 @@ pub mod writes;
 use std::sync::Arc;
 
 use drover_planner::Plan;
-use drover_proto::release::verify_release;
+use drover_proto::release::{VerifiedRelease, verify_release};
 use drover_proto::time::Time;
 use drover_proto::verify::VerifyContext;
 
@@ -63,25 +67,52 @@ pub struct TickOutcome {
 /// The planner's input as the store holds it now and the plan over it, with the shortest
 /// channel period; `None` before any release. Reads only: [`tick`] applies the plan, the
 /// dashboard's progress route shows its report of why hosts wait.
+///
+/// The release is read and verified only when its version is new to [`cache`] (or a trusted
+/// key's validity changed since): a tick over an unchanged release reads the store's
+/// snapshot and plans, nothing more.
 pub async fn plan_now(app: &Arc<AppState>, now: Time) -> Result<Option<(input::Built, Plan, Option<u64>)>, ExecutorError> {
-    let loaded = store::blocking(app.store.clone(), |s| {
-        let Some(release) = s.latest_release()? else { return Ok(None) };
+    let Some(verified) = verified_release(app, now).await? else { return Ok(None) };
+    let channel_period_secs = verified.fleet.fleet.channels.values().map(|c| c.reconcile_interval_secs).filter(|s| *s > 0).min();
+    let cache = app.release_cache.clone();
+    let release = verified.clone();
+    let (snapshot, stored) = store::blocking(app.store.clone(), move |s| {
         let snapshot = s.plan_snapshot()?;
-        let stored = input::stored_manifests(s, &release, &snapshot)?;
-        Ok(Some((release, snapshot, stored)))
+        let stored = input::stored_manifests(s, &release, &snapshot, |id| lock(&cache).manifest(id))?;
+        Ok((snapshot, stored))
     })
     .await?;
-    let Some((release, snapshot, stored)) = loaded else { return Ok(None) };
-    // Staleness is reported, not refused: the planner stops new dispatch for a stale channel
-    // and raises an alert, while hosts already in flight finish (RFC-0002 §4 step 0).
-    let verified = verify_release(&release.files, &app.trust, &VerifyContext::at(now).reporting_stale())
-        .map_err(|e| ExecutorError::Release { rule: e.rule(), message: e.to_string() })?;
-    let channel_period_secs = verified.fleet.fleet.channels.values().map(|c| c.reconcile_interval_secs).filter(|s| *s > 0).min();
     let settings = input::settings(&app.config.rollouts);
     let built =
-        input::build(&verified, &snapshot, stored, settings).map_err(|e| ExecutorError::Release { rule: "observed", message: e })?;
+        input::build(&verified, &snapshot, &stored, settings).map_err(|e| ExecutorError::Release { rule: "observed", message: e })?;
+    lock(&app.release_cache).keep_manifests(stored);
     let plan = drover_planner::plan(&built.input, now);
     Ok(Some((built, plan, channel_period_secs)))
+}
+
+fn lock(cache: &std::sync::Mutex<cache::ReleaseCache>) -> std::sync::MutexGuard<'_, cache::ReleaseCache> {
+    cache.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The latest release, verified: the cached one while its version is the store's latest and
+/// it is still good at `now`, else read and verified (and kept). `None` before any release.
+async fn verified_release(app: &Arc<AppState>, now: Time) -> Result<Option<Arc<VerifiedRelease>>, ExecutorError> {
+    let Some(version) = store::blocking(app.store.clone(), |s| s.latest_release_version()).await? else { return Ok(None) };
+    if let Some(kept) = lock(&app.release_cache).release(version, now, &app.trust) {
+        return Ok(Some(kept));
+    }
+    let Some(release) = store::blocking(app.store.clone(), move |s| s.get_release(version)).await? else { return Ok(None) };
+    // Staleness is reported, not refused: the planner stops new dispatch for a stale channel
+    // and raises an alert, while hosts already in flight finish (RFC-0002 §4 step 0).
+    let verified = match verify_release(&release.files, &app.trust, &VerifyContext::at(now).reporting_stale()) {
+        Ok(v) => Arc::new(v),
+        Err(e) => {
+            lock(&app.release_cache).forget_release();
+            return Err(ExecutorError::Release { rule: e.rule(), message: e.to_string() });
+        }
+    };
+    lock(&app.release_cache).keep_release(version, now, verified.clone());
+    Ok(Some(verified))
 }
 
 /// Plans once and applies the plan. No release published yet: nothing to do.
