@@ -47,6 +47,19 @@ impl CoordinatorClient {
         tls: rustls::ClientConfig,
         timeout: Duration,
     ) -> Result<CoordinatorClient, ClientError> {
+        Self::with_tls_from(user_agent, urls, tls, timeout, None)
+    }
+
+    /// As [`CoordinatorClient::with_tls`], its connections made from the local address
+    /// `local` when one is given (a simulator spreading thousands of connections over several
+    /// loopback addresses, so that one address's ephemeral ports do not run out).
+    pub fn with_tls_from(
+        user_agent: &str,
+        urls: &[String],
+        tls: rustls::ClientConfig,
+        timeout: Duration,
+        local: Option<std::net::IpAddr>,
+    ) -> Result<CoordinatorClient, ClientError> {
         if urls.is_empty() {
             return Err(ClientError::Setup { message: "no coordinator URL".to_owned() });
         }
@@ -59,6 +72,7 @@ impl CoordinatorClient {
             // otherwise wait on the server's delayed ACK (~40 ms a call).
             .tcp_nodelay(true)
             .timeout(timeout)
+            .local_address(local)
             .user_agent(user_agent)
             .build()
             .map_err(|e| ClientError::Setup { message: error_chain(&e) })?;

@@ -86,6 +86,9 @@ pub struct SimAgent {
     cache: Option<Arc<VerifyCache>>,
     /// When the last check-in that brought an intent was answered.
     pub last_receipt: Option<SystemTime>,
+    /// Body bytes the coordinator sent for the last intent: the check-in answer carrying it
+    /// and the proof bundle fetched for it.
+    pub last_intent_bytes: u64,
     /// An admitted intent whose confirmation has not been answered yet (the coordinator was
     /// unreachable): sent again on the next step, as a real agent retries within its window.
     pending: Option<PendingConfirm>,
@@ -156,6 +159,7 @@ impl SimAgent {
             files: None,
             cache: None,
             last_receipt: None,
+            last_intent_bytes: 0,
             pending: None,
             tasks_run: Vec::new(),
             task_results: Vec::new(),
@@ -259,6 +263,9 @@ impl SimAgent {
         // Delivered: the coordinator has them now.
         self.task_results.clear();
         self.take_tasks(&resp.tasks, now);
+        // The answer's size as the coordinator wrote it: the same struct serialises to the
+        // same bytes (measured only for answers that carry an intent).
+        let answer_bytes = if resp.intent.is_some() { serde_json::to_vec(&resp).map_or(0, |b| b.len() as u64) } else { 0 };
         let Some(env) = resp.intent else { return Ok(false) };
         self.last_receipt = Some(SystemTime::now());
         let rollout = match drover_agent::admit::advertised_rollout(&env) {
@@ -268,7 +275,15 @@ impl SimAgent {
                 return Ok(false);
             }
         };
-        let bundle: ProofBundle = self.client.get_json(&format!("/v1/rollouts/{rollout}/proof")).await?;
+        let raw = self.client.get_bytes(&format!("/v1/rollouts/{rollout}/proof")).await?;
+        self.last_intent_bytes = answer_bytes + raw.len() as u64;
+        let bundle: ProofBundle = match serde_json::from_slice(&raw) {
+            Ok(b) => b,
+            Err(e) => {
+                self.refused.push(format!("proof bundle: {e}"));
+                return Ok(false);
+            }
+        };
         let host_id = self.host_id.to_string();
         let host = HostIdentity { host_id: &host_id, hostname: &self.hostname };
         let admitted = match &self.cache {

@@ -2,7 +2,10 @@
 //! enrolled through the API, each on its own mTLS connection) against a real
 //! `drover-coordinator serve` process, every scripted behaviour present — slow switches, hosts
 //! failing the health gate's probe, hosts dropping off when the rollout starts and rejoining
-//! — and a disruption budget of a quarter of the fleet, must converge: every rollout `Converged`, every host confirmed, nothing refused.
+//! — and a disruption budget of a quarter of the fleet, split over two simulator processes
+//! (each from its own loopback address) and admitting every intent through its per-host proof,
+//! must converge: every rollout `Converged`, every host confirmed, nothing refused, and each
+//! host sent a few KB for its intent.
 //! A `--nodelay` setting other than `on` or `off` is refused before any coordinator starts
 //! (that `off` reaches the coordinator's config is `fleet::run`'s unit test).
 
@@ -30,6 +33,9 @@ fn two_hundred_simulated_agents_converge_through_every_behaviour() {
             "2",
             "--max-in-flight",
             "25%",
+            // Split over two simulator processes, each from its own loopback address.
+            "--processes",
+            "2",
         ])
         .args(["--slow", "2%", "--slow-secs", "1", "--failing", "2", "--offline", "1%", "--rejoin-secs", "2", "--timeout-secs", "240"])
         .arg("--json")
@@ -65,6 +71,10 @@ fn two_hundred_simulated_agents_converge_through_every_behaviour() {
     let full = r["fullVerifications"].as_u64().expect("count");
     assert!((3..50).contains(&full), "{full} full verifications");
     assert!(r["eventsWritten"].as_u64().expect("events") >= 600, "at least three transitions per host: {r}");
+    // Through the proof path: a host's share of the rollout is its check-in answer and its
+    // proof bundle, a few KB, never the channel's manifest.
+    let bytes = r["bytesPerHostP50"].as_f64().expect("bytes");
+    assert!(bytes > 1000.0 && bytes < 4096.0, "median bytes per host for its intent: {bytes}");
     assert!(stderr.contains("[200] converged in"), "{stderr}");
 }
 

@@ -26,7 +26,14 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Simulated agents against a real coordinator: enrollment, ramp-up, idle, a rollout.
-    Fleet(FleetArgs),
+    Fleet(Box<FleetArgs>),
+    /// One share of a fleet's agents, run by `fleet --processes N` (not for direct use): the
+    /// plan file says which agents and where; commands come on stdin, receipts go to stdout.
+    #[command(hide = true)]
+    SwarmPart {
+        /// The plan `fleet` wrote.
+        plan: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -93,6 +100,11 @@ struct FleetArgs {
     /// Agents started per second during the ramp-up.
     #[arg(long, default_value_t = 500)]
     ramp_per_sec: usize,
+    /// Split the simulated agents over this many child processes, each connecting from its
+    /// own loopback address (127.0.0.11, .12, …), so that neither one process's open-files
+    /// limit nor one address's ephemeral ports bound the fleet; 0 runs them in this process.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=64))]
+    processes: u16,
     /// The longest a rollout may take to converge, seconds.
     #[arg(long, default_value_t = 600)]
     timeout_secs: u64,
@@ -160,7 +172,7 @@ fn label(r: &Report) -> String {
 /// The reports side by side, with each figure's ratio to the first run's.
 fn table(reports: &[Report]) -> String {
     type Row = (&'static str, fn(&Report) -> f64, &'static str);
-    let rows: [Row; 25] = [
+    let rows: [Row; 26] = [
         ("enroll (s)", |r| r.enroll_secs, "{:.1}"),
         ("ramp-up (s)", |r| r.ramp_secs, "{:.1}"),
         ("idle check-ins/s", |r| r.idle_checkins_per_sec, "{:.0}"),
@@ -178,6 +190,7 @@ fn table(reports: &[Report]) -> String {
         ("dispatch p50 (ms)", |r| r.dispatch_p50_ms, "{:.0}"),
         ("dispatch p99 (ms)", |r| r.dispatch_p99_ms, "{:.0}"),
         ("dispatch max (ms)", |r| r.dispatch_max_ms, "{:.0}"),
+        ("bytes per host for its intent, p50", |r| r.bytes_per_host_p50, "{:.0}"),
         ("coordinator CPU, whole run (s)", |r| r.coordinator_cpu_secs, "{:.1}"),
         ("database CPU, whole run (s)", |r| r.database_cpu_secs, "{:.1}"),
         ("CPU with database, whole run (s)", |r| r.total_cpu_secs, "{:.1}"),
@@ -215,6 +228,7 @@ fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
     let bins = Binaries {
         coordinator: args.coordinator.clone().map_or_else(|| beside_me("drover-coordinator"), Ok)?,
         agent: args.agent.clone().map_or_else(|| beside_me("drover-agent"), Ok)?,
+        bench: std::env::current_exe().context("cannot find this executable")?,
     };
     for (what, path) in [("coordinator", &bins.coordinator), ("agent", &bins.agent)] {
         anyhow::ensure!(
@@ -225,6 +239,8 @@ fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
     }
     match drover_coordinator::run::raise_open_files_limit() {
         // One connection per agent here, and as many in the coordinator (its own limit).
+        // One connection per agent here (unless split over processes), and as many in the
+        // coordinator (its own limit).
         Ok((soft, hard)) if hard < args.agents.iter().max().copied().unwrap_or(0) as u64 + 256 => {
             eprintln!("warning: open-files limit {hard} (was {soft}) may be too low for the largest fleet");
         }
@@ -275,6 +291,7 @@ fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
                 rejoin_secs: args.rejoin_secs,
                 ramp_per_sec: args.ramp_per_sec,
                 timeout_secs: args.timeout_secs,
+                processes: usize::from(args.processes),
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
@@ -356,10 +373,23 @@ fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
     Ok(if missed && args.check_goals { ExitCode::from(2) } else { ExitCode::SUCCESS })
 }
 
+/// `swarm-part PLAN`: this process's share of the agents, until the parent says stop.
+fn swarm_part(plan: &std::path::Path) -> anyhow::Result<ExitCode> {
+    if let Err(e) = drover_coordinator::run::raise_open_files_limit() {
+        eprintln!("warning: cannot raise the open-files limit: {e}");
+    }
+    let bytes = std::fs::read(plan).with_context(|| format!("{}", plan.display()))?;
+    let plan: drover_tests::fleet::parts::PartPlan = serde_json::from_slice(&bytes).with_context(|| format!("{}", plan.display()))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    runtime.block_on(drover_tests::fleet::parts::run_part(plan))?;
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Cmd::Fleet(args) => fleet(args),
+        Cmd::Fleet(args) => fleet(*args),
+        Cmd::SwarmPart { plan } => swarm_part(&plan),
     };
     match outcome {
         Ok(code) => code,

@@ -197,6 +197,7 @@ mod tests {
             rollout_id: "ch-1@abc".into(),
             received: at + Duration::from_millis(40),
             confirmed: true,
+            bytes: 3000,
         };
         assert_eq!(latencies_ms(&[receipt], &d, |_| false), vec![40.0]);
 

@@ -4,8 +4,9 @@
 //!
 //! - [`scenario`]: the fleet's shape and the release rolled through it (pure);
 //! - [`enroll`]: hosts created and enrolled through `POST /v1/hosts` and `POST /v1/enroll`;
-//! - [`swarm`]: one task per simulated agent: long-poll check-ins, bundle fetch, admission,
+//! - [`swarm`]: one task per simulated agent: long-poll check-ins, proof fetch, admission,
 //!   confirmation, probe results, and the scripted slow, failing and offline hosts;
+//! - [`parts`]: the swarm split over child processes, each from its own loopback address;
 //! - [`measure`]: what is read off the coordinator (`/proc`, `/metrics`, its log, its store)
 //!   and the percentiles;
 //! - [`servers`]: the coordinator on SQLite, or replicas on PostgreSQL and the database,
@@ -19,6 +20,7 @@
 
 pub mod enroll;
 pub mod measure;
+pub mod parts;
 pub mod run;
 pub mod scenario;
 pub mod servers;

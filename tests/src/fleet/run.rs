@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 use super::FleetError;
 use super::enroll::enroll_all;
 use super::measure;
+use super::parts::{PartSetup, Parts};
 use super::scenario::{Role, Scenario};
 use super::servers::Servers;
 use super::swarm::Swarm;
@@ -30,6 +31,46 @@ pub struct Binaries {
     pub coordinator: PathBuf,
     /// `drover-agent` (the coordinator serves it to bootstrap scripts; never run here).
     pub agent: PathBuf,
+    /// `drover-bench` itself, run as `swarm-part` when the agents are split over processes.
+    pub bench: PathBuf,
+}
+
+/// The agents: in this process, or split over child processes.
+enum Agents {
+    Here(Swarm),
+    Parts(Parts),
+}
+
+impl Agents {
+    fn shared(&self) -> std::sync::Arc<super::swarm::Shared> {
+        match self {
+            Agents::Here(s) => s.shared.clone(),
+            Agents::Parts(p) => p.shared.clone(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Agents::Here(s) => s.len(),
+            Agents::Parts(p) => p.len(),
+        }
+    }
+
+    fn rollout_started(&mut self) {
+        match self {
+            Agents::Here(s) => s.rollout_started(),
+            Agents::Parts(p) => p.rollout_started(),
+        }
+    }
+
+    async fn stop(self) {
+        match self {
+            Agents::Here(s) => s.stop().await,
+            Agents::Parts(p) => {
+                let _ = tokio::task::spawn_blocking(move || p.stop()).await;
+            }
+        }
+    }
 }
 
 /// Everything one run measured. "Coordinator" figures are summed over the replicas (one on
@@ -105,6 +146,11 @@ pub struct Report {
     pub dispatch_p99_ms: f64,
     /// Worst, ms.
     pub dispatch_max_ms: f64,
+    /// Body bytes the coordinator sent a host for its intent (the check-in answer carrying
+    /// it and the proof bundle), median over the hosts, bytes.
+    pub bytes_per_host_p50: f64,
+    /// The same, the largest.
+    pub bytes_per_host_max: f64,
     /// Coordinator CPU seconds over the whole run (enrollment included).
     pub coordinator_cpu_secs: f64,
     /// Database CPU seconds over the whole run (its start and migrations included).
@@ -234,18 +280,25 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
 
     // Ramp-up: agents started at a steady rate (each opens its connection with its first
     // check-in), until the coordinator holds a long-poll for every one.
-    let mut swarm = Swarm::new(&urls, ca.clone());
     let started = Instant::now();
-    // Ten starts a second, each of a tenth of the rate.
-    let batch = (scenario.ramp_per_sec / 10).max(1);
-    let mut pace = tokio::time::interval(Duration::from_secs_f64(batch as f64 / scenario.ramp_per_sec as f64));
-    let pairs: Vec<_> = hosts.iter().zip(&enrolled).collect();
-    for chunk in pairs.chunks(batch) {
-        pace.tick().await;
-        for (host, e) in chunk {
-            swarm.start(e, host, &agent_anchors, scenario)?;
+    let mut swarm = if scenario.processes > 0 {
+        let setup =
+            PartSetup { bench: &bins.bench, dir, urls: &urls, ca_pem: servers.ca_pem.clone(), director_pem: anchors.director_pem.clone() };
+        Agents::Parts(Parts::start(&setup, scenario, &hosts, &enrolled)?)
+    } else {
+        let mut swarm = Swarm::new(&urls, ca.clone());
+        // Ten starts a second, each of a tenth of the rate.
+        let batch = (scenario.ramp_per_sec / 10).max(1);
+        let mut pace = tokio::time::interval(Duration::from_secs_f64(batch as f64 / scenario.ramp_per_sec as f64));
+        let pairs: Vec<_> = hosts.iter().zip(&enrolled).collect();
+        for chunk in pairs.chunks(batch) {
+            pace.tick().await;
+            for (host, e) in chunk {
+                swarm.start(e, host, &agent_anchors, scenario)?;
+            }
         }
-    }
+        Agents::Here(swarm)
+    };
     let wanted = swarm.len() as u64;
     let ramp_bound = Duration::from_secs(120 + scenario.agents as u64 / 50);
     report.connected = wait_for(ramp_bound, Duration::from_millis(200), async || {
@@ -294,7 +347,7 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
     let started = Instant::now();
     let _: serde_json::Value = admin.post_json("/v1/releases", &request).await.map_err(FleetError::client("publish"))?;
     swarm.rollout_started();
-    let shared = swarm.shared.clone();
+    let shared = swarm.shared();
     let channels = scenario.channels;
     let agents = scenario.agents;
     let converged = wait_for(Duration::from_secs(scenario.timeout_secs), Duration::from_millis(100), async || {
@@ -346,6 +399,10 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
     report.dispatch_p50_ms = measure::percentile(&latencies, 50.0);
     report.dispatch_p99_ms = measure::percentile(&latencies, 99.0);
     report.dispatch_max_ms = latencies.last().copied().unwrap_or(0.0);
+    let mut bytes: Vec<f64> = receipts.iter().map(|r| r.bytes as f64).collect();
+    bytes.sort_by(f64::total_cmp);
+    report.bytes_per_host_p50 = measure::percentile(&bytes, 50.0);
+    report.bytes_per_host_max = bytes.last().copied().unwrap_or(0.0);
     report.rejoined = shared.rejoined.load(Ordering::Relaxed);
     report.agent_errors = shared.errors.load(Ordering::Relaxed);
     report.last_agent_error = shared.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -390,6 +447,7 @@ mod tests {
             tcp_nodelay,
             store: crate::fleet::scenario::StoreBackend::Sqlite,
             enroll_concurrency: 16,
+            processes: 0,
         }
     }
 

@@ -62,6 +62,9 @@ pub struct Scenario {
     pub store: StoreBackend,
     /// Hosts created and enrolled at once during enrollment.
     pub enroll_concurrency: usize,
+    /// Simulator processes the agents are split over, each from its own loopback address
+    /// ([`super::parts`]); 0 runs them in this process.
+    pub processes: usize,
 }
 
 /// Where the coordinator keeps its state: `sqlite` (one coordinator, its store in its state
@@ -416,6 +419,7 @@ mod tests {
             tcp_nodelay: true,
             store: StoreBackend::Sqlite,
             enroll_concurrency: 16,
+            processes: 0,
         }
     }
 

@@ -30,6 +30,8 @@ pub struct Servers {
     per_replica: Vec<CoordinatorClient>,
     /// The coordinator CA, which every replica's server certificate chains to.
     pub ca: Vec<CertificateDer<'static>>,
+    /// The same, as the PEM file the coordinator wrote (for simulator processes).
+    pub ca_pem: String,
     /// Where the database's log is saved when the servers go (its own directory goes with it).
     db_log: PathBuf,
 }
@@ -87,7 +89,9 @@ impl Servers {
         };
         let first = &replicas[0];
         let read = |p: &Path| std::fs::read(p).map_err(|source| FleetError::Io { path: p.display().to_string(), source });
-        let ca = drover_client::parse_certificates("ca", &read(&first.ca)?).map_err(FleetError::client("ca.crt"))?;
+        let ca_bytes = read(&first.ca)?;
+        let ca = drover_client::parse_certificates("ca", &ca_bytes).map_err(FleetError::client("ca.crt"))?;
+        let ca_pem = String::from_utf8_lossy(&ca_bytes).into_owned();
         let mut per_replica = Vec::new();
         for r in &replicas {
             let identity =
@@ -97,7 +101,7 @@ impl Servers {
                     .map_err(FleetError::client("admin client"))?;
             per_replica.push(client);
         }
-        Ok(Servers { replicas, db, per_replica, ca, db_log: dir.join("coordinator/postgres.log") })
+        Ok(Servers { replicas, db, per_replica, ca, ca_pem, db_log: dir.join("coordinator/postgres.log") })
     }
 
     /// Every replica's URL, in order.

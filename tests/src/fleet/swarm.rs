@@ -9,6 +9,7 @@
 //! back on a new connection with everything it had seen, as an agent whose network (or
 //! process) came back.
 
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -36,6 +37,8 @@ pub struct Receipt {
     pub received: SystemTime,
     /// Whether the coordinator accepted the confirmation.
     pub confirmed: bool,
+    /// Body bytes the coordinator sent for it (the check-in answer and the proof bundle).
+    pub bytes: u64,
 }
 
 /// What the agents saw, shared between their tasks and the runner.
@@ -65,6 +68,7 @@ pub struct Swarm {
     started: watch::Sender<bool>,
     ca: Arc<Vec<CertificateDer<'static>>>,
     urls: Vec<String>,
+    local: Option<IpAddr>,
 }
 
 /// A client for one agent: its own connection pool (so its own TLS connection), presenting
@@ -76,11 +80,12 @@ fn agent_client(
     identity: &ClientIdentityPem,
     long_poll_secs: u64,
     http: Http,
+    local: Option<IpAddr>,
 ) -> Result<CoordinatorClient, FleetError> {
     let timeout = Duration::from_secs(long_poll_secs + 30);
     let mut tls = tls_config(ca, Some(identity.identity()?)).map_err(FleetError::client("agent client"))?;
     tls.alpn_protocols = http.alpn();
-    CoordinatorClient::with_tls("drover-sim-agent", urls, tls, timeout).map_err(FleetError::client("agent client"))
+    CoordinatorClient::with_tls_from("drover-sim-agent", urls, tls, timeout, local).map_err(FleetError::client("agent client"))
 }
 
 impl Swarm {
@@ -89,7 +94,21 @@ impl Swarm {
     /// each replica is first for an equal share and the others follow as fail-overs.
     pub fn new(urls: &[String], ca: Vec<CertificateDer<'static>>) -> Swarm {
         let (started, _) = watch::channel(false);
-        Swarm { tasks: tokio::task::JoinSet::new(), shared: Arc::new(Shared::default()), started, ca: Arc::new(ca), urls: urls.to_vec() }
+        Swarm {
+            tasks: tokio::task::JoinSet::new(),
+            shared: Arc::new(Shared::default()),
+            started,
+            ca: Arc::new(ca),
+            urls: urls.to_vec(),
+            local: None,
+        }
+    }
+
+    /// The agents' connections are made from the local address `local` (one loopback address
+    /// per simulator process, so that no address runs out of ephemeral ports).
+    pub fn from_address(mut self, local: IpAddr) -> Swarm {
+        self.local = Some(local);
+        self
     }
 
     /// Starts `host`'s agent: it runs generation 1 and checks in at once (its first check-in
@@ -97,7 +116,7 @@ impl Swarm {
     pub fn start(&mut self, enrolled: &Enrolled, host: &SimHost, anchors: &Anchors, scenario: &Scenario) -> Result<(), FleetError> {
         let mut urls = self.urls.clone();
         urls.rotate_left(self.tasks.len() % self.urls.len().max(1));
-        let client = agent_client(&urls, &self.ca, &enrolled.identity, scenario.long_poll_secs, scenario.http)?;
+        let client = agent_client(&urls, &self.ca, &enrolled.identity, scenario.long_poll_secs, scenario.http, self.local)?;
         let agent = SimAgent::with_client(client, &enrolled.hostname, enrolled.host_id, anchors.clone(), host.role.behaviour(scenario))
             .running(&closure(&enrolled.hostname, 1))
             .sharing(self.shared.cache.clone());
@@ -110,6 +129,7 @@ impl Swarm {
                 identity: enrolled.identity.clone(),
                 long_poll_secs: scenario.long_poll_secs,
                 http: scenario.http,
+                local: self.local,
             },
         });
         let shared = self.shared.clone();
@@ -154,6 +174,7 @@ struct Reconnect {
     identity: ClientIdentityPem,
     long_poll_secs: u64,
     http: Http,
+    local: Option<IpAddr>,
 }
 
 /// One agent, until aborted: check in, handle what comes, check in again.
@@ -163,7 +184,7 @@ async fn agent_loop(mut agent: SimAgent, role: Role, mut away: Option<Away>, sha
             // Gone: the old client (and its connection) is dropped with the replacement, and
             // the host is silent until it comes back.
             let r = &a.reconnect;
-            match agent_client(&r.urls, &r.ca, &r.identity, r.long_poll_secs, r.http) {
+            match agent_client(&r.urls, &r.ca, &r.identity, r.long_poll_secs, r.http, r.local) {
                 Ok(client) => agent.replace_client(client),
                 Err(e) => note_error(&shared, &agent.hostname, &e.to_string()),
             }
@@ -190,8 +211,14 @@ async fn agent_loop(mut agent: SimAgent, role: Role, mut away: Option<Away>, sha
                 if agent.handled.len() > before {
                     let h = agent.handled.last().cloned();
                     if let (Some(h), Some(received)) = (h, agent.last_receipt) {
-                        let receipt =
-                            Receipt { hostname: agent.hostname.clone(), role, rollout_id: h.rollout_id, received, confirmed: h.confirmed };
+                        let receipt = Receipt {
+                            hostname: agent.hostname.clone(),
+                            role,
+                            rollout_id: h.rollout_id,
+                            received,
+                            confirmed: h.confirmed,
+                            bytes: agent.last_intent_bytes,
+                        };
                         shared.receipts.lock().unwrap_or_else(|e| e.into_inner()).push(receipt);
                     }
                 }
