@@ -72,6 +72,12 @@ pub fn run(args: &VerifyArgs) -> Result<(), CliError> {
                     m.manifest.waves.len(),
                     m.sha256
                 );
+                if let Some(r) = release.roots.get(&m.manifest.rollout_id) {
+                    println!(
+                        "   channel {channel}: signed root {} over {} hosts, recomputed from the manifest",
+                        r.root.root_hash, r.root.tree_size
+                    );
+                }
             }
         } else {
             verify_file(path, &trust, &ctx)?;

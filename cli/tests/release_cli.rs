@@ -131,7 +131,21 @@ fn release_refuses_a_non_empty_out_dir() {
 #[test]
 fn release_then_verify_accepts() {
     let sc = Scratch::signed_release();
-    sc.verify("trust.json", &[], &["rel"]).ok().stdout_has("OK rel").stdout_has("gpu@c0ffee").stdout_has("infra@c0ffee");
+    sc.verify("trust.json", &[], &["rel"])
+        .ok()
+        .stdout_has("OK rel")
+        .stdout_has("gpu@c0ffee")
+        .stdout_has("infra@c0ffee")
+        .stdout_has("recomputed from the manifest");
+}
+
+#[test]
+fn verify_refuses_a_release_whose_manifest_lost_its_signed_root() {
+    // Agents verify the root, not the manifest: a release without it, or with a root that is
+    // not its manifest's, is refused whole.
+    let sc = Scratch::signed_release();
+    std::fs::remove_file(sc.join("rel/roots/gpu@c0ffee.json")).expect("rm");
+    sc.verify("trust.json", &[], &["rel"]).fails_with(1).stderr_has(&["RootMissing", "gpu@c0ffee"]);
 }
 
 #[test]

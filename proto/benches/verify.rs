@@ -10,14 +10,17 @@ use std::time::{Duration, Instant};
 
 use drover_proto::canonical;
 use drover_proto::keys::{KeyId, KeySigner, verifying_key_to_pem};
+use drover_proto::merkle::{EntryProof, Tree};
 use drover_proto::names::RolloutId;
-use drover_proto::release::{FLEET_RESOLVED, ReleaseParams, TIMESTAMP, build_release, manifest_path, sig_path};
+use drover_proto::release::{FLEET_RESOLVED, ReleaseParams, TIMESTAMP, build_release, manifest_path, root_path, sig_path};
 use drover_proto::resolve::{ReleaseMeta, sha256_hex};
 use drover_proto::sig::SignatureFile;
 use drover_proto::spec::FleetSpec;
 use drover_proto::time::Time;
 use drover_proto::trust::{KeySetDoc, TrustDoc, TrustKeyDoc, TrustRoots};
-use drover_proto::verify::{ManifestAnchors, VerifyContext, verify_fleet_resolved, verify_manifest, verify_timestamp};
+use drover_proto::verify::{
+    ManifestAnchors, VerifyContext, verify_fleet_resolved, verify_manifest, verify_place, verify_root, verify_timestamp,
+};
 use ed25519_dalek::{Signature, SigningKey};
 use serde_json::json;
 
@@ -145,6 +148,28 @@ fn main() {
     let canon_only = time_it(iters, || {
         black_box(canonical::is_canonical(black_box(manifest)));
     });
+    // The per-host proof path (issue 27): what an agent verifies instead of the manifest —
+    // the signed root, then its own entry's audit path — and what the coordinator does once
+    // per release and rollout (the tree) and once per host (an audit path).
+    let rpath = root_path(&id);
+    let (root_bytes, root_sig) = (files.get(&rpath).expect("root"), files.get(&sig_path(&rpath)).expect("root sig"));
+    let parsed: drover_proto::artifacts::RolloutManifest = serde_json::from_slice(manifest).expect("manifest");
+    let me = &parsed.host_set[parsed.host_set.len() / 2];
+    let tree = Tree::from_entries(&parsed.host_set).expect("tree");
+    let index = parsed.host_set.len() / 2;
+    let proof = EntryProof::of(&tree, &parsed.host_set, index).expect("proof");
+    let agent_proof = time_it(iters, || {
+        let anchors = ManifestAnchors { advertised_id: Some(&id), timestamp: &ts, fleet: None };
+        let root = verify_root(black_box(root_bytes), root_sig, &trust, &ctx, anchors).expect("root");
+        black_box(verify_place(&root, black_box(&proof), &me.hostname).expect("proof"));
+    });
+    let build_tree = time_it(iters.min(11), || {
+        black_box(Tree::from_entries(black_box(&parsed.host_set)).expect("tree"));
+    });
+    let cut_proof = time_it(iters, || {
+        black_box(EntryProof::of(&tree, &parsed.host_set, black_box(index)).expect("proof"));
+    });
+    let proof_json = serde_json::to_vec(&proof).expect("json").len();
     let fleet_bytes = files.get(FLEET_RESOLVED).expect("fleet");
     let fleet_sig = files.get(&sig_path(FLEET_RESOLVED)).expect("fleet sig");
     let full_fleet = time_it(iters, || {
@@ -177,13 +202,16 @@ fn main() {
     println!("| measurement | median ms | p90 ms | ratio to raw ed25519 verify of the same bytes |");
     println!("|---|---|---|---|");
     let ratio = |s: &Stats| s.median.as_secs_f64() / raw_manifest.median.as_secs_f64();
-    let rows: [(&str, &Stats); 6] = [
+    let rows: [(&str, &Stats); 9] = [
         ("raw ed25519-dalek verify_strict (manifest bytes) — baseline", &raw_manifest),
         ("sha256 of manifest bytes", &sha_manifest),
         ("serde_json parse to Value (manifest)", &parse_manifest),
         ("RFC 8785 canonical check (manifest)", &canon_only),
         ("verify_manifest: canonicalise + hash + verify + all rules", &full_manifest),
         ("verify_fleet_resolved (whole fleet)", &full_fleet),
+        ("agent, proof path: verify_root + verify_place (one host's entry)", &agent_proof),
+        ("coordinator: the host-set tree (once per release and rollout)", &build_tree),
+        ("coordinator: one host's audit path (per request)", &cut_proof),
     ];
     for (name, s) in rows {
         println!("| {name} | {} | {} | {:.2} |", ms(s.median), ms(s.p90), ratio(s));
@@ -201,6 +229,13 @@ fn main() {
         per_sec(raw_small),
         per_sec(full_small),
         per_sec(full_small) / per_sec(raw_small)
+    );
+    println!(
+        "proof path: root {} bytes, one host's entry and audit path {} bytes ({} hashes) against a manifest of {} bytes",
+        root_bytes.len(),
+        proof_json,
+        proof.path.len(),
+        manifest.len()
     );
     println!(
         "goal: verify a {hosts}-host manifest in under 20 ms — {} (median {} ms)",

@@ -11,7 +11,7 @@
 //! Budgets are as they stand once the whole plan is applied (the state the next tick starts
 //! from); a budget of the rollout that does not select the host reads "not-applicable".
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use drover_planner::budget::{budget_name, in_flight_hosts};
 use drover_planner::input::{Deferral, PlanInput};
@@ -88,15 +88,22 @@ impl IntentIssuer<'_> {
     }
 }
 
-/// Per host, the in-flight count of each budget of each live rollout, after the plan.
+/// The in-flight count of each budget (by its selector's canonical form) once the plan is
+/// applied, counted once per plan: each transition's event names the counts of its host's
+/// budgets, and counting a budget's members per event made a tick dispatching thousands of
+/// hosts under a fleet-wide budget quadratic (39 s for 6,666 dispatches at 100,000 hosts).
 struct Budgets {
-    in_flight: BTreeSet<String>,
-    members: BTreeMap<String, BTreeSet<String>>,
+    in_flight: BTreeMap<String, usize>,
 }
 
 impl Budgets {
     fn of(after: &PlanInput) -> Self {
-        Budgets { in_flight: in_flight_hosts(after), members: drover_planner::budget::budget_members(after) }
+        let flying = in_flight_hosts(after);
+        let in_flight = drover_planner::budget::budget_members(after)
+            .into_iter()
+            .map(|(selector, members)| (selector, members.iter().filter(|h| flying.contains(*h)).count()))
+            .collect();
+        Budgets { in_flight }
     }
 
     fn for_host(&self, after: &PlanInput, id: &RolloutId, host: &str) -> Value {
@@ -104,7 +111,7 @@ impl Budgets {
         let mut out = serde_json::Map::new();
         for b in &m.disruption_budgets {
             let text = if b.hosts.binary_search_by(|h| h.as_str().cmp(host)).is_ok() {
-                let n = self.members.get(&b.selector.canonical()).map_or(0, |m| m.iter().filter(|h| self.in_flight.contains(*h)).count());
+                let n = self.in_flight.get(&b.selector.canonical()).copied().unwrap_or(0);
                 format!("{n}/{} in flight", b.allowed())
             } else {
                 "not-applicable".to_owned()
