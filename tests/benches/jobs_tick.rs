@@ -22,35 +22,16 @@ use drover_coordinator::jobs::{Activity, JobKind};
 use drover_coordinator::store::{NewHost, NewJob, NewMaintenance};
 use drover_proto::states::HostLifecycle;
 use drover_proto::task::StorageScope;
-use drover_tests::Harness;
 use uuid::Uuid;
 
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> (f64, f64) {
-    v.sort_by(f64::total_cmp);
-    let p90 = v[((v.len() as f64) * 0.9).ceil() as usize - 1];
-    (v[v.len() / 2], p90)
-}
-
-fn ms(since: Instant) -> f64 {
-    since.elapsed().as_secs_f64() * 1000.0
-}
+use drover_tests::benchkit::{arg, median_p90 as median, ms_since as ms, quiet_harness};
 
 fn main() {
     let hosts = arg("--hosts", 10_000);
     let iters = arg("--iters", 7);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     rt.block_on(async move {
-        // Background ticks only on their own slow period: the bench runs the ticks it times.
-        let h = Harness::start_with_config(|_, c| {
-            c.rollouts.interval_secs = 3600;
-            c.rollouts.debounce_ms = 10_000;
-        })
-        .await;
+        let h = quiet_harness().await;
         let app = h.running.app.clone();
         let store = app.store.clone();
         let now = h.clock.now();

@@ -28,10 +28,7 @@ use serde_json::json;
 
 const API_KEY: &str = "bench-consumer:bench-token:bench-secret";
 
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
-}
+use drover_tests::benchkit::arg;
 
 fn cpu() -> Duration {
     let u = getrusage(UsageWho::RUSAGE_SELF).expect("getrusage");
@@ -39,9 +36,8 @@ fn cpu() -> Duration {
     tv(u.user_time()) + tv(u.system_time())
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+fn median(v: Vec<f64>) -> f64 {
+    drover_tests::benchkit::median_p90(v).0
 }
 
 struct Row {

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod benchkit;
 pub mod binaries;
 pub mod bus;
 pub mod fleet;

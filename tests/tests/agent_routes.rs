@@ -43,6 +43,18 @@ fn intent(host: Uuid, rollout: &RolloutId, deadline: Option<drover_proto::time::
     NewIntent { intent_id: id, host_id: host, rollout_id: rollout.clone(), envelope, confirm_deadline: deadline, created_at: now }
 }
 
+/// The example fleet released at commit `c0ffee` as version 7 and stored as published; the
+/// release's files and the time it was made.
+fn publish_example(h: &Harness) -> (drover_proto::release::ReleaseFiles, drover_proto::time::Time) {
+    let spec = FleetSpec::from_json(include_bytes!("../../examples/fleet.json")).expect("spec");
+    let now = h.clock.now();
+    let params = ReleaseParams { meta: ReleaseMeta { ci_commit: "c0ffee".into(), created_at: now }, version: 7, previous: None };
+    let ci = drover_proto::keys::KeySigner::new(ed25519_dalek::SigningKey::from_bytes(&[9u8; 32]));
+    let files = build_release(&spec, &params, &[ci]).expect("release");
+    h.running.app.store.put_release(7, now, &files).expect("publish");
+    (files, now)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_checkin_returns_as_soon_as_an_intent_is_dispatched() {
     // A 60 s hold: the check-in below can only come back early because the dispatch woke it.
@@ -84,12 +96,7 @@ async fn idle_checkin_is_answered_empty_after_the_hold() {
 async fn rollout_artifacts_come_back_byte_exact_and_verify() {
     let h = Harness::start().await;
     let (_, cert, _) = h.host_credentials("gpu-03");
-    let spec = FleetSpec::from_json(include_bytes!("../../examples/fleet.json")).expect("spec");
-    let now = h.clock.now();
-    let params = ReleaseParams { meta: ReleaseMeta { ci_commit: "c0ffee".into(), created_at: now }, version: 7, previous: None };
-    let ci = drover_proto::keys::KeySigner::new(ed25519_dalek::SigningKey::from_bytes(&[9u8; 32]));
-    let files = build_release(&spec, &params, &[ci]).expect("release");
-    h.running.app.store.put_release(7, now, &files).expect("publish");
+    let (files, now) = publish_example(&h);
     let id = RolloutId::new("gpu", "c0ffee").expect("id");
 
     let out = h.curl_as(&cert, vec!["-w".into(), "\n%{http_code}".into(), format!("{}/v1/rollouts/{id}", h.url)]).await;
@@ -117,12 +124,7 @@ async fn a_hosts_proof_comes_back_verifies_and_is_its_own() {
     let h = Harness::start().await;
     let (_, cert, _) = h.host_credentials("gpu-b-01");
     let (_, stranger, _) = h.host_credentials("infra-01");
-    let spec = FleetSpec::from_json(include_bytes!("../../examples/fleet.json")).expect("spec");
-    let now = h.clock.now();
-    let params = ReleaseParams { meta: ReleaseMeta { ci_commit: "c0ffee".into(), created_at: now }, version: 7, previous: None };
-    let ci = drover_proto::keys::KeySigner::new(ed25519_dalek::SigningKey::from_bytes(&[9u8; 32]));
-    let files = build_release(&spec, &params, &[ci]).expect("release");
-    h.running.app.store.put_release(7, now, &files).expect("publish");
+    let (files, now) = publish_example(&h);
     let id = RolloutId::new("gpu", "c0ffee").expect("id");
 
     let out = h.curl_as(&cert, vec!["-w".into(), "\n%{http_code}".into(), format!("{}/v1/rollouts/{id}/proof", h.url)]).await;

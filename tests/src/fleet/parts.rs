@@ -22,7 +22,7 @@ use uuid::Uuid;
 
 use super::FleetError;
 use super::enroll::{ClientIdentityPem, Enrolled};
-use super::scenario::{Http, Role, Scenario, SimHost, StoreBackend};
+use super::scenario::{Http, Role, Scenario, SimHost};
 use super::swarm::{Receipt, Shared, Swarm};
 
 /// One child's share of the fleet and how to reach the coordinator.
@@ -143,25 +143,12 @@ pub async fn run_part(plan: PartPlan) -> Result<(), FleetError> {
     let anchors = drover_agent::admit::Anchors { ci, director: drover_agent::director::DirectorKeys::pinned(director) };
     let http = Http::parse(&plan.http).ok_or_else(|| FleetError::Setup(format!("http {}", plan.http)))?;
     let scenario = Scenario {
-        agents: plan.agents.len(),
-        channels: 1,
-        waves: 1,
-        soak_secs: 0,
-        max_in_flight_pct: None,
         long_poll_secs: plan.long_poll_secs,
-        idle_secs: 0,
-        slow: 0,
         slow_secs: plan.slow_secs,
-        failing: 0,
-        offline: 0,
         rejoin_secs: plan.rejoin_secs,
         ramp_per_sec: plan.ramp_per_sec,
-        timeout_secs: 0,
         http,
-        tcp_nodelay: true,
-        store: StoreBackend::Sqlite,
-        enroll_concurrency: 1,
-        processes: 0,
+        ..Scenario::of(plan.agents.len())
     };
     let mut swarm = Swarm::new(&plan.urls, ca).from_address(plan.local_address);
     let batch = (plan.ramp_per_sec / 10).max(1);

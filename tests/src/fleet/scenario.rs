@@ -67,6 +67,35 @@ pub struct Scenario {
     pub processes: usize,
 }
 
+impl Scenario {
+    /// `agents` hosts in `drover-bench fleet`'s default shape: 3 channels of 4 waves, 5 s soak,
+    /// a 10 % budget, 60 s long-polls and idle window, every host healthy, HTTP/1.1, SQLite,
+    /// the agents in this process.
+    pub fn of(agents: usize) -> Scenario {
+        Scenario {
+            agents,
+            channels: 3,
+            waves: 4,
+            soak_secs: 5,
+            max_in_flight_pct: Some(10),
+            long_poll_secs: 60,
+            idle_secs: 60,
+            slow: 0,
+            slow_secs: 3,
+            failing: 0,
+            offline: 0,
+            rejoin_secs: 10,
+            ramp_per_sec: 500,
+            timeout_secs: 600,
+            http: Http::Http11,
+            tcp_nodelay: true,
+            store: StoreBackend::Sqlite,
+            enroll_concurrency: 16,
+            processes: 0,
+        }
+    }
+}
+
 /// Where the coordinator keeps its state: `sqlite` (one coordinator, its store in its state
 /// dir: the baseline) or `postgres-N` (N replicas on one PostgreSQL database, sharing one
 /// state dir's CA and server identity, one of them leading).
