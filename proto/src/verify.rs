@@ -668,36 +668,61 @@ pub fn verify_manifest(
     };
     let manifest: RolloutManifest =
         open_ci_artifact(&artifact, bytes, sig, trust, ctx, |m: &RolloutManifest| (m.schema_version, m.created_at))?;
-    let computed = RolloutId::new(&manifest.channel, &manifest.channel_ref).map_err(|e| malformed(&artifact, e))?;
-    for advertised in [Some(&manifest.rollout_id), anchors.advertised_id].into_iter().flatten() {
-        if *advertised != computed {
-            return Err(VerifyError::RolloutIdMismatch { advertised: advertised.to_string(), computed: computed.to_string() });
-        }
-    }
+    let computed = check_rollout_id(&artifact, &manifest.rollout_id, &manifest.channel, &manifest.channel_ref, anchors.advertised_id)?;
     if !manifest.check_sorted() {
         return Err(VerifyError::UnsortedManifest { rollout_id: computed });
     }
     let sha256 = sha256_hex(bytes);
-    let ts = &anchors.timestamp.doc;
-    if !ts.lists(&computed, &sha256) {
-        return Err(VerifyError::ManifestNotInTimestamp { rollout_id: computed, manifest_sha256: sha256 });
+    check_listed_and_anchored(&computed, &manifest.channel, &sha256, &manifest.fleet_resolved_hash, &anchors)?;
+    Ok(VerifiedManifest { manifest, sha256, _proof: Proof(()) })
+}
+
+/// Rule: a rollout's id is `{channel}@{channelRef}`, recomputed from the document's fields,
+/// and both the id the document claims and the one it was asked for under are that id.
+fn check_rollout_id(
+    artifact: &str,
+    claimed: &RolloutId,
+    channel: &str,
+    channel_ref: &str,
+    advertised: Option<&RolloutId>,
+) -> Result<RolloutId, VerifyError> {
+    let computed = RolloutId::new(channel, channel_ref).map_err(|e| malformed(artifact, e))?;
+    for advertised in [Some(claimed), advertised].into_iter().flatten() {
+        if *advertised != computed {
+            return Err(VerifyError::RolloutIdMismatch { advertised: advertised.to_string(), computed: computed.to_string() });
+        }
     }
-    let is_current = ts.channels.get(&manifest.channel).is_some_and(|c| c.rollout_id == computed);
+    Ok(computed)
+}
+
+/// Rules: the fresh timestamp lists `(rollout, manifest_sha256)`, and the document is anchored
+/// to its fleet.resolved — the one given, or for a channel's current rollout the timestamp's
+/// (a revertable one is anchored by its listed sha256 alone).
+fn check_listed_and_anchored(
+    rollout: &RolloutId,
+    channel: &str,
+    manifest_sha256: &str,
+    fleet_resolved_hash: &str,
+    anchors: &ManifestAnchors<'_>,
+) -> Result<(), VerifyError> {
+    let ts = &anchors.timestamp.doc;
+    if !ts.lists(rollout, manifest_sha256) {
+        return Err(VerifyError::ManifestNotInTimestamp { rollout_id: rollout.clone(), manifest_sha256: manifest_sha256.to_owned() });
+    }
+    let is_current = ts.channels.get(channel).is_some_and(|c| c.rollout_id == *rollout);
     let expected_fleet = match anchors.fleet {
         Some(f) => Some(f.sha256.as_str()),
         None if is_current => Some(ts.fleet_resolved_sha256.as_str()),
         None => None,
     };
-    if let Some(fleet_hash) = expected_fleet {
-        if manifest.fleet_resolved_hash != fleet_hash {
-            return Err(VerifyError::FleetResolvedHashMismatch {
-                rollout_id: computed,
-                manifest_hash: manifest.fleet_resolved_hash.clone(),
-                fleet_hash: fleet_hash.to_owned(),
-            });
-        }
+    if let Some(fleet_hash) = expected_fleet.filter(|h| *h != fleet_resolved_hash) {
+        return Err(VerifyError::FleetResolvedHashMismatch {
+            rollout_id: rollout.clone(),
+            manifest_hash: fleet_resolved_hash.to_owned(),
+            fleet_hash: fleet_hash.to_owned(),
+        });
     }
-    Ok(VerifiedManifest { manifest, sha256, _proof: Proof(()) })
+    Ok(())
 }
 
 /// Rule: a per-host message is for this host and within its validity window.

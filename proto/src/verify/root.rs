@@ -4,7 +4,10 @@
 //! future date, the rollout id recomputed, listed by the fresh timestamp, anchored to its
 //! fleet.resolved); the entry to RFC 9162's inclusion rule and to this host's hostname.
 
-use super::{ManifestAnchors, Proof, VerifiedManifest, VerifyContext, VerifyError, malformed, open_ci_artifact};
+use super::{
+    ManifestAnchors, Proof, VerifiedManifest, VerifyContext, VerifyError, check_listed_and_anchored, check_rollout_id, malformed,
+    open_ci_artifact,
+};
 use crate::artifacts::{HostSetEntry, ManifestRoot};
 use crate::canonical;
 use crate::merkle::{EntryProof, Hash, parse_hash};
@@ -49,30 +52,9 @@ pub fn verify_root(
         None => "manifest root".to_owned(),
     };
     let root: ManifestRoot = open_ci_artifact(&artifact, bytes, sig, trust, ctx, |r: &ManifestRoot| (r.schema_version, r.created_at))?;
-    let computed = RolloutId::new(&root.channel, &root.channel_ref).map_err(|e| malformed(&artifact, e))?;
-    for advertised in [Some(&root.rollout_id), anchors.advertised_id].into_iter().flatten() {
-        if *advertised != computed {
-            return Err(VerifyError::RolloutIdMismatch { advertised: advertised.to_string(), computed: computed.to_string() });
-        }
-    }
+    let computed = check_rollout_id(&artifact, &root.rollout_id, &root.channel, &root.channel_ref, anchors.advertised_id)?;
     let hash = parse_hash("rootHash", &root.root_hash).map_err(|e| malformed(&artifact, e))?;
-    let ts = &anchors.timestamp.doc;
-    if !ts.lists(&computed, &root.manifest_sha256) {
-        return Err(VerifyError::ManifestNotInTimestamp { rollout_id: computed, manifest_sha256: root.manifest_sha256.clone() });
-    }
-    let is_current = ts.channels.get(&root.channel).is_some_and(|c| c.rollout_id == computed);
-    let expected_fleet = match anchors.fleet {
-        Some(f) => Some(f.sha256.as_str()),
-        None if is_current => Some(ts.fleet_resolved_sha256.as_str()),
-        None => None,
-    };
-    if let Some(fleet_hash) = expected_fleet.filter(|h| *h != root.fleet_resolved_hash) {
-        return Err(VerifyError::FleetResolvedHashMismatch {
-            rollout_id: computed,
-            manifest_hash: root.fleet_resolved_hash.clone(),
-            fleet_hash: fleet_hash.to_owned(),
-        });
-    }
+    check_listed_and_anchored(&computed, &root.channel, &root.manifest_sha256, &root.fleet_resolved_hash, &anchors)?;
     Ok(VerifiedRoot { root, sha256: sha256_hex(bytes), hash, _proof: Proof(()) })
 }
 
