@@ -390,12 +390,35 @@ async fn record_checkin(app: &Arc<AppState>, host: Uuid, req: CheckinRequest) ->
 /// `GET /v1/rollouts/{rolloutId}`: the manifest and the current timestamp, byte-exact; built
 /// once per (release, rollout) and shared by every request ([`crate::bundles`]).
 pub async fn rollout(State(app): State<Arc<AppState>>, _caller: HostCaller, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let id = RolloutId::parse(&id).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let (id, version) = rollout_and_release(&app, &id).await?;
+    let body = app.bundles.get_or_build(version, &id, || build_bundle(app.clone(), id.clone(), version)).await?;
+    Ok(([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// The rollout a host asks about (a 400 when `id` is no rollout id) and the latest release
+/// version (a 404 before any release): what both bundle routes key their caches by.
+pub(crate) async fn rollout_and_release(app: &Arc<AppState>, id: &str) -> Result<(RolloutId, u64), ApiError> {
+    let id = RolloutId::parse(id).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let version = store::read_now(&app.store, |s| s.latest_release_version())
         .await?
         .ok_or_else(|| ApiError::not_found("no release has been published"))?;
-    let body = app.bundles.get_or_build(version, &id, || build_bundle(app.clone(), id.clone(), version)).await?;
-    Ok(([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response())
+    Ok((id, version))
+}
+
+/// A stored signed artifact as the text CI wrote (a 500, logged, if the store holds other
+/// than UTF-8: a verified release never does).
+pub(crate) fn stored_text(bytes: &[u8], what: &str) -> Result<String, ApiError> {
+    String::from_utf8(bytes.to_vec()).map_err(|_| {
+        tracing::error!(artifact = what, "stored artifact is not UTF-8");
+        ApiError::internal()
+    })
+}
+
+/// A stored release's `timestamp.json` and its signature file, as text.
+pub(crate) fn timestamp_text(release: &crate::store::Release) -> Result<(String, String), ApiError> {
+    let ts = release.files.get(TIMESTAMP).ok_or_else(ApiError::internal)?;
+    let ts_sig = release.files.get(&sig_path(TIMESTAMP)).ok_or_else(ApiError::internal)?;
+    Ok((stored_text(ts, "timestamp")?, stored_text(ts_sig, "timestamp signature")?))
 }
 
 /// The serialised bundle of `id` with release `version`'s timestamp.
@@ -404,19 +427,12 @@ async fn build_bundle(app: Arc<AppState>, id: RolloutId, version: u64) -> Result
     let (manifest, release) = store::blocking(app.store.clone(), move |s| Ok((s.get_manifest(&lookup)?, s.get_release(version)?))).await?;
     let manifest = manifest.ok_or_else(|| ApiError::not_found(format!("rollout {id} has no manifest")))?;
     let release = release.ok_or_else(|| ApiError::not_found("no release has been published"))?;
-    let text = |bytes: &[u8], what: &str| {
-        String::from_utf8(bytes.to_vec()).map_err(|_| {
-            tracing::error!(artifact = what, "stored artifact is not UTF-8");
-            ApiError::internal()
-        })
-    };
-    let ts = release.files.get(TIMESTAMP).ok_or_else(ApiError::internal)?;
-    let ts_sig = release.files.get(&sig_path(TIMESTAMP)).ok_or_else(ApiError::internal)?;
+    let (timestamp, timestamp_sig) = timestamp_text(&release)?;
     let bundle = RolloutBundle {
-        manifest: text(&manifest.bytes, "manifest")?,
-        manifest_sig: text(&manifest.sig, "manifest signature")?,
-        timestamp: text(ts, "timestamp")?,
-        timestamp_sig: text(ts_sig, "timestamp signature")?,
+        manifest: stored_text(&manifest.bytes, "manifest")?,
+        manifest_sig: stored_text(&manifest.sig, "manifest signature")?,
+        timestamp,
+        timestamp_sig,
     };
     let bytes = serde_json::to_vec(&bundle).map_err(|e| {
         tracing::error!(error = %e, "cannot serialise a rollout bundle");

@@ -15,8 +15,8 @@ use drover_proto::artifacts::{HostSetEntry, RolloutManifest};
 use drover_proto::enroll::ProofBundle;
 use drover_proto::merkle::{EntryProof, Tree};
 use drover_proto::names::RolloutId;
-use drover_proto::release::{TIMESTAMP, sig_path};
 
+use crate::api::agent::{rollout_and_release, stored_text, timestamp_text};
 use crate::api::auth::HostCaller;
 use crate::api::error::ApiError;
 use crate::app::AppState;
@@ -56,10 +56,7 @@ impl RolloutProofs {
 /// `GET /v1/rollouts/{rolloutId}/proof`: the calling host's [`ProofBundle`]; 404 when no
 /// release is published, the rollout has no manifest or root, or the host is not in it.
 pub async fn proof(State(app): State<Arc<AppState>>, caller: HostCaller, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let id = RolloutId::parse(&id).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let version = store::read_now(&app.store, |s| s.latest_release_version())
-        .await?
-        .ok_or_else(|| ApiError::not_found("no release has been published"))?;
+    let (id, version) = rollout_and_release(&app, &id).await?;
     let proofs = app.proofs.get_or_build(version, &id, || build(app.clone(), id.clone(), version)).await?;
     let bundle = proofs
         .bundle_for(&caller.hostname)
@@ -81,12 +78,6 @@ async fn build(app: Arc<AppState>, id: RolloutId, version: u64) -> Result<Arc<Ro
     let (root, root_sig) =
         root.ok_or_else(|| ApiError::not_found(format!("rollout {id} has no signed root (a release from before proofs)")))?;
     let release = release.ok_or_else(|| ApiError::not_found("no release has been published"))?;
-    let text = |bytes: &[u8], what: &str| {
-        String::from_utf8(bytes.to_vec()).map_err(|_| {
-            tracing::error!(artifact = what, "stored artifact is not UTF-8");
-            ApiError::internal()
-        })
-    };
     // The stored manifest and root were verified together when their release was published
     // (`verify_release` recomputes the root); parsing the manifest again only to hash it.
     let parsed: RolloutManifest = serde_json::from_slice(&manifest.bytes).map_err(|e| {
@@ -97,15 +88,14 @@ async fn build(app: Arc<AppState>, id: RolloutId, version: u64) -> Result<Arc<Ro
         tracing::error!(rollout = %id, error = %e, "cannot hash a stored manifest's host set");
         ApiError::internal()
     })?;
-    let ts = release.files.get(TIMESTAMP).ok_or_else(ApiError::internal)?;
-    let ts_sig = release.files.get(&sig_path(TIMESTAMP)).ok_or_else(ApiError::internal)?;
+    let (timestamp, timestamp_sig) = timestamp_text(&release)?;
     tracing::debug!(rollout = %id, version, hosts = parsed.host_set.len(), tree_bytes = tree.heap_bytes(), "rollout tree built");
     Ok(Arc::new(RolloutProofs {
         entries: parsed.host_set,
         tree,
-        root: text(&root, "root")?,
-        root_sig: text(&root_sig, "root signature")?,
-        timestamp: text(ts, "timestamp")?,
-        timestamp_sig: text(ts_sig, "timestamp signature")?,
+        root: stored_text(&root, "root")?,
+        root_sig: stored_text(&root_sig, "root signature")?,
+        timestamp,
+        timestamp_sig,
     }))
 }
