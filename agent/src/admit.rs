@@ -142,10 +142,30 @@ pub fn admit_intent(
     let anchors_r = ManifestAnchors { advertised_id: Some(&rollout), timestamp: &timestamp, fleet: None };
     let root = verify_root(bundle.root.as_bytes(), bundle.root_sig.as_bytes(), &anchors.ci, &ctx, anchors_r)
         .map_err(|e| refusal(&rid, &root_path(&rollout), &e))?;
+    admit_proven(env, bundle, anchors, host, root, timestamp, &ctx)
+}
+
+/// The per-host rules of [`admit_intent`] (rules 4 and 5) over a root and a timestamp that
+/// already verified: this host's proof, then the intent against the proven entry.
+pub fn admit_proven(
+    env: &Envelope,
+    bundle: &ProofBundle,
+    anchors: &Anchors,
+    host: HostIdentity<'_>,
+    root: VerifiedRoot,
+    timestamp: VerifiedTimestamp,
+    ctx: &VerifyContext,
+) -> Result<Admitted, ReportEvent> {
+    let rid = root.root.rollout_id.to_string();
     let place = verify_place(&root, &bundle.proof, host.hostname).map_err(|e| refusal(&rid, "proof", &e))?;
     let intent =
-        verify_intent_at(env, anchors.director.key_set(), host, &place, &timestamp, &ctx).map_err(|e| refusal(&rid, "intent", &e))?;
-    let cache = CachedRoot { rollout_id: rollout, sha256, root: bundle.root.clone(), root_sig: bundle.root_sig.clone() };
+        verify_intent_at(env, anchors.director.key_set(), host, &place, &timestamp, ctx).map_err(|e| refusal(&rid, "intent", &e))?;
+    let cache = CachedRoot {
+        rollout_id: root.root.rollout_id.clone(),
+        sha256: root.sha256.clone(),
+        root: bundle.root.clone(),
+        root_sig: bundle.root_sig.clone(),
+    };
     Ok(Admitted { intent, place, root, timestamp, cache })
 }
 

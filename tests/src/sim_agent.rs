@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use drover_agent::admit::{Admitted, Anchors, admit_intent, refusal};
+use drover_agent::admit::{Admitted, Anchors, admit_intent, admit_proven, refusal};
 use drover_agent::records::Seen;
 use drover_client::{ClientError, ClientIdentity, CoordinatorClient};
 use drover_proto::enroll::ProofBundle;
@@ -29,7 +29,7 @@ use drover_proto::report::{
 };
 use drover_proto::spec::Mode;
 use drover_proto::time::Time;
-use drover_proto::verify::{HostIdentity, VerifiedRoot, VerifiedTimestamp, VerifyContext, VersionFloor, verify_intent_at, verify_place};
+use drover_proto::verify::{HostIdentity, VerifiedRoot, VerifiedTimestamp, VerifyContext, VersionFloor};
 use uuid::Uuid;
 
 /// How a simulated host behaves when it is handed an intent.
@@ -396,8 +396,8 @@ type PairKey = (String, String);
 /// the first agent handed a pair runs the agent's whole admission
 /// ([`drover_agent::admit::admit_intent`]); later ones check their bytes hash to a verified
 /// pair and then run the per-host rules themselves — the timestamp version floor, and
-/// the inclusion proof and [`verify_intent_at`]'s signature, host, window, manifest hash, wave
-/// and target checks.
+/// the inclusion proof and the intent's signature, host, window, manifest hash, wave and target
+/// checks ([`drover_agent::admit::admit_proven`]).
 #[derive(Default)]
 pub struct VerifyCache {
     verified: Mutex<HashMap<PairKey, Arc<(VerifiedRoot, VerifiedTimestamp)>>>,
@@ -445,16 +445,7 @@ impl VerifyCache {
                 },
             ));
         }
-        let place = verify_place(root, &bundle.proof, host.hostname).map_err(|e| refusal(&rid, "proof", &e))?;
-        let intent =
-            verify_intent_at(env, anchors.director.key_set(), host, &place, timestamp, &ctx).map_err(|e| refusal(&rid, "intent", &e))?;
-        let cache = drover_agent::records::CachedRoot {
-            rollout_id: root.root.rollout_id.clone(),
-            sha256: root.sha256.clone(),
-            root: bundle.root.clone(),
-            root_sig: bundle.root_sig.clone(),
-        };
-        Ok(Admitted { intent, place, root: root.clone(), timestamp: timestamp.clone(), cache })
+        admit_proven(env, bundle, anchors, host, root.clone(), timestamp.clone(), &ctx)
     }
 }
 
