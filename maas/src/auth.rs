@@ -21,7 +21,7 @@ const OAUTH_ENCODE: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remo
 pub struct ApiKey {
     /// The consumer key (public).
     pub consumer_key: String,
-    /// The token key (public: MAAS even echoes it in errors).
+    /// The token key (not a credential, but it names one: scrubbed from MAAS's errors all the same).
     pub token_key: String,
     /// The token secret: the actual credential.
     pub token_secret: String,

@@ -18,7 +18,7 @@ use rustls::pki_types::pem::PemObject;
 use serde::de::DeserializeOwned;
 
 use crate::auth::{ApiKey, authorization_header, fresh_nonce, unix_now};
-use crate::error::{ErrorClass, MaasError, RequestLine, scrub, status_error};
+use crate::error::{BodyRead, ErrorClass, MaasError, RequestLine, scrub, status_error};
 use crate::form::Params;
 use crate::types::{RackController, Version};
 
@@ -28,6 +28,8 @@ const API: &str = "/api/2.0";
 const MAX_BODY: usize = 256 << 20;
 /// The largest error body read (messages are a sentence; anything longer is a proxy's page).
 const MAX_ERROR_BODY: usize = 64 << 10;
+/// The shortest consumer or token key scrubbed from MAAS's errors (see `key_material`).
+const MIN_SCRUBBED_KEY: usize = 8;
 /// The first retry's wait; it doubles per retry up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 /// The longest computed backoff.
@@ -264,7 +266,7 @@ impl MaasClient {
                 // serde's message may quote the value it choked on: a credential here.
                 MaasError::Protocol { request: line, reason: "the answer is not the expected JSON".to_owned(), source: None }
             } else {
-                let reason = scrub(&format!("the answer is not the expected JSON: {e}"), &[&self.inner.key.token_secret]);
+                let reason = scrub(&format!("the answer is not the expected JSON: {e}"), &self.key_material());
                 MaasError::Protocol { request: line, reason, source: Some(e) }
             }
         })
@@ -292,6 +294,18 @@ impl MaasClient {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Every part of the API key in use, scrubbed from whatever MAAS answers: the secret is
+    /// the credential, and the two keys name the token (MAAS's 401 quotes the one it refused)
+    /// — none belongs in an error an operator, a log or an event sees. A key shorter than
+    /// [`MIN_SCRUBBED_KEY`] is left out: MAAS's are 18 characters, and replacing every `ck` of a
+    /// test key would garble the message while hiding nothing a guess would not find.
+    fn key_material(&self) -> Vec<&str> {
+        let key = &self.inner.key;
+        let mut parts = vec![key.token_secret.as_str()];
+        parts.extend([key.token_key.as_str(), key.consumer_key.as_str()].into_iter().filter(|k| k.len() >= MIN_SCRUBBED_KEY));
+        parts
     }
 
     /// One signed attempt, bounded by the timeout.
@@ -325,25 +339,30 @@ impl MaasClient {
             let status = resp.status().as_u16();
             let retry_after = resp.headers().get(RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
             let success = (200..300).contains(&status);
-            let body = read_limited(resp, if success { MAX_BODY } else { MAX_ERROR_BODY }, &line, timeout).await?;
-            Ok::<_, MaasError>((status, retry_after, body, success))
+            let (body, read) = read_limited(resp, if success { MAX_BODY } else { MAX_ERROR_BODY }, &line, timeout).await?;
+            Ok::<_, MaasError>((status, retry_after, body, read, success))
         };
-        let (status, retry_after, body, success) =
+        let (status, retry_after, body, read, success) =
             tokio::time::timeout(timeout, exchange).await.map_err(|_| MaasError::Timeout { request: line.clone(), after: timeout })??;
         if success {
             return Ok(Answer { status, body });
         }
-        let mut secrets: Vec<&str> = vec![&self.inner.key.token_secret];
+        let mut secrets = self.key_material();
         secrets.extend(call.secrets.iter().map(String::as_str));
-        let error = status_error(line, status, &body, retry_after.map(Duration::from_secs), &secrets);
+        let error = status_error(line, status, &body, read, retry_after.map(Duration::from_secs), &secrets);
         tracing::debug!(error = %error, "MAAS refused");
         Err(error)
     }
 }
 
 /// Reads at most `limit` bytes of body; a longer success body is a protocol error, a longer
-/// error body is cut (only its start is shown anyway).
-async fn read_limited(mut resp: reqwest::Response, limit: usize, line: &RequestLine, timeout: Duration) -> Result<Vec<u8>, MaasError> {
+/// error body is cut (only its start is shown anyway), and says so.
+async fn read_limited(
+    mut resp: reqwest::Response,
+    limit: usize,
+    line: &RequestLine,
+    timeout: Duration,
+) -> Result<(Vec<u8>, BodyRead), MaasError> {
     let success = resp.status().is_success();
     let mut body = Vec::new();
     while let Some(chunk) = resp.chunk().await.map_err(|e| transport_error(line, e, timeout))? {
@@ -356,11 +375,11 @@ async fn read_limited(mut resp: reqwest::Response, limit: usize, line: &RequestL
                 });
             }
             body.extend_from_slice(&chunk[..limit - body.len()]);
-            break;
+            return Ok((body, BodyRead::Cut));
         }
         body.extend_from_slice(&chunk);
     }
-    Ok(body)
+    Ok((body, BodyRead::Whole))
 }
 
 /// A reqwest failure as a transient error, without its URL.

@@ -3,9 +3,10 @@
 //! Callers (the coordinator's workflows) decide on the *class* — retry later, ask an operator
 //! for credentials, treat the machine as gone, wait for a state to change — so [`MaasError::class`]
 //! is the contract and the variants carry the detail for logs. Nothing here ever holds the
-//! Authorization header, the token secret or a power password: errors name the method, the API
-//! path (no query values), the op, the HTTP status and MAAS's own message (scrubbed of the
-//! secrets the client knows).
+//! Authorization header, any part of the API key or a power password: errors name the method,
+//! the API path (no query values), the op, the HTTP status and MAAS's own message — scrubbed of
+//! the secrets the client knows and of any `oauth_…=` value, then cut to [`MAX_MESSAGE`] bytes
+//! with the answer's length noted.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -223,14 +224,32 @@ fn is_not_found_text(message: &str) -> bool {
     m.strip_prefix("No ").and_then(|rest| rest.strip_suffix(" matches the given query.")).is_some_and(|kind| !kind.is_empty())
 }
 
-/// The longest message kept from an error body: enough for MAAS's sentences, bounded against a
-/// proxy's HTML page.
-const MAX_MESSAGE: usize = 1000;
+/// The longest message kept from an error body, in bytes: enough for MAAS's sentences,
+/// bounded against a proxy's HTML page and against an echo of whatever the request carried.
+pub const MAX_MESSAGE: usize = 512;
+
+/// How much of an error answer was read (the client stops reading at a bound).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BodyRead {
+    /// All of it.
+    Whole,
+    /// Only the first bytes given: the answer was longer.
+    Cut,
+}
 
 /// Builds a [`MaasError::Status`] from an error answer: a JSON object of field errors becomes
-/// `field_errors` (and a flattened message), anything else is kept as text. `secrets` are
-/// replaced by `<redacted>` before anything is stored, in case MAAS ever echoes one.
-pub(crate) fn status_error(request: RequestLine, status: u16, body: &[u8], retry_after: Option<Duration>, secrets: &[&str]) -> MaasError {
+/// `field_errors` (and a flattened message), anything else is kept as text. `secrets` (the
+/// parts of the API key in use, a call's own secrets) and any `oauth_…=` value are replaced by
+/// `<redacted>` before anything is stored — MAAS's 401 names the token it refused — and then
+/// every text is cut to [`MAX_MESSAGE`] bytes, the cut saying how long the answer was.
+pub(crate) fn status_error(
+    request: RequestLine,
+    status: u16,
+    body: &[u8],
+    read: BodyRead,
+    retry_after: Option<Duration>,
+    secrets: &[&str],
+) -> MaasError {
     let text = String::from_utf8_lossy(body);
     let field_errors = parse_field_errors(&text);
     let message = if field_errors.is_empty() {
@@ -238,8 +257,17 @@ pub(crate) fn status_error(request: RequestLine, status: u16, body: &[u8], retry
     } else {
         field_errors.iter().map(|(field, msgs)| format!("{field}: {}", msgs.join(" "))).collect::<Vec<_>>().join("; ")
     };
-    let message = truncate(&scrub(&message, secrets), MAX_MESSAGE);
-    let field_errors = field_errors.into_iter().map(|(k, v)| (scrub(&k, secrets), v.iter().map(|m| scrub(m, secrets)).collect())).collect();
+    let message = bounded(&scrub(&message, secrets), body.len(), read);
+    let field_errors = field_errors
+        .into_iter()
+        .map(|(k, v)| {
+            let k = scrub(&k, secrets);
+            (
+                bounded(&k, k.len(), BodyRead::Whole),
+                v.iter().map(|m| scrub(m, secrets)).map(|m| bounded(&m, m.len(), BodyRead::Whole)).collect(),
+            )
+        })
+        .collect();
     MaasError::Status { request, status, message, field_errors, retry_after }
 }
 
@@ -263,27 +291,94 @@ fn parse_field_errors(text: &str) -> BTreeMap<String, Vec<String>> {
     out
 }
 
-/// Replaces every non-empty secret in `text`.
+/// `text` with every non-empty secret, and the value of every `oauth_…=` parameter, replaced
+/// by `<redacted>`. Longer secrets go first, so one that contains another is not left half
+/// shown; each is also looked for percent-encoded, as it travels in the Authorization header.
 pub(crate) fn scrub(text: &str, secrets: &[&str]) -> String {
+    let mut all: Vec<String> = secrets.iter().filter(|s| !s.is_empty()).map(|s| (*s).to_owned()).collect();
+    all.extend(secrets.iter().filter(|s| !s.is_empty()).map(|s| crate::auth::oauth_encode(s)));
+    all.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    all.dedup();
     let mut out = text.to_owned();
-    for secret in secrets.iter().filter(|s| !s.is_empty()) {
-        if out.contains(secret) {
-            out = out.replace(secret, "<redacted>");
+    for secret in &all {
+        if out.contains(secret.as_str()) {
+            out = out.replace(secret.as_str(), "<redacted>");
         }
     }
+    scrub_oauth_values(&out)
+}
+
+/// Replaces the value of every `oauth_<name>=` (case-insensitive, quoted or not, as in an
+/// Authorization header or a query string) by `<redacted>`: whatever MAAS or a proxy echoes of
+/// a signed request, the token and consumer keys and the signature go with it.
+fn scrub_oauth_values(text: &str) -> String {
+    const MARK: &str = "oauth_";
+    let lower = text.to_ascii_lowercase();
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    let mut from = 0;
+    while let Some(found) = lower[from..].find(MARK) {
+        let name_start = from + found + MARK.len();
+        let mut i = name_start;
+        while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+            i += 1;
+        }
+        let mut j = i;
+        while j < bytes.len() && bytes[j] == b' ' {
+            j += 1;
+        }
+        if i == name_start || bytes.get(j) != Some(&b'=') {
+            from = name_start;
+            continue;
+        }
+        j += 1;
+        while j < bytes.len() && bytes[j] == b' ' {
+            j += 1;
+        }
+        let quote = bytes.get(j).copied().filter(|b| matches!(b, b'"' | b'\''));
+        if quote.is_some() {
+            j += 1;
+        }
+        let value_start = j;
+        while j < bytes.len() {
+            let b = bytes[j];
+            let ends = match quote {
+                Some(q) => b == q,
+                None => b.is_ascii_whitespace() || matches!(b, b',' | b'&' | b';' | b'"' | b'\'' | b')' | b'<' | b'>'),
+            };
+            if ends {
+                break;
+            }
+            j += 1;
+        }
+        if j > value_start {
+            // Every boundary is an ASCII byte, so these are character boundaries.
+            out.push_str(&text[copied..value_start]);
+            out.push_str("<redacted>");
+            copied = j;
+        }
+        from = j.max(name_start);
+    }
+    out.push_str(&text[copied..]);
     out
 }
 
-/// Cuts `text` to at most `max` bytes on a character boundary, marking the cut.
-fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
+/// `text` cut to at most [`MAX_MESSAGE`] bytes on a character boundary; a cut says how much
+/// is shown of how long an answer (`total` bytes, more when `read` was cut).
+fn bounded(text: &str, total: usize, read: BodyRead) -> String {
+    if text.len() <= MAX_MESSAGE && read == BodyRead::Whole {
         return text.to_owned();
     }
-    let mut end = max;
+    let mut end = text.len().min(MAX_MESSAGE);
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}…", &text[..end])
+    let of = match read {
+        BodyRead::Whole => format!("{total} bytes"),
+        BodyRead::Cut => format!("more than {total} bytes"),
+    };
+    format!("{}… (the first {end} bytes of an answer of {of})", &text[..end])
 }
 
 #[cfg(test)]
@@ -295,7 +390,7 @@ mod tests {
     }
 
     fn class_of(status: u16, body: &str) -> ErrorClass {
-        status_error(req(), status, body.as_bytes(), None, &[]).class()
+        status_error(req(), status, body.as_bytes(), BodyRead::Whole, None, &[]).class()
     }
 
     #[test]
@@ -332,7 +427,7 @@ mod tests {
     #[test]
     fn commission_state_refusal_is_illegal_state() {
         let body = r#"{"__all__": ["Commission is not available because of the current state of the node."]}"#;
-        let e = status_error(req(), 400, body.as_bytes(), None, &[]);
+        let e = status_error(req(), 400, body.as_bytes(), BodyRead::Whole, None, &[]);
         assert_eq!(e.class(), ErrorClass::IllegalState);
         assert!(e.message().unwrap_or_default().contains("not available"), "{e}");
         let other = r#"{"__all__": ["Subnet 10.0.0.0/24 would overlap with existing subnets."]}"#;
@@ -341,7 +436,8 @@ mod tests {
 
     #[test]
     fn field_errors_are_parsed_and_flattened() {
-        let e = status_error(req(), 400, br#"{"mac_address": ["'zz' is not a valid MAC address."], "x": "one"}"#, None, &[]);
+        let e =
+            status_error(req(), 400, br#"{"mac_address": ["'zz' is not a valid MAC address."], "x": "one"}"#, BodyRead::Whole, None, &[]);
         assert_eq!(e.field_errors()["mac_address"], vec!["'zz' is not a valid MAC address.".to_owned()]);
         assert_eq!(e.field_errors()["x"], vec!["one".to_owned()]);
         assert_eq!(e.message(), Some("mac_address: 'zz' is not a valid MAC address.; x: one"));
@@ -350,16 +446,58 @@ mod tests {
 
     #[test]
     fn text_bodies_are_kept_trimmed_and_bounded() {
-        let e = status_error(req(), 409, b"Can't deploy a machine that is in the 'New' state\n", None, &[]);
+        let e = status_error(req(), 409, b"Can't deploy a machine that is in the 'New' state\n", BodyRead::Whole, None, &[]);
         assert_eq!(e.message(), Some("Can't deploy a machine that is in the 'New' state"));
         let long = "é".repeat(2000);
-        let e = status_error(req(), 500, long.as_bytes(), None, &[]);
-        assert!(e.message().unwrap_or_default().len() <= MAX_MESSAGE + '…'.len_utf8());
+        let e = status_error(req(), 500, long.as_bytes(), BodyRead::Whole, None, &[]);
+        let shown = e.message().unwrap_or_default();
+        assert!(shown.starts_with(&"é".repeat(MAX_MESSAGE / 2)) && !shown.starts_with(&"é".repeat(MAX_MESSAGE / 2 + 1)), "{shown}");
+        assert!(shown.ends_with("… (the first 512 bytes of an answer of 4000 bytes)"), "{shown}");
+        let e = status_error(req(), 502, b"<html>a proxy's page", BodyRead::Cut, None, &[]);
+        assert_eq!(e.message(), Some("<html>a proxy's page… (the first 20 bytes of an answer of more than 20 bytes)"));
+    }
+
+    /// A refused token: MAAS's 401 names the token key, and a proxy may echo the whole
+    /// Authorization header. Neither key, nor the secret (plain or percent-encoded), nor any
+    /// `oauth_…` value reaches the error.
+    #[test]
+    fn a_refused_token_is_not_echoed_from_maas_errors() {
+        let secrets = ["tS3cr3t/with+chars", "tokenKEY1234567890", "consumerKEY0987654"];
+        let body = "Authorization Error: Invalid access token: tokenKEY1234567890 (consumer consumerKEY0987654); \
+                    Authorization: OAuth oauth_nonce=\"n1\", oauth_consumer_key=\"other-ck\", oauth_token=\"other-tk\", \
+                    oauth_signature=\"%26tS3cr3t%2Fwith%2Bchars\"; retried with ?OAUTH_TOKEN=qs-token&oauth_signature = 'q%26s' tail";
+        let e = status_error(req(), 401, body.as_bytes(), BodyRead::Whole, None, &secrets);
+        let shown = format!("{e} {e:?}");
+        for leak in ["tS3cr3t", "tokenKEY", "consumerKEY", "other-ck", "other-tk", "qs-token", "q%26s", "%26tS3"] {
+            assert!(!shown.contains(leak), "{leak} in {shown}");
+        }
+        assert_eq!(e.class(), ErrorClass::Credentials);
+        let message = e.message().unwrap_or_default();
+        assert!(message.starts_with("Authorization Error: Invalid access token: <redacted> (consumer <redacted>)"), "{message}");
+        assert!(message.contains("oauth_token=\"<redacted>\"") && message.contains("OAUTH_TOKEN=<redacted>&"), "{message}");
+        assert!(message.ends_with("tail"), "{message}");
+        // Field errors are scrubbed and bounded the same way.
+        let long = format!(r#"{{"token": ["bad token tokenKEY1234567890 {}"]}}"#, "x".repeat(2000));
+        let e = status_error(req(), 400, long.as_bytes(), BodyRead::Whole, None, &secrets);
+        let field = &e.field_errors()["token"][0];
+        assert!(field.starts_with("bad token <redacted> x") && field.len() < MAX_MESSAGE + 100, "{field}");
+        assert!(!format!("{e:?}").contains("tokenKEY"));
+    }
+
+    #[test]
+    fn oauth_values_are_redacted_wherever_they_stand() {
+        assert_eq!(scrub_oauth_values("oauth_token=abc"), "oauth_token=<redacted>");
+        assert_eq!(scrub_oauth_values("x oauth_token=\"a b\" y"), "x oauth_token=\"<redacted>\" y");
+        assert_eq!(scrub_oauth_values("a=1&oauth_consumer_key=ck&b=2"), "a=1&oauth_consumer_key=<redacted>&b=2");
+        // No value, no name, or not a parameter: left as it is.
+        assert_eq!(scrub_oauth_values("oauth_token= ,oauth_=x, oauth_token is missing"), "oauth_token= ,oauth_=x, oauth_token is missing");
+        assert_eq!(scrub_oauth_values("é oauth_token=é… end"), "é oauth_token=<redacted> end");
+        assert_eq!(scrub_oauth_values(""), "");
     }
 
     #[test]
     fn secrets_are_scrubbed_from_messages() {
-        let e = status_error(req(), 400, br#"{"power_parameters": ["bad value hunter2"]}"#, None, &["hunter2", ""]);
+        let e = status_error(req(), 400, br#"{"power_parameters": ["bad value hunter2"]}"#, BodyRead::Whole, None, &["hunter2", ""]);
         let shown = format!("{e} {e:?}");
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(shown.contains("<redacted>"), "{shown}");
@@ -367,7 +505,7 @@ mod tests {
 
     #[test]
     fn display_names_request_and_status() {
-        let e = status_error(req(), 404, b"No Machine matches the given query.", None, &[]);
+        let e = status_error(req(), 404, b"No Machine matches the given query.", BodyRead::Whole, None, &[]);
         assert_eq!(e.to_string(), "POST /api/2.0/machines/abc123/?op=deploy: MAAS answered 404: No Machine matches the given query.");
         let e = MaasError::Timeout { request: req(), after: Duration::from_secs(3) };
         assert_eq!(e.class(), ErrorClass::Transient);

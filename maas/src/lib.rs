@@ -61,7 +61,7 @@ mod types;
 pub use actions::{CommissionOptions, DeployOptions, ReleaseOptions, StopMode};
 pub use auth::{ApiKey, authorization_header, fresh_nonce, oauth_encode, unix_now};
 pub use client::{ClientConfig, MaasClient};
-pub use error::{ErrorClass, MaasError, RequestLine, classify_status};
+pub use error::{ErrorClass, MAX_MESSAGE, MaasError, RequestLine, classify_status};
 pub use events::{Event, EventLevel, EventPage, EventQuery, parse_event_created};
 pub use form::Params;
 pub use hwsync::{HwSync, format_maas_datetime, parse_maas_datetime};

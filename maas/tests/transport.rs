@@ -221,6 +221,40 @@ async fn errors_are_classified_and_never_show_the_secret() {
     assert_eq!(server.seen()[4].target, "/MAAS/api/2.0/machines/?limit=10");
 }
 
+/// MAAS refusing a token names it in its 401 ("Invalid access token: <token key>"), and a
+/// proxy in front of it may echo the whole signed request: the error the coordinator shows an
+/// operator carries none of the key's three parts nor any `oauth_…` value, and a long page is
+/// cut with its length noted.
+#[tokio::test]
+async fn a_refused_token_is_not_echoed_from_maas_errors() {
+    const ECHO: &str = "Authorization Error: Invalid access token: Tk3yAAAAAAAAAAAAAA; \
+        OAuth oauth_consumer_key=\"Ck3yBBBBBBBBBBBBBB\", oauth_token=\"Tk3yAAAAAAAAAAAAAA\", oauth_signature=\"%26S3cr3tCCCCCCCCCCCCCCCCCCCCCCCC\"";
+    let page: &'static str = Box::leak(format!("{ECHO} {}", "padding ".repeat(200)).into_boxed_str());
+    let server = Server::start(vec![
+        Reply::Answer(401, vec![("WWW-Authenticate", "OAuth realm=\"OAuth\"")], ECHO),
+        Reply::Answer(403, vec![], page),
+    ])
+    .await;
+    let key: ApiKey = "Ck3yBBBBBBBBBBBBBB:Tk3yAAAAAAAAAAAAAA:S3cr3tCCCCCCCCCCCCCCCCCCCCCCCC".parse().expect("key");
+    let mut config = ClientConfig::new(&server.url, key);
+    config.retries = 0;
+    let c = MaasClient::new(config).expect("client");
+    for e in [c.read_machine("abc123").await.expect_err("401"), c.read_machine("abc123").await.expect_err("403")] {
+        assert_eq!(e.class(), ErrorClass::Credentials, "{e}");
+        let shown = format!("{e} {e:?}");
+        for part in ["Ck3y", "Tk3y", "S3cr3t"] {
+            assert!(!shown.contains(part), "{part} in {shown}");
+        }
+        assert!(shown.contains("Invalid access token: <redacted>"), "{shown}");
+    }
+    let e = c.read_machine("abc123").await.expect_err("403");
+    let message = e.message().unwrap_or_default();
+    assert!(message.len() < drover_maas::MAX_MESSAGE + 100, "bounded: {message}");
+    assert!(message.ends_with(&format!("(the first 512 bytes of an answer of {} bytes)", page.len())), "{message}");
+    // The request did carry the key: what was scrubbed is what MAAS was sent.
+    assert!(server.seen()[0].header("authorization").is_some_and(|a| a.contains("oauth_token=\"Tk3yAAAAAAAAAAAAAA\"")));
+}
+
 #[tokio::test]
 async fn ok_texts_and_204s_are_success() {
     let server = Server::start(vec![
