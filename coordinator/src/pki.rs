@@ -122,16 +122,41 @@ pub enum PkiError {
         #[source]
         source: X509Error,
     },
+    /// A CSR whose key is not of a type certified for `purpose`, named as it names itself.
+    #[error("the CSR's key is {found}; {}", purpose.expects())]
+    UnsupportedCsrKey {
+        /// The key the CSR carries.
+        found: CsrKey,
+        /// What the certificate would be for.
+        purpose: CsrPurpose,
+    },
+    /// A CSR signed with an algorithm that does not go with its (accepted) key, or that the
+    /// verifier does not implement.
+    #[error("the CSR's {key} key is accepted, but its signature algorithm {algorithm} is not (ECDSA with SHA-256 or SHA-384, or Ed25519)")]
+    CsrSignatureAlgorithm {
+        /// The key the CSR carries.
+        key: CsrKey,
+        /// The signature algorithm's OID.
+        algorithm: String,
+    },
     /// A CSR whose self-signature does not verify: whoever sent it does not hold the key.
-    #[error("the certificate signing request's signature does not verify")]
+    #[error("the CSR's self-signature does not verify against its own {key} key: it was not signed by that key")]
     CsrSignature {
+        /// The key the CSR carries.
+        key: CsrKey,
         /// What the verifier said.
         #[source]
         source: X509Error,
     },
-    /// A CSR for a key type the coordinator does not certify.
-    #[error("the certificate signing request's key type is not supported (use ECDSA P-256, P-384 or Ed25519)")]
-    UnsupportedCsrKey,
+    /// A CSR whose (accepted) key's bytes do not parse as a key of that type.
+    #[error("the CSR's {key} key is malformed")]
+    CsrKeyMalformed {
+        /// The key type the CSR claims.
+        key: CsrKey,
+        /// What the parser said.
+        #[source]
+        source: rcgen::Error,
+    },
     /// A certificate (not the CA's) that does not parse.
     #[error("not a parsable X.509 certificate")]
     BadCert {
@@ -355,7 +380,7 @@ impl Ca {
         if drover_proto::names::check_hostname(hostname).is_err() {
             return Err(PkiError::BadHostname { value: hostname.to_owned() });
         }
-        let public_key = csr_public_key(csr_pem)?;
+        let public_key = csr_public_key(csr_pem, CsrPurpose::Host)?;
         let mut params = leaf_params(now, HOST_CERT_VALIDITY_SECS, ExtendedKeyUsagePurpose::ClientAuth)?;
         params.distinguished_name = common_name(hostname);
         params.subject_alt_names = vec![SanType::URI(ia5(&format!("{HOST_URI_PREFIX}{host_id}"))?), SanType::DnsName(ia5(hostname)?)];
@@ -372,10 +397,7 @@ impl Ca {
         if drover_proto::names::check_hostname(hostname).is_err() {
             return Err(PkiError::BadHostname { value: hostname.to_owned() });
         }
-        let public_key = csr_public_key(csr_pem)?;
-        if PublicKeyData::algorithm(&public_key) != &rcgen::PKCS_ED25519 {
-            return Err(PkiError::UnsupportedCsrKey);
-        }
+        let public_key = csr_public_key(csr_pem, CsrPurpose::Evidence)?;
         let mut params = leaf_params(now, EVIDENCE_CERT_VALIDITY_SECS, ExtendedKeyUsagePurpose::Other(DOCUMENT_SIGNING_OID.to_vec()))?;
         params.distinguished_name = common_name(hostname);
         params.subject_alt_names = vec![SanType::URI(ia5(&format!("{HOST_URI_PREFIX}{host_id}"))?)];
@@ -499,14 +521,134 @@ pub fn spki_sha256_pin(cert_der: &[u8]) -> Result<String, PkiError> {
     Ok(format!("sha256//{}", base64::engine::general_purpose::STANDARD.encode(digest)))
 }
 
-/// The public key of a CSR whose self-signature verifies, for the key types certified.
-/// Checks a CSR the way issuing from it would (PEM, self-signature, supported key) without
-/// signing anything: cheap enough to run on unauthenticated input before a token is spent.
-pub fn check_csr(csr_pem: &str) -> Result<(), PkiError> {
-    csr_public_key(csr_pem).map(|_| ())
+/// What a CSR is sent for: each certificate certifies its own key types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CsrPurpose {
+    /// A host's TLS client certificate (enrollment, renewal): ECDSA P-256 (what the agent
+    /// makes), P-384 or Ed25519, the keys rustls verifies client signatures with.
+    Host,
+    /// A host's evidence certificate ([`drover_proto::evidence`]): Ed25519 only, the one
+    /// algorithm evidence statements are signed and checked with.
+    Evidence,
 }
 
-fn csr_public_key(csr_pem: &str) -> Result<SubjectPublicKeyInfo, PkiError> {
+impl CsrPurpose {
+    /// The key types certified for this purpose.
+    fn accepts(self, key: &CsrKey) -> bool {
+        match self {
+            CsrPurpose::Host => matches!(key, CsrKey::EcdsaP256 | CsrKey::EcdsaP384 | CsrKey::Ed25519),
+            CsrPurpose::Evidence => matches!(key, CsrKey::Ed25519),
+        }
+    }
+
+    /// What this purpose needs, as a sentence's second half.
+    fn expects(self) -> &'static str {
+        match self {
+            CsrPurpose::Host => "host certificates need ECDSA P-256 (as the agent makes), ECDSA P-384 or Ed25519",
+            CsrPurpose::Evidence => "evidence keys must be Ed25519",
+        }
+    }
+}
+
+/// The key a CSR carries, as its SubjectPublicKeyInfo names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CsrKey {
+    /// ECDSA on P-256.
+    EcdsaP256,
+    /// ECDSA on P-384.
+    EcdsaP384,
+    /// Ed25519.
+    Ed25519,
+    /// RSA (`rsaEncryption`), with the modulus' size when it parses.
+    Rsa {
+        /// Bits of the modulus (0 when it does not parse).
+        bits: usize,
+    },
+    /// An EC key on another curve (P-521, secp256k1, Brainpool, …).
+    OtherCurve {
+        /// The curve's name, or its OID.
+        curve: String,
+    },
+    /// Any other algorithm.
+    Other {
+        /// The algorithm's name, or its OID.
+        algorithm: String,
+    },
+}
+
+impl fmt::Display for CsrKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CsrKey::EcdsaP256 => f.write_str("ECDSA P-256"),
+            CsrKey::EcdsaP384 => f.write_str("ECDSA P-384"),
+            CsrKey::Ed25519 => f.write_str("Ed25519"),
+            CsrKey::Rsa { bits: 0 } => f.write_str("RSA"),
+            CsrKey::Rsa { bits } => write!(f, "RSA ({bits}-bit)"),
+            CsrKey::OtherCurve { curve } => write!(f, "ECDSA on curve {curve}"),
+            CsrKey::Other { algorithm } => f.write_str(algorithm),
+        }
+    }
+}
+
+/// Bits of a big-endian unsigned integer (a DER INTEGER's bytes, leading zeros and all).
+fn bit_length(bytes: &[u8]) -> usize {
+    let bytes = &bytes[bytes.iter().take_while(|b| **b == 0).count()..];
+    match bytes.first() {
+        Some(first) => (bytes.len() - 1) * 8 + (8 - first.leading_zeros() as usize),
+        None => 0,
+    }
+}
+
+/// What key `spki` holds, by its algorithm OID (and curve, for EC keys).
+fn csr_key(spki: &x509_parser::x509::SubjectPublicKeyInfo<'_>) -> CsrKey {
+    let named =
+        |oid: &str, names: &[(&str, &str)]| names.iter().find(|(o, _)| *o == oid).map_or_else(|| oid.to_owned(), |(_, n)| (*n).to_owned());
+    match spki.algorithm.algorithm.to_id_string().as_str() {
+        "1.2.840.113549.1.1.1" => {
+            let bits = match spki.parsed() {
+                Ok(x509_parser::public_key::PublicKey::RSA(rsa)) => bit_length(rsa.modulus),
+                _ => 0,
+            };
+            CsrKey::Rsa { bits }
+        }
+        "1.2.840.10045.2.1" => {
+            let curve = spki.algorithm.parameters.as_ref().and_then(|p| p.as_oid().ok()).map(|o| o.to_id_string());
+            match curve.as_deref() {
+                Some("1.2.840.10045.3.1.7") => CsrKey::EcdsaP256,
+                Some("1.3.132.0.34") => CsrKey::EcdsaP384,
+                Some(other) => CsrKey::OtherCurve {
+                    curve: named(other, &[("1.3.132.0.35", "P-521"), ("1.3.132.0.10", "secp256k1"), ("1.2.840.10045.3.1.1", "P-192")]),
+                },
+                None => CsrKey::OtherCurve { curve: "(none named)".to_owned() },
+            }
+        }
+        "1.3.101.112" => CsrKey::Ed25519,
+        other => CsrKey::Other {
+            algorithm: named(
+                other,
+                &[
+                    ("1.2.840.113549.1.1.10", "RSASSA-PSS"),
+                    ("1.2.840.10040.4.1", "DSA"),
+                    ("1.3.101.113", "Ed448"),
+                    ("1.3.101.110", "X25519 (a key-agreement key: it cannot sign)"),
+                    ("1.3.101.111", "X448 (a key-agreement key: it cannot sign)"),
+                ],
+            ),
+        },
+    }
+}
+
+/// Checks a CSR the way issuing from it for `purpose` would (PEM, key type, self-signature)
+/// without signing anything: cheap enough to run on unauthenticated input before a token is
+/// spent.
+pub fn check_csr(csr_pem: &str, purpose: CsrPurpose) -> Result<(), PkiError> {
+    csr_public_key(csr_pem, purpose).map(|_| ())
+}
+
+/// The public key of a CSR for `purpose`: its key type is checked first, so a key that is
+/// not certified is named as such rather than as a signature that does not verify (the
+/// verifier knows fewer algorithms than there are keys), then its self-signature.
+fn csr_public_key(csr_pem: &str, purpose: CsrPurpose) -> Result<SubjectPublicKeyInfo, PkiError> {
     // Some tools (old OpenSSL, Windows) label the block "NEW CERTIFICATE REQUEST".
     let der = pem_to_der(csr_pem, "CERTIFICATE REQUEST")
         .or_else(|_| pem_to_der(csr_pem, "NEW CERTIFICATE REQUEST"))
@@ -517,13 +659,19 @@ fn csr_public_key(csr_pem: &str) -> Result<SubjectPublicKeyInfo, PkiError> {
     if !rest.is_empty() {
         return Err(PkiError::BadCsr { source: X509Error::InvalidCertificate });
     }
-    csr.verify_signature().map_err(|source| PkiError::CsrSignature { source })?;
-    let spki = SubjectPublicKeyInfo::from_der(csr.certification_request_info.subject_pki.raw).map_err(|_| PkiError::UnsupportedCsrKey)?;
-    let supported = [&rcgen::PKCS_ECDSA_P256_SHA256, &rcgen::PKCS_ECDSA_P384_SHA384, &rcgen::PKCS_ED25519];
-    if !supported.contains(&PublicKeyData::algorithm(&spki)) {
-        return Err(PkiError::UnsupportedCsrKey);
+    let key = csr_key(&csr.certification_request_info.subject_pki);
+    if !purpose.accepts(&key) {
+        return Err(PkiError::UnsupportedCsrKey { found: key, purpose });
     }
-    Ok(spki)
+    match csr.verify_signature() {
+        Ok(()) => {}
+        Err(X509Error::SignatureUnsupportedAlgorithm) => {
+            return Err(PkiError::CsrSignatureAlgorithm { key, algorithm: csr.signature_algorithm.algorithm.to_id_string() });
+        }
+        Err(source) => return Err(PkiError::CsrSignature { key, source }),
+    }
+    SubjectPublicKeyInfo::from_der(csr.certification_request_info.subject_pki.raw)
+        .map_err(|source| PkiError::CsrKeyMalformed { key, source })
 }
 
 /// The raw subjectPublicKey bits of a DER certificate (what `KeyPair::public_key_raw` gives).

@@ -135,16 +135,112 @@ fn a_csr_whose_signature_is_broken_is_refused() {
     assert!(matches!(result, Err(PkiError::BadHostname { .. })), "{result:?}");
 }
 
+/// A CSR for a new key made by `openssl req -newkey NEWKEY` (extra `args` after), in `dir`.
+fn csr_for(dir: &std::path::Path, name: &str, newkey: &str, args: &[&str]) -> String {
+    let (key, csr) = (format!("{name}.key"), format!("{name}.csr"));
+    let mut all = vec!["req", "-new", "-newkey", newkey, "-nodes", "-keyout", key.as_str(), "-out", csr.as_str(), "-subj", "/CN=x"];
+    all.extend_from_slice(args);
+    openssl_ok(dir, &all);
+    std::fs::read_to_string(dir.join(&csr)).expect("csr")
+}
+
+/// The refusal of `csr` for `purpose`, as an operator reads it.
+fn refusal(csr: &str, purpose: pki::CsrPurpose) -> (PkiError, String) {
+    let e = pki::check_csr(csr, purpose).expect_err("refused");
+    let shown = e.to_string();
+    (e, shown)
+}
+
 #[test]
 fn csr_key_types_other_than_ecdsa_and_ed25519_are_refused() {
     let tmp = tempdir();
     let ca = Ca::generate(now()).expect("ca");
-    openssl_ok(tmp.path(), &["req", "-new", "-newkey", "ed25519", "-nodes", "-keyout", "ed.key", "-out", "ed.csr", "-subj", "/CN=x"]);
-    let ed = std::fs::read_to_string(tmp.path().join("ed.csr")).expect("csr");
+    let ed = csr_for(tmp.path(), "ed", "ed25519", &[]);
     ca.issue_host_from_csr(&ed, Uuid::new_v4(), "h1", now()).expect("Ed25519 is certified");
-    openssl_ok(tmp.path(), &["req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", "rsa.key", "-out", "rsa.csr", "-subj", "/CN=x"]);
-    let rsa = std::fs::read_to_string(tmp.path().join("rsa.csr")).expect("csr");
-    assert!(matches!(ca.issue_host_from_csr(&rsa, Uuid::new_v4(), "h1", now()), Err(PkiError::UnsupportedCsrKey)));
+    let p384 = csr_for(tmp.path(), "p384", "ec", &["-pkeyopt", "ec_paramgen_curve:P-384"]);
+    ca.issue_host_from_csr(&p384, Uuid::new_v4(), "h1", now()).expect("P-384 is certified");
+    for (name, newkey, args, found) in [
+        ("p521", "ec", &["-pkeyopt", "ec_paramgen_curve:P-521"][..], "ECDSA on curve P-521"),
+        ("k1", "ec", &["-pkeyopt", "ec_paramgen_curve:secp256k1"][..], "ECDSA on curve secp256k1"),
+        ("ed448", "ed448", &[][..], "Ed448"),
+    ] {
+        let csr = csr_for(tmp.path(), name, newkey, args);
+        let (e, shown) = refusal(&csr, pki::CsrPurpose::Host);
+        assert!(matches!(e, PkiError::UnsupportedCsrKey { purpose: pki::CsrPurpose::Host, .. }), "{e:?}");
+        assert!(shown.starts_with(&format!("the CSR's key is {found}; host certificates need ECDSA P-256")), "{shown}");
+    }
+}
+
+/// An RSA CSR used to be refused as "signature does not verify" (the verifier refuses RSA
+/// keys under 2048 bits, and checked before the key type): an operator went looking for a
+/// broken signature. It is named for what it is, whatever its size.
+#[test]
+fn an_rsa_csr_is_refused_as_rsa_not_as_a_bad_signature() {
+    let tmp = tempdir();
+    let ca = Ca::generate(now()).expect("ca");
+    for bits in [1024, 2048] {
+        let csr = csr_for(tmp.path(), &format!("rsa{bits}"), &format!("rsa:{bits}"), &[]);
+        let (e, shown) = refusal(&csr, pki::CsrPurpose::Host);
+        assert!(
+            matches!(&e, PkiError::UnsupportedCsrKey { found: pki::CsrKey::Rsa { bits: b }, purpose: pki::CsrPurpose::Host } if *b == bits),
+            "{e:?}"
+        );
+        assert_eq!(
+            shown,
+            format!("the CSR's key is RSA ({bits}-bit); host certificates need ECDSA P-256 (as the agent makes), ECDSA P-384 or Ed25519")
+        );
+        let issued = ca.issue_host_from_csr(&csr, Uuid::new_v4(), "h1", now()).expect_err("refused");
+        assert_eq!(issued.to_string(), shown, "issuing refuses it as checking does");
+    }
+    // RSA-PSS keys too.
+    let pss = csr_for(tmp.path(), "pss", "rsa-pss", &["-pkeyopt", "rsa_keygen_bits:2048"]);
+    assert!(refusal(&pss, pki::CsrPurpose::Host).1.starts_with("the CSR's key is RSASSA-PSS; "));
+}
+
+/// An evidence CSR for a P-256 key used to be refused as "key type is not supported (use
+/// ECDSA P-256 …)": the message recommended the very key it refused.
+#[test]
+fn a_p256_evidence_csr_is_refused_as_p256_not_as_an_unsupported_type() {
+    let tmp = tempdir();
+    let ca = Ca::generate(now()).expect("ca");
+    let p256 = csr_for(tmp.path(), "p256", "ec", &["-pkeyopt", "ec_paramgen_curve:P-256"]);
+    pki::check_csr(&p256, pki::CsrPurpose::Host).expect("a host key");
+    let (e, shown) = refusal(&p256, pki::CsrPurpose::Evidence);
+    assert!(matches!(e, PkiError::UnsupportedCsrKey { found: pki::CsrKey::EcdsaP256, purpose: pki::CsrPurpose::Evidence }), "{e:?}");
+    assert_eq!(shown, "the CSR's key is ECDSA P-256; evidence keys must be Ed25519");
+    let issued = ca.issue_evidence_from_csr(&p256, Uuid::new_v4(), "h1", now()).expect_err("refused");
+    assert_eq!(issued.to_string(), shown);
+    let ed = csr_for(tmp.path(), "ed", "ed25519", &[]);
+    ca.issue_evidence_from_csr(&ed, Uuid::new_v4(), "h1", now()).expect("Ed25519 is an evidence key");
+}
+
+/// With the key accepted, what is wrong with the signature is named: one made by another key,
+/// or an algorithm the verifier does not take.
+#[test]
+fn a_csr_signature_that_does_not_verify_names_its_key() {
+    let tmp = tempdir();
+    let p256 = csr_for(tmp.path(), "p256", "ec", &["-pkeyopt", "ec_paramgen_curve:P-256"]);
+    // Another key's signature over a request naming this key: what a sender who does not hold
+    // the key would send.
+    let other = csr_for(tmp.path(), "other", "ec", &["-pkeyopt", "ec_paramgen_curve:P-256"]);
+    let der = |pem: &str| pki::pem_to_der(pem, "CERTIFICATE REQUEST").expect("pem");
+    let spki = |d: &[u8]| {
+        let (_, csr) = x509_parser::certification_request::X509CertificationRequest::from_der(d).expect("csr");
+        csr.certification_request_info.subject_pki.raw.to_vec()
+    };
+    let (mine, mut forged) = (der(&p256), der(&other));
+    let (my_key, their_key) = (spki(&mine), spki(&forged));
+    let at = forged.windows(their_key.len()).position(|w| w == their_key.as_slice()).expect("their key in their CSR");
+    forged[at..at + their_key.len()].copy_from_slice(&my_key);
+    let forged_pem = pki::der_to_pem("CERTIFICATE REQUEST", &forged);
+    let (e, shown) = refusal(&forged_pem, pki::CsrPurpose::Host);
+    assert!(matches!(e, PkiError::CsrSignature { key: pki::CsrKey::EcdsaP256, .. }), "{e:?}");
+    assert_eq!(shown, "the CSR's self-signature does not verify against its own ECDSA P-256 key: it was not signed by that key");
+    // ECDSA with SHA-512: a sound signature the verifier does not implement.
+    let sha512 = csr_for(tmp.path(), "sha512", "ec", &["-pkeyopt", "ec_paramgen_curve:P-256", "-sha512"]);
+    let (e, shown) = refusal(&sha512, pki::CsrPurpose::Host);
+    assert!(matches!(e, PkiError::CsrSignatureAlgorithm { key: pki::CsrKey::EcdsaP256, .. }), "{e:?}");
+    assert!(shown.contains("signature algorithm 1.2.840.10045.4.3.4 is not"), "{shown}");
 }
 
 #[test]

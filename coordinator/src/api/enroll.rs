@@ -125,12 +125,12 @@ pub async fn enroll(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<En
     let host_id = Uuid::parse_str(&req.host_id).map_err(|_| ApiError::bad_request("hostId is not a UUID"))?;
     let now = app.clock.now();
     // Check the CSR before the token is spent, so a malformed request does not burn it.
-    crate::pki::check_csr(&req.csr).map_err(|e| ApiError::bad_request(format!("csr: {e}")))?;
+    crate::pki::check_csr(&req.csr, crate::pki::CsrPurpose::Host).map_err(|e| ApiError::bad_request(format!("csr: {e}")))?;
     if let Some(key) = &req.seal_key {
         drover_proto::seal::check_public_b64(key).map_err(|e| ApiError::bad_request(format!("sealKey: {e}")))?;
     }
     if let Some(csr) = &req.evidence_csr {
-        crate::pki::check_csr(csr).map_err(|e| ApiError::bad_request(format!("evidenceCsr: {e}")))?;
+        crate::pki::check_csr(csr, crate::pki::CsrPurpose::Evidence).map_err(|e| ApiError::bad_request(format!("evidenceCsr: {e}")))?;
     }
     let token_hash = hash_token(req.token.expose());
     let ca = app.ca.clone();
