@@ -120,3 +120,36 @@ fn writes_are_visible_to_pooled_readers_immediately() {
     }
     s.ping().expect("ping");
 }
+
+/// The mode bits of `path`.
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).permissions().mode() & 0o7777
+}
+
+/// The live database, its WAL and its shared-memory index hold every host's record and the
+/// audit log: another local user reads none of them. SQLite itself would have made the
+/// database 0644 and given the `-wal` and `-shm` the database's mode.
+#[test]
+fn the_live_store_and_its_wal_and_shm_are_not_readable_by_other_users() {
+    let dir = TempDir::new().expect("tempdir");
+    let db = dir.path().join("coordinator.db");
+    let (wal, shm) = (dir.path().join("coordinator.db-wal"), dir.path().join("coordinator.db-shm"));
+    let s = SqliteStore::open(&db).expect("open store");
+    s.create_host(&NewHost { hostname: "gpu-01".into(), created_at: t(0), token: None }).expect("a write, so the WAL has frames");
+    for file in [&db, &wal, &shm] {
+        assert_eq!(mode(file), 0o600, "{}", file.display());
+    }
+    drop(s);
+
+    // A store an older coordinator left readable (0644) is made private when opened again,
+    // and its WAL and index come back private with it.
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let s = SqliteStore::open(&db).expect("reopen");
+    s.create_host(&NewHost { hostname: "gpu-02".into(), created_at: t(1), token: None }).expect("write");
+    for file in [&db, &wal, &shm] {
+        assert_eq!(mode(file), 0o600, "{}", file.display());
+    }
+    assert_eq!(s.list_hosts(&Default::default()).expect("list").len(), 2, "nothing lost");
+}

@@ -7,11 +7,11 @@
 //! store, only where there is none (the coordinator must be stopped; a store in place is never
 //! replaced). Neither ever writes over an existing file.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::SCHEMA_VERSION;
+use super::{SCHEMA_VERSION, STORE_FILE_MODE, sidecar};
 use crate::store::StoreError;
 
 /// What a backup or restore saw.
@@ -52,7 +52,8 @@ fn refuse_existing(path: &Path) -> Result<(), StoreError> {
 }
 
 /// Copies the store at `db` into `out` (which must not exist) as one consistent snapshot,
-/// while a coordinator may be serving it; checks the copy.
+/// while a coordinator may be serving it; checks the copy. The copy is [`STORE_FILE_MODE`]
+/// from its first byte: it holds what the store holds.
 pub fn backup(db: &Path, out: &Path) -> Result<BackupInfo, StoreError> {
     refuse_existing(out)?;
     if !db.is_file() {
@@ -61,27 +62,51 @@ pub fn backup(db: &Path, out: &Path) -> Result<BackupInfo, StoreError> {
     let c =
         Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|e| backend(format!("opening {}: {e}", db.display())))?;
     let target = out.to_str().ok_or_else(|| backend(format!("{} is not UTF-8", out.display())))?;
-    c.execute("VACUUM INTO ?1", [target]).map_err(|e| backend(format!("copying {} to {}: {e}", db.display(), out.display())))?;
+    // `VACUUM INTO` would create the file 0644 (less the umask); it writes into an empty one.
+    create_private(out)?;
+    if let Err(e) = c.execute("VACUUM INTO ?1", [target]) {
+        let _ = std::fs::remove_file(out);
+        return Err(backend(format!("copying {} to {}: {e}", db.display(), out.display())));
+    }
     info(out)
 }
 
+/// Creates `path` empty and [`STORE_FILE_MODE`], refusing one that exists.
+fn create_private(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    let file = std::fs::OpenOptions::new().write(true).create_new(true).mode(STORE_FILE_MODE).open(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            StoreError::conflict("file", path.display(), format!("{} exists; it is never replaced", path.display()))
+        } else {
+            backend(format!("creating {}: {e}", path.display()))
+        }
+    })?;
+    // The umask may have cleared bits of the mode: set it exactly.
+    file.set_permissions(std::fs::Permissions::from_mode(STORE_FILE_MODE)).map_err(|e| backend(format!("{}: {e}", path.display())))
+}
+
 /// Installs the backup `from` as the store `db` (which must not exist, nor its WAL): checked
-/// first, copied beside it, fsynced, then moved into place.
+/// first, copied beside it, fsynced, then moved into place. A state directory that does not
+/// exist yet is created 0700, as `init` makes one: it will hold the store and the keys.
 pub fn restore(from: &Path, db: &Path) -> Result<BackupInfo, StoreError> {
     for p in [db.to_path_buf(), sidecar(db, "-wal"), sidecar(db, "-shm")] {
         refuse_existing(&p)?;
     }
     let seen = info(from)?;
     let bytes = std::fs::read(from).map_err(|e| backend(format!("reading {}: {e}", from.display())))?;
-    drover_fsio::write_atomic(db, &bytes, 0o600, drover_fsio::Mode::Exclusive)
+    if let Some(dir) = db.parent().filter(|d| !d.as_os_str().is_empty()) {
+        use std::os::unix::fs::DirBuilderExt as _;
+        // Every directory this creates gets the mode (less the umask, which only removes bits);
+        // one that exists is left as the operator made it.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(crate::state_dir::DIR_MODE)
+            .create(dir)
+            .map_err(|e| backend(format!("creating {}: {e}", dir.display())))?;
+    }
+    drover_fsio::write_atomic(db, &bytes, STORE_FILE_MODE, drover_fsio::Mode::Exclusive)
         .map_err(|e| backend(format!("writing {}: {e}", db.display())))?;
     Ok(seen)
-}
-
-fn sidecar(db: &Path, suffix: &str) -> PathBuf {
-    let mut s = db.as_os_str().to_owned();
-    s.push(suffix);
-    PathBuf::from(s)
 }
 
 #[cfg(test)]
@@ -104,6 +129,40 @@ mod tests {
         let fresh = d.path().join("fresh/coordinator.db");
         restore(&copy, &fresh).unwrap();
         assert_eq!(SqliteStore::open(&fresh).unwrap().list_racks().unwrap(), before);
+    }
+
+    fn mode(path: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).permissions().mode() & 0o7777
+    }
+
+    /// A restore into a state directory that does not exist yet creates it (and any parent it
+    /// needs) 0700, as `init` does, not 0755: it will hold the store and the keys. A backup
+    /// and the restored store are 0600 from their first byte.
+    #[test]
+    fn a_restore_into_a_new_directory_and_a_backup_are_not_readable_by_other_users() {
+        let d = tempfile::tempdir().unwrap();
+        let db = d.path().join("coordinator.db");
+        SqliteStore::open(&db).unwrap();
+        let copy = d.path().join("backup.db");
+        backup(&db, &copy).unwrap();
+        assert_eq!(mode(&copy), 0o600, "the backup");
+        let fresh = d.path().join("new/state/coordinator.db");
+        restore(&copy, &fresh).unwrap();
+        assert_eq!(mode(&d.path().join("new")), 0o700);
+        assert_eq!(mode(&d.path().join("new/state")), 0o700);
+        assert_eq!(mode(&fresh), 0o600);
+        // A directory that exists is the operator's: left as it is.
+        let mine = d.path().join("mine");
+        std::fs::create_dir(&mine).unwrap();
+        std::fs::set_permissions(&mine, std::os::unix::fs::PermissionsExt::from_mode(0o750)).unwrap();
+        restore(&copy, &mine.join("coordinator.db")).unwrap();
+        assert_eq!(mode(&mine), 0o750);
+        // A failed copy leaves no empty file behind to be mistaken for a backup.
+        let junk = d.path().join("junk.db");
+        std::fs::write(&junk, b"not a database at all, just bytes").unwrap();
+        assert!(backup(&junk, &d.path().join("b2.db")).is_err());
+        assert!(!d.path().join("b2.db").exists());
     }
 
     #[test]

@@ -77,6 +77,54 @@ const MAX_IDLE_READERS: usize = 8;
 /// 4 KiB), so with less room a burst of writes can fail before the next checkpoint.
 pub const MIN_FREE_BYTES: u64 = 4 << 20;
 
+/// The mode of the store's files, the database, its `-wal` and its `-shm`, as of the state
+/// directory's keys: they hold every host's record, the audit log and, until erased, task
+/// secrets. The directory around them is 0700 too, but a file is not to rely on the
+/// directory it happens to be in (a backup is copied elsewhere, a restore may make the dir).
+pub const STORE_FILE_MODE: u32 = crate::state_dir::PRIVATE_MODE;
+
+/// `db` with `suffix` appended: SQLite's `-wal` and `-shm` beside it.
+pub(crate) fn sidecar(db: &Path, suffix: &str) -> PathBuf {
+    let mut s = db.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// Makes the store's files [`STORE_FILE_MODE`] before SQLite opens them. SQLite creates a new
+/// database 0644 (less the umask) and each `-wal` and `-shm` with the mode of the database
+/// file, so the database is created here first, empty (SQLite takes an empty file for a new
+/// database), with the mode set exactly; a store made by an older coordinator has its files
+/// tightened, and says so.
+fn make_store_files_private(db: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    let failed = |what: &str, p: &Path, e: std::io::Error| {
+        StoreError::backend(std::io::Error::new(e.kind(), format!("{what} {}: {e}", p.display())))
+    };
+    match std::fs::OpenOptions::new().write(true).create_new(true).mode(STORE_FILE_MODE).open(db) {
+        // The umask may have cleared bits of the mode (never added any): set it exactly.
+        Ok(file) => {
+            file.set_permissions(std::fs::Permissions::from_mode(STORE_FILE_MODE)).map_err(|e| failed("setting the mode of", db, e))?
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(failed("creating", db, e)),
+    }
+    for file in [db.to_path_buf(), sidecar(db, "-wal"), sidecar(db, "-shm")] {
+        let mode = match std::fs::metadata(&file) {
+            // Not a file (a directory named by mistake): SQLite refuses it, with its own words.
+            Ok(meta) if !meta.is_file() => continue,
+            Ok(meta) => meta.permissions().mode() & 0o7777,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(failed("reading the mode of", &file, e)),
+        };
+        if mode & 0o077 != 0 {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(STORE_FILE_MODE))
+                .map_err(|e| failed("making private", &file, e))?;
+            tracing::warn!(file = %file.display(), was = format!("{mode:04o}"), now = format!("{STORE_FILE_MODE:04o}"), "a store file was readable by others: made private");
+        }
+    }
+    Ok(())
+}
+
 /// The SQLite [`Store`].
 pub struct SqliteStore {
     path: PathBuf,
@@ -98,9 +146,11 @@ impl std::fmt::Debug for SqliteStore {
 
 impl SqliteStore {
     /// Opens (creating if needed) the store file at `path` and applies pending migrations.
-    /// Refuses a file written by a newer schema ([`StoreError::SchemaTooNew`]).
+    /// Refuses a file written by a newer schema ([`StoreError::SchemaTooNew`]). The file, its
+    /// WAL and its shared-memory index are [`STORE_FILE_MODE`], an older store's made so.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
+        make_store_files_private(&path)?;
         let mut writer = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE)
             .map_err(|e| StoreError::backend(format!("opening {}: {e}", path.display())))?;
         configure(&writer)?;
