@@ -71,6 +71,8 @@ fn checked_command(resp: &CreateHostResponse, trust_sha256: &str) -> Result<Stri
 /// Runs `drover enroll`.
 pub fn run(args: &EnrollArgs) -> Result<(), CliError> {
     drover_proto::names::check_hostname(&args.hostname).map_err(|e| CliError::usage(format!("HOSTNAME: {e}")))?;
+    // Every HOST argument is tried as an id first; the coordinator refuses such a name too.
+    drover_proto::names::check_not_an_id("hostname", &args.hostname).map_err(|e| CliError::usage(format!("HOSTNAME: {e}")))?;
     let target = args.connect.resolve()?;
     let hash = trust_sha256(&args.trust.display().to_string(), &read_file(&args.trust)?)?;
     let client = client::connect(&target)?;

@@ -120,6 +120,8 @@ pub fn check_hostname(what: &str, v: &str) -> Result<String, String> {
     let lower = v.to_ascii_lowercase();
     drover_proto::names::check_hostname(&lower)
         .map_err(|_| format!("{what} {:?} is not a hostname (RFC 1123: letters, digits and '-', dot-separated)", clean(v, 80)))?;
+    // The host it becomes is named by hostname or id, the id tried first (the coordinator's rule).
+    drover_proto::names::check_not_an_id("hostname", &lower).map_err(|e| format!("{what}: {e}"))?;
     Ok(lower)
 }
 

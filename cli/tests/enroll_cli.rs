@@ -89,6 +89,17 @@ fn bad_arguments_exit_64() {
 }
 
 #[test]
+fn a_hostname_that_parses_as_a_host_id_exits_64_before_any_request() {
+    // Every HOST argument is tried as an id first, so such a host would answer to no name of
+    // its own and could stand for the host whose id it is.
+    let sc = with_trust();
+    let mut args = vec!["enroll", "0d9e1c7a-2b3c-4d5e-8f90-123456789abc", "--trust", "trust.json"];
+    let c = creds(&format!("https://127.0.0.1:{}", dead_port()));
+    args.extend(c.iter().map(String::as_str));
+    drover_env(sc.path(), &args, b"", &[]).fails_with(64).stderr_has(&["HOSTNAME", "names must not parse as ids"]);
+}
+
+#[test]
 fn missing_or_malformed_credential_files_exit_66_and_65() {
     let sc = with_trust();
     enroll(&sc, &creds("https://127.0.0.1:1"), &[]).fails_with(66).stderr_has(&["ca.crt"]);

@@ -139,6 +139,8 @@ async fn onboardings_against_a_fake_coordinator() {
     sc.write("empty.csv", "\n");
     drover(dir, &url, &with(&["--csv", "empty.csv"])).await.fails_with(65).stderr_has(&["empty"]);
     drover(dir, &url, &with(&["gpu-a-01", "not-an-ip"])).await.fails_with(64).stderr_has(&["IPMI_IP"]);
+    // A hostname that parses as an id would name another host (ids are tried first).
+    drover(dir, &url, &with(&[ID2, "10.0.0.13"])).await.fails_with(64).stderr_has(&["names must not parse as ids"]);
     assert_eq!(drover(dir, &url, &["onboarding", "retry", ID]).await.code, 64, "--reason is required");
     drover(dir, &url, &["describe", "onboarding", "gpu-a-01"]).await.fails_with(64).stderr_has(&["UUID"]);
     drover(dir, &url, &["get", "onboardings", "--batch", "b1"]).await.fails_with(64).stderr_has(&["--batch"]);

@@ -1,7 +1,13 @@
-//! Validated identifiers: channel names, channel refs, rollout ids, hostnames, tags.
+//! Validated identifiers: channel names, channel refs, rollout ids, hostnames, tags, and the
+//! rule that keeps names and object ids apart.
 //!
 //! These strings end up in file names (`rollouts/<rolloutId>.json`), URLs and log lines, so
 //! their alphabets are closed: nothing in them can traverse a path or break a query.
+//!
+//! Racks, sites, profiles and hosts are named on the API and the command line by "id or
+//! name". [`as_id`] is what such an argument is tried as first, everywhere; [`check_not_an_id`]
+//! refuses, at every create and rename, a name that would parse as one — so no name can
+//! stand for another object's id, and no lookup has two answers.
 
 use std::fmt;
 
@@ -42,6 +48,34 @@ pub enum NameError {
         /// The text given.
         value: String,
     },
+    /// A name that parses as an object id ([`as_id`]): lookups by "id or name" try the id
+    /// first, so the object would be unreachable by its name — or, worse, its name would be
+    /// read as another object's id.
+    #[error("{what} {value:?} is a UUID; names must not parse as ids, which are resolved first")]
+    NameIsAnId {
+        /// "rack name", "site name", "hostname", …
+        what: &'static str,
+        /// The text given.
+        value: String,
+    },
+}
+
+/// `key` as an object id, when it is one: a UUID in any form the `uuid` crate reads
+/// (hyphenated, simple, braced, URN; either case), surrounding whitespace ignored. Every
+/// "id or name" lookup calls this first and, when it answers, looks up that id and only that
+/// id: a key shaped like an id never falls back to a name.
+pub fn as_id(key: &str) -> Option<uuid::Uuid> {
+    uuid::Uuid::parse_str(key.trim()).ok()
+}
+
+/// Refuses a name (of a rack, switch, power shelf, site, profile or host — `what` says which)
+/// that [`as_id`] would read as an id. Called by every create and rename, after the name's own
+/// syntax check, on the name as it will be stored.
+pub fn check_not_an_id(what: &'static str, name: &str) -> Result<(), NameError> {
+    match as_id(name) {
+        Some(_) => Err(NameError::NameIsAnId { what, value: crate::text::echo(name).into_owned() }),
+        None => Ok(()),
+    }
 }
 
 fn is_token(s: &str) -> bool {
@@ -199,6 +233,24 @@ mod tests {
         ] {
             assert!(check_store_path(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_name_shaped_like_any_uuid_form_is_refused_and_reads_as_an_id() {
+        let id = "67e55044-10b1-426f-9247-bb680e5fe0c8";
+        for shaped in
+            [id.to_owned(), id.to_ascii_uppercase(), id.replace('-', ""), format!("{{{id}}}"), format!("urn:uuid:{id}"), format!(" {id} ")]
+        {
+            assert_eq!(as_id(&shaped).map(|u| u.to_string()).as_deref(), Some(id), "{shaped:?}");
+            let e = check_not_an_id("rack name", &shaped).expect_err("refused");
+            assert!(e.to_string().contains("names must not parse as ids, which are resolved first"), "{e}");
+        }
+        for fine in ["c07", "67e55044-10b1-426f-9247", "67e55044-10b1-426f-9247-bb680e5fe0c8x", "rack-67e55044"] {
+            assert_eq!(as_id(fine), None, "{fine:?}");
+            check_not_an_id("rack name", fine).expect("a name");
+        }
+        let e = check_not_an_id("rack name", id).expect_err("refused");
+        assert_eq!(e.to_string(), format!("rack name {id:?} is a UUID; names must not parse as ids, which are resolved first"));
     }
 
     #[test]

@@ -61,6 +61,27 @@ async fn bad_host_creation_requests_are_4xx() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_named_with_another_hosts_id_is_refused() {
+    // HOST arguments are tried as an id first: a host named with gpu-1's id would stand for
+    // gpu-1 wherever it was named. Neither creating one nor onboarding one is let through.
+    let h = Harness::start().await;
+    let id = h.create_host("gpu-1").await["hostId"].as_str().expect("hostId").to_owned();
+    for hostname in [id.clone(), id.replace('-', "")] {
+        let body = serde_json::json!({ "hostname": hostname, "trustSha256": h.trust.1 }).to_string();
+        let (code, text) = h.call(Some(&h.admin), "POST", "/v1/hosts", Some(&body)).await;
+        assert_api_error(&code, &text, "400");
+        assert!(text.contains("hostname") && text.contains("names must not parse as ids, which are resolved first"), "{text}");
+        let body = serde_json::json!({ "site": "dc1", "profile": "default", "hostname": hostname, "ipmiIp": "10.0.0.9" }).to_string();
+        let (code, text) = h.call(Some(&h.admin), "POST", "/v1/maas/onboardings", Some(&body)).await;
+        assert_api_error(&code, &text, "400");
+        assert!(text.contains("names must not parse as ids"), "{text}");
+    }
+    let (_, hosts) = h.call(Some(&h.viewer), "GET", "/v1/hosts", None).await;
+    let hosts: serde_json::Value = serde_json::from_str(&hosts).expect("json");
+    assert_eq!(hosts["items"].as_array().map(Vec::len), Some(1), "{hosts}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_routes_wrong_methods_and_huge_bodies_are_4xx() {
     let h = Harness::start().await;
     let (code, text) = h.call(None, "GET", "/v1/nothing-here", None).await;

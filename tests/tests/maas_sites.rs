@@ -10,6 +10,7 @@
 //! - `bad_site_input_is_a_4xx_naming_the_field`.
 //! - `disabled_site_fails_the_preflight_and_delete_only_disables`.
 //! - `overrides_roce_and_profiles_through_the_api`.
+//! - `a_site_or_profile_named_with_another_ones_id_is_refused_and_the_id_still_finds_that_one`.
 //! - `drover_site_cli_end_to_end`.
 //!
 //! Every test installs (once) the process-wide log capture, so every test's coordinator logs
@@ -392,6 +393,95 @@ async fn overrides_roce_and_profiles_through_the_api() {
     assert_eq!(s["defaultProfileId"], p["id"], "{s}");
     let (code, _) = call(&h, "PATCH", "/v1/maas/sites/dc1/profiles/default", Some(json!({ "status": "disabled" }))).await;
     assert_eq!(code, "200", "the old default may be disabled now");
+}
+
+/// A profile written straight to the store, as one named before names were checked could be.
+fn store_profile_named(h: &Harness, site_id: &str, name: &str) -> String {
+    use drover_coordinator::store::{ChangeLog, NewAudit, NewEvent, Profile, SiteStatus};
+    let at = drover_coordinator::app::Clock::now(&*h.clock);
+    let profile = Profile {
+        id: uuid::Uuid::new_v4(),
+        site_id: uuid::Uuid::parse_str(site_id).expect("site id"),
+        name: name.to_owned(),
+        description: None,
+        status: SiteStatus::Active,
+        policy: Default::default(),
+        revision: 1,
+        created_at: at,
+        updated_at: at,
+    };
+    let log = ChangeLog {
+        event: NewEvent {
+            at,
+            kind: "maas.profile.created".into(),
+            host_id: None,
+            rollout_id: None,
+            job_id: None,
+            message: "an old profile".into(),
+            data: json!({ "siteId": site_id }),
+        },
+        audit: NewAudit {
+            at,
+            actor: "legacy".into(),
+            role: "admin".into(),
+            action: "maas.profile.created".into(),
+            target: profile.id.to_string(),
+            reason: "an old profile".into(),
+            prior_state: None,
+            expected_state: None,
+        },
+    };
+    h.running.app.store.create_profile(&profile, &log).expect("stored").id.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_or_profile_named_with_another_ones_id_is_refused_and_the_id_still_finds_that_one() {
+    logs();
+    let h = Harness::start().await;
+    let site = create_site(&h, "dc1", "http://127.0.0.1:9/MAAS").await;
+    let site_id = site["id"].as_str().expect("id").to_owned();
+    let default_id = site["defaultProfileId"].as_str().expect("defaultProfileId").to_owned();
+    let (code, p) = call(&h, "POST", "/v1/maas/sites/dc1/profiles", Some(json!({ "name": "zz-gpu" }))).await;
+    assert_eq!(code, "201", "{p}");
+    let profile_id = p["id"].as_str().expect("id").to_owned();
+
+    let named = |name: &str| {
+        let mut b = site_body("dc2", "http://127.0.0.1:9/MAAS");
+        b["name"] = json!(name);
+        b
+    };
+    let mut default_named = site_body("dc2", "http://127.0.0.1:9/MAAS");
+    default_named["defaultProfileName"] = json!(default_id);
+    let cases: Vec<(&str, String, Value, &str)> = vec![
+        ("POST", "/v1/maas/sites".into(), named(&site_id), "site name"),
+        ("POST", "/v1/maas/sites".into(), default_named, "profile name"),
+        ("PATCH", "/v1/maas/sites/dc1".into(), json!({ "name": site_id.to_ascii_uppercase() }), "site name"),
+        ("POST", "/v1/maas/sites/dc1/profiles".into(), json!({ "name": profile_id }), "profile name"),
+        ("PATCH", "/v1/maas/sites/dc1/profiles/default".into(), json!({ "name": profile_id.replace('-', "") }), "profile name"),
+    ];
+    for (method, path, body, what) in cases {
+        let (code, e) = call(&h, method, &path, Some(body.clone())).await;
+        assert_eq!(code, "400", "{method} {path} {body}: {e}");
+        let message = e["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(what) && message.contains("names must not parse as ids, which are resolved first"), "{e}");
+    }
+    let (_, sites) = call(&h, "GET", "/v1/maas/sites", None).await;
+    assert_eq!(sites["items"].as_array().map(Vec::len), Some(1), "{sites}");
+    let (_, profiles) = call(&h, "GET", "/v1/maas/sites/dc1/profiles", None).await;
+    assert_eq!(profiles["items"].as_array().map(Vec::len), Some(2), "{profiles}");
+
+    // A profile already stored under zz-gpu's id (from before the rule) sorts first by name,
+    // where the old lookup found it; reads and writes by the id reach zz-gpu.
+    let shadow = store_profile_named(&h, &site_id, &profile_id);
+    let (code, p) = call(&h, "GET", &format!("/v1/maas/sites/dc1/profiles/{profile_id}"), None).await;
+    assert_eq!((code.as_str(), p["id"].as_str(), p["name"].as_str()), ("200", Some(profile_id.as_str()), Some("zz-gpu")), "{p}");
+    let (code, p) =
+        call(&h, "PATCH", &format!("/v1/maas/sites/dc1/profiles/{profile_id}"), Some(json!({ "description": "changed by id" }))).await;
+    assert_eq!((code.as_str(), p["id"].as_str()), ("200", Some(profile_id.as_str())), "{p}");
+    let (code, s) = call(&h, "PATCH", &format!("/v1/maas/sites/{site_id}"), Some(json!({ "defaultProfile": profile_id }))).await;
+    assert_eq!((code.as_str(), s["defaultProfileId"].as_str()), ("200", Some(profile_id.as_str())), "{s}");
+    let (_, other) = call(&h, "GET", &format!("/v1/maas/sites/dc1/profiles/{shadow}"), None).await;
+    assert_eq!((other["name"].as_str(), other["description"].as_str()), (Some(profile_id.as_str()), None), "left alone: {other}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -212,3 +212,101 @@ async fn racks_switches_and_shelves_are_inventoried_with_their_rules() {
     assert_eq!(out.status.code(), Some(65), "{}", ok(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nothing was started"), "{}", ok(&out));
 }
+
+/// A rack written straight to the store, as one named before names were checked could be.
+fn store_rack_named(h: &Harness, name: &str) -> String {
+    use drover_coordinator::store::{ChangeLog, NewAudit, NewEvent, Rack};
+    let at = drover_coordinator::app::Clock::now(&*h.clock);
+    let rack = Rack {
+        id: uuid::Uuid::new_v4(),
+        name: name.to_owned(),
+        hardware_type: "gb200-nvl72".to_owned(),
+        labels: Default::default(),
+        state: drover_proto::states::RackState::Ready,
+        maintenance: None,
+        created_at: at,
+        updated_at: at,
+    };
+    let log = ChangeLog {
+        event: NewEvent {
+            at,
+            kind: "rack.created".into(),
+            host_id: None,
+            rollout_id: None,
+            job_id: None,
+            message: "an old rack".into(),
+            data: json!({}),
+        },
+        audit: NewAudit {
+            at,
+            actor: "legacy".into(),
+            role: "admin".into(),
+            action: "rack.created".into(),
+            target: rack.id.to_string(),
+            reason: "an old rack".into(),
+            prior_state: None,
+            expected_state: None,
+        },
+    };
+    h.running.app.store.create_rack(&rack, &log).expect("stored").id.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rack_named_with_another_racks_id_is_refused_and_deleting_by_id_deletes_that_rack() {
+    let h = Harness::start().await;
+    let a = &h.admin;
+    let (code, rack) =
+        call(&h, a, "POST", "/v1/racks", Some(json!({ "name": "zz-a", "hardwareType": "gb200-nvl72", "reason": "new" }))).await;
+    assert_eq!(code, "201", "{rack}");
+    let id = rack["rackId"].as_str().expect("rackId").to_owned();
+
+    // Its id, in any form an id is read in, is refused as another rack's name.
+    for name in [id.clone(), id.to_ascii_uppercase(), id.replace('-', "")] {
+        let (code, v) = call(&h, a, "POST", "/v1/racks", Some(json!({ "name": name, "hardwareType": "x", "reason": "shadow" }))).await;
+        assert_eq!(code, "400", "{name}: {v}");
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("rack name") && message.contains("names must not parse as ids, which are resolved first"), "{v}");
+    }
+    let (code, v) = call(
+        &h,
+        a,
+        "POST",
+        "/v1/switches",
+        Some(json!({ "rack": "zz-a", "name": id, "endpoint": "https://10.9.7.2",
+        "credentialsPath": "racks/leaf", "reason": "shadow" })),
+    )
+    .await;
+    assert_eq!(code, "400", "{v}");
+    assert!(v["error"]["message"].as_str().unwrap_or_default().contains("switch name"), "{v}");
+    let (_, racks) = call(&h, &h.viewer, "GET", "/v1/racks", None).await;
+    assert_eq!(racks["racks"].as_array().map(Vec::len), Some(1), "nothing was created: {racks}");
+
+    // A rack already stored under that name (from before the rule) sorts first by name, where
+    // the old lookup found it; every route given the id still acts on the rack with the id.
+    let shadow = store_rack_named(&h, &id);
+    let (code, host) = call(&h, a, "POST", "/v1/hosts", Some(json!({ "hostname": "gpu-1", "trustSha256": h.trust.1 }))).await;
+    assert_eq!(code, "201", "{host}");
+    let host_id = host["hostId"].as_str().expect("hostId").to_owned();
+    let (code, v) = call(&h, a, "POST", &format!("/v1/hosts/{host_id}/rack"), Some(json!({ "rack": id, "reason": "racked" }))).await;
+    assert_eq!((code.as_str(), v["rack"].as_str()), ("200", Some("zz-a")), "placed by id in the rack with the id: {v}");
+    let (code, r) = call(&h, &h.viewer, "GET", &format!("/v1/racks/{id}"), None).await;
+    assert_eq!((code.as_str(), r["name"].as_str(), r["hosts"][0].as_str()), ("200", Some("zz-a"), Some(host_id.as_str())), "{r}");
+    // Maintenance by id: refused for that rack's own machine (it has no BMC); the shadow
+    // rack, empty, has no machine to name.
+    let (code, v) = call(&h, a, "POST", &format!("/v1/racks/{id}/maintenance"), Some(json!({}))).await;
+    assert_eq!(code, "422", "{v}");
+    assert!(v["error"]["message"].as_str().unwrap_or_default().contains(&host_id), "{v}");
+    let (code, v) = call(&h, a, "POST", &format!("/v1/hosts/{host_id}/rack"), Some(json!({ "rack": null, "reason": "unracked" }))).await;
+    assert_eq!(code, "200", "{v}");
+
+    let (code, gone) = call(&h, a, "DELETE", &format!("/v1/racks/{id}?reason=retired"), None).await;
+    assert_eq!((code.as_str(), gone["rackId"].as_str(), gone["name"].as_str()), ("200", Some(id.as_str()), Some("zz-a")), "{gone}");
+    let (_, racks) = call(&h, &h.viewer, "GET", "/v1/racks", None).await;
+    let left: Vec<&str> = racks["racks"].as_array().expect("racks").iter().filter_map(|r| r["rackId"].as_str()).collect();
+    assert_eq!(left, vec![shadow.as_str()], "the shadow rack is left: {racks}");
+    // The id no longer names a rack, and does not fall back to the rack of that name.
+    let (code, v) = call(&h, &h.viewer, "GET", &format!("/v1/racks/{id}"), None).await;
+    assert_eq!(code, "404", "{v}");
+    let (code, v) = call(&h, &h.viewer, "GET", &format!("/v1/racks/{shadow}"), None).await;
+    assert_eq!((code.as_str(), v["name"].as_str()), ("200", Some(id.as_str())), "{v}");
+}

@@ -70,6 +70,9 @@ pub async fn create_host(
     JsonBody(req): JsonBody<CreateHostRequest>,
 ) -> Result<(StatusCode, Json<CreateHostResponse>), ApiError> {
     check_hostname(&req.hostname).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    // `HOST` arguments (the CLI's, the drift routes') are tried as an id first: a hostname
+    // shaped like one would name some other host.
+    drover_proto::names::check_not_an_id("hostname", &req.hostname)?;
     if !drover_proto::names::is_sha256_hex(&req.trust_sha256) {
         return Err(ApiError::bad_request("trustSha256 must be 64 lowercase hex digits (sha256 of your trust.json)"));
     }

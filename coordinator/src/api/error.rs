@@ -97,6 +97,13 @@ impl From<crate::store::StoreError> for ApiError {
     }
 }
 
+impl From<drover_proto::names::NameError> for ApiError {
+    /// A refused name or identifier is the caller's input: a 400 that says which rule.
+    fn from(e: drover_proto::names::NameError) -> Self {
+        ApiError::bad_request(e.to_string())
+    }
+}
+
 /// A JSON request body whose rejections (bad JSON, wrong shape, wrong content type) are
 /// answered in the API's error shape with a 4xx, never axum's plain-text default.
 #[derive(Debug, Clone)]

@@ -104,9 +104,9 @@ pub struct NodeRequest {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateRequest {
-    /// Site name.
+    /// The site, by name or id (recorded by name).
     pub site: String,
-    /// Profile name.
+    /// The site's profile, by name or id (recorded by name).
     pub profile: String,
     /// Hardware SKU.
     #[serde(default)]
@@ -124,9 +124,9 @@ pub struct CreateRequest {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BatchRequest {
-    /// Site name.
+    /// The site, by name or id (recorded by name).
     pub site: String,
-    /// Profile name.
+    /// The site's profile, by name or id (recorded by name).
     pub profile: String,
     /// Hardware SKU.
     #[serde(default)]
@@ -141,8 +141,11 @@ fn bad(e: validate::FieldError) -> ApiError {
 
 fn check_node(i: Option<usize>, n: &NodeRequest) -> Result<NodeRequest, ApiError> {
     let at = |f: &str| i.map_or(f.to_owned(), |i| format!("nodes[{i}].{f}"));
+    let hostname = validate::hostname(&at("hostname"), &n.hostname).map_err(bad)?;
+    // The host this onboarding creates is named by hostname or id, the id tried first.
+    drover_proto::names::check_not_an_id("hostname", &hostname)?;
     Ok(NodeRequest {
-        hostname: validate::hostname(&at("hostname"), &n.hostname).map_err(bad)?,
+        hostname,
         ipmi_ip: validate::ip(&at("ipmiIp"), &n.ipmi_ip).map_err(bad)?,
         pxe_mac: n.pxe_mac.as_deref().map(|m| validate::mac(&at("pxeMac"), m)).transpose().map_err(bad)?,
     })
@@ -157,8 +160,10 @@ fn check_sku(sku: Option<&str>) -> Result<Option<String>, ApiError> {
 }
 
 /// The preflight of §4.14 for a new request: the site active, its MAAS reachable with its
-/// token, the profile active.
-async fn preflight_for(app: &Arc<AppState>, site: &str, profile: &str) -> Result<(), ApiError> {
+/// token, the profile active. Answers the site's and the profile's names, which the request
+/// records: the onboarding then works on the very site and profile checked here, even when
+/// they were given by id (the executor loads them by name).
+async fn preflight_for(app: &Arc<AppState>, site: &str, profile: &str) -> Result<(String, String), ApiError> {
     let s = crate::api::sites::load_site(app, site).await?;
     let p = crate::api::site_items::load_profile(app, &s, profile).await?;
     preflight::preflight(app.store.clone(), &*app.secrets, &*app.maas, s.id, Some(p.id), &[], crate::api::sites::MAAS_CALL_TIMEOUT)
@@ -167,7 +172,7 @@ async fn preflight_for(app: &Arc<AppState>, site: &str, profile: &str) -> Result
         let class = serde_json::to_value(&f).ok().and_then(|v| v.get("class").and_then(Value::as_str).map(str::to_owned));
         ApiError::conflict(format!("preflight failed ({}): {}", class.unwrap_or_default(), f.message))
     })?;
-    Ok(())
+    Ok((s.name, p.name))
 }
 
 /// Creates the onboardings (one job each), refusing hostnames or BMC addresses an unfinished
@@ -259,8 +264,8 @@ pub async fn create_one(
 ) -> Result<(StatusCode, Json<OneOnboarding>), ApiError> {
     let node = check_node(None, &NodeRequest { hostname: req.hostname, ipmi_ip: req.ipmi_ip, pxe_mac: req.pxe_mac })?;
     let sku = check_sku(req.sku.as_deref())?;
-    preflight_for(&app, &req.site, &req.profile).await?;
-    let jobs = create(&app, &op, vec![request_of(&op, &req.site, &req.profile, sku, node, None)]).await?;
+    let (site, profile) = preflight_for(&app, &req.site, &req.profile).await?;
+    let jobs = create(&app, &op, vec![request_of(&op, &site, &profile, sku, node, None)]).await?;
     let one = views(&jobs).into_iter().next().ok_or_else(ApiError::internal)?;
     Ok((StatusCode::CREATED, Json(OneOnboarding { onboarding: one })))
 }
@@ -286,9 +291,9 @@ pub async fn create_batch(
         }
         nodes.push(n);
     }
-    preflight_for(&app, &req.site, &req.profile).await?;
+    let (site, profile) = preflight_for(&app, &req.site, &req.profile).await?;
     let batch = Uuid::new_v4();
-    let reqs = nodes.into_iter().map(|n| request_of(&op, &req.site, &req.profile, sku.clone(), n, Some(batch))).collect();
+    let reqs = nodes.into_iter().map(|n| request_of(&op, &site, &profile, sku.clone(), n, Some(batch))).collect();
     let jobs = create(&app, &op, reqs).await?;
     Ok((StatusCode::CREATED, Json(CreatedBatch { batch_id: batch.to_string(), onboardings: views(&jobs) })))
 }

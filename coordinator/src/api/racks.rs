@@ -3,7 +3,7 @@
 //!
 //! | route | role | what |
 //! |---|---|---|
-//! | `POST /v1/racks`, `GET /v1/racks`, `GET|DELETE /v1/racks/{rack}` | admin / viewer | racks (`{rack}`: id or name); a rack is removed only when empty |
+//! | `POST /v1/racks`, `GET /v1/racks`, `GET|DELETE /v1/racks/{rack}` | admin / viewer | racks (`{rack}`: id or name, the id tried first; a name never parses as an id); a rack is removed only when empty |
 //! | `POST /v1/switches`, `GET /v1/switches[?rack=R]`, `GET|DELETE /v1/switches/{id}` | admin / viewer | switches |
 //! | `POST /v1/power-shelves`, `GET /v1/power-shelves[?rack=R]`, `GET|DELETE /v1/power-shelves/{id}` | admin / viewer | power shelves; delete marks the shelf for its controller |
 //! | `POST /v1/power-shelves/maintenance` | admin | `SetPowerShelfMaintenance`: `{powerShelfIds, operation, reference?}`, all or nothing |
@@ -100,14 +100,26 @@ pub(crate) fn device_view(d: &Device) -> DeviceView {
     }
 }
 
-/// A rack by id or name.
+/// A rack by id or name. A key that parses as an id is that id and nothing else: it never
+/// falls back to a rack of that name, so a rack whose name is another rack's id (one stored
+/// before names were checked) cannot stand in for it.
 pub(crate) async fn find_rack(app: &Arc<AppState>, key: &str) -> Result<Rack, ApiError> {
-    let racks = store::blocking(app.store.clone(), |s| s.list_racks()).await?;
-    let id = Uuid::parse_str(key).ok();
-    racks
-        .into_iter()
-        .find(|r| Some(r.id) == id || r.name == key.to_ascii_lowercase())
-        .ok_or_else(|| ApiError::not_found(format!("rack {key} not found")))
+    let found = match drover_proto::names::as_id(key) {
+        Some(id) => store::blocking(app.store.clone(), move |s| s.get_rack(id)).await?,
+        None => {
+            let name = key.trim().to_ascii_lowercase();
+            store::blocking(app.store.clone(), |s| s.list_racks()).await?.into_iter().find(|r| r.name == name)
+        }
+    };
+    found.ok_or_else(|| ApiError::not_found(format!("rack {key} not found")))
+}
+
+/// A rack's, switch's or power shelf's name: [`check_name`]'s alphabet, and not an id
+/// ([`drover_proto::names::check_not_an_id`]), since every `{rack}` is tried as an id first.
+pub(crate) fn check_object_name(what: &'static str, name: &str) -> Result<String, ApiError> {
+    let name = check_name("name", name)?;
+    drover_proto::names::check_not_an_id(what, &name)?;
+    Ok(name)
 }
 
 /// `POST /v1/racks`.
@@ -128,7 +140,7 @@ pub async fn create_rack(
     JsonBody(req): JsonBody<NewRackRequest>,
 ) -> Result<(StatusCode, Json<RackView>), ApiError> {
     let reason = check_reason(req.reason.as_deref())?;
-    let name = check_name("name", &req.name)?;
+    let name = check_object_name("rack name", &req.name)?;
     let hardware_type = check_name("hardwareType", &req.hardware_type)?;
     if req.labels.len() > 32
         || req.labels.iter().any(|(k, v)| k.is_empty() || k.len() > 63 || v.len() > 253 || !drover_proto::text::is_plain(v))
@@ -225,7 +237,13 @@ async fn create_device(
     req: NewDeviceRequest,
 ) -> Result<(StatusCode, Json<DeviceView>), ApiError> {
     let reason = check_reason(req.reason.as_deref())?;
-    let name = check_name("name", &req.name)?;
+    let name = check_object_name(
+        match kind {
+            DeviceKind::Switch => "switch name",
+            DeviceKind::PowerShelf => "power shelf name",
+        },
+        &req.name,
+    )?;
     let endpoint = check_endpoint(&req.endpoint)?;
     let path = SecretPath::new(req.credentials_path.trim()).map_err(|e| ApiError::bad_request(format!("credentialsPath: {e}")))?;
     let rack = find_rack(&app, &req.rack).await?;

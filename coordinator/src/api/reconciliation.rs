@@ -131,8 +131,9 @@ pub struct ResolveRequest {
     action: Resolution,
 }
 
+/// `{host}`: an id (tried first, by the rule every "id or name" lookup shares) or a hostname.
 async fn host_id(app: &Arc<AppState>, key: &str) -> Result<Uuid, ApiError> {
-    if let Ok(id) = Uuid::parse_str(key) {
+    if let Some(id) = drover_proto::names::as_id(key) {
         return Ok(id);
     }
     let name = key.to_ascii_lowercase();

@@ -4,7 +4,7 @@
 //! | route | role | what |
 //! |---|---|---|
 //! | `GET/POST /v1/maas/sites/{site}/profiles` | viewer / admin | list, create |
-//! | `GET/PATCH /v1/maas/sites/{site}/profiles/{profile}` | viewer / admin | read, change (policy merged field by field) |
+//! | `GET/PATCH /v1/maas/sites/{site}/profiles/{profile}` | viewer / admin | read, change (policy merged field by field); `{profile}`: id (tried first) or name |
 //! | `GET/POST /v1/maas/sites/{site}/overrides` | viewer / admin | list, create with the BMC credentials |
 //! | `POST /v1/maas/sites/{site}/overrides/{id}/credentials` | admin | rotate an override's credentials |
 //! | `DELETE /v1/maas/sites/{site}/overrides/{id}` | admin | remove (and its secret) |
@@ -25,7 +25,7 @@ pub use drover_proto::api::sites::{Items, OverrideView, ProfileView, RoceUpsert,
 
 use crate::api::auth::{Admin, Reader};
 use crate::api::error::{ApiError, JsonBody};
-use crate::api::sites::{PowerCredentials, change_log, load_site, reason_or_default, secret_error, secret_path};
+use crate::api::sites::{PowerCredentials, change_log, load_site, object_name, reason_or_default, secret_error, secret_path};
 use crate::app::AppState;
 use crate::sites::validate;
 use crate::store::{self, NewRoce, PowerOverride, Profile, ProfilePolicy, SelectorType, Site, SiteStatus, StoreError};
@@ -48,14 +48,19 @@ fn profile_view(p: &Profile, site: &Site) -> ProfileView {
     }
 }
 
-/// One of `site`'s profiles, by id or name.
+/// One of `site`'s profiles, by id or name: a key that parses as an id is that id only (a
+/// profile named like another's id, stored before names were checked, cannot stand in for it).
 pub async fn load_profile(app: &Arc<AppState>, site: &Site, key: &str) -> Result<Profile, ApiError> {
     let site_id = site.id;
     let profiles = store::blocking(app.store.clone(), move |s| s.list_profiles(site_id)).await?;
     let key = key.trim();
+    let id = drover_proto::names::as_id(key);
     profiles
         .into_iter()
-        .find(|p| p.name == key || p.id.to_string() == key.to_ascii_lowercase())
+        .find(|p| match id {
+            Some(id) => p.id == id,
+            None => p.name == key,
+        })
         .ok_or_else(|| ApiError::not_found(format!("site {} has no profile {key:?}", site.name)))
 }
 
@@ -118,7 +123,7 @@ pub async fn create_profile(
     let profile = Profile {
         id: Uuid::new_v4(),
         site_id: site.id,
-        name: validate::name("name", &req.name)?,
+        name: object_name("name", "profile name", &req.name)?,
         description: description(req.description.as_deref())?,
         status: SiteStatus::Active,
         policy: validate::policy(&req.policy.unwrap_or_default())?,
@@ -160,7 +165,7 @@ pub async fn patch_profile(
     let current = load_profile(&app, &site, &profile).await?;
     let mut next = current.clone();
     if let Some(n) = &req.name {
-        next.name = validate::name("name", n)?;
+        next.name = object_name("name", "profile name", n)?;
     }
     if req.description.is_some() {
         next.description = description(req.description.as_deref())?;

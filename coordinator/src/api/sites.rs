@@ -11,7 +11,8 @@
 //! | `POST /v1/maas/sites/{site}/probe` | admin | MAAS reachable, token valid: version, rack controllers |
 //! | `POST /v1/maas/sites/{site}/preflight` | admin | the §4.14 preflight a workflow runs |
 //!
-//! `{site}` is the site's id or its name. Secrets go in through the credentials route and
+//! `{site}` is the site's id or its name: the id is tried first, and no site or profile may be
+//! named like an id, so a key never has two answers. Secrets go in through the credentials route and
 //! never come out: answers, events and audit records carry secret *paths* and when each was
 //! written. A credential write whose token MAAS refuses, or whose MAAS does not answer, is a
 //! 422 and writes nothing. Profiles, overrides and RoCE assignments are in [`super::site_items`].
@@ -134,17 +135,28 @@ pub fn site_view(site: &Site) -> SiteView {
     }
 }
 
-/// The site named by `key`: its id, or its name.
+/// The site named by `key`: its id, or its name. A key that parses as an id is only ever
+/// that id (no fallback to a site of that name), and no site may be named like one
+/// ([`object_name`]).
 pub async fn load_site(app: &Arc<AppState>, key: &str) -> Result<Site, ApiError> {
     let key = key.trim().to_owned();
-    let found = match Uuid::parse_str(&key) {
-        Ok(id) => store::blocking(app.store.clone(), move |s| s.get_site(id)).await?,
-        Err(_) => {
+    let found = match drover_proto::names::as_id(&key) {
+        Some(id) => store::blocking(app.store.clone(), move |s| s.get_site(id)).await?,
+        None => {
             let name = key.clone();
             store::blocking(app.store.clone(), move |s| s.get_site_by_name(&name)).await?
         }
     };
     found.ok_or_else(|| ApiError::not_found(format!("site {key:?} not found")))
+}
+
+/// A site's or profile's name (`what` says which): [`validate::name`]'s alphabet, and not an
+/// id ([`drover_proto::names::check_not_an_id`]), since `{site}` and `{profile}` are tried as
+/// ids first.
+pub fn object_name(field: &str, what: &'static str, v: &str) -> Result<String, ApiError> {
+    let name = validate::name(field, v)?;
+    drover_proto::names::check_not_an_id(what, &name)?;
+    Ok(name)
 }
 
 /// Reads the site, applies `change`, and writes it back under compare-and-set, retrying when
@@ -211,7 +223,7 @@ pub async fn create(
     JsonBody(req): JsonBody<CreateSite>,
 ) -> Result<(StatusCode, Json<SiteView>), ApiError> {
     let reason = reason_or_default(req.reason.as_deref())?;
-    let name = validate::name("name", &req.name)?;
+    let name = object_name("name", "site name", &req.name)?;
     let config = validate::site_config(&SiteConfig {
         region_code: req.region_code,
         api_base_url: req.api_base_url,
@@ -225,7 +237,7 @@ pub async fn create(
         required_capabilities: req.required_capabilities,
     })?;
     let policy = validate::policy(&req.default_profile.unwrap_or_default())?;
-    let profile_name = validate::name("defaultProfileName", req.default_profile_name.as_deref().unwrap_or("default"))?;
+    let profile_name = object_name("defaultProfileName", "profile name", req.default_profile_name.as_deref().unwrap_or("default"))?;
     let now = app.clock.now();
     let id = Uuid::new_v4();
     let profile_id = Uuid::new_v4();
@@ -327,7 +339,7 @@ pub async fn patch(
         let mut next = current.clone();
         let c = &mut next.config;
         if let Some(v) = &req.name {
-            next.name = validate::name("name", v)?;
+            next.name = object_name("name", "site name", v)?;
         }
         if let Some(v) = req.status {
             next.status = v;
