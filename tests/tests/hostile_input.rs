@@ -82,6 +82,38 @@ async fn a_host_named_with_another_hosts_id_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn positional_array_bodies_create_no_rack_host_or_onboarding() {
+    // serde fills a struct's fields by position from an array: these bodies, each a valid
+    // request spelled positionally, were accepted (the rack and the onboarding with a 201).
+    let h = Harness::start().await;
+    let sha = h.trust.1.clone();
+    let cases = [
+        ("/v1/racks", serde_json::json!(["arr-rack", "gb200", {}, "x"]), "NewRackRequest"),
+        ("/v1/hosts", serde_json::json!(["gpu-arr", sha, null]), "CreateHostRequest"),
+        ("/v1/maas/onboardings", serde_json::json!(["dc1", "default", null, "gpu-arr", "10.0.0.9", null]), "CreateRequest"),
+        ("/v1/maas/sites/dc1/profiles", serde_json::json!(["arr-profile", null, null, "x"]), "CreateProfile"),
+    ];
+    for (path, body, shape) in cases {
+        let (code, text) = h.call(Some(&h.admin), "POST", path, Some(&body.to_string())).await;
+        assert_api_error(&code, &text, "400");
+        let want = format!("request body must be a JSON object (the {shape} shape), not an array");
+        assert!(text.contains(&want), "{path}: {text}");
+    }
+    // A nested struct is held to the same rule, and the refusal names the field.
+    let body = serde_json::json!({ "rack": "r1", "name": "sw1", "endpoint": "https://10.0.0.2", "credentialsPath": "racks/sw1",
+        "credentials": ["admin", "secret", null], "reason": "x" });
+    let (code, text) = h.call(Some(&h.admin), "POST", "/v1/switches", Some(&body.to_string())).await;
+    assert_api_error(&code, &text, "400");
+    assert!(text.contains("request body field credentials must be a JSON object (the Credentials shape), not an array"), "{text}");
+    for (path, key) in [("/v1/racks", "racks"), ("/v1/hosts", "items"), ("/v1/maas/onboardings", "onboardings")] {
+        let (code, text) = h.call(Some(&h.viewer), "GET", path, None).await;
+        assert_eq!(code, "200", "{text}");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        assert_eq!(v[key].as_array().map(Vec::len), Some(0), "nothing was created: {text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_routes_wrong_methods_and_huge_bodies_are_4xx() {
     let h = Harness::start().await;
     let (code, text) = h.call(None, "GET", "/v1/nothing-here", None).await;

@@ -3,14 +3,20 @@
 //! "method not allowed"), and every `.route(...)` of the router has its operation. Then
 //! schemathesis (PyPI; `.ci/run` installs it in its virtualenv) runs against a live
 //! coordinator as an admin and as a viewer: no 5xx, every answer's status and content type as
-//! described, every refusal in the API's error shape.
+//! described, every refusal in the API's error shape. And every route of the route table that
+//! takes a body refuses a JSON array there (positional fields), whatever its length, as 400
+//! for a caller allowed to use the route and 4xx for anyone.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
+use drover_client::{ClientIdentity, CoordinatorClient, Method};
+use drover_coordinator::api::openapi::Access;
+use drover_coordinator::api::openapi_routes::ROUTES;
 use drover_tests::Harness;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// (METHOD, path) of every `.route(...)` in the router's source.
 fn router_routes() -> BTreeSet<(String, String)> {
@@ -132,4 +138,72 @@ async fn schemathesis_finds_no_server_error_and_no_answer_off_the_description() 
         );
         assert!(out.status.success(), "schemathesis as {who} found failures:\n{text}");
     }
+}
+
+/// A client of the harness's coordinator presenting `creds`; its connection is kept alive
+/// between requests, so thousands of them take seconds.
+fn client_as(h: &Harness, creds: &(PathBuf, PathBuf)) -> CoordinatorClient {
+    let read = |p: &Path| std::fs::read(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
+    let ca = drover_client::parse_certificates("ca", &read(&h.ca)).expect("ca");
+    let identity = ClientIdentity::from_pem(&read(&creds.0), &read(&creds.1)).expect("identity");
+    CoordinatorClient::new("openapi-test", std::slice::from_ref(&h.url), &ca, Some(identity), Duration::from_secs(30)).expect("client")
+}
+
+/// `method path` with `body`: the status and the error message (empty on a 2xx).
+async fn send(c: &CoordinatorClient, method: &str, path: &str, body: &Value) -> (u16, String) {
+    let method = Method::from_bytes(method.as_bytes()).expect("method");
+    match c.request_json::<Value, Value>(method, path, Some(body)).await {
+        Ok(_) => (200, String::new()),
+        Err(e) => (e.status().unwrap_or(0), e.to_string()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_that_takes_a_body_refuses_a_json_array_as_400() {
+    let h = Harness::start().await;
+    let (_, host_creds, _) = h.host_credentials("gpu-arr");
+    let (admin, viewer, host) = (client_as(&h, &h.admin), client_as(&h, &h.viewer), client_as(&h, &host_creds));
+    // Every arity up to more fields than any request has (a site has 15), so whichever
+    // length a body's struct has, its positional form is among these; the values are mixed,
+    // since the refusal comes before any of them is read.
+    let cycle = [json!("x"), json!(1), json!({}), json!(null), json!(true), json!([])];
+    let arrays: Vec<Value> = (0..=20).map(|n| Value::Array(cycle.iter().cycle().take(n).cloned().collect())).collect();
+    let placeholder = uuid::Uuid::new_v4().to_string();
+    let mut checked = 0;
+    for route in ROUTES.iter().filter(|r| r.body) {
+        let path: String = route
+            .path
+            .split('/')
+            .map(|seg| match seg {
+                "{action}" => "cancel",
+                s if s.starts_with('{') => placeholder.as_str(),
+                s => s,
+            })
+            .collect::<Vec<_>>()
+            .join("/");
+        // The body is read after the caller's role is checked: a caller the route takes gets
+        // the body's 400, any other its 401/403 — never a 2xx.
+        let (allowed, refused) = match route.access {
+            Access::Host => (&host, Some(&admin)),
+            Access::Admin => (&admin, Some(&viewer)),
+            Access::Anonymous | Access::Viewer | Access::Publisher => (&admin, None),
+        };
+        for body in &arrays {
+            let (code, message) = send(allowed, route.method, &path, body).await;
+            assert_eq!(code, 400, "{} {} {body}: {message}", route.method, route.path);
+            assert!(
+                message.contains("request body must be a JSON object (the ") && message.contains(" shape), not an array"),
+                "{} {} {body}: {message}",
+                route.method,
+                route.path
+            );
+            if let Some(other) = refused {
+                let (code, message) = send(other, route.method, &path, body).await;
+                assert!((400..500).contains(&code), "{} {} {body} as another role: {code} {message}", route.method, route.path);
+            }
+            checked += 1;
+        }
+    }
+    let routes = checked / arrays.len();
+    assert!(routes >= 45, "the route table lists the routes that take a body: {routes}");
 }

@@ -105,9 +105,22 @@ impl From<drover_proto::names::NameError> for ApiError {
 }
 
 /// A JSON request body whose rejections (bad JSON, wrong shape, wrong content type) are
-/// answered in the API's error shape with a 4xx, never axum's plain-text default.
+/// answered in the API's error shape with a 4xx, never axum's plain-text default. It is
+/// decoded by [`super::strict_json::from_slice`]: where `T` (or a struct nested in it) is a
+/// struct, the JSON must be an object — serde alone would take a positional array.
 #[derive(Debug, Clone)]
 pub struct JsonBody<T>(pub T);
+
+/// Whether the request says its body is JSON: `application/json` or `application/*+json`
+/// (parameters such as `charset` allowed), as axum's own `Json` extractor required.
+fn is_json(headers: &axum::http::HeaderMap) -> bool {
+    let Some(value) = headers.get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else { return false };
+    let essence = value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    match essence.split_once('/') {
+        Some(("application", sub)) => sub == "json" || sub.ends_with("+json"),
+        _ => false,
+    }
+}
 
 impl<T, S> axum::extract::FromRequest<S> for JsonBody<T>
 where
@@ -117,18 +130,24 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(value)) => Ok(JsonBody(value)),
-            Err(rejection) => Err(ApiError::new(
+        if !is_json(req.headers()) {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "bad_request",
+                "Expected request with `Content-Type: application/json`",
+            ));
+        }
+        let bytes = <axum::body::Bytes as axum::extract::FromRequest<S>>::from_request(req, state).await.map_err(|rejection| {
+            ApiError::new(
                 match rejection.status() {
-                    StatusCode::UNSUPPORTED_MEDIA_TYPE => StatusCode::UNSUPPORTED_MEDIA_TYPE,
                     StatusCode::PAYLOAD_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
                     _ => StatusCode::BAD_REQUEST,
                 },
                 "bad_request",
                 rejection.body_text(),
-            )),
-        }
+            )
+        })?;
+        super::strict_json::from_slice(&bytes).map(JsonBody).map_err(|e| ApiError::bad_request(e.to_string()))
     }
 }
 

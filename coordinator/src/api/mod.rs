@@ -25,6 +25,7 @@ pub mod releases;
 pub mod rollouts;
 pub mod site_items;
 pub mod sites;
+pub mod strict_json;
 pub mod tasks;
 pub mod tokens;
 pub mod version;

@@ -62,13 +62,13 @@ pub fn secret_error(e: SecretError) -> ApiError {
 }
 
 /// A JSON body that may be absent (empty): the type's default then. A present body is
-/// parsed strictly, and a refusal names the field.
+/// parsed strictly, as [`JsonBody`]'s is (an object, never a positional array), and a refusal
+/// names the field.
 pub fn optional_json<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    let de = &mut serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(de).map_err(|e| ApiError::bad_request(format!("{}: {}", e.path(), e.inner())))
+    crate::api::strict_json::from_slice(body).map_err(|e| ApiError::bad_request(e.to_string()))
 }
 
 /// The optional reason of a site change, checked like every other reason.
