@@ -102,6 +102,10 @@ pub struct AgentBinary {
     pub bytes: axum::body::Bytes,
     /// Lowercase hex sha256, baked into every served bootstrap script.
     pub sha256: String,
+    /// Its downloads in progress, bounded ([`crate::agent_download`]).
+    pub downloads: crate::agent_download::Downloads,
+    /// Its debug sections, when it carries any: warned of at start.
+    pub debug: Option<crate::agent_download::DebugSections>,
 }
 
 /// Everything a request handler may use.

@@ -13,6 +13,7 @@
 //!
 //! [enrollment]
 //! token_ttl_secs = 7200
+//! max_agent_downloads = 8    # agent downloads served at once; more are answered 503 + Retry-After
 //!
 //! [agent]
 //! long_poll_secs = 55
@@ -93,12 +94,20 @@ pub struct EnrollmentConfig {
     /// How long a one-time enrollment token stays valid.
     #[serde(default = "default_token_ttl")]
     pub token_ttl_secs: u64,
+    /// Downloads of the agent binary (and, apart, of the agent package) served at once;
+    /// more are answered 503 with `Retry-After` ([`crate::agent_download`]).
+    #[serde(default = "default_max_agent_downloads")]
+    pub max_agent_downloads: usize,
 }
 
 impl Default for EnrollmentConfig {
     fn default() -> Self {
-        EnrollmentConfig { token_ttl_secs: default_token_ttl() }
+        EnrollmentConfig { token_ttl_secs: default_token_ttl(), max_agent_downloads: default_max_agent_downloads() }
     }
+}
+
+fn default_max_agent_downloads() -> usize {
+    crate::agent_download::DEFAULT_MAX_DOWNLOADS
 }
 
 /// Agent-facing settings.
@@ -682,6 +691,9 @@ impl Config {
         }
         if config.enrollment.token_ttl_secs == 0 || config.enrollment.token_ttl_secs > 7 * 86_400 {
             return Err(invalid("enrollment.token_ttl_secs", "must be between 1 second and 7 days".to_owned()));
+        }
+        if !(1..=1024).contains(&config.enrollment.max_agent_downloads) {
+            return Err(invalid("enrollment.max_agent_downloads", "must be between 1 and 1024".to_owned()));
         }
         let jobs = &config.jobs;
         if !(1..=20).contains(&jobs.max_attempts) {

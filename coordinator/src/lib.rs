@@ -1,5 +1,6 @@
 //! The Drover coordinator: the fleet's one server.
 //!
+//! - [`agent_download`]: the anonymous agent downloads, bounded in number; an unstripped agent warned of.
 //! - [`app`]: shared state, the clock, long-poll wake-ups, dispatch that wakes agents.
 //! - [`api`]: the error shape, route guards and routes.
 //! - [`cloudinit`]: the versioned cloud-init first-boot bundle MAAS runs on a deployed node (pure renderer).
@@ -27,6 +28,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod agent_download;
 pub mod api;
 pub mod app;
 pub mod bundles;

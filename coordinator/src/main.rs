@@ -136,7 +136,10 @@ fn load_and_prepare(file: &std::path::Path) -> anyhow::Result<drover_coordinator
 }
 
 fn check_config(args: &ServeArgs) -> anyhow::Result<()> {
-    load_and_prepare(&args.config)?;
+    let prepared = load_and_prepare(&args.config)?;
+    if let Some(warning) = prepared.agent_warning() {
+        eprintln!("drover-coordinator: warning: {warning}");
+    }
     println!("{}: ok", args.config.display());
     Ok(())
 }

@@ -7,7 +7,6 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -157,7 +156,8 @@ pub fn prepare(config: Config) -> Result<Prepared, StartError> {
         // Read again at start; checked here so `check-config` refuses a missing one.
         read("store.password_file", path)?;
     }
-    let agent = AgentBinary { sha256: hex::encode(Sha256::digest(&agent_bytes)), bytes: agent_bytes.into() };
+    let downloads = config.enrollment.max_agent_downloads;
+    let agent = AgentBinary::new(agent_bytes, downloads);
     let agent_package = match &config.agent_package {
         Some(path) => {
             let bytes = read("agent_package", path)?;
@@ -165,7 +165,7 @@ pub fn prepare(config: Config) -> Result<Prepared, StartError> {
             if !bytes.starts_with(b"!<arch>\ndebian-binary") {
                 return Err(StartError::NotAPackage { path: path.clone() });
             }
-            Some(AgentBinary { sha256: hex::encode(Sha256::digest(&bytes)), bytes: bytes.into() })
+            Some(AgentBinary::new(bytes, downloads))
         }
         None => None,
     };
@@ -173,6 +173,14 @@ pub fn prepare(config: Config) -> Result<Prepared, StartError> {
         TlsMaterial::from_pem(state.ca().cert_pem().as_bytes(), state.server_cert_pem().as_bytes(), state.server_key_pem().as_bytes())?;
     let tls = Arc::new(TlsState::new(material, None)?);
     Ok(Prepared { config, state, director, trust_json, trust, agent, agent_package, tls })
+}
+
+impl Prepared {
+    /// What `check-config` and `serve` warn of in what the configuration names: an agent
+    /// binary that carries debug sections.
+    pub fn agent_warning(&self) -> Option<String> {
+        self.agent.debug.as_ref().map(|d| crate::agent_download::debug_warning(&self.config.agent_binary, self.agent.bytes.len(), d))
+    }
 }
 
 /// Connections the kernel queues for `accept` (capped by `net.core.somaxconn`). After a
@@ -289,6 +297,9 @@ fn start_leader_work(app: &Arc<AppState>) -> Vec<JoinHandle<()>> {
 
 /// Opens the store and the secret store and serves what [`prepare`] checked on `listener`.
 pub async fn start_prepared(listener: TcpListener, prepared: Prepared, clock: Arc<dyn Clock>) -> Result<Running, StartError> {
+    if let Some(warning) = prepared.agent_warning() {
+        tracing::warn!(agent_binary = %prepared.config.agent_binary.display(), "{warning}");
+    }
     let Prepared { config, state, director, trust_json, trust, agent, agent_package, tls } = prepared;
     let secrets = crate::secrets::from_config(&config).map_err(|e| StartError::Secrets { message: e.to_string() })?;
     let (store, database) = open_store(&config, &state.db_path(), &secrets).await?;

@@ -38,15 +38,16 @@ pub async fn bootstrap_script(State(app): State<Arc<AppState>>) -> Response {
     ([(header::CONTENT_TYPE, "text/x-shellscript; charset=utf-8")], script).into_response()
 }
 
-/// `GET /v1/agent/binary`.
+/// `GET /v1/agent/binary`: at most `enrollment.max_agent_downloads` at once, 503 with
+/// `Retry-After` past that ([`crate::agent_download`]).
 pub async fn agent_binary(State(app): State<Arc<AppState>>) -> Response {
-    ([(header::CONTENT_TYPE, "application/octet-stream")], app.agent.bytes.clone()).into_response()
+    app.agent.downloads.answer(&app.agent.bytes, "application/octet-stream")
 }
 
 /// `GET /v1/agent/package.deb`: the agent's Debian package, 404 when none is configured.
 pub async fn agent_package(State(app): State<Arc<AppState>>) -> Response {
     match &app.agent_package {
-        Some(p) => ([(header::CONTENT_TYPE, "application/vnd.debian.binary-package")], p.bytes.clone()).into_response(),
+        Some(p) => p.downloads.answer(&p.bytes, "application/vnd.debian.binary-package"),
         None => {
             crate::api::error::ApiError::not_found("this coordinator serves no agent package (agent_package is not set)").into_response()
         }

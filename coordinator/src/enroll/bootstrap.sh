@@ -75,7 +75,9 @@ fi
 fetch() {
   # TLS 1.3 only, and the server must present the pinned key; the CA is not known yet, so the
   # pin is the trust anchor for these downloads (hence --insecure, which skips only the chain).
-  curl -fsS --proto '=https' --tlsv1.3 --insecure --pinnedpubkey "$PIN" --retry 3 --max-time 120 -o "$2" "$URL$1"
+  # A coordinator serving as many agent downloads as it allows at once answers 503 with a
+  # Retry-After, which curl waits out: a rack enrolling together queues for ten minutes at most.
+  curl -fsS --proto '=https' --tlsv1.3 --insecure --pinnedpubkey "$PIN" --retry 100 --retry-max-time 600 --max-time 120 -o "$2" "$URL$1"
 }
 
 # The package where one is served and dpkg can install it; the bare binary otherwise.
