@@ -8,7 +8,7 @@ let
   cfg = config.services.drover-coordinator;
   inherit (lib) mkEnableOption mkOption mkIf types;
   rendered = import ./lib/coordinator.nix {
-    inherit (cfg) package listen publicUrls san trustFile agentBinary releasesDir settings;
+    inherit (cfg) package listen publicUrls san trustFile agentBinary releasesDir expectedHosts settings;
     configFile = "/etc/drover/coordinator.toml";
   };
   toSystemd = import ./lib/nixos-unit.nix lib;
@@ -64,6 +64,14 @@ in
       type = types.nullOr types.str;
       default = null;
       description = "A directory of signed release directories to publish from.";
+    };
+    expectedHosts = mkOption {
+      type = types.ints.positive;
+      default = 10000;
+      description = ''
+        The fleet's size, for the unit's memory limits: MemoryHigh is 256 MiB plus 32 KiB a
+        host, MemoryMax twice that (the README's sizing rule).
+      '';
     };
     openFirewall = mkOption {
       type = types.bool;

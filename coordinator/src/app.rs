@@ -169,6 +169,8 @@ pub struct AppState {
     pub device_work: crate::devices::work::WorkTable,
     /// The listener's connection bounds and their counters.
     pub connections: Arc<crate::conn_limits::ConnLimits>,
+    /// `/readyz`'s verdict, kept by [`crate::readiness::watch`].
+    pub readiness: crate::readiness::Readiness,
 }
 
 /// Why the CRL could not be refreshed.

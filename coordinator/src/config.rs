@@ -141,9 +141,9 @@ impl Default for HostsConfig {
 }
 
 /// `[connections]`: what the listener holds open, and for how long, before a client has
-/// proven who it is. Authenticated connections (a verified client certificate) are never
-/// refused by these caps; only the accept loop's total and the handshake bound slow them, by
-/// waiting (the kernel's backlog holds new connections), never by refusing.
+/// proven who it is ([`crate::conn_limits`]). Authenticated connections (a verified client
+/// certificate) are never refused by these caps; only the accept loop's total and the
+/// handshake bounds slow them, by waiting, never by refusing.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConnectionsConfig {
@@ -151,18 +151,22 @@ pub struct ConnectionsConfig {
     /// the fleet (each agent holds one) plus operators, and below the open-files limit.
     #[serde(default = "default_max_open")]
     pub max_open: usize,
-    /// TLS handshakes in progress; at the cap the accept loop waits.
+    /// TLS handshakes in progress; at the cap a new handshake waits for one to end.
     #[serde(default = "default_max_handshakes")]
     pub max_handshakes: usize,
-    /// How long a handshake may take.
+    /// TLS handshakes in progress from one source address; at the cap that source's next
+    /// handshake waits (others' do not).
+    #[serde(default = "default_max_handshakes_per_source")]
+    pub max_handshakes_per_source: usize,
+    /// How long a handshake may take, waiting for a slot included.
     #[serde(default = "default_handshake_secs")]
     pub handshake_secs: u64,
-    /// Connections that presented no client certificate (they reach only the enrollment and
-    /// bootstrap routes); past the cap the newest is closed at once.
+    /// Connections whose handshake ended without a client certificate (they reach only the
+    /// enrollment and bootstrap routes); at the cap the oldest idle one is closed to make room.
     #[serde(default = "default_max_unauthenticated")]
     pub max_unauthenticated: usize,
-    /// Unauthenticated connections (handshaking, or without a certificate) from one source
-    /// address; past the cap the newest is closed at once.
+    /// Connections without a certificate from one source address (handshakes do not count);
+    /// at the cap that source's oldest idle one is closed to make room.
     #[serde(default = "default_max_unauthenticated_per_source")]
     pub max_unauthenticated_per_source: usize,
     /// After the handshake, the first request must begin within this (every connection).
@@ -182,6 +186,46 @@ pub struct ConnectionsConfig {
     /// `false` exists only to measure that (BENCHMARKS.md).
     #[serde(default = "default_tcp_nodelay")]
     pub tcp_nodelay: bool,
+    /// Requests without a certificate one source address may make a second, sustained
+    /// ([`crate::rate_limit`]); past it they are answered 429.
+    #[serde(default = "default_anonymous_requests_per_sec")]
+    pub anonymous_requests_per_sec: u32,
+    /// How many such requests one source may make at once before the rate applies (a fleet
+    /// enrolling behind one NAT address makes five a host).
+    #[serde(default = "default_anonymous_burst")]
+    pub anonymous_burst: u32,
+    /// Bytes a second all answers to clients without a certificate may be sent at together
+    /// (after an 8 MiB burst): what bounds the CPU that downloads of the agent binary take.
+    #[serde(default = "default_anonymous_bytes_per_sec")]
+    pub anonymous_bytes_per_sec: u64,
+    /// Bytes of request bodies all connections without a certificate may have buffered at
+    /// once (each body is at most 64 KiB).
+    #[serde(default = "default_anonymous_body_budget")]
+    pub anonymous_body_budget_bytes: usize,
+    /// Load balancers whose connections start with a PROXY protocol v2 header naming the
+    /// client ([`crate::proxy_protocol`]); a PROXY header from any other address is refused.
+    #[serde(default)]
+    pub proxy_protocol_from: Vec<std::net::IpAddr>,
+}
+
+fn default_max_handshakes_per_source() -> usize {
+    // A fleet behind one NAT reconnecting at once queues here for a few milliseconds each;
+    // a source stalling its handshakes holds at most this many of all the slots.
+    64
+}
+fn default_anonymous_requests_per_sec() -> u32 {
+    200
+}
+fn default_anonymous_burst() -> u32 {
+    2000
+}
+fn default_anonymous_bytes_per_sec() -> u64 {
+    // 64 MiB/s: a few per cent of a core to encrypt; 10,000 stripped agents (~20 MB each)
+    // in about 50 minutes. Raise it for faster first installs of large fleets.
+    64 << 20
+}
+fn default_anonymous_body_budget() -> usize {
+    8 << 20
 }
 
 fn default_tcp_nodelay() -> bool {
@@ -236,6 +280,12 @@ impl Default for ConnectionsConfig {
             unauthenticated_idle_secs: default_unauthenticated_idle_secs(),
             http1: Http1Stack::default(),
             tcp_nodelay: default_tcp_nodelay(),
+            max_handshakes_per_source: default_max_handshakes_per_source(),
+            anonymous_requests_per_sec: default_anonymous_requests_per_sec(),
+            anonymous_burst: default_anonymous_burst(),
+            anonymous_body_budget_bytes: default_anonymous_body_budget(),
+            anonymous_bytes_per_sec: default_anonymous_bytes_per_sec(),
+            proxy_protocol_from: Vec::new(),
         }
     }
 }
@@ -740,6 +790,22 @@ impl Config {
             return Err(invalid(
                 "connections.max_unauthenticated_per_source",
                 "must be between 1 and the larger of max_unauthenticated and max_handshakes".to_owned(),
+            ));
+        }
+        if !(1..=c.max_handshakes).contains(&c.max_handshakes_per_source) {
+            return Err(invalid("connections.max_handshakes_per_source", "must be between 1 and connections.max_handshakes".to_owned()));
+        }
+        if c.anonymous_bytes_per_sec < (64 << 10) {
+            return Err(invalid("connections.anonymous_bytes_per_sec", "must be at least 65536 (64 KiB a second)".to_owned()));
+        }
+        if c.anonymous_requests_per_sec == 0 || c.anonymous_burst == 0 {
+            let key = if c.anonymous_burst == 0 { "connections.anonymous_burst" } else { "connections.anonymous_requests_per_sec" };
+            return Err(invalid(key, "must be at least 1".to_owned()));
+        }
+        if !(crate::api::MAX_ANONYMOUS_BODY_BYTES..=(1 << 30)).contains(&c.anonymous_body_budget_bytes) {
+            return Err(invalid(
+                "connections.anonymous_body_budget_bytes",
+                format!("must be between {} (one enrollment body) and 1073741824", crate::api::MAX_ANONYMOUS_BODY_BYTES),
             ));
         }
         for (key, v) in [

@@ -337,6 +337,7 @@ pub async fn start_prepared(listener: TcpListener, prepared: Prepared, clock: Ar
         reconciler: Default::default(),
         device_work: Default::default(),
         connections: crate::conn_limits::ConnLimits::new(connections),
+        readiness: Default::default(),
     });
     if let Some((db, options)) = database {
         let (peers, sender) = crate::peers::start(db, &options, Arc::downgrade(&app))?;
@@ -369,6 +370,20 @@ pub async fn start_prepared(listener: TcpListener, prepared: Prepared, clock: Ar
             if let Err(e) = flusher.flush_checkins().await {
                 tracing::error!(error = %e, "writing buffered check-ins failed");
             }
+        }
+    });
+    // `/readyz` answers from this verdict; the first check is made before the listener opens.
+    let first = crate::readiness::check(&app, &crate::readiness::Verdict::default());
+    app.readiness.set(first);
+    tokio::spawn(crate::readiness::watch(app.clone()));
+    // Memory that anonymous bodies used goes back to the system once they are done.
+    let trimmer = app.connections.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(10));
+        loop {
+            every.tick().await;
+            let limits = trimmer.clone();
+            let _ = tokio::task::spawn_blocking(move || limits.trim_if_due()).await;
         }
     });
     // The executor, the job engine, the sweeps and the reconcilers run on the leader only.

@@ -7,10 +7,12 @@
 //!
 //! The identity is computed once per connection from the certificate rustls verified; no
 //! header or body can change it. What a connection may hold before it authenticates, and for
-//! how long, is [`crate::conn_limits`]: the accept loop waits at its caps (it never refuses an
-//! agent for being one too many), unauthenticated connections are capped in all and per
-//! source (the newest refused), and the handshake, the first request and idling have
-//! deadlines — on HTTP/2 too, where hyper has no idle deadline and one is watched here.
+//! how long, is [`crate::conn_limits`]: the accept loop and handshakes wait at their caps (an
+//! agent is never refused for being one too many), connections whose handshake ended without
+//! a certificate are capped in all and per source (the oldest idle one closed to make room),
+//! and the handshake, the first request and idling have deadlines — on HTTP/2 too, where
+//! hyper has no idle deadline and one is watched here. Behind a load balancer the client's
+//! address comes from its PROXY protocol v2 header ([`crate::proxy_protocol`]).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -28,7 +30,7 @@ use tower::ServiceExt;
 
 use crate::api::auth::Peer;
 use crate::config::Http1Stack;
-use crate::conn_limits::{ConnLimits, Deadline};
+use crate::conn_limits::{AnonConn, ConnLimits, Deadline};
 use crate::identity::{Identity, cert_serial_hex};
 use crate::tls::TlsState;
 
@@ -64,9 +66,9 @@ pub async fn serve(
     http1: Http1Stack,
 ) -> std::io::Result<()> {
     loop {
-        // At a cap the loop waits here and the kernel queues new connections: nothing is
-        // refused for being one too many, only for being unauthenticated past its caps.
-        let (open, handshaking) = limits.room().await;
+        // At the cap the loop waits here and the kernel queues new connections: nothing is
+        // refused for being one too many.
+        let open = limits.room().await;
         let (tcp, remote) = match listener.accept().await {
             Ok(c) => c,
             // Out of file descriptors and the like: log, back off briefly so the loop does
@@ -84,47 +86,87 @@ pub async fn serve(
                 tracing::debug!(error = %e, "cannot set TCP_NODELAY");
             }
         }
-        let Ok(slot) = limits.admit_source(remote.ip()) else {
-            // The newest unauthenticated connection of a source at its cap: closed at once.
-            drop(tcp);
-            continue;
-        };
         let acceptor = tls.acceptor();
         let router = router.clone();
         let limits = limits.clone();
         tokio::spawn(async move {
             let _open = open;
-            let handshake = handshake(acceptor, tcp, remote, &limits).await;
-            drop(handshaking);
-            let Some((stream, peer)) = handshake else { return };
+            // One deadline for the PROXY header, waiting for a handshake slot and the handshake.
+            let deadline = tokio::time::Instant::now() + limits.handshake_timeout();
+            let Some((tcp, remote)) = client_of(tcp, remote, &limits, deadline).await else { return };
+            let Some((stream, peer)) = handshake(acceptor, tcp, remote, &limits, deadline).await else { return };
             let (slot, waits) = match &peer {
-                Peer::Verified { .. } => {
-                    slot.authenticated();
-                    (None, Waits { first: limits.first_request_timeout(), idle: AUTHENTICATED_IDLE })
-                }
-                Peer::Anonymous => match slot.anonymous() {
+                Peer::Verified { .. } => (None, Waits { first: limits.first_request_timeout(), idle: AUTHENTICATED_IDLE }),
+                // Only now does the connection count against the anonymous caps: it can no
+                // longer present a certificate.
+                Peer::Anonymous => match limits.anonymous(remote.ip()) {
                     Ok(slot) => (Some(slot), Waits { first: limits.first_request_timeout(), idle: limits.unauthenticated_idle() }),
                     Err(_) => return,
                 },
             };
+            let anon = slot.as_ref().map(|s| s.conn().clone());
             // Set at the handshake from both sides' lists: h2 only when the client offered
             // nothing else. hyper's connection state is boxed: every connection's task is as
             // large as its largest state, and most connections are HTTP/1.1.
             if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-                Box::pin(serve_hyper(Hyper::Http2, stream, remote, peer, router, waits, limits.clone())).await;
+                Box::pin(serve_hyper(Hyper::Http2, stream, remote, peer, router, waits, limits.clone(), anon)).await;
             } else if http1 == Http1Stack::Hyper {
-                Box::pin(serve_hyper(Hyper::Http1, stream, remote, peer, router, waits, limits.clone())).await;
+                Box::pin(serve_hyper(Hyper::Http1, stream, remote, peer, router, waits, limits.clone(), anon)).await;
             } else {
-                crate::http1::serve_connection(stream, remote, peer, router, waits, limits.clone()).await;
+                crate::http1::serve_connection(stream, remote, peer, router, waits, limits.clone(), anon).await;
             }
             drop(slot);
         });
     }
 }
 
-/// The TLS handshake, bounded in time, and the identity of the certificate it verified.
-async fn handshake(acceptor: TlsAcceptor, tcp: TcpStream, remote: SocketAddr, limits: &ConnLimits) -> Option<(TlsStream<TcpStream>, Peer)> {
-    let stream = match tokio::time::timeout(limits.handshake_timeout(), acceptor.accept(tcp)).await {
+/// The client behind `tcp`: from a configured load balancer, the address its PROXY v2 header
+/// names; from anywhere else, the peer itself, refused if it sends a PROXY header
+/// ([`crate::proxy_protocol`]). None when the connection is closed.
+async fn client_of(
+    mut tcp: TcpStream,
+    remote: SocketAddr,
+    limits: &ConnLimits,
+    deadline: tokio::time::Instant,
+) -> Option<(TcpStream, SocketAddr)> {
+    use crate::proxy_protocol::{is_balancer, read_v2, refuse_unexpected_header};
+    let from_balancer = is_balancer(limits.balancers(), remote.ip());
+    let read = async {
+        if from_balancer {
+            read_v2(&mut tcp, remote.ip()).await.map(|client| client.unwrap_or(remote))
+        } else {
+            refuse_unexpected_header(&tcp, remote.ip()).await.map(|()| remote)
+        }
+    };
+    match tokio::time::timeout_at(deadline, read).await {
+        Ok(Ok(client)) => Some((tcp, client)),
+        Ok(Err(e)) => {
+            limits.proxy_refused();
+            tracing::warn!(%remote, error = %e, "connection refused for its PROXY protocol header");
+            None
+        }
+        Err(_) => {
+            limits.timed_out(Deadline::Handshake);
+            tracing::debug!(%remote, "no PROXY header or TLS hello before the handshake deadline");
+            None
+        }
+    }
+}
+
+/// The TLS handshake, after waiting for one of its source's handshake slots and one of all,
+/// all by `deadline`; and the identity of the certificate it verified.
+async fn handshake(
+    acceptor: TlsAcceptor,
+    tcp: TcpStream,
+    remote: SocketAddr,
+    limits: &Arc<ConnLimits>,
+    deadline: tokio::time::Instant,
+) -> Option<(TlsStream<TcpStream>, Peer)> {
+    let shaken = async {
+        let _slot = limits.handshake_slot(remote.ip()).await;
+        acceptor.accept(tcp).await
+    };
+    let stream = match tokio::time::timeout_at(deadline, shaken).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             tracing::debug!(%remote, error = %e, "TLS handshake refused");
@@ -215,24 +257,62 @@ fn hyper_http1() -> hyper::server::conn::http1::Builder {
 
 /// One connection served by hyper, with the first-request and idle deadlines watched here:
 /// hyper has no idle deadline of its own.
-async fn serve_hyper<S>(which: Hyper, stream: S, remote: SocketAddr, peer: Peer, router: Router, waits: Waits, limits: Arc<ConnLimits>)
-where
+#[allow(clippy::too_many_arguments)]
+async fn serve_hyper<S>(
+    which: Hyper,
+    stream: S,
+    remote: SocketAddr,
+    peer: Peer,
+    router: Router,
+    waits: Waits,
+    limits: Arc<ConnLimits>,
+    anon: Option<Arc<AnonConn>>,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let streams = if matches!(peer, Peer::Anonymous) { MAX_STREAMS_UNAUTHENTICATED } else { MAX_STREAMS_PER_CONNECTION };
     let activity = Arc::new(Activity::default());
     let seen = activity.clone();
+    let (service_limits, service_anon) = (limits.clone(), anon.clone());
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(peer.clone());
         req.extensions_mut().insert(axum::extract::ConnectInfo(remote));
         let router = router.clone();
         let guard = InFlight::new(&seen);
+        let (limits, anon) = (service_limits.clone(), service_anon.clone());
         async move {
             let _guard = guard;
-            let answer = match crate::api::read_whole_body(req.map(Body::new)).await {
+            let _busy = anon.as_ref().map(AnonConn::busy);
+            // The same rules as [`crate::http1`]'s for a connection without a certificate:
+            // rate-limited per source (answered late), bodies within the shared budget.
+            let mut _budget = None;
+            if anon.is_some() {
+                if let Err(wait) = limits.allow_anonymous_request(remote.ip()) {
+                    tokio::time::sleep(wait.max(crate::conn_limits::RATE_LIMITED_DELAY)).await;
+                    return Ok(crate::http1::rate_limited(wait));
+                }
+                if !hyper::body::Body::is_end_stream(req.body()) {
+                    match limits.anonymous_body(crate::api::MAX_ANONYMOUS_BODY_BYTES).await {
+                        Some(p) => _budget = Some(p),
+                        None => return Ok(crate::http1::body_budget_full()),
+                    }
+                }
+            }
+            let head = req.method() == hyper::Method::HEAD;
+            let mut answer = match crate::api::read_whole_body(req.map(Body::new)).await {
                 Ok(req) => router.oneshot(req).await.unwrap_or_else(|e| match e {}),
                 Err(refusal) => refusal,
             };
+            if anon.is_some()
+                && !head
+                && let Some(bytes) = axum::body::HttpBody::size_hint(answer.body()).exact()
+                && let Err(wait) = limits.charge_anonymous_answer(remote.ip(), bytes)
+            {
+                answer = crate::http1::rate_limited(wait);
+            }
+            if anon.is_some() {
+                answer = limits.pace(answer);
+            }
             Ok::<_, Infallible>(answer)
         }
     });
@@ -244,18 +324,19 @@ where
             builder.timer(TokioTimer::new()).max_concurrent_streams(streams);
             let conn = builder.serve_connection(io, service);
             tokio::pin!(conn);
-            watch_idle(conn, |c| c.graceful_shutdown(), &activity, remote, waits, &limits).await;
+            watch_idle(conn, |c| c.graceful_shutdown(), &activity, remote, waits, &limits, anon.as_deref()).await;
         }
         Hyper::Http1 => {
             let conn = hyper_http1().serve_connection(io, service);
             tokio::pin!(conn);
-            watch_idle(conn, |c| c.graceful_shutdown(), &activity, remote, waits, &limits).await;
+            watch_idle(conn, |c| c.graceful_shutdown(), &activity, remote, waits, &limits, anon.as_deref()).await;
         }
     }
 }
 
 /// Drives `conn` to its end. A connection with no request in flight past its wait is shut
-/// down gracefully (HTTP/2: GOAWAY), then dropped if it does not close within the grace.
+/// down gracefully (HTTP/2: GOAWAY), then dropped if it does not close within the grace; so
+/// is an anonymous one the caps evicted (at once: it was idle when chosen).
 async fn watch_idle<C>(
     mut conn: std::pin::Pin<&mut C>,
     shutdown: fn(std::pin::Pin<&mut C>),
@@ -263,11 +344,19 @@ async fn watch_idle<C>(
     remote: SocketAddr,
     waits: Waits,
     limits: &ConnLimits,
+    anon: Option<&AnonConn>,
 ) where
     C: std::future::Future<Output = Result<(), hyper::Error>>,
 {
     let started = tokio::time::Instant::now();
     let mut closing: Option<tokio::time::Instant> = None;
+    let evicted = async {
+        match anon {
+            Some(a) => a.evicted().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(evicted);
     loop {
         let wake = match closing {
             Some(t) => t,
@@ -279,6 +368,10 @@ async fn watch_idle<C>(
                     tracing::debug!(%remote, error = %e, "connection ended with an error");
                 }
                 return;
+            }
+            () = &mut evicted, if closing.is_none() => {
+                shutdown(conn.as_mut());
+                closing = Some(tokio::time::Instant::now() + H2_CLOSE_GRACE);
             }
             () = tokio::time::sleep_until(wake) => {
                 if closing.is_some() {

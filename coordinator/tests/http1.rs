@@ -86,7 +86,7 @@ fn start_with_buffer(seen: Arc<Seen>, buffer: usize) -> (DuplexStream, tokio::ta
     // The listener's per-connection waits as an authenticated connection has them.
     let waits = Waits { first: IDLE_TIMEOUT, idle: IDLE_TIMEOUT };
     let limits = ConnLimits::new(Default::default());
-    let task = tokio::spawn(serve_connection(server, remote, Peer::Anonymous, router(seen), waits, limits));
+    let task = tokio::spawn(serve_connection(server, remote, Peer::Anonymous, router(seen), waits, limits, None));
     (client, task)
 }
 

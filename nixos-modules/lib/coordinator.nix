@@ -12,6 +12,7 @@
   stateDir ? "/var/lib/drover-coordinator",
   configFile ? "/etc/drover/coordinator.toml",
   releasesDir ? null,
+  expectedHosts ? 10000,            # the fleet's size, for the memory limits below
   settings ? { },                   # freeform, merged over the rendered file (coordinator.toml keys)
 }:
 let
@@ -62,6 +63,12 @@ let
     DevicePolicy = "closed";
   };
 
+  # The sizing rule (BENCHMARKS.md, "Anonymous clients" and "Toward 100,000 agents"): 256 MiB
+  # (the process, caches, the anonymous body budget and TLS state of the anonymous caps) plus
+  # 32 KiB a host (idle 16 KiB a host measured, twice that for a rollout's peak). Past
+  # MemoryHigh the kernel reclaims and throttles; MemoryMax (twice it) is the hard stop.
+  memoryHighMiB = 256 + (expectedHosts * 32) / 1024;
+
   service = {
     Unit = {
       Description = "Drover coordinator";
@@ -81,6 +88,8 @@ let
       # operators, well past the soft 1024 most systems start a service with. `serve` raises
       # its soft limit to this hard one.
       LimitNOFILE = 65536;
+      MemoryHigh = "${toString memoryHighMiB}M";
+      MemoryMax = "${toString (2 * memoryHighMiB)}M";
     };
     Install.WantedBy = "multi-user.target";
   };

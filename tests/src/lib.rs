@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod anonymous;
 pub mod api;
 pub mod benchkit;
 pub mod binaries;

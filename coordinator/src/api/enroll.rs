@@ -128,14 +128,26 @@ pub async fn create_host(
 pub async fn enroll(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<EnrollRequest>) -> Result<Json<EnrollResponse>, ApiError> {
     let host_id = Uuid::parse_str(&req.host_id).map_err(|_| ApiError::bad_request("hostId is not a UUID"))?;
     let now = app.clock.now();
-    // Check the CSR before the token is spent, so a malformed request does not burn it.
-    crate::pki::check_csr(&req.csr, crate::pki::CsrPurpose::Host).map_err(|e| ApiError::bad_request(format!("csr: {e}")))?;
-    if let Some(key) = &req.seal_key {
-        drover_proto::seal::check_public_b64(key).map_err(|e| ApiError::bad_request(format!("sealKey: {e}")))?;
-    }
-    if let Some(csr) = &req.evidence_csr {
-        crate::pki::check_csr(csr, crate::pki::CsrPurpose::Evidence).map_err(|e| ApiError::bad_request(format!("evidenceCsr: {e}")))?;
-    }
+    // Check the CSR before the token is spent, so a malformed request does not burn it. A
+    // signature check is CPU work an anonymous caller asks for: it runs on the blocking pool,
+    // never on the workers that serve operators and agents (issue 40).
+    let checked = (req.csr.clone(), req.seal_key.clone(), req.evidence_csr.clone());
+    tokio::task::spawn_blocking(move || -> Result<(), ApiError> {
+        let (csr, seal_key, evidence_csr) = checked;
+        crate::pki::check_csr(&csr, crate::pki::CsrPurpose::Host).map_err(|e| ApiError::bad_request(format!("csr: {e}")))?;
+        if let Some(key) = &seal_key {
+            drover_proto::seal::check_public_b64(key).map_err(|e| ApiError::bad_request(format!("sealKey: {e}")))?;
+        }
+        if let Some(csr) = &evidence_csr {
+            crate::pki::check_csr(csr, crate::pki::CsrPurpose::Evidence).map_err(|e| ApiError::bad_request(format!("evidenceCsr: {e}")))?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| {
+        tracing::error!(error = %e, "enrollment CSR check panicked");
+        ApiError::internal()
+    })??;
     let token_hash = hash_token(req.token.expose());
     let ca = app.ca.clone();
     let csr = req.csr.clone();

@@ -43,6 +43,11 @@ use crate::app::AppState;
 
 /// Largest request body accepted, but on the routes [`body_limit`] names.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
+/// Largest request body accepted from a connection without a client certificate: an
+/// enrollment (token, CSRs, a sealing key) is a few KiB. These bodies also share one budget
+/// ([`crate::conn_limits`]), so anonymous clients cannot make the coordinator buffer more
+/// than `connections.anonymous_body_budget_bytes` in all.
+pub const MAX_ANONYMOUS_BODY_BYTES: usize = 64 << 10;
 
 /// Every route. Which ones need which certificate is decided by each handler's extractor
 /// (`HostCaller`, `Admin`, …); the anonymous ones are the enrollment path and `/healthz`.
@@ -158,15 +163,20 @@ pub fn router(app: Arc<AppState>) -> Router {
 /// The publish route: the only one whose body may exceed [`MAX_BODY_BYTES`].
 pub const RELEASES_PATH: &str = "/v1/releases";
 
-/// The body limit of a request: a release is megabytes, everything else stays small. The
-/// larger limit is granted only to an operator certificate, so an anonymous or host caller
-/// cannot make the coordinator buffer megabytes before its role is even checked.
+/// The body limit of a request: a release is megabytes, everything else stays small, and
+/// nothing without a certificate is more than [`MAX_ANONYMOUS_BODY_BYTES`]. The larger limit
+/// is granted only to an operator certificate, so an anonymous or host caller cannot make
+/// the coordinator buffer megabytes before its role is even checked.
 pub fn body_limit(parts: &axum::http::request::Parts) -> usize {
-    let operator = matches!(
-        parts.extensions.get::<auth::Peer>(),
+    match parts.extensions.get::<auth::Peer>() {
         Some(auth::Peer::Verified { identity: Ok(crate::identity::Identity::Operator { .. }), .. })
-    );
-    if operator && parts.uri.path() == RELEASES_PATH { releases::MAX_RELEASE_BODY_BYTES } else { MAX_BODY_BYTES }
+            if parts.uri.path() == RELEASES_PATH =>
+        {
+            releases::MAX_RELEASE_BODY_BYTES
+        }
+        Some(auth::Peer::Verified { .. }) => MAX_BODY_BYTES,
+        _ => MAX_ANONYMOUS_BODY_BYTES,
+    }
 }
 
 /// How much of an oversized body is read and thrown away before answering 413, so that the
@@ -181,15 +191,19 @@ pub const MAX_DRAIN_BYTES: usize = 16 << 20;
 /// future out of every parked long-poll.
 ///
 /// The same deadlines as HTTP/1.1's bound the read: no progress for
-/// [`crate::http1::BODY_STALL_TIMEOUT`], or more than [`crate::http1::BODY_TIMEOUT`] in all,
-/// answers 408 — a body that never ends cannot hold its stream, and its buffer, for ever.
+/// [`crate::http1::BODY_STALL_TIMEOUT`], or more than [`crate::http1::BODY_TIMEOUT`] in all
+/// ([`crate::http1::ANONYMOUS_BODY_TIMEOUT`] without a certificate), answers 408 — a body
+/// that never ends cannot hold its stream, and its buffer, for ever.
 pub async fn read_whole_body(req: Request) -> Result<Request, Response> {
     use http_body_util::BodyExt as _;
     let (parts, mut body) = req.into_parts();
     let limit = body_limit(&parts);
+    let anonymous = !matches!(parts.extensions.get::<auth::Peer>(), Some(auth::Peer::Verified { .. }));
+    let (within, drain) =
+        if anonymous { (crate::http1::ANONYMOUS_BODY_TIMEOUT, limit) } else { (crate::http1::BODY_TIMEOUT, MAX_DRAIN_BYTES) };
     let mut buf: Vec<u8> = Vec::new();
     let mut seen = 0usize;
-    let deadline = tokio::time::Instant::now() + crate::http1::BODY_TIMEOUT;
+    let deadline = tokio::time::Instant::now() + within;
     loop {
         let next = tokio::time::timeout_at(deadline.min(tokio::time::Instant::now() + crate::http1::BODY_STALL_TIMEOUT), body.frame());
         let frame = match next.await {
@@ -199,7 +213,7 @@ pub async fn read_whole_body(req: Request) -> Result<Request, Response> {
                 return Err(error::ApiError::new(
                     StatusCode::REQUEST_TIMEOUT,
                     "request_timeout",
-                    "the request body did not arrive in time (30 s without progress, 300 s in all)",
+                    format!("the request body did not arrive in time (30 s without progress, {} s in all)", within.as_secs()),
                 )
                 .into_response());
             }
@@ -209,7 +223,7 @@ pub async fn read_whole_body(req: Request) -> Result<Request, Response> {
             seen = seen.saturating_add(data.len());
             if seen <= limit {
                 buf.extend_from_slice(&data);
-            } else if seen > limit + MAX_DRAIN_BYTES {
+            } else if seen > limit + drain {
                 // Past what is worth draining: answer now; the client may see a reset.
                 return Err(too_large(limit));
             }
@@ -255,10 +269,23 @@ mod body_deadline_tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_request_body_that_never_ends_is_answered_408_at_the_stall_deadline() {
-        let req = Request::builder().method("POST").uri("/v1/enroll").body(Body::new(Stalled)).expect("request");
+        let host = auth::Peer::Verified {
+            identity: Ok(crate::identity::Identity::Host { host_id: uuid::Uuid::nil(), hostname: "h1".into() }),
+            serial: "01".into(),
+        };
+        let req = Request::builder().method("POST").uri("/v1/agent/checkin").extension(host).body(Body::new(Stalled)).expect("request");
         let started = tokio::time::Instant::now();
         let answer = read_whole_body(req).await.expect_err("refused");
         assert_eq!(answer.status(), StatusCode::REQUEST_TIMEOUT);
         assert_eq!(started.elapsed(), crate::http1::BODY_STALL_TIMEOUT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_anonymous_body_trickled_in_is_answered_408_at_the_anonymous_deadline() {
+        let req = Request::builder().method("POST").uri("/v1/enroll").body(Body::new(Stalled)).expect("request");
+        let started = tokio::time::Instant::now();
+        let answer = read_whole_body(req).await.expect_err("refused");
+        assert_eq!(answer.status(), StatusCode::REQUEST_TIMEOUT);
+        assert_eq!(started.elapsed(), crate::http1::ANONYMOUS_BODY_TIMEOUT, "not the 300 s an authenticated body gets");
     }
 }

@@ -445,40 +445,16 @@ pub async fn list_audit(
 
 /// `GET /readyz` (anonymous, like `/healthz`: load balancers probe without certificates).
 ///
-/// Ready means "can serve agents what they need": the store answers, and the latest stored
-/// release verifies against the CI trust roots at the coordinator's clock (signatures,
-/// thresholds, freshness), and the disk under the store has room for writes (`disk_full`
-/// otherwise: reads would work, but no agent's report or operator's change could be kept).
-/// A coordinator with no release at all is **not** ready (503): it could enroll hosts but
-/// has nothing to roll out, and a replica that lost its store content must not take traffic. A release that has gone stale (CI stopped re-signing the timestamp)
-/// makes it unready too, since every agent would refuse what it serves.
+/// Ready means "can serve agents what they need": the store answers and has room for writes
+/// (`disk_full` otherwise), and the latest stored release verifies against the CI trust roots
+/// and is fresh. A coordinator with no release at all is **not** ready (503): it could enroll
+/// hosts but has nothing to roll out, and a replica that lost its store content must not take
+/// traffic. The answer comes from the verdict [`crate::readiness::watch`] keeps: this route
+/// reads it and the clock and nothing else, so an anonymous prober costs O(1) whatever the
+/// fleet's size (issue 40).
 pub async fn readyz(State(app): State<Arc<AppState>>) -> Result<Response, ApiError> {
-    let unready = |code: &'static str, message: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, message);
-    let latest = store::blocking(app.store.clone(), |s| {
-        s.ping()?;
-        s.check_writable()?;
-        s.latest_release()
-    })
-    .await
-    .map_err(|e| match e {
-        // Named, with the free space but not the path: this route is anonymous.
-        store::StoreError::StorageFull { available_bytes, .. } => {
-            tracing::warn!(error = %e, "readiness: the store's disk is full");
-            let free = available_bytes.map(|b| format!(" ({b} bytes free)")).unwrap_or_default();
-            unready("disk_full", format!("the disk under the coordinator's store is full{free}: writes fail until space is freed"))
-        }
-        e => {
-            tracing::warn!(error = %e, "readiness: store does not answer");
-            unready("store_unavailable", "the store does not answer".to_owned())
-        }
-    })?;
-    let Some(release) = latest else {
-        return Err(unready("no_release", "no release has been published yet; nothing to serve".to_owned()));
-    };
-    // The trust roots parsed once at start (`AppState::trust`), the same ones publishing uses.
-    let ctx = drover_proto::verify::VerifyContext::at(app.clock.now()).with_floor(drover_proto::verify::VersionFloor::None);
-    match drover_proto::release::verify_release(&release.files, &app.trust, &ctx) {
-        Ok(_) => Ok((StatusCode::OK, Json(serde_json::json!({ "ready": true, "releaseVersion": release.version }))).into_response()),
-        Err(e) => Err(unready("release_unverified", format!("latest release (version {}) does not verify: {e}", release.version))),
+    match crate::readiness::judge(&app.readiness.verdict(), app.clock.now()) {
+        Ok(ready) => Ok((StatusCode::OK, Json(ready)).into_response()),
+        Err(why) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why.code, why.message)),
     }
 }

@@ -155,6 +155,8 @@ pub async fn publish_release(app: &Arc<AppState>, files: ReleaseFiles, actor: Ac
         Ok(Ok(Published { version, rollouts, created: true }))
     })
     .await?;
+    // `/readyz` reports the new release as soon as it is checked, not a second later.
+    app.readiness.poke();
     match outcome {
         Ok(published) if !published.created => {
             tracing::info!(version = published.version, actor = %actor.name, "release published again unchanged: nothing to do");

@@ -41,7 +41,7 @@ use tower::ServiceExt as _;
 
 use crate::api::auth::Peer;
 use crate::api::error::ApiError;
-use crate::conn_limits::{ConnLimits, Deadline};
+use crate::conn_limits::{AnonConn, ConnLimits, Deadline};
 use decode::{BodyDecoder, BodyEnd, BodyStep, DecodeError, Framing, Head, READ_CHUNK};
 
 pub mod decode;
@@ -58,6 +58,10 @@ pub const BODY_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a whole request body (trailers included) may take: a client trickling a byte
 /// just inside the stall timeout must not hold a connection for ever.
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(300);
+/// The same for a connection without a certificate: its body is at most
+/// [`crate::api::MAX_ANONYMOUS_BODY_BYTES`] and holds part of a budget every anonymous client
+/// shares, so a trickle must not keep that budget for long.
+pub const ANONYMOUS_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long, after an error answer, the connection keeps reading (and dropping) what the
 /// client is still sending, so that closing does not reset the answer away.
 const LINGER: Duration = Duration::from_secs(2);
@@ -133,7 +137,9 @@ enum BodyRead {
 }
 
 /// Serves HTTP/1.1 requests on `io` into `router` until the client closes, a request
-/// asks to close, or one is refused. Every request carries `peer` and `remote`.
+/// asks to close, or one is refused. Every request carries `peer` and `remote`. A connection
+/// without a certificate passes its place under the caps (`anon`): its requests are
+/// rate-limited, its bodies budgeted, and it closes when the caps evict it while idle.
 pub fn serve_connection<S>(
     io: S,
     remote: SocketAddr,
@@ -141,13 +147,14 @@ pub fn serve_connection<S>(
     router: Router,
     waits: crate::server::Waits,
     limits: Arc<ConnLimits>,
+    anon: Option<Arc<AnonConn>>,
 ) -> impl Future<Output = ()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     // Not an `async fn`: its arguments would stay in the future beside the connection they
     // are moved into, a second copy of the TLS stream (1.2 KB) in every parked connection.
-    let mut conn = Conn { io, buf: Vec::new(), waits, served: false, limits };
+    let mut conn = Conn { io, buf: Vec::new(), waits, served: false, limits, anon };
     async move {
         let linger = match conn.serve(remote, peer, router).await {
             Ok(linger) => linger,
@@ -177,6 +184,8 @@ struct Conn<S> {
     served: bool,
     /// Where deadlines that close the connection are counted.
     limits: Arc<ConnLimits>,
+    /// Its place under the anonymous caps, for a connection without a certificate.
+    anon: Option<Arc<AnonConn>>,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
@@ -190,9 +199,42 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             };
             let is_head = parts.method == Method::HEAD;
             let version = parts.version;
+            let _busy = self.anon.as_ref().map(AnonConn::busy);
+            if self.anon.is_some()
+                && let Err(wait) = self.limits.allow_anonymous_request(remote.ip())
+            {
+                // Answered late, so a client that ignores Retry-After gains nothing by asking
+                // again at once; a body it may be sending is not read (the connection closes).
+                Box::pin(tokio::time::sleep(wait.max(crate::conn_limits::RATE_LIMITED_DELAY))).await;
+                let keep = matches!(framing, Framing::Empty | Framing::Length(0)) && !close;
+                Box::pin(self.write_response(rate_limited(wait), is_head, !keep, version)).await?;
+                if keep {
+                    continue;
+                }
+                return Ok(true);
+            }
             parts.extensions.insert(peer.clone());
             parts.extensions.insert(axum::extract::ConnectInfo(remote));
             let limit = crate::api::body_limit(&parts);
+            // An anonymous body holds room in the budget every anonymous client shares, from
+            // before it is read until its answer is written.
+            let _budget = match (&self.anon, framing) {
+                (Some(_), Framing::Length(n)) if n > 0 && n <= limit as u64 => match self.limits.anonymous_body(n as usize).await {
+                    Some(p) => Some(p),
+                    None => {
+                        Box::pin(self.write_response(body_budget_full(), is_head, true, version)).await?;
+                        return Ok(true);
+                    }
+                },
+                (Some(_), Framing::Chunked) => match self.limits.anonymous_body(limit).await {
+                    Some(p) => Some(p),
+                    None => {
+                        Box::pin(self.write_response(body_budget_full(), is_head, true, version)).await?;
+                        return Ok(true);
+                    }
+                },
+                _ => None,
+            };
             if expect_continue {
                 if matches!(framing, Framing::Length(n) if n > limit as u64) {
                     // The client waits before sending the body: answer without reading it.
@@ -219,7 +261,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             let Some(response) = self.respond(Box::pin(router.clone().oneshot(request))).await else {
                 return Ok(false);
             };
-            let response = response.unwrap_or_else(|e| match e {});
+            let mut response = response.unwrap_or_else(|e| match e {});
+            if self.anon.is_some()
+                && !is_head
+                && let Some(bytes) = HttpBody::size_hint(response.body()).exact()
+                && let Err(wait) = self.limits.charge_anonymous_answer(remote.ip(), bytes)
+            {
+                // A large answer (the agent binary) is paid for by its size, or not sent.
+                response = rate_limited(wait);
+            }
+            if self.anon.is_some() {
+                response = self.limits.pace(response);
+            }
             Box::pin(self.write_response(response, is_head, close, version)).await?;
             if close {
                 return Ok(false);
@@ -240,12 +293,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         (&mut self.io).take(max as u64).read_buf(&mut self.buf).await.map_err(io_error)
     }
 
-    /// The next request's head, or None when the client closed (or idled out) between
-    /// requests.
+    /// The next request's head, or None when the client closed (or idled out, or the caps
+    /// evicted it) between requests.
     async fn read_head(&mut self) -> Result<Option<Head>, Http1Error> {
         if self.buf.is_empty() {
             let wait = if self.served { self.waits.idle } else { self.waits.first };
-            match timeout(wait, self.read_more()).await {
+            let anon = self.anon.clone();
+            let evicted = async move {
+                match anon {
+                    Some(a) => a.evicted().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let next = tokio::select! {
+                biased;
+                () = evicted => return Ok(None),
+                next = timeout(wait, self.read_more()) => next,
+            };
+            match next {
                 Err(_) => {
                     self.limits.timed_out(if self.served { Deadline::Idle } else { Deadline::FirstRequest });
                     return Ok(None);
@@ -282,16 +347,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         }
     }
 
-    /// The body [`decode::BodyDecoder`] delimits, read within [`BODY_TIMEOUT`].
+    /// The body [`decode::BodyDecoder`] delimits, read within [`BODY_TIMEOUT`]
+    /// ([`ANONYMOUS_BODY_TIMEOUT`] without a certificate; an oversized one drains at most its
+    /// limit again, not [`crate::api::MAX_DRAIN_BYTES`]).
     async fn read_body(&mut self, framing: Framing, limit: usize) -> Result<BodyRead, Http1Error> {
-        let deadline = Instant::now() + BODY_TIMEOUT;
+        let (within, drain) =
+            if self.anon.is_some() { (ANONYMOUS_BODY_TIMEOUT, limit) } else { (BODY_TIMEOUT, crate::api::MAX_DRAIN_BYTES) };
+        let deadline = Instant::now() + within;
         if let Framing::Length(n) = framing
             && n <= limit as u64
         {
             // It is handed over whole: read it into a buffer of its exact size.
             self.buf.reserve_exact((n as usize).saturating_sub(self.buf.len()));
         }
-        let mut decoder = BodyDecoder::new(framing, limit, crate::api::MAX_DRAIN_BYTES);
+        let mut decoder = BodyDecoder::new(framing, limit, drain);
         let mut body = Vec::new();
         loop {
             match decoder.decode(&self.buf)? {
@@ -447,6 +516,31 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         }
         self.write_raw(&out).await
     }
+}
+
+/// The 429 for a source past its rate, with the wait in whole seconds (at least one).
+pub fn rate_limited(wait: Duration) -> Response {
+    let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+    let mut answer = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate_limited",
+        format!("too many requests without a client certificate from this address; retry in {secs} s"),
+    )
+    .into_response();
+    answer.headers_mut().insert(header::RETRY_AFTER, axum::http::HeaderValue::from(secs));
+    answer
+}
+
+/// The 503 for an anonymous body that found no room in the shared budget.
+pub fn body_budget_full() -> Response {
+    let mut answer = ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "anonymous_budget_full",
+        "too many request bodies from clients without a certificate are in flight; retry shortly",
+    )
+    .into_response();
+    answer.headers_mut().insert(header::RETRY_AFTER, axum::http::HeaderValue::from(1u64));
+    answer
 }
 
 /// Response header fields, less the ones that frame the message on this hop (set here;

@@ -27,6 +27,10 @@ struct Cli {
 enum Cmd {
     /// Simulated agents against a real coordinator: enrollment, ramp-up, idle, a rollout.
     Fleet(Box<FleetArgs>),
+    /// The anonymous attacks of issue 40 against a real coordinator: every anonymous route
+    /// hammered while an admin's latency is timed, then a flood of pinned request bodies while
+    /// its memory is watched (BENCHMARKS.md, "Anonymous clients").
+    Anonymous(AnonymousArgs),
     /// One share of a fleet's agents, run by `fleet --processes N` (not for direct use): the
     /// plan file says which agents and where; commands come on stdin, receipts go to stdout.
     #[command(hide = true)]
@@ -34,6 +38,54 @@ enum Cmd {
         /// The plan `fleet` wrote.
         plan: PathBuf,
     },
+}
+
+#[derive(Args)]
+struct AnonymousArgs {
+    /// Hosts in the published release.
+    #[arg(long, default_value_t = 10_000)]
+    hosts: usize,
+    /// Hammering connections (spread over --sources addresses).
+    #[arg(long, default_value_t = 16)]
+    hammer_connections: usize,
+    /// Loopback source addresses of the hammer.
+    #[arg(long, default_value_t = 4)]
+    sources: usize,
+    /// Admin requests timed quiet and again under the hammer.
+    #[arg(long, default_value_t = 500)]
+    admin_requests: usize,
+    /// Connections of the body flood (from four addresses).
+    #[arg(long, default_value_t = 1000)]
+    body_connections: usize,
+    /// How long memory is watched after the flood, at most, seconds.
+    #[arg(long, default_value_t = 60)]
+    settle_secs: u64,
+    /// The coordinator binary (default: beside this one).
+    #[arg(long)]
+    coordinator: Option<PathBuf>,
+    /// The agent binary it serves (default: beside this one).
+    #[arg(long)]
+    agent: Option<PathBuf>,
+}
+
+fn anonymous(args: AnonymousArgs) -> anyhow::Result<ExitCode> {
+    let coordinator = args.coordinator.clone().map_or_else(|| beside_me("drover-coordinator"), Ok)?;
+    let agent = args.agent.clone().map_or_else(|| beside_me("drover-agent"), Ok)?;
+    let _ = drover_coordinator::run::raise_open_files_limit();
+    let dir = tempfile::tempdir().context("temporary directory")?;
+    let opts = drover_tests::anonymous::AttackOptions {
+        hosts: args.hosts,
+        hammer_connections: args.hammer_connections,
+        sources: args.sources,
+        admin_requests: args.admin_requests,
+        body_connections: args.body_connections,
+        settle_secs: args.settle_secs,
+        connections: String::new(),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("runtime")?;
+    let report = runtime.block_on(drover_tests::anonymous::run(&opts, &coordinator, &agent, dir.path()))?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Args)]
@@ -396,6 +448,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Cmd::Fleet(args) => fleet(*args),
+        Cmd::Anonymous(args) => anonymous(args),
         Cmd::SwarmPart { plan } => swarm_part(&plan),
     };
     match outcome {
