@@ -169,23 +169,29 @@ pub fn admit_proven(
     Ok(Admitted { intent, place, root, timestamp, cache })
 }
 
-/// A task that passed the director's signature, host and window rules, and is not a replay.
+/// A task that passed the director's signature, host and window rules.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskAdmission {
+    /// Its id was never taken: run it.
+    New(drover_proto::task::Task),
+    /// Its id is in the journal: it never runs again; it is answered with its recorded result
+    /// or refused as a replay ([`crate::recorded::answer_again`]).
+    Taken(drover_proto::task::Task),
+}
+
+/// The director's signature, host and window rules over a task, then the journal: a task
+/// that fails a rule is refused (with its rule) before its id is looked up, so a taken id is
+/// only ever answered for a task that verified again as a new one would.
 pub fn admit_task(
     env: &Envelope,
     anchors: &Anchors,
     host_id: &str,
     journal: &crate::records::Journal,
     now: Time,
-) -> Result<drover_proto::task::Task, (String, ReportEvent)> {
+) -> Result<TaskAdmission, (String, ReportEvent)> {
     let id_hint = env.payload::<serde_json::Value>().ok().and_then(|v| v.get("taskId").and_then(|t| t.as_str()).map(str::to_owned));
     let id = id_hint.unwrap_or_default();
     let task = verify_task(env, anchors.director.key_set(), host_id, &VerifyContext::at(now))
         .map_err(|e| (id.clone(), ReportEvent::TaskRefused { task_id: id.clone(), reason: format!("{}: {e}", e.rule()) }))?;
-    if journal.contains(&task.task_id) {
-        return Err((
-            task.task_id.clone(),
-            ReportEvent::TaskRefused { task_id: task.task_id.clone(), reason: "Replayed: this task id was already taken".to_owned() },
-        ));
-    }
-    Ok(task)
+    Ok(if journal.contains(&task.task_id) { TaskAdmission::Taken(task) } else { TaskAdmission::New(task) })
 }

@@ -2,13 +2,15 @@
 //!
 //! - [`config`]: `agent.toml`, parsed once, unknown keys refused.
 //! - [`state`], [`records`]: the durable state directory, every write atomic; the floors
-//!   (timestamp version, latest time), the manifest cache and the task journal.
+//!   (timestamp version, latest time), the manifest cache and the task journal; [`recorded`]:
+//!   the last task results, to answer a task handed out again instead of refusing it.
 //! - [`client`]: the HTTPS client for the coordinator (pinned CA, TLS 1.3, fail-over), the
 //!   shared `drover-client` crate, re-exported here.
 //! - [`enroll`]: key generated on the host, CSR, hash-pinned trust roots.
 //! - [`pull`]: the pull loop — check in, verify, act, report; [`admit`]: the order of the
 //!   checks an intent or task passes before anything acts on it; [`timekeeping`]: clock steps,
-//!   renewal time, backoff.
+//!   renewal time, backoff; [`host_unknown`]: a coordinator that has no record of this host
+//!   (restored from an older backup), said once and asked again in minutes.
 //! - [`activation`]: NixOS activation with magic rollback (a state machine without I/O and its
 //!   executor).
 //! - [`systemd`]: systemd over D-Bus behind a trait, and the notify/watchdog protocol.
@@ -32,8 +34,10 @@ pub mod exit;
 pub mod gpu;
 pub mod health;
 pub mod host_keys;
+pub mod host_unknown;
 pub mod probes;
 pub mod pull;
+pub mod recorded;
 pub mod records;
 pub mod run;
 pub mod state;

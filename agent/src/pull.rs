@@ -155,6 +155,9 @@ pub struct Agent {
     activation: Option<ActivationStatus>,
     renew_at: Option<Time>,
     tasks: crate::task_worker::TaskWorker,
+    /// Whether the coordinator said it has no record of this host (restored from an older
+    /// backup): said once, asked again every few minutes.
+    host_unknown: crate::host_unknown::HostUnknown,
     /// A completed `node.uninstall`'s result, held in memory (its task may have purged the
     /// state dir): reported by [`Agent::report_uninstall`], then the agent stops.
     uninstalled: Option<TaskResult>,
@@ -194,9 +197,17 @@ impl Agent {
             activation: None,
             renew_at: None,
             tasks: Default::default(),
+            host_unknown: Default::default(),
             uninstalled: None,
             stopping: false,
         })
+    }
+
+    /// Reports the agent's one-line status (not ready while the coordinator has no record of
+    /// this host) to `sink`: systemd's `STATUS=` under `drover-agent run`.
+    pub fn reporting_status(mut self, sink: crate::host_unknown::StatusSink) -> Agent {
+        self.host_unknown = crate::host_unknown::HostUnknown::reporting_to(sink);
+        self
     }
 
     /// The client the agent uses now (for the activation side's confirmations).
@@ -240,6 +251,7 @@ impl Agent {
                 r = self.pass() => match r {
                     Ok(wait) => {
                         failures = 0;
+                        self.host_unknown.succeeded();
                         wait
                     }
                     Err(e) => {
@@ -250,8 +262,13 @@ impl Agent {
                             Duration::from_secs(self.settings.backoff_max_secs),
                             rand::random::<f64>(),
                         );
-                        tracing::warn!(error = %e, failures, retry_in_ms = wait.as_millis() as u64, "check-in failed");
-                        wait
+                        // A coordinator that has no record of this host: said once, asked again in minutes.
+                        if let Some(recheck) = self.host_unknown.failed(&e, rand::random::<f64>()) {
+                            recheck
+                        } else {
+                            tracing::warn!(error = %e, failures, retry_in_ms = wait.as_millis() as u64, "check-in failed");
+                            wait
+                        }
                     }
                 },
                 // A finished task is reported at once: the held check-in is dropped (nothing it
@@ -342,6 +359,8 @@ impl Agent {
         if !task_results.is_empty() {
             journal.acknowledge(&task_results);
             journal.prune(now, JOURNAL_GRACE_SECS);
+            // Kept to answer a task handed out again (a coordinator restored from an older backup).
+            crate::recorded::keep(&self.state, &task_results, &journal)?;
             self.state.put_journal(&journal)?;
         }
         // Before the intent and tasks: they may already be signed by the successor key.
@@ -483,7 +502,14 @@ impl Agent {
     fn handle_task(&mut self, env: Envelope, now: Time) -> Result<(), PullError> {
         let mut journal = self.state.journal()?;
         let task = match admit::admit_task(&env, &self.anchors, &self.identity.host_id, &journal, now) {
-            Ok(t) => t,
+            Ok(admit::TaskAdmission::New(t)) => t,
+            // Taken before: never run again; answered with the result it had, if one is kept.
+            Ok(admit::TaskAdmission::Taken(t)) => {
+                if let Some(refused) = crate::recorded::answer_again(&self.state, &mut journal, &t)? {
+                    self.push_event(refused);
+                }
+                return Ok(());
+            }
             Err((_, e)) => {
                 self.push_event(e);
                 return Ok(());

@@ -7,6 +7,7 @@
 //! | `seen.json` | the highest timestamp version accepted, the latest time seen, the intent last handled |
 //! | `manifest-<rolloutId>.json` | a verified manifest's bytes, signature and sha256, by rollout id |
 //! | `journal.json` | task ids already taken (with their expiry) and results not yet acknowledged |
+//! | `results.json` | the last results acknowledged, to answer a task handed out again ([`crate::recorded`]) |
 //!
 //! The pending activation (`activation.json`) belongs to [`crate::activation`].
 //!

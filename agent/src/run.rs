@@ -354,18 +354,25 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         evidence: load_evidence_signer(&state),
     });
     let local = crate::probes::observe_only(config.probes.clone());
-    let agent = Agent::new(state, client, make_client, host, Arc::new(SystemClock), config.checkin.clone(), boot_id, local)?;
+    let notifier = Arc::new(Notifier::from_env().unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "NOTIFY_SOCKET unusable; not notifying systemd");
+        Notifier::disabled()
+    }));
+    // What the loop says of itself (a coordinator that has no record of this host) shows in
+    // `systemctl status`.
+    let status = notifier.clone();
+    let agent = Agent::new(state, client, make_client, host, Arc::new(SystemClock), config.checkin.clone(), boot_id, local)?
+        .reporting_status(Arc::new(move |line: &str| {
+            let _ = status.status(line);
+        }));
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(RunError::Signals)?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).map_err(RunError::Signals)?;
-    let notifier = Notifier::from_env().unwrap_or_else(|e| {
-        tracing::warn!(error = %e, "NOTIFY_SOCKET unusable; not notifying systemd");
-        Notifier::disabled()
-    });
     let watchdog = watchdog_interval_from_env();
+    // Ready before the loop starts, so a status the loop sets is never overwritten by this one.
+    let _ = notifier.ready(crate::host_unknown::CHECKING_IN_STATUS);
     let loop_task = tokio::spawn(agent.run(stop_rx));
-    let _ = notifier.ready("checking in");
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "agent running");
     let mut ping = tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
     let mut loop_task = loop_task;

@@ -247,8 +247,36 @@ async fn intent_for_another_host_is_refused() {
     assert_eq!(assert_refusal(&events, true, "WrongHost"), rollout_id().as_str());
 }
 
+/// Passes until a check-in carries a task result; returns that check-in.
+async fn until_a_result_is_reported(h: &mut Harness) -> drover_proto::report::CheckinRequest {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        h.pass_ok().await;
+        let report = h.fake.last_checkin();
+        if !report.task_results.is_empty() {
+            return report;
+        }
+        assert!(std::time::Instant::now() < deadline, "the task's result was never reported");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// The one event of the latest check-in: a `TaskRefused` of `TASK_1`; returns its reason.
+fn refused_task_1(h: &Harness) -> String {
+    let report = h.fake.last_checkin();
+    assert!(report.task_results.is_empty(), "a refused task produces no result: {:?}", report.task_results);
+    match report.events.as_slice() {
+        [ReportEvent::TaskRefused { task_id, reason }] if task_id == TASK_1 => reason.clone(),
+        other => panic!("expected one TaskRefused of {TASK_1}, got {other:?}"),
+    }
+}
+
+/// A coordinator restored from a backup older than a task's result hands the task out again
+/// (or someone replays its answer): the agent answers with the result it recorded — the same
+/// result, in the next check-in — and never runs the task again. Once the result is older
+/// than the window kept, the same task is refused as a replay, as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replayed_task_is_refused() {
+async fn a_task_already_run_is_answered_with_its_recorded_result_not_run_again() {
     let mut h = Harness::new().await;
     let env = seal(&task(TASK_1, h.t0), &h.director);
     h.fake.push_checkin(Reply::ok(checkin_answer(None, vec![env.clone()])));
@@ -257,34 +285,57 @@ async fn replayed_task_is_refused() {
     assert!(journal.contains(TASK_1), "the first delivery lands in the journal before it runs");
 
     // The task runs beside the loop; its result goes with the first check-in after it ends.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let report = loop {
-        h.pass_ok().await;
-        let report = h.fake.last_checkin();
-        if !report.task_results.is_empty() {
-            break report;
-        }
-        assert!(std::time::Instant::now() < deadline, "the task's result was never reported");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    };
+    let report = until_a_result_is_reported(&mut h).await;
     assert_eq!(report.task_results.len(), 1, "{:?}", report.task_results);
-    assert_eq!((report.task_results[0].task_id.as_str(), report.task_results[0].outcome), (TASK_1, TaskOutcome::Succeeded));
+    let first = report.task_results[0].clone();
+    assert_eq!((first.task_id.as_str(), first.outcome), (TASK_1, TaskOutcome::Succeeded));
     assert!(report.events.is_empty(), "{:?}", report.events);
+    h.pass_ok().await;
+    assert!(h.fake.last_checkin().task_results.is_empty(), "acknowledged: not sent again");
 
-    // The coordinator (or someone replaying its answer) sends the same envelope again.
-    h.fake.push_checkin(Reply::ok(checkin_answer(None, vec![env])));
+    // The same envelope, handed out again: answered with the recorded result, not run.
+    h.fake.push_checkin(Reply::ok(checkin_answer(None, vec![env.clone()])));
     h.pass_ok().await;
     h.pass_ok().await;
     let report = h.fake.last_checkin();
-    match report.events.as_slice() {
-        [ReportEvent::TaskRefused { task_id, reason }] => {
-            assert_eq!(task_id, TASK_1);
-            assert!(reason.starts_with("Replayed:"), "{reason}");
-        }
-        other => panic!("expected one TaskRefused(Replayed), got {other:?}"),
-    }
-    assert!(report.task_results.is_empty(), "the replay produced no second result: {:?}", report.task_results);
+    assert_eq!(report.task_results, std::slice::from_ref(&first), "the same result, once more");
+    assert!(report.events.is_empty(), "answered, not refused: {:?}", report.events);
+    h.pass_ok().await;
+    assert!(h.fake.last_checkin().task_results.is_empty(), "acknowledged again");
+    assert_eq!(h.host.tasks.lock().expect("lock").len(), 1, "the task ran exactly once");
+
+    // Older than the window kept (its record gone): refused as a replay, still not run.
+    std::fs::remove_file(h.state.file(drover_agent::recorded::RESULTS)).expect("rm results.json");
+    h.fake.push_checkin(Reply::ok(checkin_answer(None, vec![env])));
+    h.pass_ok().await;
+    h.pass_ok().await;
+    assert!(refused_task_1(&h).starts_with("Replayed:"));
     assert_eq!(h.state.journal().expect("journal").tasks.len(), 1);
     assert_eq!(h.host.tasks.lock().expect("lock").len(), 1, "the task ran exactly once");
     assert_eq!(h.host.activation_count(), 0);
+}
+
+/// A task id already run is answered only for a task that verifies again as a new one would:
+/// the same id signed by another key, or addressed to another host, or expired, is refused
+/// with its rule and gets no result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_task_id_that_no_longer_verifies_is_refused_not_answered() {
+    let mut h = Harness::new().await;
+    h.fake.push_checkin(Reply::ok(checkin_answer(None, vec![seal(&task(TASK_1, h.t0), &h.director)])));
+    h.pass_ok().await;
+    until_a_result_is_reported(&mut h).await;
+    h.pass_ok().await;
+
+    let forged = seal(&task(TASK_1, h.t0), &new_signer());
+    let foreign = seal(&drover_proto::task::Task { host_id: OTHER_HOST_ID.to_owned(), ..task(TASK_1, h.t0) }, &h.director);
+    let an_hour_ago = drover_proto::time::Time::from_unix(h.t0.unix() - 3600).expect("time");
+    let expired = seal(&task(TASK_1, an_hour_ago), &h.director);
+    for (env, rule) in [(forged, "UnknownKey"), (foreign, "WrongHost"), (expired, "Expired")] {
+        h.fake.push_checkin(Reply::ok(checkin_answer(None, vec![env])));
+        h.pass_ok().await;
+        h.pass_ok().await;
+        let reason = refused_task_1(&h);
+        assert!(reason.starts_with(rule), "expected {rule}, got {reason}");
+    }
+    assert_eq!(h.host.tasks.lock().expect("lock").len(), 1, "the task ran exactly once");
 }

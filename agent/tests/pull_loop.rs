@@ -194,3 +194,31 @@ async fn replayed_intent_is_not_activated_twice() {
     assert_eq!(h.fake.last_checkin().known_intent_id.as_deref(), Some(INTENT_1));
     assert_eq!(h.host.activation_count(), 1, "an intent already handled is not acted on again");
 }
+
+/// A coordinator restored from a backup older than this host's enrollment answers every
+/// check-in `403 host_unknown_reenroll`: the loop recognises it from the answer (so it says
+/// so once and asks again in minutes, not at the backoff's pace), and runs nothing meanwhile.
+#[tokio::test]
+async fn a_coordinator_that_has_no_record_of_this_host_is_recognised_from_its_answer() {
+    let mut h = Harness::new().await;
+    let body = serde_json::json!({ "error": {
+        "code": drover_proto::report::HOST_UNKNOWN_REENROLL,
+        "message": format!("this coordinator has no record of host {HOST_ID} ({HOSTNAME}): enroll it again"),
+    } });
+    let mut watch = drover_agent::host_unknown::HostUnknown::default();
+    for _ in 0..2 {
+        h.fake.push_checkin(Reply { status: 403, body: serde_json::to_vec(&body).expect("json") });
+        let e = h.agent.pass().await.expect_err("refused");
+        assert!(drover_agent::host_unknown::recognise(&e).is_some_and(|m| m.contains(HOST_ID)), "{e:?}");
+        let wait = watch.failed(&e, 0.5).expect("recognised");
+        assert!(wait >= Duration::from_secs(240), "asks again in minutes: {wait:?}");
+    }
+    assert!(watch.is_unknown());
+    assert_eq!(h.host.activation_count(), 0);
+
+    // Any other refusal keeps the usual backoff.
+    h.fake.push_checkin(Reply { status: 404, body: br#"{"error":{"code":"not_found","message":"host"}}"#.to_vec() });
+    let e = h.agent.pass().await.expect_err("refused");
+    assert_eq!(drover_agent::host_unknown::recognise(&e), None);
+    assert_eq!(watch.failed(&e, 0.5), None);
+}

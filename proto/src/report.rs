@@ -427,3 +427,9 @@ pub struct ApiErrorBody {
     /// A human message.
     pub message: String,
 }
+
+/// The error code of an agent route called with a valid host certificate whose host this
+/// coordinator has no record of: its store was restored from a backup older than the host's
+/// enrollment (or the host was removed from it). The host must be enrolled again; the agent
+/// recognises the code, says so once and asks again only every few minutes.
+pub const HOST_UNKNOWN_REENROLL: &str = "host_unknown_reenroll";

@@ -95,7 +95,7 @@ async fn refusal(h: &Harness, host: Uuid, task_id: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replayed_expired_and_another_hosts_tasks_are_refused() {
+async fn expired_and_another_hosts_tasks_are_refused_and_a_replayed_one_never_runs_twice() {
     let h = Harness::start().await;
     let root = h.dir.path().join("root-r");
     let extra = sandbox(&root);
@@ -121,7 +121,9 @@ async fn replayed_expired_and_another_hosts_tasks_are_refused() {
     queue_raw(&h, host, &stale).await;
     assert!(refusal(&h, host, &stale.task_id).await.starts_with("Expired"));
 
-    // A good one runs once; the same signed task served again is a replay.
+    // A good one runs once; the same signed task served again is answered with the result it
+    // had (what a coordinator restored from an older backup needs), never run again. A task
+    // issued after it completes only once the replay was handled: then the hook has not run.
     let good = task(host, 3600);
     queue_raw(&h, host, &good).await;
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -131,8 +133,12 @@ async fn replayed_expired_and_another_hosts_tasks_are_refused() {
     }
     std::fs::remove_file(root.join("drained")).expect("rm");
     queue_raw(&h, host, &good).await;
-    assert!(refusal(&h, host, &good.task_id).await.starts_with("Replayed"));
+    let after = issue(&h, host, json!({ "type": "node.validate_clean", "checkGpu": false })).await;
+    result_of(&h, after).await;
     assert!(!root.join("drained").exists(), "the replay did not run the hook again");
+    let refused =
+        h.running.app.store.list_events(&EventFilter { host_id: Some(host), kind: Some("agent.TaskRefused".into()), ..Default::default() });
+    assert!(refused.expect("events").iter().all(|e| e.event.data["taskId"] != good.task_id), "answered, not refused");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

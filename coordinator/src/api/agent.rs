@@ -21,7 +21,7 @@ use drover_proto::states::HostLifecycle;
 use drover_proto::time::Time;
 use uuid::Uuid;
 
-use crate::api::auth::HostCaller;
+use crate::api::auth::{HostCaller, KnownHost};
 use crate::api::error::{ApiError, JsonBody};
 use crate::app::AppState;
 use crate::store::{self, CertKind, Checkin, CheckinView, HostKeys, HostReport, IntentStatus, NewCert, NewEvent, NewEvidence, StoreError};
@@ -255,7 +255,7 @@ pub async fn checkin(
     let known = req.known_intent_id.clone();
     // What comes before the wait runs in futures of its own, boxed: this one is held by every
     // parked long-poll — ten thousand of them — and is only as large as its largest state.
-    let mut work = Box::pin(record_checkin(&app, host, req)).await?;
+    let mut work = Box::pin(record_checkin(&app, &caller, req)).await?;
     if work.is_empty() {
         timer.hold();
         let woken = app.hub.wait(host, Duration::from_secs(app.config.agent.long_poll_secs)).await;
@@ -275,11 +275,12 @@ pub async fn checkin(
 
 /// A check-in's report recorded (written when it changed, or on first contact, or with task
 /// results or events; otherwise buffered), and the work there is for the host right now.
-async fn record_checkin(app: &Arc<AppState>, host: Uuid, req: CheckinRequest) -> Result<Work, ApiError> {
+async fn record_checkin(app: &Arc<AppState>, caller: &HostCaller, req: CheckinRequest) -> Result<Work, ApiError> {
     check_report(&req)?;
-    let now = app.clock.now();
+    let (host, now) = (caller.host_id, app.clock.now());
     let mut seen = view(app, host, now).await?;
-    let record = seen.host.take().ok_or_else(|| StoreError::NotFound { what: "host", id: host.to_string() })?;
+    // A certificate of a host the store does not know: the store is older than the host.
+    let record = seen.host.take().ok_or_else(|| ApiError::host_unknown(host, &caller.hostname))?;
     // What the planner decides on is written only when it changed, and wakes the executor
     // (RFC-0002 §6: a check-in with a status change).
     let current = seen.intent.as_ref().filter(|i| i.current).map(|i| i.intent.intent_id);
@@ -389,7 +390,7 @@ async fn record_checkin(app: &Arc<AppState>, host: Uuid, req: CheckinRequest) ->
 
 /// `GET /v1/rollouts/{rolloutId}`: the manifest and the current timestamp, byte-exact; built
 /// once per (release, rollout) and shared by every request ([`crate::bundles`]).
-pub async fn rollout(State(app): State<Arc<AppState>>, _caller: HostCaller, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub async fn rollout(State(app): State<Arc<AppState>>, _caller: KnownHost, Path(id): Path<String>) -> Result<Response, ApiError> {
     let (id, version) = rollout_and_release(&app, &id).await?;
     let body = app.bundles.get_or_build(version, &id, || build_bundle(app.clone(), id.clone(), version)).await?;
     Ok(([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response())
@@ -446,7 +447,7 @@ async fn build_bundle(app: Arc<AppState>, id: RolloutId, version: u64) -> Result
 /// its deadline passed, or it is not this host's.
 pub async fn confirm(
     State(app): State<Arc<AppState>>,
-    caller: HostCaller,
+    KnownHost(caller): KnownHost,
     JsonBody(req): JsonBody<ConfirmRequest>,
 ) -> Result<Response, ApiError> {
     let host = caller.host_id;
@@ -476,7 +477,7 @@ pub async fn confirm(
 /// same host the current certificate names.
 pub async fn renew(
     State(app): State<Arc<AppState>>,
-    caller: HostCaller,
+    KnownHost(caller): KnownHost,
     JsonBody(req): JsonBody<RenewRequest>,
 ) -> Result<Json<RenewResponse>, ApiError> {
     let now = app.clock.now();

@@ -17,7 +17,7 @@ use drover_proto::merkle::{EntryProof, Tree};
 use drover_proto::names::RolloutId;
 
 use crate::api::agent::{rollout_and_release, stored_text, timestamp_text};
-use crate::api::auth::HostCaller;
+use crate::api::auth::KnownHost;
 use crate::api::error::ApiError;
 use crate::app::AppState;
 use crate::store;
@@ -55,7 +55,7 @@ impl RolloutProofs {
 
 /// `GET /v1/rollouts/{rolloutId}/proof`: the calling host's [`ProofBundle`]; 404 when no
 /// release is published, the rollout has no manifest or root, or the host is not in it.
-pub async fn proof(State(app): State<Arc<AppState>>, caller: HostCaller, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub async fn proof(State(app): State<Arc<AppState>>, KnownHost(caller): KnownHost, Path(id): Path<String>) -> Result<Response, ApiError> {
     let (id, version) = rollout_and_release(&app, &id).await?;
     let proofs = app.proofs.get_or_build(version, &id, || build(app.clone(), id.clone(), version)).await?;
     let bundle = proofs

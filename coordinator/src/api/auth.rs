@@ -61,6 +61,31 @@ impl FromRequestParts<Arc<AppState>> for HostCaller {
     }
 }
 
+/// An agent whose host this coordinator's store knows: a [`HostCaller`] checked against the
+/// store, so a certificate naming a host the store has no record of (its state restored from
+/// a backup older than the host's enrollment) is answered [`ApiError::host_unknown`] — never
+/// renewed, never confirmed, never served a rollout — on every route that takes this. The
+/// check-in reads the host row anyway and answers the same from it (`agent::checkin`).
+///
+/// A check, not a lookup: the CA signed the certificate, so the row can only be missing, not
+/// another host's. The read is one indexed point read (a cached view where the backend keeps
+/// them); these routes are called once per intent or renewal, not per check-in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KnownHost(pub HostCaller);
+
+impl FromRequestParts<Arc<AppState>> for KnownHost {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<AppState>) -> Result<Self, ApiError> {
+        let caller = HostCaller::from_request_parts(parts, app).await?;
+        let id = caller.host_id;
+        let known = match app.store.checkin_view_cached(id, app.clock.now()) {
+            Some(view) => view.host.is_some(),
+            None => crate::store::read_now(&app.store, move |s| s.get_host(id)).await?.is_some(),
+        };
+        if known { Ok(KnownHost(caller)) } else { Err(ApiError::host_unknown(caller.host_id, &caller.hostname)) }
+    }
+}
+
 /// An operator, with the role their certificate grants.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OperatorCaller {

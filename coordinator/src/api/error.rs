@@ -49,6 +49,24 @@ impl ApiError {
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }
+    /// 403 `host_unknown_reenroll`: a host certificate this coordinator's CA issued names a
+    /// host its store has no record of — the store was restored from a backup older than the
+    /// host's enrollment. Every agent route answers this one way, naming the host from the
+    /// certificate and the way back: enrolling it again under a new id. The certificate stays
+    /// good for nothing else, so the agent cannot renew its way around this.
+    pub fn host_unknown(host_id: uuid::Uuid, hostname: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            drover_proto::report::HOST_UNKNOWN_REENROLL,
+            format!(
+                "this coordinator has no record of host {host_id} ({hostname}): its state may have been restored from a backup \
+                 older than this host's enrollment. To enroll the host again: `drover enroll {hostname}` (if that says the \
+                 hostname exists, that record is an older enrollment of this machine: remove it first), then on the host stop \
+                 the agent and move its old state aside (`systemctl stop drover-agent && mv /var/lib/drover \
+                 /var/lib/drover.{host_id}`, or the agent's state_dir) and run the command `drover enroll` printed"
+            ),
+        )
+    }
     /// 409: the request conflicts with current state.
     pub fn conflict(message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, "conflict", message)
