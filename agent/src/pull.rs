@@ -138,6 +138,17 @@ impl SharedClient {
 /// Builds a client for the coordinator with the certificate and key in `state`.
 pub type ClientFactory = Arc<dyn Fn(ClientIdentity) -> Result<CoordinatorClient, ClientError> + Send + Sync>;
 
+/// How often a check-in shows the highest release seen even when nothing suggests the
+/// coordinator is behind.
+pub const SHOW_RELEASE_EVERY_SECS: u64 = 600;
+
+/// Whether this check-in carries the highest release seen: while the coordinator serves an
+/// older one, on the first check-in (after a start or a failed one), and every
+/// [`SHOW_RELEASE_EVERY_SECS`].
+pub fn show_release(coordinator_behind: bool, shown_at: Option<Time>, now: Time) -> bool {
+    coordinator_behind || shown_at.is_none_or(|at| now.secs_since(at) >= SHOW_RELEASE_EVERY_SECS as i64 || now < at)
+}
+
 /// The running agent.
 pub struct Agent {
     state: StateDir,
@@ -153,6 +164,14 @@ pub struct Agent {
     manifest_probes: Vec<ProbeSpec>,
     events: Vec<ReportEvent>,
     activation: Option<ActivationStatus>,
+    /// The coordinator served an intent from a release older than this agent's floor: until
+    /// it serves one that passes, check-ins carry the highest release seen.
+    coordinator_behind: bool,
+    /// When the highest release seen was last shown: it is shown again at the first check-in
+    /// after the agent starts or the coordinator could not be reached (a coordinator comes
+    /// back restored from a backup only after being down) and every
+    /// [`SHOW_RELEASE_EVERY_SECS`] besides.
+    release_shown_at: Option<Time>,
     renew_at: Option<Time>,
     tasks: crate::task_worker::TaskWorker,
     /// Whether the coordinator said it has no record of this host (restored from an older
@@ -195,6 +214,8 @@ impl Agent {
             manifest_probes: Vec::new(),
             events: Vec::new(),
             activation: None,
+            coordinator_behind: false,
+            release_shown_at: None,
             renew_at: None,
             tasks: Default::default(),
             host_unknown: Default::default(),
@@ -347,10 +368,18 @@ impl Agent {
             activation: self.activation.clone(),
             events: events.clone(),
             known_intent_id: seen.last_intent_id.clone(),
+            release_seen: show_release(self.coordinator_behind, self.release_shown_at, now).then(|| seen.highest_release.clone()).flatten(),
         };
         let resp: CheckinResponse = match self.client.get().post_json(CHECKIN_PATH, &req).await {
-            Ok(r) => r,
+            Ok(r) => {
+                if req.release_seen.is_some() {
+                    self.release_shown_at = Some(now);
+                }
+                r
+            }
             Err(e) => {
+                // Shown again once it is back: it may come back restored from a backup.
+                self.release_shown_at = None;
                 // Nothing was delivered: keep the events for the next check-in.
                 self.events.splice(0..0, events);
                 return Err(e.into());
@@ -424,6 +453,7 @@ impl Agent {
             activation: None,
             events: Vec::new(),
             known_intent_id: None,
+            release_seen: None,
         };
         let _: CheckinResponse = self.client.get().post_json(CHECKIN_PATH, &req).await?;
         tracing::warn!(task_id = %result.task_id, "uninstall reported; stopping the agent for good");
@@ -474,10 +504,18 @@ impl Agent {
         let admitted = match admit::admit_intent(&env, &bundle, &self.anchors, host, &seen, cached.as_ref(), now) {
             Ok(a) => a,
             Err(e) => {
+                if admit::is_version_rollback(&e) && !self.coordinator_behind {
+                    tracing::warn!(
+                        highest = seen.highest_timestamp_version,
+                        "the coordinator serves a release older than one this host verified (restored from an older backup?); showing it the newer one"
+                    );
+                    self.coordinator_behind = true;
+                }
                 self.push_event(e);
                 return Ok(self.mark_handled(intent_id)?);
             }
         };
+        self.coordinator_behind = false;
         // Cache and floors (with the handled marks, in one atomic write) first, then the act:
         // a crash during the act is resolved by the activation's own pending record, never by
         // acting twice.
@@ -485,7 +523,7 @@ impl Agent {
             self.state.put_root(&admitted.cache)?;
         }
         let mut seen = self.state.seen()?;
-        seen.highest_timestamp_version = seen.highest_timestamp_version.max(admitted.timestamp.doc.version);
+        admit::note_admitted(&mut seen, &bundle, admitted.timestamp.doc.version);
         seen.last_intent_id = Some(admitted.intent.intent_id.clone());
         seen.acted_intent_id = Some(admitted.intent.intent_id.clone());
         self.state.put_seen(&seen)?;

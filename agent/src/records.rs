@@ -50,6 +50,11 @@ pub struct Seen {
     /// The intent last admitted and handed to the activation backend: never acted on twice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acted_intent_id: Option<String>,
+    /// The `timestamp.json` (with its signature) of `highest_timestamp_version`, as verified:
+    /// what the agent shows a coordinator that serves an older release (restored from an
+    /// older backup), which only CI's signature makes it believe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub highest_release: Option<drover_proto::report::ReleaseSeen>,
 }
 
 /// A verified signed root as cached: the exact bytes CI signed, with their signature.
@@ -262,7 +267,13 @@ mod tests {
         let (_tmp, s) = state();
         assert_eq!(s.seen().unwrap(), Seen::default());
         assert_eq!(s.journal().unwrap(), Journal::default());
-        let seen = Seen { highest_timestamp_version: 7, latest_time: Some(t(5)), last_intent_id: Some("i".into()), acted_intent_id: None };
+        let seen = Seen {
+            highest_timestamp_version: 7,
+            latest_time: Some(t(5)),
+            last_intent_id: Some("i".into()),
+            acted_intent_id: None,
+            highest_release: Some(drover_proto::report::ReleaseSeen { version: 7, timestamp: "{}".into(), timestamp_sig: "sig".into() }),
+        };
         s.put_seen(&seen).unwrap();
         assert_eq!(s.seen().unwrap(), seen);
     }

@@ -29,6 +29,7 @@ fn write_round(state: &StateDir, n: u64) {
             latest_time: Some(t(n)),
             last_intent_id: Some(format!("intent-{n}")),
             acted_intent_id: None,
+            highest_release: None,
         })
         .expect("seen");
     let mut journal = Journal::default();

@@ -171,6 +171,8 @@ pub struct AppState {
     pub connections: Arc<crate::conn_limits::ConnLimits>,
     /// `/readyz`'s verdict, kept by [`crate::readiness::watch`].
     pub readiness: crate::readiness::Readiness,
+    /// The highest release agents proved they verified ([`crate::fleet_release`]).
+    pub fleet_release: crate::fleet_release::FleetRelease,
 }
 
 /// Why the CRL could not be refreshed.

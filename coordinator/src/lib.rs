@@ -38,6 +38,7 @@ pub mod conn_limits;
 pub mod devices;
 pub mod director;
 pub mod executor;
+pub mod fleet_release;
 pub mod http1;
 pub mod http_metrics;
 pub mod identity;

@@ -76,11 +76,13 @@ pub struct Verdict {
     pub store: StoreHealth,
     /// The latest release.
     pub release: ReleaseHealth,
+    /// The store is older than what agents proved they verified ([`crate::fleet_release`]).
+    pub behind_fleet: Option<crate::fleet_release::Behind>,
 }
 
 impl Default for Verdict {
     fn default() -> Self {
-        Verdict { checked_at: None, store: StoreHealth::Unavailable, release: ReleaseHealth::None }
+        Verdict { checked_at: None, store: StoreHealth::Unavailable, release: ReleaseHealth::None, behind_fleet: None }
     }
 }
 
@@ -127,6 +129,9 @@ pub fn judge(verdict: &Verdict, now: Time) -> Result<Ready, Unready> {
         }
         StoreHealth::Unavailable => return Err(unready("store_unavailable", "the store does not answer")),
     }
+    if let Some(behind) = &verdict.behind_fleet {
+        return Err(unready("behind_fleet", behind.explain()));
+    }
     match &verdict.release {
         ReleaseHealth::None => Err(unready("no_release", "no release has been published yet; nothing to serve")),
         ReleaseHealth::Unverified { version, message } => {
@@ -140,6 +145,23 @@ pub fn judge(verdict: &Verdict, now: Time) -> Result<Ready, Unready> {
         )),
         ReleaseHealth::Verified { version, .. } => Ok(Ready { ready: true, release_version: *version }),
     }
+}
+
+/// Appends the readiness families to a Prometheus exposition: whether the store is behind
+/// the fleet (the alert `DroverStoreBehindFleet`), and the versions involved.
+pub fn render_into(verdict: &Verdict, out: &mut String) {
+    use std::fmt::Write as _;
+    let behind = verdict.behind_fleet.as_ref();
+    let _ = writeln!(
+        out,
+        "# HELP drover_release_behind_fleet 1 while agents proved they verified a newer release than the store's latest (restored from an older backup): nothing is dispatched until it is published again.\n# TYPE drover_release_behind_fleet gauge\ndrover_release_behind_fleet {}",
+        u8::from(behind.is_some())
+    );
+    let _ = writeln!(
+        out,
+        "# HELP drover_release_fleet_proven_version The newest release version an agent proved it verified, when newer than the store's (0 otherwise).\n# TYPE drover_release_fleet_proven_version gauge\ndrover_release_fleet_proven_version {}",
+        behind.map_or(0, |b| b.proven.version)
+    );
 }
 
 /// The verdict every `/readyz` reads; [`watch`] replaces it.
@@ -198,11 +220,21 @@ pub fn check(app: &AppState, previous: &Verdict) -> Verdict {
         Ok(v) => v,
         Err(StoreError::StorageFull { available_bytes, .. }) => {
             tracing::warn!("readiness: the store's disk is full");
-            return Verdict { checked_at: Some(now), store: StoreHealth::Full { available_bytes }, release: previous.release.clone() };
+            return Verdict {
+                checked_at: Some(now),
+                store: StoreHealth::Full { available_bytes },
+                release: previous.release.clone(),
+                behind_fleet: previous.behind_fleet.clone(),
+            };
         }
         Err(e) => {
             tracing::warn!(error = %e, "readiness: store does not answer");
-            return Verdict { checked_at: Some(now), store: StoreHealth::Unavailable, release: previous.release.clone() };
+            return Verdict {
+                checked_at: Some(now),
+                store: StoreHealth::Unavailable,
+                release: previous.release.clone(),
+                behind_fleet: previous.behind_fleet.clone(),
+            };
         }
     };
     let release = match latest {
@@ -216,7 +248,11 @@ pub fn check(app: &AppState, previous: &Verdict) -> Verdict {
             _ => verify(app, version, now),
         },
     };
-    Verdict { checked_at: Some(now), store: StoreHealth::Ok, release }
+    let behind_fleet = app.fleet_release.behind(latest);
+    if let Some(b) = behind_fleet.as_ref().filter(|b| app.fleet_release.first_warning(b)) {
+        tracing::error!(latest = ?b.latest, proven = b.proven.version, host = %b.proven.host_id, "{}", b.explain());
+    }
+    Verdict { checked_at: Some(now), store: StoreHealth::Ok, release, behind_fleet }
 }
 
 /// Reads and verifies release `version` (staleness left to [`judge`]).
@@ -259,6 +295,7 @@ mod tests {
                 stale_after: Some(t(stale_after)),
                 window: Some(("prod".into(), 3600)),
             },
+            behind_fleet: None,
         }
     }
 
@@ -276,6 +313,18 @@ mod tests {
         let old = verified(1_000);
         assert_eq!(judge(&old, t(STALE_VERDICT_SECS)).map(|r| r.release_version), Ok(7));
         assert_eq!(judge(&old, t(STALE_VERDICT_SECS + 1)).expect_err("stuck").code, "store_unavailable");
+    }
+
+    #[test]
+    fn a_store_older_than_the_fleet_is_unready_naming_the_way_forward() {
+        let mut v = verified(100);
+        v.behind_fleet = Some(crate::fleet_release::Behind {
+            latest: Some(7),
+            proven: crate::fleet_release::ProvenRelease { version: 9, host_id: uuid::Uuid::nil(), at: t(0) },
+        });
+        let why = judge(&v, t(1)).expect_err("behind");
+        assert_eq!(why.code, "behind_fleet");
+        assert!(why.message.contains("holds release version 7") && why.message.contains("version 9 or newer"), "{}", why.message);
     }
 
     #[test]

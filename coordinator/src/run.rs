@@ -338,6 +338,7 @@ pub async fn start_prepared(listener: TcpListener, prepared: Prepared, clock: Ar
         device_work: Default::default(),
         connections: crate::conn_limits::ConnLimits::new(connections),
         readiness: Default::default(),
+        fleet_release: Default::default(),
     });
     if let Some((db, options)) = database {
         let (peers, sender) = crate::peers::start(db, &options, Arc::downgrade(&app))?;

@@ -375,6 +375,25 @@ pub struct CheckinRequest {
     /// The intent the agent already holds, so the server can long-poll until it changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub known_intent_id: Option<String>,
+    /// The highest release this agent has verified, as CI signed it: sent at the first
+    /// check-in after the agent starts or could not reach the coordinator, every 10 minutes,
+    /// and while the coordinator serves intents from an older one (the agent refused one as a
+    /// version rollback). A coordinator restored from an older backup learns what the fleet
+    /// has seen, and can check it, since only CI's keys make a timestamp verify.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_seen: Option<ReleaseSeen>,
+}
+
+/// A `timestamp.json` an agent verified, with its detached signature, byte for byte.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReleaseSeen {
+    /// Its version, as the agent read it (the coordinator reads it again from the bytes).
+    pub version: u64,
+    /// The file.
+    pub timestamp: String,
+    /// Its signature file.
+    pub timestamp_sig: String,
 }
 
 /// `POST /v1/agent/checkin` response.

@@ -299,6 +299,7 @@ fn checkin_request() -> CheckinRequest {
             ReportEvent::NoActivationBackend { rollout_id: format!("gpu@{COMMIT}") },
         ],
         known_intent_id: Some("7d3c2a5e-3c1f-4b7e-9a4d-1f2e3d4c5b6a".to_owned()),
+        release_seen: None,
     }
 }
 

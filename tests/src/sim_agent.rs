@@ -97,6 +97,15 @@ pub struct SimAgent {
     pub tasks_run: Vec<String>,
     /// Results not yet delivered: sent with the next check-in.
     task_results: Vec<TaskResult>,
+    /// Refusals to report with the next check-in (version rollbacks, as the real agent
+    /// reports them; other refusals are only kept in `refused`).
+    events: Vec<drover_proto::report::ReportEvent>,
+    /// The coordinator served a release older than this agent's floor: check-ins carry the
+    /// highest release seen, as the real agent's do.
+    coordinator_behind: bool,
+    /// When the highest release seen was last shown (as the real agent: again after a start
+    /// or a failed check-in).
+    release_shown_at: Option<Time>,
 }
 
 /// A confirmation still to be delivered.
@@ -163,6 +172,9 @@ impl SimAgent {
             pending: None,
             tasks_run: Vec::new(),
             task_results: Vec::new(),
+            events: Vec::new(),
+            coordinator_behind: false,
+            release_shown_at: None,
         }
     }
 
@@ -189,12 +201,14 @@ impl SimAgent {
     /// Talks to the coordinator at `url` from now on (it restarted elsewhere), keeping
     /// everything the agent has seen, runs and reports.
     pub fn reconnect(&mut self, url: &str) {
+        self.release_shown_at = None;
         self.reconnect_to(&[url.to_owned()]);
     }
 
     /// Talks to the coordinator replicas at `urls` from now on, as an agent whose config
     /// lists them all: each request goes to the first that accepts the connection.
     pub fn reconnect_to(&mut self, urls: &[String]) {
+        self.release_shown_at = None;
         let files = self.files.as_ref().expect("an agent made from files");
         self.client = connect(urls, files);
     }
@@ -241,8 +255,11 @@ impl SimAgent {
             probe_evidence: None,
             task_results: self.task_results.clone(),
             activation: self.activation.clone(),
-            events: Vec::new(),
+            events: self.events.clone(),
             known_intent_id: self.seen.last_intent_id.clone(),
+            release_seen: drover_agent::pull::show_release(self.coordinator_behind, self.release_shown_at, now)
+                .then(|| self.seen.highest_release.clone())
+                .flatten(),
         }
     }
 
@@ -259,9 +276,20 @@ impl SimAgent {
             self.deliver_confirm().await?;
             return Ok(true);
         }
-        let resp: CheckinResponse = self.client.post_json("/v1/agent/checkin", &self.request(now)).await?;
+        let req = self.request(now);
+        let resp: CheckinResponse = match self.client.post_json("/v1/agent/checkin", &req).await {
+            Ok(r) => r,
+            Err(e) => {
+                self.release_shown_at = None;
+                return Err(e);
+            }
+        };
+        if req.release_seen.is_some() {
+            self.release_shown_at = Some(now);
+        }
         // Delivered: the coordinator has them now.
         self.task_results.clear();
+        self.events.clear();
         self.take_tasks(&resp.tasks, now);
         // The answer's size as the coordinator wrote it: the same struct serialises to the
         // same bytes (measured only for answers that carry an intent).
@@ -294,11 +322,20 @@ impl SimAgent {
             Ok(a) => a,
             Err(e) => {
                 self.refused.push(format!("{e:?}"));
+                if drover_agent::admit::is_version_rollback(&e) {
+                    // As the real agent: handled (not asked for again), reported, and the
+                    // newer release shown from now on.
+                    let id = env.payload::<serde_json::Value>().ok().and_then(|v| v["intentId"].as_str().map(str::to_owned));
+                    self.seen.last_intent_id = id.or(self.seen.last_intent_id.take());
+                    self.events.push(e);
+                    self.coordinator_behind = true;
+                }
                 return Ok(false);
             }
         };
+        self.coordinator_behind = false;
         let intent = admitted.intent;
-        self.seen.highest_timestamp_version = admitted.timestamp.doc.version;
+        drover_agent::admit::note_admitted(&mut self.seen, &bundle, admitted.timestamp.doc.version);
         self.seen.last_intent_id = Some(intent.intent_id.clone());
         // The switch, instantly; then the confirmation a real agent sends from the new system.
         let confirm = ConfirmRequest {

@@ -92,11 +92,19 @@ fn closure(i: usize, host: &str) -> String {
 
 /// Six hosts in three waves (canary, the rest of rack a, all) under a budget of two in flight.
 fn publish_request() -> PublishRequest {
+    release_request(1, "c0ffee", 1)
+}
+
+/// The same fleet as release `version` (CI commit `commit`), every host on generation `generation`.
+fn release_request(version: u64, commit: &str, generation: usize) -> PublishRequest {
     let mut hosts = serde_json::Map::new();
     for (i, name) in HOSTS.iter().enumerate() {
         let rack = &name[..5];
         let tags = if i == 0 { json!(["gpu", rack, "canary"]) } else { json!(["gpu", rack]) };
-        hosts.insert((*name).into(), json!({ "system": "x86_64-linux", "tags": tags, "channel": "gpu", "closure": closure(i + 1, name) }));
+        hosts.insert(
+            (*name).into(),
+            json!({ "system": "x86_64-linux", "tags": tags, "channel": "gpu", "closure": closure(generation * 100 + i + 1, name) }),
+        );
     }
     let spec = json!({
         "hosts": hosts,
@@ -109,7 +117,7 @@ fn publish_request() -> PublishRequest {
         "disruptionBudgets": [ { "selector": { "tags": ["gpu"] }, "maxInFlight": 2 } ]
     });
     let spec = FleetSpec::from_json(spec.to_string().as_bytes()).expect("spec");
-    let params = ReleaseParams { meta: ReleaseMeta { ci_commit: "c0ffee".into(), created_at: wall_now() }, version: 1, previous: None };
+    let params = ReleaseParams { meta: ReleaseMeta { ci_commit: commit.into(), created_at: wall_now() }, version, previous: None };
     let files = build_release(&spec, &params, &[KeySigner::new(ed25519_dalek::SigningKey::from_bytes(&CI_KEY))]).expect("release");
     PublishRequest::from_files(&files, Some("test".into())).expect("utf-8")
 }
@@ -198,7 +206,12 @@ async fn wait_for<T>(what: &str, log: &Path, secs: u64, mut check: impl AsyncFnM
 
 /// Hostname → (state, intent target) of the rollout, from `GET /v1/rollouts/{id}/status`.
 async fn host_states(admin: &CoordinatorClient) -> Option<BTreeMap<String, (String, String)>> {
-    let status: Value = admin.get_json(&format!("/v1/rollouts/{ROLLOUT}/status")).await.ok()?;
+    states_of(admin, ROLLOUT).await
+}
+
+/// The same for rollout `id`.
+async fn states_of(admin: &CoordinatorClient, id: &str) -> Option<BTreeMap<String, (String, String)>> {
+    let status: Value = admin.get_json(&format!("/v1/rollouts/{id}/status")).await.ok()?;
     let s = |h: &Value, k: &str| h[k].as_str().unwrap_or("").to_owned();
     Some(status["hosts"].as_array()?.iter().map(|h| (s(h, "hostname"), (s(h, "state"), s(h, "intentTarget")))).collect())
 }
@@ -213,6 +226,22 @@ fn backed_up_states(backup: &Path) -> BTreeMap<String, String> {
     let mut stmt = c.prepare("SELECT hostname, state FROM host_rollouts WHERE rollout_id = ?1").expect("query");
     let rows = stmt.query_map([ROLLOUT], |r| Ok((r.get(0)?, r.get(1)?))).expect("rows");
     rows.collect::<Result<_, _>>().expect("host states")
+}
+
+/// A fresh state directory with the site's identity alone (CA, server and director keys), the
+/// backup restored in it, and a config with `sections`.
+fn restore_fresh(paths: &SitePaths, backup: &Path, sections: &str) -> SitePaths {
+    let fresh = paths.dir.join("fresh-state");
+    std::fs::create_dir(&fresh).expect("mkdir");
+    std::fs::set_permissions(&fresh, std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod");
+    for f in ["ca.crt", "ca.key", "server.crt", "server.key", "director.key", "director.pub"] {
+        std::fs::copy(paths.state.join(f), fresh.join(f)).unwrap_or_else(|e| panic!("copy {f}: {e}"));
+    }
+    let out = coordinator(&["restore", "--state-dir", &fresh.display().to_string(), "--from", &backup.display().to_string()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let restored = SitePaths { dir: paths.dir.clone(), state: fresh, ops: paths.ops.clone(), trust: paths.trust.clone() };
+    restored.write_config("127.0.0.1:0", "https://127.0.0.1:1", sections);
+    restored
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -253,17 +282,7 @@ async fn a_backup_taken_mid_rollout_restored_on_a_fresh_state_dir_converges() {
     server.child.kill().expect("SIGKILL");
     server.child.wait().expect("reaped");
 
-    // A fresh state directory with the site's identity alone, and the backup restored in it.
-    let fresh = dir.path().join("fresh-state");
-    std::fs::create_dir(&fresh).expect("mkdir");
-    std::fs::set_permissions(&fresh, std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod");
-    for f in ["ca.crt", "ca.key", "server.crt", "server.key", "director.key", "director.pub"] {
-        std::fs::copy(paths.state.join(f), fresh.join(f)).unwrap_or_else(|e| panic!("copy {f}: {e}"));
-    }
-    let out = coordinator(&["restore", "--state-dir", &fresh.display().to_string(), "--from", &backup.display().to_string()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let restored = SitePaths { dir: paths.dir.clone(), state: fresh, ops: paths.ops.clone(), trust: paths.trust.clone() };
-    restored.write_config("127.0.0.1:0", "https://127.0.0.1:1", sections);
+    let restored = restore_fresh(&paths, &backup, sections);
     let server = restored.serve();
     fleet.url.send_replace(server.url.clone());
     let admin = client(&restored, &server.url, true);
@@ -278,14 +297,14 @@ async fn a_backup_taken_mid_rollout_restored_on_a_fresh_state_dir_converges() {
 
     // The end an undisturbed rollout reaches: every host converged on its target.
     for (i, name) in HOSTS.iter().enumerate() {
-        assert_eq!(hosts[*name], ("Converged".to_owned(), closure(i + 1, name)), "{name}");
+        assert_eq!(hosts[*name], ("Converged".to_owned(), closure(100 + i + 1, name)), "{name}");
     }
     for a in &agents {
         let i = HOSTS.iter().position(|h| *h == a.hostname).expect("a fleet host");
         assert!(a.refused.is_empty(), "{}: admission refused: {:?}", a.hostname, a.refused);
         assert!(!a.handled.is_empty(), "{} was never dispatched", a.hostname);
         for h in &a.handled {
-            assert_eq!((h.rollout_id.as_str(), h.target.as_str()), (ROLLOUT, closure(i + 1, &a.hostname).as_str()), "{}", a.hostname);
+            assert_eq!((h.rollout_id.as_str(), h.target.as_str()), (ROLLOUT, closure(100 + i + 1, &a.hostname).as_str()), "{}", a.hostname);
         }
     }
 
@@ -310,4 +329,132 @@ async fn a_backup_taken_mid_rollout_restored_on_a_fresh_state_dir_converges() {
     assert_eq!(dispatched.len(), HOSTS.len(), "{dispatched:?}");
     let redispatched: Vec<_> = agents.iter().filter(|a| a.handled.len() > 1).map(|a| a.hostname.as_str()).collect();
     eprintln!("backed up at {at_backup:?}; hosts handed their intent again after the restore: {redispatched:?}");
+}
+
+/// Every `Pending -> Activating` the store records for rollout `id`, by host.
+async fn dispatches(admin: &CoordinatorClient, id: &str) -> BTreeMap<String, usize> {
+    let mut out: BTreeMap<String, usize> = BTreeMap::new();
+    for e in drover_tests::api::all_events(admin, &format!("rollout={id}&kind=rollout.host")).await {
+        if e["data"]["transition"] == "Pending -> Activating" {
+            *out.entry(e["data"]["host"].as_str().unwrap_or("?").to_owned()).or_default() += 1;
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backup_older_than_the_fleets_release_dispatches_nothing_until_the_newest_is_published_again() {
+    const NEWER: &str = "gpu@beef02";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let paths = init_site(dir.path());
+    let log = dir.path().join("coordinator.log");
+    // A confirm deadline far past the test: a refusing host must free its budget at once, not
+    // when the deadline passes.
+    let sections = "[agent]\nlong_poll_secs = 1\n\n[hosts]\noffline_after_secs = 30\n\n\
+                    [rollouts]\ninterval_secs = 1\ndebounce_ms = 50\nconfirm_window_secs = 10\nconfirm_deadline_secs = 1800\n";
+    paths.write_config("127.0.0.1:0", "https://127.0.0.1:1", sections);
+    let mut server = paths.serve();
+    let fleet = Fleet::run(enroll_all(&paths, &server.url).await, &server.url);
+    let admin = client(&paths, &server.url, true);
+    let _: Value = admin.post_json("/v1/releases", &publish_request()).await.expect("publish 1");
+
+    // Backed up mid-rollout of release 1 ...
+    wait_for("release 1 between its waves", &log, 45, async || {
+        let hosts = host_states(&admin).await?;
+        let undispatched = HOSTS.len() - hosts.values().filter(|(s, _)| s != "Pending").count();
+        (count(&hosts, "Converged") >= 1 && undispatched >= 2).then_some(())
+    })
+    .await;
+    let backup = dir.path().join("release-1.db");
+    let state = paths.state.display().to_string();
+    let out = coordinator(&["backup", "--state-dir", &state, "--out", &backup.display().to_string()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // ... and the fleet goes on: release 1 ends, then release 2, every agent's floor now 2.
+    wait_for("release 1 converged", &log, 60, async || {
+        let hosts = host_states(&admin).await?;
+        (count(&hosts, "Converged") == HOSTS.len()).then_some(())
+    })
+    .await;
+    let newer = release_request(2, "beef02", 2);
+    let _: Value = admin.post_json("/v1/releases", &newer).await.expect("publish 2");
+    wait_for("release 2 converged on every host", &log, 90, async || {
+        let hosts = states_of(&admin, NEWER).await?;
+        (count(&hosts, "Converged") == HOSTS.len()).then_some(())
+    })
+    .await;
+    server.child.kill().expect("SIGKILL");
+    server.child.wait().expect("reaped");
+
+    // Restored from the release-1 backup: the store holds release 1 and its rollout mid-way.
+    let restored = restore_fresh(&paths, &backup, sections);
+    let server = restored.serve();
+    fleet.url.send_replace(server.url.clone());
+    let admin = client(&restored, &server.url, true);
+    let e = drover_tests::Endpoint {
+        url: server.url.clone(),
+        ca: paths.ops.join("ca.crt"),
+        admin: (paths.ops.join("alice.crt"), paths.ops.join("alice.key")),
+        trust_sha256: hex::encode(Sha256::digest(&paths.trust)),
+        tmp: paths.dir.clone(),
+    };
+
+    // The agents refuse what it dispatches and show release 2: it knows it is behind.
+    let why = wait_for("/readyz says the store is behind the fleet", &log, 60, async || {
+        let (code, text) = e.call(None, "GET", "/readyz", None).await;
+        let v: Value = serde_json::from_str(&text).ok()?;
+        (code == "503" && v["error"]["code"] == "behind_fleet").then(|| v["error"]["message"].as_str().unwrap_or("").to_owned())
+    })
+    .await;
+    assert!(why.contains("holds release version 1") && why.contains("version 2 or newer"), "{why}");
+    let (_, metrics) = e.call(Some(&e.admin), "GET", "/metrics", None).await;
+    assert!(metrics.contains("drover_release_behind_fleet 1"), "{metrics}");
+    // Hosts that refused their intent hold no budget: failed at once, not at the 1,800 s
+    // confirm deadline; and nothing more is dispatched from release 1.
+    let hosts = wait_for("refusing hosts failed and none left activating", &log, 60, async || {
+        let hosts = host_states(&admin).await?;
+        (count(&hosts, "Activating") == 0).then_some(hosts)
+    })
+    .await;
+    let dispatched_while_behind = dispatches(&admin, ROLLOUT).await;
+    // The status lists a host once it was dispatched: those the restored rollout had not
+    // reached are not there, and stay so.
+    assert!(hosts.len() < HOSTS.len(), "hosts the restored rollout had not reached stay undispatched: {hosts:?}");
+
+    // The way forward: release 2 published again (CI's same files), the halted rollout of
+    // release 1 cancelled.
+    let _: Value = admin.post_json("/v1/releases", &newer).await.expect("publish 2 again");
+    wait_for("/readyz ready again", &log, 30, async || (e.call(None, "GET", "/readyz", None).await.0 == "200").then_some(())).await;
+    let (code, text) = e.call(Some(&e.admin), "GET", "/v1/rollouts", None).await;
+    assert_eq!(code, "200", "{text}");
+    let rollouts: Value = serde_json::from_str(&text).expect("json");
+    let old_state = rollouts["items"].as_array().expect("items").iter().find(|r| r["rolloutId"] == ROLLOUT).map(|r| r["state"].clone());
+    if old_state.is_some_and(|s| s != "Converged" && s != "Cancelled") {
+        let body = json!({ "reason": "restored from an older backup; release 2 published again" }).to_string();
+        let (code, text) = e.call(Some(&e.admin), "POST", &format!("/v1/rollouts/{ROLLOUT}/cancel"), Some(&body)).await;
+        // 409: it ended between the listing and the cancel.
+        assert!(code == "200" || code == "409", "{code} {text}");
+    }
+    let hosts = wait_for("release 2 converged after the restore", &log, 90, async || {
+        let hosts = states_of(&admin, NEWER).await?;
+        (count(&hosts, "Converged") == HOSTS.len()).then_some(hosts)
+    })
+    .await;
+    let agents = fleet.stop().await;
+    for (i, name) in HOSTS.iter().enumerate() {
+        assert_eq!(hosts[*name].1, closure(200 + i + 1, name), "{name} on release 2's target");
+    }
+    // No agent ran release 1 once it had run release 2: whatever of release 1 the restored
+    // coordinator handed it, it refused.
+    for a in &agents {
+        let first_newer = a.handled.iter().position(|h| h.rollout_id == NEWER).expect("release 2 handled");
+        assert!(a.handled[first_newer..].iter().all(|h| h.rollout_id == NEWER), "{}: {:?}", a.hostname, a.handled);
+        assert!(
+            a.refused.iter().all(|r| r.contains("VersionRollback")),
+            "{}: refused only as version rollbacks: {:?}",
+            a.hostname,
+            a.refused
+        );
+    }
+    // Nothing of release 1 was dispatched once the store knew it was behind.
+    assert_eq!(dispatches(&admin, ROLLOUT).await, dispatched_while_behind, "no release-1 dispatch after the fleet proved release 2");
 }

@@ -14,7 +14,8 @@ use drover_proto::evidence::Evidence;
 use drover_proto::names::RolloutId;
 use drover_proto::release::{TIMESTAMP, sig_path};
 use drover_proto::report::{
-    CheckinRequest, CheckinResponse, ConfirmRequest, MAX_EVENT_TEXT_BYTES, MAX_EVENTS_PER_CHECKIN, ReportEvent, TaskResult,
+    ActivationStatus, CheckinRequest, CheckinResponse, ConfirmRequest, MAX_EVENT_TEXT_BYTES, MAX_EVENTS_PER_CHECKIN, ReportEvent,
+    TaskResult,
 };
 use drover_proto::sig::Envelope;
 use drover_proto::states::HostLifecycle;
@@ -86,6 +87,10 @@ async fn work_from(
     Ok(Work { intent, tasks: tasks.into_iter().map(|t| t.task.envelope).collect() })
 }
 
+/// The most a shown release (`timestamp.json` and its signature) may be: a timestamp lists
+/// a few channels, a few KiB.
+pub const MAX_RELEASE_SEEN_BYTES: usize = 64 << 10;
+
 /// Most task results one check-in may carry.
 pub const MAX_TASK_RESULTS_PER_CHECKIN: usize = 64;
 
@@ -123,6 +128,11 @@ fn check_report(req: &CheckinRequest) -> Result<(), ApiError> {
     }
     for p in &req.probe_results {
         short("probeResults.name", &p.name, 128)?;
+    }
+    if let Some(r) = &req.release_seen
+        && r.timestamp.len() + r.timestamp_sig.len() > MAX_RELEASE_SEEN_BYTES
+    {
+        return Err(ApiError::bad_request(format!("releaseSeen must be at most {MAX_RELEASE_SEEN_BYTES} bytes")));
     }
     if let Some(a) = &req.activation {
         short("activation.intentId", &a.intent_id, 64)?;
@@ -200,7 +210,12 @@ pub const MAX_PROBE_RESULTS_PER_CHECKIN: usize = 64;
 /// the restored store never issued, for the same rollout and target as a dispatch to come.
 /// Kept, it would read as the outcome of that dispatch (a roll-back failing a host that was
 /// never asked to activate), so it clears what the planner knows of the activation instead.
-fn merged_report(stored: Option<&HostReport>, req: &CheckinRequest, current: Option<Uuid>) -> HostReport {
+fn merged_report(
+    stored: Option<&HostReport>,
+    req: &CheckinRequest,
+    current: Option<Uuid>,
+    refused: Option<ActivationStatus>,
+) -> HostReport {
     let mut report = stored.cloned().unwrap_or_default();
     if let Some(h) = &req.health {
         report.failed_units = u32::try_from(h.failed_units.len()).unwrap_or(u32::MAX);
@@ -214,6 +229,10 @@ fn merged_report(stored: Option<&HostReport>, req: &CheckinRequest, current: Opt
     if let Some(a) = &req.activation {
         let names_current = current.is_some_and(|id| Uuid::parse_str(&a.intent_id).is_ok_and(|named| named == id));
         report.activation = names_current.then(|| a.clone());
+    }
+    if let Some(refused) = refused {
+        // The agent refused its current intent as a version rollback: it will never confirm.
+        report.activation = Some(refused);
     }
     report
 }
@@ -281,10 +300,15 @@ async fn record_checkin(app: &Arc<AppState>, caller: &HostCaller, req: CheckinRe
     let mut seen = view(app, host, now).await?;
     // A certificate of a host the store does not know: the store is older than the host.
     let record = seen.host.take().ok_or_else(|| ApiError::host_unknown(host, &caller.hostname))?;
+    // A host showing a newer release than the store's: the store is behind the fleet.
+    if let Some(release) = req.release_seen.clone() {
+        crate::fleet_release::note_release_seen(app, host, release).await;
+    }
     // What the planner decides on is written only when it changed, and wakes the executor
     // (RFC-0002 §6: a check-in with a status change).
     let current = seen.intent.as_ref().filter(|i| i.current).map(|i| i.intent.intent_id);
-    let report = merged_report(seen.report.as_ref(), &req, current);
+    let refused = crate::fleet_release::refused_activation(seen.intent.as_ref(), &req, crate::fleet_release::store_latest(app));
+    let report = merged_report(seen.report.as_ref(), &req, current, refused);
     let changed = (seen.report.as_ref() != Some(&report) && (seen.report.is_some() || report != HostReport::default())).then_some(report);
     let checkin = Checkin { at: now, agent_version: req.agent_version, boot_id: req.boot_id, current_generation: req.current_generation };
     if app.metrics.note_agent_version(host, &checkin.agent_version) {

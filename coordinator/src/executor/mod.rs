@@ -86,7 +86,19 @@ pub async fn plan_now(app: &Arc<AppState>, now: Time) -> Result<Option<(input::B
     let built =
         input::build(&verified, &snapshot, &stored, settings).map_err(|e| ExecutorError::Release { rule: "observed", message: e })?;
     lock(&app.release_cache).keep_manifests(stored);
-    let plan = drover_planner::plan(&built.input, now);
+    let mut plan = drover_planner::plan(&built.input, now);
+    // A store older than the fleet (restored from an older backup) issues nothing from its
+    // release: agents would refuse it (`crate::fleet_release`).
+    if app.fleet_release.behind(Some(verified.timestamp.doc.version)).is_some() {
+        let held = crate::fleet_release::hold_back(&mut plan);
+        if held > 0 {
+            tracing::debug!(
+                held,
+                version = verified.timestamp.doc.version,
+                "the fleet is past this release: nothing is dispatched from it"
+            );
+        }
+    }
     Ok(Some((built, plan, channel_period_secs)))
 }
 
