@@ -151,13 +151,16 @@ pub fn is_version_rollback(e: &ReportEvent) -> bool {
 /// its release is older than the host's floor: the host refused it as a version rollback
 /// (it says so in `req`, naming that intent as the one it handled), or it shows a release
 /// newer than the store's `latest` (every intent this store issued is older). Failed, so the
-/// planner frees its budget now instead of at the confirm deadline; None otherwise. A host
+/// planner frees its budget now instead of at the confirm deadline; None otherwise (`latest`
+/// is None when the store's latest is not known). A host
 /// can say this only of itself, so its word is taken without a proof.
 pub fn refused_activation(current: Option<&IntentRecord>, req: &CheckinRequest, latest: Option<u64>) -> Option<ActivationStatus> {
     let current = current.filter(|i| i.current)?;
     let names_current = req.known_intent_id.as_deref() == Some(current.intent.intent_id.to_string().as_str());
     let refusal = req.events.iter().find(|e| is_version_rollback(e)).filter(|_| names_current);
-    let ahead = req.release_seen.as_ref().filter(|r| r.version > latest.unwrap_or(0));
+    // Only against a latest release the store was read to hold: an unknown one (the store
+    // not answering since the start) proves nothing.
+    let ahead = req.release_seen.as_ref().filter(|r| latest.is_some_and(|l| r.version > l));
     let reason = match (refusal, ahead) {
         (Some(ReportEvent::VerificationFailed { reason, .. } | ReportEvent::ManifestMismatch { reason, .. }), _) => {
             format!("the agent refused the intent: {reason}")
@@ -180,7 +183,8 @@ pub fn refused_activation(current: Option<&IntentRecord>, req: &CheckinRequest, 
     })
 }
 
-/// The store's latest release version as the last readiness check read it.
+/// The store's latest release version as the last readiness check read it; None when it
+/// holds none or could not be read yet.
 pub fn store_latest(app: &AppState) -> Option<u64> {
     match &app.readiness.verdict().release {
         crate::readiness::ReleaseHealth::Verified { version, .. } | crate::readiness::ReleaseHealth::Unverified { version, .. } => {
@@ -221,24 +225,7 @@ mod tests {
     }
 
     fn trust(seed: u8) -> TrustRoots {
-        use drover_proto::keys::{KeyId, verifying_key_to_pem};
-        use drover_proto::trust::{KeySetDoc, TrustDoc, TrustKeyDoc};
-        let key = ed25519_dalek::SigningKey::from_bytes(&[seed; 32]).verifying_key();
-        let doc = TrustDoc {
-            schema_version: 1,
-            ci: KeySetDoc {
-                threshold: 1,
-                keys: vec![TrustKeyDoc {
-                    key_id: KeyId::of(&key),
-                    alg: "ed25519".into(),
-                    public_key: verifying_key_to_pem(&key).expect("pem"),
-                    not_before: None,
-                    not_after: None,
-                }],
-                reject_before: None,
-            },
-        };
-        TrustRoots::from_doc(&doc).expect("trust")
+        crate::executor::cache::tests::trust_of(seed, None)
     }
 
     /// Release `version`'s timestamp, signed by the key of `seed`.
@@ -273,6 +260,43 @@ mod tests {
         assert!(f.prove(&ci, Uuid::nil(), &tampered, t(1)).is_err());
         assert_eq!(f.proven().map(|p| p.version), Some(9));
         assert!(f.behind(Some(8)).is_some() && f.behind(Some(9)).is_none());
+    }
+
+    #[test]
+    fn a_host_showing_a_release_is_failed_only_against_a_store_release_it_is_newer_than() {
+        let key = ed25519_dalek::SigningKey::from_bytes(&[5; 32]);
+        let intent = drover_proto::intent::Intent {
+            intent_id: Uuid::nil().to_string(),
+            host_id: Uuid::nil().to_string(),
+            hostname: "h1".into(),
+            rollout_id: drover_proto::names::RolloutId::parse("gpu@c0ffee").expect("id"),
+            manifest_sha256: "0".repeat(64),
+            wave_index: 0,
+            target_closure: "/nix/store/x".into(),
+            issued_at: t(0),
+            expires_at: t(60),
+            confirm_window_secs: 60,
+        };
+        let envelope = drover_proto::sig::Envelope::seal(&intent, &[drover_proto::keys::KeySigner::new(key)]).expect("sign");
+        let record = IntentRecord {
+            intent: crate::store::NewIntent {
+                intent_id: Uuid::nil(),
+                host_id: Uuid::nil(),
+                rollout_id: intent.rollout_id.clone(),
+                envelope: serde_json::to_vec(&envelope).expect("bytes"),
+                confirm_deadline: None,
+                created_at: t(0),
+            },
+            status: crate::store::IntentStatus::Wanted,
+            updated_at: t(0),
+            current: true,
+        };
+        let mut req: CheckinRequest = serde_json::from_value(serde_json::json!({ "agentVersion": "x", "bootId": "b" })).expect("req");
+        req.release_seen = Some(ReleaseSeen { version: 2, timestamp: String::new(), timestamp_sig: String::new() });
+        assert!(refused_activation(Some(&record), &req, None).is_none(), "the store's latest not known: nothing inferred");
+        assert!(refused_activation(Some(&record), &req, Some(2)).is_none(), "not newer than the store's");
+        let failed = refused_activation(Some(&record), &req, Some(1)).expect("newer than the store's");
+        assert_eq!((failed.phase, failed.target_closure.as_str()), (ActivationPhase::Failed, "/nix/store/x"));
     }
 
     #[test]

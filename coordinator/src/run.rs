@@ -374,8 +374,12 @@ pub async fn start_prepared(listener: TcpListener, prepared: Prepared, clock: Ar
         }
     });
     // `/readyz` answers from this verdict; the first check is made before the listener opens.
-    let first = crate::readiness::check(&app, &crate::readiness::Verdict::default());
-    app.readiness.set(first);
+    // On the blocking pool: a PostgreSQL store's client blocks (and may not run on a worker).
+    let checker = app.clone();
+    match tokio::task::spawn_blocking(move || crate::readiness::check(&checker, &crate::readiness::Verdict::default())).await {
+        Ok(first) => app.readiness.set(first),
+        Err(e) => tracing::error!(error = %e, "the first readiness check panicked"),
+    }
     tokio::spawn(crate::readiness::watch(app.clone()));
     // Memory that anonymous bodies used goes back to the system once they are done.
     let trimmer = app.connections.clone();

@@ -244,31 +244,54 @@ fn restore_fresh(paths: &SitePaths, backup: &Path, sections: &str) -> SitePaths 
     restored
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_backup_taken_mid_rollout_restored_on_a_fresh_state_dir_converges() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let paths = init_site(dir.path());
-    let log = dir.path().join("coordinator.log");
-    let sections = "[agent]\nlong_poll_secs = 1\n\n[hosts]\noffline_after_secs = 30\n\n\
-                    [rollouts]\ninterval_secs = 1\ndebounce_ms = 50\nconfirm_window_secs = 10\nconfirm_deadline_secs = 120\n";
+/// The coordinator's settings for these tests: fast ticks and long-polls, a confirm deadline
+/// of `confirm_deadline_secs`.
+fn sections(confirm_deadline_secs: u64) -> String {
+    format!(
+        "[agent]\nlong_poll_secs = 1\n\n[hosts]\noffline_after_secs = 30\n\n\
+         [rollouts]\ninterval_secs = 1\ndebounce_ms = 50\nconfirm_window_secs = 10\nconfirm_deadline_secs = {confirm_deadline_secs}\n"
+    )
+}
+
+/// A site serving the six agents, its release 1 rolling, backed up between its waves.
+struct Site {
+    paths: SitePaths,
+    log: std::path::PathBuf,
+    server: drover_tests::procs::Proc,
+    fleet: Fleet,
+    admin: CoordinatorClient,
+    backup: std::path::PathBuf,
+}
+
+/// Starts a site in `dir` with `sections`, publishes release 1 and backs the store up between
+/// its waves: the canary converged, two hosts or more not dispatched yet (the status lists a
+/// host once it has been dispatched).
+async fn backed_up_mid_rollout(dir: &Path, sections: &str) -> Site {
+    let paths = init_site(dir);
+    let log = dir.join("coordinator.log");
     paths.write_config("127.0.0.1:0", "https://127.0.0.1:1", sections);
-    let mut server = paths.serve();
+    let server = paths.serve();
     let fleet = Fleet::run(enroll_all(&paths, &server.url).await, &server.url);
     let admin = client(&paths, &server.url, true);
     let _: Value = admin.post_json("/v1/releases", &publish_request()).await.expect("publish");
-
-    // Back up between waves: the canary converged, two hosts or more not dispatched yet (the
-    // status lists a host once it has been dispatched).
     wait_for("the rollout between its waves", &log, 45, async || {
         let hosts = host_states(&admin).await?;
         let undispatched = HOSTS.len() - hosts.values().filter(|(s, _)| s != "Pending").count();
         (count(&hosts, "Converged") >= 1 && undispatched >= 2).then_some(())
     })
     .await;
-    let backup = dir.path().join("mid-rollout.db");
+    let backup = dir.join("mid-rollout.db");
     let state = paths.state.display().to_string();
     let out = coordinator(&["backup", "--state-dir", &state, "--out", &backup.display().to_string()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    Site { paths, log, server, fleet, admin, backup }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backup_taken_mid_rollout_restored_on_a_fresh_state_dir_converges() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sections = sections(120);
+    let Site { paths, log, mut server, fleet, admin, backup } = backed_up_mid_rollout(dir.path(), &sections).await;
     let at_backup = backed_up_states(&backup);
     let converged_at_backup: Vec<&String> = at_backup.iter().filter(|(_, s)| *s == "Converged").map(|(h, _)| h).collect();
     assert!(!converged_at_backup.is_empty() && converged_at_backup.len() < HOSTS.len(), "the backup is mid-rollout: {at_backup:?}");
@@ -282,7 +305,7 @@ async fn a_backup_taken_mid_rollout_restored_on_a_fresh_state_dir_converges() {
     server.child.kill().expect("SIGKILL");
     server.child.wait().expect("reaped");
 
-    let restored = restore_fresh(&paths, &backup, sections);
+    let restored = restore_fresh(&paths, &backup, &sections);
     let server = restored.serve();
     fleet.url.send_replace(server.url.clone());
     let admin = client(&restored, &server.url, true);
@@ -346,29 +369,11 @@ async fn dispatches(admin: &CoordinatorClient, id: &str) -> BTreeMap<String, usi
 async fn a_backup_older_than_the_fleets_release_dispatches_nothing_until_the_newest_is_published_again() {
     const NEWER: &str = "gpu@beef02";
     let dir = tempfile::tempdir().expect("tempdir");
-    let paths = init_site(dir.path());
-    let log = dir.path().join("coordinator.log");
     // A confirm deadline far past the test: a refusing host must free its budget at once, not
     // when the deadline passes.
-    let sections = "[agent]\nlong_poll_secs = 1\n\n[hosts]\noffline_after_secs = 30\n\n\
-                    [rollouts]\ninterval_secs = 1\ndebounce_ms = 50\nconfirm_window_secs = 10\nconfirm_deadline_secs = 1800\n";
-    paths.write_config("127.0.0.1:0", "https://127.0.0.1:1", sections);
-    let mut server = paths.serve();
-    let fleet = Fleet::run(enroll_all(&paths, &server.url).await, &server.url);
-    let admin = client(&paths, &server.url, true);
-    let _: Value = admin.post_json("/v1/releases", &publish_request()).await.expect("publish 1");
-
+    let sections = sections(1800);
     // Backed up mid-rollout of release 1 ...
-    wait_for("release 1 between its waves", &log, 45, async || {
-        let hosts = host_states(&admin).await?;
-        let undispatched = HOSTS.len() - hosts.values().filter(|(s, _)| s != "Pending").count();
-        (count(&hosts, "Converged") >= 1 && undispatched >= 2).then_some(())
-    })
-    .await;
-    let backup = dir.path().join("release-1.db");
-    let state = paths.state.display().to_string();
-    let out = coordinator(&["backup", "--state-dir", &state, "--out", &backup.display().to_string()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let Site { paths, log, mut server, fleet, admin, backup } = backed_up_mid_rollout(dir.path(), &sections).await;
     // ... and the fleet goes on: release 1 ends, then release 2, every agent's floor now 2.
     wait_for("release 1 converged", &log, 60, async || {
         let hosts = host_states(&admin).await?;
@@ -386,7 +391,7 @@ async fn a_backup_older_than_the_fleets_release_dispatches_nothing_until_the_new
     server.child.wait().expect("reaped");
 
     // Restored from the release-1 backup: the store holds release 1 and its rollout mid-way.
-    let restored = restore_fresh(&paths, &backup, sections);
+    let restored = restore_fresh(&paths, &backup, &sections);
     let server = restored.serve();
     fleet.url.send_replace(server.url.clone());
     let admin = client(&restored, &server.url, true);

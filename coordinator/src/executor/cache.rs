@@ -62,7 +62,7 @@ impl ReleaseCache {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use drover_proto::keys::{KeyId, verifying_key_to_pem};
     use drover_proto::trust::{KeySetDoc, TrustDoc, TrustKeyDoc};
@@ -72,7 +72,12 @@ mod tests {
     }
 
     fn trust(not_after: Option<Time>) -> TrustRoots {
-        let key = ed25519_dalek::SigningKey::from_bytes(&[3u8; 32]).verifying_key();
+        trust_of(3, not_after)
+    }
+
+    /// Trust roots of one CI key, the Ed25519 key of `[seed; 32]`, valid until `not_after`.
+    pub(crate) fn trust_of(seed: u8, not_after: Option<Time>) -> TrustRoots {
+        let key = ed25519_dalek::SigningKey::from_bytes(&[seed; 32]).verifying_key();
         let doc = TrustDoc {
             schema_version: 1,
             ci: KeySetDoc {
