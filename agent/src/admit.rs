@@ -118,18 +118,6 @@ pub fn note_admitted(seen: &mut crate::records::Seen, bundle: &ProofBundle, vers
     }
 }
 
-/// Whether a refusal says the coordinator served a release older than one this agent has
-/// verified: the coordinator is behind the fleet (its state restored from an older backup),
-/// and the agent's next check-ins carry its highest release to show it.
-pub fn is_version_rollback(e: &ReportEvent) -> bool {
-    match e {
-        ReportEvent::VerificationFailed { reason, .. } | ReportEvent::ManifestMismatch { reason, .. } => {
-            reason.starts_with("VersionRollback")
-        }
-        _ => false,
-    }
-}
-
 /// The rollout an intent names, read before its signature is checked, only to know which
 /// bundle to ask for: it is a typed [`RolloutId`] (a closed alphabet, safe in a URL path), and
 /// [`admit_intent`] checks everything afterwards.

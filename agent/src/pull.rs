@@ -504,7 +504,7 @@ impl Agent {
         let admitted = match admit::admit_intent(&env, &bundle, &self.anchors, host, &seen, cached.as_ref(), now) {
             Ok(a) => a,
             Err(e) => {
-                if admit::is_version_rollback(&e) && !self.coordinator_behind {
+                if e.is_version_rollback() && !self.coordinator_behind {
                     tracing::warn!(
                         highest = seen.highest_timestamp_version,
                         "the coordinator serves a release older than one this host verified (restored from an older backup?); showing it the newer one"

@@ -363,11 +363,16 @@ impl ConnLimits {
     /// the last time (called periodically): with one allocator arena (`drover-malloc`) the
     /// pages an attack's bodies used would otherwise stay in the process after it ends.
     pub fn trim_if_due(&self) -> bool {
-        if self.released_bytes.load(Ordering::Relaxed) < TRIM_AFTER_BYTES {
+        if !self.trim_due() {
             return false;
         }
         self.released_bytes.store(0, Ordering::Relaxed);
         drover_malloc::trim()
+    }
+
+    /// Whether enough anonymous body bytes were released since the last trim for another.
+    pub fn trim_due(&self) -> bool {
+        self.released_bytes.load(Ordering::Relaxed) >= TRIM_AFTER_BYTES
     }
 
     /// Records a connection closed for its PROXY protocol header (or for lacking one).

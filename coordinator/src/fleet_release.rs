@@ -137,16 +137,6 @@ pub fn hold_back(plan: &mut drover_planner::Plan) -> usize {
     before - plan.actions.len()
 }
 
-/// Whether a report event is an agent's refusal of a release older than its floor.
-pub fn is_version_rollback(e: &ReportEvent) -> bool {
-    match e {
-        ReportEvent::VerificationFailed { reason, .. } | ReportEvent::ManifestMismatch { reason, .. } => {
-            reason.starts_with("VersionRollback")
-        }
-        _ => false,
-    }
-}
-
 /// The activation to record for a host that will never confirm its current intent because
 /// its release is older than the host's floor: the host refused it as a version rollback
 /// (it says so in `req`, naming that intent as the one it handled), or it shows a release
@@ -157,7 +147,7 @@ pub fn is_version_rollback(e: &ReportEvent) -> bool {
 pub fn refused_activation(current: Option<&IntentRecord>, req: &CheckinRequest, latest: Option<u64>) -> Option<ActivationStatus> {
     let current = current.filter(|i| i.current)?;
     let names_current = req.known_intent_id.as_deref() == Some(current.intent.intent_id.to_string().as_str());
-    let refusal = req.events.iter().find(|e| is_version_rollback(e)).filter(|_| names_current);
+    let refusal = req.events.iter().find(|e| e.is_version_rollback()).filter(|_| names_current);
     // Only against a latest release the store was read to hold: an unknown one (the store
     // not answering since the start) proves nothing.
     let ahead = req.release_seen.as_ref().filter(|r| latest.is_some_and(|l| r.version > l));

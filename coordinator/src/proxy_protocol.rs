@@ -61,7 +61,7 @@ pub enum ProxyError {
 
 /// Whether `ip` is one of the configured balancers.
 pub fn is_balancer(balancers: &[IpAddr], ip: IpAddr) -> bool {
-    balancers.iter().any(|b| *b == ip || canonical(*b) == canonical(ip))
+    balancers.iter().any(|b| canonical(*b) == canonical(ip))
 }
 
 /// An IPv4-mapped IPv6 address as the IPv4 address it is (a dual-stack listener reports

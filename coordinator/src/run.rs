@@ -387,8 +387,11 @@ pub async fn start_prepared(listener: TcpListener, prepared: Prepared, clock: Ar
         let mut every = tokio::time::interval(std::time::Duration::from_secs(10));
         loop {
             every.tick().await;
-            let limits = trimmer.clone();
-            let _ = tokio::task::spawn_blocking(move || limits.trim_if_due()).await;
+            // Checked here: only a trim (a walk of the heap) goes to the blocking pool.
+            if trimmer.trim_due() {
+                let limits = trimmer.clone();
+                let _ = tokio::task::spawn_blocking(move || limits.trim_if_due()).await;
+            }
         }
     });
     // The executor, the job engine, the sweeps and the reconcilers run on the leader only.

@@ -295,6 +295,17 @@ pub const MAX_EVENTS_PER_CHECKIN: usize = 64;
 pub const MAX_EVENT_TEXT_BYTES: usize = 1024;
 
 impl ReportEvent {
+    /// Whether this is an agent's refusal of a release older than one it verified (the
+    /// `VersionRollback` rule): the coordinator that served it is behind the fleet.
+    pub fn is_version_rollback(&self) -> bool {
+        match self {
+            ReportEvent::VerificationFailed { reason, .. } | ReportEvent::ManifestMismatch { reason, .. } => {
+                reason.starts_with("VersionRollback")
+            }
+            _ => false,
+        }
+    }
+
     /// The event with every free-text field cut to [`MAX_EVENT_TEXT_BYTES`] (at a character
     /// boundary), so a long error chain can never get an agent's check-ins refused.
     pub fn bounded(self) -> ReportEvent {

@@ -322,7 +322,7 @@ impl SimAgent {
             Ok(a) => a,
             Err(e) => {
                 self.refused.push(format!("{e:?}"));
-                if drover_agent::admit::is_version_rollback(&e) {
+                if e.is_version_rollback() {
                     // As the real agent: handled (not asked for again), reported, and the
                     // newer release shown from now on.
                     let id = env.payload::<serde_json::Value>().ok().and_then(|v| v["intentId"].as_str().map(str::to_owned));

@@ -287,11 +287,29 @@ async fn backed_up_mid_rollout(dir: &Path, sections: &str) -> Site {
     Site { paths, log, server, fleet, admin, backup }
 }
 
+/// The process and its store lost (SIGKILL), the backup restored on a fresh state dir and
+/// served, the agents sent to it; the new process and an admin client of it.
+fn lose_and_restore(
+    mut server: drover_tests::procs::Proc,
+    paths: &SitePaths,
+    backup: &Path,
+    sections: &str,
+    fleet: &Fleet,
+) -> (drover_tests::procs::Proc, CoordinatorClient) {
+    server.child.kill().expect("SIGKILL");
+    server.child.wait().expect("reaped");
+    let restored = restore_fresh(paths, backup, sections);
+    let server = restored.serve();
+    fleet.url.send_replace(server.url.clone());
+    let admin = client(&restored, &server.url, true);
+    (server, admin)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_backup_taken_mid_rollout_restored_on_a_fresh_state_dir_converges() {
     let dir = tempfile::tempdir().expect("tempdir");
     let sections = sections(120);
-    let Site { paths, log, mut server, fleet, admin, backup } = backed_up_mid_rollout(dir.path(), &sections).await;
+    let Site { paths, log, server, fleet, admin, backup } = backed_up_mid_rollout(dir.path(), &sections).await;
     let at_backup = backed_up_states(&backup);
     let converged_at_backup: Vec<&String> = at_backup.iter().filter(|(_, s)| *s == "Converged").map(|(h, _)| h).collect();
     assert!(!converged_at_backup.is_empty() && converged_at_backup.len() < HOSTS.len(), "the backup is mid-rollout: {at_backup:?}");
@@ -302,13 +320,7 @@ async fn a_backup_taken_mid_rollout_restored_on_a_fresh_state_dir_converges() {
         (count(&hosts, "Converged") > converged_at_backup.len()).then_some(())
     })
     .await;
-    server.child.kill().expect("SIGKILL");
-    server.child.wait().expect("reaped");
-
-    let restored = restore_fresh(&paths, &backup, &sections);
-    let server = restored.serve();
-    fleet.url.send_replace(server.url.clone());
-    let admin = client(&restored, &server.url, true);
+    let (_server, admin) = lose_and_restore(server, &paths, &backup, &sections, &fleet);
 
     let hosts = wait_for("the restored rollout Converged", &log, 60, async || {
         let rollouts: Value = admin.get_json("/v1/rollouts").await.ok()?;
@@ -373,7 +385,7 @@ async fn a_backup_older_than_the_fleets_release_dispatches_nothing_until_the_new
     // when the deadline passes.
     let sections = sections(1800);
     // Backed up mid-rollout of release 1 ...
-    let Site { paths, log, mut server, fleet, admin, backup } = backed_up_mid_rollout(dir.path(), &sections).await;
+    let Site { paths, log, server, fleet, admin, backup } = backed_up_mid_rollout(dir.path(), &sections).await;
     // ... and the fleet goes on: release 1 ends, then release 2, every agent's floor now 2.
     wait_for("release 1 converged", &log, 60, async || {
         let hosts = host_states(&admin).await?;
@@ -387,14 +399,8 @@ async fn a_backup_older_than_the_fleets_release_dispatches_nothing_until_the_new
         (count(&hosts, "Converged") == HOSTS.len()).then_some(())
     })
     .await;
-    server.child.kill().expect("SIGKILL");
-    server.child.wait().expect("reaped");
-
     // Restored from the release-1 backup: the store holds release 1 and its rollout mid-way.
-    let restored = restore_fresh(&paths, &backup, &sections);
-    let server = restored.serve();
-    fleet.url.send_replace(server.url.clone());
-    let admin = client(&restored, &server.url, true);
+    let (server, admin) = lose_and_restore(server, &paths, &backup, &sections, &fleet);
     let e = drover_tests::Endpoint {
         url: server.url.clone(),
         ca: paths.ops.join("ca.crt"),
