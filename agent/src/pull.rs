@@ -336,7 +336,12 @@ impl Agent {
             self.state.put_seen(&seen)?;
         }
         let now = reading.effective;
-        if let Err(e) = self.maybe_renew(now).await {
+        // A coordinator with no record of this host refuses the renewal too (it was told once,
+        // at error level): no CSR is sent, and no warning repeats every pass, until it knows
+        // the host again.
+        if !self.host_unknown.is_unknown()
+            && let Err(e) = self.maybe_renew(now).await
+        {
             tracing::warn!(error = %e, "certificate renewal failed; retrying next pass");
         }
 
