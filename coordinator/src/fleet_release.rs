@@ -141,8 +141,8 @@ pub fn hold_back(plan: &mut drover_planner::Plan) -> usize {
 /// its release is older than the host's floor: the host refused it as a version rollback
 /// (it says so in `req`, naming that intent as the one it handled), or it shows a release
 /// newer than the store's `latest` (every intent this store issued is older). Failed, so the
-/// planner frees its budget now instead of at the confirm deadline; None otherwise (`latest`
-/// is None when the store's latest is not known). A host
+/// planner frees its budget now instead of at the confirm deadline; None otherwise (`latest`,
+/// the store's latest release read for this check-in, is None when it was not read). A host
 /// can say this only of itself, so its word is taken without a proof.
 pub fn refused_activation(current: Option<&IntentRecord>, req: &CheckinRequest, latest: Option<u64>) -> Option<ActivationStatus> {
     let current = current.filter(|i| i.current)?;

@@ -95,11 +95,14 @@ impl SourceBuckets {
         self.buckets.retain(|_, b| b.tokens + now.saturating_duration_since(b.at).as_secs_f64() * per_sec < burst);
         let keep = MAX_SOURCES - MAX_SOURCES / 4;
         if self.buckets.len() > keep {
-            let mut ages: Vec<Instant> = self.buckets.values().map(|b| b.at).collect();
+            // Exactly the `cut` touched longest ago, ties broken by address: sources seen at
+            // one instant are not all dropped together.
+            let mut ages: Vec<(Instant, IpAddr)> = self.buckets.iter().map(|(ip, b)| (b.at, *ip)).collect();
             let cut = ages.len() - keep;
-            let (_, nth, _) = ages.select_nth_unstable(cut);
-            let cutoff = *nth;
-            self.buckets.retain(|_, b| b.at > cutoff);
+            ages.select_nth_unstable(cut - 1);
+            for (_, ip) in &ages[..cut] {
+                self.buckets.remove(ip);
+            }
         }
     }
 }
@@ -183,17 +186,36 @@ mod tests {
     }
 
     #[test]
-    fn a_flood_of_fresh_addresses_keeps_the_table_bounded() {
+    fn a_flood_of_fresh_addresses_keeps_the_table_bounded_and_a_recent_spent_source_spent() {
         let mut b = SourceBuckets::new(1, 2);
         let t0 = Instant::now();
-        for n in 0..(MAX_SOURCES as u32 + 500) {
-            let _ = b.take(ip(n), t0);
+        // The flood's addresses first, each touched a moment apart and left refilling.
+        for n in 0..(MAX_SOURCES as u32 - 1) {
+            let _ = b.take(ip(n), t0 + Duration::from_micros(u64::from(n)));
+        }
+        // Then the victim spends its burst, most recently of all.
+        let victim = ip(10_000_000);
+        let late = t0 + Duration::from_millis(100);
+        b.take(victim, late).expect("1");
+        b.take(victim, late).expect("2");
+        // More fresh addresses push the table past its bound: the oldest quarter goes, the
+        // victim (touched last, not refilled) stays, and stays spent.
+        for n in 0..500u32 {
+            let _ = b.take(ip(20_000_000 + n), late);
         }
         assert!(b.len() <= MAX_SOURCES, "{}", b.len());
-        // A source that was spent stays spent while the table is full of fresh ones.
-        let victim = ip(10_000_000);
-        b.take(victim, t0).expect("1");
-        b.take(victim, t0).expect("2");
-        assert!(b.take(victim, t0).is_err());
+        assert!(b.len() >= MAX_SOURCES - MAX_SOURCES / 4, "a quarter shed, not the whole table: {}", b.len());
+        assert!(b.take(victim, late).is_err(), "its spent bucket survived the shedding");
+    }
+
+    #[test]
+    fn sources_seen_at_one_instant_are_shed_a_quarter_not_all_at_once() {
+        let mut b = SourceBuckets::new(1, 2);
+        let t0 = Instant::now();
+        for n in 0..(MAX_SOURCES as u32 + 1) {
+            let _ = b.take(ip(n), t0);
+            let _ = b.take(ip(n), t0);
+        }
+        assert!(b.len() > MAX_SOURCES / 2, "ties at the cut-off do not empty the table: {}", b.len());
     }
 }

@@ -307,7 +307,14 @@ async fn record_checkin(app: &Arc<AppState>, caller: &HostCaller, req: CheckinRe
     // What the planner decides on is written only when it changed, and wakes the executor
     // (RFC-0002 §6: a check-in with a status change).
     let current = seen.intent.as_ref().filter(|i| i.current).map(|i| i.intent.intent_id);
-    let refused = crate::fleet_release::refused_activation(seen.intent.as_ref(), &req, crate::fleet_release::store_latest(app));
+    // Read fresh, and only when the host shows a release (its first check-in after a start,
+    // every 10 minutes): a verdict a second old could predate the release this very intent
+    // came from, and fail a host that is activating it.
+    let latest = match req.release_seen {
+        Some(_) => store::blocking(app.store.clone(), |s| s.latest_release_version()).await?,
+        None => None,
+    };
+    let refused = crate::fleet_release::refused_activation(seen.intent.as_ref(), &req, latest);
     let report = merged_report(seen.report.as_ref(), &req, current, refused);
     let changed = (seen.report.as_ref() != Some(&report) && (seen.report.is_some() || report != HostReport::default())).then_some(report);
     let checkin = Checkin { at: now, agent_version: req.agent_version, boot_id: req.boot_id, current_generation: req.current_generation };
