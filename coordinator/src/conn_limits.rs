@@ -32,7 +32,8 @@
 //! - **Deadlines**: the handshake, the first request after it (`first_request_secs`), and
 //!   idling between requests without a certificate (`unauthenticated_idle_secs`).
 //!
-//! Refusals, evictions and timeouts are counted for `/metrics`.
+//! Per source means per IPv4 address or per IPv6 /64 ([`source_of`]). Refusals, evictions and
+//! timeouts are counted for `/metrics`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -59,6 +60,19 @@ pub const ANONYMOUS_BYTES_PER_TOKEN: u64 = 256 << 10;
 pub const ANONYMOUS_BYTES_BURST: u64 = 8 << 20;
 /// Bytes of anonymous bodies released since the last trim that make the next one due.
 const TRIM_AFTER_BYTES: u64 = 4 << 20;
+
+/// The source a per-source cap or bucket counts `ip` under: an IPv4 address (an IPv4-mapped
+/// IPv6 one as the IPv4 it is), or an IPv6 address's /64 — one subscriber's allocation, which
+/// hands its holder 2^64 addresses to rotate through.
+pub fn source_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+        },
+        v4 => v4,
+    }
+}
 
 /// Why a connection was closed at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -270,6 +284,7 @@ impl ConnLimits {
     /// Waits for one of `ip`'s handshake slots, then one of all (first come, first served).
     /// The caller bounds the wait with the handshake deadline.
     pub async fn handshake_slot(self: &Arc<Self>, ip: IpAddr) -> HandshakeSlot {
+        let ip = source_of(ip);
         let source = {
             let mut m = self.handshaking.lock().unwrap_or_else(|p| p.into_inner());
             let per_source = self.config.max_handshakes_per_source;
@@ -287,6 +302,7 @@ impl ConnLimits {
     /// idle anonymous connection (of the same source, for the per-source cap) is told to close
     /// and stops counting; when all are busy, this one, the newest, is refused.
     pub fn anonymous(self: &Arc<Self>, ip: IpAddr) -> Result<AnonSlot, Refusal> {
+        let ip = source_of(ip);
         let mut a = self.anonymous.lock().unwrap_or_else(|p| p.into_inner());
         for (cap, of) in [(Refusal::PerSource, Some(ip)), (Refusal::Unauthenticated, None)] {
             let full = match cap {
@@ -320,6 +336,7 @@ impl ConnLimits {
     /// Takes a token from `ip`'s bucket for a request without a certificate; `Err(wait)` when
     /// it is rate-limited, with how long until the next token.
     pub fn allow_anonymous_request(&self, ip: IpAddr) -> Result<(), Duration> {
+        let ip = source_of(ip);
         let now = tokio::time::Instant::now().into_std();
         self.buckets.lock().unwrap_or_else(|p| p.into_inner()).take(ip, now)
     }
@@ -327,12 +344,39 @@ impl ConnLimits {
     /// Charges `ip`'s bucket for an answer of `bytes` (one token was taken for the request):
     /// `Err(wait)` when the source cannot pay for it now, and the answer is replaced by a 429.
     pub fn charge_anonymous_answer(&self, ip: IpAddr, bytes: u64) -> Result<(), Duration> {
+        let ip = source_of(ip);
         let extra = bytes / ANONYMOUS_BYTES_PER_TOKEN;
         if extra == 0 {
             return Ok(());
         }
         let now = tokio::time::Instant::now().into_std();
         self.buckets.lock().unwrap_or_else(|p| p.into_inner()).take_n(ip, u32::try_from(extra).unwrap_or(u32::MAX), now)
+    }
+
+    /// Admits a request without a certificate from `ip`, or answers its 429 — late, so a client
+    /// that ignores `Retry-After` gains nothing by asking again at once.
+    pub async fn admit_anonymous(&self, ip: IpAddr) -> Result<(), axum::response::Response> {
+        match self.allow_anonymous_request(ip) {
+            Ok(()) => Ok(()),
+            Err(wait) => {
+                tokio::time::sleep(wait.max(RATE_LIMITED_DELAY)).await;
+                Err(rate_limited(wait))
+            }
+        }
+    }
+
+    /// The answer to a request without a certificate as it is sent: a large one (the agent
+    /// binary) paid for by its size, or a 429 as late as any, and paced.
+    pub async fn anonymous_answer(&self, ip: IpAddr, is_head: bool, response: axum::response::Response) -> axum::response::Response {
+        use axum::body::HttpBody as _;
+        if !is_head
+            && let Some(bytes) = response.body().size_hint().exact()
+            && let Err(wait) = self.charge_anonymous_answer(ip, bytes)
+        {
+            tokio::time::sleep(wait.max(RATE_LIMITED_DELAY)).await;
+            return rate_limited(wait);
+        }
+        self.pace(response)
     }
 
     /// An answer to a request without a certificate, larger ones sent within the bytes a
@@ -473,6 +517,33 @@ impl ConnLimits {
     }
 }
 
+/// The 429 for a source past its rate, with the wait in whole seconds (at least one).
+pub fn rate_limited(wait: Duration) -> axum::response::Response {
+    let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+    use axum::response::IntoResponse as _;
+    let mut answer = crate::api::error::ApiError::new(
+        axum::http::StatusCode::TOO_MANY_REQUESTS,
+        "rate_limited",
+        format!("too many requests without a client certificate from this address; retry in {secs} s"),
+    )
+    .into_response();
+    answer.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(secs));
+    answer
+}
+
+/// The 503 for an anonymous body that found no room in the shared budget.
+pub fn body_budget_full() -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let mut answer = crate::api::error::ApiError::new(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        "anonymous_budget_full",
+        "too many request bodies from clients without a certificate are in flight; retry shortly",
+    )
+    .into_response();
+    answer.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(1u64));
+    answer
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -538,6 +609,18 @@ mod tests {
         assert!(next.is_ok(), "it gets the slot once the first is done");
         drop((other, next));
         assert!(l.handshaking.lock().expect("lock").is_empty(), "sources are forgotten when their handshakes end");
+    }
+
+    #[test]
+    fn addresses_of_one_ipv6_64_are_one_source() {
+        let l = limits(100, 2);
+        let _a = l.anonymous(ip("2001:db8:1:2::1")).expect("1");
+        let b = l.anonymous(ip("2001:db8:1:2:ffff::9")).expect("2");
+        let _busy = b.conn().busy();
+        let _c = l.anonymous(ip("2001:db8:1:2:abcd::5")).expect("3 evicts the first");
+        assert_eq!(l.unauthenticated_open(), 2, "one /64, one per-source cap");
+        assert!(l.anonymous(ip("2001:db8:1:3::1")).is_ok(), "the next /64 is another source");
+        assert_eq!(source_of(ip("::ffff:10.0.0.1")), ip("10.0.0.1"));
     }
 
     #[tokio::test(start_paused = true)]

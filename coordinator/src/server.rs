@@ -287,14 +287,13 @@ async fn serve_hyper<S>(
             // rate-limited per source (answered late), bodies within the shared budget.
             let mut _budget = None;
             if anon.is_some() {
-                if let Err(wait) = limits.allow_anonymous_request(remote.ip()) {
-                    tokio::time::sleep(wait.max(crate::conn_limits::RATE_LIMITED_DELAY)).await;
-                    return Ok(crate::http1::rate_limited(wait));
+                if let Err(refusal) = limits.admit_anonymous(remote.ip()).await {
+                    return Ok(refusal);
                 }
                 if !hyper::body::Body::is_end_stream(req.body()) {
                     match limits.anonymous_body(crate::api::MAX_ANONYMOUS_BODY_BYTES).await {
                         Some(p) => _budget = Some(p),
-                        None => return Ok(crate::http1::body_budget_full()),
+                        None => return Ok(crate::conn_limits::body_budget_full()),
                     }
                 }
             }
@@ -303,15 +302,8 @@ async fn serve_hyper<S>(
                 Ok(req) => router.oneshot(req).await.unwrap_or_else(|e| match e {}),
                 Err(refusal) => refusal,
             };
-            if anon.is_some()
-                && !head
-                && let Some(bytes) = axum::body::HttpBody::size_hint(answer.body()).exact()
-                && let Err(wait) = limits.charge_anonymous_answer(remote.ip(), bytes)
-            {
-                answer = crate::http1::rate_limited(wait);
-            }
             if anon.is_some() {
-                answer = limits.pace(answer);
+                answer = limits.anonymous_answer(remote.ip(), head, answer).await;
             }
             Ok::<_, Infallible>(answer)
         }

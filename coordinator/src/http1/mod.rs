@@ -201,13 +201,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             let version = parts.version;
             let _busy = self.anon.as_ref().map(AnonConn::busy);
             if self.anon.is_some()
-                && let Err(wait) = self.limits.allow_anonymous_request(remote.ip())
+                && let Err(refusal) = Box::pin(self.limits.admit_anonymous(remote.ip())).await
             {
-                // Answered late, so a client that ignores Retry-After gains nothing by asking
-                // again at once; a body it may be sending is not read (the connection closes).
-                Box::pin(tokio::time::sleep(wait.max(crate::conn_limits::RATE_LIMITED_DELAY))).await;
+                // A body the client may be sending is not read: the connection closes.
                 let keep = matches!(framing, Framing::Empty | Framing::Length(0)) && !close;
-                Box::pin(self.write_response(rate_limited(wait), is_head, !keep, version)).await?;
+                Box::pin(self.write_response(refusal, is_head, !keep, version)).await?;
                 if keep {
                     continue;
                 }
@@ -218,22 +216,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             let limit = crate::api::body_limit(&parts);
             // An anonymous body holds room in the budget every anonymous client shares, from
             // before it is read until its answer is written.
-            let _budget = match (&self.anon, framing) {
-                (Some(_), Framing::Length(n)) if n > 0 && n <= limit as u64 => match self.limits.anonymous_body(n as usize).await {
-                    Some(p) => Some(p),
-                    None => {
-                        Box::pin(self.write_response(body_budget_full(), is_head, true, version)).await?;
-                        return Ok(true);
-                    }
-                },
-                (Some(_), Framing::Chunked) => match self.limits.anonymous_body(limit).await {
-                    Some(p) => Some(p),
-                    None => {
-                        Box::pin(self.write_response(body_budget_full(), is_head, true, version)).await?;
-                        return Ok(true);
-                    }
-                },
+            let reserve = match framing {
+                Framing::Length(n) if n > 0 && n <= limit as u64 => Some(n as usize),
+                Framing::Chunked => Some(limit),
                 _ => None,
+            };
+            let _budget = match reserve.filter(|_| self.anon.is_some()) {
+                Some(bytes) => match self.limits.anonymous_body(bytes).await {
+                    Some(p) => Some(p),
+                    None => {
+                        Box::pin(self.write_response(crate::conn_limits::body_budget_full(), is_head, true, version)).await?;
+                        return Ok(true);
+                    }
+                },
+                None => None,
             };
             if expect_continue {
                 if matches!(framing, Framing::Length(n) if n > limit as u64) {
@@ -262,16 +258,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 return Ok(false);
             };
             let mut response = response.unwrap_or_else(|e| match e {});
-            if self.anon.is_some()
-                && !is_head
-                && let Some(bytes) = HttpBody::size_hint(response.body()).exact()
-                && let Err(wait) = self.limits.charge_anonymous_answer(remote.ip(), bytes)
-            {
-                // A large answer (the agent binary) is paid for by its size, or not sent.
-                response = rate_limited(wait);
-            }
             if self.anon.is_some() {
-                response = self.limits.pace(response);
+                response = Box::pin(self.limits.anonymous_answer(remote.ip(), is_head, response)).await;
             }
             Box::pin(self.write_response(response, is_head, close, version)).await?;
             if close {
@@ -516,31 +504,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         }
         self.write_raw(&out).await
     }
-}
-
-/// The 429 for a source past its rate, with the wait in whole seconds (at least one).
-pub fn rate_limited(wait: Duration) -> Response {
-    let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
-    let mut answer = ApiError::new(
-        StatusCode::TOO_MANY_REQUESTS,
-        "rate_limited",
-        format!("too many requests without a client certificate from this address; retry in {secs} s"),
-    )
-    .into_response();
-    answer.headers_mut().insert(header::RETRY_AFTER, axum::http::HeaderValue::from(secs));
-    answer
-}
-
-/// The 503 for an anonymous body that found no room in the shared budget.
-pub fn body_budget_full() -> Response {
-    let mut answer = ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "anonymous_budget_full",
-        "too many request bodies from clients without a certificate are in flight; retry shortly",
-    )
-    .into_response();
-    answer.headers_mut().insert(header::RETRY_AFTER, axum::http::HeaderValue::from(1u64));
-    answer
 }
 
 /// Response header fields, less the ones that frame the message on this hop (set here;
