@@ -6,7 +6,8 @@
 //! and is fresh. Reading and verifying a release is proportional to the fleet (76 ms at
 //! 10,000 hosts), so no request does it: [`watch`] checks the store every
 //! [`CHECK_INTERVAL`] on the blocking pool and verifies a release once per version (again only
-//! when a trusted key's validity changed, or the clock went back), and keeps the outcome.
+//! when a trusted key's validity changed, or the clock went back; one that failed, at most every
+//! [`RETRY_UNVERIFIED_SECS`]), and keeps the outcome.
 //! `/readyz` reads that outcome and the clock and does nothing else ([`judge`]).
 //!
 //! Freshness is judged at answer time from the verdict (when the timestamp goes stale), so a
@@ -24,6 +25,8 @@ use crate::store::StoreError;
 
 /// How often the store and the latest release are checked.
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a release that did not verify waits before it is verified again.
+pub const RETRY_UNVERIFIED_SECS: i64 = 60;
 /// A verdict this old is no verdict: the checks are not finishing (a store that hangs).
 pub const STALE_VERDICT_SECS: i64 = 15;
 
@@ -64,6 +67,8 @@ pub enum ReleaseHealth {
         version: u64,
         /// Why.
         message: String,
+        /// When verification was last tried.
+        tried_at: Time,
     },
 }
 
@@ -134,7 +139,7 @@ pub fn judge(verdict: &Verdict, now: Time) -> Result<Ready, Unready> {
     }
     match &verdict.release {
         ReleaseHealth::None => Err(unready("no_release", "no release has been published yet; nothing to serve")),
-        ReleaseHealth::Unverified { version, message } => {
+        ReleaseHealth::Unverified { version, message, .. } => {
             Err(unready("release_unverified", format!("latest release (version {version}) does not verify: {message}")))
         }
         ReleaseHealth::Verified { version, stale_after: Some(last), window: Some((channel, window)), .. } if now > *last => Err(unready(
@@ -245,6 +250,14 @@ pub fn check(app: &AppState, previous: &Verdict) -> Verdict {
             {
                 previous.release.clone()
             }
+            // A release that did not verify is tried again at most every
+            // RETRY_UNVERIFIED_SECS (a future-dated timestamp, a key not valid yet, may pass
+            // later), not every second: a full verification is proportional to the fleet.
+            ReleaseHealth::Unverified { version: v, tried_at, .. }
+                if *v == version && now >= *tried_at && now.secs_since(*tried_at) < RETRY_UNVERIFIED_SECS =>
+            {
+                previous.release.clone()
+            }
             _ => verify(app, version, now),
         },
     };
@@ -259,10 +272,10 @@ pub fn check(app: &AppState, previous: &Verdict) -> Verdict {
 fn verify(app: &AppState, version: u64, now: Time) -> ReleaseHealth {
     let release = match app.store.get_release(version) {
         Ok(Some(r)) => r,
-        Ok(None) => return ReleaseHealth::Unverified { version, message: "it is no longer in the store".to_owned() },
+        Ok(None) => return ReleaseHealth::Unverified { version, message: "it is no longer in the store".to_owned(), tried_at: now },
         Err(e) => {
             tracing::warn!(error = %e, version, "readiness: reading the latest release failed");
-            return ReleaseHealth::Unverified { version, message: "it could not be read from the store".to_owned() };
+            return ReleaseHealth::Unverified { version, message: "it could not be read from the store".to_owned(), tried_at: now };
         }
     };
     let ctx = drover_proto::verify::VerifyContext::at(now).reporting_stale().with_floor(drover_proto::verify::VersionFloor::None);
@@ -273,7 +286,7 @@ fn verify(app: &AppState, version: u64, now: Time) -> ReleaseHealth {
             let stale_after = window.as_ref().map(|(_, w)| doc.signed_at.plus_secs(*w));
             ReleaseHealth::Verified { version, verified_at: now, stale_after, window }
         }
-        Err(e) => ReleaseHealth::Unverified { version, message: e.to_string() },
+        Err(e) => ReleaseHealth::Unverified { version, message: e.to_string(), tried_at: now },
     }
 }
 
