@@ -61,7 +61,12 @@ impl CliConfig {
         let mut config: CliConfig = toml::from_str(text).map_err(|e| {
             // toml's message names the key and the line; keep it on one line.
             let why = e.message().replace('\n', " ");
-            let at = e.span().map(|s| format!(" (line {})", 1 + text[..s.start.min(text.len())].matches('\n').count())).unwrap_or_default();
+            // Counted over bytes: a span may start inside a multi-byte character, where a
+            // `str` slice would panic (found by the `cli_config` fuzz target).
+            let at = e
+                .span()
+                .map(|s| format!(" (line {})", 1 + text.as_bytes()[..s.start.min(text.len())].iter().filter(|b| **b == b'\n').count()))
+                .unwrap_or_default();
             CliError::data(format!("config file {}{at}: {why}", path.display()))
         })?;
         let dir = path.parent().unwrap_or(Path::new("."));
