@@ -1,4 +1,4 @@
-//! Records the commit the coordinator is built from, for `drover_build_info` and
+//! Records the commit the coordinator binary is built from, for `drover_build_info` and
 //! `GET /v1/version`: `DROVER_BUILD_COMMIT` when the builder sets it (a package built from a
 //! source tarball has no `.git`), else `git rev-parse HEAD`, else `unknown`. A build never
 //! fails for want of git.

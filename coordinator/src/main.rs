@@ -22,10 +22,10 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
-use drover_coordinator::identity::Role;
-use drover_coordinator::pki::{PkiError, San};
-use drover_coordinator::run::StartError;
-use drover_coordinator::state_dir::{self, StateDir, StateDirError};
+use drover_engine::identity::Role;
+use drover_engine::pki::{PkiError, San};
+use drover_engine::run::StartError;
+use drover_engine::state_dir::{self, StateDir, StateDirError};
 use drover_proto::time::Time;
 
 /// sysexits-style codes.
@@ -78,7 +78,7 @@ struct RotateArgs {
 
 fn rotate_director_key(args: &RotateArgs, now: Time) -> anyhow::Result<()> {
     let state = StateDir::open(&args.state_dir)?;
-    let rotated = drover_coordinator::director::rotate(state.path(), state.director_key(), now, args.overlap_secs)?;
+    let rotated = drover_engine::director::rotate(state.path(), state.director_key(), now, args.overlap_secs)?;
     println!(
         "director key {} hands over to {} at {} (rotation step {})",
         rotated.previous_key_id, rotated.new_key_id, rotated.valid_from, rotated.step
@@ -109,14 +109,14 @@ struct RestoreArgs {
 
 fn backup(args: &BackupArgs) -> anyhow::Result<()> {
     let db = args.state_dir.join(state_dir::DB_FILE);
-    let info = drover_coordinator::store::sqlite_backup::backup(&db, &args.out)?;
+    let info = drover_engine::store::sqlite_backup::backup(&db, &args.out)?;
     println!("backed up {} to {} ({} bytes, schema version {})", db.display(), args.out.display(), info.bytes, info.schema_version);
     Ok(())
 }
 
 fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
     let db = args.state_dir.join(state_dir::DB_FILE);
-    let info = drover_coordinator::store::sqlite_backup::restore(&args.from, &db)?;
+    let info = drover_engine::store::sqlite_backup::restore(&args.from, &db)?;
     println!("restored {} into {} ({} bytes, schema version {})", args.from.display(), db.display(), info.bytes, info.schema_version);
     Ok(())
 }
@@ -130,9 +130,9 @@ struct ServeArgs {
 
 /// What `serve` and `check-config` share: the configuration parsed and everything it names
 /// read and checked. A refusal names the configuration file, then the key and the file.
-fn load_and_prepare(file: &std::path::Path) -> anyhow::Result<drover_coordinator::run::Prepared> {
-    let config = drover_coordinator::config::Config::load(file)?;
-    drover_coordinator::run::prepare(config).with_context(|| file.display().to_string())
+fn load_and_prepare(file: &std::path::Path) -> anyhow::Result<drover_engine::run::Prepared> {
+    let config = drover_engine::config::Config::load(file)?;
+    drover_engine::run::prepare(config).with_context(|| file.display().to_string())
 }
 
 fn check_config(args: &ServeArgs) -> anyhow::Result<()> {
@@ -156,13 +156,13 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     if !one_arena {
         tracing::warn!("cannot limit the allocator to one arena; memory may grow with the threads' bursts");
     }
-    match drover_coordinator::run::raise_open_files_limit() {
+    match drover_engine::run::raise_open_files_limit() {
         Ok((soft, hard)) => tracing::info!(was = soft, now = hard, "open-files limit raised to the hard limit"),
         Err(e) => tracing::warn!(error = %e, "cannot raise the open-files limit; hosts beyond it cannot connect"),
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(async {
-        let running = drover_coordinator::run::start(prepared, std::sync::Arc::new(drover_coordinator::app::SystemClock)).await?;
+        let running = drover_engine::run::start(prepared, std::sync::Arc::new(drover_engine::app::SystemClock)).await?;
         let app = running.app.clone();
         println!("listening on {}", running.addr);
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("cannot watch SIGTERM")?;
@@ -230,7 +230,7 @@ fn init(args: &InitArgs, now: Time) -> anyhow::Result<()> {
 
 fn operator_cert(args: &OperatorCertArgs, now: Time) -> anyhow::Result<()> {
     let role: Role = args.role.parse().map_err(anyhow::Error::msg)?;
-    drover_coordinator::identity::check_operator_name(&args.name)
+    drover_engine::identity::check_operator_name(&args.name)
         .map_err(|reason| PkiError::BadOperatorName { name: args.name.clone(), reason })?;
     let state = StateDir::open(&args.state_dir)?;
     let cert_path = args.out.join(format!("{}.crt", args.name));
@@ -261,25 +261,23 @@ fn operator_cert(args: &OperatorCertArgs, now: Time) -> anyhow::Result<()> {
     // Recorded before the files are written: a certificate the store does not know could
     // never be listed or revoked. (The store is the same SQLite file `serve` uses; WAL lets
     // this run beside a running coordinator.)
-    let store: std::sync::Arc<dyn drover_coordinator::store::Store> = match &args.config {
-        None => {
-            std::sync::Arc::new(drover_coordinator::store::SqliteStore::open(state.db_path()).context("opening the coordinator's store")?)
-        }
+    let store: std::sync::Arc<dyn drover_engine::store::Store> = match &args.config {
+        None => std::sync::Arc::new(drover_engine::store::SqliteStore::open(state.db_path()).context("opening the coordinator's store")?),
         Some(file) => {
-            let config = drover_coordinator::config::Config::load(file)?;
+            let config = drover_engine::config::Config::load(file)?;
             // The secret store holds the database password when [store] says so.
-            let secrets = drover_coordinator::secrets::from_config(&config).context("opening the secret store")?;
+            let secrets = drover_engine::secrets::from_config(&config).context("opening the secret store")?;
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
             runtime
-                .block_on(drover_coordinator::run::open_store(&config, &state.db_path(), &secrets))
+                .block_on(drover_engine::run::open_store(&config, &state.db_path(), &secrets))
                 .context("opening the coordinator's store")?
                 .0
         }
     };
     store
-        .record_cert(&drover_coordinator::store::NewCert {
+        .record_cert(&drover_engine::store::NewCert {
             serial: cred.cert.serial_hex.clone(),
-            kind: drover_coordinator::store::CertKind::Operator,
+            kind: drover_engine::store::CertKind::Operator,
             host_id: None,
             subject: format!("{}:{}", role, args.name),
             not_before: cred.cert.not_before,
@@ -305,7 +303,7 @@ fn now() -> anyhow::Result<Time> {
 
 /// Maps the first error in the chain that says what went wrong to its exit code.
 fn exit_code(error: &anyhow::Error) -> u8 {
-    use drover_coordinator::director::DirectorError;
+    use drover_engine::director::DirectorError;
     for cause in error.chain() {
         let cause = match cause.downcast_ref::<DirectorError>() {
             Some(DirectorError::State(e)) => e as &(dyn std::error::Error + 'static),
@@ -329,16 +327,16 @@ fn exit_code(error: &anyhow::Error) -> u8 {
         if let Some(code) = cause.downcast_ref::<StartError>().and_then(start_code) {
             return code;
         }
-        if let Some(e) = cause.downcast_ref::<drover_coordinator::config::ConfigError>() {
+        if let Some(e) = cause.downcast_ref::<drover_engine::config::ConfigError>() {
             return match e {
-                drover_coordinator::config::ConfigError::Read { source, .. } => io_input_code(source),
+                drover_engine::config::ConfigError::Read { source, .. } => io_input_code(source),
                 _ => codes::CONFIG,
             };
         }
-        if let Some(e) = cause.downcast_ref::<drover_coordinator::store::StoreError>() {
+        if let Some(e) = cause.downcast_ref::<drover_engine::store::StoreError>() {
             return match e {
-                drover_coordinator::store::StoreError::Conflict { .. } => codes::CANT_CREATE,
-                drover_coordinator::store::StoreError::NotFound { .. } => codes::NO_INPUT,
+                drover_engine::store::StoreError::Conflict { .. } => codes::CANT_CREATE,
+                drover_engine::store::StoreError::NotFound { .. } => codes::NO_INPUT,
                 _ => codes::DATA,
             };
         }
@@ -386,6 +384,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
+    drover_engine::metrics::set_build_commit(env!("DROVER_BUILD_COMMIT"));
     // clap's own exit code for a usage error is 2; the documented one is 64 (EX_USAGE).
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

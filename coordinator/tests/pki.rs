@@ -9,9 +9,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
 use common::{coordinator, init_state, mode, now, openssl_csr, openssl_in, openssl_ok, san_strings, sans, sh_ok, tempdir, write};
-use drover_coordinator::identity::{Identity, Role};
-use drover_coordinator::pki::{self, Ca, HOST_CERT_VALIDITY_SECS, PkiError};
-use drover_coordinator::state_dir::{self, StateDir, StateDirError};
+use drover_engine::identity::{Identity, Role};
+use drover_engine::pki::{self, Ca, HOST_CERT_VALIDITY_SECS, PkiError};
+use drover_engine::state_dir::{self, StateDir, StateDirError};
 use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, UnixTime};
 use uuid::Uuid;
 use x509_parser::prelude::{FromDer, X509Certificate};
@@ -406,9 +406,9 @@ fn operator_cert_writes_a_credential_and_never_overwrites() {
     openssl_ok(&out, &["pkey", "-in", "alice.key", "-noout"]);
     // The coordinator's store knows the certificate, so it can be listed and revoked.
     let serial = stdout.lines().find_map(|l| l.strip_prefix("serial: ")).expect("serial line").trim().to_owned();
-    let store = drover_coordinator::store::SqliteStore::open(st.join("coordinator.db")).expect("store");
-    let record = drover_coordinator::store::Store::get_cert(&store, &serial).expect("store").expect("operator certificate recorded");
-    assert_eq!(record.cert.kind, drover_coordinator::store::CertKind::Operator);
+    let store = drover_engine::store::SqliteStore::open(st.join("coordinator.db")).expect("store");
+    let record = drover_engine::store::Store::get_cert(&store, &serial).expect("store").expect("operator certificate recorded");
+    assert_eq!(record.cert.kind, drover_engine::store::CertKind::Operator);
 
     // A second operator may share the directory (same ca.crt); the same name may not.
     let (code, _, stderr) = coordinator(&["operator-cert", "--state-dir", st_s, "--role", "viewer", "--name", "bob", "--out", out_s]);

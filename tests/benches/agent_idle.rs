@@ -13,8 +13,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use drover_coordinator::state_dir::StateDir as CoordinatorState;
-use drover_coordinator::store::{CertKind, NewCert, NewHost, SqliteStore, Store};
+use drover_engine::state_dir::StateDir as CoordinatorState;
+use drover_engine::store::{CertKind, NewCert, NewHost, SqliteStore, Store};
 use drover_proto::time::Time;
 use drover_tests::procs::{Proc, cpu_secs, release_binary, rss_kib, start_server};
 

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use drover_client::{ClientIdentity, CoordinatorClient};
-use drover_coordinator::state_dir::StateDir;
-use drover_coordinator::store::{CertKind, NewCert, NewHost, NewIntent, SqliteStore, Store};
+use drover_engine::state_dir::StateDir;
+use drover_engine::store::{CertKind, NewCert, NewHost, NewIntent, SqliteStore, Store};
 use drover_proto::names::RolloutId;
 use drover_proto::time::Time;
 use drover_tests::procs::{cpu_secs, release_binary as binary, rss_kib, start_server as start};

@@ -11,8 +11,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use drover_client::{ClientIdentity, CoordinatorClient};
-use drover_coordinator::app::Clock as _;
-use drover_coordinator::store::NewHost;
+use drover_engine::app::Clock as _;
+use drover_engine::store::NewHost;
 use drover_tests::Harness;
 use serde_json::Value;
 

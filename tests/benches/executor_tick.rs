@@ -18,8 +18,8 @@
 
 use std::time::Instant;
 
-use drover_coordinator::app::Clock as _;
-use drover_coordinator::store::NewHost;
+use drover_engine::app::Clock as _;
+use drover_engine::store::NewHost;
 use drover_proto::keys::KeySigner;
 use drover_proto::states::HostLifecycle;
 use drover_proto::verify::VerifyContext;
@@ -68,16 +68,16 @@ fn main() {
             })
             .collect();
         let t = Instant::now();
-        let first = drover_coordinator::executor::tick(&app).await.expect("first tick");
+        let first = drover_engine::executor::tick(&app).await.expect("first tick");
         let first_ms = ms(t);
         let dispatched = first.plan.actions.iter().filter(|a| matches!(a, drover_planner::Action::Dispatch { .. })).count();
         // Anything the first tick left for a second (a rollout opened, then dispatched).
-        let second = drover_coordinator::executor::tick(&app).await.expect("second tick");
+        let second = drover_engine::executor::tick(&app).await.expect("second tick");
         let dispatched = dispatched + second.plan.actions.iter().filter(|a| matches!(a, drover_planner::Action::Dispatch { .. })).count();
         let mut steady = Vec::new();
         for _ in 0..iters {
             let t = Instant::now();
-            let out = drover_coordinator::executor::tick(&app).await.expect("tick");
+            let out = drover_engine::executor::tick(&app).await.expect("tick");
             steady.push(ms(t));
             assert!(out.plan.actions.is_empty(), "a steady tick decides nothing: {:?}", out.plan.actions.first());
         }
@@ -85,7 +85,7 @@ fn main() {
         for _ in 0..iters {
             app.release_cache.lock().expect("cache").forget_release();
             let t = Instant::now();
-            drover_coordinator::executor::tick(&app).await.expect("tick");
+            drover_engine::executor::tick(&app).await.expect("tick");
             uncached.push(ms(t));
         }
         let verifications = app.release_cache.lock().expect("cache").verifications;

@@ -17,9 +17,9 @@
 
 use std::time::Instant;
 
-use drover_coordinator::app::Clock as _;
-use drover_coordinator::jobs::{Activity, JobKind};
-use drover_coordinator::store::{NewHost, NewJob, NewMaintenance};
+use drover_engine::app::Clock as _;
+use drover_engine::jobs::{Activity, JobKind};
+use drover_engine::store::{NewHost, NewJob, NewMaintenance};
 use drover_proto::states::HostLifecycle;
 use drover_proto::task::StorageScope;
 use uuid::Uuid;
@@ -78,7 +78,7 @@ fn main() {
         let list: Vec<f64> = (0..iters)
             .map(|_| {
                 let t = Instant::now();
-                store.list_jobs(&drover_coordinator::store::JobFilter { unfinished: true, ..Default::default() }).expect("jobs");
+                store.list_jobs(&drover_engine::store::JobFilter { unfinished: true, ..Default::default() }).expect("jobs");
                 ms(t)
             })
             .collect();

@@ -17,10 +17,10 @@
 
 use std::time::{Duration, Instant};
 
-use drover_coordinator::app::Clock as _;
-use drover_coordinator::reconciler;
-use drover_coordinator::store::{ChangeLog, MaasBinding, NewAudit, NewEvent, NewHost};
 use drover_devkit::fake_maas::{FakeMaas, FakeMaasOptions};
+use drover_engine::app::Clock as _;
+use drover_engine::reconciler;
+use drover_engine::store::{ChangeLog, MaasBinding, NewAudit, NewEvent, NewHost};
 use drover_proto::states::HostLifecycle;
 use drover_tests::Harness;
 use nix::sys::resource::{UsageWho, getrusage};
@@ -47,7 +47,7 @@ struct Row {
     batches: u64,
 }
 
-async fn timed(app: &std::sync::Arc<drover_coordinator::app::AppState>, site: &drover_coordinator::store::Site) -> Row {
+async fn timed(app: &std::sync::Arc<drover_engine::app::AppState>, site: &drover_engine::store::Site) -> Row {
     let (wall, cpu0) = (Instant::now(), cpu());
     let r = reconciler::pass(app, site).await;
     let row = Row {

@@ -333,7 +333,7 @@ async fn pin_a_body(
         done.fetch_add(1, Ordering::AcqRel);
         return;
     };
-    let len = drover_coordinator::api::MAX_ANONYMOUS_BODY_BYTES;
+    let len = drover_engine::api::MAX_ANONYMOUS_BODY_BYTES;
     let head = format!("POST /v1/enroll HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n");
     let body = vec![b' '; len - 1];
     if stream.write_all(head.as_bytes()).await.is_ok() && stream.write_all(&body).await.is_ok() {

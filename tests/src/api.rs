@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use drover_coordinator::store::TaskState;
+use drover_engine::store::TaskState;
 use serde_json::{Value, json};
 use uuid::Uuid;
 

@@ -24,13 +24,13 @@ use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use drover_coordinator::app::Clock;
-use drover_coordinator::config::{AgentConfig, Config, EnrollmentConfig, HostsConfig, RolloutsConfig};
-use drover_coordinator::identity::Role;
-use drover_coordinator::pki::San;
-use drover_coordinator::run::{Running, start_on};
-use drover_coordinator::state_dir::StateDir;
-use drover_coordinator::store::NewHost;
+use drover_engine::app::Clock;
+use drover_engine::config::{AgentConfig, Config, EnrollmentConfig, HostsConfig, RolloutsConfig};
+use drover_engine::identity::Role;
+use drover_engine::pki::San;
+use drover_engine::run::{Running, start_on};
+use drover_engine::state_dir::StateDir;
+use drover_engine::store::NewHost;
 use drover_proto::keys::{KeyId, verifying_key_to_pem};
 use drover_proto::time::Time;
 use drover_proto::trust::{KeySetDoc, TrustDoc, TrustKeyDoc};
@@ -178,9 +178,9 @@ impl Harness {
             secrets: Default::default(),
             store: Default::default(),
             // Reconciler passes run on demand in tests, so each asserts what one pass did.
-            maas: drover_coordinator::config::MaasConfig { poll_ms: 100, reconcile_interval_secs: 0, ..Default::default() },
+            maas: drover_engine::config::MaasConfig { poll_ms: 100, reconcile_interval_secs: 0, ..Default::default() },
             // Device controllers tick fast and give up on a device quickly.
-            devices: drover_coordinator::config::DevicesConfig {
+            devices: drover_engine::config::DevicesConfig {
                 tick_ms: 100,
                 request_timeout_secs: 5,
                 converge_timeout_secs: 15,

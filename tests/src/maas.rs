@@ -86,7 +86,7 @@ impl Env {
 
     /// The environment, the coordinator's configuration adjusted by `tweak` and the fake
     /// MAAS's options by `fake` first.
-    pub async fn start_with(tweak: impl FnOnce(&mut drover_coordinator::config::Config), fake: impl FnOnce(&mut FakeMaasOptions)) -> Env {
+    pub async fn start_with(tweak: impl FnOnce(&mut drover_engine::config::Config), fake: impl FnOnce(&mut FakeMaasOptions)) -> Env {
         let h = Harness::start_with_config(move |_, c| {
             c.agent.long_poll_secs = 1;
             tweak(c);

@@ -511,7 +511,7 @@ pub async fn step_all(agents: Vec<SimAgent>, now: Time) -> (Vec<SimAgent>, usize
 
 /// The hosts out of service now, by name: in flight in any rollout, or held by a started job
 /// (the set every disruption budget counts).
-pub fn disrupted(store: &dyn drover_coordinator::store::Store) -> std::collections::BTreeSet<String> {
+pub fn disrupted(store: &dyn drover_engine::store::Store) -> std::collections::BTreeSet<String> {
     use drover_proto::states::{HostRolloutState, JobState};
     let mut out = std::collections::BTreeSet::new();
     for r in store.list_rollouts(&Default::default()).expect("rollouts") {
@@ -521,7 +521,7 @@ pub fn disrupted(store: &dyn drover_coordinator::store::Store) -> std::collectio
             }
         }
     }
-    let jobs = store.list_jobs(&drover_coordinator::store::JobFilter { unfinished: true, ..Default::default() }).expect("jobs");
+    let jobs = store.list_jobs(&drover_engine::store::JobFilter { unfinished: true, ..Default::default() }).expect("jobs");
     for j in jobs.iter().filter(|j| j.state != JobState::Pending) {
         let host = store.get_host(j.job.host_id.expect("host")).expect("store").expect("host");
         out.insert(host.hostname);

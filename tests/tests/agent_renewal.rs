@@ -53,7 +53,7 @@ impl Clock for Manual {
 
 fn serial(pem: &[u8]) -> String {
     let der = drover_client::tls::parse_certificates("cert", pem).expect("pem");
-    drover_coordinator::identity::cert_serial_hex(&der[0]).expect("serial")
+    drover_engine::identity::cert_serial_hex(&der[0]).expect("serial")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

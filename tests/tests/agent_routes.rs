@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use drover_coordinator::app::Clock as _;
-use drover_coordinator::store::{IntentStatus, NewIntent};
+use drover_engine::app::Clock as _;
+use drover_engine::store::{IntentStatus, NewIntent};
 use drover_proto::enroll::{ProofBundle, RolloutBundle};
 use drover_proto::names::RolloutId;
 use drover_proto::release::{ReleaseParams, build_release, manifest_path, root_path};
@@ -204,9 +204,9 @@ async fn renewal_issues_a_fresh_certificate_naming_the_same_host() {
     assert_eq!(code, "200", "{body}");
     let body: serde_json::Value = serde_json::from_str(&body).expect("json");
     let pem = body["certificate"].as_str().expect("certificate");
-    let der = drover_coordinator::pki::pem_to_der(pem, "CERTIFICATE").expect("der");
-    match drover_coordinator::identity::Identity::from_cert_der(&der).expect("identity") {
-        drover_coordinator::identity::Identity::Host { host_id, hostname } => {
+    let der = drover_engine::pki::pem_to_der(pem, "CERTIFICATE").expect("der");
+    match drover_engine::identity::Identity::from_cert_der(&der).expect("identity") {
+        drover_engine::identity::Identity::Host { host_id, hostname } => {
             assert_eq!(host_id, host);
             assert_eq!(hostname, "gpu-05");
         }
@@ -220,7 +220,7 @@ async fn tasks_are_leased_once_and_completed_by_their_result() {
     let (host, cert, _) = h.host_credentials("gpu-06");
     let task_id = Uuid::new_v4();
     let envelope = serde_json::json!({ "signed": { "taskId": task_id.to_string() }, "signatures": [] }).to_string().into_bytes();
-    let new = drover_coordinator::store::NewTask { task_id, host_id: host, job_id: None, envelope, created_at: h.clock.now() };
+    let new = drover_engine::store::NewTask { task_id, host_id: host, job_id: None, envelope, created_at: h.clock.now() };
     h.running.app.dispatch_task(new).await.expect("dispatch");
     let checkin = |body: String| h.curl_as(&cert, post(format!("{}/v1/agent/checkin", h.url), body));
     let (body, code) = split(&checkin(r#"{"agentVersion":"t","bootId":"b"}"#.into()).await);
@@ -280,7 +280,7 @@ async fn routine_checkins_are_written_in_batches_and_never_lost_to_the_offline_s
     let (_, code) = split(&h.curl_as(&cert, post(format!("{}/v1/agent/checkin", h.url), report.into())).await);
     assert_eq!(code, "200");
     h.clock.advance(2);
-    let moved = drover_coordinator::api::lifecycle::mark_silent_hosts_offline(&h.running.app).await.expect("sweep");
+    let moved = drover_engine::api::lifecycle::mark_silent_hosts_offline(&h.running.app).await.expect("sweep");
     assert_eq!(moved, 0, "a host that had just checked in was marked offline");
     assert_eq!(h.running.app.store.get_host(host).expect("store").expect("host").state.as_str(), "active");
 }

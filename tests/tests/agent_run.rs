@@ -145,7 +145,7 @@ async fn clock_stepping_back_is_reported_end_to_end() {
     let store = h.running.app.store.clone();
     until("the coordinator to record agent.ClockSteppedBack", || {
         store
-            .list_events(&drover_coordinator::store::EventFilter { host_id: Some(host), ..Default::default() })
+            .list_events(&drover_engine::store::EventFilter { host_id: Some(host), ..Default::default() })
             .map(|events| events.iter().any(|e| e.event.kind == "agent.ClockSteppedBack"))
             .unwrap_or(false)
     })

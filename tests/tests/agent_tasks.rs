@@ -8,8 +8,8 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use drover_coordinator::app::Clock as _;
-use drover_coordinator::store::{EventFilter, NewTask};
+use drover_engine::app::Clock as _;
+use drover_engine::store::{EventFilter, NewTask};
 use drover_proto::keys::KeySigner;
 use drover_proto::sig::Envelope;
 use drover_proto::task::{Task, TaskKind};

@@ -27,8 +27,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use drover_coordinator::app::Clock as _;
-use drover_coordinator::store::EventFilter;
+use drover_engine::app::Clock as _;
+use drover_engine::store::EventFilter;
 use drover_proto::keys::KeySigner;
 use drover_proto::names::RolloutId;
 use drover_proto::publish::PublishRequest;

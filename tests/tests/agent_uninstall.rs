@@ -19,7 +19,7 @@ use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use drover_agent::systemd::Systemd as _;
-use drover_coordinator::store::TaskState;
+use drover_engine::store::TaskState;
 use drover_tests::api::assert_task_succeeded;
 use drover_tests::bus::TestBus;
 use drover_tests::{AgentProcess, Harness, start_agent};

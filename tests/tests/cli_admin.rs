@@ -2,7 +2,7 @@
 //! `tokens list`, `releases list`, `operator-cert` — the real binary against a real
 //! coordinator over mutual TLS.
 
-use drover_coordinator::app::Clock as _;
+use drover_engine::app::Clock as _;
 use drover_proto::keys::KeySigner;
 use drover_proto::publish::PublishRequest;
 use drover_proto::release::{ReleaseParams, build_release};

@@ -5,9 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use drover_coordinator::identity::Role;
-use drover_coordinator::pki::San;
-use drover_coordinator::state_dir::StateDir;
+use drover_engine::identity::Role;
+use drover_engine::pki::San;
+use drover_engine::state_dir::StateDir;
 use drover_proto::time::Time;
 use drover_tests::{Harness, wall_now, workspace_binary};
 

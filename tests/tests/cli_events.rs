@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use drover_coordinator::app::Clock as _;
+use drover_engine::app::Clock as _;
 use drover_proto::states::HostLifecycle;
 use drover_tests::{Harness, workspace_binary};
 use serde_json::Value;

@@ -5,7 +5,7 @@
 
 use std::process::Output;
 
-use drover_coordinator::app::Clock as _;
+use drover_engine::app::Clock as _;
 use drover_proto::artifacts::TimestampDoc;
 use drover_proto::keys::KeySigner;
 use drover_proto::publish::PublishRequest;

@@ -3,7 +3,7 @@
 
 use std::process::{Command, Stdio};
 
-use drover_coordinator::app::Clock as _;
+use drover_engine::app::Clock as _;
 use drover_proto::states::HostLifecycle;
 use drover_tests::{Harness, workspace_binary};
 use serde_json::Value;

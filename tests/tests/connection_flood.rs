@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use drover_coordinator::config::ConnectionsConfig;
+use drover_engine::config::ConnectionsConfig;
 use drover_tests::Harness;
 use rustls::pki_types::pem::PemObject as _;
 use tokio::io::AsyncReadExt as _;

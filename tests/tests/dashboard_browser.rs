@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use drover_coordinator::app::Clock as _;
+use drover_engine::app::Clock as _;
 use drover_proto::release::{ReleaseParams, build_release};
 use drover_proto::resolve::ReleaseMeta;
 use drover_proto::spec::FleetSpec;

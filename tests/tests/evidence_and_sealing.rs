@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use drover_coordinator::app::Clock as _;
+use drover_engine::app::Clock as _;
 use drover_proto::states::HostLifecycle;
 use drover_tests::api::assert_task_succeeded;
 use drover_tests::sandbox::sandbox;

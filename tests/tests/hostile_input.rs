@@ -1,7 +1,7 @@
 //! Hostile and malformed requests get a 4xx in the API's error shape — never a 5xx, never a
 //! panic, never axum's plain-text default.
 
-use drover_coordinator::app::Clock as _;
+use drover_engine::app::Clock as _;
 use drover_tests::Harness;
 
 fn assert_api_error(code: &str, body: &str, expected: &str) {
@@ -155,7 +155,7 @@ async fn wrong_content_type_is_415() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publisher_calling_a_host_route_is_403() {
     let h = Harness::start().await;
-    let cred = h.running.app.ca.issue_operator("pat", drover_coordinator::identity::Role::Publisher, h.clock.now()).expect("cert");
+    let cred = h.running.app.ca.issue_operator("pat", drover_engine::identity::Role::Publisher, h.clock.now()).expect("cert");
     let (crt, key) = (h.dir.path().join("pat.crt"), h.dir.path().join("pat.key"));
     std::fs::write(&crt, cred.cert.pem.as_bytes()).expect("write");
     std::fs::write(&key, cred.key_pem.as_bytes()).expect("write");

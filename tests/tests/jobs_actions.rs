@@ -7,8 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use drover_coordinator::app::Clock as _;
-use drover_coordinator::store::{AuditFilter, TaskFilter, TaskState};
+use drover_engine::app::Clock as _;
+use drover_engine::store::{AuditFilter, TaskFilter, TaskState};
 use drover_tests::Harness;
 use drover_tests::sim_agent::{Behaviour, step_all};
 use serde_json::{Value, json};
@@ -56,7 +56,7 @@ async fn lapsed_lease_is_requeued_and_repeated_actions_never_duplicate_tasks() {
 
     // The lease lapses; the executor says so and waits.
     h.clock.advance(301);
-    let jobs = drover_coordinator::jobs::exec::tick(&app).await.expect("job tick");
+    let jobs = drover_engine::jobs::exec::tick(&app).await.expect("job tick");
     let why = jobs.waiting.get(&job_id).cloned().unwrap_or_default();
     assert!(why.contains("lost its lease"), "{why:?}");
     assert_eq!(h.get_json(&format!("/v1/jobs/{id}")).await["state"], "running");
@@ -134,7 +134,7 @@ async fn cancel_waits_for_the_task_still_out_and_leaves_the_host_cordoned() {
     let job_id = Uuid::parse_str(&id).expect("uuid");
     app.executor.tick_now(&app).await.expect("tick");
     (agents, _) = step_all(agents, h.clock.now()).await;
-    let state = |app: &std::sync::Arc<drover_coordinator::app::AppState>| app.store.get_job(job_id).expect("store").expect("job").state;
+    let state = |app: &std::sync::Arc<drover_engine::app::AppState>| app.store.get_job(job_id).expect("store").expect("job").state;
 
     // The drain task is out (leased): cancelling compensates — it cannot be withdrawn — and
     // the job stays compensating until the task's fate is known.

@@ -7,7 +7,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use drover_coordinator::store::{EventFilter, TaskFilter};
+use drover_engine::store::{EventFilter, TaskFilter};
 use drover_tests::sandbox::{gpu_tools, sandbox};
 use drover_tests::scheduler::{Answer, FakeScheduler};
 use drover_tests::{Harness, start_agent};
@@ -185,7 +185,7 @@ async fn failed_validation_quarantines_and_repeated_retries_never_duplicate_task
         .running
         .app
         .store
-        .list_audit(&drover_coordinator::store::AuditFilter::default())
+        .list_audit(&drover_engine::store::AuditFilter::default())
         .expect("audit")
         .into_iter()
         .filter(|a| a.audit.action == "job.retry_stage" && a.audit.target == id)

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use drover_coordinator::app::{AppState, Clock as _};
+use drover_engine::app::{AppState, Clock as _};
 use drover_tests::Harness;
 use drover_tests::scheduler::{Answer, FakeScheduler};
 use drover_tests::sim_agent::{Behaviour, step_all};

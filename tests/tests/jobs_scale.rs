@@ -6,7 +6,7 @@
 //! rollout or held by a started job — never exceed the budget; the request works through the
 //! hosts a batch at a time; every job completes on its task's result and every host converges.
 
-use drover_coordinator::app::Clock as _;
+use drover_engine::app::Clock as _;
 use drover_proto::keys::KeySigner;
 use drover_proto::publish::PublishRequest;
 use drover_proto::release::{ReleaseParams, build_release};

@@ -15,9 +15,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use drover_coordinator::api::lifecycle::mark_silent_hosts_offline;
-use drover_coordinator::app::Clock as _;
-use drover_coordinator::store::{AuditFilter, AuditRecord, CertKind, EventFilter, JobFilter, NewCert, TaskFilter};
+use drover_engine::api::lifecycle::mark_silent_hosts_offline;
+use drover_engine::app::Clock as _;
+use drover_engine::store::{AuditFilter, AuditRecord, CertKind, EventFilter, JobFilter, NewCert, TaskFilter};
 use drover_proto::states::{HostLifecycle, JobState};
 use drover_tests::Harness;
 use drover_tests::sim_agent::{Behaviour, SimAgent};

@@ -20,9 +20,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use drover_coordinator::api::agent::TASK_LEASE_SECS;
-use drover_coordinator::app::Clock as _;
-use drover_coordinator::store::{AuditFilter, EventFilter, JobFilter, TaskFilter, TaskRecord, TaskState};
+use drover_engine::api::agent::TASK_LEASE_SECS;
+use drover_engine::app::Clock as _;
+use drover_engine::store::{AuditFilter, EventFilter, JobFilter, TaskFilter, TaskRecord, TaskState};
 use drover_proto::states::HostLifecycle;
 use drover_tests::bus::TestBus;
 use drover_tests::sandbox::sandbox;
@@ -316,7 +316,7 @@ async fn asking_again_never_duplicates_the_job_or_a_live_task_and_requeues_a_lap
     drop(agent);
     h.clock.advance(i64::try_from(TASK_LEASE_SECS).expect("secs") + 1);
     let app = h.running.app.clone();
-    let tick = drover_coordinator::jobs::exec::tick(&app).await.expect("job tick");
+    let tick = drover_engine::jobs::exec::tick(&app).await.expect("job tick");
     let why = tick.waiting.get(&Uuid::parse_str(&job).expect("uuid")).cloned().unwrap_or_default();
     assert!(why.contains("lost its lease"), "{why:?}");
     // Asking again requeues that task (the same one, leasable at once); once more finds it

@@ -1,5 +1,5 @@
 //! A MAAS deployment that boots for real: the coordinator renders the first-boot user data
-//! (`drover_coordinator::cloudinit::render`) with a bootstrap command made for a host it
+//! (`drover_engine::cloudinit::render`) with a bootstrap command made for a host it
 //! created (fresh enrollment token) and the machine's MAAS token, Drover's MAAS client deploys
 //! it to the fake MAAS with hardware sync on, and the fake, started with `--boot-dir`, boots
 //! it: `write_files` under a sandbox root, then the agent bootstrap part with real `curl` and
@@ -17,9 +17,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use drover_coordinator::cloudinit::{self, DeployUser, FirstBoot, HwSync, HwSyncToken, Part, Shares, salt_from_bytes};
 use drover_devkit::fake_maas::boot::{AGENT_BIN_PATH, AGENT_CONFIG_PATH, AGENT_PART_PATH, MAAS_CREDS_PATH};
 use drover_devkit::fake_maas::{BootOptions, FakeMaas, FakeMaasOptions};
+use drover_engine::cloudinit::{self, DeployUser, FirstBoot, HwSync, HwSyncToken, Part, Shares, salt_from_bytes};
 use drover_maas::{ApiKey, ClientConfig, DeployOptions, MaasClient, NodeStatus, ReleaseOptions};
 use drover_proto::task::Secret;
 use drover_tests::{Harness, workspace_binary};

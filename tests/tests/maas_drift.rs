@@ -23,9 +23,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use drover_coordinator::app::Clock as _;
 use drover_devkit::fake_maas::FakeMaas;
 use drover_devkit::fake_maas::boot::MAAS_CREDS_PATH;
+use drover_engine::app::Clock as _;
 use drover_maas::{ClientConfig, CommissionOptions, DeployOptions, MaasClient, NodeStatus, ReleaseOptions};
 use drover_tests::Harness;
 use drover_tests::maas::{API_KEY, Env, call, enlist, wait_settled};

@@ -18,9 +18,9 @@
 
 use std::path::Path;
 
-use drover_coordinator::config::{SecretsBackend, VaultConfig};
 use drover_devkit::fake_maas::{FakeMaas, FakeMaasOptions};
 use drover_devkit::openbao::OpenBao;
+use drover_engine::config::{SecretsBackend, VaultConfig};
 use drover_tests::Harness;
 use drover_tests::logcapture::global as logs;
 use serde_json::{Value, json};
@@ -397,8 +397,8 @@ async fn overrides_roce_and_profiles_through_the_api() {
 
 /// A profile written straight to the store, as one named before names were checked could be.
 fn store_profile_named(h: &Harness, site_id: &str, name: &str) -> String {
-    use drover_coordinator::store::{ChangeLog, NewAudit, NewEvent, Profile, SiteStatus};
-    let at = drover_coordinator::app::Clock::now(&*h.clock);
+    use drover_engine::store::{ChangeLog, NewAudit, NewEvent, Profile, SiteStatus};
+    let at = drover_engine::app::Clock::now(&*h.clock);
     let profile = Profile {
         id: uuid::Uuid::new_v4(),
         site_id: uuid::Uuid::parse_str(site_id).expect("site id"),

@@ -211,7 +211,7 @@ fn rendered_coordinator_toml_parses_with_the_coordinators_own_parser() {
     let pkg = package(dir.path());
     let toml = eval(&format!("({}).toml", coordinator_expr(&pkg)));
     let text = toml.as_str().expect("a string");
-    let config = drover_coordinator::config::Config::parse(Path::new("coordinator.toml"), text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let config = drover_engine::config::Config::parse(Path::new("coordinator.toml"), text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     assert_eq!(config.public_urls, ["https://coord-1.example:8443"]);
     assert_eq!((config.rollouts.interval_secs, config.jobs.max_hosts_per_request), (30, 200));
     // A freeform key beside the typed ones; unset typed keys keep the coordinator's defaults.

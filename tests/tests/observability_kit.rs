@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use drover_coordinator::app::Clock as _;
+use drover_engine::app::Clock as _;
 use drover_tests::Harness;
 use serde_json::Value;
 
@@ -118,7 +118,7 @@ async fn prometheus_scrapes_a_coordinator_with_the_example_config_and_every_kit_
     h.example_fleet_rolling().await;
     let app = h.running.app.clone();
     let host = h.running.app.store.list_hosts(&Default::default()).expect("hosts")[0].id;
-    let job = drover_coordinator::store::NewJob {
+    let job = drover_engine::store::NewJob {
         job_id: uuid::Uuid::new_v4(),
         kind: "storage_cleanup".into(),
         host_id: Some(host),
@@ -130,9 +130,9 @@ async fn prometheus_scrapes_a_coordinator_with_the_example_config_and_every_kit_
     let open = [("hardware_failure".to_owned(), 1u64)].into();
     app.metrics.record_reconcile("dc1", now.unix(), Duration::from_millis(200), true, &open);
     app.metrics.record_verification_failure("stale timestamp");
-    let cert = drover_coordinator::store::NewCert {
+    let cert = drover_engine::store::NewCert {
         serial: "0b5e".into(),
-        kind: drover_coordinator::store::CertKind::Host,
+        kind: drover_engine::store::CertKind::Host,
         host_id: Some(host),
         subject: "host".into(),
         not_before: now,

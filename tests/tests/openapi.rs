@@ -13,19 +13,20 @@ use std::process::Command;
 use std::time::Duration;
 
 use drover_client::{ClientIdentity, CoordinatorClient, Method};
-use drover_coordinator::api::openapi::Access;
-use drover_coordinator::api::openapi_routes::ROUTES;
+use drover_engine::api::openapi::Access;
+use drover_engine::api::openapi_routes::ROUTES;
 use drover_tests::Harness;
 use serde_json::{Value, json};
 
 /// (METHOD, path) of every `.route(...)` in the router's source.
 fn router_routes() -> BTreeSet<(String, String)> {
-    let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../coordinator/src/api/mod.rs")).expect("api/mod.rs");
+    let src =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../coordinator/engine/src/api/mod.rs")).expect("api/mod.rs");
     let mut out = BTreeSet::new();
     for line in src.lines().filter(|l| l.trim_start().starts_with(".route(")) {
         let path = match line.split('"').nth(1) {
             Some(p) => p.to_owned(),
-            None if line.contains("RELEASES_PATH") => drover_coordinator::api::RELEASES_PATH.to_owned(),
+            None if line.contains("RELEASES_PATH") => drover_engine::api::RELEASES_PATH.to_owned(),
             None => panic!("a route without a path: {line}"),
         };
         for method in ["get", "post", "put", "patch", "delete"] {

@@ -8,7 +8,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use drover_coordinator::app::Clock as _;
+use drover_engine::app::Clock as _;
 use drover_proto::keys::KeySigner;
 use drover_proto::publish::PublishRequest;
 use drover_proto::release::{ReleaseParams, build_release};

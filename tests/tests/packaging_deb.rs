@@ -142,7 +142,7 @@ fn debian_packages_install_hardened_units_and_pass_lintian() {
 
     // The packaged agent unit is hardened exactly as the bootstrap's (and so the NixOS module's).
     let packaged = std::fs::read_to_string(units.join("drover-agent.service")).expect("unit");
-    let script = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../coordinator/src/enroll/bootstrap.sh"))
+    let script = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../coordinator/engine/src/enroll/bootstrap.sh"))
         .expect("bootstrap.sh");
     let bootstrap_unit = script.split("<<UNIT\n").nth(1).and_then(|s| s.split("\nUNIT\n").next()).expect("the bootstrap's unit");
     assert_eq!(hardening(&packaged), hardening(bootstrap_unit));

@@ -215,8 +215,8 @@ async fn racks_switches_and_shelves_are_inventoried_with_their_rules() {
 
 /// A rack written straight to the store, as one named before names were checked could be.
 fn store_rack_named(h: &Harness, name: &str) -> String {
-    use drover_coordinator::store::{ChangeLog, NewAudit, NewEvent, Rack};
-    let at = drover_coordinator::app::Clock::now(&*h.clock);
+    use drover_engine::store::{ChangeLog, NewAudit, NewEvent, Rack};
+    let at = drover_engine::app::Clock::now(&*h.clock);
     let rack = Rack {
         id: uuid::Uuid::new_v4(),
         name: name.to_owned(),

@@ -5,9 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use drover_coordinator::app::Clock as _;
-use drover_coordinator::identity::Role;
-use drover_coordinator::store::{AuditFilter, EventFilter};
+use drover_engine::app::Clock as _;
+use drover_engine::identity::Role;
+use drover_engine::store::{AuditFilter, EventFilter};
 use drover_proto::enroll::RolloutBundle;
 use drover_proto::keys::KeySigner;
 use drover_proto::names::RolloutId;

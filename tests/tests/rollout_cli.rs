@@ -1,7 +1,7 @@
 //! `drover rollout …` and `drover plan --from-coordinator` as an operator runs them: the real
 //! `drover` binary against a real coordinator over mutual TLS.
 
-use drover_coordinator::app::Clock as _;
+use drover_engine::app::Clock as _;
 use drover_proto::keys::KeySigner;
 use drover_proto::publish::PublishRequest;
 use drover_proto::release::{ReleaseParams, build_release};

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use drover_coordinator::app::Clock as _;
-use drover_coordinator::store::{AuditFilter, EventFilter, Store};
+use drover_engine::app::Clock as _;
+use drover_engine::store::{AuditFilter, EventFilter, Store};
 use drover_proto::keys::KeySigner;
 use drover_proto::names::RolloutId;
 use drover_proto::publish::PublishRequest;
@@ -340,7 +340,7 @@ async fn release_that_stops_verifying_aborts_ticks_with_one_alert() {
     h.clock.advance(2 * 86_400);
     for _ in 0..3 {
         let err = app.executor.tick_now(&app).await.expect_err("the key has expired");
-        assert!(matches!(err, drover_coordinator::executor::ExecutorError::Release { .. }), "{err}");
+        assert!(matches!(err, drover_engine::executor::ExecutorError::Release { .. }), "{err}");
     }
     let alerts =
         app.store.list_events(&EventFilter { kind: Some("alert.release_unverified".into()), ..Default::default() }).expect("events");

@@ -5,7 +5,7 @@
 //!
 //! The capture is the process-wide subscriber (`drover_tests::logcapture`).
 
-use drover_coordinator::store::{AuditFilter, EventFilter};
+use drover_engine::store::{AuditFilter, EventFilter};
 use drover_tests::{Harness, key_and_csr};
 use sha2::{Digest, Sha256};
 
@@ -44,7 +44,7 @@ async fn secrets_do_not_reach_logs() {
         ("token sha256".into(), hex::encode(Sha256::digest(token.as_bytes()))),
         (
             "director key (hex)".into(),
-            hex::encode(h.running.app.director.signing_key(drover_coordinator::app::Clock::now(&*h.clock)).to_bytes()),
+            hex::encode(h.running.app.director.signing_key(drover_engine::app::Clock::now(&*h.clock)).to_bytes()),
         ),
     ];
     for (what, pem) in [

@@ -83,6 +83,22 @@ fn serve_runs_from_a_config_file_and_stops_on_sigterm() {
         .output()
         .expect("curl");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n", "{}", String::from_utf8_lossy(&out.stderr));
+    // The binary names the commit it was built from (a git checkout here, so never `unknown`):
+    // its own build script records it and hands it to the engine at start.
+    let out = Command::new("curl")
+        .args(["-sS", "--tlsv1.3", "--cacert"])
+        .arg(ops.join("ca.crt"))
+        .arg("--cert")
+        .arg(ops.join("vic.crt"))
+        .arg("--key")
+        .arg(ops.join("vic.key"))
+        .arg(format!("https://{addr}/metrics"))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let info = format!("drover_build_info{{version=\"{}\",commit=\"", env!("CARGO_PKG_VERSION"));
+    let commit = text.lines().find_map(|l| l.strip_prefix(info.as_str())).and_then(|r| r.strip_suffix("\"} 1")).expect("build_info");
+    assert!(commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit()), "{commit}");
 
     let pid = child.id().to_string();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());

@@ -3,8 +3,8 @@
 //! refused at the handshake, and host A's certificate never reading or writing host B's
 //! state.
 
-use drover_coordinator::app::Clock as _;
-use drover_coordinator::store::{CertKind, NewCert, NewIntent, NewTask};
+use drover_engine::app::Clock as _;
+use drover_engine::store::{CertKind, NewCert, NewIntent, NewTask};
 use drover_tests::{Harness, run_blocking};
 use uuid::Uuid;
 

@@ -8,8 +8,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use drover_coordinator::pki::San;
-use drover_coordinator::state_dir::StateDir;
+use drover_engine::pki::San;
+use drover_engine::state_dir::StateDir;
 use drover_proto::time::Time;
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};

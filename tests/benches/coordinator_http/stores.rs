@@ -17,9 +17,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use drover_coordinator::store::SqliteStore;
-use drover_coordinator::store::postgres::{Password, PgOptions, PgStore};
 use drover_devkit::postgres::{self as pg, PostgresServer};
+use drover_engine::store::SqliteStore;
+use drover_engine::store::postgres::{Password, PgOptions, PgStore};
 use drover_tests::procs::{
     Proc, cpu_secs, log_tail, postmaster_pid, release_binary, rss_kib, start_server_with_stderr, tree_cpu_secs, tree_pss_kib,
 };

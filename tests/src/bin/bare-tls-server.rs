@@ -10,8 +10,8 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use drover_coordinator::state_dir::StateDir;
-use drover_coordinator::tls::{TlsMaterial, server_config};
+use drover_engine::state_dir::StateDir;
+use drover_engine::tls::{TlsMaterial, server_config};
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper_util::rt::{TokioExecutor, TokioIo};

@@ -71,7 +71,7 @@ struct AnonymousArgs {
 fn anonymous(args: AnonymousArgs) -> anyhow::Result<ExitCode> {
     let coordinator = args.coordinator.clone().map_or_else(|| beside_me("drover-coordinator"), Ok)?;
     let agent = args.agent.clone().map_or_else(|| beside_me("drover-agent"), Ok)?;
-    let _ = drover_coordinator::run::raise_open_files_limit();
+    let _ = drover_engine::run::raise_open_files_limit();
     let dir = tempfile::tempdir().context("temporary directory")?;
     let opts = drover_tests::anonymous::AttackOptions {
         hosts: args.hosts,
@@ -296,7 +296,7 @@ fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
             path.display()
         );
     }
-    match drover_coordinator::run::raise_open_files_limit() {
+    match drover_engine::run::raise_open_files_limit() {
         // One connection per agent here, and as many in the coordinator (its own limit).
         // One connection per agent here (unless split over processes), and as many in the
         // coordinator (its own limit).
@@ -434,7 +434,7 @@ fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
 
 /// `swarm-part PLAN`: this process's share of the agents, until the parent says stop.
 fn swarm_part(plan: &std::path::Path) -> anyhow::Result<ExitCode> {
-    if let Err(e) = drover_coordinator::run::raise_open_files_limit() {
+    if let Err(e) = drover_engine::run::raise_open_files_limit() {
         eprintln!("warning: cannot raise the open-files limit: {e}");
     }
     let bytes = std::fs::read(plan).with_context(|| format!("{}", plan.display()))?;

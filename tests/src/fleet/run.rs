@@ -425,7 +425,7 @@ pub async fn run(scenario: &Scenario, bins: &Binaries, dir: &Path, progress: &mu
 mod tests {
     use super::*;
     use crate::fleet::scenario::Http;
-    use drover_coordinator::config::{Config, Http1Stack};
+    use drover_engine::config::{Config, Http1Stack};
 
     fn scenario(http: Http, tcp_nodelay: bool) -> Scenario {
         Scenario {

@@ -157,7 +157,7 @@ impl Servers {
     /// Stops every replica as systemd stops it (SIGTERM: each writes its buffered
     /// check-ins), then counts the events the store holds.
     pub fn stop_and_count_events(&mut self) -> Result<u64, FleetError> {
-        let db_file = self.replicas[0].state_dir.join(drover_coordinator::state_dir::DB_FILE);
+        let db_file = self.replicas[0].state_dir.join(drover_engine::state_dir::DB_FILE);
         self.replicas.clear();
         match &self.db {
             None => measure::events_written(&db_file),

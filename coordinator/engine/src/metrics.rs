@@ -258,9 +258,22 @@ impl Snapshot {
     }
 }
 
-/// The commit this binary was built from (`build.rs`: `git`, or `DROVER_BUILD_COMMIT`), or
-/// `unknown`.
-pub const BUILD_COMMIT: &str = env!("DROVER_BUILD_COMMIT");
+/// The commit the running binary was built from, set once by the binary at start
+/// ([`set_build_commit`]).
+static BUILD_COMMIT: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// Records the commit the binary was built from (the `drover-coordinator` package's `build.rs`:
+/// `git`, or `DROVER_BUILD_COMMIT`). It is the binary's, not this library's, so that a new commit
+/// recompiles the small binary crate and not the engine (BENCHMARKS.md, "The build loop"). A
+/// second call is ignored: the first value is the one `/metrics` has shown.
+pub fn set_build_commit(commit: &'static str) {
+    let _ = BUILD_COMMIT.set(commit);
+}
+
+/// The commit set by [`set_build_commit`], or `unknown` (a coordinator embedded in a test).
+pub fn build_commit() -> &'static str {
+    BUILD_COMMIT.get().copied().unwrap_or("unknown")
+}
 
 /// Prometheus label-value escaping: backslash, double quote and newline.
 fn escape(v: &str) -> String {
@@ -298,7 +311,7 @@ impl Metrics {
         let mut out = String::with_capacity(4096);
         family(&mut out, "drover_build_info", "gauge", "Build of this coordinator; always 1.");
         let _ =
-            writeln!(out, "drover_build_info{{version=\"{}\",commit=\"{}\"}} 1", escape(env!("CARGO_PKG_VERSION")), escape(BUILD_COMMIT));
+            writeln!(out, "drover_build_info{{version=\"{}\",commit=\"{}\"}} 1", escape(env!("CARGO_PKG_VERSION")), escape(build_commit()));
 
         family(
             &mut out,

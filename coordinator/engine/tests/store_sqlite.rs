@@ -3,9 +3,9 @@
 //! the file and applied once, refusal of a file from a newer schema, and durability across
 //! reopening.
 
-use drover_coordinator::store::conformance::{self, t};
-use drover_coordinator::store::sqlite::SCHEMA_VERSION;
-use drover_coordinator::store::{Checkin, EnrollmentToken, ErrorKind, NewHost, SqliteStore, Store, StoreError, TokenRefusal, hash_token};
+use drover_engine::store::conformance::{self, t};
+use drover_engine::store::sqlite::SCHEMA_VERSION;
+use drover_engine::store::{Checkin, EnrollmentToken, ErrorKind, NewHost, SqliteStore, Store, StoreError, TokenRefusal, hash_token};
 use drover_proto::release::ReleaseFiles;
 use drover_proto::states::HostLifecycle;
 use rusqlite::Connection;
@@ -19,7 +19,7 @@ fn fresh() -> SqliteStore {
 }
 
 mod conformance_suite {
-    drover_coordinator::store_conformance_tests!(Box::new(super::fresh()));
+    drover_engine::store_conformance_tests!(Box::new(super::fresh()));
 }
 
 /// `run_all` runs every check too (the one-call form a backend may prefer).

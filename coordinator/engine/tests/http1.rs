@@ -14,10 +14,10 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::routing::{get, post};
-use drover_coordinator::api::auth::Peer;
-use drover_coordinator::conn_limits::ConnLimits;
-use drover_coordinator::http1::{HEADER_READ_TIMEOUT, IDLE_TIMEOUT, MAX_HEAD_BYTES, serve_connection};
-use drover_coordinator::server::Waits;
+use drover_engine::api::auth::Peer;
+use drover_engine::conn_limits::ConnLimits;
+use drover_engine::http1::{HEADER_READ_TIMEOUT, IDLE_TIMEOUT, MAX_HEAD_BYTES, serve_connection};
+use drover_engine::server::Waits;
 use hyper::body::Frame;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::sync::Notify;
@@ -252,7 +252,7 @@ async fn slowloris_head_times_out_with_408() {
 async fn oversized_body_with_expect_continue_is_413_unread() {
     let seen = Arc::new(Seen::default());
     let mut c = start(seen.clone());
-    let big = drover_coordinator::api::MAX_BODY_BYTES + 1;
+    let big = drover_engine::api::MAX_BODY_BYTES + 1;
     let req = format!("POST /echo HTTP/1.1\r\nHost: c\r\nContent-Length: {big}\r\nExpect: 100-continue\r\n\r\n");
     c.write_all(req.as_bytes()).await.expect("write");
     let all = read_to_close(&mut c).await;
@@ -277,7 +277,7 @@ async fn expect_continue_gets_an_interim_answer_then_the_response() {
 async fn oversized_body_is_drained_and_413_keeps_the_connection() {
     let seen = Arc::new(Seen::default());
     let mut c = start(seen.clone());
-    let big = drover_coordinator::api::MAX_BODY_BYTES + 10;
+    let big = drover_engine::api::MAX_BODY_BYTES + 10;
     let mut req = format!("POST /echo HTTP/1.1\r\nHost: c\r\nContent-Length: {big}\r\n\r\n").into_bytes();
     req.resize(req.len() + big, b'x');
     req.extend_from_slice(b"GET /hello HTTP/1.1\r\nHost: c\r\n\r\n");
@@ -358,7 +358,7 @@ async fn chunked_body_over_the_limit_is_413() {
     let mut c = start(seen.clone());
     let chunk = vec![b'x'; 64 * 1024];
     let mut req = b"POST /echo HTTP/1.1\r\nHost: c\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
-    for _ in 0..(drover_coordinator::api::MAX_BODY_BYTES / chunk.len() + 1) {
+    for _ in 0..(drover_engine::api::MAX_BODY_BYTES / chunk.len() + 1) {
         req.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
         req.extend_from_slice(&chunk);
         req.extend_from_slice(b"\r\n");
@@ -373,7 +373,7 @@ async fn chunked_body_over_the_limit_is_413() {
 #[tokio::test]
 async fn head_over_the_body_limit_gets_a_413_without_a_body_and_the_connection_stays_in_step() {
     let mut c = start(Arc::new(Seen::default()));
-    let big = drover_coordinator::api::MAX_BODY_BYTES + 10;
+    let big = drover_engine::api::MAX_BODY_BYTES + 10;
     let mut req = format!("HEAD /hello HTTP/1.1\r\nHost: c\r\nContent-Length: {big}\r\n\r\n").into_bytes();
     req.resize(req.len() + big, b'x');
     req.extend_from_slice(b"GET /hello HTTP/1.1\r\nHost: c\r\nConnection: close\r\n\r\n");

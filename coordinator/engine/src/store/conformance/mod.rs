@@ -5,7 +5,7 @@
 //! `#[test]` per check:
 //!
 //! ```ignore
-//! drover_coordinator::store_conformance_tests!(Box::new(my_backend_for_tests()));
+//! drover_engine::store_conformance_tests!(Box::new(my_backend_for_tests()));
 //! ```
 //!
 //! or all checks in one test with [`run_all`]. The expression (or the factory passed to

@@ -7,8 +7,8 @@ use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::Path;
 use std::sync::Arc;
 
-use drover_coordinator::config::{Config, SecretsBackend, SecretsConfig};
-use drover_coordinator::secrets::{self, FileSecretStore, SecretError, SecretPath, SecretStore, SecretValue};
+use drover_engine::config::{Config, SecretsBackend, SecretsConfig};
+use drover_engine::secrets::{self, FileSecretStore, SecretError, SecretPath, SecretStore, SecretValue};
 use tempfile::TempDir;
 
 const SECRET: &str = "s3cr3t-Pa55w0rd-never-shown";

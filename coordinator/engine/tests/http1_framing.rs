@@ -1,4 +1,4 @@
-//! Fuzz targets for the HTTP/1.1 request decoder ([`drover_coordinator::http1::decode`]),
+//! Fuzz targets for the HTTP/1.1 request decoder ([`drover_engine::http1::decode`]),
 //! run by bolero: under `cargo test` over the checked-in corpus (`__fuzz__/…/corpus`, one raw
 //! byte stream per file) plus a bounded number of generated inputs; under `cargo bolero test`
 //! as coverage-guided fuzzers, unbounded.
@@ -22,15 +22,15 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::http::Version;
-use drover_coordinator::http1::decode::{BodyDecoder, BodyEnd, BodyStep, READ_CHUNK, decode_head};
+use drover_engine::http1::decode::{BodyDecoder, BodyEnd, BodyStep, READ_CHUNK, decode_head};
 use http_body_util::{BodyExt as _, Empty};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 /// The body limit and drain allowance the coordinator applies to every route but releases.
-const LIMIT: usize = drover_coordinator::api::MAX_BODY_BYTES;
-const DRAIN: usize = drover_coordinator::api::MAX_DRAIN_BYTES;
+const LIMIT: usize = drover_engine::api::MAX_BODY_BYTES;
+const DRAIN: usize = drover_engine::api::MAX_DRAIN_BYTES;
 /// How [`decode_stream`] names a stream that ends inside a request.
 const CUT_SHORT: &str = "closed mid-request";
 /// Generated inputs per target under `cargo test`: bounded, so CI's run is too.

@@ -1,7 +1,7 @@
 //! The request decoder of [`crate::http1`], without I/O: bytes in; a head, body bytes, "read
 //! more" or a refusal out. No socket, no runtime, no clock — the deadlines are the connection
 //! loop's — so every framing rule can be exercised byte by byte, split anywhere, and compared
-//! with another parser (`coordinator/tests/http1_framing.rs`).
+//! with another parser (`coordinator/engine/tests/http1_framing.rs`).
 //!
 //! The buffer is the caller's: each step says how many bytes at its front are spent, and the
 //! caller removes exactly those before the next step (it may append in between). Nothing here

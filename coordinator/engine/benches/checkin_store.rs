@@ -3,13 +3,13 @@
 //! hosts, measured against a same-run baseline — one bare primary-key `SELECT` on the same
 //! file through rusqlite — so the ratio says what the store's own work costs.
 //!
-//! Run: `cargo bench -p drover-coordinator --bench checkin_store` (`-- --hosts N --rounds K`).
+//! Run: `cargo bench -p drover-engine --bench checkin_store` (`-- --hosts N --rounds K`).
 
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
-use drover_coordinator::store::{Checkin, NewHost, SqliteStore, Store};
+use drover_engine::store::{Checkin, NewHost, SqliteStore, Store};
 use drover_proto::time::Time;
 use uuid::Uuid;
 

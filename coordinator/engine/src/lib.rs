@@ -1,4 +1,4 @@
-//! The Drover coordinator: the fleet's one server.
+//! The Drover coordinator's library (the `drover-coordinator` binary, `coordinator/src/main.rs`, composes it): the fleet's one server.
 //!
 //! - [`agent_download`]: the anonymous agent downloads, bounded in number; an unstripped agent warned of.
 //! - [`app`]: shared state, the clock, long-poll wake-ups, dispatch that wakes agents.

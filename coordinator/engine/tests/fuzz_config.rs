@@ -2,12 +2,12 @@
 //! `proto/tests/fuzzing/mod.rs`). Arbitrary text, and edits of a valid file, are either a
 //! configuration or refused with an error naming the file — never a panic.
 
-#[path = "../../proto/tests/fuzzing/mod.rs"]
+#[path = "../../../proto/tests/fuzzing/mod.rs"]
 mod fuzzing;
 
 use std::path::Path;
 
-use drover_coordinator::config::Config;
+use drover_engine::config::Config;
 
 /// A valid coordinator configuration, the document the edits start from.
 const VALID: &str = r#"

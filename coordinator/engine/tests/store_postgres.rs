@@ -10,13 +10,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use drover_coordinator::store::StoreError;
-use drover_coordinator::store::postgres::election::{Change, Timing};
-use drover_coordinator::store::postgres::elector::Elector;
-use drover_coordinator::store::postgres::lease::Lease;
-use drover_coordinator::store::postgres::notify::{ListenEvent, Listener, notify};
-use drover_coordinator::store::postgres::{Password, PgOpenError, PgOptions, PgStore, postgres};
 use drover_devkit::postgres::{self as pg, PostgresServer};
+use drover_engine::store::StoreError;
+use drover_engine::store::postgres::election::{Change, Timing};
+use drover_engine::store::postgres::elector::Elector;
+use drover_engine::store::postgres::lease::Lease;
+use drover_engine::store::postgres::notify::{ListenEvent, Listener, notify};
+use drover_engine::store::postgres::{Password, PgOpenError, PgOptions, PgStore, postgres};
 
 fn server(tls: bool) -> PostgresServer {
     PostgresServer::start(pg::PgOptions { tls, ..Default::default() }).expect("postgres starts")
@@ -330,7 +330,7 @@ fn a_new_leader_is_elected_within_the_lease_when_the_leader_dies_and_at_once_whe
 fn the_whole_conformance_suite_passes_on_postgres() {
     let s = server(false);
     let n = std::sync::atomic::AtomicU32::new(0);
-    let make = || -> Box<dyn drover_coordinator::store::Store> {
+    let make = || -> Box<dyn drover_engine::store::Store> {
         let db = format!("check{}", n.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         s.psql(&format!("CREATE DATABASE {db} OWNER drover")).expect("create database");
         let mut o = options(&s);
@@ -338,7 +338,7 @@ fn the_whole_conformance_suite_passes_on_postgres() {
         o.pool_size = 4;
         Box::new(PgStore::open(&o).expect("open"))
     };
-    drover_coordinator::store::conformance::run_all(&make);
+    drover_engine::store::conformance::run_all(&make);
 }
 
 /// Sixteen enrollments at once through one replica (what `drover-bench fleet` does): each
@@ -346,7 +346,7 @@ fn the_whole_conformance_suite_passes_on_postgres() {
 /// transaction is open; every one succeeds, none refused as a conflict.
 #[test]
 fn sixteen_concurrent_enrollments_through_one_replica_all_succeed() {
-    use drover_coordinator::store::{CertKind, EnrollmentToken, NewCert, NewHost, Store as _, hash_token};
+    use drover_engine::store::{CertKind, EnrollmentToken, NewCert, NewHost, Store as _, hash_token};
     let s = server(false);
     let store = PgStore::open(&options(&s)).expect("open");
     let now = drover_proto::time::Time::from_unix(1_800_000_000).expect("time");
@@ -367,7 +367,7 @@ fn sixteen_concurrent_enrollments_through_one_replica_all_succeed() {
             let (store, chunk) = (store.clone(), chunk.to_vec());
             std::thread::spawn(move || {
                 for (id, token) in chunk {
-                    let mut issue = |h: &drover_coordinator::store::Host| {
+                    let mut issue = |h: &drover_engine::store::Host| {
                         // The CA's signature takes a while, inside the transaction.
                         std::thread::sleep(Duration::from_millis(1));
                         let serial = h.id.simple().to_string();
@@ -402,7 +402,7 @@ impl Drop for Fed {
 }
 
 fn feed(s: &PostgresServer, a: &PgStore) -> Fed {
-    use drover_coordinator::store::postgres::view_cache::CHANNEL;
+    use drover_engine::store::postgres::view_cache::CHANNEL;
     let views = a.view_cache().clone();
     let listener = Listener::start(&options(s), &[CHANNEL], move |e| match e {
         ListenEvent::Connected => views.connected(),
@@ -436,8 +436,8 @@ fn within(what: &str, mut cond: impl FnMut() -> bool) -> Duration {
 
 #[test]
 fn cached_check_in_views_follow_every_commit_whoever_makes_it() {
-    use drover_coordinator::store::conformance::t;
-    use drover_coordinator::store::{Checkin, NewEvent, NewHost, NewIntent, NewTask, Store};
+    use drover_engine::store::conformance::t;
+    use drover_engine::store::{Checkin, NewEvent, NewHost, NewIntent, NewTask, Store};
     let s = server(false);
     let (a, b) = (PgStore::open(&options(&s)).expect("replica a"), PgStore::open(&options(&s)).expect("replica b"));
     let h = b.create_host(&NewHost { hostname: "gpu-01".into(), created_at: t(0), token: None }).expect("host").id;
@@ -507,7 +507,7 @@ fn cached_check_in_views_follow_every_commit_whoever_makes_it() {
     // view column changes, so there is nothing to wait for.
     let checkin = Checkin { at: t(9), agent_version: "0.1.0".into(), boot_id: "boot-2".into(), current_generation: None };
     a.record_checkins(&[(h, checkin)]).expect("check-in on a");
-    let health = drover_coordinator::store::HostHealth { host_id: h, reported_at: t(9), report: "{}".into() };
+    let health = drover_engine::store::HostHealth { host_id: h, reported_at: t(9), report: "{}".into() };
     a.record_host_health(&[health]).expect("health on a");
     assert!(a.checkin_view_cached(h, t(9)).is_some(), "a's batched check-ins sent its requests to the database");
 

@@ -96,7 +96,7 @@ pub(crate) mod tests {
     }
 
     fn release() -> Arc<VerifiedRelease> {
-        let spec = drover_proto::spec::FleetSpec::from_json(include_bytes!("../../../examples/fleet.json")).expect("spec");
+        let spec = drover_proto::spec::FleetSpec::from_json(include_bytes!("../../../../examples/fleet.json")).expect("spec");
         let meta = drover_proto::resolve::ReleaseMeta { ci_commit: "c0ffee".into(), created_at: t(0) };
         let signer = drover_proto::keys::KeySigner::new(ed25519_dalek::SigningKey::from_bytes(&[3u8; 32]));
         let params = drover_proto::release::ReleaseParams { meta, version: 1, previous: None };

@@ -220,7 +220,7 @@ mod tests {
 
     /// Release `version`'s timestamp, signed by the key of `seed`.
     fn shown(version: u64, seed: u8) -> ReleaseSeen {
-        let spec = drover_proto::spec::FleetSpec::from_json(include_bytes!("../../examples/fleet.json")).expect("spec");
+        let spec = drover_proto::spec::FleetSpec::from_json(include_bytes!("../../../examples/fleet.json")).expect("spec");
         let meta = drover_proto::resolve::ReleaseMeta { ci_commit: "c0ffee".into(), created_at: t(0) };
         let signer = drover_proto::keys::KeySigner::new(ed25519_dalek::SigningKey::from_bytes(&[seed; 32]));
         let params = drover_proto::release::ReleaseParams { meta, version, previous: None };

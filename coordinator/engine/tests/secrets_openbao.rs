@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use drover_coordinator::config::{Config, VaultConfig};
-use drover_coordinator::secrets::{self, SecretError, SecretPath, SecretStore, SecretValue, VaultSecretStore};
 use drover_devkit::openbao::OpenBao;
+use drover_engine::config::{Config, VaultConfig};
+use drover_engine::secrets::{self, SecretError, SecretPath, SecretStore, SecretValue, VaultSecretStore};
 use serde_json::{Value, json};
 
 const SECRET: &str = "tok-Sup3rS3cretValue-never-shown";
