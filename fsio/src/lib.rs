@@ -27,6 +27,11 @@ use std::path::{Path, PathBuf};
 mod space;
 pub use space::{Space, is_out_of_space, space};
 
+/// The mode of a file only its owner may read (keys, the store, backups).
+pub const PRIVATE_FILE_MODE: u32 = 0o600;
+/// The mode of a directory only its owner may enter (a state directory).
+pub const PRIVATE_DIR_MODE: u32 = 0o700;
+
 /// Whether the target may be replaced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {

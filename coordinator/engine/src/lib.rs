@@ -19,7 +19,7 @@
 //! - [`run`]: starting it all: state dir, store, TLS, listener.
 //! - [`sites`]: MAAS sites: validation, credential selection, the MAAS probe and the workflow preflight.
 //! - [`server`]: the listener: TLS handshake, identity per connection, HTTP/1.1 and HTTP/2.
-//! - [`store`]: the `Store` trait, its SQLite backend and the backend conformance suite.
+//! - [`store`]: the `Store` trait and its SQLite and PostgreSQL backends (the crate `drover-store`).
 //! - [`tls`]: TLS 1.3 only, optional client certificates checked against the CA and CRL.
 //!
 //! The coordinator holds no CI key: it verifies releases with the same
@@ -61,7 +61,8 @@ pub mod secrets;
 pub mod server;
 pub mod sites;
 pub mod state_dir;
-pub mod store;
+/// The store is the crate `drover-store`, re-exported under its old path.
+pub use drover_store as store;
 pub mod store_config;
 pub mod tls;
 

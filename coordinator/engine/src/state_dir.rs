@@ -42,11 +42,11 @@ pub const DIRECTOR_PUB_FILE: &str = "director.pub";
 pub const DB_FILE: &str = "coordinator.db";
 
 /// Mode of private key files.
-pub const PRIVATE_MODE: u32 = 0o600;
+pub const PRIVATE_MODE: u32 = drover_fsio::PRIVATE_FILE_MODE;
 /// Mode of certificates and public keys.
 pub const PUBLIC_MODE: u32 = 0o644;
 /// Mode of a state directory `init` creates.
-pub const DIR_MODE: u32 = 0o700;
+pub const DIR_MODE: u32 = drover_fsio::PRIVATE_DIR_MODE;
 
 /// Every file of a state directory, in the order `init` writes them.
 const ALL_FILES: [&str; 7] = [CA_KEY_FILE, CA_CERT_FILE, SERVER_KEY_FILE, SERVER_CERT_FILE, DIRECTOR_KEY_FILE, DIRECTOR_PUB_FILE, DB_FILE];

@@ -8,8 +8,8 @@ use std::time::Duration;
 use drover_engine::secrets::{FileSecretStore, SecretPath, SecretStore, SecretValue};
 use drover_engine::sites::preflight::{PreflightClass, preflight};
 use drover_engine::sites::probe::{MaasProbe, ProbeError, ProbeFuture, ProbeReport, ProbeTarget, RackSummary};
-use drover_engine::store::conformance::{change, site_fixture, t};
-use drover_engine::store::{SiteStatus, SqliteStore, Store};
+use drover_store::{SiteStatus, SqliteStore, Store};
+use drover_store_conformance::{change, site_fixture, t};
 use tempfile::TempDir;
 
 /// Answers what it is told to, and remembers the token it was given.
@@ -47,7 +47,7 @@ struct World {
     _dir: TempDir,
     store: Arc<dyn Store>,
     secrets: FileSecretStore,
-    site: drover_engine::store::Site,
+    site: drover_store::Site,
 }
 
 fn world() -> World {

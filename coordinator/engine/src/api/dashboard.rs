@@ -189,7 +189,7 @@ pub async fn rollout_progress(
         }
     };
     Ok(Json(RolloutProgress {
-        rollout: RolloutStateResponse::from(&rollout),
+        rollout: crate::api::rollouts::rollout_state(&rollout),
         waves: waves.into_values().collect(),
         waits,
         report_error,

@@ -90,16 +90,9 @@ pub struct LifecycleRequest {
 
 pub use drover_proto::api::hosts::HostStateResponse;
 
-impl From<&Host> for HostStateResponse {
-    fn from(h: &Host) -> Self {
-        HostStateResponse {
-            host_id: h.id.to_string(),
-            hostname: h.hostname.clone(),
-            state: h.state,
-            schedulable: h.schedulable,
-            job_id: None,
-        }
-    }
+/// A stored host as the lifecycle routes answer it.
+pub fn host_state(h: &Host) -> HostStateResponse {
+    HostStateResponse { host_id: h.id.to_string(), hostname: h.hostname.clone(), state: h.state, schedulable: h.schedulable, job_id: None }
 }
 
 /// A lifecycle verb: the source states it accepts and the state it leads to.
@@ -500,7 +493,7 @@ async fn verb_route(
         let host = read_host(&app, host_id).await?;
         if host.state == HostLifecycle::BootstrapIssued {
             let host = cancel_enrollment(&app, &op, &host, reason).await?;
-            return Ok(Json(HostStateResponse::from(&host)));
+            return Ok(Json(crate::api::lifecycle::host_state(&host)));
         }
     }
     if verb.job().is_some() {
@@ -509,10 +502,10 @@ async fn verb_route(
         // The job's next steps are the executor's; a host leaving service changes what a
         // rollout may do with it.
         app.executor.poke();
-        return Ok(Json(HostStateResponse { job_id: Some(job.job.job_id.to_string()), ..HostStateResponse::from(&host) }));
+        return Ok(Json(HostStateResponse { job_id: Some(job.job.job_id.to_string()), ..crate::api::lifecycle::host_state(&host) }));
     }
     let host = apply(&app, &op, host_id, verb, reason).await?;
-    Ok(Json(HostStateResponse::from(&host)))
+    Ok(Json(crate::api::lifecycle::host_state(&host)))
 }
 
 /// `POST /v1/hosts/{id}/quarantine` (admin): active, offline or enrolling → quarantined.
@@ -580,7 +573,7 @@ async fn cordon_route(
     let host_id = parse_host_id(&id)?;
     let reason = check_reason(req.reason.as_deref())?;
     let host = set_schedulable(&app, &op, host_id, schedulable, reason).await?;
-    Ok(Json(HostStateResponse::from(&host)))
+    Ok(Json(crate::api::lifecycle::host_state(&host)))
 }
 
 /// `POST /v1/hosts/{id}/cordon` (admin): the host is no longer schedulable.

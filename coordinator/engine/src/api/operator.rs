@@ -310,7 +310,7 @@ pub async fn list_rollouts(
         .into_iter()
         .map(|r| RolloutView {
             hosts: hosts.remove(r.rollout_id.as_str()).unwrap_or_default(),
-            rollout: crate::api::rollouts::RolloutStateResponse::from(&r),
+            rollout: crate::api::rollouts::rollout_state(&r),
         })
         .collect();
     Ok(Json(Page { items, next: None }))

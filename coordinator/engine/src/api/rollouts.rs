@@ -79,8 +79,9 @@ impl RolloutAction {
     }
 }
 
-impl From<&Rollout> for RolloutStateResponse {
-    fn from(r: &Rollout) -> Self {
+/// A stored rollout as the rollout routes answer it.
+pub fn rollout_state(r: &Rollout) -> RolloutStateResponse {
+    {
         RolloutStateResponse {
             rollout_id: r.rollout_id.to_string(),
             channel: r.channel.clone(),
@@ -170,7 +171,7 @@ async fn route(
     let id = parse_id(&id)?;
     let reason = check_reason(req.reason.as_deref())?;
     let rollout = act(&app, &op, id, action, reason).await?;
-    Ok(Json(RolloutStateResponse::from(&rollout)))
+    Ok(Json(crate::api::rollouts::rollout_state(&rollout)))
 }
 
 /// `POST /v1/rollouts/{id}/halt` (admin).
@@ -230,7 +231,7 @@ pub async fn status(State(app): State<Arc<AppState>>, _caller: Reader, Path(id):
             intent_target: h.intent_target,
         })
         .collect();
-    Ok(Json(RolloutStatus { rollout: RolloutStateResponse::from(&rollout), hosts }))
+    Ok(Json(RolloutStatus { rollout: crate::api::rollouts::rollout_state(&rollout), hosts }))
 }
 
 pub use drover_planner::observed::PlanInputResponse;

@@ -78,7 +78,7 @@ pub fn select_power_credentials<'a>(overrides: &'a [PowerOverride], node: &NodeK
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::conformance::t;
+    use drover_store_conformance::t;
 
     fn o(ty: SelectorType, value: &str, status: SiteStatus) -> PowerOverride {
         PowerOverride {
