@@ -10,17 +10,14 @@
 //! - [`jobs`]: the pure decision core of jobs (soft reset, storage cleanup, decommission, maintenance) and operator actions.
 //! - [`maasflow`]: the pure decisions of MAAS workflows: failure taxonomy, stages, discovery, boot disk, deploy failures.
 //! - [`http1`]: the coordinator's own HTTP/1.1 connection layer: strict framing, no buffers held while a long-poll waits.
-//! - [`identity`]: who a client certificate proves (host id and hostname, or operator role).
 //! - [`metrics`]: Prometheus counters and the `/metrics` text; [`http_metrics`] counts requests by route, [`process_metrics`] reads `process_*` from `/proc`.
-//! - [`pki`]: the CA: server, host (from a CSR) and operator certificates, the CRL.
 //! - [`reconciler`]: the MAAS drift reconciler's runtime: one pass per site at a time, periodic (jittered) and on demand, batched writes.
-//! - [`state_dir`]: the state directory's files (CA, server credential, director key), `init` and `open`.
 //! - [`releases_dir`]: polling `releases_dir` and publishing what appears there.
 //! - [`run`]: starting it all: state dir, store, TLS, listener.
 //! - [`sites`]: MAAS sites: validation, credential selection, the MAAS probe and the workflow preflight.
 //! - [`server`]: the listener: TLS handshake, identity per connection, HTTP/1.1 and HTTP/2.
+//! - [`pki`], [`tls`], [`identity`], [`state_dir`], [`director`]: the crate `drover-pki`.
 //! - [`store`]: the `Store` trait and its SQLite and PostgreSQL backends (the crate `drover-store`).
-//! - [`tls`]: TLS 1.3 only, optional client certificates checked against the CA and CRL.
 //!
 //! The coordinator holds no CI key: it verifies releases with the same
 //! `drover_proto::release::verify_release` the CLI and agents use, and signs only intents and
@@ -36,12 +33,10 @@ pub mod cloudinit;
 pub mod config;
 pub mod conn_limits;
 pub mod devices;
-pub mod director;
 pub mod executor;
 pub mod fleet_release;
 pub mod http1;
 pub mod http_metrics;
-pub mod identity;
 pub mod jobs;
 pub mod leader;
 pub mod maasflow;
@@ -49,7 +44,6 @@ pub mod metrics;
 pub mod onboarding;
 pub mod paced_body;
 pub mod peers;
-pub mod pki;
 pub mod process_metrics;
 pub mod proxy_protocol;
 pub mod rate_limit;
@@ -60,10 +54,10 @@ pub mod run;
 pub mod secrets;
 pub mod server;
 pub mod sites;
-pub mod state_dir;
-/// The store is the crate `drover-store`, re-exported under its old path.
+/// The store is the crate `drover-store`, and the CA, TLS, identity, state directory and
+/// director key the crate `drover-pki`, re-exported under their old paths.
+pub use drover_pki::{director, identity, pki, state_dir, tls};
 pub use drover_store as store;
 pub mod store_config;
-pub mod tls;
 
 pub use drover_proto as proto;
