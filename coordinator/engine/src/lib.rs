@@ -3,7 +3,7 @@
 //! - [`agent_download`]: the anonymous agent downloads, bounded in number; an unstripped agent warned of.
 //! - [`app`]: shared state, the clock, long-poll wake-ups, dispatch that wakes agents.
 //! - [`api`]: the error shape, route guards and routes.
-//! - [`cloudinit`]: the versioned cloud-init first-boot bundle MAAS runs on a deployed node (pure renderer).
+//! - [`cloudinit`]: the versioned cloud-init first-boot bundle MAAS runs on a deployed node (pure renderer; the crate `drover-cloudinit`).
 //! - [`config`]: `coordinator.toml`, parsed once, errors naming file and key.
 //! - [`devices`]: rack devices' pure decisions: the power shelf's controller tick and maintenance request rules.
 //! - [`executor`]: the rollout executor: store snapshot → planner → one transaction of actions.
@@ -29,7 +29,6 @@ pub mod agent_download;
 pub mod api;
 pub mod app;
 pub mod bundles;
-pub mod cloudinit;
 pub mod config;
 pub mod conn_limits;
 pub mod devices;
@@ -57,6 +56,8 @@ pub mod sites;
 /// The store is the crate `drover-store`, and the CA, TLS, identity, state directory and
 /// director key the crate `drover-pki`, re-exported under their old paths.
 pub use drover_pki::{director, identity, pki, state_dir, tls};
+/// The first-boot bundle is the crate `drover-cloudinit`.
+pub use drover_cloudinit as cloudinit;
 pub use drover_store as store;
 pub mod store_config;
 

@@ -8,10 +8,11 @@
 use std::path::Path;
 use std::process::Command;
 
-use drover_engine::cloudinit::{
-    self, DeployUser, FirstBoot, HwSync, HwSyncToken, MAAS_CREDS_PATH, MANIFEST_PATH, Part, RoceLink, Shares, SiteBundle, render,
+use drover_cloudinit::{
+    self as cloudinit, DeployUser, FirstBoot, HwSync, HwSyncToken, MAAS_CREDS_PATH, MANIFEST_PATH, Part, RoceLink, Shares, SiteBundle,
+    render,
 };
-use drover_engine::proto::task::Secret;
+use drover_proto::task::Secret;
 use serde_json::Value;
 
 fn minimal() -> FirstBoot {
@@ -24,7 +25,7 @@ fn minimal() -> FirstBoot {
             salt: cloudinit::salt_from_bytes(&[42; 12]),
         },
         deploy_ssh_iface: Some("eno8303".into()),
-        agent_bootstrap: Secret::new(drover_engine::proto::enroll::bootstrap_command(
+        agent_bootstrap: Secret::new(drover_proto::enroll::bootstrap_command(
             "https://coord.example:8443",
             "sha256//AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
             "6f1c2a4e-0000-4000-8000-000000000001",

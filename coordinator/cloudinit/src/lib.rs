@@ -67,6 +67,8 @@
 //! 0600 and the parts are 0700 root; the runner deletes the agent bootstrap script once it ran
 //! (cloud-init keeps its own root-only copy of the user data).
 
+#![forbid(unsafe_code)]
+
 mod scripts;
 pub mod validate;
 
