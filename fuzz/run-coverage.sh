@@ -38,12 +38,12 @@ EOF
 # target -> "package dir, cargo target selector, libtest path of the #[test]"
 targets() {
     cat <<'EOF'
-canonical_json     drover-proto        proto        --test=fuzz_canonical  canonical_json
-release_files      drover-proto        proto        --test=fuzz_signed     release_files
-intent_envelope    drover-proto        proto        --test=fuzz_signed     intent_envelope
-task_envelope      drover-proto        proto        --test=fuzz_signed     task_envelope
-trust_file         drover-proto        proto        --test=fuzz_signed     trust_file
-agent_config       drover-agent        agent        --test=fuzz_config     agent_config
+canonical_json     drover-proto        proto        --test=it              fuzz_canonical::canonical_json
+release_files      drover-proto        proto        --test=it              fuzz_signed::release_files
+intent_envelope    drover-proto        proto        --test=it              fuzz_signed::intent_envelope
+task_envelope      drover-proto        proto        --test=it              fuzz_signed::task_envelope
+trust_file         drover-proto        proto        --test=it              fuzz_signed::trust_file
+agent_config       drover-agent        agent        --test=it              fuzz_config::agent_config
 coordinator_config drover-coordinator  coordinator  --test=fuzz_config     coordinator_config
 cli_argv           drover-cli          cli          --bin=drover           fuzz_tests::cli_argv
 cli_config         drover-cli          cli          --bin=drover           fuzz_tests::cli_config

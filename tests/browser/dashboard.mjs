@@ -1,5 +1,5 @@
 // Drives the dashboard in headless Chromium over the Chrome DevTools Protocol, the way a
-// person uses it, and checks what they would see. Run by tests/tests/dashboard_browser.rs,
+// person uses it, and checks what they would see. Run by tests/tests/operations/dashboard_browser.rs,
 // which starts the coordinator, the agents and two `drover ui` proxies (admin, viewer), and
 // passes everything in DROVER_UI_TEST (JSON):
 //   { admin, viewer: the URLs drover ui printed (with their #token=),

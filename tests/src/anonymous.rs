@@ -13,7 +13,7 @@
 //!    second after the flood's connections close, until it is back within 25 % of before.
 //!
 //! `drover-bench anonymous` runs it at the sizes (BENCHMARKS.md); the CI test
-//! `tests/anonymous_attacks.rs` runs a small seeded version and holds the goals.
+//! `tests/attacks/anonymous_attacks.rs` runs a small seeded version and holds the goals.
 
 use std::collections::BTreeMap;
 use std::path::Path;

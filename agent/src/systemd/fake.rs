@@ -2,7 +2,7 @@
 //! units with their state and unit-file state, records every call, and answers like systemd:
 //! an unknown unit is `org.freedesktop.systemd1.NoSuchUnit`, a job on a unit set to fail
 //! leaves it `failed` and reports `job failed`. The D-Bus path is tested against the
-//! `fake-systemd` test service on a real `dbus-daemon` (`tests/tests/agent_systemd.rs`).
+//! `fake-systemd` test service on a real `dbus-daemon` (`tests/tests/agents/agent_systemd.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};

@@ -2,7 +2,8 @@
 //! input becomes a variant of a genuine document.
 //!
 //! Each target is an ordinary `#[test]` built on bolero: under `cargo test` it runs its
-//! checked-in corpus (`tests/__fuzz__/<target>/corpus/`) and then random inputs for
+//! checked-in corpus (`__fuzz__/<target>/corpus/` beside the target's file, e.g.
+//! `proto/tests/it/__fuzz__/`) and then random inputs for
 //! [`TEST_TIME`] (`BOLERO_RANDOM_TEST_TIME_MS` overrides it); under `fuzz/run-coverage.sh
 //! TARGET` (libFuzzer, on stable Rust) the same target runs coverage-guided. Inputs are
 //! bytes, so that a corpus file is an input as it stands.
