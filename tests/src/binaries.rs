@@ -6,9 +6,9 @@
 //! binary is therefore judged, the first time a process asks for it, against the dep-info file
 //! cargo writes beside it (`NAME.d`: every local source file rustc read for it). When one of
 //! them is newer than the binary, or gone, and the process runs under cargo (`CARGO` is set for
-//! `cargo test`, `cargo bench` and `cargo run`), it runs `cargo build --workspace --bins` once,
-//! with the profile, target directory and target triple the running executable was built with,
-//! and then trusts cargo's own fingerprints. Outside cargo (`drover-bench` started from
+//! `cargo test`, `cargo nextest`, `cargo bench` and `cargo run`), it runs `cargo build --workspace
+//! --bins` once, with the profile, target directory and target triple the running executable was
+//! built with, and then trusts cargo's own fingerprints. Outside cargo (`drover-bench` started from
 //! `target/release/`) a stale binary is refused with the command that rebuilds it.
 //!
 //! Judging first, rather than always building, matters: `cargo test --workspace` builds the

@@ -2,8 +2,9 @@
 //!
 //! The server runs on the runtime's worker threads, which a thread-local `set_default` would
 //! not reach, so the capture is the process-wide subscriber; it can be set once per process,
-//! hence [`global`]: every test of a binary shares one buffer (and a secret-search then covers
-//! every test's coordinator, which only makes it stricter).
+//! hence [`global`]: every test of a process shares one buffer (under `cargo test` a test binary's
+//! every test, and a secret-search then covers every test's coordinator, which only makes it
+//! stricter; under nextest each test is a process of its own).
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
