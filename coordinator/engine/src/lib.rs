@@ -53,11 +53,11 @@ pub mod run;
 pub mod secrets;
 pub mod server;
 pub mod sites;
+/// The first-boot bundle is the crate `drover-cloudinit`.
+pub use drover_cloudinit as cloudinit;
 /// The store is the crate `drover-store`, and the CA, TLS, identity, state directory and
 /// director key the crate `drover-pki`, re-exported under their old paths.
 pub use drover_pki::{director, identity, pki, state_dir, tls};
-/// The first-boot bundle is the crate `drover-cloudinit`.
-pub use drover_cloudinit as cloudinit;
 pub use drover_store as store;
 pub mod store_config;
 

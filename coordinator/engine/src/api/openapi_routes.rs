@@ -1,6 +1,6 @@
 //! The table `GET /v1/openapi.json` is generated from: one row per route the router serves
 //! ([`super::router`]), with who may call it, its query parameters and whether it takes a JSON
-//! body. `tests/tests/openapi.rs` checks it against the router both ways: every row is served,
+//! body. `tests/tests/operations/openapi.rs` checks it against the router both ways: every row is served,
 //! and every `.route(...)` of the router has its row.
 
 use super::openapi::{Access, RouteDoc, Ty};
