@@ -56,9 +56,9 @@ use super::events::Level;
 use super::reply::{Millis, now_millis};
 use userdata::{Creds, CredsCheck};
 
-/// The agent bootstrap part (`drover_coordinator::cloudinit::AGENT_PART_PATH`).
+/// The agent bootstrap part (`drover_cloudinit::AGENT_PART_PATH`).
 pub const AGENT_PART_PATH: &str = "/usr/local/lib/drover-first-boot/50-agent-bootstrap.sh";
-/// The MAAS hardware-sync credentials (`drover_coordinator::cloudinit::MAAS_CREDS_PATH`).
+/// The MAAS hardware-sync credentials (`drover_cloudinit::MAAS_CREDS_PATH`).
 pub const MAAS_CREDS_PATH: &str = "/etc/maas/maas-machine-creds.yml";
 /// Where the bootstrap writes the agent's configuration.
 pub const AGENT_CONFIG_PATH: &str = "/etc/drover/agent.toml";
