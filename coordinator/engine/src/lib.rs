@@ -5,10 +5,9 @@
 //! - [`api`]: the error shape, route guards and routes.
 //! - [`cloudinit`]: the versioned cloud-init first-boot bundle MAAS runs on a deployed node (pure renderer; the crate `drover-cloudinit`).
 //! - [`config`]: `coordinator.toml`, parsed once, errors naming file and key.
-//! - [`devices`]: rack devices' pure decisions: the power shelf's controller tick and maintenance request rules.
+//! - [`devices`]: the rack and power-shelf controller loops and the device trait they act through.
 //! - [`executor`]: the rollout executor: store snapshot → planner → one transaction of actions.
-//! - [`jobs`]: the pure decision core of jobs (soft reset, storage cleanup, decommission, maintenance) and operator actions.
-//! - [`maasflow`]: the pure decisions of MAAS workflows: failure taxonomy, stages, discovery, boot disk, deploy failures.
+//! - [`jobs`]: the job executor, local stages and the MAAS child workflow.
 //! - [`http1`]: the coordinator's own HTTP/1.1 connection layer: strict framing, no buffers held while a long-poll waits.
 //! - [`metrics`]: Prometheus counters and the `/metrics` text; [`http_metrics`] counts requests by route, [`process_metrics`] reads `process_*` from `/proc`.
 //! - [`reconciler`]: the MAAS drift reconciler's runtime: one pass per site at a time, periodic (jittered) and on demand, batched writes.
@@ -17,6 +16,7 @@
 //! - [`sites`]: MAAS sites: validation, credential selection, the MAAS probe and the workflow preflight.
 //! - [`server`]: the listener: TLS handshake, identity per connection, HTTP/1.1 and HTTP/2.
 //! - [`pki`], [`tls`], [`identity`], [`state_dir`], [`director`]: the crate `drover-pki`.
+//! - [`jobs`], [`devices`] and [`maasflow`] re-export the pure decision cores of the crate `drover-workflows`.
 //! - [`store`]: the `Store` trait and its SQLite and PostgreSQL backends (the crate `drover-store`).
 //!
 //! The coordinator holds no CI key: it verifies releases with the same
@@ -38,7 +38,6 @@ pub mod http1;
 pub mod http_metrics;
 pub mod jobs;
 pub mod leader;
-pub mod maasflow;
 pub mod metrics;
 pub mod onboarding;
 pub mod paced_body;
@@ -59,6 +58,8 @@ pub use drover_cloudinit as cloudinit;
 /// director key the crate `drover-pki`, re-exported under their old paths.
 pub use drover_pki::{director, identity, pki, state_dir, tls};
 pub use drover_store as store;
+/// The pure MAAS workflow decisions are the crate `drover-workflows`.
+pub use drover_workflows::maasflow;
 pub mod store_config;
 
 pub use drover_proto as proto;

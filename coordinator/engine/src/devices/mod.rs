@@ -1,7 +1,7 @@
-//! Rack devices (`rack-on-demand-maintenance.md`, `power-shelf-state-machine.md`): the pure
-//! decisions of their controllers and requests, so each rule is tested without a device, a
-//! store or a clock; the narrow trait through which the controllers reach devices; and the
-//! controller loops that apply the decisions.
+//! Rack devices (`rack-on-demand-maintenance.md`, `power-shelf-state-machine.md`): the narrow
+//! trait through which the controllers reach devices, and the controller loops that apply the
+//! pure decisions of the crate `drover-workflows` (`drover_workflows::devices`, re-exported
+//! here as [`rack`], [`rack_tick`] and [`shelf`]).
 //!
 //! - [`power`]: [`power::PowerControl`] and its Redfish implementation (credentials from the
 //!   secret store at each use).
@@ -9,22 +9,15 @@
 //!   again).
 //! - [`shelf_loop`]: the power-shelf controller: every tick, each shelf one step, written
 //!   compare-and-set with its event.
-//! - [`rack_tick`] and [`rack_loop`]: the rack controller, pure and applied: maintenance cycles
-//!   step by step, each step committed, budgets first.
+//! - [`rack_loop`]: the rack controller applied: each step [`rack_tick`] decides, committed.
 //! - [`run`]: the loop that ticks both.
-//! - [`rack`]: on-demand rack maintenance: preconditions, scope, activities, the firmware
-//!   resolution table, the next activity, and the power sequence's safe order.
-//! - [`shelf`]: the power shelf's controller tick (one transition per tick, with its reason)
-//!   and the rules of an on-demand maintenance request (ids, operation, all or nothing,
-//!   initiator string).
 
 pub mod power;
-pub mod rack;
 pub mod rack_loop;
-pub mod rack_tick;
-pub mod shelf;
 pub mod shelf_loop;
 pub mod work;
+
+pub use drover_workflows::devices::{rack, rack_tick, shelf};
 
 /// The device controllers' loop (off when `[devices] tick_ms` is 0): every tick, each power
 /// shelf and then each rack takes at most one step. One loop for both, so a rack's shelf step

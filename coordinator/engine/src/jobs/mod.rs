@@ -1,38 +1,13 @@
-//! The pure decision core of coordinator jobs (soft reset, storage cleanup, full decommission,
-//! reimage, on-demand maintenance, and the drain and uninstall that own the `retire` and
-//! `remove` lifecycle verbs): durable staged workflows, `node-state-model.md` §3.3–§8 and
-//! `bare-metal-lifecycle.md` §5.
+//! Coordinator jobs as the engine runs them: the pure decision core is the crate
+//! `drover-workflows` (`drover_workflows::jobs`, re-exported here under its old paths); this
+//! module persists its decisions and does the work they name.
 //!
-//! Like the rollout planner, nothing here does I/O, reads a clock or touches the store:
-//!
-//! - [`model`]: what a job is ([`JobKind`]), its stage catalog ([`Stage`], [`stages`]), and
-//!   the progress read model stored as the job's `progress` JSON ([`Progress`]).
-//! - [`plan`]: [`decide`] — one job, one snapshot of what is observed, `now` and the policy in;
-//!   one [`Decision`] with a human reason out — [`apply`], the progress it leaves behind, and
-//!   [`lifecycle_guard`], the host transition that keeps `draining` / `removing` owned by a
-//!   working job (§3.3's guardrail) as a job starts, resumes or stops.
-//! - [`actions`]: the operator actions of §8 (`retry_stage`, `resume`, `rerun`,
-//!   `restart_clean`, `cancel`, `adopt_observed_state`, `mark_manual_intervention_required`),
-//!   idempotent: a queued or live task is never duplicated, an expired one is requeued.
-//!
-//! - [`pacing`]: which pending jobs may start under the disruption budgets (pure).
 //! - [`maas_child`]: the child MAAS workflow of reimage and full decommission.
 //! - [`exec`]: the executor that persists decisions — one store transaction per step —
 //!   and [`local`]: the host changes, webhook and credentials of the local stages.
 
-pub mod actions;
 pub mod exec;
 pub mod local;
 pub mod maas_child;
-pub mod model;
-pub mod pacing;
-pub mod plan;
 
-pub use actions::{ActionOutcome, ActionRefused, OperatorAction, TaskDirective, act};
-pub use model::{
-    Activity, FailureClass, HwSyncCreds, JobKind, MissingSetting, Progress, Stage, StageEvent, StageStatus, StorageChoice, TaskSettings,
-    stages,
-};
-pub use plan::{
-    Decision, JobView, Observed, Policy, SchedulerAnswer, TaskObs, after_scheduler_answer, apply, decide, lifecycle_guard, local_stage_done,
-};
+pub use drover_workflows::jobs::*;

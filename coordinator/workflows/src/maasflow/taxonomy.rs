@@ -11,7 +11,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::ProfilePolicy;
+use drover_store::ProfilePolicy;
 
 /// Why a MAAS workflow failed (§4.7), stored as a first-class field of the read model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

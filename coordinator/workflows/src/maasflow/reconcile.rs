@@ -29,7 +29,7 @@ use uuid::Uuid;
 use super::drift::{self, Action, HostSide, MachineSide, Rule, Severity, Verdict};
 use super::onboard::{EraseMode, OnboardingRequest};
 use super::taxonomy::Workflow;
-use crate::store::{DriftWrite, MaasObservation, NewEvent, NewJob, ReconcileChange, ReconcileRow};
+use drover_store::{DriftWrite, MaasObservation, NewEvent, NewJob, ReconcileChange, ReconcileRow};
 
 /// The MAAS status recorded for a bound machine MAAS no longer lists.
 pub const ABSENT: &str = "Absent";

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::taxonomy::{Compensation, Handling, MaasFailureClass, MaasStage, Workflow};
-use crate::store::ProfilePolicy;
+use drover_store::ProfilePolicy;
 
 /// The job kind of an onboarding.
 pub const KIND: &str = Workflow::Onboard.kind();

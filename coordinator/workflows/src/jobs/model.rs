@@ -169,8 +169,8 @@ impl JobKind {
 
     /// A new job of this kind on `host_id`, created at `now` with a fresh id (its input is
     /// this kind as JSON).
-    pub fn new_job(&self, host_id: uuid::Uuid, now: drover_proto::time::Time) -> Result<crate::store::NewJob, serde_json::Error> {
-        Ok(crate::store::NewJob {
+    pub fn new_job(&self, host_id: uuid::Uuid, now: drover_proto::time::Time) -> Result<drover_store::NewJob, serde_json::Error> {
+        Ok(drover_store::NewJob {
             job_id: uuid::Uuid::new_v4(),
             kind: self.name().to_owned(),
             host_id: Some(host_id),

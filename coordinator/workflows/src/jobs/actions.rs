@@ -11,7 +11,7 @@ use drover_proto::time::Time;
 
 use super::model::{Progress, Stage, StageStatus, TaskSettings, stages};
 use super::plan::{JobView, TaskObs};
-use crate::store::records::TaskState;
+use drover_store::TaskState;
 
 /// One operator action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

@@ -8,7 +8,7 @@ use drover_proto::time::Time;
 use serde_json::Value;
 
 use super::model::{FailureClass, JobKind, Progress, Stage, StageStatus, TaskSettings, stages};
-use crate::store::records::{Job, TaskRecord, TaskState};
+use drover_store::{Job, TaskRecord, TaskState};
 
 /// The job as decided on.
 #[derive(Debug, Clone, PartialEq, Eq)]

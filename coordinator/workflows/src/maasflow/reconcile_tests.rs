@@ -4,7 +4,7 @@
 use drover_proto::states::HostLifecycle as L;
 
 use super::*;
-use crate::store::MaasBinding;
+use drover_store::MaasBinding;
 
 fn t(s: i64) -> Time {
     Time::from_unix(1_900_000_000 + s).expect("time")
