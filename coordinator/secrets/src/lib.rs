@@ -1,4 +1,4 @@
-//! Secret storage: MAAS API tokens, default and per-node power credentials, deploy passwords.
+//! Secret storage (the crate `drover-secrets`): MAAS API tokens, default and per-node power credentials, deploy passwords.
 //!
 //! The coordinator's store keeps only secret *paths*; the values live behind a
 //! [`SecretStore`]: HashiCorp Vault / OpenBao KV v2 ([`vault::VaultSecretStore`]) or one 0600
@@ -12,7 +12,9 @@
 //!   value.
 //! - [`SecretError`]: every failure names the path (or file, or key) and what went wrong, never a
 //!   value or a token.
-//! - [`from_config`]: the store `[secrets]` in `coordinator.toml` asks for.
+//! - [`config`]: `[secrets]` in `coordinator.toml`, and [`open`]: the store it asks for.
+
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -21,7 +23,8 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::config::{Config, SecretsBackend};
+pub mod config;
+pub use config::{SecretsBackend, SecretsConfig, VaultConfig};
 
 pub mod file;
 pub mod vault;
@@ -425,11 +428,10 @@ pub trait SecretStore: Send + Sync {
 /// The store `[secrets]` asks for: `backend = "file"` (the default) keeps 0600 files under
 /// `secrets.dir` (default `<state_dir>/secrets`, created 0700); `backend = "vault"` talks to
 /// `[secrets.vault]`.
-pub fn from_config(config: &Config) -> Result<Arc<dyn SecretStore>, SecretError> {
-    let secrets = &config.secrets;
+pub fn open(secrets: &SecretsConfig, state_dir: &std::path::Path) -> Result<Arc<dyn SecretStore>, SecretError> {
     match secrets.backend {
         SecretsBackend::File => {
-            let dir = secrets.dir.clone().unwrap_or_else(|| config.state_dir.join("secrets"));
+            let dir = secrets.dir.clone().unwrap_or_else(|| state_dir.join("secrets"));
             Ok(Arc::new(FileSecretStore::open(dir)?))
         }
         SecretsBackend::Vault => {
