@@ -83,12 +83,12 @@ fn main() {
         }
         let mut uncached = Vec::new();
         for _ in 0..iters {
-            app.release_cache.lock().expect("cache").forget_release();
+            app.latest_release.forget();
             let t = Instant::now();
             drover_engine::executor::tick(&app).await.expect("tick");
             uncached.push(ms(t));
         }
-        let verifications = app.release_cache.lock().expect("cache").verifications;
+        let verifications = app.latest_release.verifications();
         let (b, bp) = median(baseline);
         let (v, vp) = median(verify);
         let (s, sp) = median(steady);

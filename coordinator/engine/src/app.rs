@@ -155,8 +155,10 @@ pub struct AppState {
     pub metrics: crate::metrics::Metrics,
     /// Wakes the rollout executor.
     pub executor: crate::executor::Trigger,
-    /// The verified release and stored manifests the executor's last tick used.
+    /// The stored manifests the executor's last tick used.
     pub release_cache: Arc<std::sync::Mutex<crate::executor::cache::ReleaseCache>>,
+    /// The latest release, verified once and read by every subsystem ([`crate::latest_release`]).
+    pub latest_release: Arc<crate::latest_release::LatestRelease>,
     /// Where MAAS sites' secrets live; read at use time, never cached.
     pub secrets: Arc<dyn crate::secrets::SecretStore>,
     /// How the coordinator reaches a site's MAAS.

@@ -215,7 +215,7 @@ mod tests {
     }
 
     fn trust(seed: u8) -> TrustRoots {
-        crate::executor::cache::tests::trust_of(seed, None)
+        crate::latest_release::tests::trust_of(seed, None)
     }
 
     /// Release `version`'s timestamp, signed by the key of `seed`.

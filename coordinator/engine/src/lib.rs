@@ -9,6 +9,7 @@
 //! - [`executor`]: the rollout executor: store snapshot → planner → one transaction of actions.
 //! - [`jobs`]: the job executor, local stages and the MAAS child workflow.
 //! - [`http1`]: the coordinator's own HTTP/1.1 connection layer: strict framing, no buffers held while a long-poll waits.
+//! - [`latest_release`]: the latest release, verified once and read by all, and the fleet read model built from it.
 //! - [`metrics`]: Prometheus counters and the `/metrics` text; [`http_metrics`] counts requests by route, [`process_metrics`] reads `process_*` from `/proc`.
 //! - [`reconciler`]: the MAAS drift reconciler's runtime: one pass per site at a time, periodic (jittered) and on demand, batched writes.
 //! - [`releases_dir`]: polling `releases_dir` and publishing what appears there.
@@ -30,30 +31,27 @@ pub mod api;
 pub mod app;
 pub mod bundles;
 pub mod config;
-pub mod conn_limits;
 pub mod devices;
 pub mod executor;
 pub mod fleet_release;
-pub mod http1;
 pub mod http_metrics;
 pub mod jobs;
+pub mod latest_release;
 pub mod leader;
 pub mod metrics;
 pub mod onboarding;
-pub mod paced_body;
 pub mod peers;
 pub mod process_metrics;
-pub mod proxy_protocol;
-pub mod rate_limit;
 pub mod readiness;
 pub mod reconciler;
 pub mod releases_dir;
 pub mod run;
 pub mod secrets;
-pub mod server;
 pub mod sites;
 /// The first-boot bundle is the crate `drover-cloudinit`.
 pub use drover_cloudinit as cloudinit;
+/// The transport is the crate `drover-http`, re-exported under its old paths.
+pub use drover_http::{conn_limits, http1, paced_body, proxy_protocol, rate_limit, server};
 /// The store is the crate `drover-store`, and the CA, TLS, identity, state directory and
 /// director key the crate `drover-pki`, re-exported under their old paths.
 pub use drover_pki::{director, identity, pki, state_dir, tls};

@@ -1,13 +1,14 @@
-//! `/readyz`'s verdict, computed in the background so that the anonymous probe costs O(1)
-//! (issue 40).
+//! `/readyz`'s verdict, computed in the background so that the anonymous probe costs O(1).
 //!
 //! Ready means "can serve agents what they need": the store answers and has room for writes,
 //! and the latest stored release verifies against the CI trust roots (signatures, threshold)
 //! and is fresh. Reading and verifying a release is proportional to the fleet (76 ms at
 //! 10,000 hosts), so no request does it: [`watch`] checks the store every
-//! [`CHECK_INTERVAL`] on the blocking pool and verifies a release once per version (again only
-//! when a trusted key's validity changed, or the clock went back; one that failed, at most every
-//! [`RETRY_UNVERIFIED_SECS`]), and keeps the outcome.
+//! [`CHECK_INTERVAL`] on the blocking pool and takes the release from the engine's one
+//! verified-release cache ([`crate::latest_release`], shared with the executor and the job
+//! tick: a version is verified once, again only when a trusted key's validity changed or the
+//! clock went back; one that failed is tried again at most every [`RETRY_UNVERIFIED_SECS`]),
+//! and keeps the outcome.
 //! `/readyz` reads that outcome and the clock and does nothing else ([`judge`]).
 //!
 //! Freshness is judged at answer time from the verdict (when the timestamp goes stale), so a
@@ -21,6 +22,7 @@ use drover_proto::time::Time;
 use serde::Serialize;
 
 use crate::app::AppState;
+use crate::latest_release::LatestError;
 use crate::store::StoreError;
 
 /// How often the store and the latest release are checked.
@@ -245,11 +247,6 @@ pub fn check(app: &AppState, previous: &Verdict) -> Verdict {
     let release = match latest {
         None => ReleaseHealth::None,
         Some(version) => match &previous.release {
-            ReleaseHealth::Verified { version: v, verified_at, .. }
-                if *v == version && now >= *verified_at && app.trust.ci.same_validity(*verified_at, now) =>
-            {
-                previous.release.clone()
-            }
             // A release that did not verify is tried again at most every
             // RETRY_UNVERIFIED_SECS (a future-dated timestamp, a key not valid yet, may pass
             // later), not every second: a full verification is proportional to the fleet.
@@ -268,25 +265,22 @@ pub fn check(app: &AppState, previous: &Verdict) -> Verdict {
     Verdict { checked_at: Some(now), store: StoreHealth::Ok, release, behind_fleet }
 }
 
-/// Reads and verifies release `version` (staleness left to [`judge`]).
+/// Release `version`, verified through the engine's one cache ([`crate::latest_release`]: a
+/// version verified there by any reader is not verified again); staleness left to [`judge`].
 fn verify(app: &AppState, version: u64, now: Time) -> ReleaseHealth {
-    let release = match app.store.get_release(version) {
-        Ok(Some(r)) => r,
-        Ok(None) => return ReleaseHealth::Unverified { version, message: "it is no longer in the store".to_owned(), tried_at: now },
-        Err(e) => {
-            tracing::warn!(error = %e, version, "readiness: reading the latest release failed");
-            return ReleaseHealth::Unverified { version, message: "it could not be read from the store".to_owned(), tried_at: now };
-        }
-    };
-    let ctx = drover_proto::verify::VerifyContext::at(now).reporting_stale().with_floor(drover_proto::verify::VersionFloor::None);
-    match drover_proto::release::verify_release(&release.files, &app.trust, &ctx) {
-        Ok(verified) => {
-            let doc = &verified.timestamp.doc;
+    match app.latest_release.version(&*app.store, &app.trust, version, now) {
+        Ok(Some(latest)) => {
+            let doc = &latest.release.timestamp.doc;
             let window = doc.tightest_window().map(|(c, w)| (c.to_owned(), w));
             let stale_after = window.as_ref().map(|(_, w)| doc.signed_at.plus_secs(*w));
-            ReleaseHealth::Verified { version, verified_at: now, stale_after, window }
+            ReleaseHealth::Verified { version, verified_at: latest.verified_at, stale_after, window }
         }
-        Err(e) => ReleaseHealth::Unverified { version, message: e.to_string(), tried_at: now },
+        Ok(None) => ReleaseHealth::Unverified { version, message: "it is no longer in the store".to_owned(), tried_at: now },
+        Err(LatestError::Store(e)) => {
+            tracing::warn!(error = %e, version, "readiness: reading the latest release failed");
+            ReleaseHealth::Unverified { version, message: "it could not be read from the store".to_owned(), tried_at: now }
+        }
+        Err(LatestError::Unverified { source, .. }) => ReleaseHealth::Unverified { version, message: source.to_string(), tried_at: now },
     }
 }
 

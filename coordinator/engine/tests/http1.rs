@@ -85,7 +85,7 @@ fn start_with_buffer(seen: Arc<Seen>, buffer: usize) -> (DuplexStream, tokio::ta
     let remote: SocketAddr = "192.0.2.7:40000".parse().expect("addr");
     // The listener's per-connection waits as an authenticated connection has them.
     let waits = Waits { first: IDLE_TIMEOUT, idle: IDLE_TIMEOUT };
-    let limits = ConnLimits::new(Default::default());
+    let limits = ConnLimits::new(Default::default(), drover_engine::api::body_limit);
     let task = tokio::spawn(serve_connection(server, remote, Peer::Anonymous, router(seen), waits, limits, None));
     (client, task)
 }

@@ -351,7 +351,7 @@ async fn release_that_stops_verifying_aborts_ticks_with_one_alert() {
 async fn ticks_over_an_unchanged_release_verify_it_once() {
     let h = Harness::start_with_long_poll(1).await;
     let app = h.running.app.clone();
-    let verifications = || app.release_cache.lock().expect("cache").verifications;
+    let verifications = || app.latest_release.verifications();
     publish(&h, &release(FLEET, h.clock.now(), 1, "c0ffee")).await;
     app.executor.tick_now(&app).await.expect("tick");
     let after_first = verifications();
@@ -359,8 +359,15 @@ async fn ticks_over_an_unchanged_release_verify_it_once() {
     for _ in 0..5 {
         h.clock.advance(60);
         app.executor.tick_now(&app).await.expect("tick");
+        // The job tick's fleet view, the rack controller's and maintenance requests' and
+        // `/readyz`'s check all read the same cache: none of them verifies again.
+        let view = drover_engine::jobs::exec::FleetView::load(&app).await;
+        assert!(!view.targets.is_empty(), "the fleet view comes from the verified release");
+        let previous = app.readiness.verdict();
+        let verdict = drover_engine::readiness::check(&app, &previous);
+        assert!(matches!(verdict.release, drover_engine::readiness::ReleaseHealth::Verified { version: 1, .. }), "{:?}", verdict.release);
     }
-    assert_eq!(verifications(), after_first, "nothing changed: the release is neither read nor verified again");
+    assert_eq!(verifications(), after_first, "nothing changed: the release is neither read nor verified again, by any reader");
     publish(&h, &release(FLEET, h.clock.now(), 2, "c0ffee2")).await;
     app.executor.tick_now(&app).await.expect("tick");
     assert_eq!(verifications(), after_first + 1, "a new release is verified once");

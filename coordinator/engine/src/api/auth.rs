@@ -15,21 +15,10 @@ use uuid::Uuid;
 use crate::app::AppState;
 
 use crate::api::error::ApiError;
-use crate::identity::{Identity, IdentityError, Role};
+use crate::identity::{Identity, Role};
 
-/// What the TLS layer learned about the peer of this connection.
-#[derive(Debug, Clone)]
-pub enum Peer {
-    /// No client certificate (enrollment routes only).
-    Anonymous,
-    /// A certificate that chained to the CA and was not revoked at the handshake.
-    Verified {
-        /// Its identity.
-        identity: Result<Identity, IdentityError>,
-        /// Its serial (lowercase hex).
-        serial: String,
-    },
-}
+/// What the TLS layer learned about the peer of a connection (the crate `drover-pki`).
+pub use drover_pki::Peer;
 
 fn peer<'a>(parts: &'a Parts, app: &AppState) -> Result<&'a Identity, ApiError> {
     match parts.extensions.get::<Peer>() {

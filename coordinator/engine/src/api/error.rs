@@ -2,13 +2,11 @@
 //! mapping from each failure to its HTTP status. Bad input is a 4xx naming what is wrong;
 //! only the coordinator's own failures are 5xx, and those never echo internals.
 
-use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use drover_proto::report::{ApiError as WireError, ApiErrorBody};
 
-/// The longest error message sent, in characters.
-pub const MAX_MESSAGE_CHARS: usize = 2048;
+/// The longest error message sent, in characters (the transport's bound).
+pub use drover_http::body::MAX_MESSAGE_CHARS;
 
 /// A failed request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,8 +89,8 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = WireError { error: ApiErrorBody { code: self.code.to_owned(), message: self.message } };
-        (self.status, Json(body)).into_response()
+        // The transport renders the one error shape, so its own refusals and the routes' match.
+        drover_http::body::error_response(self.status, self.code, self.message)
     }
 }
 

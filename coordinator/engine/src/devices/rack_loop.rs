@@ -149,7 +149,7 @@ async fn step_one(
     app: &Arc<AppState>,
     rack: Rack,
     table: &[store::FirmwareRecord],
-    fleet: &mut Option<FleetView>,
+    fleet: &mut Option<Arc<FleetView>>,
 ) -> Result<bool, StoreError> {
     let m = match rack.maintenance.clone().map(serde_json::from_value::<RackMaintenance>).transpose() {
         Ok(m) => m,

@@ -22,9 +22,10 @@ pub mod writes;
 use std::sync::Arc;
 
 use drover_planner::Plan;
-use drover_proto::release::{VerifiedRelease, verify_release};
+use drover_proto::release::VerifiedRelease;
+
+use crate::latest_release::{LatestError, LatestRelease};
 use drover_proto::time::Time;
-use drover_proto::verify::VerifyContext;
 
 use crate::app::AppState;
 use crate::store::{self, StoreError};
@@ -106,25 +107,16 @@ fn lock(cache: &std::sync::Mutex<cache::ReleaseCache>) -> std::sync::MutexGuard<
     cache.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The latest release, verified: the cached one while its version is the store's latest and
-/// it is still good at `now`, else read and verified (and kept). `None` before any release.
+/// The latest release, verified, from the engine's one cache ([`crate::latest_release`]).
+/// `None` before any release.
 async fn verified_release(app: &Arc<AppState>, now: Time) -> Result<Option<Arc<VerifiedRelease>>, ExecutorError> {
-    let Some(version) = store::blocking(app.store.clone(), |s| s.latest_release_version()).await? else { return Ok(None) };
-    if let Some(kept) = lock(&app.release_cache).release(version, now, &app.trust) {
-        return Ok(Some(kept));
-    }
-    let Some(release) = store::blocking(app.store.clone(), move |s| s.get_release(version)).await? else { return Ok(None) };
     // Staleness is reported, not refused: the planner stops new dispatch for a stale channel
     // and raises an alert, while hosts already in flight finish (RFC-0002 §4 step 0).
-    let verified = match verify_release(&release.files, &app.trust, &VerifyContext::at(now).reporting_stale()) {
-        Ok(v) => Arc::new(v),
-        Err(e) => {
-            lock(&app.release_cache).forget_release();
-            return Err(ExecutorError::Release { rule: e.rule(), message: e.to_string() });
-        }
-    };
-    lock(&app.release_cache).keep_release(version, now, verified.clone());
-    Ok(Some(verified))
+    match LatestRelease::load(&app.latest_release, &app.store, &app.trust, now).await {
+        Ok(latest) => Ok(latest.map(|l| l.release.clone())),
+        Err(LatestError::Store(e)) => Err(e.into()),
+        Err(LatestError::Unverified { source, .. }) => Err(ExecutorError::Release { rule: source.rule(), message: source.to_string() }),
+    }
 }
 
 /// Plans once and applies the plan. No release published yet: nothing to do.

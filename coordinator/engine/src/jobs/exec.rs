@@ -16,16 +16,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use drover_proto::names::RolloutId;
-use drover_proto::release::{VerifiedRelease, verify_release};
+
 use drover_proto::states::{HostRolloutState, JobState};
 use drover_proto::time::Time;
-use drover_proto::verify::VerifyContext;
+
 use serde_json::json;
 use uuid::Uuid;
 
 use super::local::{self, AllocationsQuery, ReleaseNotice};
 use super::model::{FailureClass, JobKind, Stage};
-use super::pacing::{self, PaceBudget};
+use super::pacing;
 use super::plan::{Decision, JobView, Observed, SchedulerAnswer, TaskObs, after_scheduler_answer, apply, decide, lifecycle_guard};
 use crate::api::tasks::SealTaskError;
 use crate::app::AppState;
@@ -62,58 +62,8 @@ pub struct JobsTick {
     pub capped: bool,
 }
 
-/// What the latest release says that jobs need: budgets, each host's channel's current
-/// rollout and target, each host's tags (the maintenance request's group labels).
-#[derive(Debug, Clone, Default)]
-pub struct FleetView {
-    /// The release's disruption budgets.
-    pub budgets: Vec<PaceBudget>,
-    /// hostname → (its channel's current rollout, the closure it should run).
-    pub targets: BTreeMap<String, (Option<RolloutId>, String)>,
-    /// hostname → tags.
-    pub tags: BTreeMap<String, Vec<String>>,
-}
-
-impl FleetView {
-    /// From a verified release.
-    pub fn from_release(v: &VerifiedRelease) -> FleetView {
-        let fleet = &v.fleet.fleet;
-        let mut targets: BTreeMap<String, (Option<RolloutId>, String)> =
-            fleet.hosts.iter().map(|(h, spec)| (h.clone(), (None, spec.closure.clone()))).collect();
-        for m in v.manifests.values() {
-            for e in &m.manifest.host_set {
-                targets.insert(e.hostname.clone(), (Some(m.manifest.rollout_id.clone()), e.target_closure.clone()));
-            }
-        }
-        FleetView {
-            budgets: pacing::budgets_of(&fleet.disruption_budgets),
-            targets,
-            tags: fleet.hosts.iter().map(|(h, spec)| (h.clone(), spec.tags.clone())).collect(),
-        }
-    }
-
-    /// The latest stored release, verified (a stale timestamp is fine: budgets and targets
-    /// still hold). No release, or one that does not verify: an empty view (no budgets, no
-    /// targets), logged.
-    pub async fn load(app: &Arc<AppState>) -> FleetView {
-        let now = app.clock.now();
-        let release = match store::blocking(app.store.clone(), |s| s.latest_release()).await {
-            Ok(Some(r)) => r,
-            Ok(None) => return FleetView::default(),
-            Err(e) => {
-                tracing::warn!(error = %e, "jobs: cannot read the latest release; no budgets this tick");
-                return FleetView::default();
-            }
-        };
-        match verify_release(&release.files, &app.trust, &VerifyContext::at(now).reporting_stale()) {
-            Ok(v) => FleetView::from_release(&v),
-            Err(e) => {
-                tracing::warn!(rule = e.rule(), error = %e, "jobs: the latest release does not verify; no budgets this tick");
-                FleetView::default()
-            }
-        }
-    }
-}
+/// The fleet read model is the engine's one, built from the one verified-release cache.
+pub use crate::latest_release::FleetView;
 
 /// Runs one job tick.
 pub async fn tick(app: &Arc<AppState>) -> Result<JobsTick, JobExecError> {

@@ -25,7 +25,7 @@
 //!   `anonymous_bytes_per_sec` shared by all of them ([`crate::paced_body`]), so downloading
 //!   the agent binary over and over cannot take the cores operators need.
 //! - **Their bodies are small and share one budget**: at most
-//!   [`crate::api::MAX_ANONYMOUS_BODY_BYTES`] each, and all anonymous bodies being read or
+//!   [`crate::body::MAX_ANONYMOUS_BODY_BYTES`] each, and all anonymous bodies being read or
 //!   handled at once at most `anonymous_body_budget_bytes`; a body that finds no room within
 //!   [`BODY_BUDGET_WAIT`] is answered 503. Memory freed by such bodies is handed back to the
 //!   system ([`ConnLimits::trim_if_due`]).
@@ -44,6 +44,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
+use crate::body::BodyLimit;
 use crate::config::ConnectionsConfig;
 use crate::rate_limit::SourceBuckets;
 
@@ -181,6 +182,7 @@ pub struct ConnLimits {
     proxy_refused: AtomicU64,
     bodies_refused: AtomicU64,
     released_bytes: AtomicU64,
+    body_limit: BodyLimit,
 }
 
 /// A connection's handshake slots, its source's and one of all; released when dropped.
@@ -239,8 +241,8 @@ impl Drop for BodyPermit {
 }
 
 impl ConnLimits {
-    /// The bounds of `config`.
-    pub fn new(config: ConnectionsConfig) -> Arc<ConnLimits> {
+    /// The bounds of `config`, request bodies bounded by the router's `body_limit`.
+    pub fn new(config: ConnectionsConfig, body_limit: BodyLimit) -> Arc<ConnLimits> {
         Arc::new(ConnLimits {
             open: Arc::new(Semaphore::new(config.max_open)),
             handshakes: Arc::new(Semaphore::new(config.max_handshakes)),
@@ -256,7 +258,13 @@ impl ConnLimits {
             proxy_refused: AtomicU64::new(0),
             bodies_refused: AtomicU64::new(0),
             released_bytes: AtomicU64::new(0),
+            body_limit,
         })
+    }
+
+    /// The router's body policy: the most a request may carry, applied before buffering.
+    pub fn body_limit(&self) -> BodyLimit {
+        self.body_limit
     }
 
     /// Whether accepted sockets set `TCP_NODELAY`.
@@ -520,26 +528,22 @@ impl ConnLimits {
 /// The 429 for a source past its rate, with the wait in whole seconds (at least one).
 pub fn rate_limited(wait: Duration) -> axum::response::Response {
     let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
-    use axum::response::IntoResponse as _;
-    let mut answer = crate::api::error::ApiError::new(
+    let mut answer = crate::body::error_response(
         axum::http::StatusCode::TOO_MANY_REQUESTS,
         "rate_limited",
         format!("too many requests without a client certificate from this address; retry in {secs} s"),
-    )
-    .into_response();
+    );
     answer.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(secs));
     answer
 }
 
 /// The 503 for an anonymous body that found no room in the shared budget.
 pub fn body_budget_full() -> axum::response::Response {
-    use axum::response::IntoResponse as _;
-    let mut answer = crate::api::error::ApiError::new(
+    let mut answer = crate::body::error_response(
         axum::http::StatusCode::SERVICE_UNAVAILABLE,
         "anonymous_budget_full",
         "too many request bodies from clients without a certificate are in flight; retry shortly",
-    )
-    .into_response();
+    );
     answer.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(1u64));
     answer
 }
@@ -548,12 +552,15 @@ pub fn body_budget_full() -> axum::response::Response {
 mod tests {
     use super::*;
 
+    fn test_limit(_: &axum::http::request::Parts) -> usize {
+        1 << 20
+    }
+
     fn limits(total: usize, per_source: usize) -> Arc<ConnLimits> {
-        ConnLimits::new(ConnectionsConfig {
-            max_unauthenticated: total,
-            max_unauthenticated_per_source: per_source,
-            ..ConnectionsConfig::default()
-        })
+        ConnLimits::new(
+            ConnectionsConfig { max_unauthenticated: total, max_unauthenticated_per_source: per_source, ..ConnectionsConfig::default() },
+            test_limit,
+        )
     }
 
     fn ip(s: &str) -> IpAddr {
@@ -598,7 +605,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_handshake_past_its_sources_slots_waits_and_others_do_not() {
-        let l = ConnLimits::new(ConnectionsConfig { max_handshakes_per_source: 1, ..ConnectionsConfig::default() });
+        let l = ConnLimits::new(ConnectionsConfig { max_handshakes_per_source: 1, ..ConnectionsConfig::default() }, test_limit);
         let held = l.handshake_slot(ip("10.0.0.1")).await;
         let waiting = tokio::time::timeout(Duration::from_secs(1), l.handshake_slot(ip("10.0.0.1"))).await;
         assert!(waiting.is_err(), "the source's second handshake waits");
@@ -625,7 +632,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn anonymous_bodies_share_one_budget() {
-        let l = ConnLimits::new(ConnectionsConfig { anonymous_body_budget_bytes: 100_000, ..ConnectionsConfig::default() });
+        let l = ConnLimits::new(ConnectionsConfig { anonymous_body_budget_bytes: 100_000, ..ConnectionsConfig::default() }, test_limit);
         let a = l.anonymous_body(60_000).await.expect("room");
         assert!(l.anonymous_body(60_000).await.is_none(), "no room within the wait: 503");
         assert_eq!(l.anonymous_body_bytes(), 60_000);

@@ -28,11 +28,12 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tower::ServiceExt;
 
-use crate::api::auth::Peer;
+use drover_pki::Peer;
+use drover_pki::identity::{Identity, cert_serial_hex};
+use drover_pki::tls::TlsState;
+
 use crate::config::Http1Stack;
 use crate::conn_limits::{AnonConn, ConnLimits, Deadline};
-use crate::identity::{Identity, cert_serial_hex};
-use crate::tls::TlsState;
 
 /// Concurrent streams one HTTP/2 connection may open (an agent needs one or two).
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 16;
@@ -291,14 +292,14 @@ async fn serve_hyper<S>(
                     return Ok(refusal);
                 }
                 if !hyper::body::Body::is_end_stream(req.body()) {
-                    match limits.anonymous_body(crate::api::MAX_ANONYMOUS_BODY_BYTES).await {
+                    match limits.anonymous_body(crate::body::MAX_ANONYMOUS_BODY_BYTES).await {
                         Some(p) => _budget = Some(p),
                         None => return Ok(crate::conn_limits::body_budget_full()),
                     }
                 }
             }
             let head = req.method() == hyper::Method::HEAD;
-            let mut answer = match crate::api::read_whole_body(req.map(Body::new)).await {
+            let mut answer = match crate::body::read_whole_body(req.map(Body::new), limits.body_limit()).await {
                 Ok(req) => router.oneshot(req).await.unwrap_or_else(|e| match e {}),
                 Err(refusal) => refusal,
             };

@@ -16,7 +16,7 @@
 //! and an answer the client stops reading for that long ends the connection;
 //! `Content-Length` and `Transfer-Encoding` together, differing lengths, a
 //! coding other than `chunked`, or a missing `Host` are refused (request smuggling lives in
-//! those gaps); bodies are bounded by [`crate::api::body_limit`] before they are buffered.
+//! those gaps); bodies are bounded by the router's body limit ([`crate::body::BodyLimit`]) before they are buffered.
 //! While a handler runs, the connection watches for the client going away and drops the
 //! handler when it does, so an abandoned long-poll does not stay parked.
 //!
@@ -39,10 +39,9 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::time::{Instant, timeout, timeout_at};
 use tower::ServiceExt as _;
 
-use crate::api::auth::Peer;
-use crate::api::error::ApiError;
 use crate::conn_limits::{AnonConn, ConnLimits, Deadline};
 use decode::{BodyDecoder, BodyEnd, BodyStep, DecodeError, Framing, Head, READ_CHUNK};
+use drover_pki::Peer;
 
 pub mod decode;
 
@@ -59,7 +58,7 @@ pub const BODY_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// just inside the stall timeout must not hold a connection for ever.
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(300);
 /// The same for a connection without a certificate: its body is at most
-/// [`crate::api::MAX_ANONYMOUS_BODY_BYTES`] and holds part of a budget every anonymous client
+/// [`crate::body::MAX_ANONYMOUS_BODY_BYTES`] and holds part of a budget every anonymous client
 /// shares, so a trickle must not keep that budget for long.
 pub const ANONYMOUS_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long, after an error answer, the connection keeps reading (and dropping) what the
@@ -103,7 +102,7 @@ pub enum Http1Error {
 
 impl Http1Error {
     /// The answer sent before closing; None where there is nobody left to answer.
-    fn api_error(&self) -> Option<ApiError> {
+    fn answer(&self) -> Option<Response> {
         let (status, code) = match self {
             Http1Error::Closed | Http1Error::Io { .. } | Http1Error::WriteStalled => return None,
             Http1Error::Decode { source: DecodeError::HeadTooLarge { .. } } => {
@@ -118,7 +117,7 @@ impl Http1Error {
             }
             Http1Error::Decode { source: DecodeError::Expectation { .. } } => (StatusCode::EXPECTATION_FAILED, "expectation_failed"),
         };
-        Some(ApiError::new(status, code, self.to_string()))
+        Some(crate::body::error_response(status, code, self.to_string()))
     }
 }
 
@@ -160,7 +159,7 @@ where
             Ok(linger) => linger,
             Err(e) => {
                 tracing::debug!(%remote, error = %e, "HTTP/1.1 connection ended");
-                match e.api_error() {
+                match e.answer() {
                     Some(answer) => Box::pin(conn.write_response(answer.into_response(), false, true, Version::HTTP_11)).await.is_ok(),
                     None => false,
                 }
@@ -213,7 +212,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             }
             parts.extensions.insert(peer.clone());
             parts.extensions.insert(axum::extract::ConnectInfo(remote));
-            let limit = crate::api::body_limit(&parts);
+            let limit = (self.limits.body_limit())(&parts);
             // An anonymous body holds room in the budget every anonymous client shares, from
             // before it is read until its answer is written.
             let reserve = match framing {
@@ -234,7 +233,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             if expect_continue {
                 if matches!(framing, Framing::Length(n) if n > limit as u64) {
                     // The client waits before sending the body: answer without reading it.
-                    Box::pin(self.write_response(crate::api::too_large(limit), is_head, true, version)).await?;
+                    Box::pin(self.write_response(crate::body::too_large(limit), is_head, true, version)).await?;
                     return Ok(true);
                 }
                 Box::pin(self.write_raw(b"HTTP/1.1 100 Continue\r\n\r\n")).await?;
@@ -243,7 +242,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 BodyRead::Whole(body) => body,
                 BodyRead::TooLarge { drained } => {
                     let close = close || !drained;
-                    Box::pin(self.write_response(crate::api::too_large(limit), is_head, close, version)).await?;
+                    Box::pin(self.write_response(crate::body::too_large(limit), is_head, close, version)).await?;
                     if close {
                         return Ok(!drained);
                     }
@@ -337,10 +336,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
 
     /// The body [`decode::BodyDecoder`] delimits, read within [`BODY_TIMEOUT`]
     /// ([`ANONYMOUS_BODY_TIMEOUT`] without a certificate; an oversized one drains at most its
-    /// limit again, not [`crate::api::MAX_DRAIN_BYTES`]).
+    /// limit again, not [`crate::body::MAX_DRAIN_BYTES`]).
     async fn read_body(&mut self, framing: Framing, limit: usize) -> Result<BodyRead, Http1Error> {
         let (within, drain) =
-            if self.anon.is_some() { (ANONYMOUS_BODY_TIMEOUT, limit) } else { (BODY_TIMEOUT, crate::api::MAX_DRAIN_BYTES) };
+            if self.anon.is_some() { (ANONYMOUS_BODY_TIMEOUT, limit) } else { (BODY_TIMEOUT, crate::body::MAX_DRAIN_BYTES) };
         let deadline = Instant::now() + within;
         if let Framing::Length(n) = framing
             && n <= limit as u64
