@@ -13,11 +13,11 @@ use drover_proto::api::Page;
 use drover_proto::api::events::AuditView;
 use serde_json::Value;
 
+use crate::answer::{decode, decode_all};
 use crate::client::{ConnectArgs, Session};
 use crate::exit::{CliError, codes};
-use crate::get::with_query;
-use crate::job::{clean, decode, decode_all};
-use crate::output::{Output, OutputArgs, dash, pretty, print, table};
+use crate::listing::with_query;
+use crate::output::{Output, OutputArgs, clean, dash, pretty, print, table};
 
 /// The page size asked for.
 const PAGE: u32 = 500;

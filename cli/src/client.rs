@@ -270,6 +270,20 @@ pub fn block_on<T>(request: impl std::future::Future<Output = Result<T, ClientEr
     Ok(runtime()?.block_on(request)?)
 }
 
+/// `GET path` as JSON, on a connection of its own (for a verb that makes one request).
+pub fn get_once(connect: &ConnectArgs, path: &str) -> Result<serde_json::Value, CliError> {
+    let target = connect.resolve()?;
+    let client = self::connect(&target)?;
+    block_on(client.get_json(path))
+}
+
+/// `POST path` with `body`, the answer as JSON, on a connection of its own.
+pub fn post_once<B: serde::Serialize>(connect: &ConnectArgs, path: &str, body: &B) -> Result<serde_json::Value, CliError> {
+    let target = connect.resolve()?;
+    let client = self::connect(&target)?;
+    block_on(client.post_json(path, body))
+}
+
 fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, CliError> {
     Ok(drover_client::parse_certificates(&path.display().to_string(), &read_file(path)?)?)
 }

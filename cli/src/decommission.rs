@@ -21,12 +21,14 @@
 use std::io::{BufRead, IsTerminal, Write};
 
 use clap::{Args, ValueEnum};
+use drover_proto::api::jobs::{DryRunView, JobJson};
 use serde::Serialize;
 
+use crate::answer::{decode, print_answer};
+use crate::arg_checks::check_reason;
 use crate::client::{ConnectArgs, Session};
 use crate::exit::CliError;
-use crate::host::check_reason;
-use crate::job::{self, DryRunView, JobJson, OutputArgs};
+use crate::output::{OutputArgs, clean};
 use crate::resolve::HostName;
 
 /// What a decommission does.
@@ -205,12 +207,12 @@ fn request(args: &DecommissionArgs) -> Result<DecommissionRequest<'_>, CliError>
 
 /// The line `drover decommission` prints: `JOB_ID KIND STATE`.
 fn render(job: &JobJson) -> String {
-    format!("{} {} {}\n", job::clean(&job.job_id, 64), job::clean(&job.kind, 32), job.state.as_str())
+    format!("{} {} {}\n", clean(&job.job_id, 64), clean(&job.kind, 32), job.state.as_str())
 }
 
 /// What `--dry-run` prints, from the coordinator's answer.
 fn render_dry_run(answer: &DryRunView) -> String {
-    let f = |s: &str| job::clean(s, 64);
+    let f = |s: &str| clean(s, 64);
     let mut out = format!(
         "dry run: would start a {} job on {} ({}), now {}\n  stages:\n",
         f(&answer.kind),
@@ -219,7 +221,7 @@ fn render_dry_run(answer: &DryRunView) -> String {
         answer.host_state.as_str()
     );
     for (i, stage) in answer.stages.iter().enumerate() {
-        out.push_str(&format!("    {}. {}\n", i + 1, job::clean(stage, 120)));
+        out.push_str(&format!("    {}. {}\n", i + 1, clean(stage, 120)));
     }
     out.push_str("nothing was started\n");
     out
@@ -239,10 +241,10 @@ fn confirm(args: &DecommissionArgs, hostname: &str, interactive: bool) -> Result
     if !interactive {
         return Err(CliError::usage(format!(
             "decommission --mode full removes {} from the fleet for good; stdin is not a terminal, so pass --yes to confirm",
-            job::clean(hostname, 64)
+            clean(hostname, 64)
         )));
     }
-    eprint!("Decommission {} fully (it leaves the fleet for good)? [y/N] ", job::clean(hostname, 64));
+    eprint!("Decommission {} fully (it leaves the fleet for good)? [y/N] ", clean(hostname, 64));
     let _ = std::io::stderr().flush();
     let mut answer = String::new();
     std::io::stdin().lock().read_line(&mut answer).map_err(|e| CliError::new(crate::exit::codes::IO, format!("stdin: {e}")))?;
@@ -261,13 +263,13 @@ pub fn run(args: &DecommissionArgs) -> Result<(), CliError> {
     let path = format!("/v1/hosts/{}/decommission", host.id);
     if args.dry_run {
         let answer: serde_json::Value = session.post(&path, &body)?;
-        return job::print_answer(args.output.output, &path, &answer, render_dry_run);
+        return print_answer(args.output.output, &path, &answer, render_dry_run);
     }
     confirm(args, &host.hostname, std::io::stdin().is_terminal())?;
     let value: serde_json::Value = session.post(&path, &body)?;
-    job::print_answer(args.output.output, &path, &value, render)?;
+    print_answer(args.output.output, &path, &value, render)?;
     if args.wait.wait {
-        let started: JobJson = job::decode(&path, &value)?;
+        let started: JobJson = decode(&path, &value)?;
         crate::wait::wait_jobs(
             &session,
             &[started.job_id],
@@ -282,6 +284,8 @@ pub fn run(args: &DecommissionArgs) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use clap::Parser;
+
+    use drover_proto::api::jobs::JobDetail;
 
     use super::*;
     use crate::exit::codes;
@@ -359,7 +363,7 @@ mod tests {
     fn a_dry_run_prints_the_coordinators_stages() {
         let answer = serde_json::json!({"dryRun": true, "hostId": HOST, "hostname": "gpu-a-01", "hostState": "active",
             "kind": "full_decommission", "stages": ["cordon", "drain", "maas_workflow (nothing to do: the host has no MAAS binding)", "delete"]});
-        let text = render_dry_run(&job::decode("/", &answer).expect("a dry run answer"));
+        let text = render_dry_run(&decode("/", &answer).expect("a dry run answer"));
         assert!(
             text.starts_with(&format!(
                 "dry run: would start a full_decommission job on gpu-a-01 ({HOST}), now active\n  stages:\n    1. cordon\n"
@@ -377,7 +381,7 @@ mod tests {
 
     #[test]
     fn prints_job_kind_state() {
-        let job: JobJson = job::decode::<job::JobDetail>("/", &crate::job::tests::sample_job()).expect("decode").job;
+        let job: JobJson = decode::<JobDetail>("/", &crate::fixtures::sample_job()).expect("decode").job;
         assert_eq!(render(&job), "job-7 full_decommission failed_retryable\n");
     }
 }

@@ -26,11 +26,12 @@ use drover_proto::states::HostRolloutState;
 use drover_proto::time::Time;
 use serde_json::Value;
 
+use crate::answer::{decode, decode_all};
+use crate::arg_checks::check_job_id;
 use crate::client::{ConnectArgs, Session};
 use crate::exit::CliError;
-use crate::get::{encode, list_all};
-use crate::job::{check_job_id, clean, decode, decode_all};
-use crate::output::{OutputArgs, age_of, dash, indented_table, pretty, print, wire};
+use crate::listing::{encode, list_all};
+use crate::output::{OutputArgs, age_of, clean, dash, indented_table, pretty, print, wire};
 
 /// Arguments of `drover describe`.
 #[derive(Args)]
@@ -222,7 +223,7 @@ pub fn render_rollout(status: &RolloutStatus, manifest: Option<&BTreeMap<String,
     line(&mut out, "Rollout", &r.rollout_id);
     line(&mut out, "Channel", &r.channel);
     let skipped = status.hosts.iter().filter(|h| h.state == HostRolloutState::Skipped).count();
-    line(&mut out, "State", &crate::rollout::state_label(r.state.as_str(), skipped));
+    line(&mut out, "State", &crate::watch::state_label(r.state.as_str(), skipped));
     line(&mut out, "Manifest", &r.manifest_sha256);
     line(&mut out, "Opened", &r.opened_at.to_string());
     line(&mut out, "Updated", &r.updated_at.to_string());
@@ -302,7 +303,7 @@ pub fn run(args: &DescribeArgs) -> Result<(), CliError> {
             let path = format!("/v1/jobs/{}", check_job_id(&a.job)?);
             let s = Session::open(&a.connect)?;
             let value: Value = s.get(&path)?;
-            crate::job::print_answer(a.output.output, &path, &value, crate::job::render_describe)
+            crate::answer::print_answer(a.output.output, &path, &value, crate::job_view::render_describe)
         }
         DescribeWhat::Onboarding(a) => crate::onboarding::run_describe(a),
     }

@@ -298,7 +298,7 @@ fn progress(fleet: &mut LocalFleet, hosts: &[FleetHost], ids: &[String], bound: 
         for id in ids {
             let path = format!("/v1/rollouts/{id}/status");
             let status: RolloutStatus = match fleet.get(&path) {
-                Ok(v) => crate::job::decode(&path, &v)?,
+                Ok(v) => crate::answer::decode(&path, &v)?,
                 // Not opened yet: the executor picks the release up on its next tick.
                 Err(DevkitError::Api(e)) if e.status() == Some(404) => {
                     lines.push(format!("  {id} Opening"));
@@ -393,7 +393,7 @@ fn soft_reset(fleet: &mut LocalFleet, host: &FleetHost) -> Result<String, CliErr
             &json!({"mode": "soft_reset", "storage": "local", "reason": "drover dev: tenant turnover"}),
         )
         .map_err(dev_error)?;
-    let job: JobJson = crate::job::decode("decommission", &job)?;
+    let job: JobJson = crate::answer::decode("decommission", &job)?;
     let job_id = job.job_id;
     let mut seen = String::new();
     let mut result = None;
@@ -425,7 +425,7 @@ fn soft_reset(fleet: &mut LocalFleet, host: &FleetHost) -> Result<String, CliErr
 /// The summary: every host, then how to reach the demo from another shell (`next`: the
 /// demo's directory when the second release was left rolling).
 fn summary(fleet: &LocalFleet, hosts: &[FleetHost], took: Duration, next: Option<&str>) -> Result<(), CliError> {
-    let listed: Vec<HostView> = crate::job::decode_all("/v1/hosts", &fleet.hosts().map_err(dev_error)?)?;
+    let listed: Vec<HostView> = crate::answer::decode_all("/v1/hosts", &fleet.hosts().map_err(dev_error)?)?;
     say("");
     say(format!("{:<8}  {:<9}  {:<4}  {:<7}  {:<11}  {}", "HOST", "CHANNEL", "WAVE", "STATE", "SCHEDULABLE", "RUNNING"));
     for h in hosts {

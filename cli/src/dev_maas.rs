@@ -21,8 +21,8 @@ use drover_proto::states::JobState;
 use rand::RngCore as _;
 use serde_json::json;
 
+use crate::answer::decode;
 use crate::exit::{CliError, codes};
-use crate::job::decode;
 
 /// The site's name.
 pub const SITE: &str = "dev-maas";

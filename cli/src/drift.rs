@@ -19,12 +19,12 @@ use drover_proto::api::reconciliation::{DriftDetails, DriftList, DriftResolved, 
 use drover_proto::time::Time;
 use serde::Serialize;
 
-use crate::client::ConnectArgs;
+use crate::answer::decode;
+use crate::arg_checks::check_reason;
+use crate::client::{ConnectArgs, get_once, post_once};
 use crate::exit::{CliError, codes};
-use crate::get::with_query;
-use crate::host::check_reason;
-use crate::job::{clean, decode, get, post};
-use crate::output::{Output, OutputArgs, dash, pretty, print, table};
+use crate::listing::with_query;
+use crate::output::{Output, OutputArgs, clean, dash, pretty, print, table};
 
 const ROUTE: &str = "/v1/maas/reconciliation";
 /// Characters of a coordinator string a table cell shows.
@@ -153,7 +153,7 @@ pub fn run_list(args: &DriftListArgs) -> Result<(), CliError> {
         q.push(("site", s.clone()));
     }
     let path = with_query(&format!("{ROUTE}/drift"), &q);
-    let v = get(&args.connect, &path)?;
+    let v = get_once(&args.connect, &path)?;
     let list: DriftList = decode(&path, &v)?;
     let text = match args.output.output {
         Output::Json => pretty(&v)?,
@@ -194,7 +194,7 @@ pub fn run_reconcile(args: &ReconcileArgs) -> Result<(), CliError> {
                 site: Option<&'a str>,
             }
             let path = format!("{ROUTE}/run");
-            let v = post(&a.connect, &path, &Body { site: a.site.as_deref() })?;
+            let v = post_once(&a.connect, &path, &Body { site: a.site.as_deref() })?;
             let runs = decode::<RunList>(&path, &v)?.runs;
             let text = match a.output.output {
                 Output::Json => pretty(&v)?,
@@ -212,7 +212,7 @@ pub fn run_reconcile(args: &ReconcileArgs) -> Result<(), CliError> {
         }
         ReconcileCommand::Status(a) => {
             let path = format!("{ROUTE}/status");
-            let v = get(&a.connect, &path)?;
+            let v = get_once(&a.connect, &path)?;
             let sites = decode::<ReconciliationStatus>(&path, &v)?.sites;
             let text = match a.output.output {
                 Output::Json => pretty(&v)?,
@@ -256,7 +256,7 @@ pub fn run_drift(args: &DriftArgs) -> Result<(), CliError> {
             }
             let action = if a.unquarantine { "unquarantine" } else { "acknowledge" };
             let path = format!("{ROUTE}/drift/{}/resolve", a.host.trim());
-            let v = post(&a.connect, &path, &Body { reason, action })?;
+            let v = post_once(&a.connect, &path, &Body { reason, action })?;
             let resolved: DriftResolved = decode(&path, &v)?;
             let text = match a.output.output {
                 Output::Json => pretty(&v)?,

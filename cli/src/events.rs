@@ -25,11 +25,11 @@ use drover_proto::event_kinds::{KindFilter, parse_filter};
 use drover_proto::names::RolloutId;
 use drover_proto::time::Time;
 
+use crate::answer::decode_all;
 use crate::client::{ConnectArgs, Session};
 use crate::exit::{CliError, codes};
-use crate::get::{hostnames, list_all};
-use crate::job::{clean, decode_all};
-use crate::output::{Output, OutputArgs, dash, pretty, print, table};
+use crate::listing::{hostnames, list_all};
+use crate::output::{Output, OutputArgs, clean, dash, pretty, print, table};
 
 /// The page size asked for.
 const PAGE: usize = 500;

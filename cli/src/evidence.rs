@@ -24,9 +24,8 @@ use uuid::Uuid;
 
 use crate::client::{ConnectArgs, Session};
 use crate::exit::{CliError, codes};
-use crate::get::list_all;
-use crate::job::clean;
-use crate::output::{OutputArgs, dash, pretty, print, table};
+use crate::listing::list_all;
+use crate::output::{OutputArgs, clean, dash, pretty, print, table};
 
 /// Largest file `verify` reads (a JSON array of many documents).
 const MAX_FILE_BYTES: u64 = 64 << 20;
@@ -99,7 +98,7 @@ fn get(target: &str, output: &OutputArgs, connect: &ConnectArgs) -> Result<(), C
         eprintln!("no evidence for {}", clean(target, 80));
         return Ok(());
     }
-    let kept: Vec<EvidenceView> = crate::job::decode_all(&base, &items)?;
+    let kept: Vec<EvidenceView> = crate::answer::decode_all(&base, &items)?;
     let rows: Vec<Vec<String>> = kept
         .iter()
         .map(|i| {

@@ -33,9 +33,8 @@ use serde_json::Value;
 
 use crate::client::{ConnectArgs, Session};
 use crate::exit::{CliError, codes};
-use crate::get::all_hosts;
-use crate::job::clean;
-use crate::output::{OutputArgs, pretty, print};
+use crate::listing::all_hosts;
+use crate::output::{OutputArgs, clean, pretty, print};
 use crate::resolve::HostName;
 
 /// Arguments of `drover explain`.
@@ -357,7 +356,7 @@ pub fn run(args: &ExplainArgs) -> Result<(), CliError> {
         && x.rollout.as_ref().is_some_and(|r| r.host_state == "Skipped")
     {
         let q = [("host", id.clone()), ("rollout", target.rollout_id.to_string()), ("kind", "rollout.host".to_owned())];
-        let events = crate::job::decode_all("/v1/events", &crate::get::list_all(&s, "/v1/events", &q, None)?)?;
+        let events = crate::answer::decode_all("/v1/events", &crate::listing::list_all(&s, "/v1/events", &q, None)?)?;
         x.skipped = Some(skip_reason(&events, target.rollout_id.as_str()));
     }
     if a.output.output.is_json() {

@@ -115,7 +115,7 @@ fn a_skipped_host_says_why_from_the_event_that_skipped_it() {
     let ev = |id: i64, rollout: &str, transition: &str, reason: &str| {
         let v = serde_json::json!({"id": id, "at": format!("2025-01-01T00:0{id}:00Z"), "kind": "rollout.host", "rolloutId": rollout,
             "message": reason, "data": {"transition": transition, "reason": reason}});
-        crate::job::decode("/v1/events", &v).expect("an event")
+        crate::answer::decode("/v1/events", &v).expect("an event")
     };
     let events: Vec<drover_proto::api::events::EventView> = vec![
         ev(1, "infra@c0ffee", "Pending -> Skipped", "offline when wave 0 ran"),

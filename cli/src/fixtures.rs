@@ -1,6 +1,7 @@
 //! Test fixtures: coordinator answers built from the coordinator's own types
 //! ([`drover_proto::api`]), so a test's fake answer has every field the coordinator writes and
-//! cannot drift from it.
+//! cannot drift from it; and one job answer as raw JSON ([`sample_job`]) for the tests of
+//! decoding and of `-o json`.
 
 use drover_proto::api::events::EventView;
 use drover_proto::api::hosts::HostView;
@@ -78,4 +79,32 @@ pub fn job(job_id: &str, kind: &str, host_id: &str, hostname: &str, state: JobSt
 /// A job with its events, as `GET /v1/jobs/{id}` answers.
 pub fn job_detail(job: JobJson, events: Vec<EventView>) -> JobDetail {
     JobDetail { job, events }
+}
+
+/// A job as `GET /v1/jobs/{id}` answers it, as raw JSON: a hostile message, a stage index, and
+/// a field no coordinator type has yet (`somethingNew`), which must pass through `-o json`.
+pub fn sample_job() -> serde_json::Value {
+    serde_json::json!({
+        "jobId": "job-7",
+        "kind": "full_decommission",
+        "hostId": "7f0c6a56-1d51-4bb4-9a5e-3c8f1d2f9a10",
+        "hostname": "gpu-a-01",
+        "state": "failed_retryable",
+        "input": {"mode": "full", "storage": "all"},
+        "stages": ["cordon", "drain", "wipe", "release"],
+        "stage": "drain",
+        "stageIndex": 1,
+        "attempt": 2,
+        "taskId": "task-9",
+        "failureClass": "transient",
+        "message": format!("drain timed out \x1b[2J after 600s {}", "x".repeat(100)),
+        "history": [
+            {"stage": "cordon", "attempt": 1, "status": "succeeded", "message": "ok", "at": "2030-01-01T00:00:00Z"},
+            {"stage": "drain", "attempt": 1, "status": "failed", "message": "timeout", "at": "2030-01-01T00:10:00Z"}
+        ],
+        "events": [{"id": 3, "at": "2030-01-01T00:10:01Z", "kind": "stage_failed", "message": "drain failed", "data": {}}],
+        "createdAt": "2030-01-01T00:00:00Z",
+        "updatedAt": "2030-01-01T00:10:01Z",
+        "somethingNew": true
+    })
 }

@@ -1,5 +1,5 @@
-//! File I/O for the CLI: reading inputs with clear errors, atomic writes with modes, and
-//! loading/storing release directories.
+//! File I/O for the CLI: reading inputs with clear errors, secrets from files or stdin,
+//! atomic writes with modes, and loading/storing release directories.
 
 use std::fs;
 use std::io::{Read, Write};
@@ -15,6 +15,25 @@ pub fn read_file(path: &Path) -> Result<Vec<u8>, CliError> {
         let code = if e.kind() == std::io::ErrorKind::NotFound { codes::NO_INPUT } else { codes::IO };
         CliError::new(code, format!("cannot read {}: {e}", path.display()))
     })
+}
+
+/// A secret from a file (`-`: stdin), trailing newline removed; errors name the file, never
+/// the contents.
+pub fn read_secret(path: &std::path::Path, what: &str) -> Result<String, CliError> {
+    let bytes = if path.as_os_str() == "-" {
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)
+            .map_err(|e| CliError::new(codes::IO, format!("cannot read {what} from stdin: {e}")))?;
+        buf
+    } else {
+        read_file(path)?
+    };
+    let text = String::from_utf8(bytes).map_err(|_| CliError::data(format!("{what} in {} is not UTF-8", path.display())))?;
+    let text = text.trim_end_matches(['\n', '\r']).to_owned();
+    if text.is_empty() {
+        return Err(CliError::data(format!("{what} in {} is empty", path.display())));
+    }
+    Ok(text)
 }
 
 /// Reads a UTF-8 text file.

@@ -15,19 +15,13 @@
 //!   ([`crate::onboarding`]), with the batch's counts by state under `--batch`.
 //! - `get drift [--site SITE]`: hosts with an open MAAS drift ([`crate::drift`]).
 //!
-//! A host, as a filter or as `get host HOST`, is a hostname or an id ([`crate::resolve`]). The
-//! listing helpers here ([`list_all`], [`all_hosts`]) are shared with `describe`, `events`,
-//! `explain` and the resolver.
+//! A host, as a filter or as `get host HOST`, is a hostname or an id ([`crate::resolve`]).
+//! Every listing reads all its pages through [`crate::listing`]; the jobs table is
+//! [`crate::job_view`]'s.
 
 use std::collections::BTreeMap;
 
 use clap::{Args, Subcommand};
-use serde_json::Value;
-
-use crate::client::{ConnectArgs, Session};
-use crate::exit::{CliError, codes};
-use crate::job::{JobKind, JobState, clean};
-use drover_proto::api::Page;
 use drover_proto::api::hosts::{HostDetail, HostView};
 use drover_proto::api::jobs::JobJson;
 use drover_proto::api::rollouts::RolloutView;
@@ -35,15 +29,15 @@ use drover_proto::api::tasks::TaskView;
 use drover_proto::report::TaskOutcome;
 use drover_proto::states::HostRolloutState;
 use drover_proto::time::Time;
+use serde_json::Value;
 
-use crate::job::decode_all;
-use crate::output::{ListOutputArgs, age_of, dash, print, table};
-
-/// Most pages one listing follows: a coordinator that keeps answering `next` forever (a bug)
-/// must not keep `drover` running forever.
-const MAX_PAGES: usize = 100_000;
-/// The page size asked for (the coordinator clamps it to its own maximum).
-const PAGE: usize = 500;
+use crate::answer::decode_all;
+use crate::client::{ConnectArgs, Session};
+use crate::exit::CliError;
+use crate::job_view::{host_of, render_job_table};
+use crate::listing::{PAGE, hostnames, list_all};
+use crate::output::{ListOutputArgs, age_of, clean, dash, print, table};
+use crate::workflow::{JobKind, JobState};
 
 /// Arguments of `drover get`.
 #[derive(Args)]
@@ -161,80 +155,6 @@ struct TasksArgs {
     connect: ConnectArgs,
 }
 
-/// `s` percent-encoded for a query value (everything but RFC 3986's unreserved characters).
-pub fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') { (b as char).to_string() } else { format!("%{b:02X}") }
-        })
-        .collect()
-}
-
-/// `base` with `query` (name, value) appended, values encoded.
-pub fn with_query(base: &str, query: &[(&str, String)]) -> String {
-    if query.is_empty() {
-        return base.to_owned();
-    }
-    let q: Vec<String> = query.iter().map(|(k, v)| format!("{k}={}", encode(v))).collect();
-    format!("{base}?{}", q.join("&"))
-}
-
-/// A page's `next`: an opaque cursor (hosts, jobs, maintenance) or the last row's id (events,
-/// audit).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
-#[serde(untagged)]
-enum Cursor {
-    /// An opaque cursor.
-    Opaque(String),
-    /// A row id.
-    Id(i64),
-}
-
-/// Every item of a listing: `GET base?query`, following `next` (passed back as `after`, a
-/// cursor for hosts and an id for events) until it is `null` or `limit` items are read. Each
-/// page is the API's [`Page`]; its rows are kept as sent, for `-o json`.
-pub fn list_all(s: &Session, base: &str, query: &[(&str, String)], limit: Option<usize>) -> Result<Vec<Value>, CliError> {
-    let mut items = Vec::new();
-    let mut after: Option<String> = None;
-    for _ in 0..MAX_PAGES {
-        // A caller's own `after` (events --since) starts the first page; the cursor replaces it.
-        let mut q: Vec<(&str, String)> = query.iter().filter(|(k, _)| after.is_none() || *k != "after").cloned().collect();
-        if let Some(a) = &after {
-            q.push(("after", a.clone()));
-        }
-        let path = with_query(base, &q);
-        // Rows stay as sent (for -o json); the page around them is the API's `Page`.
-        let page: Page<Value, Cursor> = crate::job::decode(&path, &s.get::<Value>(&path)?)?;
-        let empty = page.items.is_empty();
-        items.extend(page.items);
-        if limit.is_some_and(|l| items.len() >= l) {
-            items.truncate(limit.unwrap_or(usize::MAX));
-            return Ok(items);
-        }
-        let next = match page.next {
-            None => return Ok(items),
-            Some(Cursor::Opaque(c)) => c,
-            Some(Cursor::Id(n)) => n.to_string(),
-        };
-        if empty || after.as_deref() == Some(next.as_str()) {
-            // A page that does not advance would loop forever.
-            return Ok(items);
-        }
-        after = Some(next);
-    }
-    Err(CliError::new(codes::PROTOCOL, format!("{base}: more than {MAX_PAGES} pages")))
-}
-
-/// Every host (`GET /v1/hosts`, all pages).
-pub fn all_hosts(s: &Session) -> Result<Vec<HostView>, CliError> {
-    decode_all("/v1/hosts", &list_all(s, "/v1/hosts", &[("limit", PAGE.to_string())], None)?)
-}
-
-/// Host id → hostname, for tables that show tasks and events by host.
-pub fn hostnames(s: &Session) -> Result<BTreeMap<String, String>, CliError> {
-    Ok(all_hosts(s)?.into_iter().map(|h| (h.id, h.hostname)).collect())
-}
-
 /// Prints `items` as `output` asks (see [`ListOutputArgs::render`]), with `none` on stderr
 /// when there is nothing to print.
 fn show(
@@ -296,7 +216,7 @@ pub fn render_rollouts(now: Time, rollouts: &[RolloutView], wide: bool) -> Strin
             let mut row = vec![
                 clean(&r.rollout.rollout_id, 80),
                 clean(&r.rollout.channel, 64),
-                crate::rollout::state_label(r.rollout.state.as_str(), skipped),
+                crate::watch::state_label(r.rollout.state.as_str(), skipped),
                 age_of(now, r.rollout.opened_at),
                 age_of(now, r.rollout.updated_at),
             ];
@@ -349,7 +269,7 @@ pub fn render_tasks(now: Time, tasks: &[TaskView], names: &BTreeMap<String, Stri
 /// The jobs table: `drover job get`'s, with the job's request and last change when wide.
 fn render_jobs(jobs: &[JobJson], wide: bool) -> String {
     if !wide {
-        return crate::job::render_job_table(jobs);
+        return render_job_table(jobs);
     }
     let rows: Vec<Vec<String>> = jobs
         .iter()
@@ -357,7 +277,7 @@ fn render_jobs(jobs: &[JobJson], wide: bool) -> String {
             vec![
                 clean(&j.job_id, 40),
                 clean(&j.kind, 32),
-                crate::job::host_of(j),
+                host_of(j),
                 j.state.as_str().to_owned(),
                 clean(dash(&j.stage), 32),
                 j.attempt.to_string(),
@@ -382,7 +302,7 @@ pub fn run(args: &GetArgs) -> Result<(), CliError> {
                 let id = crate::resolve::host_id(&s, "HOST", given)?;
                 let path = format!("/v1/hosts/{id}");
                 let host: Value = s.get(&path)?;
-                let detail: HostDetail = crate::job::decode(&path, &host)?;
+                let detail: HostDetail = crate::answer::decode(&path, &host)?;
                 if a.output.is_json() {
                     return print(&crate::output::pretty(&host)?);
                 }
@@ -444,7 +364,7 @@ pub fn run(args: &GetArgs) -> Result<(), CliError> {
                 q.push(("host", crate::resolve::host(&s, "--host", h)?.id.to_string()));
             }
             if let Some(j) = &a.job {
-                q.push(("job", crate::job::parse_host_id("--job", j)?.to_string()));
+                q.push(("job", crate::arg_checks::parse_host_id("--job", j)?.to_string()));
             }
             if let Some(st) = &a.state {
                 q.push(("state", st.clone()));
@@ -473,12 +393,6 @@ mod tests {
     /// Rows as the coordinator writes them, decoded as the CLI reads them.
     fn rows<T: serde::de::DeserializeOwned>(v: Vec<Value>) -> Vec<T> {
         decode_all("/v1/test", &v).expect("rows the coordinator would write")
-    }
-
-    #[test]
-    fn queries_are_encoded() {
-        assert_eq!(with_query("/v1/hosts", &[]), "/v1/hosts");
-        assert_eq!(with_query("/v1/events", &[("kind", "a b&c".into()), ("after", "7".into())]), "/v1/events?kind=a%20b%26c&after=7");
     }
 
     #[test]

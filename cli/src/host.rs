@@ -20,9 +20,6 @@ use clap::{Args, ValueEnum};
 use drover_proto::api::hosts::HostStateResponse as HostState;
 use serde::Serialize;
 
-/// Longest reason the coordinator accepts, in characters (checked here too, to fail early).
-const MAX_REASON_CHARS: usize = 500;
-
 /// A lifecycle verb.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Verb {
@@ -88,23 +85,10 @@ fn render(host: &HostState) -> String {
     }
 }
 
-pub(crate) fn check_reason(reason: &str) -> Result<&str, CliError> {
-    let reason = reason.trim();
-    if reason.is_empty() {
-        return Err(CliError::usage("--reason must say why (it is recorded in the events and the audit log)"));
-    }
-    if reason.chars().count() > MAX_REASON_CHARS || !drover_proto::text::is_plain(reason) {
-        return Err(CliError::usage(format!(
-            "--reason must be at most {MAX_REASON_CHARS} characters on one line, without bidirectional controls or zero-width characters"
-        )));
-    }
-    Ok(reason)
-}
-
 /// Runs `drover host`.
 pub fn run(args: &HostArgs) -> Result<(), CliError> {
     crate::resolve::HostName::parse("HOST", &args.host)?;
-    let reason = check_reason(&args.reason)?;
+    let reason = crate::arg_checks::check_reason(&args.reason)?;
     let session = Session::open(&args.connect)?;
     let host_id = crate::resolve::host_id(&session, "HOST", &args.host)?;
     let path = format!("/v1/hosts/{host_id}/{}", args.verb.path_segment());
@@ -116,14 +100,6 @@ pub fn run(args: &HostArgs) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reasons_are_checked_before_connecting() {
-        assert_eq!(check_reason("  ").expect_err("blank").code(), codes::USAGE);
-        assert_eq!(check_reason("a\nb").expect_err("two lines").code(), codes::USAGE);
-        assert_eq!(check_reason(&"x".repeat(501)).expect_err("long").code(), codes::USAGE);
-        assert_eq!(check_reason(" disk swap ").expect("ok"), "disk swap");
-    }
 
     #[test]
     fn the_line_ends_with_the_job_when_a_job_carries_the_verb() {

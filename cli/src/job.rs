@@ -17,105 +17,23 @@
 //! allowed states (exit 65); a viewer certificate gets 403 (exit 77).
 //!
 //! Answers are decoded as the coordinator's own types ([`drover_proto::api::jobs`]); `-o json`
-//! prints the answer as it came, after it decoded. The rendering helpers are shared with
-//! `drover decommission` and `drover maintenance`.
+//! prints the answer as it came, after it decoded. The renderings are [`crate::job_view`]'s
+//! (shared with `drover get jobs`, `describe job` and `maintenance`), the kinds, states and
+//! actions [`crate::workflow`]'s.
 
-use clap::{Args, Subcommand, ValueEnum};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use clap::{Args, Subcommand};
+use drover_proto::api::jobs::{JobDetail, JobJson};
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::answer::{decode, print_answer};
+use crate::arg_checks::{check_job_id, check_reason};
 use crate::client::{self, ConnectArgs};
-use crate::exit::{CliError, codes};
-use crate::host::check_reason;
-
-/// How many characters of a message a table shows.
-const TABLE_MESSAGE_CHARS: usize = 60;
-/// How many characters of any one coordinator string a human view shows.
-const TEXT_CHARS: usize = 300;
-
-pub use crate::output::{Output, OutputArgs, pretty, print, table};
-
-/// A job's kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum JobKind {
-    /// `drover decommission --mode soft-reset`.
-    #[value(name = "soft_reset", alias = "soft-reset")]
-    SoftReset,
-    /// `drover decommission --mode storage-cleanup`.
-    #[value(name = "storage_cleanup", alias = "storage-cleanup")]
-    StorageCleanup,
-    /// `drover decommission --mode full`.
-    #[value(name = "full_decommission", alias = "full-decommission")]
-    FullDecommission,
-    /// One host's share of a `drover maintenance request`.
-    #[value(name = "maintenance")]
-    Maintenance,
-    /// `drover host retire`: the drain that owns `draining`.
-    #[value(name = "retire")]
-    Retire,
-    /// `drover host remove`: the uninstall that owns `removing`.
-    #[value(name = "remove")]
-    Remove,
-}
-
-impl JobKind {
-    pub fn wire(self) -> &'static str {
-        match self {
-            JobKind::SoftReset => "soft_reset",
-            JobKind::StorageCleanup => "storage_cleanup",
-            JobKind::FullDecommission => "full_decommission",
-            JobKind::Maintenance => "maintenance",
-            JobKind::Retire => "retire",
-            JobKind::Remove => "remove",
-        }
-    }
-}
-
-/// A job's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum JobState {
-    /// Not started yet.
-    #[value(name = "pending")]
-    Pending,
-    /// A stage is in progress.
-    #[value(name = "running")]
-    Running,
-    /// Every stage is done.
-    #[value(name = "completed")]
-    Completed,
-    /// A stage failed; it may be retried.
-    #[value(name = "failed_retryable", alias = "failed-retryable")]
-    FailedRetryable,
-    /// A stage failed in a way that needs a person.
-    #[value(name = "failed_manual_intervention", alias = "failed-manual-intervention")]
-    FailedManualIntervention,
-    /// Cancelled by an operator.
-    #[value(name = "cancelled")]
-    Cancelled,
-    /// Compensating (undoing) what the job did.
-    #[value(name = "compensating")]
-    Compensating,
-    /// Closed by reconciliation with the host's observed state.
-    #[value(name = "reconciled")]
-    Reconciled,
-}
-
-impl JobState {
-    pub fn wire(self) -> &'static str {
-        match self {
-            JobState::Pending => "pending",
-            JobState::Running => "running",
-            JobState::Completed => "completed",
-            JobState::FailedRetryable => "failed_retryable",
-            JobState::FailedManualIntervention => "failed_manual_intervention",
-            JobState::Cancelled => "cancelled",
-            JobState::Compensating => "compensating",
-            JobState::Reconciled => "reconciled",
-        }
-    }
-}
+use crate::exit::CliError;
+use crate::job_view::{render_action, render_describe, render_job_table};
+use crate::listing::{list_all, with_query};
+use crate::output::{Output, OutputArgs, pretty, print};
+use crate::workflow::{Action, JobKind, JobState, ReasonBody};
 
 /// Arguments of `drover job`.
 #[derive(Args)]
@@ -145,40 +63,6 @@ enum JobCommand {
     Adopt(ActionArgs),
     /// Freeze the job until a person resolves it (mark_manual_intervention_required).
     MarkManual(ActionArgs),
-}
-
-/// An operator action on a job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    /// `retry_stage`.
-    RetryStage,
-    /// `resume`.
-    Resume,
-    /// `rerun`.
-    Rerun,
-    /// `restart_clean`.
-    RestartClean,
-    /// `cancel`.
-    Cancel,
-    /// `adopt_observed_state`.
-    AdoptObservedState,
-    /// `mark_manual_intervention_required`.
-    MarkManualInterventionRequired,
-}
-
-impl Action {
-    /// The action's name in its route.
-    pub fn path_segment(self) -> &'static str {
-        match self {
-            Action::RetryStage => "retry_stage",
-            Action::Resume => "resume",
-            Action::Rerun => "rerun",
-            Action::RestartClean => "restart_clean",
-            Action::Cancel => "cancel",
-            Action::AdoptObservedState => "adopt_observed_state",
-            Action::MarkManualInterventionRequired => "mark_manual_intervention_required",
-        }
-    }
 }
 
 /// Arguments of `drover job get`.
@@ -228,38 +112,12 @@ struct ActionArgs {
     connect: ConnectArgs,
 }
 
-/// The body of every admin POST on jobs.
-#[derive(Serialize, Debug, PartialEq, Eq)]
-pub struct ReasonBody<'a> {
-    /// Why.
-    pub reason: &'a str,
-}
-
-pub use drover_proto::api::jobs::{ActionResponse, DryRunView, JobDetail, JobJson};
-
-/// Checks a job id before it goes into a URL path (64 otherwise).
-pub fn check_job_id(id: &str) -> Result<&str, CliError> {
-    check_id("JOB_ID", "job id", id)
-}
-
-/// Checks a coordinator id (1 to 128 of `A-Za-z0-9-_.:`) before it goes into a URL path (64
-/// otherwise, `what` naming the argument and `noun` what it should be).
-pub fn check_id<'a>(what: &str, noun: &str, id: &'a str) -> Result<&'a str, CliError> {
-    let ok = !id.is_empty() && id.len() <= 128 && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
-    if ok { Ok(id) } else { Err(CliError::usage(format!("{what} {:?} is not a {noun}", clean(id, 80)))) }
-}
-
-/// Parses a host id (64 otherwise), `what` naming the argument.
-pub fn parse_host_id(what: &str, id: &str) -> Result<Uuid, CliError> {
-    Uuid::parse_str(id).map_err(|_| CliError::usage(format!("{what} {:?} is not a UUID", clean(id, 80))))
-}
-
 /// The path of `drover job get`: one job, or the list with its filters, `--host` checked and
 /// then turned into an id by `host_id` (which may ask the coordinator).
 fn get_path(args: &GetArgs, host_id: impl FnOnce(&str) -> Result<Uuid, CliError>) -> Result<String, CliError> {
     match &args.job_id {
         Some(id) => Ok(format!("/v1/jobs/{}", check_job_id(id)?)),
-        None => Ok(crate::get::with_query("/v1/jobs", &list_query(args, host_id)?)),
+        None => Ok(with_query("/v1/jobs", &list_query(args, host_id)?)),
     }
 }
 
@@ -283,177 +141,6 @@ fn list_query(args: &GetArgs, host_id: impl FnOnce(&str) -> Result<Uuid, CliErro
 /// The path of an action.
 pub fn action_path(job_id: &str, action: Action) -> Result<String, CliError> {
     Ok(format!("/v1/jobs/{}/{}", check_job_id(job_id)?, action.path_segment()))
-}
-
-/// `s` with control characters replaced by spaces and at most `max` characters (then `…`):
-/// a coordinator's text must not drive the terminal.
-pub fn clean(s: &str, max: usize) -> String {
-    let mut out: String = s.chars().take(max).map(|c| if c.is_control() { ' ' } else { c }).collect();
-    if s.chars().count() > max {
-        out.push('…');
-    }
-    out
-}
-
-fn or_dash(s: Option<&str>) -> &str {
-    match s {
-        Some(s) if !s.is_empty() => s,
-        _ => "-",
-    }
-}
-
-/// The host column: the hostname, else the id.
-pub fn host_of(job: &JobJson) -> String {
-    let name = job.hostname.as_deref().filter(|n| !n.is_empty());
-    clean(or_dash(name.or(job.host_id.as_deref())), 64)
-}
-
-/// The jobs table of `drover job get`.
-pub fn render_job_table(jobs: &[JobJson]) -> String {
-    let rows: Vec<Vec<String>> = jobs
-        .iter()
-        .map(|j| {
-            vec![
-                clean(&j.job_id, 64),
-                clean(&j.kind, 32),
-                host_of(j),
-                j.state.as_str().to_owned(),
-                clean(or_dash(Some(&j.stage)), 32),
-                j.attempt.to_string(),
-                clean(or_dash(Some(&j.message)), TABLE_MESSAGE_CHARS),
-            ]
-        })
-        .collect();
-    table(&["JOB", "KIND", "HOST", "STATE", "STAGE", "ATTEMPT", "MESSAGE"], &rows)
-}
-
-/// The index of the current stage: `stageIndex` when it is in range, else where `stage` is.
-fn current_stage(job: &JobJson) -> Option<usize> {
-    Some(job.stage_index).filter(|i| *i < job.stages.len()).or_else(|| job.stages.iter().position(|x| *x == job.stage))
-}
-
-/// The human view of `drover job describe`.
-pub fn render_describe(detail: &JobDetail) -> String {
-    use std::fmt::Write as _;
-    let job = &detail.job;
-    let mut out = String::new();
-    let t = |s: &str| clean(s, TEXT_CHARS);
-    let mut field = |name: &str, value: String| {
-        let _ = writeln!(out, "{:<15}{value}", format!("{name}:"));
-    };
-    field("Job", t(&job.job_id));
-    field("Kind", t(&job.kind));
-    let name = job.hostname.as_deref().filter(|n| !n.is_empty());
-    let host = match (name, job.host_id.as_deref()) {
-        (Some(n), Some(id)) => format!("{} ({})", t(n), t(id)),
-        (Some(n), None) => t(n),
-        (None, id) => t(or_dash(id)),
-    };
-    field("Host", host);
-    field("State", job.state.as_str().to_owned());
-    if let Some(r) = &job.request_id {
-        field("Request", t(r));
-    }
-    field("Attempt", job.attempt.to_string());
-    field("Task", t(or_dash(job.task_id.as_deref())));
-    field("Failure class", t(or_dash(job.failure_class.as_deref())));
-    field("Message", t(or_dash(Some(&job.message))));
-    field("Requester", t(or_dash(job.requester.as_deref())));
-    if let Some(e) = &job.error {
-        let class = e.class.as_deref().unwrap_or("-");
-        field("Last error", t(&format!("{class} at {} (attempt {}): {}", e.stage, e.attempt, e.message)));
-    }
-    if let Some(a) = &job.recommended_action {
-        field("Next action", t(a));
-    }
-    let when = |at: Option<drover_proto::time::Time>| at.map_or_else(|| "-".to_owned(), |at| at.to_string());
-    field("Created", when(Some(job.created_at)));
-    field("Started", when(job.started_at));
-    field("Completed", when(job.completed_at));
-    field("Updated", when(Some(job.updated_at)));
-    out.push_str("Stages:\n");
-    if job.stages.is_empty() {
-        out.push_str("  (none)\n");
-    }
-    let current = current_stage(job);
-    for (i, stage) in job.stages.iter().enumerate() {
-        let marker = if Some(i) == current { "->" } else { "  " };
-        let _ = writeln!(out, "  {marker} {}. {}", i + 1, t(stage));
-    }
-    out.push_str("History:\n");
-    if job.history.is_empty() {
-        out.push_str("  (none)\n");
-    } else {
-        let rows: Vec<Vec<String>> = job
-            .history
-            .iter()
-            .map(|h| vec![h.at.to_string(), t(&h.stage), h.attempt.to_string(), t(&h.status), t(or_dash(Some(&h.message)))])
-            .collect();
-        for line in table(&["AT", "STAGE", "ATTEMPT", "STATUS", "MESSAGE"], &rows).lines() {
-            let _ = writeln!(out, "  {line}");
-        }
-    }
-    out.push_str("Events:\n");
-    if detail.events.is_empty() {
-        out.push_str("  (none)\n");
-    } else {
-        let rows: Vec<Vec<String>> =
-            detail.events.iter().map(|e| vec![e.at.to_string(), t(&e.kind), t(or_dash(Some(&e.message)))]).collect();
-        for line in table(&["AT", "KIND", "MESSAGE"], &rows).lines() {
-            let _ = writeln!(out, "  {line}");
-        }
-    }
-    out
-}
-
-/// The one line an action prints: `JOB_ID STATE (PROGRESS_CHANGE; task TASK)`.
-pub fn render_action(resp: &ActionResponse) -> String {
-    let progress = if resp.outcome.progress_change.is_empty() { "no change" } else { &resp.outcome.progress_change };
-    let task = if resp.outcome.task.is_empty() { "none" } else { &resp.outcome.task };
-    format!("{} {} ({}; task {})\n", clean(&resp.job.job_id, 64), resp.job.state.as_str(), clean(progress, 80), clean(task, 80))
-}
-
-/// Decodes a coordinator answer already read as JSON (76 when it is not the API's).
-pub fn decode<T: DeserializeOwned>(path: &str, value: &Value) -> Result<T, CliError> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let at = e.path().to_string();
-        CliError::new(codes::PROTOCOL, format!("{path}: unexpected answer: {} (at {at})", clean(&e.inner().to_string(), 200)))
-    })
-}
-
-/// Decodes every row of a listing read as JSON (76 when one is not the API's).
-pub fn decode_all<T: DeserializeOwned>(path: &str, rows: &[Value]) -> Result<Vec<T>, CliError> {
-    rows.iter().map(|r| decode(path, r)).collect()
-}
-
-/// Prints a coordinator answer `value` (from `path`) as `output` asks: the JSON unchanged, or
-/// `render` of it decoded as `T`. It is decoded either way, so an answer that is not the API's
-/// exits 76 even with `-o json`.
-pub fn print_answer<T: DeserializeOwned>(
-    output: Output,
-    path: &str,
-    value: &Value,
-    render: impl FnOnce(&T) -> String,
-) -> Result<(), CliError> {
-    let decoded: T = decode(path, value)?;
-    print(&match output {
-        Output::Json => pretty(value)?,
-        Output::Table | Output::Wide => render(&decoded),
-    })
-}
-
-/// `GET path` as JSON.
-pub fn get(connect: &ConnectArgs, path: &str) -> Result<Value, CliError> {
-    let target = connect.resolve()?;
-    let client = client::connect(&target)?;
-    client::block_on(client.get_json(path))
-}
-
-/// `POST path` with `body`, the answer as JSON.
-pub fn post<B: Serialize>(connect: &ConnectArgs, path: &str, body: &B) -> Result<Value, CliError> {
-    let target = connect.resolve()?;
-    let client = client::connect(&target)?;
-    client::block_on(client.post_json(path, body))
 }
 
 /// Runs `drover job`.
@@ -500,7 +187,7 @@ fn run_get(args: &GetArgs) -> Result<(), CliError> {
     }
     // Every page, as `drover get jobs` reads them; JSON is the array of jobs.
     let (base, query) = ("/v1/jobs", list_query(args, resolve)?);
-    let items = crate::get::list_all(&session, base, &query, None)?;
+    let items = list_all(&session, base, &query, None)?;
     let jobs: Vec<JobJson> = items.iter().map(|j| decode(base, j)).collect::<Result<_, _>>()?;
     print(&match args.output.output {
         Output::Json => pretty(&Value::Array(items))?,
@@ -515,7 +202,7 @@ fn run_get(args: &GetArgs) -> Result<(), CliError> {
 
 fn run_describe(args: &DescribeArgs) -> Result<(), CliError> {
     let path = format!("/v1/jobs/{}", check_job_id(&args.job_id)?);
-    let value = get(&args.connect, &path)?;
+    let value = client::get_once(&args.connect, &path)?;
     print_answer(args.output.output, &path, &value, render_describe)
 }
 

@@ -18,6 +18,8 @@
 
 #![forbid(unsafe_code)]
 
+mod answer;
+mod arg_checks;
 mod audit;
 mod cliconfig;
 mod client;
@@ -41,10 +43,13 @@ mod fsio;
 mod get;
 mod host;
 mod job;
+mod job_view;
 mod keygen;
+mod listing;
 mod maintenance;
 mod onboard;
 mod onboarding;
+mod onboarding_view;
 mod operator_certs;
 mod output;
 mod plan;
@@ -57,6 +62,7 @@ mod rollout;
 mod sign_cmd;
 mod site;
 mod site_items;
+mod site_request;
 mod tokens;
 mod trust;
 mod ui;
@@ -64,6 +70,7 @@ mod verify;
 mod version;
 mod wait;
 mod watch;
+mod workflow;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

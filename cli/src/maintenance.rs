@@ -22,10 +22,12 @@ use serde::Serialize;
 
 use uuid::Uuid;
 
+use crate::answer::{decode, print_answer};
+use crate::arg_checks::{check_id, check_reason};
 use crate::client::{ConnectArgs, Session};
 use crate::exit::CliError;
-use crate::host::check_reason;
-use crate::job::{self, Output, OutputArgs, clean};
+use crate::job_view::{host_of, render_job_table};
+use crate::output::{Output, OutputArgs, clean, pretty, print, table};
 use crate::resolve::HostName;
 
 /// One maintenance activity.
@@ -215,7 +217,7 @@ fn request_body<'a>(
 
 /// The path of `drover maintenance get`.
 fn get_path(request_id: &str) -> Result<String, CliError> {
-    Ok(format!("/v1/maintenance/{}", job::check_id("REQUEST_ID", "request id", request_id)?))
+    Ok(format!("/v1/maintenance/{}", check_id("REQUEST_ID", "request id", request_id)?))
 }
 
 /// What `drover maintenance request` prints: `REQUEST_ID INITIATOR STATE`, then `JOB_ID
@@ -223,7 +225,7 @@ fn get_path(request_id: &str) -> Result<String, CliError> {
 fn render_created(m: &MaintenanceJson) -> String {
     let mut out = format!("{} {} {}\n", clean(&m.request_id, 64), clean(or_dash(&m.initiator), 128), m.state.as_str());
     for j in &m.jobs {
-        let _ = writeln!(out, "{} {} {}", clean(&j.job_id, 64), job::host_of(j), j.state.as_str());
+        let _ = writeln!(out, "{} {} {}", clean(&j.job_id, 64), host_of(j), j.state.as_str());
     }
     out
 }
@@ -250,7 +252,7 @@ fn render_get(m: &MaintenanceJson) -> String {
         out.push_str("  (none)\n");
     }
     if !m.jobs.is_empty() {
-        for line in job::render_job_table(&m.jobs).lines() {
+        for line in render_job_table(&m.jobs).lines() {
             let _ = writeln!(out, "  {line}");
         }
     }
@@ -273,7 +275,7 @@ fn render_list(requests: &[MaintenanceJson]) -> String {
             ]
         })
         .collect();
-    job::table(&["REQUEST", "INITIATOR", "STATE", "GROUP", "JOBS", "CREATED", "REASON"], &rows)
+    table(&["REQUEST", "INITIATOR", "STATE", "GROUP", "JOBS", "CREATED", "REASON"], &rows)
 }
 
 /// Runs `drover maintenance`.
@@ -291,9 +293,9 @@ pub fn run(args: &MaintenanceArgs) -> Result<(), CliError> {
                 None => Session::open(&a.connect)?,
             };
             let value: serde_json::Value = session.post(path, &body)?;
-            job::print_answer(a.output.output, path, &value, render_created)?;
+            print_answer(a.output.output, path, &value, render_created)?;
             if a.wait.wait {
-                let created: MaintenanceJson = job::decode(path, &value)?;
+                let created: MaintenanceJson = decode(path, &value)?;
                 let ids: Vec<String> = created.jobs.into_iter().map(|j| j.job_id).collect();
                 crate::wait::wait_jobs(&session, &ids, false, a.wait.limit(), &mut crate::wait::progress_sink(a.output.output.is_json()))?;
             }
@@ -301,22 +303,22 @@ pub fn run(args: &MaintenanceArgs) -> Result<(), CliError> {
         }
         MaintenanceCommand::Get(a) => {
             let path = get_path(&a.request_id)?;
-            let value = job::get(&a.connect, &path)?;
-            job::print_answer(a.output.output, &path, &value, render_get)
+            let value = crate::client::get_once(&a.connect, &path)?;
+            print_answer(a.output.output, &path, &value, render_get)
         }
         MaintenanceCommand::List(a) => {
             let path = "/v1/maintenance";
             let session = Session::open(&a.connect)?;
             // Every page; JSON is the array of requests.
-            let items = crate::get::list_all(&session, path, &[], None)?;
-            let requests: Vec<MaintenanceJson> = items.iter().map(|r| job::decode(path, r)).collect::<Result<_, _>>()?;
+            let items = crate::listing::list_all(&session, path, &[], None)?;
+            let requests: Vec<MaintenanceJson> = items.iter().map(|r| decode(path, r)).collect::<Result<_, _>>()?;
             match a.output.output {
-                Output::Json => job::print(&job::pretty(&serde_json::Value::Array(items))?),
+                Output::Json => print(&pretty(&serde_json::Value::Array(items))?),
                 Output::Table | Output::Wide if requests.is_empty() => {
                     eprintln!("no maintenance requests");
                     Ok(())
                 }
-                Output::Table | Output::Wide => job::print(&render_list(&requests)),
+                Output::Table | Output::Wide => print(&render_list(&requests)),
             }
         }
     }
@@ -366,7 +368,7 @@ mod tests {
             "state": "running",
             "createdAt": "2030-01-01T00:00:00Z",
             "scope": {"group": "rack-a1", "hosts": [H2]},
-            "jobs": [crate::job::tests::sample_job(), pending_job()],
+            "jobs": [crate::fixtures::sample_job(), pending_job()],
             "extra": 1
         })
     }
@@ -430,7 +432,7 @@ mod tests {
 
     #[test]
     fn renders_the_request_its_jobs_and_the_list() {
-        let m: MaintenanceJson = job::decode("/v1/maintenance", &sample()).expect("decode");
+        let m: MaintenanceJson = decode("/v1/maintenance", &sample()).expect("decode");
         assert_eq!(render_created(&m), "mr-1 admin.operator running\njob-7 gpu-a-01 failed_retryable\njob-8 gpu-a-02 pending\n");
         let out = render_get(&m);
         for needle in [
@@ -444,7 +446,7 @@ mod tests {
         ] {
             assert!(out.contains(needle), "{needle:?} in\n{out}");
         }
-        let list: Vec<MaintenanceJson> = job::decode("/v1/maintenance", &json!([sample()])).expect("decode");
+        let list: Vec<MaintenanceJson> = decode("/v1/maintenance", &json!([sample()])).expect("decode");
         let out = render_list(&list);
         assert_eq!(
             out,

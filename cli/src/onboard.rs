@@ -28,11 +28,11 @@ use std::path::PathBuf;
 use clap::Args;
 use serde::Serialize;
 
-use crate::client::ConnectArgs;
+use crate::answer::decode;
+use crate::client::{ConnectArgs, post_once};
 use crate::exit::CliError;
-use crate::job::{clean, decode, post};
-use crate::onboarding::{CreatedBatchJson, ONBOARDINGS, OneJson, render_created};
-use crate::output::{OutputArgs, pretty, print};
+use crate::onboarding_view::{CreatedBatchJson, ONBOARDINGS, OneJson, render_created};
+use crate::output::{OutputArgs, clean, pretty, print};
 
 /// The most rows one CSV may hold (one batch).
 pub const MAX_ROWS: usize = 1000;
@@ -342,7 +342,7 @@ pub fn render_single(one: &OneJson) -> String {
 pub fn run(args: &OnboardArgs) -> Result<(), CliError> {
     let req = request(args)?;
     let (path, body) = req.route_and_body()?;
-    let value = post(&args.connect, &path, &body)?;
+    let value = post_once(&args.connect, &path, &body)?;
     let (text, ids) = match req {
         Request::Single { .. } => {
             let one: OneJson = decode(&path, &value)?;

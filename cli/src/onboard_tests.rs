@@ -198,7 +198,7 @@ fn onboarding(id: &str, hostname: &str) -> Value {
 #[test]
 fn what_was_created_is_printed_with_how_to_follow_it() {
     let id = "0d9e1c7a-2b3c-4d5e-8f90-123456789abc";
-    let one: crate::onboarding::OneJson =
+    let one: crate::onboarding_view::OneJson =
         decode("/v1/maas/onboardings", &json!({"onboarding": onboarding(id, "gpu-a-01\x1b[2J")})).expect("decode");
     assert_eq!(
         render_single(&one),

@@ -5,8 +5,11 @@
 use clap::Parser;
 use serde_json::{Value, json};
 
+use drover_proto::time::Time;
+
 use super::*;
 use crate::exit::codes;
+use crate::onboarding_view::{ActionJson, BatchJson, OnboardingJson, TEXT_CHARS, render_created};
 
 const ID: &str = "0d9e1c7a-2b3c-4d5e-8f90-123456789abc";
 const BATCH: &str = "5b7d3c1e-9a0f-4e2d-8c6b-abcdefabcdef";

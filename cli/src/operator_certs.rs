@@ -10,11 +10,11 @@ use clap::{Args, Subcommand};
 use drover_proto::api::admin::OperatorCertView;
 use serde_json::json;
 
+use crate::answer::{decode, decode_all};
+use crate::arg_checks::check_reason;
 use crate::client::{ConnectArgs, Session};
 use crate::exit::CliError;
-use crate::host::check_reason;
-use crate::job::{clean, decode, decode_all};
-use crate::output::{Output, OutputArgs, dash, pretty, print, table};
+use crate::output::{Output, OutputArgs, clean, dash, pretty, print, table};
 
 /// Arguments of `drover operator-cert`.
 #[derive(Args)]
@@ -69,7 +69,7 @@ pub fn run(args: &OperatorCertArgs) -> Result<(), CliError> {
 
 fn list(args: &ListArgs) -> Result<(), CliError> {
     let s = Session::open(&args.connect)?;
-    let raw = crate::get::list_all(&s, "/v1/operator-certs", &[], None)?;
+    let raw = crate::listing::list_all(&s, "/v1/operator-certs", &[], None)?;
     let certs: Vec<OperatorCertView> = decode_all("/v1/operator-certs", &raw)?;
     match args.output.output {
         Output::Json => print(&pretty(&raw)?),
@@ -114,7 +114,7 @@ fn revoke(args: &RevokeArgs) -> Result<(), CliError> {
     }
     let reason = check_reason(&args.reason)?;
     let path = format!("/v1/operator-certs/{serial}/revoke");
-    let value = crate::job::post(&args.connect, &path, &json!({ "reason": reason, "force": args.force }))?;
+    let value = crate::client::post_once(&args.connect, &path, &json!({ "reason": reason, "force": args.force }))?;
     let cert: OperatorCertView = decode(&path, &value)?;
     if args.output.output.is_json() {
         return print(&pretty(&value)?);

@@ -4,8 +4,8 @@
 //! kubectl-style aligned tables ([`table`]), the short ages and times shown in them, and stdout
 //! writing.
 //!
-//! Everything a coordinator sent passes through [`crate::job::clean`] before a table shows it:
-//! a hostile or broken coordinator must not be able to drive the operator's terminal.
+//! Everything a coordinator sent passes through [`clean`] before a table shows it: a hostile
+//! or broken coordinator must not be able to drive the operator's terminal.
 
 use std::io::Write;
 
@@ -107,7 +107,7 @@ impl ListOutputArgs {
 /// table cell). An item without one (a broken coordinator) is named `-` rather than dropped,
 /// so the line count still matches the listing.
 pub fn names(items: &[Value], kind: &str, name_key: &str) -> String {
-    items.iter().map(|v| format!("{kind}/{}\n", crate::job::clean(dash(field(v, name_key)), 128))).collect()
+    items.iter().map(|v| format!("{kind}/{}\n", clean(dash(field(v, name_key)), 128))).collect()
 }
 
 /// `text` without its first line.
@@ -180,6 +180,16 @@ pub fn age_of(now: Time, at: Time) -> String {
 /// A string field of a JSON object, or `""`.
 pub fn field<'a>(v: &'a Value, name: &str) -> &'a str {
     v.get(name).and_then(Value::as_str).unwrap_or("")
+}
+
+/// `s` with control characters replaced by spaces and at most `max` characters (then `…`):
+/// a coordinator's text must not drive the terminal.
+pub fn clean(s: &str, max: usize) -> String {
+    let mut out: String = s.chars().take(max).map(|c| if c.is_control() { ' ' } else { c }).collect();
+    if s.chars().count() > max {
+        out.push('…');
+    }
+    out
 }
 
 /// `s`, or `-` when empty.

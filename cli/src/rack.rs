@@ -16,15 +16,14 @@
 
 use clap::{Args, Subcommand};
 use drover_proto::api::racks::{DeviceList as DeviceListView, DeviceView, RackDetail, RackList, RackView, ShelfMaintenanceAnswer};
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::client::ConnectArgs;
+use crate::answer::print_answer;
+use crate::arg_checks::check_reason;
+use crate::client::{ConnectArgs, get_once, post_once};
 use crate::exit::CliError;
-use crate::get::with_query;
-use crate::host::check_reason;
-use crate::job::{clean, get, post};
-use crate::output::{Output, OutputArgs, dash, table};
+use crate::listing::with_query;
+use crate::output::{OutputArgs, clean, dash, table};
 
 /// Characters of a coordinator string a table cell shows.
 const CELL: usize = 80;
@@ -196,13 +195,6 @@ fn delete(connect: &ConnectArgs, path: &str) -> Result<Value, CliError> {
     Ok(session.runtime.block_on(session.client.request_json::<Value, Value>(reqwest::Method::DELETE, path, None))?)
 }
 
-/// Prints the answer `v` (from `path`): as it came with `-o json`, else `render` of it decoded
-/// as the coordinator's type `T`. It is decoded either way, so an answer that is not the API's
-/// exits 76.
-pub(crate) fn show<T: DeserializeOwned>(output: Output, path: &str, v: &Value, render: impl FnOnce(&T) -> String) -> Result<(), CliError> {
-    crate::job::print_answer(output, path, v, render)
-}
-
 fn rack_row(r: &RackView) -> Vec<String> {
     vec![text(&r.name), text(&r.hardware_type), r.state.as_str().to_owned(), text(&r.rack_id)]
 }
@@ -226,19 +218,21 @@ pub fn run_rack(args: &RackArgs) -> Result<(), CliError> {
                 labels.insert(k.to_owned(), json!(v));
             }
             let body = json!({ "name": a.name, "hardwareType": a.hardware_type, "labels": labels, "reason": reason });
-            let v = post(&a.common.connect, "/v1/racks", &body)?;
-            show(a.common.output.output, "/v1/racks", &v, |r: &RackView| table(&["NAME", "HARDWARE", "STATE", "ID"], &[rack_row(r)]))
+            let v = post_once(&a.common.connect, "/v1/racks", &body)?;
+            print_answer(a.common.output.output, "/v1/racks", &v, |r: &RackView| {
+                table(&["NAME", "HARDWARE", "STATE", "ID"], &[rack_row(r)])
+            })
         }
         RackCommand::List(c) => {
-            let v = get(&c.connect, "/v1/racks")?;
-            show(c.output.output, "/v1/racks", &v, |l: &RackList| {
+            let v = get_once(&c.connect, "/v1/racks")?;
+            print_answer(c.output.output, "/v1/racks", &v, |l: &RackList| {
                 table(&["NAME", "HARDWARE", "STATE", "ID"], &l.racks.iter().map(rack_row).collect::<Vec<_>>())
             })
         }
         RackCommand::Get(n) => {
             let path = format!("/v1/racks/{}", n.item.trim());
-            let v = get(&n.common.connect, &path)?;
-            show(n.common.output.output, &path, &v, |r: &RackDetail| {
+            let v = get_once(&n.common.connect, &path)?;
+            print_answer(n.common.output.output, &path, &v, |r: &RackDetail| {
                 let head = table(&["NAME", "HARDWARE", "STATE", "ID"], &[rack_row(&r.rack)]);
                 format!("{head}\nhosts: {}\n{}", r.hosts.len(), device_rows(&r.devices))
             })
@@ -247,7 +241,7 @@ pub fn run_rack(args: &RackArgs) -> Result<(), CliError> {
             let reason = check_reason(&d.reason)?;
             let path = with_query(&format!("/v1/racks/{}", d.item.trim()), &[("reason", reason.to_owned())]);
             let v = delete(&d.common.connect, &path)?;
-            show(d.common.output.output, &path, &v, |r: &RackView| format!("rack {} deleted\n", text(&r.name)))
+            print_answer(d.common.output.output, &path, &v, |r: &RackView| format!("rack {} deleted\n", text(&r.name)))
         }
         RackCommand::Maintenance(m) => crate::rack_ops::run_maintenance(m),
         RackCommand::Place(p) => crate::rack_ops::run_place(p),
@@ -265,31 +259,31 @@ pub fn run_device(args: &DeviceArgs, shelves: bool) -> Result<(), CliError> {
             let mut body =
                 json!({ "rack": a.rack, "name": a.name, "endpoint": a.endpoint, "credentialsPath": a.credentials_path, "reason": reason });
             if let (Some(user), Some(f)) = (&a.username, &a.password_file) {
-                let mut c = json!({ "username": user, "password": crate::site::read_secret(f, "the device password")? });
+                let mut c = json!({ "username": user, "password": crate::fsio::read_secret(f, "the device password")? });
                 if let Some(ca) = &a.ca_file {
                     c["caPem"] = json!(crate::fsio::read_text(ca)?);
                 }
                 body["credentials"] = c;
             }
-            let v = post(&a.common.connect, route, &body)?;
-            show(a.common.output.output, route, &v, |d: &DeviceView| device_rows(std::slice::from_ref(d)))
+            let v = post_once(&a.common.connect, route, &body)?;
+            print_answer(a.common.output.output, route, &v, |d: &DeviceView| device_rows(std::slice::from_ref(d)))
         }
         DeviceCommand::List(l) => {
             let q: Vec<(&str, String)> = l.rack.iter().map(|r| ("rack", r.clone())).collect();
             let path = with_query(route, &q);
-            let v = get(&l.common.connect, &path)?;
-            show(l.common.output.output, &path, &v, |l: &DeviceListView| device_rows(&l.items))
+            let v = get_once(&l.common.connect, &path)?;
+            print_answer(l.common.output.output, &path, &v, |l: &DeviceListView| device_rows(&l.items))
         }
         DeviceCommand::Get(n) => {
             let path = format!("{route}/{}", n.item.trim());
-            let v = get(&n.common.connect, &path)?;
-            show(n.common.output.output, &path, &v, |d: &DeviceView| device_rows(std::slice::from_ref(d)))
+            let v = get_once(&n.common.connect, &path)?;
+            print_answer(n.common.output.output, &path, &v, |d: &DeviceView| device_rows(std::slice::from_ref(d)))
         }
         DeviceCommand::Delete(d) => {
             let reason = check_reason(&d.reason)?;
             let path = with_query(&format!("{route}/{}", d.item.trim()), &[("reason", reason.to_owned())]);
             let v = delete(&d.common.connect, &path)?;
-            show(d.common.output.output, &path, &v, |d: &DeviceView| device_rows(std::slice::from_ref(d)))
+            print_answer(d.common.output.output, &path, &v, |d: &DeviceView| device_rows(std::slice::from_ref(d)))
         }
         DeviceCommand::Maintenance(m) => {
             if !shelves {
@@ -302,8 +296,8 @@ pub fn run_device(args: &DeviceArgs, shelves: bool) -> Result<(), CliError> {
             let ids: Vec<&str> = t.ids.iter().flat_map(|i| i.split_whitespace()).collect();
             let body = json!({ "powerShelfIds": ids, "operation": op, "reference": t.reference });
             let path = "/v1/power-shelves/maintenance";
-            let v = post(&t.common.connect, path, &body)?;
-            show(t.common.output.output, path, &v, |a: &ShelfMaintenanceAnswer| {
+            let v = post_once(&t.common.connect, path, &body)?;
+            print_answer(t.common.output.output, path, &v, |a: &ShelfMaintenanceAnswer| {
                 format!("{op} requested on {} power shelf(s) by {}\n", a.items.len(), text(&a.initiator))
             })
         }

@@ -21,13 +21,12 @@ use clap::{Args, Subcommand, ValueEnum};
 use drover_proto::api::racks::{ComponentFirmwareAnswer, FirmwareList, FirmwareView, HostBmcView, HostPlacement, RackMaintenanceAnswer};
 use serde_json::{Value, json};
 
-use crate::client::ConnectArgs;
+use crate::answer::print_answer;
+use crate::arg_checks::check_reason;
+use crate::client::{ConnectArgs, get_once, post_once};
 use crate::exit::CliError;
-use crate::get::with_query;
-use crate::host::check_reason;
-use crate::job::{clean, get, post};
-use crate::output::{OutputArgs, dash, table};
-use crate::rack::show;
+use crate::listing::with_query;
+use crate::output::{OutputArgs, clean, dash, table};
 use crate::resolve::HostName;
 
 /// Activities of a maintenance cycle.
@@ -268,8 +267,8 @@ pub fn run_maintenance(a: &RackMaintenance) -> Result<(), CliError> {
     let body = json!({ "machineIds": split(&a.machines), "switchIds": split(&a.switches), "powerShelfIds": split(&a.shelves),
         "activities": activities, "reference": a.reference });
     let path = format!("/v1/racks/{}/maintenance", a.rack.trim());
-    let v = post(&a.common.connect, &path, &body)?;
-    show(a.common.output.output, &path, &v, maintenance_line)
+    let v = post_once(&a.common.connect, &path, &body)?;
+    print_answer(a.common.output.output, &path, &v, maintenance_line)
 }
 
 /// Runs `drover rack place`.
@@ -282,7 +281,7 @@ pub fn run_place(a: &Place) -> Result<(), CliError> {
     let session = crate::client::Session::open(&a.common.connect)?;
     let path = format!("/v1/hosts/{}/rack", crate::resolve::host_id(&session, "HOST", &a.host)?);
     let v: Value = session.post(&path, &json!({ "rack": a.rack, "reason": reason }))?;
-    show(a.common.output.output, &path, &v, |p: &HostPlacement| {
+    print_answer(a.common.output.output, &path, &v, |p: &HostPlacement| {
         format!("host {} placed in rack {}\n", clean(&p.host_id, 40), clean(dash(p.rack.as_deref().unwrap_or("")), 80))
     })
 }
@@ -299,7 +298,7 @@ pub fn run_bmc(a: &Bmc) -> Result<(), CliError> {
     } else {
         let mut body = json!({ "endpoint": a.endpoint, "credentialsPath": a.credentials_path, "reason": reason });
         if let (Some(user), Some(f)) = (&a.username, &a.password_file) {
-            let mut c = json!({ "username": user, "password": crate::site::read_secret(f, "the BMC password")? });
+            let mut c = json!({ "username": user, "password": crate::fsio::read_secret(f, "the BMC password")? });
             if let Some(ca) = &a.ca_file {
                 c["caPem"] = json!(crate::fsio::read_text(ca)?);
             }
@@ -307,7 +306,7 @@ pub fn run_bmc(a: &Bmc) -> Result<(), CliError> {
         }
         session.runtime.block_on(session.client.request_json::<Value, Value>(reqwest::Method::PUT, &path, Some(&body)))?
     };
-    show(a.common.output.output, &path, &v, |b: &HostBmcView| {
+    print_answer(a.common.output.output, &path, &v, |b: &HostBmcView| {
         format!("host {} BMC: {}\n", clean(&b.host_id, 40), clean(dash(b.endpoint.as_deref().unwrap_or("")), 200))
     })
 }
@@ -323,12 +322,14 @@ pub fn run_firmware(a: &FirmwareArgs) -> Result<(), CliError> {
             let reason = check_reason(&c.reason)?;
             let body = json!({ "id": c.id, "hardwareType": c.hardware_type, "imageUri": c.image_uri, "available": !c.unavailable,
                 "default": c.default, "reason": reason });
-            let v = post(&c.common.connect, "/v1/rack-firmware", &body)?;
-            show(c.common.output.output, "/v1/rack-firmware", &v, |f: &FirmwareView| table(&head, &[row(f)]))
+            let v = post_once(&c.common.connect, "/v1/rack-firmware", &body)?;
+            print_answer(c.common.output.output, "/v1/rack-firmware", &v, |f: &FirmwareView| table(&head, &[row(f)]))
         }
         FirmwareCommand::List(c) => {
-            let v = get(&c.connect, "/v1/rack-firmware")?;
-            show(c.output.output, "/v1/rack-firmware", &v, |l: &FirmwareList| table(&head, &l.firmware.iter().map(row).collect::<Vec<_>>()))
+            let v = get_once(&c.connect, "/v1/rack-firmware")?;
+            print_answer(c.output.output, "/v1/rack-firmware", &v, |l: &FirmwareList| {
+                table(&head, &l.firmware.iter().map(row).collect::<Vec<_>>())
+            })
         }
     }
 }
@@ -339,6 +340,6 @@ pub fn run_component(a: &ComponentArgs) -> Result<(), CliError> {
     let ComponentFirmwareCommand::Update(u) = &f.command;
     let body = json!({ "computeTrays": u.compute_trays, "switches": u.switches, "powerShelves": u.power_shelves,
         "targetVersion": u.target_version, "reference": u.reference });
-    let v = post(&u.common.connect, "/v1/components/firmware", &body)?;
-    show(u.common.output.output, "/v1/components/firmware", &v, component_line)
+    let v = post_once(&u.common.connect, "/v1/components/firmware", &body)?;
+    print_answer(u.common.output.output, "/v1/components/firmware", &v, component_line)
 }

@@ -6,10 +6,10 @@
 use clap::{Args, Subcommand};
 use drover_proto::api::rollouts::ReleaseView;
 
+use crate::answer::decode_all;
 use crate::client::{ConnectArgs, Session};
 use crate::exit::CliError;
-use crate::job::{clean, decode_all};
-use crate::output::{Output, OutputArgs, dash, pretty, print, table};
+use crate::output::{Output, OutputArgs, clean, dash, pretty, print, table};
 
 /// Arguments of `drover releases`.
 #[derive(Args)]
@@ -38,7 +38,7 @@ struct ListArgs {
 pub fn run(args: &ReleasesArgs) -> Result<(), CliError> {
     let ReleasesCommand::List(a) = &args.command;
     let s = Session::open(&a.connect)?;
-    let raw = crate::get::list_all(&s, "/v1/releases", &[], None)?;
+    let raw = crate::listing::list_all(&s, "/v1/releases", &[], None)?;
     let releases: Vec<ReleaseView> = decode_all("/v1/releases", &raw)?;
     match a.output.output {
         Output::Json => print(&pretty(&raw)?),
@@ -91,7 +91,7 @@ mod tests {
             json!({"version": 5, "signedAt": "2029-12-31T00:00:00Z", "paths": [], "publisher": "evil\u{1b}[2J",
                    "channels": [], "rollouts": 0}),
         ];
-        let releases: Vec<ReleaseView> = crate::job::decode_all("/v1/releases", &releases).expect("releases");
+        let releases: Vec<ReleaseView> = crate::answer::decode_all("/v1/releases", &releases).expect("releases");
         let t = super::render(&releases, false);
         let lines: Vec<Vec<&str>> = t.lines().map(|l| l.split_whitespace().collect()).collect();
         assert_eq!(lines[0], ["VERSION", "SIGNED", "PUBLISHER", "ROLLOUTS", "CHANNELS", "ARTIFACTS"], "{t}");

@@ -22,8 +22,8 @@ use uuid::Uuid;
 
 use crate::client::Session;
 use crate::exit::{CliError, codes};
-use crate::get::{all_hosts, list_all};
-use crate::job::clean;
+use crate::listing::{all_hosts, list_all};
+use crate::output::clean;
 
 /// How many candidates an ambiguous prefix lists before it says how many more there are.
 const MAX_CANDIDATES: usize = 10;
@@ -254,7 +254,7 @@ pub fn rollout(s: &Session, what: &str, given: &str) -> Result<RolloutId, Resolv
         None => Vec::new(),
     };
     let rows = list_all(s, "/v1/rollouts", &query, None)?;
-    pick_rollout(given, &crate::job::decode_all("/v1/rollouts", &rows)?)
+    pick_rollout(given, &crate::answer::decode_all("/v1/rollouts", &rows)?)
 }
 
 #[cfg(test)]

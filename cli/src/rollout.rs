@@ -20,12 +20,11 @@ use drover_proto::states::HostRolloutState;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::arg_checks::check_reason;
 use crate::client::{ConnectArgs, Session};
 use crate::exit::{CliError, codes};
-use crate::host::check_reason;
-use crate::job::clean;
-use crate::output::{Output, OutputArgs, age_of, pretty, table};
-use crate::watch::{RolloutProgress, progress_of};
+use crate::output::{Output, OutputArgs, age_of, clean, pretty, table};
+use crate::watch::{RolloutProgress, progress_of, state_label};
 
 /// What to do with a rollout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -111,7 +110,7 @@ pub fn run(args: &RolloutArgs) -> Result<(), CliError> {
     let line = match reason {
         None => {
             let raw: Value = session.get(&path)?;
-            let status: RolloutStatus = crate::job::decode(&path, &raw)?;
+            let status: RolloutStatus = crate::answer::decode(&path, &raw)?;
             if args.output.output.is_json() {
                 return crate::output::print(&pretty(&raw)?);
             }
@@ -129,13 +128,6 @@ pub fn run(args: &RolloutArgs) -> Result<(), CliError> {
     };
     let mut out = std::io::stdout().lock();
     writeln!(out, "{line}").and_then(|()| out.flush()).map_err(|e| CliError::new(codes::IO, format!("cannot write stdout: {e}")))
-}
-
-/// A rollout's state as tables show it: `Converged (2 skipped)` when hosts were skipped, so a
-/// rollout that converged without some of its hosts never reads as a complete one.
-pub fn state_label(state: &str, skipped: usize) -> String {
-    let state = clean(state, 32);
-    if skipped == 0 { state } else { format!("{state} ({skipped} skipped)") }
 }
 
 /// How many of `p`'s hosts are in `state`, over every wave.
@@ -191,13 +183,6 @@ mod tests {
 
     fn now() -> drover_proto::time::Time {
         drover_proto::time::Time::parse_lenient("2025-01-01T01:00:00Z").expect("time")
-    }
-
-    #[test]
-    fn skipped_hosts_show_beside_the_state() {
-        assert_eq!(state_label("Converged", 0), "Converged");
-        assert_eq!(state_label("Converged", 2), "Converged (2 skipped)");
-        assert_eq!(state_label("Act\u{1b}[2Jive", 1), "Act [2Jive (1 skipped)");
     }
 
     #[test]

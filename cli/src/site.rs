@@ -14,6 +14,8 @@
 //! - `preflight SITE [--profile P]` (admin): the check a workflow runs before it starts.
 //! - `disable SITE`, `enable SITE` (admin).
 //! - `roce …`, `override …`, `profile …`: see [`crate::site_items`].
+//!
+//! The flags, paths and printing every site verb shares are [`crate::site_request`]'s.
 
 use std::path::PathBuf;
 
@@ -23,11 +25,11 @@ use drover_proto::api::sites::{CheckFailure, Items, PreflightAnswer, ProbeAnswer
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
-use crate::client::Session;
+use crate::answer::decode;
 use crate::exit::{CliError, codes};
-use crate::job::{clean, decode};
-use crate::output::{self, OutputArgs};
+use crate::output;
 use crate::site_items::{OverrideArgs, ProfileArgs, RoceArgs};
+use crate::site_request::{Common, c, call, show, site_path};
 
 /// Arguments of `drover site`.
 #[derive(Args)]
@@ -62,15 +64,6 @@ enum SiteCommand {
     Override(OverrideArgs),
     /// Site profiles (policy bundles): create, list, get, update.
     Profile(ProfileArgs),
-}
-
-/// What every `drover site` verb takes to reach the coordinator and print.
-#[derive(Args)]
-pub struct Common {
-    #[command(flatten)]
-    pub output: OutputArgs,
-    #[command(flatten)]
-    pub connect: crate::client::ConnectArgs,
 }
 
 #[derive(Args)]
@@ -208,46 +201,6 @@ struct StatusArgs {
     common: Common,
 }
 
-/// What a coordinator sent, made safe for the terminal (control characters replaced, length bounded).
-pub fn c(s: &str) -> String {
-    clean(s, 300)
-}
-
-/// A secret from a file (`-`: stdin), trailing newline removed; errors name the file, never
-/// the contents.
-pub fn read_secret(path: &std::path::Path, what: &str) -> Result<String, CliError> {
-    let bytes = if path.as_os_str() == "-" {
-        let mut buf = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)
-            .map_err(|e| CliError::new(codes::IO, format!("cannot read {what} from stdin: {e}")))?;
-        buf
-    } else {
-        crate::fsio::read_file(path)?
-    };
-    let text = String::from_utf8(bytes).map_err(|_| CliError::data(format!("{what} in {} is not UTF-8", path.display())))?;
-    let text = text.trim_end_matches(['\n', '\r']).to_owned();
-    if text.is_empty() {
-        return Err(CliError::data(format!("{what} in {} is empty", path.display())));
-    }
-    Ok(text)
-}
-
-/// `/v1/maas/sites/{site}`-rooted path with the site percent-safe (names are restricted, ids
-/// are UUIDs; anything else is refused before it reaches a URL).
-pub fn site_path(site: &str, rest: &str) -> Result<String, CliError> {
-    let site = site.trim();
-    if site.is_empty() || !site.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) {
-        return Err(CliError::usage(format!("SITE {site:?} is not a site name or id")));
-    }
-    Ok(format!("/v1/maas/sites/{site}{rest}"))
-}
-
-/// Sends one request and returns the coordinator's JSON.
-pub fn call(common: &Common, method: Method, path: &str, body: Option<&Value>) -> Result<Value, CliError> {
-    let session = Session::open(&common.connect)?;
-    Ok(session.runtime.block_on(session.client.request_json(method, path, body))?)
-}
-
 /// Prints a probe or preflight answer: JSON when asked; else the text of a success (a
 /// failure is the error message, printed once by `main`).
 fn show_check<T: DeserializeOwned>(
@@ -266,12 +219,6 @@ fn show_check<T: DeserializeOwned>(
         output::print(&text(&answer))?;
     }
     failure.map_or(Ok(()), verdict)
-}
-
-/// Prints the answer `v` (from `path`) as JSON when asked, else `text` of it decoded as the
-/// coordinator's type `T`. It is decoded either way, so an answer that is not the API's exits 76.
-pub fn show<T: DeserializeOwned>(common: &Common, path: &str, v: &Value, text: impl FnOnce(&T) -> String) -> Result<(), CliError> {
-    crate::job::print_answer(common.output.output, path, v, text)
 }
 
 fn site_line(v: &SiteView) -> String {
@@ -375,13 +322,13 @@ pub fn run(args: &SiteArgs) -> Result<(), CliError> {
         SiteCommand::Credentials(a) => {
             let mut m = Map::new();
             if let Some(f) = &a.api_token_file {
-                m.insert("apiToken".into(), json!(read_secret(f, "the MAAS API token")?));
+                m.insert("apiToken".into(), json!(crate::fsio::read_secret(f, "the MAAS API token")?));
             }
             if let (Some(user), Some(f)) = (&a.power_user, &a.power_pass_file) {
-                m.insert("defaultPower".into(), json!({ "user": user, "pass": read_secret(f, "the BMC password")? }));
+                m.insert("defaultPower".into(), json!({ "user": user, "pass": crate::fsio::read_secret(f, "the BMC password")? }));
             }
             if let Some(f) = &a.deploy_password_file {
-                m.insert("deployPassword".into(), json!(read_secret(f, "the deploy password")?));
+                m.insert("deployPassword".into(), json!(crate::fsio::read_secret(f, "the deploy password")?));
             }
             if m.is_empty() {
                 return Err(CliError::usage("give --api-token-file, --power-user with --power-pass-file, and/or --deploy-password-file"));

@@ -21,8 +21,9 @@ use drover_proto::api::sites::{Items, OverrideView, ProfileView, RoceUpsert, Roc
 use serde_json::{Map, Value, json};
 
 use crate::exit::CliError;
+use crate::fsio::read_secret;
 use crate::output;
-use crate::site::{Common, c, call, read_secret, show, site_path};
+use crate::site_request::{Common, c, call, show, site_path};
 
 /// Arguments of `drover site roce`.
 #[derive(Args)]

@@ -18,12 +18,12 @@ use drover_proto::api::admin::TokenView;
 use drover_proto::time::Time;
 use serde_json::{Value, json};
 
+use crate::answer::{decode, decode_all};
+use crate::arg_checks::check_reason;
 use crate::client::{ConnectArgs, Session};
 use crate::exit::CliError;
-use crate::get::hostnames;
-use crate::host::check_reason;
-use crate::job::{clean, decode, decode_all};
-use crate::output::{Output, OutputArgs, dash, pretty, print, table};
+use crate::listing::hostnames;
+use crate::output::{Output, OutputArgs, clean, dash, pretty, print, table};
 
 /// Arguments of `drover tokens`.
 #[derive(Args)]
@@ -82,7 +82,7 @@ fn list(args: &ListArgs) -> Result<(), CliError> {
     if let Some(h) = &args.host {
         q.push(("hostId", crate::resolve::host(&s, "--host", h)?.id.to_string()));
     }
-    let raw = crate::get::list_all(&s, "/v1/tokens", &q, None)?;
+    let raw = crate::listing::list_all(&s, "/v1/tokens", &q, None)?;
     let tokens: Vec<TokenView> = decode_all("/v1/tokens", &raw)?;
     match args.output.output {
         Output::Json => print(&pretty(&raw)?),

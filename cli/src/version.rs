@@ -12,9 +12,9 @@ use drover_proto::api::admin::VersionView;
 use drover_proto::version::{VERSION, minor_releases_apart};
 use serde_json::{Value, json};
 
+use crate::answer::decode;
 use crate::client::{ConnectArgs, Session};
 use crate::exit::{CliError, codes};
-use crate::job::decode;
 use crate::output::{Output, OutputArgs, pretty, print};
 
 /// Arguments of `drover version`.
@@ -72,12 +72,12 @@ pub fn run(args: &VersionArgs) -> Result<(), CliError> {
     }
     let mut text = format!("client  {VERSION}\n");
     if let Some((url, _, v)) = &server {
-        text.push_str(&format!("server  {} ({url})\n", crate::job::clean(&v.version, 64)));
+        text.push_str(&format!("server  {} ({url})\n", crate::output::clean(&v.version, 64)));
     }
     if args.output.output == Output::Wide
         && let Some((_, _, v)) = &server
     {
-        text.push_str(&format!("api     {}\n", crate::job::clean(&v.api_version, 64)));
+        text.push_str(&format!("api     {}\n", crate::output::clean(&v.api_version, 64)));
     }
     print(&text)
 }

@@ -23,12 +23,13 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use drover_planner::observed::PlanInputResponse;
 use drover_proto::api::Page;
+use drover_proto::api::jobs::{JobDetail, JobJson};
 use drover_proto::api::rollouts::{RolloutStatus, RolloutView};
 use drover_proto::states::JobState;
 
 use crate::client::Session;
 use crate::exit::{CliError, codes};
-use crate::job::{JobDetail, JobJson, clean};
+use crate::output::clean;
 
 /// Time between two reads of what is waited for.
 const INTERVAL: Duration = Duration::from_millis(500);
@@ -195,7 +196,7 @@ fn finish(standing: Standing, what: &str) -> Result<(), CliError> {
 /// With `cancelling`, a cancelled job is what was asked for (`job cancel --wait`), a success.
 pub fn wait_jobs(session: &Session, ids: &[String], cancelling: bool, limit: Duration, out: &mut dyn Write) -> Result<(), CliError> {
     wait_each(session, "job", ids, cancelling, limit, out, |id| {
-        let path = format!("/v1/jobs/{}", crate::job::check_job_id(id)?);
+        let path = format!("/v1/jobs/{}", crate::arg_checks::check_job_id(id)?);
         let job: JobDetail = session.get(&path)?;
         Ok((job_line(&job.job), job.job.state))
     })
@@ -205,14 +206,14 @@ pub fn wait_jobs(session: &Session, ids: &[String], cancelling: bool, limit: Dur
 /// on the job engine and goes through the same states.
 pub fn wait_onboardings(session: &Session, ids: &[String], cancelling: bool, limit: Duration, out: &mut dyn Write) -> Result<(), CliError> {
     wait_each(session, "onboarding", ids, cancelling, limit, out, |id| {
-        let path = format!("/v1/maas/onboardings/{}", crate::onboarding::parse_id("ID", id)?);
-        let one: crate::onboarding::OneJson = session.get(&path)?;
+        let path = format!("/v1/maas/onboardings/{}", crate::onboarding_view::parse_id("ID", id)?);
+        let one: crate::onboarding_view::OneJson = session.get(&path)?;
         Ok((onboarding_line(&one.onboarding), one.onboarding.state))
     })
 }
 
 /// The line an onboarding's progress prints: `ID STATE stage STAGE (N/M)`, like a job's.
-pub fn onboarding_line(o: &crate::onboarding::OnboardingJson) -> String {
+pub fn onboarding_line(o: &crate::onboarding_view::OnboardingJson) -> String {
     let stage = match o.stage_index {
         _ if o.stage.is_empty() => String::new(),
         i if i < o.stages.len() => format!(" stage {} ({}/{})", clean(&o.stage, 64), i + 1, o.stages.len()),
@@ -268,7 +269,7 @@ pub fn wait_rollouts(session: &Session, ids: &[String], limit: Duration, out: &m
             if !manifests.contains_key(id) {
                 manifests = crate::watch::manifests(&session.client, &session.runtime);
             }
-            let status: RolloutStatus = session.get(&format!("/v1/rollouts/{}/status", crate::get::encode(id)))?;
+            let status: RolloutStatus = session.get(&format!("/v1/rollouts/{}/status", crate::listing::encode(id)))?;
             let progress = crate::watch::progress_of(&status, manifests.get(id));
             if let Some(line) = changes.note(id, crate::watch::summary_line(&progress)) {
                 crate::output::write_to(out, &format!("{line}\n"))?;
@@ -339,7 +340,7 @@ mod tests {
 
     #[test]
     fn a_job_line_names_its_stage() {
-        let job: JobJson = crate::job::decode::<JobDetail>("/", &crate::job::tests::sample_job()).expect("decode").job;
+        let job: JobJson = crate::answer::decode::<JobDetail>("/", &crate::fixtures::sample_job()).expect("decode").job;
         let line = job_line(&job);
         assert!(line.starts_with("job-7 failed_retryable"), "{line}");
     }

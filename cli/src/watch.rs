@@ -17,6 +17,8 @@
 //! none is in progress at the first poll it says so on stderr ([`NOTHING_TO_WATCH`]) and
 //! returns at once (exit 0: nothing was asked to be awaited).
 //!
+//! Also the state label every rollout table shows ([`state_label`]: `Converged (2 skipped)`).
+//!
 //! The status route lists only hosts with a recorded state; the hosts still Pending come
 //! from the rollout's manifest, read once from `GET /v1/plan-input`'s release files. Those
 //! files are not verified here: they only count hosts on a screen (`drover plan` and
@@ -37,7 +39,7 @@ use drover_proto::states::HostRolloutState;
 
 use crate::client::Session;
 use crate::exit::{CliError, codes};
-use crate::job::clean;
+use crate::output::clean;
 
 /// What `--watch` says when it finds nothing to watch.
 pub const NOTHING_TO_WATCH: &str = "drover: no rollout is in progress, so nothing was watched; a release's rollouts open a \
@@ -45,6 +47,13 @@ pub const NOTHING_TO_WATCH: &str = "drover: no rollout is in progress, so nothin
 
 /// The width of a wave's bar, in characters.
 const BAR: usize = 20;
+
+/// A rollout's state as tables show it: `Converged (2 skipped)` when hosts were skipped, so a
+/// rollout that converged without some of its hosts never reads as a complete one.
+pub fn state_label(state: &str, skipped: usize) -> String {
+    let state = clean(state, 32);
+    if skipped == 0 { state } else { format!("{state} ({skipped} skipped)") }
+}
 
 /// What [`watch_rollouts`] watches and how it shows it.
 #[derive(Debug, Clone)]
@@ -251,7 +260,7 @@ impl Watcher {
         }
         let mut rollouts = Vec::new();
         for id in &ids {
-            let path = format!("/v1/rollouts/{}/status", crate::get::encode(id));
+            let path = format!("/v1/rollouts/{}/status", crate::listing::encode(id));
             let status: RolloutStatus = rt.block_on(client.get_json(&path))?;
             rollouts.push(progress_of(&status, self.manifests.get(id)));
         }
@@ -343,6 +352,13 @@ mod tests {
 
     fn wave(index: u32, counts: &[(&str, usize)]) -> WaveProgress {
         WaveProgress { index, counts: counts.iter().map(|(s, n)| ((*s).to_owned(), *n)).collect() }
+    }
+
+    #[test]
+    fn skipped_hosts_show_beside_the_state() {
+        assert_eq!(state_label("Converged", 0), "Converged");
+        assert_eq!(state_label("Converged", 2), "Converged (2 skipped)");
+        assert_eq!(state_label("Act\u{1b}[2Jive", 1), "Act [2Jive (1 skipped)");
     }
 
     #[test]
