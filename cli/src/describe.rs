@@ -11,7 +11,7 @@
 //!   `--watch` turns it into the live view of that rollout ([`crate::watch`]).
 //! - job: the view of `drover job describe` (stages, history, events).
 //! - onboarding: a MAAS onboarding's request, state, stage, failure, diagnostics and per-stage
-//!   events ([`crate::onboarding::render_describe`]).
+//!   events ([`crate::onboarding_manage::render_describe`]).
 
 use std::fmt::Write as _;
 
@@ -49,7 +49,7 @@ enum DescribeWhat {
     /// A job: stages, attempt, task, failure, history, events.
     Job(JobArgs),
     /// A MAAS onboarding: request, state, stage, failure, diagnostics, per-stage events.
-    Onboarding(crate::onboarding::DescribeArgs),
+    Onboarding(crate::onboarding_manage::DescribeArgs),
 }
 
 /// Arguments of `drover describe host`.
@@ -305,7 +305,7 @@ pub fn run(args: &DescribeArgs) -> Result<(), CliError> {
             let value: Value = s.get(&path)?;
             crate::answer::print_answer(a.output.output, &path, &value, crate::job_view::render_describe)
         }
-        DescribeWhat::Onboarding(a) => crate::onboarding::run_describe(a),
+        DescribeWhat::Onboarding(a) => crate::onboarding_manage::run_describe(a),
     }
 }
 

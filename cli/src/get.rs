@@ -12,7 +12,7 @@
 //! - `get tasks [--host H] [--job J] [--state S]`: `GET /v1/tasks`.
 //! - `get events …`: the same as `drover events` ([`crate::events`]).
 //! - `get onboardings [--batch ID] [--host H] [--state S] [--site SITE]`: MAAS onboardings
-//!   ([`crate::onboarding`]), with the batch's counts by state under `--batch`.
+//!   ([`crate::onboarding_manage`]), with the batch's counts by state under `--batch`.
 //! - `get drift [--site SITE]`: hosts with an open MAAS drift ([`crate::drift`]).
 //!
 //! A host, as a filter or as `get host HOST`, is a hostname or an id ([`crate::resolve`]).
@@ -66,7 +66,7 @@ enum GetWhat {
     /// MAAS onboardings: hostname, site, state, stage, failure class; `--batch` adds the
     /// batch's counts by state.
     #[command(alias = "onboarding")]
-    Onboardings(crate::onboarding::ListArgs),
+    Onboardings(crate::onboarding_manage::ListArgs),
     /// Hosts whose MAAS machine disagrees with Drover: rule, severity, MAAS status.
     Drift(crate::drift::DriftListArgs),
 }
@@ -375,7 +375,7 @@ pub fn run(args: &GetArgs) -> Result<(), CliError> {
             })
         }
         GetWhat::Events(a) => crate::events::run(a),
-        GetWhat::Onboardings(a) => crate::onboarding::run_list(a),
+        GetWhat::Onboardings(a) => crate::onboarding_manage::run_list(a),
         GetWhat::Drift(a) => crate::drift::run_list(a),
     }
 }

@@ -47,22 +47,22 @@ mod job_view;
 mod keygen;
 mod listing;
 mod maintenance;
-mod onboard;
-mod onboarding;
+mod onboarding_create;
+mod onboarding_manage;
 mod onboarding_view;
 mod operator_certs;
 mod output;
 mod plan;
-mod rack;
-mod rack_ops;
-mod release;
-mod releases;
+mod rack_inventory;
+mod rack_maintenance;
+mod release_ci;
+mod release_list;
 mod resolve;
 mod rollout;
 mod sign_cmd;
-mod site;
-mod site_items;
+mod site_record;
 mod site_request;
+mod site_subresources;
 mod tokens;
 mod trust;
 mod ui;
@@ -94,7 +94,7 @@ enum Command {
     Keygen(keygen::KeygenArgs),
     /// Build and sign a release directory from a fleet spec (see also `release timestamp`,
     /// `release publish`).
-    Release(Box<release::ReleaseArgs>),
+    Release(Box<release_ci::ReleaseArgs>),
     /// Write a trust.json (the CI trust roots agents and coordinators verify against).
     Trust(trust::TrustArgs),
     /// Verify a release directory, or single artifacts, against trust roots.
@@ -118,27 +118,27 @@ enum Command {
     Job(Box<job::JobArgs>),
     /// MAAS sites: create, list, get, update, credentials, probe, preflight, disable, enable;
     /// RoCE assignments, BMC credential overrides and profiles.
-    Site(Box<site::SiteArgs>),
+    Site(Box<site_record::SiteArgs>),
     /// Onboard bare-metal nodes through MAAS: one (HOSTNAME IPMI_IP) or a batch (--csv FILE)
     /// (admin).
-    Onboard(Box<onboard::OnboardArgs>),
+    Onboard(Box<onboarding_create::OnboardArgs>),
     /// Act on a MAAS onboarding: retry, resume, rerun, restart-clean, cancel, adopt,
     /// mark-manual (admin); see `get onboardings`, `describe onboarding`.
-    Onboarding(Box<onboarding::OnboardingArgs>),
+    Onboarding(Box<onboarding_manage::OnboardingArgs>),
     /// MAAS drift reconciliation: run a pass now (admin) or show each site's status.
     Reconcile(Box<drift::ReconcileArgs>),
     /// MAAS drift: resolve a host's open drift (admin); see `get drift`.
     Drift(Box<drift::DriftArgs>),
     /// Racks: create, list, get, delete, maintenance, place, bmc, firmware (admin writes,
     /// viewer reads).
-    Rack(Box<rack::RackArgs>),
+    Rack(Box<rack_inventory::RackArgs>),
     /// Switches of racks: create, list, get, delete.
-    Switch(Box<rack::DeviceArgs>),
+    Switch(Box<rack_inventory::DeviceArgs>),
     /// Power shelves of racks: create, list, get, delete, maintenance power-on|power-off (alias
     /// fix).
-    PowerShelf(Box<rack::DeviceArgs>),
+    PowerShelf(Box<rack_inventory::DeviceArgs>),
     /// Component firmware: update compute trays or switches through their rack's maintenance.
-    Component(Box<rack_ops::ComponentArgs>),
+    Component(Box<rack_maintenance::ComponentArgs>),
     #[cfg(feature = "dev")]
     /// The local demo (NOT for production): a coordinator and sandboxed agents on loopback,
     /// a signed release rolled out in waves, a soft reset; serves until Ctrl-C.
@@ -159,7 +159,7 @@ enum Command {
     /// Enrollment tokens: list (id, host, state, created, expires, used; never the token itself), revoke.
     Tokens(Box<tokens::TokensArgs>),
     /// Stored releases: list (version, signed at, publisher, rollouts, channels, artifacts).
-    Releases(Box<releases::ReleasesArgs>),
+    Releases(Box<release_list::ReleasesArgs>),
     /// Operator certificates: list them, revoke one by serial (admin).
     OperatorCert(Box<operator_certs::OperatorCertArgs>),
     /// Print this client's version and the coordinator's, warning when they are a minor
@@ -180,7 +180,7 @@ enum Command {
 fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Keygen(args) => keygen::run(&args),
-        Command::Release(args) => release::run(*args),
+        Command::Release(args) => release_ci::run(*args),
         Command::Trust(args) => trust::run(&args),
         Command::Verify(args) => verify::run(&args),
         Command::Plan(args) => plan::run(&args),
@@ -190,15 +190,15 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Decommission(args) => decommission::run(&args),
         Command::Maintenance(args) => maintenance::run(&args),
         Command::Job(args) => job::run(&args),
-        Command::Site(args) => site::run(&args),
-        Command::Onboard(args) => onboard::run(&args),
-        Command::Onboarding(args) => onboarding::run(&args),
+        Command::Site(args) => site_record::run(&args),
+        Command::Onboard(args) => onboarding_create::run(&args),
+        Command::Onboarding(args) => onboarding_manage::run(&args),
         Command::Reconcile(args) => drift::run_reconcile(&args),
         Command::Drift(args) => drift::run_drift(&args),
-        Command::Rack(args) => rack::run_rack(&args),
-        Command::Switch(args) => rack::run_device(&args, false),
-        Command::PowerShelf(args) => rack::run_device(&args, true),
-        Command::Component(args) => rack_ops::run_component(&args),
+        Command::Rack(args) => rack_inventory::run_rack(&args),
+        Command::Switch(args) => rack_inventory::run_device(&args, false),
+        Command::PowerShelf(args) => rack_inventory::run_device(&args, true),
+        Command::Component(args) => rack_maintenance::run_component(&args),
         #[cfg(feature = "dev")]
         Command::Dev(args) => dev::run(&args),
         Command::Get(args) => get::run(&args),
@@ -208,7 +208,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Explain(args) => explain::run(&args),
         Command::Audit(args) => audit::run(&args),
         Command::Tokens(args) => tokens::run(&args),
-        Command::Releases(args) => releases::run(&args),
+        Command::Releases(args) => release_list::run(&args),
         Command::OperatorCert(args) => operator_certs::run(&args),
         Command::Version(args) => version::run(&args),
         Command::Ui(args) => ui::run(&args),

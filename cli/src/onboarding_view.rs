@@ -5,8 +5,8 @@
 //! created, the `get onboardings` table and batch summary, the full view of `describe
 //! onboarding`, and the line an action prints. Everything shown passes through [`clean`].
 //!
-//! Shared by `drover onboard` ([`crate::onboard`]), the verbs on existing onboardings
-//! ([`crate::onboarding`]) and `--wait` ([`crate::wait`]).
+//! Shared by `drover onboard` ([`crate::onboarding_create`]), the verbs on existing onboardings
+//! ([`crate::onboarding_manage`]) and `--wait` ([`crate::wait`]).
 
 use std::fmt::Write as _;
 

@@ -1,5 +1,6 @@
-//! The verbs that read and act on MAAS onboardings on the coordinator
-//! (`/v1/maas/onboardings…`):
+//! Managing MAAS onboardings that exist on the coordinator (`/v1/maas/onboardings…`): the
+//! verbs that list, show and act on them. Creating them (`drover onboard`) is
+//! [`crate::onboarding_create`]'s.
 //!
 //! - `drover get onboardings [--batch ID] [--host HOSTNAME] [--state STATE] [--site SITE]`
 //!   (viewer): `GET /v1/maas/onboardings?batch=…&host=…&state=…&site=…` as a table (`ID
@@ -16,9 +17,8 @@
 //!   prints `ID STATE (stage STAGE): MESSAGE`. The coordinator decides legality: a refused
 //!   action is a 409 (exit 65) with its message.
 //!
-//! `drover onboard` (creating them) is [`crate::onboard`]; the JSON shapes, ids and renderings
-//! are [`crate::onboarding_view`]'s. Every verb takes `-o json` to print the coordinator's
-//! JSON as it came.
+//! The JSON shapes, ids and renderings are [`crate::onboarding_view`]'s. Every verb takes `-o
+//! json` to print the coordinator's JSON as it came.
 
 use clap::{Args, Subcommand};
 
@@ -221,5 +221,5 @@ fn action_body(action: Action, reason: &str, system_id: Option<&str>) -> Result<
 }
 
 #[cfg(test)]
-#[path = "onboarding_tests.rs"]
+#[path = "onboarding_manage_tests.rs"]
 pub(crate) mod tests;

@@ -1,3 +1,6 @@
+//! Listing the releases the coordinator stores (building, signing and publishing one is
+//! [`crate::release_ci`]'s).
+//!
 //! `drover releases list [-o table|wide|json]`: the releases the coordinator stores, `GET
 //! /v1/releases` (admin or viewer), newest first: version, when CI signed it, who published it
 //! (from the audit log; `-` where it holds no record), how many rollouts it opened and on

@@ -1,4 +1,6 @@
-//! `drover onboard`: ask the coordinator to bring bare-metal nodes into MAAS and Drover (admin).
+//! Creating MAAS onboardings, `drover onboard`: ask the coordinator to bring new bare-metal
+//! nodes into MAAS and Drover (admin). Following and acting on the onboardings it created is
+//! [`crate::onboarding_manage`]'s.
 //!
 //! - `drover onboard --site S --profile P [--sku K] HOSTNAME IPMI_IP [--pxe-mac MAC]`: one
 //!   node, `POST /v1/maas/onboardings` with `{"site", "profile", "sku", "hostname", "ipmiIp",
@@ -364,5 +366,5 @@ pub fn run(args: &OnboardArgs) -> Result<(), CliError> {
 }
 
 #[cfg(test)]
-#[path = "onboard_tests.rs"]
+#[path = "onboarding_create_tests.rs"]
 mod tests;

@@ -1,4 +1,6 @@
-//! `drover site roce|override|profile`: what hangs off a MAAS site.
+//! `drover site roce|override|profile`: the resources nested under a MAAS site
+//! (`/v1/maas/sites/{site}/…`): RoCE assignments, BMC credential overrides and profiles. The
+//! site record itself is [`crate::site_record`]'s.
 //!
 //! - `roce import SITE FILE.csv` (admin): a CSV with the header `hostname,interface,ipv4_cidr`
 //!   becomes the JSON of `POST …/roce-assignments` (one upsert, all rows or none). Rows are

@@ -1,4 +1,5 @@
-//! Racks and their devices from the CLI (`/v1/racks`, `/v1/switches`, `/v1/power-shelves`):
+//! The rack inventory from the CLI: racks and their devices as records (`/v1/racks`,
+//! `/v1/switches`, `/v1/power-shelves`), and a power shelf's power operations:
 //!
 //! - `drover rack create NAME --hardware-type T [--label K=V]… --reason R`, `rack list`, `rack
 //!   get RACK`, `rack delete RACK --reason R`;
@@ -9,8 +10,8 @@
 //!   (the seed's CLI: alias `fix`, `--id`, `--ref`; ids repeated or space-separated) — all
 //!   shelves or none.
 //!
-//! - `drover rack maintenance|place|bmc|firmware` and `drover component firmware update`: see
-//!   `rack_ops`.
+//! - `drover rack maintenance|place|bmc|firmware` (subcommands of `drover rack`, dispatched
+//!   from here) and `drover component firmware update`: see [`crate::rack_maintenance`].
 //!
 //! Writes need an admin certificate, reads a viewer's. `-o json` prints the coordinator's JSON.
 
@@ -50,13 +51,13 @@ enum RackCommand {
     /// Delete an empty rack (admin).
     Delete(Deleting),
     /// Request on-demand maintenance: scope and activities (admin).
-    Maintenance(crate::rack_ops::RackMaintenance),
+    Maintenance(crate::rack_maintenance::RackMaintenance),
     /// Place a host in a rack (admin).
-    Place(crate::rack_ops::Place),
+    Place(crate::rack_maintenance::Place),
     /// Set (or --remove) a host's BMC, which a power sequence drives (admin).
-    Bmc(crate::rack_ops::Bmc),
+    Bmc(crate::rack_maintenance::Bmc),
     /// Firmware records a rack's firmware upgrade resolves.
-    Firmware(crate::rack_ops::FirmwareArgs),
+    Firmware(crate::rack_maintenance::FirmwareArgs),
 }
 
 #[derive(Args)]
@@ -243,10 +244,10 @@ pub fn run_rack(args: &RackArgs) -> Result<(), CliError> {
             let v = delete(&d.common.connect, &path)?;
             print_answer(d.common.output.output, &path, &v, |r: &RackView| format!("rack {} deleted\n", text(&r.name)))
         }
-        RackCommand::Maintenance(m) => crate::rack_ops::run_maintenance(m),
-        RackCommand::Place(p) => crate::rack_ops::run_place(p),
-        RackCommand::Bmc(b) => crate::rack_ops::run_bmc(b),
-        RackCommand::Firmware(f) => crate::rack_ops::run_firmware(f),
+        RackCommand::Maintenance(m) => crate::rack_maintenance::run_maintenance(m),
+        RackCommand::Place(p) => crate::rack_maintenance::run_place(p),
+        RackCommand::Bmc(b) => crate::rack_maintenance::run_bmc(b),
+        RackCommand::Firmware(f) => crate::rack_maintenance::run_firmware(f),
     }
 }
 

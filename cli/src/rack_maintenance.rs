@@ -1,4 +1,7 @@
-//! Rack operations from the CLI (issue 22, `rack-on-demand-maintenance.md`):
+//! Rack maintenance from the CLI (`rack-on-demand-maintenance.md`): on-demand maintenance
+//! cycles, and what they act on and need: firmware (records and component updates), a host's
+//! rack placement and its BMC. The racks and devices themselves are
+//! [`crate::rack_inventory`]'s.
 //!
 //! - `drover rack maintenance RACK [--machine-id ID…] [--switch-id ID…] [--power-shelf-id ID…]
 //!   [--activity firmware-upgrade|configure-nmx-cluster|power-sequence]… [--firmware-version V]

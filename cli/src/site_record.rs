@@ -1,4 +1,6 @@
-//! `drover site`: MAAS sites on the coordinator (`/v1/maas/sites…`).
+//! `drover site`: MAAS sites on the coordinator (`/v1/maas/sites…`): the site record itself
+//! (its MAAS region, secrets, checks and status), and the dispatch of the verbs on what is
+//! nested under a site.
 //!
 //! - `create NAME --region R --maas-url URL --pxe-iface I --pxe-vlan N --node-pxe-iface I …`
 //!   (admin): the site and its default profile; prints `SITE_ID NAME STATUS`.
@@ -13,7 +15,7 @@
 //!   reached, 65 when the site's configuration or token is at fault.
 //! - `preflight SITE [--profile P]` (admin): the check a workflow runs before it starts.
 //! - `disable SITE`, `enable SITE` (admin).
-//! - `roce …`, `override …`, `profile …`: see [`crate::site_items`].
+//! - `roce …`, `override …`, `profile …`: see [`crate::site_subresources`].
 //!
 //! The flags, paths and printing every site verb shares are [`crate::site_request`]'s.
 
@@ -28,8 +30,8 @@ use serde_json::{Map, Value, json};
 use crate::answer::decode;
 use crate::exit::{CliError, codes};
 use crate::output;
-use crate::site_items::{OverrideArgs, ProfileArgs, RoceArgs};
 use crate::site_request::{Common, c, call, show, site_path};
+use crate::site_subresources::{OverrideArgs, ProfileArgs, RoceArgs};
 
 /// Arguments of `drover site`.
 #[derive(Args)]
@@ -368,9 +370,9 @@ pub fn run(args: &SiteArgs) -> Result<(), CliError> {
             let v = call(&a.common, Method::POST, &path, Some(&body))?;
             show(&a.common, &path, &v, site_line)
         }
-        SiteCommand::Roce(a) => crate::site_items::run_roce(a),
-        SiteCommand::Override(a) => crate::site_items::run_override(a),
-        SiteCommand::Profile(a) => crate::site_items::run_profile(a),
+        SiteCommand::Roce(a) => crate::site_subresources::run_roce(a),
+        SiteCommand::Override(a) => crate::site_subresources::run_override(a),
+        SiteCommand::Profile(a) => crate::site_subresources::run_profile(a),
     }
 }
 

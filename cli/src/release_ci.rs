@@ -1,6 +1,8 @@
-//! `drover release`: fleet spec → signed release directory; `drover release timestamp`:
-//! re-sign only the timestamp; `drover release publish`: send a release directory to the
-//! coordinator (which verifies all of it before storing it).
+//! The CI side of a release: `drover release`: fleet spec → signed release directory; `drover
+//! release timestamp`: re-sign only the timestamp; `drover release publish`: send a release
+//! directory to the coordinator (which verifies all of it before storing it), and with
+//! `--wait` follow the rollouts it opens. Listing what the coordinator stores (`drover
+//! releases list`) is [`crate::release_list`]'s.
 
 use std::path::{Path, PathBuf};
 
