@@ -1,9 +1,12 @@
 //! `drover`: the CI side of Drover (keygen, trust, release, verify, plan, canonicalize) and
 //! the operator side against a coordinator: kubectl-like reads (`get hosts|rollouts|jobs|tasks|
-//! events|onboardings`, `describe host|rollout|job|onboarding`, `events --follow`, `explain
-//! host`, `--watch` live rollout progress), each with `-o table|wide|json`, and the actions
+//! events|onboardings|drift`, `describe host|rollout|job|onboarding`, `events --follow`,
+//! `explain host`, `--watch` live rollout progress; `audit`, `tokens`, `releases`,
+//! `operator-cert list`, `evidence`, `version`), each with `-o table|wide|json`, and the actions
 //! (enroll, host, rollout, decommission, maintenance, job, plan --from-coordinator, site,
-//! onboard, onboarding).
+//! onboard, onboarding, reconcile, drift resolve, rack, switch, power-shelf, component). Also
+//! the web dashboard's local proxy (`ui`), the local demo (`dev`, with the `dev` feature) and
+//! the shell completion and manual pages (`completion`, `man`).
 //!
 //! Where the coordinator is and which operator credentials to present come from flags, then
 //! `DROVER_*` variables, then the config file (`--config`, `$DROVER_CONFIG`, or

@@ -1,4 +1,5 @@
-//! Drover's HTTPS client for the coordinator, shared by `drover-agent` and `drover`.
+//! Drover's HTTPS client for the coordinator, shared by `drover-agent` and `drover` (the
+//! coordinator itself uses only its CA loading, [`load_ca`]).
 //!
 //! - **Trust**: rustls (ring) with exactly the coordinator CA as its root store; no system
 //!   roots, no proxy CA, no fallback. TLS 1.3 only. ALPN offers `h2` and `http/1.1`

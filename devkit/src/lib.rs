@@ -5,12 +5,17 @@
 //! Only the edge of the machine is faked, and each fake behaves like the tool it replaces
 //! (arguments, output formats, exit codes): the Nix toolchain and NixOS closures
 //! ([`nixkit`]), `nvidia-smi`, `userdel`, `loginctl` and the drain hook ([`hostroot`]), and
-//! systemd's D-Bus API (`fake-systemd` on a private `dbus-daemon`, [`bus`]). Everything else —
+//! systemd's D-Bus API (`fake-systemd` on a private `dbus-daemon`, [`bus`]); so are the
+//! services outside the host that its lifecycle drives: a MAAS region ([`fake_maas`], the
+//! `fake-maas` binary) and a Redfish power shelf ([`fake_shelf`], `fake-shelf`). Everything else —
 //! enrollment through the bootstrap script and `curl`, mutual TLS, signed releases, the
 //! rollout and job executors, activation with magic rollback, the maintenance tasks — is the
 //! real code path. [`confine`] proves before an agent starts that every path its
 //! configuration names lies inside its sandbox, so a demo can never touch the machine it
-//! runs on. [`openbao`] and [`postgres`] start real OpenBao and PostgreSQL servers for tests.
+//! runs on. [`fleet`] is the fleet itself (the coordinator and its agents), [`spec`] its CI
+//! side (keys, trust roots, the demo fleet spec, signed releases). [`openbao`], [`postgres`]
+//! and [`sushy`] start real OpenBao and PostgreSQL servers and OpenStack's Redfish emulator for
+//! tests.
 
 #![forbid(unsafe_code)]
 

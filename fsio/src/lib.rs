@@ -1,5 +1,6 @@
 //! One way to write a file atomically, used by the agent (its state, the drain marker, the
-//! MAAS credentials file) and the CLI (keys, releases).
+//! MAAS credentials file), the CLI (keys, releases) and the coordinator (the director key's
+//! rotations, a restored store).
 //!
 //! [`write_atomic`] writes a temporary file beside the target and moves it into place, so a
 //! reader sees the old file or the new one, never half of one, and a crash leaves at worst a
@@ -14,8 +15,8 @@
 //!
 //! A failed write says which step failed, and when the filesystem is full it says so and that
 //! nothing was replaced: the temporary is removed and the target is as it was. [`space`] reads
-//! how much room the filesystem under a path has, for health reports that go not-ready before
-//! a write fails.
+//! how much room the filesystem under a path has, for health reports (the agent's, the
+//! store's) that go not-ready before a write fails.
 
 #![forbid(unsafe_code)]
 

@@ -14,6 +14,10 @@
 //!   [`publish`]: publishing a release to the coordinator; [`seal`]: task secrets sealed to
 //!   their host (HPKE); [`evidence`]: host-signed statements a tenant verifies offline;
 //!   [`rotation`]: the director key handing over to its successor.
+//! - [`api`]: the coordinator's operator API as types, written by the coordinator and read by
+//!   the CLI with the same definitions; [`event_kinds`]: the kinds of event it records.
+//! - [`names`], [`time`], [`duration`], [`text`], [`version`]: validated identifiers, wire
+//!   times, the spec's durations, free text a person reads, and release-version skew.
 //!
 //! No I/O and no clock: time is always a parameter.
 

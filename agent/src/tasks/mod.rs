@@ -10,7 +10,8 @@
 //! - [`steps`]: the step executor and the shape of a step's result.
 //! - [`gpu_scrub`], [`storage`], [`validate`], [`hw_sync`], [`drain`], [`users`],
 //!   [`uninstall`]: one task each.
-//! - [`runner`]: from an admitted [`Task`] to its [`TaskResult`].
+//! - [`runner`]: from an admitted [`Task`](drover_proto::task::Task) to its
+//!   [`TaskResult`](drover_proto::report::TaskResult).
 
 pub mod amd;
 pub mod drain;

@@ -1,6 +1,6 @@
 //! The pure rollout planner of RFC-0002: `plan(&PlanInput, now) -> Plan { actions, report }`.
 //!
-//! It depends on `drover-proto` only — no tokio, no store, no clock, no randomness: the
+//! Of Drover's crates it depends on `drover-proto` only — no tokio, no store, no clock, no randomness: the
 //! caller passes a verified snapshot ([`PlanInput`]) and the time, and gets back the actions
 //! to persist (each with the reason for its transition) and, for everything that does not
 //! advance, why. Ordering is deterministic (sorted maps, hostname order).
