@@ -148,7 +148,7 @@ fn main() {
     let canon_only = time_it(iters, || {
         black_box(canonical::is_canonical(black_box(manifest)));
     });
-    // The per-host proof path (issue 27): what an agent verifies instead of the manifest —
+    // The per-host proof path: what an agent verifies instead of the manifest —
     // the signed root, then its own entry's audit path — and what the coordinator does once
     // per release and rollout (the tree) and once per host (an audit path).
     let rpath = root_path(&id);

@@ -1,6 +1,6 @@
-//! The agent's state directory on a full filesystem (issue 23, point 5): a small tmpfs in a
-//! private mount namespace, filled by a filler file, under the agent's real state directory
-//! code (`StateDir`, its records, `drover-fsio`'s atomic write) and health report.
+//! The agent's state directory on a full filesystem: a small tmpfs in a private mount
+//! namespace, filled by a filler file, under the agent's real state directory code
+//! (`StateDir`, its records, `drover-fsio`'s atomic write) and health report.
 //!
 //! - `a_full_state_dir_fails_writes_by_name_keeps_the_old_record_and_recovers`: a record
 //!   write on the full disk fails with an error naming the file and the lack of space; the

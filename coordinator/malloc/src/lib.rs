@@ -40,8 +40,8 @@ pub fn limit_arenas() -> bool {
 
 /// Hands the allocator's free pages back to the system (glibc's `malloc_trim(0)`): what a
 /// burst of short-lived buffers left free inside the arena stops counting in RSS. The
-/// coordinator calls it after anonymous request bodies released a few MiB (issue 40: memory
-/// comes back after a body flood). True if anything was returned; false elsewhere than glibc.
+/// coordinator calls it after anonymous request bodies released a few MiB, so that memory
+/// comes back after a body flood. True if anything was returned; false elsewhere than glibc.
 pub fn trim() -> bool {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {

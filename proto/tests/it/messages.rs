@@ -618,7 +618,8 @@ fn host_lifecycle_transitions_are_exactly_node_state_model() {
         (Retired, Removing),
         (Removing, Retired),
         (Removing, Deleted),
-        // Beyond §3.2 (issue 24): a host that never enrolled is deleted outright.
+        // Beyond §3.2: a host that never enrolled is deleted outright (nothing was installed,
+        // so there is nothing to drain or uninstall).
         (BootstrapIssued, Deleted),
     ];
     for &from in HostLifecycle::ALL {
