@@ -56,7 +56,7 @@ impl NewKeys {
         if named.as_deref() != Some(host_id) {
             return Err(bad(format!("it names host {named:?}, expected {host_id:?}")));
         }
-        let ours = self.signing_key().map_err(bad)?;
+        let ours = drover_proto::keys::signing_key_from_pem(&self.evidence_pem).map_err(|e| bad(e.to_string()))?;
         let probe = evidence::sign(
             Statement {
                 version: evidence::VERSION,
@@ -69,10 +69,6 @@ impl NewKeys {
         )
         .map_err(|e| bad(e.to_string()))?;
         evidence::verify(&probe, None, &evidence::Expect::default()).map_err(|_| bad("it certifies another key than ours".into()))
-    }
-
-    fn signing_key(&self) -> Result<SigningKey, String> {
-        drover_proto::keys::signing_key_from_pem(&self.evidence_pem).map_err(|e| e.to_string())
     }
 
     /// Writes the keys (private ones 0600) and the evidence certificate, if the coordinator
@@ -122,6 +118,29 @@ pub fn open(state_dir: &std::path::Path, sealed: &SealedBox, task_id: &str, host
     Ok(key.open(sealed, &drover_proto::seal::secret_aad(task_id, host_id))?)
 }
 
+/// Why the evidence key or its certificate could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum EvidenceKeyError {
+    /// A file could not be read.
+    #[error("{file}: {source}", file = file.display())]
+    Read {
+        /// The file.
+        file: std::path::PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The key file holds no Ed25519 key.
+    #[error("{file}: {source}", file = file.display())]
+    Key {
+        /// The file.
+        file: std::path::PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: drover_proto::keys::KeyError,
+    },
+}
+
 /// The evidence signer, if this host has an evidence key and certificate.
 pub struct EvidenceSigner {
     key: SigningKey,
@@ -131,16 +150,16 @@ pub struct EvidenceSigner {
 
 impl EvidenceSigner {
     /// Loads the key and certificate; `Ok(None)` when this host has none.
-    pub fn load(state_dir: &std::path::Path, host_id: &str) -> Result<Option<EvidenceSigner>, String> {
+    pub fn load(state_dir: &std::path::Path, host_id: &str) -> Result<Option<EvidenceSigner>, EvidenceKeyError> {
         let key_file = state_dir.join(EVIDENCE_KEY);
         let pem = match std::fs::read_to_string(&key_file) {
             Ok(p) => p,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("{}: {e}", key_file.display())),
+            Err(source) => return Err(EvidenceKeyError::Read { file: key_file, source }),
         };
-        let key = drover_proto::keys::signing_key_from_pem(&pem).map_err(|e| format!("{}: {e}", key_file.display()))?;
+        let key = drover_proto::keys::signing_key_from_pem(&pem).map_err(|source| EvidenceKeyError::Key { file: key_file, source })?;
         let cert_file = state_dir.join(EVIDENCE_CERT);
-        let cert = std::fs::read_to_string(&cert_file).map_err(|e| format!("{}: {e}", cert_file.display()))?;
+        let cert = std::fs::read_to_string(&cert_file).map_err(|source| EvidenceKeyError::Read { file: cert_file, source })?;
         Ok(Some(EvidenceSigner { key, cert, host_id: host_id.to_owned() }))
     }
 

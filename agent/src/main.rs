@@ -68,7 +68,7 @@ struct EnrollArgs {
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
     /// The host id `drover enroll` created this host under (the token is bound to it).
-    #[arg(long, value_name = "UUID", value_parser = parse_host_id)]
+    #[arg(long, value_name = "UUID", value_parser = enroll::parse_host_id)]
     host_id: String,
     /// Read the one-time enrollment token from stdin.
     #[arg(long)]
@@ -77,16 +77,8 @@ struct EnrollArgs {
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
     /// sha256 (hex) of the operator's trust.json, as `drover enroll` put it in the command.
-    #[arg(long, value_name = "HEX", value_parser = parse_hash)]
+    #[arg(long, value_name = "HEX", value_parser = enroll::parse_sha256_hex)]
     trust_sha256: String,
-}
-
-fn parse_host_id(s: &str) -> Result<String, String> {
-    enroll::parse_host_id(s).map_err(|e| e.to_string())
-}
-
-fn parse_hash(s: &str) -> Result<String, String> {
-    enroll::parse_sha256_hex(s).map_err(|e| e.to_string())
 }
 
 fn run_enroll(args: EnrollArgs) -> anyhow::Result<()> {

@@ -113,6 +113,34 @@ pub enum PullError {
     Host(String),
 }
 
+/// Why a certificate renewal failed (the agent keeps its certificate and tries again on the
+/// next pass).
+#[derive(Debug, thiserror::Error)]
+pub enum RenewError {
+    /// The state directory failed (reading the certificate, key or CA, writing the new one).
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// The current certificate's validity window could not be read.
+    #[error(transparent)]
+    Validity(#[from] timekeeping::CertValidityError),
+    /// The key file is not UTF-8.
+    #[error(transparent)]
+    KeyNotUtf8(#[from] std::string::FromUtf8Error),
+    /// The key file does not hold a key.
+    #[error("{}: {source}", crate::state::KEY)]
+    Key {
+        /// The parser's error.
+        #[source]
+        source: rcgen::Error,
+    },
+    /// The CSR could not be made, or the issued certificate is not this host's.
+    #[error(transparent)]
+    Enroll(#[from] crate::enroll::EnrollError),
+    /// The coordinator refused or could not be reached, or the certificates do not parse.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
 pub use crate::timekeeping::{Clock, SystemClock};
 
 /// The coordinator client, replaced in place when the certificate is renewed.
@@ -566,8 +594,8 @@ impl Agent {
         Ok(())
     }
 
-    async fn maybe_renew(&mut self, now: Time) -> Result<(), String> {
-        let cert_pem = self.state.read(crate::state::CERT).map_err(|e| e.to_string())?;
+    async fn maybe_renew(&mut self, now: Time) -> Result<(), RenewError> {
+        let cert_pem = self.state.read(crate::state::CERT)?;
         let renew_at = match self.renew_at {
             Some(t) => t,
             None => {
@@ -580,20 +608,20 @@ impl Agent {
         if now < renew_at {
             return Ok(());
         }
-        let key_pem = self.state.read(crate::state::KEY).map_err(|e| e.to_string())?;
-        let key_text = String::from_utf8(key_pem.clone()).map_err(|e| e.to_string())?;
-        let key = rcgen::KeyPair::from_pem(&key_text).map_err(|e| format!("{}: {e}", crate::state::KEY))?;
-        let csr = crate::enroll::build_csr(&key).map_err(|e| e.to_string())?;
-        let resp: RenewResponse = self.client.get().post_json(RENEW_PATH, &RenewRequest { csr }).await.map_err(|e| e.to_string())?;
-        let ca = self.state.read(crate::state::CA).map_err(|e| e.to_string())?;
-        let ca = drover_client::tls::parse_certificates("ca.crt", &ca).map_err(|e| e.to_string())?;
-        let chain = drover_client::tls::parse_certificates("certificate", resp.certificate.as_bytes()).map_err(|e| e.to_string())?;
-        crate::enroll::check_public_key(&chain[0], &key.public_key_der()).map_err(|e| e.to_string())?;
-        crate::enroll::check_chain(&chain, &ca, rustls::pki_types::UnixTime::now()).map_err(|e| e.to_string())?;
-        crate::enroll::check_names(&chain[0], &self.identity.host_id, &self.identity.hostname).map_err(|e| e.to_string())?;
-        let identity = ClientIdentity::from_pem(resp.certificate.as_bytes(), &key_pem).map_err(|e| e.to_string())?;
-        let client = (self.make_client)(identity).map_err(|e| e.to_string())?;
-        self.state.write_cert(&resp.certificate).map_err(|e| e.to_string())?;
+        let key_pem = self.state.read(crate::state::KEY)?;
+        let key_text = String::from_utf8(key_pem.clone())?;
+        let key = rcgen::KeyPair::from_pem(&key_text).map_err(|source| RenewError::Key { source })?;
+        let csr = crate::enroll::build_csr(&key)?;
+        let resp: RenewResponse = self.client.get().post_json(RENEW_PATH, &RenewRequest { csr }).await?;
+        let ca = self.state.read(crate::state::CA)?;
+        let ca = drover_client::tls::parse_certificates("ca.crt", &ca)?;
+        let chain = drover_client::tls::parse_certificates("certificate", resp.certificate.as_bytes())?;
+        crate::enroll::check_public_key(&chain[0], &key.public_key_der())?;
+        crate::enroll::check_chain(&chain, &ca, rustls::pki_types::UnixTime::now())?;
+        crate::enroll::check_names(&chain[0], &self.identity.host_id, &self.identity.hostname)?;
+        let identity = ClientIdentity::from_pem(resp.certificate.as_bytes(), &key_pem)?;
+        let client = (self.make_client)(identity)?;
+        self.state.write_cert(&resp.certificate)?;
         self.client.set(client);
         self.renew_at = None;
         tracing::info!(host_id = %self.identity.host_id, "certificate renewed");

@@ -15,7 +15,7 @@ use drover_proto::spec::{Mode, ProbeSpec};
 use drover_proto::task::TaskKind;
 use tokio::sync::watch;
 
-use crate::activation::{self, ActivationSettings, Activator, ConfirmAnswer, Confirmer, HealthGate};
+use crate::activation::{self, ActivationSettings, Activator, ConfirmAnswer, Confirmer, GateRefusal, HealthGate};
 use crate::admit::Admitted;
 use crate::config::Config;
 use crate::exec::SystemRunner;
@@ -157,10 +157,10 @@ struct Gate<'a> {
 }
 
 impl HealthGate for Gate<'_> {
-    fn check(&self) -> Result<(), String> {
-        let failed = self.host.systemd.failed_units().map_err(|e| format!("cannot list failed units: {e}"))?;
+    fn check(&self) -> Result<(), GateRefusal> {
+        let failed = self.host.systemd.failed_units().map_err(|source| GateRefusal::FailedUnitsUnknown { source })?;
         if !failed.is_empty() {
-            return Err(format!("failed units: {}", failed.join(", ")));
+            return Err(GateRefusal::FailedUnits { units: failed });
         }
         let enforced: Vec<ProbeSpec> = self.probes.iter().filter(|p| p.mode == Mode::Enforce).cloned().collect();
         let bad: Vec<String> = self
@@ -170,7 +170,7 @@ impl HealthGate for Gate<'_> {
             .filter(|r| r.outcome != ProbeOutcome::Passed)
             .map(|r| format!("probe {} {:?}: {}", r.name, r.outcome, r.message))
             .collect();
-        if bad.is_empty() { Ok(()) } else { Err(bad.join("; ")) }
+        if bad.is_empty() { Ok(()) } else { Err(GateRefusal::Probes { probes: bad }) }
     }
 }
 
@@ -302,7 +302,9 @@ impl HostOps for RealHost {
     }
 
     fn finish_uninstall(&self) -> Result<(), String> {
-        crate::tasks::uninstall::finish(&self.task_env())
+        // The trait answers text: it is implemented outside this crate too (the end-to-end
+        // tests' idle host).
+        crate::tasks::uninstall::finish(&self.task_env()).map_err(|e| e.to_string())
     }
 }
 

@@ -79,14 +79,34 @@ pub fn backoff(failures: u32, base: Duration, max: Duration, jitter: f64) -> Dur
     capped.mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0))
 }
 
+/// Why a certificate's validity window could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum CertValidityError {
+    /// The PEM holds no readable certificate.
+    #[error(transparent)]
+    Pem(#[from] drover_client::ClientError),
+    /// The PEM holds no certificate at all.
+    #[error("no certificate")]
+    Empty,
+    /// The certificate is not X.509.
+    #[error("not valid X.509: {source}")]
+    X509 {
+        /// The parser's error.
+        #[source]
+        source: x509_parser::nom::Err<x509_parser::error::X509Error>,
+    },
+    /// A bound is outside the times the wire can carry.
+    #[error(transparent)]
+    Time(#[from] drover_proto::time::TimeError),
+}
+
 /// Reads a certificate's validity window from its PEM.
-pub fn cert_validity(pem: &[u8]) -> Result<(Time, Time), String> {
-    let chain = drover_client::tls::parse_certificates("certificate", pem).map_err(|e| e.to_string())?;
-    let leaf = chain.first().ok_or("no certificate")?;
-    let (_, cert) = x509_parser::parse_x509_certificate(leaf).map_err(|e| format!("not valid X.509: {e}"))?;
+pub fn cert_validity(pem: &[u8]) -> Result<(Time, Time), CertValidityError> {
+    let chain = drover_client::tls::parse_certificates("certificate", pem)?;
+    let leaf = chain.first().ok_or(CertValidityError::Empty)?;
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf).map_err(|source| CertValidityError::X509 { source })?;
     let v = cert.validity();
-    let t = |secs: i64| Time::from_unix(secs).map_err(|e| e.to_string());
-    Ok((t(v.not_before.timestamp())?, t(v.not_after.timestamp())?))
+    Ok((Time::from_unix(v.not_before.timestamp())?, Time::from_unix(v.not_after.timestamp())?))
 }
 
 #[cfg(test)]

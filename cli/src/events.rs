@@ -56,7 +56,7 @@ pub struct EventsArgs {
     #[arg(long, value_name = "ROLLOUT")]
     rollout: Option<String>,
     /// Only events of this kind (e.g. rollout.opened, host.transition) or family (host.*).
-    #[arg(long, value_name = "KIND", value_parser = parse_kind)]
+    #[arg(long, value_name = "KIND", value_parser = parse_filter)]
     kind: Option<KindFilter>,
     /// Without --follow: show only the newest N events (oldest first).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -97,11 +97,6 @@ fn filters(s: &Session, args: &EventsArgs) -> Result<Vec<(&'static str, String)>
     Ok(q)
 }
 
-/// `--kind`: a kind the coordinator records, or a family of them.
-fn parse_kind(s: &str) -> Result<KindFilter, String> {
-    parse_filter(s).map_err(|e| e.to_string())
-}
-
 /// Where `--since` starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Since {
@@ -113,8 +108,16 @@ enum Since {
     At(Time),
 }
 
-fn parse_since(s: &str) -> Result<Since, String> {
-    let bad = || format!("{s:?} is not an event id, a duration (30s, 10m, 2h, 1d) or an RFC 3339 time");
+/// A `--since` that is none of its three forms.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{given:?} is not an event id, a duration (30s, 10m, 2h, 1d) or an RFC 3339 time")]
+struct BadSince {
+    /// What was given.
+    given: String,
+}
+
+fn parse_since(s: &str) -> Result<Since, BadSince> {
+    let bad = || BadSince { given: s.to_owned() };
     if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
         return s.parse().map(Since::After).map_err(|_| bad());
     }
@@ -414,7 +417,7 @@ mod tests {
         let at = parse_since("2025-01-01T00:00:30Z").expect("an instant");
         assert_eq!(at, Since::At(Time::parse_lenient("2025-01-01T00:00:30Z").expect("time")));
         for bad in ["", "m", "10x", "-5m", "yesterday", "99999999999999999999d"] {
-            let e = parse_since(bad).expect_err(bad);
+            let e = parse_since(bad).expect_err(bad).to_string();
             assert!(e.contains("not an event id, a duration"), "{bad}: {e}");
         }
     }

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use drover_proto::api::evidence::EvidenceView;
-use drover_proto::evidence::{Evidence, Expect, Subject, verify};
+use drover_proto::evidence::{Evidence, EvidenceError, Expect, Subject, verify};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -137,6 +137,25 @@ fn read_input(file: &PathBuf) -> Result<Vec<u8>, CliError> {
     Ok(bytes)
 }
 
+/// Why one document of an evidence file is refused.
+#[derive(Debug, thiserror::Error)]
+enum DocumentRefused {
+    /// It does not decode as evidence.
+    #[error("not an evidence document ({source})")]
+    NotEvidence {
+        /// The decoding error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// It decodes and does not verify.
+    #[error("{source}")]
+    Refused {
+        /// The rule it breaks.
+        #[source]
+        source: EvidenceError,
+    },
+}
+
 /// Verifies every document of `file` under the CA of `ca`.
 fn verify_file(file: &PathBuf, ca: &PathBuf, expect: &Expect<'_>) -> Result<(), CliError> {
     let ca_pem = std::fs::read_to_string(ca).map_err(|e| CliError::new(codes::NO_INPUT, format!("--ca {}: {e}", ca.display())))?;
@@ -153,8 +172,8 @@ fn verify_file(file: &PathBuf, ca: &PathBuf, expect: &Expect<'_>) -> Result<(), 
     let mut failed = Vec::new();
     for (i, doc) in docs.into_iter().enumerate() {
         let outcome = serde_json::from_value::<Evidence>(doc)
-            .map_err(|e| format!("not an evidence document ({e})"))
-            .and_then(|e| verify(&e, Some(&ca_pem), expect).map(|()| e).map_err(|err| err.to_string()));
+            .map_err(|source| DocumentRefused::NotEvidence { source })
+            .and_then(|e| verify(&e, Some(&ca_pem), expect).map(|()| e).map_err(|source| DocumentRefused::Refused { source }));
         match outcome {
             Ok(e) => lines.push_str(&format!("ok  #{i}  {}\n", describe(&e))),
             Err(why) => failed.push(format!("#{i}: {why}")),

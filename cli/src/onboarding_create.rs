@@ -113,35 +113,79 @@ pub struct BatchBody<'a> {
     pub nodes: &'a [Node],
 }
 
+/// Why one node's field is refused; `what` names the field (a CSV column or an argument).
+#[derive(Debug, thiserror::Error)]
+pub enum FieldError {
+    /// The field is empty.
+    #[error("empty {what}")]
+    Empty {
+        /// The field.
+        what: String,
+    },
+    /// Not a hostname by RFC 1123.
+    #[error("{what} {given:?} is not a hostname (RFC 1123: letters, digits and '-', dot-separated)")]
+    Hostname {
+        /// The field.
+        what: String,
+        /// What was given, cleaned.
+        given: String,
+    },
+    /// A hostname that reads as an id (the host it becomes is named by hostname or id).
+    #[error("{what}: {source}")]
+    HostnameIsAnId {
+        /// The field.
+        what: String,
+        /// The names rule it breaks.
+        #[source]
+        source: drover_proto::names::NameError,
+    },
+    /// Not an IP address.
+    #[error("{what} {given:?} is not an IP address")]
+    Ip {
+        /// The field.
+        what: String,
+        /// What was given, cleaned.
+        given: String,
+    },
+    /// Not a MAC address.
+    #[error("{what} {given:?} is not a MAC address (aa:bb:cc:dd:ee:ff)")]
+    Mac {
+        /// The field.
+        what: String,
+        /// What was given, cleaned.
+        given: String,
+    },
+}
+
 /// A hostname, lowercased, checked by enrollment's rule; `what` names it in the error.
-pub fn check_hostname(what: &str, v: &str) -> Result<String, String> {
+pub fn check_hostname(what: &str, v: &str) -> Result<String, FieldError> {
     let v = v.trim();
     if v.is_empty() {
-        return Err(format!("empty {what}"));
+        return Err(FieldError::Empty { what: what.to_owned() });
     }
     let lower = v.to_ascii_lowercase();
-    drover_proto::names::check_hostname(&lower)
-        .map_err(|_| format!("{what} {:?} is not a hostname (RFC 1123: letters, digits and '-', dot-separated)", clean(v, 80)))?;
+    drover_proto::names::check_hostname(&lower).map_err(|_| FieldError::Hostname { what: what.to_owned(), given: clean(v, 80) })?;
     // The host it becomes is named by hostname or id, the id tried first (the coordinator's rule).
-    drover_proto::names::check_not_an_id("hostname", &lower).map_err(|e| format!("{what}: {e}"))?;
+    drover_proto::names::check_not_an_id("hostname", &lower)
+        .map_err(|source| FieldError::HostnameIsAnId { what: what.to_owned(), source })?;
     Ok(lower)
 }
 
 /// An IP address, canonical; `what` names it in the error.
-pub fn check_ip(what: &str, v: &str) -> Result<IpAddr, String> {
+pub fn check_ip(what: &str, v: &str) -> Result<IpAddr, FieldError> {
     let v = v.trim();
     if v.is_empty() {
-        return Err(format!("empty {what}"));
+        return Err(FieldError::Empty { what: what.to_owned() });
     }
-    v.parse::<IpAddr>().map_err(|_| format!("{what} {:?} is not an IP address", clean(v, 80)))
+    v.parse::<IpAddr>().map_err(|_| FieldError::Ip { what: what.to_owned(), given: clean(v, 80) })
 }
 
 /// A MAC address as six hex pairs (`:` or `-`), lowercase with colons; `what` names it.
-pub fn check_mac(what: &str, v: &str) -> Result<String, String> {
+pub fn check_mac(what: &str, v: &str) -> Result<String, FieldError> {
     let v = v.trim();
     let parts: Vec<&str> = v.split([':', '-']).collect();
     if parts.len() != 6 || !parts.iter().all(|p| p.len() == 2 && p.bytes().all(|b| b.is_ascii_hexdigit())) {
-        return Err(format!("{what} {:?} is not a MAC address (aa:bb:cc:dd:ee:ff)", clean(v, 80)));
+        return Err(FieldError::Mac { what: what.to_owned(), given: clean(v, 80) });
     }
     Ok(parts.join(":").to_ascii_lowercase())
 }
@@ -164,6 +208,109 @@ fn check_sku(v: &str) -> Result<String, CliError> {
     Ok(v.to_owned())
 }
 
+/// Why a node CSV is refused: every problem but an empty file names its line.
+#[derive(Debug, thiserror::Error)]
+pub enum CsvError {
+    /// Nothing but blank lines and comments.
+    #[error("the file is empty: it needs a header line naming hostname,ipmi_ip[,pxe_mac] and one node a line")]
+    Empty,
+    /// The first line names neither hostname nor ipmi_ip.
+    #[error("line {line}: no header: the first line must name the columns hostname,ipmi_ip[,pxe_mac] (found {found:?})")]
+    NoHeader {
+        /// The line.
+        line: usize,
+        /// The line as found, cleaned.
+        found: String,
+    },
+    /// The header names a column that is not one of the three.
+    #[error("line {line}: the header's column {column} is {name:?}: the columns are hostname, ipmi_ip and optionally pxe_mac")]
+    UnknownColumn {
+        /// The line.
+        line: usize,
+        /// The column, from 1.
+        column: usize,
+        /// Its name, cleaned.
+        name: String,
+    },
+    /// The header names a column twice.
+    #[error("line {line}: the header names column {name:?} twice")]
+    DuplicateColumn {
+        /// The line.
+        line: usize,
+        /// The column's name.
+        name: String,
+    },
+    /// The header lacks hostname or ipmi_ip.
+    #[error("line {line}: the header has no {missing} column: the first line must name hostname,ipmi_ip[,pxe_mac]")]
+    MissingColumn {
+        /// The line.
+        line: usize,
+        /// The column missing.
+        missing: &'static str,
+    },
+    /// More rows than one batch takes.
+    #[error("line {line}: more than {MAX_ROWS} rows: split the file into batches of at most {MAX_ROWS}")]
+    TooManyRows {
+        /// The first row over.
+        line: usize,
+    },
+    /// A row with another number of fields than the header.
+    #[error("line {line}: expected {expected} comma-separated fields (the header's columns), found {found}")]
+    FieldCount {
+        /// The line.
+        line: usize,
+        /// The header's columns.
+        expected: usize,
+        /// The row's fields.
+        found: usize,
+    },
+    /// A field is refused.
+    #[error("line {line}: {source}")]
+    Field {
+        /// The line.
+        line: usize,
+        /// Why.
+        #[source]
+        source: FieldError,
+    },
+    /// A hostname already on an earlier line.
+    #[error("line {line}: hostname {hostname:?} is already on line {first}")]
+    DuplicateHostname {
+        /// The line.
+        line: usize,
+        /// The hostname.
+        hostname: String,
+        /// The line it is first on.
+        first: usize,
+    },
+    /// An IPMI address already on an earlier line.
+    #[error("line {line}: ipmi_ip {ip} is already on line {first}")]
+    DuplicateIp {
+        /// The line.
+        line: usize,
+        /// The address.
+        ip: IpAddr,
+        /// The line it is first on.
+        first: usize,
+    },
+    /// A MAC already on an earlier line.
+    #[error("line {line}: pxe_mac {mac} is already on line {first}")]
+    DuplicateMac {
+        /// The line.
+        line: usize,
+        /// The MAC.
+        mac: String,
+        /// The line it is first on.
+        first: usize,
+    },
+    /// A header and no node.
+    #[error("line {line}: the header is not followed by any node")]
+    NoNodes {
+        /// The header's line.
+        line: usize,
+    },
+}
+
 /// Where each column of a node CSV is.
 struct Columns {
     count: usize,
@@ -174,41 +321,34 @@ struct Columns {
 
 impl Columns {
     /// The header line `line` (number `n`).
-    fn parse(n: usize, line: &str) -> Result<Columns, String> {
+    fn parse(n: usize, line: &str) -> Result<Columns, CsvError> {
         let names: Vec<String> = line.split(',').map(|c| c.trim().to_ascii_lowercase()).collect();
         let find = |name: &str| names.iter().position(|c| c == name);
         if find("hostname").is_none() && find("ipmi_ip").is_none() {
-            return Err(format!(
-                "line {n}: no header: the first line must name the columns hostname,ipmi_ip[,pxe_mac] (found {:?})",
-                clean(line, 80)
-            ));
+            return Err(CsvError::NoHeader { line: n, found: clean(line, 80) });
         }
         for (i, name) in names.iter().enumerate() {
             if !matches!(name.as_str(), "hostname" | "ipmi_ip" | "pxe_mac") {
-                return Err(format!(
-                    "line {n}: the header's column {} is {:?}: the columns are hostname, ipmi_ip and optionally pxe_mac",
-                    i + 1,
-                    clean(name, 40)
-                ));
+                return Err(CsvError::UnknownColumn { line: n, column: i + 1, name: clean(name, 40) });
             }
             if names[..i].contains(name) {
-                return Err(format!("line {n}: the header names column {name:?} twice"));
+                return Err(CsvError::DuplicateColumn { line: n, name: name.clone() });
             }
         }
         let (Some(hostname), Some(ipmi_ip)) = (find("hostname"), find("ipmi_ip")) else {
             let missing = if find("hostname").is_none() { "hostname" } else { "ipmi_ip" };
-            return Err(format!("line {n}: the header has no {missing} column: the first line must name hostname,ipmi_ip[,pxe_mac]"));
+            return Err(CsvError::MissingColumn { line: n, missing });
         };
         Ok(Columns { count: names.len(), hostname, ipmi_ip, pxe_mac: find("pxe_mac") })
     }
 }
 
 /// The nodes of a CSV (see the module's doc); a problem is named by its line.
-pub fn parse_csv(text: &str) -> Result<Vec<Node>, String> {
+pub fn parse_csv(text: &str) -> Result<Vec<Node>, CsvError> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())).filter(|(_, l)| !l.is_empty() && !l.starts_with('#'));
     let Some((header_line, header)) = lines.next() else {
-        return Err("the file is empty: it needs a header line naming hostname,ipmi_ip[,pxe_mac] and one node a line".to_owned());
+        return Err(CsvError::Empty);
     };
     let cols = Columns::parse(header_line, header)?;
     let mut nodes = Vec::new();
@@ -217,12 +357,12 @@ pub fn parse_csv(text: &str) -> Result<Vec<Node>, String> {
     let mut macs: HashMap<String, usize> = HashMap::new();
     for (n, line) in lines {
         if nodes.len() == MAX_ROWS {
-            return Err(format!("line {n}: more than {MAX_ROWS} rows: split the file into batches of at most {MAX_ROWS}"));
+            return Err(CsvError::TooManyRows { line: n });
         }
-        let at = |why: String| format!("line {n}: {why}");
+        let at = |source: FieldError| CsvError::Field { line: n, source };
         let cells: Vec<&str> = line.split(',').map(str::trim).collect();
         if cells.len() != cols.count {
-            return Err(at(format!("expected {} comma-separated fields (the header's columns), found {}", cols.count, cells.len())));
+            return Err(CsvError::FieldCount { line: n, expected: cols.count, found: cells.len() });
         }
         let hostname = check_hostname("hostname", cells[cols.hostname]).map_err(at)?;
         let ip = check_ip("ipmi_ip", cells[cols.ipmi_ip]).map_err(at)?;
@@ -231,18 +371,18 @@ pub fn parse_csv(text: &str) -> Result<Vec<Node>, String> {
             None => None,
         };
         if let Some(first) = hosts.insert(hostname.clone(), n) {
-            return Err(at(format!("hostname {hostname:?} is already on line {first}")));
+            return Err(CsvError::DuplicateHostname { line: n, hostname, first });
         }
         if let Some(first) = ips.insert(ip, n) {
-            return Err(at(format!("ipmi_ip {ip} is already on line {first}")));
+            return Err(CsvError::DuplicateIp { line: n, ip, first });
         }
         if let Some((mac, first)) = pxe_mac.as_ref().and_then(|m| macs.insert(m.clone(), n).map(|first| (m, first))) {
-            return Err(at(format!("pxe_mac {mac} is already on line {first}")));
+            return Err(CsvError::DuplicateMac { line: n, mac: mac.clone(), first });
         }
         nodes.push(Node { hostname, ipmi_ip: ip.to_string(), pxe_mac });
     }
     if nodes.is_empty() {
-        return Err(format!("line {header_line}: the header is not followed by any node"));
+        return Err(CsvError::NoNodes { line: header_line });
     }
     Ok(nodes)
 }
@@ -250,9 +390,9 @@ pub fn parse_csv(text: &str) -> Result<Vec<Node>, String> {
 /// The one node of the single form, from its arguments (64 when one is wrong).
 fn single_node(hostname: &str, ipmi_ip: &str, pxe_mac: Option<&str>) -> Result<Node, CliError> {
     Ok(Node {
-        hostname: check_hostname("HOSTNAME", hostname).map_err(CliError::usage)?,
-        ipmi_ip: check_ip("IPMI_IP", ipmi_ip).map_err(CliError::usage)?.to_string(),
-        pxe_mac: pxe_mac.map(|m| check_mac("--pxe-mac", m)).transpose().map_err(CliError::usage)?,
+        hostname: check_hostname("HOSTNAME", hostname).map_err(|e| CliError::usage(e.to_string()))?,
+        ipmi_ip: check_ip("IPMI_IP", ipmi_ip).map_err(|e| CliError::usage(e.to_string()))?.to_string(),
+        pxe_mac: pxe_mac.map(|m| check_mac("--pxe-mac", m)).transpose().map_err(|e| CliError::usage(e.to_string()))?,
     })
 }
 

@@ -24,7 +24,7 @@ fn node(hostname: &str, ip: &str, mac: Option<&str>) -> Node {
 
 /// The error of `text`, which must start with `line N: `.
 fn line_error(text: &str, n: usize) -> String {
-    let e = parse_csv(text).expect_err("refused");
+    let e = parse_csv(text).expect_err("refused").to_string();
     assert!(e.starts_with(&format!("line {n}: ")), "line {n}: {e}");
     e
 }
@@ -98,7 +98,7 @@ fn each_problem_is_named_with_its_line() {
 #[test]
 fn an_empty_file_and_too_many_rows_are_refused() {
     for empty in ["", "\n\n  \n", "# only a comment\n", "\u{feff}"] {
-        let e = parse_csv(empty).expect_err("empty");
+        let e = parse_csv(empty).expect_err("empty").to_string();
         assert!(e.contains("the file is empty"), "{empty:?}: {e}");
     }
     let rows = |n: usize| -> String {

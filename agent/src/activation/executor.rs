@@ -24,7 +24,8 @@ use super::machine::{
 };
 use super::record::{self, Step, SwitchMode};
 use super::{
-    ActivationError, ActivationReport, ActivationSettings, CURRENT_SYSTEM, Clock, Confirmer, HealthGate, LOCK_FILE, SYSTEM_PROFILE, exists,
+    ActivationError, ActivationReport, ActivationSettings, CURRENT_SYSTEM, Clock, Confirmer, HealthGate, LOCK_FILE, SYSTEM_PROFILE,
+    StepError, UnitFailure, exists,
 };
 use crate::exec::{CommandRunner, CommandSpec};
 use crate::state::StateDir;
@@ -102,8 +103,8 @@ impl Activator<'_> {
     pub fn resume(&self) -> Result<Option<ActivationReport>, ActivationError> {
         let _lock = self.lock()?;
         let Some(rec) = record::load_record(self.state)? else { return Ok(None) };
-        let pending =
-            Pending::from_record(rec).map_err(|message| ActivationError::Corrupt { file: self.state.file(super::RECORD_FILE), message })?;
+        let pending = Pending::from_record(rec)
+            .map_err(|e| ActivationError::Corrupt { file: self.state.file(super::RECORD_FILE), message: e.to_string() })?;
         let report = match pending {
             Pending::Done(rec) => rec.report(),
             Pending::Booting(staged) => self.run_staged(staged)?,
@@ -167,7 +168,7 @@ impl Activator<'_> {
                 let argv = vec![self.stc(s.target()).display().to_string(), SwitchMode::Switch.arg().to_owned()];
                 let description = format!("drover: switch to {}", s.target());
                 if let Err(e) = self.systemd.start_transient_service(s.unit(), &description, &argv) {
-                    return self.recover(s.start_failed(e.to_string()));
+                    return self.recover(s.start_failed(e));
                 }
                 self.finish_switch(s)
             }
@@ -242,10 +243,10 @@ impl Activator<'_> {
             (SwitchMode::Switch, Some(unit)) => {
                 let argv = vec![self.stc(&previous).display().to_string(), SwitchMode::Switch.arg().to_owned()];
                 match self.systemd.start_transient_service(unit, &format!("drover: roll back to {previous}"), &argv) {
-                    Err(e) => Err(format!("cannot start the rollback unit: {e}")),
+                    Err(source) => Err(StepError::RollbackUnit { source }),
                     Ok(()) => match self.wait_unit(unit) {
                         UnitOutcome::Succeeded | UnitOutcome::Unknown => Ok(()),
-                        UnitOutcome::Failed(e) => Err(e),
+                        UnitOutcome::Failed(e) => Err(StepError::Unit(e)),
                     },
                 }
             }
@@ -275,36 +276,41 @@ impl Activator<'_> {
             Ok(Some(status)) if !status.is_running() => status,
             Ok(Some(_)) => match self.systemd.wait_finished(unit, self.switch_timeout()) {
                 Ok(status) => status,
-                Err(e) => return UnitOutcome::Failed(e.to_string()),
+                Err(e) => return UnitOutcome::Failed(UnitFailure::Systemd(e)),
             },
-            Err(e) => return UnitOutcome::Failed(e.to_string()),
+            Err(e) => return UnitOutcome::Failed(UnitFailure::Systemd(e)),
         };
         if status.succeeded() {
             UnitOutcome::Succeeded
         } else {
-            UnitOutcome::Failed(format!("unit {unit} ended {}/{} (result {:?})", status.active_state, status.sub_state, status.result))
+            UnitOutcome::Failed(UnitFailure::Ended {
+                unit: unit.to_owned(),
+                active_state: status.active_state,
+                sub_state: status.sub_state,
+                result: status.result,
+            })
         }
     }
 
-    fn realise(&self, target: &str) -> Result<(), String> {
+    fn realise(&self, target: &str) -> Result<(), StepError> {
         let timeout = Duration::from_secs(self.settings.realise_timeout_secs);
         self.run_tool(CommandSpec::new(&self.settings.nix_store, &["--realise", target], timeout))
     }
 
-    fn set_profile(&self, closure: &str) -> Result<(), String> {
+    fn set_profile(&self, closure: &str) -> Result<(), StepError> {
         let profile = self.settings.system_profile().display().to_string();
         self.run_tool(CommandSpec::new(&self.settings.nix_env, &["-p", &profile, "--set", closure], Duration::from_secs(300)))
     }
 
     /// Runs a tool; `Err` carries the command, its exit and its stderr.
-    fn run_tool(&self, cmd: CommandSpec) -> Result<(), String> {
+    fn run_tool(&self, cmd: CommandSpec) -> Result<(), StepError> {
         match self.runner.run(&cmd) {
             Ok(out) if out.success() => Ok(()),
             Ok(out) => {
-                let code = out.code.map_or_else(|| "a signal".to_owned(), |c| format!("exit {c}"));
-                Err(format!("{} failed ({code}): {}", cmd.display(), out.stderr.trim()))
+                let ended = out.code.map_or_else(|| "a signal".to_owned(), |c| format!("exit {c}"));
+                Err(StepError::Tool { command: cmd.display(), ended, stderr: out.stderr.trim().to_owned() })
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(StepError::Exec(e)),
         }
     }
 

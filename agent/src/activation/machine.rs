@@ -34,7 +34,7 @@ use drover_proto::report::{ActivationPhase, ConfirmRequest, ReportEvent};
 use drover_proto::time::Time;
 
 use super::record::{ActivationRecord, QuarantineEntry, RollbackPlan, Step, SwitchMode};
-use super::{ConfirmAnswer, SYSTEM_PROFILE};
+use super::{ConfirmAnswer, GateRefusal, SYSTEM_PROFILE, StepError, UnitFailure};
 
 /// What is being activated (from a verified intent).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,13 +103,18 @@ pub struct HostFacts {
     pub quarantined: Option<QuarantineEntry>,
 }
 
+/// A field of `activation.json` the recorded step needs and the record lacks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("step needs `{0}`")]
+pub struct MissingField(pub &'static str);
+
 /// How a switch's transient unit ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum UnitOutcome {
     /// Exited 0.
     Succeeded,
     /// Failed, timed out, or could not be watched; why.
-    Failed(String),
+    Failed(UnitFailure),
     /// systemd no longer knows the unit (a finished transient unit is garbage-collected):
     /// only the running system tells what happened.
     Unknown,
@@ -219,7 +224,7 @@ impl Realising {
     }
 
     /// The realisation's result; a failure ends the activation with nothing touched.
-    pub fn realised(self, result: Result<(), String>) -> Result<Realised, Finished> {
+    pub fn realised(self, result: Result<(), StepError>) -> Result<Realised, Finished> {
         match result {
             Ok(()) => Ok(Realised { job: self.job, previous: self.previous }),
             Err(e) => Err(self.job.refuse(Some(self.previous), ActivationPhase::Failed, format!("realise failed: {e}"))),
@@ -299,7 +304,7 @@ impl Staged {
     }
 
     /// The result of `nix-env --set <target>`.
-    pub fn profile_set(self, result: Result<(), String>) -> ProfileSet {
+    pub fn profile_set(self, result: Result<(), StepError>) -> ProfileSet {
         if let Err(e) = result {
             return ProfileSet::Failed(self.job.finish(
                 Some(self.previous),
@@ -353,7 +358,7 @@ impl Switching {
     }
 
     /// The transient unit could not be started.
-    pub fn start_failed(self, why: String) -> Recovery {
+    pub fn start_failed(self, why: crate::systemd::SystemdError) -> Recovery {
         recover(self.job, self.previous, format!("cannot start the switch unit: {why}"), SwitchMode::Switch, false)
     }
 }
@@ -373,7 +378,7 @@ impl Booting {
     }
 
     /// The result of `switch-to-configuration boot`.
-    pub fn booted(self, result: Result<(), String>) -> Result<Finished, Recovery> {
+    pub fn booted(self, result: Result<(), StepError>) -> Result<Finished, Recovery> {
         match result {
             Ok(()) => {
                 let message = format!("staged for the next boot; switch inhibited ({})", self.inhibitors.join("; "));
@@ -483,7 +488,7 @@ impl Gating {
 
     /// The gate's verdict, given while `running` runs (the target, unless something switched
     /// away from it meanwhile).
-    pub fn gated(self, result: Result<(), String>, running: Option<String>) -> Result<Finished, Recovery> {
+    pub fn gated(self, result: Result<(), GateRefusal>, running: Option<String>) -> Result<Finished, Recovery> {
         if running.as_deref() != Some(self.job.target.as_str()) {
             let why = format!("{} no longer runs the target (runs {})", super::CURRENT_SYSTEM, running.as_deref().unwrap_or("nothing"));
             return Err(recover(self.job, self.previous, why, SwitchMode::Switch, false));
@@ -557,8 +562,8 @@ impl RollingBack {
     /// `quarantine_secs` if the plan says so, whether or not the rollback worked.
     pub fn rolled_back(
         self,
-        profile: Result<(), String>,
-        apply: Result<(), String>,
+        profile: Result<(), StepError>,
+        apply: Result<(), StepError>,
         running: Option<String>,
         now: Time,
         quarantine_secs: u64,
@@ -614,7 +619,7 @@ pub enum Pending {
 
 impl Pending {
     /// The state `record` was written from; `Err` names a field the step needs and lacks.
-    pub fn from_record(record: ActivationRecord) -> Result<Pending, String> {
+    pub fn from_record(record: ActivationRecord) -> Result<Pending, MissingField> {
         if record.step == Step::Done {
             return Ok(Pending::Done(record));
         }
@@ -624,24 +629,24 @@ impl Pending {
             target: record.target,
             confirm_window_secs: record.confirm_window_secs,
         };
-        let previous = record.previous.ok_or("step needs `previous`")?;
+        let previous = record.previous.ok_or(MissingField("previous"))?;
         Ok(match record.step {
             Step::Booting => {
                 let inhibitors =
                     record.message.strip_prefix("switch inhibited (").and_then(|m| m.strip_suffix(')')).unwrap_or(&record.message);
                 Pending::Booting(Staged { job, previous, mode: SwitchMode::Boot, unit: None, inhibitors: vec![inhibitors.to_owned()] })
             }
-            Step::Switching => Pending::Switching(Switching { job, previous, unit: record.unit.ok_or("step needs `unit`")? }),
+            Step::Switching => Pending::Switching(Switching { job, previous, unit: record.unit.ok_or(MissingField("unit"))? }),
             Step::AwaitingConfirm => Pending::AwaitingConfirm(AwaitingConfirm {
                 job,
                 previous,
-                deadline: record.confirm_deadline.ok_or("step needs `confirmDeadline`")?,
+                deadline: record.confirm_deadline.ok_or(MissingField("confirmDeadline"))?,
             }),
             Step::Gating => Pending::Gating(Gating { job, previous }),
             Step::RollingBack => Pending::RollingBack(RollingBack {
                 job,
                 previous,
-                plan: record.rollback.ok_or("step needs `rollback`")?,
+                plan: record.rollback.ok_or(MissingField("rollback"))?,
                 unit: record.unit,
             }),
             Step::Done => unreachable!("handled above"),

@@ -57,7 +57,9 @@ pub use drover_proto::time::Time;
 pub use executor::Activator;
 pub use record::{ActivationRecord, QuarantineEntry, Step};
 
+use crate::exec::ExecError;
 use crate::state::StateError;
+use crate::systemd::SystemdError;
 
 /// The `[activation]` table of `agent.toml`. Every field has a default, so the table (and
 /// any of its keys) may be left out.
@@ -146,7 +148,89 @@ pub trait Confirmer: Send + Sync {
 /// The post-activation health gate (failed units, GPU state, gating probes, …).
 pub trait HealthGate: Send + Sync {
     /// `Ok` when the host is healthy on the new system; `Err` says why not.
-    fn check(&self) -> Result<(), String>;
+    fn check(&self) -> Result<(), GateRefusal>;
+}
+
+/// Why the health gate refused the new system (the rollback's reason).
+#[derive(Debug, thiserror::Error)]
+pub enum GateRefusal {
+    /// The failed units could not be listed.
+    #[error("cannot list failed units: {source}")]
+    FailedUnitsUnknown {
+        /// systemd's error.
+        #[source]
+        source: SystemdError,
+    },
+    /// Units failed.
+    #[error("failed units: {}", units.join(", "))]
+    FailedUnits {
+        /// The failed units.
+        units: Vec<String>,
+    },
+    /// Enforced probes did not pass: one line each (name, outcome, message).
+    #[error("{}", probes.join("; "))]
+    Probes {
+        /// The probes that did not pass.
+        probes: Vec<String>,
+    },
+    /// A gate's own reason, as text (the gates of tests).
+    #[error("{0}")]
+    Reason(String),
+}
+
+impl From<&str> for GateRefusal {
+    fn from(reason: &str) -> Self {
+        GateRefusal::Reason(reason.to_owned())
+    }
+}
+
+/// Why a step of an activation failed: the reason the state machine writes into the record
+/// (and the report) of the outcome it leads to.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// A tool (`nix-store`, `nix-env`, `switch-to-configuration`) ran and failed.
+    #[error("{command} failed ({ended}): {stderr}")]
+    Tool {
+        /// The command line.
+        command: String,
+        /// `exit N`, or `a signal`.
+        ended: String,
+        /// Its stderr, trimmed.
+        stderr: String,
+    },
+    /// A tool could not be run, or ran past its timeout.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    /// The rollback's transient unit could not be started.
+    #[error("cannot start the rollback unit: {source}")]
+    RollbackUnit {
+        /// systemd's error.
+        #[source]
+        source: SystemdError,
+    },
+    /// The rollback's unit failed, or could not be watched.
+    #[error(transparent)]
+    Unit(#[from] UnitFailure),
+}
+
+/// How a transient unit failed, or why it could not be watched.
+#[derive(Debug, thiserror::Error)]
+pub enum UnitFailure {
+    /// systemd could not be asked, or the wait for the unit failed.
+    #[error(transparent)]
+    Systemd(#[from] SystemdError),
+    /// The unit ended, not successfully.
+    #[error("unit {unit} ended {active_state}/{sub_state} (result {result:?})")]
+    Ended {
+        /// The unit.
+        unit: String,
+        /// Its `ActiveState`.
+        active_state: String,
+        /// Its `SubState`.
+        sub_state: String,
+        /// Its `Result`.
+        result: String,
+    },
 }
 
 pub use crate::timekeeping::{Clock, SystemClock};

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use super::{ActivationSettings, Clock, ConfirmAnswer, ConfirmRequest, Confirmer, HealthGate, Time};
+use super::{ActivationSettings, Clock, ConfirmAnswer, ConfirmRequest, Confirmer, GateRefusal, HealthGate, Time};
 use crate::state::StateDir;
 use crate::systemd::{Systemd, SystemdError, UnitStatus};
 
@@ -422,11 +422,15 @@ impl Confirmer for NetConfirmer {
 }
 
 /// A gate with a fixed verdict.
-pub struct FixedGate(pub Result<(), String>);
+pub struct FixedGate(pub Result<(), GateRefusal>);
 
 impl HealthGate for FixedGate {
-    fn check(&self) -> Result<(), String> {
-        self.0.clone()
+    fn check(&self) -> Result<(), GateRefusal> {
+        match &self.0 {
+            Ok(()) => Ok(()),
+            // The same verdict every time, as its reason.
+            Err(refusal) => Err(GateRefusal::Reason(refusal.to_string())),
+        }
     }
 }
 

@@ -100,7 +100,7 @@ fn report_processes(env: &TaskEnv<'_>) -> Done {
             };
             Done::ok(msg).with_data(json!({ "tenantPids": pids }))
         }
-        Err(e) => Done::error(e),
+        Err(e) => Done::error(e.to_string()),
     }
 }
 

@@ -40,7 +40,7 @@ use serde_json::json;
 
 use super::TaskEnv;
 use super::TaskSettings;
-use super::gpu_tools::{Backend, ScrubGpu, Tools};
+use super::gpu_tools::{Backend, DetectError, ScrubGpu, ToolError, Tools};
 use super::steps::{self, Done, Step};
 use crate::timekeeping::Clock;
 
@@ -227,17 +227,34 @@ pub fn execute_plan(plan: &[Step<Action>], mut run: impl FnMut(&Action) -> Done)
     results
 }
 
+/// Why a `/proc/<pid>/status` does not name the process's owner.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StatusError {
+    /// No `Uid:` line.
+    #[error("no Uid: line")]
+    NoUid,
+    /// A uid that is not a number.
+    #[error("bad uid {uid:?}")]
+    BadUid {
+        /// The field.
+        uid: String,
+    },
+    /// A `Uid:` line without uids.
+    #[error("empty Uid: line")]
+    EmptyUid,
+}
+
 /// Parses a `/proc/<pid>/status`: the `Uid:` line's uids, and whether the `State:` is a
 /// zombie (or dead).
-pub fn parse_status(text: &str) -> Result<(Vec<u32>, bool), String> {
+pub fn parse_status(text: &str) -> Result<(Vec<u32>, bool), StatusError> {
     let field = |name: &str| text.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
     let uids = field("Uid:")
-        .ok_or("no Uid: line")?
+        .ok_or(StatusError::NoUid)?
         .split_whitespace()
-        .map(|u| u.parse::<u32>().map_err(|_| format!("bad uid {u:?}")))
+        .map(|u| u.parse::<u32>().map_err(|_| StatusError::BadUid { uid: u.to_owned() }))
         .collect::<Result<Vec<_>, _>>()?;
     if uids.is_empty() {
-        return Err("empty Uid: line".to_owned());
+        return Err(StatusError::EmptyUid);
     }
     let dead = field("State:").is_some_and(|s| s.starts_with('Z') || s.starts_with('X'));
     Ok((uids, dead))
@@ -249,7 +266,7 @@ pub fn owner(proc_dir: &Path, pid: u32) -> Owner {
         Ok(text) => match parse_status(&text) {
             Ok((_, true)) => Owner::Gone,
             Ok((uids, false)) => Owner::Uids(uids),
-            Err(e) => Owner::Unknown(e),
+            Err(e) => Owner::Unknown(e.to_string()),
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Owner::Gone,
         // ESRCH: the process went away between the directory lookup and the read.
@@ -316,12 +333,27 @@ pub fn stop_process(settings: &TaskSettings, clock: &dyn Clock, pid: u32) -> Don
     }
 }
 
+/// Why the facts could not be gathered (the task plans nothing then).
+#[derive(Debug, thiserror::Error)]
+pub enum FactsError {
+    /// No tool answers for the GPUs.
+    #[error(transparent)]
+    Detect(#[from] DetectError),
+    /// The tool could not list the compute processes.
+    #[error("cannot list compute processes: {source}")]
+    Apps {
+        /// The tool's failure.
+        #[source]
+        source: ToolError,
+    },
+}
+
 /// Gathers the facts: the backend and its GPUs, the compute processes and their owners.
-pub fn gather(params: &Params, env: &TaskEnv<'_>) -> Result<Facts, String> {
+pub fn gather(params: &Params, env: &TaskEnv<'_>) -> Result<Facts, FactsError> {
     let tools = Tools::new(env.settings, env.runner);
     let (backend, gpus) = tools.detect(params.vendor)?;
     let mut apps: Vec<AppFact> = Vec::new();
-    for app in tools.apps(backend).map_err(|e| format!("cannot list compute processes: {e}"))? {
+    for app in tools.apps(backend).map_err(|source| FactsError::Apps { source })? {
         if apps.iter().all(|a| a.pid != app.pid) {
             apps.push(AppFact { pid: app.pid, owner: owner(&env.settings.proc_dir, app.pid), name: app.name });
         }
@@ -333,7 +365,7 @@ pub fn gather(params: &Params, env: &TaskEnv<'_>) -> Result<Facts, String> {
 pub fn run(params: &Params, env: &TaskEnv<'_>) -> Vec<StepResult> {
     let facts = match gather(params, env) {
         Ok(f) => f,
-        Err(e) => return steps::not_planned("gpu-facts", e),
+        Err(e) => return steps::not_planned("gpu-facts", e.to_string()),
     };
     let tools = Tools::new(env.settings, env.runner);
     let plan = plan(params, env.settings, &facts);

@@ -194,7 +194,7 @@ impl<'a> Tools<'a> {
     /// Finds the tool that answers for `vendor` (`Auto`: NVIDIA, then `amd-smi`, then
     /// `rocm-smi`; the first installed one that reports GPUs wins, else the first installed
     /// one) and lists its GPUs.
-    pub fn detect(&self, vendor: GpuVendor) -> Result<(Backend, Vec<ScrubGpu>), String> {
+    pub fn detect(&self, vendor: GpuVendor) -> Result<(Backend, Vec<ScrubGpu>), DetectError> {
         let candidates: &[Backend] = match vendor {
             GpuVendor::Nvidia => &[Backend::Nvidia],
             GpuVendor::Amd => &[Backend::AmdSmi, Backend::RocmSmi],
@@ -209,15 +209,15 @@ impl<'a> Tools<'a> {
                     installed.get_or_insert((backend, gpus));
                 }
                 Err(ToolError::NotInstalled(_)) => {}
-                Err(ToolError::Failed(e)) => errors.push(e),
+                Err(e) => errors.push(e),
             }
         }
         if let Some(e) = errors.into_iter().next() {
-            return Err(e);
+            return Err(DetectError::Tool(e));
         }
         installed.ok_or_else(|| {
             let names: Vec<&str> = candidates.iter().map(|b| b.tool()).collect();
-            format!("no GPU tool found (tried {})", names.join(", "))
+            DetectError::NoTool { tried: names.join(", ") }
         })
     }
 
@@ -230,7 +230,7 @@ impl<'a> Tools<'a> {
                     .map(|g| ScrubGpu { index: g.index, bus_id: g.pci_bus_id, persistence_mode: g.persistence_mode })
                     .collect()),
                 Err(GpuError::NoTool { program }) => Err(ToolError::NotInstalled(program)),
-                Err(e) => Err(ToolError::Failed(e.to_string())),
+                Err(e) => Err(ToolError::Nvidia(e)),
             },
             Backend::AmdSmi => amd::AmdSmi::new(self).gpus(),
             Backend::RocmSmi => amd::RocmSmi::new(self).gpus(),
@@ -238,15 +238,15 @@ impl<'a> Tools<'a> {
     }
 
     /// The compute processes `backend` lists.
-    pub fn apps(&self, backend: Backend) -> Result<Vec<ScrubApp>, String> {
+    pub fn apps(&self, backend: Backend) -> Result<Vec<ScrubApp>, ToolError> {
         match backend {
             Backend::Nvidia => self
                 .nvidia()
                 .query_compute_apps()
                 .map(|apps| apps.into_iter().map(|a| ScrubApp { pid: a.pid, name: a.process_name }).collect())
-                .map_err(|e| e.to_string()),
-            Backend::AmdSmi => amd::AmdSmi::new(self).apps().map_err(|e| e.to_string()),
-            Backend::RocmSmi => amd::RocmSmi::new(self).apps().map_err(|e| e.to_string()),
+                .map_err(ToolError::Nvidia),
+            Backend::AmdSmi => amd::AmdSmi::new(self).apps(),
+            Backend::RocmSmi => amd::RocmSmi::new(self).apps(),
         }
     }
 
@@ -280,7 +280,7 @@ impl<'a> Tools<'a> {
     /// Re-queries and judges with [`judge_verify`].
     pub fn verify(&self, backend: Backend, threshold_mib: u64) -> Done {
         let states = match backend {
-            Backend::Nvidia => self.nvidia().query_gpus().map_err(|e| e.to_string()).map(|gpus| {
+            Backend::Nvidia => self.nvidia().query_gpus().map_err(ToolError::Nvidia).map(|gpus| {
                 gpus.iter()
                     .map(|g| GpuState {
                         label: format!("GPU {} ({})", g.index, g.pci_bus_id),
@@ -312,22 +312,45 @@ impl<'a> Tools<'a> {
     }
 }
 
-/// Why a tool could not list GPUs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why a tool could not answer.
+#[derive(Debug, thiserror::Error)]
 pub enum ToolError {
     /// The tool is not installed.
+    #[error("{0}: not found")]
     NotInstalled(String),
-    /// It is installed and failed.
-    Failed(String),
+    /// It could not be run (or ran past its timeout).
+    #[error(transparent)]
+    Exec(ExecError),
+    /// It ran and failed.
+    #[error("{command} failed (exit {code}): {message}")]
+    Exit {
+        /// The command line.
+        command: String,
+        /// Its exit code, or `by signal`.
+        code: String,
+        /// What it said.
+        message: String,
+    },
+    /// `nvidia-smi` failed.
+    #[error(transparent)]
+    Nvidia(GpuError),
+    /// Its output is not what the tool writes.
+    #[error(transparent)]
+    Output(amd::OutputError),
 }
 
-impl std::fmt::Display for ToolError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ToolError::NotInstalled(p) => write!(f, "{p}: not found"),
-            ToolError::Failed(m) => f.write_str(m),
-        }
-    }
+/// Why no tool could be picked for the host's GPUs.
+#[derive(Debug, thiserror::Error)]
+pub enum DetectError {
+    /// An installed tool failed.
+    #[error(transparent)]
+    Tool(ToolError),
+    /// None of the vendor's tools is installed.
+    #[error("no GPU tool found (tried {tried})")]
+    NoTool {
+        /// The tools tried, comma-separated.
+        tried: String,
+    },
 }
 
 #[cfg(test)]

@@ -51,20 +51,46 @@ impl Passwd {
     }
 }
 
-fn parse_line(line: &str) -> Result<User, String> {
+/// Why a passwd line is malformed.
+#[derive(Debug, thiserror::Error)]
+enum LineError {
+    /// Not seven `:`-separated fields.
+    #[error("{found} fields, expected 7")]
+    FieldCount {
+        /// The fields found.
+        found: usize,
+    },
+    /// No user name.
+    #[error("empty user name")]
+    EmptyName,
+    /// A NIS compat entry, or a name with blanks or control characters.
+    #[error("user name {name:?} is not a plain login name")]
+    NotPlain {
+        /// The name.
+        name: String,
+    },
+    /// The uid field is not a number.
+    #[error("uid {uid:?} is not a number")]
+    Uid {
+        /// The field.
+        uid: String,
+    },
+}
+
+fn parse_line(line: &str) -> Result<User, LineError> {
     let fields: Vec<&str> = line.split(':').collect();
     if fields.len() != 7 {
-        return Err(format!("{} fields, expected 7", fields.len()));
+        return Err(LineError::FieldCount { found: fields.len() });
     }
     let name = fields[0];
     if name.is_empty() {
-        return Err("empty user name".to_owned());
+        return Err(LineError::EmptyName);
     }
     // `+`/`-` are NIS compat entries; a leading `-` would also read as an option to userdel.
     if name.starts_with(['+', '-']) || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!("user name {name:?} is not a plain login name"));
+        return Err(LineError::NotPlain { name: name.to_owned() });
     }
-    let uid = fields[2].parse::<u32>().map_err(|_| format!("uid {:?} is not a number", fields[2]))?;
+    let uid = fields[2].parse::<u32>().map_err(|_| LineError::Uid { uid: fields[2].to_owned() })?;
     Ok(User { name: name.to_owned(), uid, home: PathBuf::from(fields[5]) })
 }
 
@@ -77,7 +103,7 @@ pub fn parse_passwd(text: &str) -> Passwd {
         }
         match parse_line(line) {
             Ok(user) => out.users.push(user),
-            Err(message) => out.malformed.push(Malformed { line: n + 1, message }),
+            Err(e) => out.malformed.push(Malformed { line: n + 1, message: e.to_string() }),
         }
     }
     out
@@ -91,10 +117,33 @@ pub fn tenant_users(passwd_text: &str, settings: &TaskSettings) -> Passwd {
     all
 }
 
+/// Why the passwd file or the process table could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum HostFactsError {
+    /// The passwd file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Passwd {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The process table could not be listed.
+    #[error("cannot list {}: {source}", dir.display())]
+    Processes {
+        /// The `proc` directory.
+        dir: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// Reads the passwd file the settings name.
-pub fn read_passwd(settings: &TaskSettings) -> Result<Passwd, String> {
+pub fn read_passwd(settings: &TaskSettings) -> Result<Passwd, HostFactsError> {
     let path = &settings.passwd_file;
-    std::fs::read_to_string(path).map(|t| parse_passwd(&t)).map_err(|e| format!("cannot read {}: {e}", path.display()))
+    std::fs::read_to_string(path).map(|t| parse_passwd(&t)).map_err(|source| HostFactsError::Passwd { path: path.clone(), source })
 }
 
 /// One process.
@@ -136,8 +185,8 @@ pub fn process(proc_dir: &Path, pid: i32) -> Option<Proc> {
 /// Every process in `proc_dir`, by ascending pid. Entries that are not pids are ignored; a
 /// process that exits during the scan (its status unreadable) is not listed. Fails only when
 /// `proc_dir` itself cannot be listed.
-pub fn processes(proc_dir: &Path) -> Result<Vec<Proc>, String> {
-    let entries = std::fs::read_dir(proc_dir).map_err(|e| format!("cannot list {}: {e}", proc_dir.display()))?;
+pub fn processes(proc_dir: &Path) -> Result<Vec<Proc>, HostFactsError> {
+    let entries = std::fs::read_dir(proc_dir).map_err(|source| HostFactsError::Processes { dir: proc_dir.to_owned(), source })?;
     let mut out: Vec<Proc> = entries
         .filter_map(Result::ok)
         .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
@@ -149,7 +198,7 @@ pub fn processes(proc_dir: &Path) -> Result<Vec<Proc>, String> {
 }
 
 /// The processes of tenant uids.
-pub fn tenant_processes(proc_dir: &Path, settings: &TaskSettings) -> Result<Vec<Proc>, String> {
+pub fn tenant_processes(proc_dir: &Path, settings: &TaskSettings) -> Result<Vec<Proc>, HostFactsError> {
     let mut all = processes(proc_dir)?;
     all.retain(|p| settings.is_tenant_uid(p.uid));
     Ok(all)

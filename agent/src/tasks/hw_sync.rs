@@ -69,17 +69,42 @@ pub enum Action {
     Verify,
 }
 
+/// Why the parameters are refused: the field, and never a secret's value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParamsError {
+    /// `maas_url` is not `http(s)://host[:port][/path]`.
+    #[error("maas_url {url:?} must be http(s)://host[:port][/path]: {why}")]
+    MaasUrl {
+        /// The URL, truncated.
+        url: String,
+        /// The part at fault: scheme, host, port, path, too long.
+        why: &'static str,
+    },
+    /// `system_id` is not a MAAS system id.
+    #[error("system_id {id:?} is not a MAAS system id ([a-z0-9]{{1,32}})")]
+    SystemId {
+        /// The id, truncated.
+        id: String,
+    },
+    /// A token part is not plain printable ASCII (its value is not kept).
+    #[error("{field} must be 1 to 256 printable ASCII characters without spaces (value not shown)")]
+    Secret {
+        /// The field.
+        field: &'static str,
+    },
+}
+
 /// Checks the parameters; the error names the field (never a secret's value).
-pub fn validate(params: &Params<'_>) -> Result<(), String> {
+pub fn validate(params: &Params<'_>) -> Result<(), ParamsError> {
     validate_url(params.maas_url)?;
     let id = params.system_id;
     if id.is_empty() || id.len() > 32 || !id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
-        return Err(format!("system_id {:?} is not a MAAS system id ([a-z0-9]{{1,32}})", truncate(id)));
+        return Err(ParamsError::SystemId { id: truncate(id) });
     }
     for (field, secret) in [("consumer_key", params.consumer_key), ("token_key", params.token_key), ("token_secret", params.token_secret)] {
         let v = secret.expose();
         if v.is_empty() || v.len() > 256 || !v.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(format!("{field} must be 1 to 256 printable ASCII characters without spaces (value not shown)"));
+            return Err(ParamsError::Secret { field });
         }
     }
     Ok(())
@@ -90,8 +115,8 @@ fn truncate(s: &str) -> String {
 }
 
 /// `http(s)://host[:port][/path]` of plain URL characters.
-fn validate_url(url: &str) -> Result<(), String> {
-    let bad = |why: &str| Err(format!("maas_url {:?} must be http(s)://host[:port][/path]: {why}", truncate(url)));
+fn validate_url(url: &str) -> Result<(), ParamsError> {
+    let bad = |why: &'static str| Err(ParamsError::MaasUrl { url: truncate(url), why });
     let Some(rest) = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://")) else {
         return bad("scheme");
     };
@@ -164,7 +189,7 @@ pub fn render_creds(params: &Params<'_>) -> String {
 }
 
 /// The plan, or why the parameters are refused.
-pub fn plan(params: &Params<'_>, settings: &super::TaskSettings) -> Result<Vec<Step<Action>>, String> {
+pub fn plan(params: &Params<'_>, settings: &super::TaskSettings) -> Result<Vec<Step<Action>>, ParamsError> {
     validate(params)?;
     Ok(vec![
         Step::new(format!("write-creds {}", settings.maas_creds_file.display()), Action::WriteCreds),
@@ -185,7 +210,7 @@ pub fn run(params: &Params<'_>, env: &TaskEnv<'_>) -> Vec<StepResult> {
         Ok(p) => p,
         Err(e) => {
             tracing::warn!(error = %e, "hw_sync_reseed refused");
-            return steps::not_planned("validate", e);
+            return steps::not_planned("validate", e.to_string());
         }
     };
     steps::execute(&plan, |action| run_step(action, params, env))
@@ -396,7 +421,7 @@ mod tests {
         for bad in ["", "a b", "a\nb", "a\u{7f}", "é"] {
             let s = Secret::new(bad);
             let p = Params { token_key: &s, ..o.params() };
-            let e = validate(&p).expect_err("refused");
+            let e = validate(&p).expect_err("refused").to_string();
             assert!(e.starts_with("token_key") && (bad.is_empty() || !e.contains(bad)), "{e}");
         }
     }

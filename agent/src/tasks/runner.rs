@@ -29,15 +29,34 @@ pub struct TaskEnv<'a> {
 /// The MAAS token of a reseed, opened with this host's sealing key. A token that arrives in
 /// the clear is refused: the coordinator seals every task secret to the host's key, so a
 /// plain one means it was kept somewhere in the clear, and running it would make that normal.
-fn open_token(task: &Task, token: &MachineToken, env: &TaskEnv<'_>) -> Result<MaasToken, String> {
+fn open_token(task: &Task, token: &MachineToken, env: &TaskEnv<'_>) -> Result<MaasToken, TokenError> {
     match token {
-        MachineToken::Plain(_) => Err("refused: the MAAS token arrived unsealed; task secrets must be sealed to this host's key".into()),
+        MachineToken::Plain(_) => Err(TokenError::Unsealed),
         MachineToken::Sealed(sealed) => {
-            let bytes = crate::host_keys::open(env.state_dir, sealed, &task.task_id, &task.host_id).map_err(|e| e.to_string())?;
-            serde_json::from_slice(&bytes)
-                .map_err(|e| format!("the sealed token is not a MAAS token ({} at column {})", classify(&e), e.column()))
+            let bytes = crate::host_keys::open(env.state_dir, sealed, &task.task_id, &task.host_id)?;
+            serde_json::from_slice(&bytes).map_err(|e| TokenError::NotAToken { kind: classify(&e), column: e.column() })
         }
     }
+}
+
+/// Why the MAAS token of a reseed cannot be used.
+#[derive(Debug, thiserror::Error)]
+enum TokenError {
+    /// It came in the clear.
+    #[error("refused: the MAAS token arrived unsealed; task secrets must be sealed to this host's key")]
+    Unsealed,
+    /// It could not be opened.
+    #[error(transparent)]
+    Open(#[from] crate::host_keys::OpenError),
+    /// It opened and is not a MAAS token. The parser's own message is not kept: it may quote
+    /// the secret.
+    #[error("the sealed token is not a MAAS token ({kind} at column {column})")]
+    NotAToken {
+        /// What kind of parse error.
+        kind: &'static str,
+        /// Where.
+        column: usize,
+    },
 }
 
 fn classify(e: &serde_json::Error) -> &'static str {
@@ -79,7 +98,14 @@ pub fn run_task(task: &Task, env: &TaskEnv<'_>) -> TaskResult {
                 },
                 env,
             ),
-            Err(message) => vec![StepResult { name: "open sealed token".into(), outcome: StepOutcome::Error, message, data: Value::Null }],
+            Err(e) => {
+                vec![StepResult {
+                    name: "open sealed token".into(),
+                    outcome: StepOutcome::Error,
+                    message: e.to_string(),
+                    data: Value::Null,
+                }]
+            }
         },
         TaskKind::Drain { timeout_secs } => drain::run(*timeout_secs, env),
         TaskKind::RevokeUser { users } => users::run(users.as_deref(), env),

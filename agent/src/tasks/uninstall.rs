@@ -85,10 +85,10 @@ pub fn run(purge_state: bool, env: &TaskEnv<'_>) -> Vec<StepResult> {
 /// Stops the agent's own unit: call it once the coordinator acknowledged the uninstall's
 /// (successful) result. Normally the agent is killed during the call; on an error (or if it
 /// returns at all) the caller exits the process.
-pub fn finish(env: &TaskEnv<'_>) -> Result<(), String> {
+pub fn finish(env: &TaskEnv<'_>) -> Result<(), SystemdError> {
     let unit = &env.settings.agent_unit;
     tracing::info!(unit = %unit, "uninstall: stopping the agent's unit");
-    env.systemd.stop_unit(unit).map_err(|e| e.to_string())
+    env.systemd.stop_unit(unit)
 }
 
 /// A path `uninstall` may remove: absolute, not `/`, no `..`.
@@ -216,7 +216,7 @@ mod tests {
         assert_eq!(steps[0].outcome, StepOutcome::Skipped, "no unit file: {steps:#?}");
         assert!(steps.iter().all(|s| s.outcome != StepOutcome::Error));
         assert!(!state_dir.exists());
-        let err = finish(&e).expect_err("no such unit");
+        let err = finish(&e).expect_err("no such unit").to_string();
         assert!(err.contains("NoSuchUnit"), "{err}");
     }
 

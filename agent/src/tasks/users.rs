@@ -38,7 +38,7 @@ use nix::unistd::Pid;
 use serde_json::json;
 
 use super::TaskEnv;
-use super::host_facts::{self, Passwd};
+use super::host_facts::{self, HostFactsError, Passwd};
 use super::steps::{self, Done, Step};
 use crate::exec::{CommandSpec, ExecError};
 
@@ -127,13 +127,13 @@ pub fn plan(requested: Option<&[String]>, passwd: &Passwd, orphan_uids: &[u32], 
 pub fn run(users: Option<&[String]>, env: &TaskEnv<'_>) -> Vec<StepResult> {
     let passwd = match host_facts::read_passwd(env.settings) {
         Ok(p) => p,
-        Err(e) => return steps::not_planned("read-passwd", e),
+        Err(e) => return steps::not_planned("read-passwd", e.to_string()),
     };
     let mut orphans = Vec::new();
     if users.is_none() {
         match host_facts::tenant_processes(&env.settings.proc_dir, env.settings) {
             Ok(procs) => orphans.extend(procs.iter().filter(|p| !p.zombie).map(|p| p.uid)),
-            Err(e) => return steps::not_planned("list-processes", e),
+            Err(e) => return steps::not_planned("list-processes", e.to_string()),
         }
         orphans.sort_unstable();
         orphans.dedup();
@@ -171,7 +171,7 @@ fn end_sessions(name: &str, env: &TaskEnv<'_>) -> Done {
 }
 
 /// The live (not zombie) processes of `uid`.
-fn live_pids(uid: u32, env: &TaskEnv<'_>) -> Result<Vec<i32>, String> {
+fn live_pids(uid: u32, env: &TaskEnv<'_>) -> Result<Vec<i32>, HostFactsError> {
     Ok(host_facts::processes(&env.settings.proc_dir)?.into_iter().filter(|p| p.uid == uid && !p.zombie).map(|p| p.pid).collect())
 }
 
@@ -196,7 +196,7 @@ fn signal_all(pids: &[i32], uid: u32, sig: Signal, env: &TaskEnv<'_>) -> Vec<i32
 /// Polls until `uid` has no live process or `limit` passes; with `kill`, every process still
 /// there at each poll gets SIGKILL (a process forking meanwhile cannot outrun it). Returns
 /// the processes left and the ones killed.
-fn wait_gone(uid: u32, limit: Duration, kill: bool, env: &TaskEnv<'_>) -> Result<(Vec<i32>, Vec<i32>), String> {
+fn wait_gone(uid: u32, limit: Duration, kill: bool, env: &TaskEnv<'_>) -> Result<(Vec<i32>, Vec<i32>), HostFactsError> {
     let mut waited = Duration::ZERO;
     let mut killed = Vec::new();
     loop {
@@ -217,7 +217,7 @@ fn wait_gone(uid: u32, limit: Duration, kill: bool, env: &TaskEnv<'_>) -> Result
 }
 
 fn stop_processes(uid: u32, env: &TaskEnv<'_>) -> Done {
-    let run = || -> Result<Done, String> {
+    let run = || -> Result<Done, HostFactsError> {
         let pids = live_pids(uid, env)?;
         if pids.is_empty() {
             return Ok(Done::skipped(format!("no process of uid {uid}")));
@@ -232,7 +232,7 @@ fn stop_processes(uid: u32, env: &TaskEnv<'_>) -> Done {
             Done::error(format!("{} process(es) of uid {uid} survived SIGKILL", left.len())).with_data(data)
         })
     };
-    run().unwrap_or_else(Done::error)
+    run().unwrap_or_else(|e| Done::error(e.to_string()))
 }
 
 fn remove(name: &str, env: &TaskEnv<'_>) -> Done {

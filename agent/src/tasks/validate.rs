@@ -144,7 +144,7 @@ fn users(env: &TaskEnv<'_>) -> Done {
 
 fn processes(env: &TaskEnv<'_>) -> Done {
     match host_facts::tenant_processes(&env.settings.proc_dir, env.settings) {
-        Err(e) => Done::error(e),
+        Err(e) => Done::error(e.to_string()),
         Ok(procs) => verdict(
             "process",
             procs.iter().map(|p| json!({ "kind": "process", "pid": p.pid, "uid": p.uid, "comm": p.comm, "zombie": p.zombie })).collect(),
@@ -287,7 +287,7 @@ pub fn amd_check(env: &TaskEnv<'_>, threshold_mib: Option<u64>) -> VendorCheck {
                 )),
             };
         }
-        Err(e) => return VendorCheck::Failed(e),
+        Err(e) => return VendorCheck::Failed(e.to_string()),
     };
     let mut residues: Vec<Value> = report
         .processes
