@@ -60,7 +60,8 @@ fn checked_command(resp: &CreateHostResponse, trust_sha256: &str) -> Result<Stri
     };
     let pin = between("--pinnedpubkey '").ok_or_else(|| refuse("no pin".into()))?;
     let url = between("--url '").ok_or_else(|| refuse("no url".into()))?;
-    drover_proto::enroll::check_command_parts(&url, &pin, &resp.host_id, resp.token.expose(), trust_sha256).map_err(refuse)?;
+    drover_proto::enroll::check_command_parts(&url, &pin, &resp.host_id, resp.token.expose(), trust_sha256)
+        .map_err(|e| refuse(e.to_string()))?;
     let expected = drover_proto::enroll::bootstrap_command(&url, &pin, &resp.host_id, resp.token.expose(), trust_sha256);
     if command != expected {
         return Err(refuse("it differs from the expected form".into()));

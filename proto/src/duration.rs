@@ -5,11 +5,47 @@
 
 use serde::{Deserialize, Deserializer};
 
+/// Why a duration does not parse; each names the duration as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    /// Nothing but blanks.
+    #[error("empty duration")]
+    Empty,
+    /// A unit that is none of s, m, h, d, w.
+    #[error("duration {duration:?}: unknown unit {unit:?} (use s, m, h, d or w)")]
+    UnknownUnit {
+        /// The duration.
+        duration: String,
+        /// The unit.
+        unit: char,
+    },
+    /// A unit with no number before it.
+    #[error("duration {duration:?}: a number must precede {unit:?}")]
+    NoNumber {
+        /// The duration.
+        duration: String,
+        /// The unit.
+        unit: char,
+    },
+    /// More seconds than a `u64` holds.
+    #[error("duration {duration:?} overflows")]
+    Overflow {
+        /// The duration.
+        duration: String,
+    },
+    /// A number at the end without a unit.
+    #[error("duration {duration:?}: trailing number without a unit")]
+    NoUnit {
+        /// The duration.
+        duration: String,
+    },
+}
+
 /// Parses `"90"`, `"90s"`, `"15m"`, `"2h"`, `"1d"`, or a sum such as `"1h30m"`, into seconds.
-pub fn parse_duration(s: &str) -> Result<u64, String> {
+pub fn parse_duration(s: &str) -> Result<u64, DurationError> {
     let s = s.trim();
     if s.is_empty() {
-        return Err("empty duration".to_owned());
+        return Err(DurationError::Empty);
     }
     if let Ok(n) = s.parse::<u64>() {
         return Ok(n);
@@ -27,14 +63,14 @@ pub fn parse_duration(s: &str) -> Result<u64, String> {
             'h' => 3600,
             'd' => 86_400,
             'w' => 604_800,
-            _ => return Err(format!("duration {s:?}: unknown unit {c:?} (use s, m, h, d or w)")),
+            _ => return Err(DurationError::UnknownUnit { duration: s.to_owned(), unit: c }),
         };
-        let n: u64 = digits.parse().map_err(|_| format!("duration {s:?}: a number must precede {c:?}"))?;
-        total = n.checked_mul(unit).and_then(|v| total.checked_add(v)).ok_or_else(|| format!("duration {s:?} overflows"))?;
+        let n: u64 = digits.parse().map_err(|_| DurationError::NoNumber { duration: s.to_owned(), unit: c })?;
+        total = n.checked_mul(unit).and_then(|v| total.checked_add(v)).ok_or_else(|| DurationError::Overflow { duration: s.to_owned() })?;
         digits.clear();
     }
     if !digits.is_empty() {
-        return Err(format!("duration {s:?}: trailing number without a unit"));
+        return Err(DurationError::NoUnit { duration: s.to_owned() });
     }
     Ok(total)
 }

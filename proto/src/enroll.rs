@@ -151,7 +151,7 @@ pub fn is_command_safe_url(url: &str) -> bool {
 /// Checks that every value interpolated into a bootstrap command keeps to its alphabet:
 /// `https://` + host/port/path characters, `sha256//` + base64, a UUID, a base64url token,
 /// 64 lowercase hex digits.
-pub fn check_command_parts(url: &str, pin: &str, host_id: &str, token: &str, trust_sha256: &str) -> Result<(), String> {
+pub fn check_command_parts(url: &str, pin: &str, host_id: &str, token: &str, trust_sha256: &str) -> Result<(), CommandPartError> {
     let url_ok = is_command_safe_url(url);
     let pin_ok = pin
         .strip_prefix("sha256//")
@@ -161,8 +161,16 @@ pub fn check_command_parts(url: &str, pin: &str, host_id: &str, token: &str, tru
     let hash_ok = crate::names::is_sha256_hex(trust_sha256);
     for (ok, what) in [(url_ok, "url"), (pin_ok, "pin"), (id_ok, "host id"), (token_ok, "token"), (hash_ok, "trust hash")] {
         if !ok {
-            return Err(format!("bootstrap command {what} has characters outside its alphabet"));
+            return Err(CommandPartError { part: what });
         }
     }
     Ok(())
+}
+
+/// A value of a bootstrap command with characters outside its alphabet.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bootstrap command {part} has characters outside its alphabet")]
+pub struct CommandPartError {
+    /// Which value: url, pin, host id, token, trust hash.
+    pub part: &'static str,
 }

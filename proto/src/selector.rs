@@ -46,6 +46,23 @@ pub trait Selectable {
     fn channel(&self) -> &str;
 }
 
+/// Why a selector says nothing, or says it wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    /// No field at all.
+    #[error("selector is empty (use {{\"all\": true}} to select every host)")]
+    Empty,
+    /// `all` given as false.
+    #[error("selector field \"all\" may only be true")]
+    AllFalse,
+    /// A list field given empty (it would silently match nothing).
+    #[error("selector field {field:?} is an empty list")]
+    EmptyList {
+        /// The field.
+        field: &'static str,
+    },
+}
+
 impl Selector {
     /// Whether `host` matches.
     pub fn matches<H: Selectable + ?Sized>(&self, host: &H) -> bool {
@@ -60,7 +77,7 @@ impl Selector {
 
     /// Checks the selector says something: at least one field, `all` only as `true`, no
     /// empty lists (an empty `tagsAny` would silently match nothing).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), SelectorError> {
         let fields = [
             self.tags.is_some(),
             self.tags_any.is_some(),
@@ -71,18 +88,18 @@ impl Selector {
             self.and.is_some(),
         ];
         if !fields.iter().any(|f| *f) {
-            return Err("selector is empty (use {\"all\": true} to select every host)".to_owned());
+            return Err(SelectorError::Empty);
         }
         if self.all == Some(false) {
-            return Err("selector field \"all\" may only be true".to_owned());
+            return Err(SelectorError::AllFalse);
         }
         for (name, list) in [("tags", &self.tags), ("tagsAny", &self.tags_any), ("hosts", &self.hosts)] {
             if list.as_ref().is_some_and(|l| l.is_empty()) {
-                return Err(format!("selector field {name:?} is an empty list"));
+                return Err(SelectorError::EmptyList { field: name });
             }
         }
         if self.and.as_ref().is_some_and(|l| l.is_empty()) {
-            return Err("selector field \"and\" is an empty list".to_owned());
+            return Err(SelectorError::EmptyList { field: "and" });
         }
         if let Some(n) = &self.not {
             n.check()?;

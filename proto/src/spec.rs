@@ -384,7 +384,7 @@ impl FleetSpec {
                 return Err(invalid(format!("{path}.waves"), "a policy needs at least one wave"));
             }
             for (i, w) in policy.waves.iter().enumerate() {
-                w.selector.check().map_err(|m| invalid(format!("{path}.waves[{i}].selector"), m))?;
+                w.selector.check().map_err(|e| invalid(format!("{path}.waves[{i}].selector"), e.to_string()))?;
             }
         }
         for (name, ch) in &self.channels {
@@ -440,7 +440,7 @@ impl FleetSpec {
         self.check_edges("channelEdges", &self.channel_edges, |n| self.channels.contains_key(n), "channel")?;
         for (i, b) in self.disruption_budgets.iter().enumerate() {
             let path = format!("disruptionBudgets[{i}]");
-            b.selector.check().map_err(|m| invalid(format!("{path}.selector"), m))?;
+            b.selector.check().map_err(|e| invalid(format!("{path}.selector"), e.to_string()))?;
             if b.max_in_flight.is_none() && b.max_in_flight_pct.is_none() {
                 return Err(invalid(&path, "budget sets neither maxInFlight nor maxInFlightPct"));
             }

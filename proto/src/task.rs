@@ -189,16 +189,27 @@ struct ReseedWire {
     sealed_token: Option<crate::seal::SealedBox>,
 }
 
+/// Why a `node.hw_sync_reseed` does not carry exactly one MAAS token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReseedError {
+    /// A sealed token and plain token fields together.
+    #[error("node.hw_sync_reseed: sealedToken and plain token fields together")]
+    BothTokens,
+    /// Neither a whole plain token nor a sealed one.
+    #[error("node.hw_sync_reseed: needs consumerKey, tokenKey and tokenSecret (or sealedToken)")]
+    NoToken,
+}
+
 impl TryFrom<ReseedWire> for HwSyncReseed {
-    type Error = String;
-    fn try_from(w: ReseedWire) -> Result<Self, String> {
+    type Error = ReseedError;
+    fn try_from(w: ReseedWire) -> Result<Self, ReseedError> {
         let token = match (w.consumer_key, w.token_key, w.token_secret, w.sealed_token) {
             (Some(consumer_key), Some(token_key), Some(token_secret), None) => {
                 MachineToken::Plain(MaasToken { consumer_key, token_key, token_secret })
             }
             (None, None, None, Some(sealed)) => MachineToken::Sealed(sealed),
-            (_, _, _, Some(_)) => return Err("node.hw_sync_reseed: sealedToken and plain token fields together".into()),
-            _ => return Err("node.hw_sync_reseed: needs consumerKey, tokenKey and tokenSecret (or sealedToken)".into()),
+            (_, _, _, Some(_)) => return Err(ReseedError::BothTokens),
+            _ => return Err(ReseedError::NoToken),
         };
         Ok(HwSyncReseed { maas_url: w.maas_url, system_id: w.system_id, token })
     }

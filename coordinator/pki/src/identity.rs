@@ -86,9 +86,17 @@ impl FromStr for Role {
     }
 }
 
+/// An operator name outside `[A-Za-z0-9._-]{1,64}`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("operator name {name:?} must match [A-Za-z0-9._-]{{1,64}}")]
+pub struct OperatorNameError {
+    /// The name given.
+    pub name: String,
+}
+
 /// Checks an operator name: `[A-Za-z0-9._-]{1,64}` (it appears in audit records and URIs).
-pub fn check_operator_name(name: &str) -> Result<(), String> {
-    drover_proto::names::check_channel(name).map_err(|_| format!("operator name {name:?} must match [A-Za-z0-9._-]{{1,64}}"))
+pub fn check_operator_name(name: &str) -> Result<(), OperatorNameError> {
+    drover_proto::names::check_channel(name).map_err(|_| OperatorNameError { name: name.to_owned() })
 }
 
 /// The identity a client certificate proves.

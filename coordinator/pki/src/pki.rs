@@ -26,7 +26,7 @@ use x509_parser::certification_request::X509CertificationRequest;
 use x509_parser::error::X509Error;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
-use crate::identity::{HOST_URI_PREFIX, OPERATOR_URI_PREFIX, Role, check_operator_name};
+use crate::identity::{HOST_URI_PREFIX, OPERATOR_URI_PREFIX, OperatorNameError, Role, check_operator_name};
 
 const DAY_SECS: u64 = 86_400;
 /// Lifetime of the CA certificate: ten years (a CA rotation is a fleet-wide re-enrollment).
@@ -77,7 +77,8 @@ pub enum PkiError {
         /// The name given.
         name: String,
         /// Why it is refused.
-        reason: String,
+        #[source]
+        reason: OperatorNameError,
     },
     /// The CA certificate file does not hold a usable CA certificate.
     #[error("the CA certificate is not a parsable X.509 CA certificate")]

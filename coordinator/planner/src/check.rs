@@ -43,8 +43,8 @@ pub fn check_plan(input: &PlanInput, plan: &Plan, now: Time) -> Result<(), Vec<V
     let mut cache = Cache::default();
     let mut out = Vec::new();
     for (index, action) in plan.actions.iter().enumerate() {
-        if let Err(message) = check_action(&work, &mut cache, action, now) {
-            out.push(Violation { index, message });
+        if let Err(broken) = check_action(&work, &mut cache, action, now) {
+            out.push(Violation { index, message: broken.to_string() });
         }
         let moved = match action {
             Action::HostTransition { rollout_id, host, .. } | Action::Dispatch { rollout_id, host, .. } => {
@@ -61,6 +61,24 @@ pub fn check_plan(input: &PlanInput, plan: &Plan, now: Time) -> Result<(), Vec<V
         }
     }
     if out.is_empty() { Ok(()) } else { Err(out) }
+}
+
+/// Why one action breaks an invariant (a [`Violation`] reports it as text).
+#[derive(Debug, thiserror::Error)]
+enum Broken {
+    /// One of the planner's rules, described.
+    #[error("{0}")]
+    Rule(String),
+    /// A transition the proto state tables do not allow.
+    #[error(transparent)]
+    Transition(#[from] drover_proto::states::IllegalTransition),
+}
+
+/// A [`Broken::Rule`], its description formatted.
+macro_rules! broken {
+    ($($arg:tt)*) => {
+        Broken::Rule(format!($($arg)*))
+    };
 }
 
 /// What the checker keeps current across one plan's actions.
@@ -134,35 +152,35 @@ fn stale(work: &PlanInput, channel: &str, now: Time) -> Option<String> {
         .map(|c| format!("channel {channel}'s timestamp signed at {} is stale", c.signed_at))
 }
 
-fn check_action(work: &PlanInput, cache: &mut Cache, action: &Action, now: Time) -> Result<(), String> {
+fn check_action(work: &PlanInput, cache: &mut Cache, action: &Action, now: Time) -> Result<(), Broken> {
     if action.reason().is_empty() {
-        return Err("action without a reason".to_owned());
+        return Err(Broken::Rule("action without a reason".to_owned()));
     }
     match action {
         Action::OpenRollout { rollout_id, channel, .. } => {
             if let Some(s) = stale(work, channel, now) {
-                return Err(format!("{rollout_id} opened while {s}"));
+                return Err(broken!("{rollout_id} opened while {s}"));
             }
             if rollout_id.channel() != channel {
-                return Err(format!("rollout {rollout_id} opened for channel {channel}"));
+                return Err(broken!("rollout {rollout_id} opened for channel {channel}"));
             }
             if work.rollouts.contains_key(rollout_id) {
-                return Err(format!("rollout {rollout_id} opened twice"));
+                return Err(broken!("rollout {rollout_id} opened twice"));
             }
             if let Some((other, r)) = work.rollouts.iter().find(|(id, r)| id.channel() == channel && is_live(r.state)) {
-                return Err(format!("two active rollouts on channel {channel}: {other} ({}) and {rollout_id}", r.state));
+                return Err(broken!("two active rollouts on channel {channel}: {other} ({}) and {rollout_id}", r.state));
             }
             for e in work.channel_edges.iter().filter(|e| e.after == *channel && e.before != *channel) {
                 let b = e.before.as_str();
                 if let Some((other, r)) = work.rollouts.iter().find(|(id, r)| id.channel() == b && is_live(r.state)) {
-                    return Err(format!("channel edge {b} -> {channel} violated: {rollout_id} opened while {other} is {}", r.state));
+                    return Err(broken!("channel edge {b} -> {channel} violated: {rollout_id} opened while {other} is {}", r.state));
                 }
                 if let Some(c) = work.channels.get(b) {
                     let pending = &c.manifest.rollout_id;
                     if work.last_rolled_ref.get(b).map(String::as_str) != Some(pending.channel_ref())
                         && !work.rollouts.contains_key(pending)
                     {
-                        return Err(format!("channel edge {b} -> {channel} violated: {rollout_id} opened before {pending} was"));
+                        return Err(broken!("channel edge {b} -> {channel} violated: {rollout_id} opened before {pending} was"));
                     }
                 }
             }
@@ -170,83 +188,83 @@ fn check_action(work: &PlanInput, cache: &mut Cache, action: &Action, now: Time)
         Action::RolloutDeferred { channel, target_ref, blocked_by, .. } => {
             let current = work.channels.get(channel).map(|c| c.manifest.rollout_id.channel_ref());
             if current != Some(target_ref.as_str()) {
-                return Err(format!("deferred ref {target_ref} is not channel {channel}'s current ref"));
+                return Err(broken!("deferred ref {target_ref} is not channel {channel}'s current ref"));
             }
             if work.last_deferrals.get(channel).is_some_and(|d| d.target_ref == *target_ref && d.blocked_by == *blocked_by) {
-                return Err(format!("deferral of {channel} ref {target_ref} by {blocked_by} emitted twice"));
+                return Err(broken!("deferral of {channel} ref {target_ref} by {blocked_by} emitted twice"));
             }
         }
         Action::RefSuperseded { channel, superseded_ref, by_ref, .. } => {
             if work.last_deferrals.get(channel).map(|d| d.target_ref.as_str()) != Some(superseded_ref.as_str()) {
-                return Err(format!("ref {superseded_ref} of {channel} superseded but not queued"));
+                return Err(broken!("ref {superseded_ref} of {channel} superseded but not queued"));
             }
             if superseded_ref == by_ref {
-                return Err(format!("ref {superseded_ref} of {channel} superseded by itself"));
+                return Err(broken!("ref {superseded_ref} of {channel} superseded by itself"));
             }
         }
         Action::RolloutTransition { rollout_id, from, to, .. } => {
-            let actual = work.rollouts.get(rollout_id).map(|r| r.state).ok_or_else(|| format!("unknown rollout {rollout_id}"))?;
+            let actual = work.rollouts.get(rollout_id).map(|r| r.state).ok_or_else(|| broken!("unknown rollout {rollout_id}"))?;
             if actual != *from {
-                return Err(format!("rollout {rollout_id} is {actual}, not {from}"));
+                return Err(broken!("rollout {rollout_id} is {actual}, not {from}"));
             }
-            from.transition(*to).map_err(|e| e.to_string())?;
+            from.transition(*to)?;
             if *to == R::Pruned {
                 let r = &work.rollouts[rollout_id];
                 if !is_prunable(*from) || r.since.plus_secs(work.settings.retention_secs) > now {
-                    return Err(format!("{rollout_id} ({from} since {}) pruned before its retention ran out", r.since));
+                    return Err(broken!("{rollout_id} ({from} since {}) pruned before its retention ran out", r.since));
                 }
                 if let Some((h, p)) = r.hosts.iter().find(|(_, p)| is_in_flight_state(p.state)) {
-                    return Err(format!("{rollout_id} pruned while {h} is still {} in it", p.state));
+                    return Err(broken!("{rollout_id} pruned while {h} is still {} in it", p.state));
                 }
             }
         }
         Action::HostTransition { rollout_id, host, from, to, .. } => {
             host_from(work, rollout_id, host, *from)?;
-            from.transition(*to).map_err(|e| e.to_string())?;
+            from.transition(*to)?;
             // Outside a revert, Activating -> Reverted is the missed confirm deadline only.
             let reverting = work.rollouts.get(rollout_id).is_some_and(|r| r.state == R::Reverting);
             if (*from, *to) == (H::Activating, H::Reverted) && !reverting {
                 let since = work.rollouts[rollout_id].hosts.get(host).map_or(now, |p| p.since);
                 if since.plus_secs(work.settings.confirm_deadline_secs) >= now {
-                    return Err(format!("{host} in {rollout_id} reverted before its confirm deadline passed"));
+                    return Err(broken!("{host} in {rollout_id} reverted before its confirm deadline passed"));
                 }
             }
         }
         Action::ReleaseStale { channel, signed_at, .. } => {
-            let c = work.channels.get(channel).ok_or_else(|| format!("stale alert for unknown channel {channel}"))?;
+            let c = work.channels.get(channel).ok_or_else(|| broken!("stale alert for unknown channel {channel}"))?;
             if c.signed_at != *signed_at || !c.is_stale(now) {
-                return Err(format!("stale alert for channel {channel} signed at {signed_at}, which is not its stale timestamp"));
+                return Err(broken!("stale alert for channel {channel} signed at {signed_at}, which is not its stale timestamp"));
             }
             if work.stale_alerts.get(channel) == Some(signed_at) {
-                return Err(format!("stale alert for channel {channel} signed at {signed_at} emitted twice"));
+                return Err(broken!("stale alert for channel {channel} signed at {signed_at} emitted twice"));
             }
         }
         Action::Dispatch { rollout_id, host, wave_index, target, from, .. } => {
             host_from(work, rollout_id, host, *from)?;
-            from.transition(H::Activating).map_err(|e| e.to_string())?;
+            from.transition(H::Activating)?;
             // Only a running rollout dispatches — or a Converged one that is still its channel's
             // current rollout, dispatching a returning Skipped host (a straggler, RFC-0002 §5.2).
             match work.rollouts.get(rollout_id).map(|r| r.state) {
                 Some(R::Active | R::Converging) => {}
                 Some(R::Converged) if *from == H::Skipped && is_current(work, rollout_id) => {}
                 Some(R::Converged) => {
-                    return Err(format!("{host} dispatched from {from} by {rollout_id}, converged and not its channel's current rollout"));
+                    return Err(broken!("{host} dispatched from {from} by {rollout_id}, converged and not its channel's current rollout"));
                 }
-                state => return Err(format!("{host} dispatched by {rollout_id} in {state:?}")),
+                state => return Err(broken!("{host} dispatched by {rollout_id} in {state:?}")),
             }
             if let Some(s) = stale(work, rollout_id.channel(), now) {
-                return Err(format!("{host} dispatched in {rollout_id} while {s}"));
+                return Err(broken!("{host} dispatched in {rollout_id} while {s}"));
             }
             if let Some(reason) = work.held.get(host) {
-                return Err(format!("{host} dispatched while held by {reason}"));
+                return Err(broken!("{host} dispatched while held by {reason}"));
             }
             if let Some(other) = in_flight_elsewhere(work, rollout_id, host) {
-                return Err(format!("{host} dispatched in {rollout_id} while in flight in {other}"));
+                return Err(broken!("{host} dispatched in {rollout_id} while in flight in {other}"));
             }
-            let m = work.manifest(rollout_id).ok_or_else(|| format!("no manifest for {rollout_id}"))?;
-            let entry = m.host(host).ok_or_else(|| format!("{host} not in {rollout_id}"))?;
+            let m = work.manifest(rollout_id).ok_or_else(|| broken!("no manifest for {rollout_id}"))?;
+            let entry = m.host(host).ok_or_else(|| broken!("{host} not in {rollout_id}"))?;
             if entry.wave_index != *wave_index || entry.target_closure != *target {
-                return Err(format!("{host} dispatched with wave/target not in the manifest"));
+                return Err(broken!("{host} dispatched with wave/target not in the manifest"));
             }
             if let Some(w) = cache.not_done(work, rollout_id).iter().take(*wave_index as usize).position(|n| *n > 0) {
                 let e = m
@@ -254,7 +272,7 @@ fn check_action(work: &PlanInput, cache: &mut Cache, action: &Action, now: Time)
                     .iter()
                     .find(|e| e.wave_index == w as u32 && !is_done_for_promotion(work.host_state(rollout_id, &e.hostname)));
                 let name = e.map_or("a host", |e| e.hostname.as_str());
-                return Err(format!("{host} (wave {wave_index}) dispatched before {name} of wave {w} is done"));
+                return Err(broken!("{host} (wave {wave_index}) dispatched before {name} of wave {w} is done"));
             }
             let budgets = cache.budgets(work);
             // Budget host lists are sorted (the manifest's canonical order).
@@ -263,30 +281,30 @@ fn check_action(work: &PlanInput, cache: &mut Cache, action: &Action, now: Time)
                 let counted_self = budgets.in_flight.contains(host) && budgets.members.get(&key).is_some_and(|m| m.contains(host));
                 let count = budgets.counts.get(&key).copied().unwrap_or(0) - usize::from(counted_self);
                 if count + 1 > b.allowed() {
-                    return Err(format!("{host} dispatched into a full budget ({count}/{} in flight)", b.allowed()));
+                    return Err(broken!("{host} dispatched into a full budget ({count}/{} in flight)", b.allowed()));
                 }
             }
         }
         Action::Rollback { rollout_id, host, revert_to, target, .. } => {
             if let Some(s) = stale(work, rollout_id.channel(), now) {
-                return Err(format!("{host} of {rollout_id} rolled back while {s}"));
+                return Err(broken!("{host} of {rollout_id} rolled back while {s}"));
             }
-            let m = work.manifest(revert_to).ok_or_else(|| format!("no manifest for {revert_to}"))?;
+            let m = work.manifest(revert_to).ok_or_else(|| broken!("no manifest for {revert_to}"))?;
             if m.host(host).map(|e| &e.target_closure) != Some(target) {
-                return Err(format!("{host} rolled back to a target not in {revert_to}"));
+                return Err(broken!("{host} rolled back to a target not in {revert_to}"));
             }
             if !work.rollouts.contains_key(rollout_id) {
-                return Err(format!("unknown rollout {rollout_id}"));
+                return Err(broken!("unknown rollout {rollout_id}"));
             }
         }
     }
     Ok(())
 }
 
-fn host_from(work: &PlanInput, id: &RolloutId, host: &str, from: H) -> Result<(), String> {
+fn host_from(work: &PlanInput, id: &RolloutId, host: &str, from: H) -> Result<(), Broken> {
     if !work.rollouts.contains_key(id) {
-        return Err(format!("unknown rollout {id}"));
+        return Err(broken!("unknown rollout {id}"));
     }
     let actual = work.host_state(id, host);
-    if actual != from { Err(format!("{host} in {id} is {actual}, not {from}")) } else { Ok(()) }
+    if actual != from { Err(broken!("{host} in {id} is {actual}, not {from}")) } else { Ok(()) }
 }
