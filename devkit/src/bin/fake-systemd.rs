@@ -723,41 +723,85 @@ struct UnitSpec {
     script: Option<String>,
 }
 
-fn parse_unit(spec: &str) -> Result<UnitSpec, String> {
+/// Why the command line is refused.
+#[derive(Debug, thiserror::Error)]
+enum ArgsError {
+    /// A `--unit` without its three fields.
+    #[error("--unit {spec:?}: expected NAME;TYPE;STATE[;SCRIPT]")]
+    UnitFields {
+        /// The `--unit` value.
+        spec: String,
+    },
+    /// A TYPE that does not fit the unit's name.
+    #[error("--unit {spec:?}: TYPE must be oneshot or simple for a .service, timer for a .timer")]
+    UnitType {
+        /// The `--unit` value.
+        spec: String,
+    },
+    /// A service without a script, or a timer with one.
+    #[error("--unit {spec:?}: a service needs a SCRIPT, a timer has none")]
+    UnitScript {
+        /// The `--unit` value.
+        spec: String,
+    },
+    /// A STATE that is neither active nor inactive.
+    #[error("--unit {spec:?}: STATE must be active or inactive")]
+    UnitState {
+        /// The `--unit` value.
+        spec: String,
+    },
+    /// A flag without its value.
+    #[error("{flag} needs a value")]
+    NeedsValue {
+        /// The flag.
+        flag: &'static str,
+    },
+    /// An argument it does not take.
+    #[error("unknown argument {argument:?}")]
+    Unknown {
+        /// The argument.
+        argument: String,
+    },
+    /// No `--address`.
+    #[error("usage: fake-systemd --address ADDR [--unit 'NAME;TYPE;STATE[;SCRIPT]']...")]
+    Usage,
+}
+
+fn parse_unit(spec: &str) -> Result<UnitSpec, ArgsError> {
     let mut parts = spec.splitn(4, ';');
     let (Some(name), Some(kind), Some(state)) = (parts.next(), parts.next(), parts.next()) else {
-        return Err(format!("--unit {spec:?}: expected NAME;TYPE;STATE[;SCRIPT]"));
+        return Err(ArgsError::UnitFields { spec: spec.to_owned() });
     };
     let script = parts.next().map(str::to_owned);
     let kind = match (kind, name.rsplit_once('.').map(|(_, s)| s)) {
         ("oneshot", Some("service")) => Kind::Oneshot,
         ("simple", Some("service")) => Kind::Simple,
         ("timer", Some("timer")) => Kind::Timer,
-        _ => return Err(format!("--unit {spec:?}: TYPE must be oneshot or simple for a .service, timer for a .timer")),
+        _ => return Err(ArgsError::UnitType { spec: spec.to_owned() }),
     };
     if (kind == Kind::Timer) != script.is_none() {
-        return Err(format!("--unit {spec:?}: a service needs a SCRIPT, a timer has none"));
+        return Err(ArgsError::UnitScript { spec: spec.to_owned() });
     }
     let active = match state {
         "active" => true,
         "inactive" => false,
-        _ => return Err(format!("--unit {spec:?}: STATE must be active or inactive")),
+        _ => return Err(ArgsError::UnitState { spec: spec.to_owned() }),
     };
     Ok(UnitSpec { name: name.to_owned(), kind, active, script })
 }
 
-fn args() -> Result<(String, Vec<UnitSpec>), String> {
+fn args() -> Result<(String, Vec<UnitSpec>), ArgsError> {
     let mut args = std::env::args().skip(1);
     let mut address = None;
     let mut units = Vec::new();
     while let Some(arg) = args.next() {
         match arg.as_str() {
-            "--address" => address = Some(args.next().ok_or("--address needs a value")?),
-            "--unit" => units.push(parse_unit(&args.next().ok_or("--unit needs a value")?)?),
-            other => return Err(format!("unknown argument {other:?}")),
+            "--address" => address = Some(args.next().ok_or(ArgsError::NeedsValue { flag: "--address" })?),
+            "--unit" => units.push(parse_unit(&args.next().ok_or(ArgsError::NeedsValue { flag: "--unit" })?)?),
+            other => return Err(ArgsError::Unknown { argument: other.to_owned() }),
         }
     }
-    let address = address.ok_or_else(|| "usage: fake-systemd --address ADDR [--unit 'NAME;TYPE;STATE[;SCRIPT]']...".to_owned())?;
+    let address = address.ok_or(ArgsError::Usage)?;
     Ok((address, units))
 }
 

@@ -27,13 +27,13 @@ pub struct ApiKey {
 
 impl ApiKey {
     /// Parses `consumer_key:token_key:token_secret`.
-    pub fn parse(text: &str) -> Result<ApiKey, String> {
+    pub fn parse(text: &str) -> Result<ApiKey, ApiKeyError> {
         let parts: Vec<&str> = text.trim().split(':').collect();
         match parts.as_slice() {
             [ck, tk, ts] if !ck.is_empty() && !tk.is_empty() && !ts.is_empty() => {
                 Ok(ApiKey { consumer_key: (*ck).to_owned(), token_key: (*tk).to_owned(), token_secret: (*ts).to_owned() })
             }
-            _ => Err(format!("an API key is CONSUMER_KEY:TOKEN_KEY:TOKEN_SECRET, got {} part(s)", parts.len())),
+            _ => Err(ApiKeyError { parts: parts.len() }),
         }
     }
 
@@ -41,6 +41,14 @@ impl ApiKey {
     pub fn username(&self) -> &str {
         &self.consumer_key
     }
+}
+
+/// An API key that is not three non-empty `:`-separated parts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("an API key is CONSUMER_KEY:TOKEN_KEY:TOKEN_SECRET, got {parts} part(s)")]
+pub struct ApiKeyError {
+    /// How many parts it has.
+    pub parts: usize,
 }
 
 /// Who is calling.

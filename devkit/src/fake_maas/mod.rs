@@ -114,13 +114,13 @@ pub const USAGE: &str = "usage: fake-maas --listen ADDR --api-key CK:TK:TS [--ap
 
 impl Args {
     /// Parses the arguments (without the program name).
-    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, ArgsError> {
         let mut out = Args { listen: String::new(), keys: Vec::new(), delays: Delays::default(), state_file: None, boot: None };
         let mut extra_config = None;
         let mut it = args.into_iter();
         while let Some(flag) = it.next() {
-            let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
-            let secs = |v: String| v.parse::<u64>().map_err(|_| format!("{flag}: not a number of seconds: {v}"));
+            let mut value = || it.next().ok_or_else(|| ArgsError::NeedsValue { flag: flag.clone() });
+            let secs = |v: String| v.parse::<u64>().map_err(|_| ArgsError::NotSeconds { flag: flag.clone(), value: v });
             match flag.as_str() {
                 "--listen" => out.listen = value()?,
                 "--api-key" => out.keys.push(ApiKey::parse(&value()?)?),
@@ -131,34 +131,92 @@ impl Args {
                 "--state" => out.state_file = Some(PathBuf::from(value()?)),
                 "--boot-dir" => out.boot = Some(BootOptions::new(value()?)),
                 "--agent-extra-config" => extra_config = Some(PathBuf::from(value()?)),
-                other => return Err(format!("unknown argument {other}")),
+                other => return Err(ArgsError::Unknown { argument: other.to_owned() }),
             }
         }
         match (&mut out.boot, extra_config) {
             (Some(boot), extra) => boot.agent_extra_config = extra,
-            (None, Some(_)) => return Err("--agent-extra-config needs --boot-dir".into()),
+            (None, Some(_)) => return Err(ArgsError::ExtraConfigWithoutBootDir),
             (None, None) => {}
         }
         if out.listen.is_empty() || out.keys.is_empty() {
-            return Err("--listen and at least one --api-key are required".into());
+            return Err(ArgsError::Required);
         }
         Ok(out)
     }
 }
 
+/// Why `fake-maas`'s command line is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ArgsError {
+    /// A flag without its value.
+    #[error("{flag} needs a value")]
+    NeedsValue {
+        /// The flag.
+        flag: String,
+    },
+    /// A `--…-secs` that is not a number.
+    #[error("{flag}: not a number of seconds: {value}")]
+    NotSeconds {
+        /// The flag.
+        flag: String,
+        /// Its value.
+        value: String,
+    },
+    /// A malformed `--api-key`.
+    #[error(transparent)]
+    ApiKey(#[from] auth::ApiKeyError),
+    /// An argument it does not take.
+    #[error("unknown argument {argument}")]
+    Unknown {
+        /// The argument.
+        argument: String,
+    },
+    /// `--agent-extra-config` alone.
+    #[error("--agent-extra-config needs --boot-dir")]
+    ExtraConfigWithoutBootDir,
+    /// No `--listen` or no `--api-key`.
+    #[error("--listen and at least one --api-key are required")]
+    Required,
+}
+
+/// Why `fake-maas` stopped serving, or never started.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The state file could not be loaded.
+    #[error(transparent)]
+    State(#[from] world::StateFileError),
+    /// The boot directory could not be prepared.
+    #[error(transparent)]
+    Boot(#[from] boot::BootError),
+    /// The address could not be bound.
+    #[error("binding {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Reporting the address, installing the signal handler, or serving failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
 /// Binds, prints the listening line, and serves until SIGTERM or SIGINT.
-pub async fn run(args: Args) -> Result<(), String> {
+pub async fn run(args: Args) -> Result<(), RunError> {
     let mut world = World::new(args.keys, args.delays, args.state_file)?;
-    let booter = args.boot.as_ref().map(boot::Booter::new).transpose().map_err(|e| e.to_string())?;
+    let booter = args.boot.as_ref().map(boot::Booter::new).transpose()?;
     world.boot.clone_from(&booter);
-    let listener = tokio::net::TcpListener::bind(&args.listen).await.map_err(|e| format!("binding {}: {e}", args.listen))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let listener =
+        tokio::net::TcpListener::bind(&args.listen).await.map_err(|source| RunError::Bind { addr: args.listen.clone(), source })?;
+    let addr = listener.local_addr()?;
     let mut stdout = std::io::stdout();
-    writeln!(stdout, "listening http://{addr}/MAAS").and_then(|()| stdout.flush()).map_err(|e| e.to_string())?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
+    writeln!(stdout, "listening http://{addr}/MAAS").and_then(|()| stdout.flush())?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     // No graceful drain: a request held by a `hang` outage would never let it finish.
     let outcome = tokio::select! {
-        served = server::serve(listener, world) => served.map_err(|e| e.to_string()),
+        served = server::serve(listener, world) => served.map_err(RunError::Io),
         _ = term.recv() => Ok(()),
         _ = tokio::signal::ctrl_c() => Ok(()),
     };
@@ -173,7 +231,7 @@ pub async fn run(args: Args) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    fn args(list: &[&str]) -> Result<Args, String> {
+    fn args(list: &[&str]) -> Result<Args, ArgsError> {
         Args::parse(list.iter().map(|s| (*s).to_owned()))
     }
 

@@ -171,10 +171,18 @@ impl From<Status> for u8 {
     }
 }
 
+/// A status code no MAAS status has.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no MAAS status has code {code}")]
+pub struct UnknownStatus {
+    /// The code.
+    pub code: u8,
+}
+
 impl TryFrom<u8> for Status {
-    type Error = String;
-    fn try_from(code: u8) -> Result<Status, String> {
-        Status::from_code(code).ok_or_else(|| format!("no MAAS status has code {code}"))
+    type Error = UnknownStatus;
+    fn try_from(code: u8) -> Result<Status, UnknownStatus> {
+        Status::from_code(code).ok_or(UnknownStatus { code })
     }
 }
 

@@ -122,13 +122,43 @@ fn stage_of(s: Status) -> Option<&'static str> {
     ["commissioning", "deployment", "releasing", "disk_erasing"].into_iter().find(|st| stage_status(st) == Some(s))
 }
 
+/// Why the state file could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StateFileError {
+    /// Reading, writing or renaming it failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// It does not hold a saved world.
+    #[error("{}: {source}", path.display())]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// The parser's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The world could not be encoded.
+    #[error(transparent)]
+    Encode {
+        /// The encoder's error.
+        #[from]
+        source: serde_json::Error,
+    },
+}
+
 impl World {
     /// A fresh world, loading `state_file` when it exists.
-    pub fn new(keys: Vec<ApiKey>, delays: Delays, state_file: Option<PathBuf>) -> Result<World, String> {
+    pub fn new(keys: Vec<ApiKey>, delays: Delays, state_file: Option<PathBuf>) -> Result<World, StateFileError> {
         let data = match &state_file {
             Some(p) if p.exists() => {
-                let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
-                serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?
+                let text = std::fs::read_to_string(p).map_err(|source| StateFileError::Io { path: p.clone(), source })?;
+                serde_json::from_str(&text).map_err(|source| StateFileError::Json { path: p.clone(), source })?
             }
             _ => Data::default(),
         };
@@ -172,14 +202,16 @@ impl World {
 
     /// Writes the state file (atomically: a temporary file renamed over it) if anything
     /// changed since the last save.
-    pub fn save_if_dirty(&mut self) -> Result<(), String> {
+    pub fn save_if_dirty(&mut self) -> Result<(), StateFileError> {
         if !std::mem::take(&mut self.dirty) {
             return Ok(());
         }
         let Some(path) = &self.state_file else { return Ok(()) };
-        let text = serde_json::to_vec_pretty(&self.data).map_err(|e| e.to_string())?;
+        let text = serde_json::to_vec_pretty(&self.data).map_err(|source| StateFileError::Encode { source })?;
         let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path)).map_err(|e| format!("{}: {e}", path.display()))
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .map_err(|source| StateFileError::Io { path: path.clone(), source })
     }
 
     /// The index of a machine by system_id.

@@ -180,22 +180,92 @@ pub const USAGE: &str = "usage: fake-shelf --cert PEM --key PEM --user U --passw
 
 /// Splits and checks the list of `flag` (`--outlets`, `--systems`): non-empty, distinct ids
 /// of ASCII letters, digits, `-`, `_`.
-pub fn parse_ids(flag: &str, list: &str) -> Result<Vec<String>, String> {
+pub fn parse_ids(flag: &str, list: &str) -> Result<Vec<String>, ArgsError> {
     let ids: Vec<String> = list.split(',').map(|s| s.trim().to_owned()).collect();
     for (i, id) in ids.iter().enumerate() {
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-            return Err(format!("{flag}: {id:?} is not an id (letters, digits, - and _)"));
+            return Err(ArgsError::BadId { flag: flag.to_owned(), id: id.clone() });
         }
         if ids[..i].contains(id) {
-            return Err(format!("{flag}: {id} is named twice"));
+            return Err(ArgsError::DuplicateId { flag: flag.to_owned(), id: id.clone() });
         }
     }
     Ok(ids)
 }
 
+/// Why `fake-shelf`'s command line is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ArgsError {
+    /// A flag without its value.
+    #[error("{flag} needs a value")]
+    NeedsValue {
+        /// The flag.
+        flag: String,
+    },
+    /// An id of `--outlets` or `--systems` with other characters.
+    #[error("{flag}: {id:?} is not an id (letters, digits, - and _)")]
+    BadId {
+        /// The flag.
+        flag: String,
+        /// The id.
+        id: String,
+    },
+    /// An id named twice.
+    #[error("{flag}: {id} is named twice")]
+    DuplicateId {
+        /// The flag.
+        flag: String,
+        /// The id.
+        id: String,
+    },
+    /// A `--…-ms` that is not a number.
+    #[error("{flag}: not a number of milliseconds: {value}")]
+    NotMillis {
+        /// The flag.
+        flag: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// An argument it does not take.
+    #[error("unknown argument {argument}")]
+    Unknown {
+        /// The argument.
+        argument: String,
+    },
+    /// No `--cert` or no `--key`.
+    #[error("--cert and --key are required (the shelf serves HTTPS only)")]
+    NoTls,
+    /// No `--user` or no `--password`.
+    #[error("--user and --password are required")]
+    NoCredentials,
+    /// A user name with `:`.
+    #[error("--user cannot contain ':' (HTTP Basic splits on it)")]
+    ColonInUser,
+}
+
+/// Why `fake-shelf` stopped serving, or never started.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The certificate or key is unusable.
+    #[error(transparent)]
+    Tls(#[from] server::TlsError),
+    /// The address could not be bound.
+    #[error("binding {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Reporting the address, installing the signal handler, or serving failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
 impl Args {
     /// Parses the arguments (without the program name).
-    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, ArgsError> {
         let mut out = Args {
             listen: "127.0.0.1:0".into(),
             cert: PathBuf::new(),
@@ -211,7 +281,7 @@ impl Args {
         };
         let mut it = args.into_iter();
         while let Some(flag) = it.next() {
-            let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+            let mut value = || it.next().ok_or_else(|| ArgsError::NeedsValue { flag: flag.clone() });
             match flag.as_str() {
                 "--listen" => out.listen = value()?,
                 "--cert" => out.cert = PathBuf::from(value()?),
@@ -223,46 +293,47 @@ impl Args {
                 "--systems-off" => out.systems_off = true,
                 "--delay-ms" => {
                     let v = value()?;
-                    out.delay_ms = v.parse().map_err(|_| format!("--delay-ms: not a number of milliseconds: {v}"))?;
+                    out.delay_ms = v.parse().map_err(|_| ArgsError::NotMillis { flag: "--delay-ms", value: v.clone() })?;
                 }
                 "--update-ms" => {
                     let v = value()?;
-                    out.update_ms = v.parse().map_err(|_| format!("--update-ms: not a number of milliseconds: {v}"))?;
+                    out.update_ms = v.parse().map_err(|_| ArgsError::NotMillis { flag: "--update-ms", value: v.clone() })?;
                 }
                 "--name" => out.identity.name = value()?,
                 "--serial" => out.identity.serial = value()?,
                 "--off" => out.off = true,
-                other => return Err(format!("unknown argument {other}")),
+                other => return Err(ArgsError::Unknown { argument: other.to_owned() }),
             }
         }
         if out.cert.as_os_str().is_empty() || out.key.as_os_str().is_empty() {
-            return Err("--cert and --key are required (the shelf serves HTTPS only)".into());
+            return Err(ArgsError::NoTls);
         }
         if out.creds.user.is_empty() || out.creds.password.is_empty() {
-            return Err("--user and --password are required".into());
+            return Err(ArgsError::NoCredentials);
         }
         if out.creds.user.contains(':') {
-            return Err("--user cannot contain ':' (HTTP Basic splits on it)".into());
+            return Err(ArgsError::ColonInUser);
         }
         Ok(out)
     }
 }
 
 /// Loads the certificate, binds, prints the listening line, and serves until SIGTERM or SIGINT.
-pub async fn run(args: Args) -> Result<(), String> {
+pub async fn run(args: Args) -> Result<(), RunError> {
     let tls = server::tls_config(&args.cert, &args.key)?;
     let power = if args.off { Power::Off } else { Power::On };
     let systems_power = if args.systems_off { Power::Off } else { Power::On };
     let mut shelf =
         Shelf::new(args.identity, &args.outlets, power, Duration::from_millis(args.delay_ms)).with_systems(&args.systems, systems_power);
     shelf.firmware.time = Duration::from_millis(args.update_ms);
-    let listener = tokio::net::TcpListener::bind(&args.listen).await.map_err(|e| format!("binding {}: {e}", args.listen))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let listener =
+        tokio::net::TcpListener::bind(&args.listen).await.map_err(|source| RunError::Bind { addr: args.listen.clone(), source })?;
+    let addr = listener.local_addr()?;
     let mut stdout = std::io::stdout();
-    writeln!(stdout, "listening on https://{addr}").and_then(|()| stdout.flush()).map_err(|e| e.to_string())?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
+    writeln!(stdout, "listening on https://{addr}").and_then(|()| stdout.flush())?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
-        served = server::serve(listener, tls, shelf, args.creds) => served.map_err(|e| e.to_string()),
+        served = server::serve(listener, tls, shelf, args.creds) => served.map_err(RunError::Io),
         _ = term.recv() => Ok(()),
         _ = tokio::signal::ctrl_c() => Ok(()),
     }
@@ -272,13 +343,13 @@ pub async fn run(args: Args) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    fn args(list: &[&str]) -> Result<Args, String> {
+    fn args(list: &[&str]) -> Result<Args, ArgsError> {
         Args::parse(list.iter().map(|s| (*s).to_owned()))
     }
 
     const BASE: [&str; 8] = ["--cert", "c.pem", "--key", "k.pem", "--user", "admin", "--password", "pa55"];
 
-    fn with(extra: &[&str]) -> Result<Args, String> {
+    fn with(extra: &[&str]) -> Result<Args, ArgsError> {
         let mut all = BASE.to_vec();
         all.extend_from_slice(extra);
         args(&all)
@@ -328,7 +399,7 @@ mod tests {
         assert!(with(&["--outlets", "A1,A1"]).is_err());
         assert!(with(&["--outlets", "A1,"]).is_err());
         assert!(with(&["--outlets", "A/1"]).is_err());
-        assert!(with(&["--systems", "n1,n1"]).unwrap_err().contains("--systems"));
+        assert!(with(&["--systems", "n1,n1"]).unwrap_err().to_string().contains("--systems"));
         assert!(with(&["--systems", ""]).is_err());
         assert!(with(&["--systems", "node 1"]).is_err());
         assert!(with(&["--systems"]).is_err());

@@ -27,23 +27,71 @@ pub const MAX_BODY: usize = 1 << 20;
 /// How long a client may take to finish the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Why the shelf's TLS configuration could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The certificate file is not PEM.
+    #[error("{}: not a PEM certificate: {source}", path.display())]
+    Certificate {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The PEM error.
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    /// The certificate file holds no certificate.
+    #[error("{}: no certificate", path.display())]
+    NoCertificate {
+        /// The file.
+        path: std::path::PathBuf,
+    },
+    /// The key file holds no PEM private key.
+    #[error("{}: not a PEM private key: {source}", path.display())]
+    Key {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The PEM error.
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    /// rustls refused the protocol versions.
+    #[error(transparent)]
+    Versions(rustls::Error),
+    /// The certificate and the key do not make a pair rustls takes.
+    #[error("certificate and key: {source}")]
+    Pair {
+        /// rustls's error.
+        #[source]
+        source: rustls::Error,
+    },
+}
+
 /// The TLS server configuration from a PEM certificate chain and a PEM private key.
-pub fn tls_config(cert_pem: &Path, key_pem: &Path) -> Result<ServerConfig, String> {
-    let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+pub fn tls_config(cert_pem: &Path, key_pem: &Path) -> Result<ServerConfig, TlsError> {
+    let read = |p: &Path| std::fs::read(p).map_err(|source| TlsError::Read { path: p.to_owned(), source });
     let cert_bytes = read(cert_pem)?;
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_bytes)
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("{}: not a PEM certificate: {e}", cert_pem.display()))?;
+        .map_err(|source| TlsError::Certificate { path: cert_pem.to_owned(), source })?;
     if chain.is_empty() {
-        return Err(format!("{}: no certificate", cert_pem.display()));
+        return Err(TlsError::NoCertificate { path: cert_pem.to_owned() });
     }
-    let key = PrivateKeyDer::from_pem_slice(&read(key_pem)?).map_err(|e| format!("{}: not a PEM private key: {e}", key_pem.display()))?;
+    let key = PrivateKeyDer::from_pem_slice(&read(key_pem)?).map_err(|source| TlsError::Key { path: key_pem.to_owned(), source })?;
     let mut config = ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| e.to_string())?
+        .map_err(TlsError::Versions)?
         .with_no_client_auth()
         .with_single_cert(chain, key)
-        .map_err(|e| format!("certificate and key: {e}"))?;
+        .map_err(|source| TlsError::Pair { source })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
 }
@@ -144,9 +192,9 @@ mod tests {
     fn tls_config_names_the_file_it_could_not_use() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("missing.pem");
-        assert!(tls_config(&missing, &missing).unwrap_err().contains("missing.pem"));
+        assert!(tls_config(&missing, &missing).unwrap_err().to_string().contains("missing.pem"));
         let junk = dir.path().join("junk.pem");
         std::fs::write(&junk, "not pem").unwrap();
-        assert!(tls_config(&junk, &junk).unwrap_err().contains("junk.pem"));
+        assert!(tls_config(&junk, &junk).unwrap_err().to_string().contains("junk.pem"));
     }
 }
