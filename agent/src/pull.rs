@@ -72,7 +72,7 @@ pub trait HostOps: Send + Sync + 'static {
     fn run_task(&self, task: &drover_proto::task::Task) -> TaskResult;
     /// The last act of `node.uninstall`, once its result was reported: stop the agent's own
     /// unit. An error means the caller must exit by itself.
-    fn finish_uninstall(&self) -> Result<(), String>;
+    fn finish_uninstall(&self) -> Result<(), crate::systemd::SystemdError>;
     /// `subject` signed with the host's evidence key, made `at`; `None` where the host has
     /// no evidence key (or signing failed, which is logged).
     fn evidence(&self, at: drover_proto::time::Time, subject: drover_proto::evidence::Subject) -> Option<drover_proto::evidence::Evidence> {

@@ -301,10 +301,8 @@ impl HostOps for RealHost {
         }
     }
 
-    fn finish_uninstall(&self) -> Result<(), String> {
-        // The trait answers text: it is implemented outside this crate too (the end-to-end
-        // tests' idle host).
-        crate::tasks::uninstall::finish(&self.task_env()).map_err(|e| e.to_string())
+    fn finish_uninstall(&self) -> Result<(), crate::systemd::SystemdError> {
+        crate::tasks::uninstall::finish(&self.task_env())
     }
 }
 

@@ -173,6 +173,8 @@ pub struct AppState {
     pub connections: Arc<crate::conn_limits::ConnLimits>,
     /// `/readyz`'s verdict, kept by [`crate::readiness::watch`].
     pub readiness: crate::readiness::Readiness,
+    /// Every background loop: running or not, passes, last error ([`crate::loops`]).
+    pub loops: Arc<crate::loops::Loops>,
     /// The highest release agents proved they verified ([`crate::fleet_release`]).
     pub fleet_release: crate::fleet_release::FleetRelease,
 }

@@ -144,6 +144,7 @@ pub async fn supervise(app: Arc<AppState>, start: StartWork) {
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
+        app.loops.ran(crate::loops::LEADER_SUPERVISION, app.clock.now(), Ok::<(), std::convert::Infallible>(()));
         let lead = app.leader.current();
         let same = matches!((&lead, &running), (Lead::Leader(f), Some((g, _))) if f == g);
         if same {

@@ -10,6 +10,7 @@
 //! - [`jobs`]: the job executor, local stages and the MAAS child workflow.
 //! - [`http1`]: the coordinator's own HTTP/1.1 connection layer: strict framing, no buffers held while a long-poll waits.
 //! - [`latest_release`]: the latest release, verified once and read by all, and the fleet read model built from it.
+//! - [`loops`]: every background loop in one table (running, passes, last error), in `/metrics` and `GET /v1/loops`.
 //! - [`metrics`]: Prometheus counters and the `/metrics` text; [`http_metrics`] counts requests by route, [`process_metrics`] reads `process_*` from `/proc`.
 //! - [`reconciler`]: the MAAS drift reconciler's runtime: one pass per site at a time, periodic (jittered) and on demand, batched writes.
 //! - [`releases_dir`]: polling `releases_dir` and publishing what appears there.
@@ -38,6 +39,7 @@ pub mod http_metrics;
 pub mod jobs;
 pub mod latest_release;
 pub mod leader;
+pub mod loops;
 pub mod metrics;
 pub mod onboarding;
 pub mod peers;

@@ -208,8 +208,14 @@ pub async fn watch(app: Arc<AppState>) {
         let previous = app.readiness.verdict();
         let checker = app.clone();
         match tokio::task::spawn_blocking(move || check(&checker, &previous)).await {
-            Ok(verdict) => app.readiness.set(verdict),
-            Err(e) => tracing::error!(error = %e, "readiness check panicked"),
+            Ok(verdict) => {
+                app.readiness.set(verdict);
+                app.loops.ran(crate::loops::READINESS, app.clock.now(), Ok::<(), tokio::task::JoinError>(()));
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "readiness check panicked");
+                app.loops.ran(crate::loops::READINESS, app.clock.now(), Err(e));
+            }
         }
     }
 }

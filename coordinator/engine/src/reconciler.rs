@@ -186,9 +186,13 @@ pub async fn run(app: Arc<AppState>) {
     let check = interval.min(Duration::from_secs(5)).max(Duration::from_millis(200));
     loop {
         let sites = match store::blocking(app.store.clone(), |s| s.list_sites()).await {
-            Ok(s) => s,
+            Ok(s) => {
+                app.loops.ran(crate::loops::RECONCILER, app.clock.now(), Ok::<(), crate::store::StoreError>(()));
+                s
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot list MAAS sites for reconciliation; trying again");
+                app.loops.ran(crate::loops::RECONCILER, app.clock.now(), Err(e));
                 Vec::new()
             }
         };

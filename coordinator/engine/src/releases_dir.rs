@@ -48,6 +48,9 @@ pub async fn watch(app: Arc<AppState>, dir: PathBuf) {
     loop {
         every.tick().await;
         poll_once(&app, &dir, &mut seen).await;
+        // A poll's failures (an unreadable directory, a refused release) are logged and
+        // recorded as events where they are met; the pass itself always ends.
+        app.loops.ran(crate::loops::RELEASES_DIR, app.clock.now(), Ok::<(), std::convert::Infallible>(()));
     }
 }
 

@@ -269,27 +269,31 @@ fn leadership(config: &Config, database: Option<&(PgStore, PgOptions)>) -> Resul
 /// the rollout executor (with the job engine), MAAS onboarding, the drift reconciler, the rack
 /// device controllers, and the sweeps (lapsed task leases, silent hosts).
 fn start_leader_work(app: &Arc<AppState>) -> Vec<JoinHandle<()>> {
-    use crate::store::fence::spawn;
+    use crate::loops::{DEVICES, EXECUTOR, LEASE_SWEEP, ONBOARDING, RECONCILER};
     let sweeper = app.clone();
+    let (loops, clock) = (&app.loops, || app.clock.clone());
+    // The job tick runs inside the executor's loop, after each of its ticks.
     vec![
-        spawn(crate::executor::trigger::run(app.clone())),
-        spawn(crate::onboarding::exec::run(app.clone())),
-        spawn(crate::reconciler::run(app.clone())),
-        spawn(crate::devices::run(app.clone())),
+        loops.spawn(EXECUTOR, clock(), crate::executor::trigger::run(app.clone())),
+        loops.spawn(ONBOARDING, clock(), crate::onboarding::exec::run(app.clone())),
+        loops.spawn(RECONCILER, clock(), crate::reconciler::run(app.clone())),
+        loops.spawn(DEVICES, clock(), crate::devices::run(app.clone())),
         // Silent hosts become `offline`; their next check-in brings them back.
         crate::api::lifecycle::spawn_offline_reconciler(app.clone()),
         // Lapsed task leases are leasable again at once; the sweep also puts them back in the
         // queue so listings show them queued, not leased by a host that went quiet.
-        spawn(async move {
+        loops.spawn(LEASE_SWEEP, clock(), async move {
             let mut every = tokio::time::interval(std::time::Duration::from_secs(TASK_REQUEUE_SECS));
             loop {
                 every.tick().await;
                 let now = sweeper.clock.now();
-                match crate::store::blocking(sweeper.store.clone(), move |s| s.requeue_expired(now)).await {
+                let outcome = crate::store::blocking(sweeper.store.clone(), move |s| s.requeue_expired(now)).await;
+                match &outcome {
                     Ok(0) => {}
                     Ok(n) => tracing::info!(requeued = n, "lapsed task leases requeued"),
                     Err(e) => tracing::error!(error = %e, "requeuing lapsed task leases failed"),
                 }
+                sweeper.loops.ran(LEASE_SWEEP, sweeper.clock.now(), outcome.map(|_| ()));
             }
         }),
     ]
@@ -339,6 +343,7 @@ pub async fn start_prepared(listener: TcpListener, prepared: Prepared, clock: Ar
         device_work: Default::default(),
         connections: crate::conn_limits::ConnLimits::new(connections, crate::api::body_limit),
         readiness: Default::default(),
+        loops: Default::default(),
         fleet_release: Default::default(),
     });
     if let Some((db, options)) = database {
@@ -350,28 +355,34 @@ pub async fn start_prepared(listener: TcpListener, prepared: Prepared, clock: Ar
     // Revocations made before this start must bind from the first handshake.
     app.refresh_crl().await?;
     // The CRL says how long it is good for; re-sign it well before that, revocations or not.
+    use crate::loops::{CHECKIN_FLUSH, CRL_REFRESH, LEADER_SUPERVISION, MEMORY_TRIM, READINESS, RELEASES_DIR};
+    let (loops, clock) = (app.loops.clone(), || app.clock.clone());
     let refresher = app.clone();
-    tokio::spawn(async move {
+    loops.spawn(CRL_REFRESH, clock(), async move {
         let mut every = tokio::time::interval(std::time::Duration::from_secs(CRL_REFRESH_SECS));
         every.tick().await;
         loop {
             every.tick().await;
-            if let Err(e) = refresher.refresh_crl().await {
+            let outcome = refresher.refresh_crl().await;
+            if let Err(e) = &outcome {
                 tracing::error!(error = %e, "periodic CRL refresh failed");
             }
+            refresher.loops.ran(CRL_REFRESH, refresher.clock.now(), outcome);
         }
     });
     if let Some(dir) = app.config.releases_dir.clone() {
-        tokio::spawn(crate::releases_dir::watch(app.clone(), dir));
+        loops.spawn(RELEASES_DIR, clock(), crate::releases_dir::watch(app.clone(), dir));
     }
     let flusher = app.clone();
-    tokio::spawn(async move {
+    loops.spawn(CHECKIN_FLUSH, clock(), async move {
         let mut every = tokio::time::interval(std::time::Duration::from_millis(crate::app::CHECKIN_FLUSH_MS));
         loop {
             every.tick().await;
-            if let Err(e) = flusher.flush_checkins().await {
+            let outcome = flusher.flush_checkins().await;
+            if let Err(e) = &outcome {
                 tracing::error!(error = %e, "writing buffered check-ins failed");
             }
+            flusher.loops.ran(CHECKIN_FLUSH, flusher.clock.now(), outcome.map(|_| ()));
         }
     });
     // `/readyz` answers from this verdict; the first check is made before the listener opens.
@@ -381,22 +392,25 @@ pub async fn start_prepared(listener: TcpListener, prepared: Prepared, clock: Ar
         Ok(first) => app.readiness.set(first),
         Err(e) => tracing::error!(error = %e, "the first readiness check panicked"),
     }
-    tokio::spawn(crate::readiness::watch(app.clone()));
+    loops.spawn(READINESS, clock(), crate::readiness::watch(app.clone()));
     // Memory that anonymous bodies used goes back to the system once they are done.
     let trimmer = app.connections.clone();
-    tokio::spawn(async move {
+    let trim_app = app.clone();
+    loops.spawn(MEMORY_TRIM, clock(), async move {
         let mut every = tokio::time::interval(std::time::Duration::from_secs(10));
         loop {
             every.tick().await;
             // Checked here: only a trim (a walk of the heap) goes to the blocking pool.
+            let mut outcome = Ok(());
             if trimmer.trim_due() {
                 let limits = trimmer.clone();
-                let _ = tokio::task::spawn_blocking(move || limits.trim_if_due()).await;
+                outcome = tokio::task::spawn_blocking(move || limits.trim_if_due()).await.map(|_| ());
             }
+            trim_app.loops.ran(MEMORY_TRIM, trim_app.clock.now(), outcome);
         }
     });
     // The executor, the job engine, the sweeps and the reconcilers run on the leader only.
-    tokio::spawn(crate::leader::supervise(app.clone(), start_leader_work));
+    loops.spawn(LEADER_SUPERVISION, clock(), crate::leader::supervise(app.clone(), start_leader_work));
     let router = crate::api::router(app.clone());
     let limits = app.connections.clone();
     let task = tokio::spawn(crate::server::serve(listener, tls, router, limits, app.config.connections.http1));

@@ -62,6 +62,40 @@ pub struct OperatorCertView {
     pub revoked_reason: Option<String>,
 }
 
+/// One background loop of the coordinator, as `GET /v1/loops` lists it.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoopView {
+    /// Its name (`executor`, `reconciler`, `offline_sweep`, …).
+    pub name: String,
+    /// Whether it runs on this replica now (the leader's loops run on the leader only).
+    pub running: bool,
+    /// When it last started on this replica.
+    pub started_at: Option<Time>,
+    /// When it last stopped (this replica stopped leading), if it did.
+    pub stopped_at: Option<Time>,
+    /// Passes it made since this process started.
+    pub runs: u64,
+    /// Passes that ended in an error.
+    pub failures: u64,
+    /// When its last pass ended.
+    pub last_run_at: Option<Time>,
+    /// When its last error was.
+    pub last_error_at: Option<Time>,
+    /// The last error, bounded (never a secret: the loops' errors name what failed, not values).
+    pub last_error: Option<String>,
+}
+
+/// `GET /v1/loops`: every background loop of the replica that answers.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoopList {
+    /// The loops, in a fixed order.
+    pub loops: Vec<LoopView>,
+}
+
 /// `GET /v1/version`.
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

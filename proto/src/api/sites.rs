@@ -39,13 +39,25 @@ impl fmt::Display for SiteStatus {
     }
 }
 
+/// A name that is none of the values a field allows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{value:?} is not a {what} ({allowed})")]
+pub struct NotOneOf {
+    /// What the field holds (`status`, `selector type`).
+    pub what: &'static str,
+    /// The value given.
+    pub value: String,
+    /// The values allowed, comma-separated.
+    pub allowed: &'static str,
+}
+
 impl FromStr for SiteStatus {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = NotOneOf;
+    fn from_str(s: &str) -> Result<Self, NotOneOf> {
         match s {
             "active" => Ok(SiteStatus::Active),
             "disabled" => Ok(SiteStatus::Disabled),
-            other => Err(format!("{other:?} is not a status (active, disabled)")),
+            other => Err(NotOneOf { what: "status", value: other.to_owned(), allowed: "active, disabled" }),
         }
     }
 }
@@ -197,13 +209,13 @@ impl fmt::Display for SelectorType {
 }
 
 impl FromStr for SelectorType {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = NotOneOf;
+    fn from_str(s: &str) -> Result<Self, NotOneOf> {
         match s {
             "pxe_mac" => Ok(SelectorType::PxeMac),
             "ipmi_ip" => Ok(SelectorType::IpmiIp),
             "hostname" => Ok(SelectorType::Hostname),
-            other => Err(format!("{other:?} is not a selector type (pxe_mac, ipmi_ip, hostname)")),
+            other => Err(NotOneOf { what: "selector type", value: other.to_owned(), allowed: "pxe_mac, ipmi_ip, hostname" }),
         }
     }
 }

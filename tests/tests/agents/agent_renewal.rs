@@ -37,7 +37,7 @@ impl HostOps for Idle {
     fn run_task(&self, _: &drover_proto::task::Task) -> drover_proto::report::TaskResult {
         panic!("nothing was queued: no task may run")
     }
-    fn finish_uninstall(&self) -> Result<(), String> {
+    fn finish_uninstall(&self) -> Result<(), drover_agent::systemd::SystemdError> {
         panic!("no uninstall ran")
     }
 }

@@ -444,3 +444,58 @@ async fn readyz_until(h: &Harness, code: &str) -> serde_json::Value {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_background_loop_is_listed_and_the_leaders_loops_run_on_the_one_sqlite_process() {
+    let h = Harness::start().await;
+    for creds in [None, Some(&h.host_credentials("gpu-13").1)] {
+        let (code, body) = get(&h, creds, "/v1/loops").await;
+        assert!(code == "401" || code == "403", "a reader certificate is needed: {code} {body}");
+    }
+    // The executor ticks once at start, and the sweeps and the check-in flush within seconds:
+    // wait (bounded) until each has made a pass.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let loops = loop {
+        let (code, body) = get(&h, Some(&h.viewer), "/v1/loops").await;
+        assert_eq!(code, "200", "{body}");
+        let loops = body["loops"].as_array().expect("loops").clone();
+        let ran = |name: &str| loops.iter().any(|l| l["name"] == name && l["runs"].as_u64().unwrap_or(0) > 0);
+        if ["executor", "job_tick", "checkin_flush", "readiness", "leader_supervision"].iter().all(|n| ran(n)) {
+            break loops;
+        }
+        assert!(std::time::Instant::now() < deadline, "loops did not all make a pass: {loops:#?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let names: Vec<&str> = loops.iter().map(|l| l["name"].as_str().expect("name")).collect();
+    assert_eq!(names, drover_engine::loops::ALL.to_vec(), "every loop is listed, in one order");
+    let get_loop = |name: &str| loops.iter().find(|l| l["name"] == name).expect("listed").clone();
+    // SQLite: one process, always the leader, so the leader's loops were started here.
+    for name in ["executor", "onboarding", "devices", "offline_sweep", "lease_sweep", "checkin_flush", "readiness"] {
+        let l = get_loop(name);
+        assert_eq!(l["running"], true, "{name}: {l}");
+        assert!(l["startedAt"].is_string() && l["stoppedAt"].is_null(), "{name}: {l}");
+    }
+    // The harness turns the drift reconciler off (an interval of 0): started, it returns at
+    // once, and shows as stopped rather than running.
+    let off = get_loop("reconciler");
+    assert_eq!(off["running"], false, "{off}");
+    assert!(off["startedAt"].is_string() && off["stoppedAt"].is_string(), "{off}");
+    // No releases_dir configured: its loop is listed, not running, never started.
+    let dir = get_loop("releases_dir");
+    assert_eq!((dir["running"].clone(), dir["runs"].clone(), dir["startedAt"].clone()), (Value::Bool(false), 0.into(), Value::Null));
+    // The executor's pass before any release is a success: nothing failed, no error kept.
+    assert_eq!(get_loop("executor")["failures"], 0);
+    let (code, text) = h.call(Some(&h.viewer), "GET", "/metrics", None).await;
+    assert_eq!(code, "200", "{text}");
+    for (name, kind) in [
+        ("drover_loop_running", "gauge"),
+        ("drover_loop_runs_total", "counter"),
+        ("drover_loop_failures_total", "counter"),
+        ("drover_loop_last_run_timestamp_seconds", "gauge"),
+    ] {
+        assert!(text.contains(&format!("# TYPE {name} {kind}\n")), "TYPE for {name}:\n{text}");
+    }
+    assert_eq!(sample(&text, "drover_loop_running{loop=\"executor\"}"), 1.0);
+    assert_eq!(sample(&text, "drover_loop_running{loop=\"releases_dir\"}"), 0.0);
+    assert!(sample(&text, "drover_loop_runs_total{loop=\"executor\"}") >= 1.0);
+}

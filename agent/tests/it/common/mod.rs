@@ -478,7 +478,7 @@ impl HostOps for FakeHost {
         }
     }
 
-    fn finish_uninstall(&self) -> Result<(), String> {
+    fn finish_uninstall(&self) -> Result<(), drover_agent::systemd::SystemdError> {
         Ok(())
     }
 }

@@ -658,7 +658,8 @@ pub async fn mark_silent_hosts_offline(app: &Arc<AppState>) -> Result<usize, Sto
 
 /// Starts the offline reconciler: [`mark_silent_hosts_offline`] every [`sweep_interval`].
 pub fn spawn_offline_reconciler(app: Arc<AppState>) -> tokio::task::JoinHandle<()> {
-    crate::store::fence::spawn(async move {
+    let (loops, clock) = (app.loops.clone(), app.clock.clone());
+    loops.spawn(crate::loops::OFFLINE_SWEEP, clock, async move {
         let mut every = tokio::time::interval(sweep_interval(app.config.hosts.offline_after_secs));
         // A slow sweep should not be followed by a burst of catch-up sweeps.
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -667,12 +668,14 @@ pub fn spawn_offline_reconciler(app: Arc<AppState>) -> tokio::task::JoinHandle<(
         every.tick().await;
         loop {
             every.tick().await;
-            match mark_silent_hosts_offline(&app).await {
+            let outcome = mark_silent_hosts_offline(&app).await;
+            match &outcome {
                 // An offline host no longer holds up its wave (it is Skipped).
-                Ok(moved) if moved > 0 => app.executor.poke(),
+                Ok(moved) if *moved > 0 => app.executor.poke(),
                 Ok(_) => {}
                 Err(e) => tracing::error!(error = %e, "offline sweep failed; retrying at the next interval"),
             }
+            app.loops.ran(crate::loops::OFFLINE_SWEEP, app.clock.now(), outcome.map(|_| ()));
         }
     })
 }

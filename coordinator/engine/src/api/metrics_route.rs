@@ -146,6 +146,7 @@ pub async fn metrics(State(app): State<Arc<AppState>>, _caller: Reader) -> Resul
     app.connections.render_into(&mut body);
     crate::readiness::render_into(&app.readiness.verdict(), &mut body);
     app.leader.render_into(&mut body);
+    app.loops.render_into(&mut body);
     crate::process_metrics::render_into(&mut body);
     Ok(([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response())
 }

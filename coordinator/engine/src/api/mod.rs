@@ -72,6 +72,7 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/v1/fleet/summary", get(dashboard::fleet_summary))
         .route("/v1/audit", get(operator::list_audit))
         .route("/v1/version", get(version::version))
+        .route("/v1/loops", get(operator::list_loops))
         .route("/v1/openapi.json", get(openapi::openapi))
         .route("/v1/bootstrap.sh", get(enroll::bootstrap_script))
         .route("/v1/agent/binary", get(enroll::agent_binary))

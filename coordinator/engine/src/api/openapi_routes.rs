@@ -23,6 +23,7 @@ pub const ROUTES: &[RouteDoc] = &[
     RouteDoc { method: "GET", path: "/v1/fleet/summary", access: Access::Viewer, handler: "dashboard::fleet_summary", body: false, query: &[], summary: "fleet summary" },
     RouteDoc { method: "GET", path: "/v1/audit", access: Access::Viewer, handler: "operator::list_audit", body: false, query: &[("actor", Ty::Str), ("target", Ty::Str), ("after", Ty::Int), ("limit", Ty::Int)], summary: "audit records by id, paged by id" },
     RouteDoc { method: "GET", path: "/v1/version", access: Access::Viewer, handler: "version::version", body: false, query: &[], summary: "version" },
+    RouteDoc { method: "GET", path: "/v1/loops", access: Access::Viewer, handler: "operator::list_loops", body: false, query: &[], summary: "this replica's background loops: running or not, passes, last error" },
     RouteDoc { method: "GET", path: "/v1/openapi.json", access: Access::Anonymous, handler: "openapi::openapi", body: false, query: &[], summary: "this description of the API (OpenAPI 3.1)" },
     RouteDoc { method: "GET", path: "/v1/bootstrap.sh", access: Access::Anonymous, handler: "enroll::bootstrap_script", body: false, query: &[], summary: "bootstrap script" },
     RouteDoc { method: "GET", path: "/v1/agent/binary", access: Access::Anonymous, handler: "enroll::agent_binary", body: false, query: &[], summary: "agent binary" },

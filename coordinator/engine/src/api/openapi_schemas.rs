@@ -12,7 +12,7 @@
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 
 use drover_proto::api::Page;
-use drover_proto::api::admin::{OperatorCertView, TokenView, VersionView};
+use drover_proto::api::admin::{LoopList, OperatorCertView, TokenView, VersionView};
 use drover_proto::api::events::{AuditView, EventView};
 use drover_proto::api::evidence::EvidenceView;
 use drover_proto::api::hosts::{HostDetail, HostStateResponse, HostView};
@@ -53,6 +53,7 @@ const ANSWERS: &[(&str, SchemaFn)] = &[
     ("dashboard::fleet_summary", of::<FleetSummary>),
     ("operator::list_audit", of::<Page<AuditView, i64>>),
     ("version::version", of::<VersionView>),
+    ("operator::list_loops", of::<LoopList>),
     ("enroll::enroll", of::<EnrollResponse>),
     ("enroll::create_host", of::<CreateHostResponse>),
     ("operator_certs::list", of::<Page<OperatorCertView>>),

@@ -458,3 +458,9 @@ pub async fn readyz(State(app): State<Arc<AppState>>) -> Result<Response, ApiErr
         Err(why) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why.code, why.message)),
     }
 }
+
+/// `GET /v1/loops` (viewer or admin): every background loop of the replica that answers —
+/// running or not, its passes, its last error ([`crate::loops`]). O(number of loops).
+pub async fn list_loops(State(app): State<Arc<AppState>>, _caller: Reader) -> Json<drover_proto::api::admin::LoopList> {
+    Json(app.loops.list())
+}

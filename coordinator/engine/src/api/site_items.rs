@@ -242,7 +242,11 @@ pub async fn create_override(
     JsonBody(req): JsonBody<CreateOverride>,
 ) -> Result<(StatusCode, Json<OverrideView>), ApiError> {
     let reason = reason_or_default(req.reason.as_deref())?;
-    let ty: SelectorType = req.selector_type.trim().parse().map_err(|e: String| ApiError::bad_request(format!("selectorType: {e}")))?;
+    let ty: SelectorType = req
+        .selector_type
+        .trim()
+        .parse()
+        .map_err(|e: drover_proto::api::sites::NotOneOf| ApiError::bad_request(format!("selectorType: {e}")))?;
     let value = validate::selector_value(ty, &req.selector_value)?;
     let secret = req.credentials.to_secret("credentials")?;
     let site = load_site(&app, &key).await?;

@@ -31,11 +31,14 @@ pub async fn run(app: std::sync::Arc<crate::app::AppState>) {
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
-        if let Err(e) = shelf_loop::tick_all(&app).await {
+        let shelves = shelf_loop::tick_all(&app).await;
+        if let Err(e) = &shelves {
             tracing::error!(error = %e, "power shelf controller tick failed");
         }
-        if let Err(e) = rack_loop::tick_all(&app).await {
+        let racks = rack_loop::tick_all(&app).await;
+        if let Err(e) = &racks {
             tracing::error!(error = %e, "rack controller tick failed");
         }
+        app.loops.ran(crate::loops::DEVICES, app.clock.now(), shelves.and(racks).map(|_| ()));
     }
 }

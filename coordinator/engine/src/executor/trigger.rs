@@ -66,6 +66,9 @@ impl Trigger {
         // Jobs act after the rollouts, under the same lock: one owner of a host decides at a
         // time, and a release that stopped verifying does not stop maintenance.
         let jobs = crate::jobs::exec::tick(app).await;
+        let now = app.clock.now();
+        app.loops.ran(crate::loops::EXECUTOR, now, out.as_ref().map(|_| ()));
+        app.loops.ran(crate::loops::JOB_TICK, now, jobs.as_ref().map(|_| ()));
         if let Err(e) = &jobs {
             tracing::warn!(error = %e, "job tick failed");
             self.failures.fetch_add(1, Ordering::SeqCst);

@@ -37,9 +37,11 @@ pub async fn run(app: Arc<AppState>) {
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
-        if let Err(e) = tick(&app).await {
+        let outcome = tick(&app).await;
+        if let Err(e) = &outcome {
             tracing::warn!(error = %e, "onboarding tick failed; the next one tries again");
         }
+        app.loops.ran(crate::loops::ONBOARDING, app.clock.now(), outcome.map(|_| ()));
     }
 }
 
