@@ -19,7 +19,9 @@
 //! - [`server`]: the listener: TLS handshake, identity per connection, HTTP/1.1 and HTTP/2.
 //! - [`pki`], [`tls`], [`identity`], [`state_dir`], [`director`]: the crate `drover-pki`.
 //! - [`jobs`], [`devices`] and [`maasflow`] re-export the pure decision cores of the crate `drover-workflows`.
-//! - [`store`]: the `Store` trait and its SQLite and PostgreSQL backends (the crate `drover-store`).
+//! - [`store`]: the engine's view of the store: the `Store` trait and records (the crate `drover-store`), its SQLite and
+//!   PostgreSQL backends (the crates `drover-store-sqlite`, `drover-store-postgres`), and the async helpers that call it
+//!   (`blocking`, `read_now`, `inline`, the leader term's task-local; `store_calls.rs`).
 //!
 //! The coordinator holds no CI key: it verifies releases with the same
 //! `drover_proto::release::verify_release` the CLI and agents use, and signs only intents and
@@ -54,10 +56,11 @@ pub mod sites;
 pub use drover_cloudinit as cloudinit;
 /// The transport is the crate `drover-http`, re-exported under its old paths.
 pub use drover_http::{conn_limits, http1, paced_body, proxy_protocol, rate_limit, server};
-/// The store is the crate `drover-store`, and the CA, TLS, identity, state directory and
-/// director key the crate `drover-pki`, re-exported under their old paths.
+/// The CA, TLS, identity, state directory and director key are the crate `drover-pki`,
+/// re-exported under their old paths.
 pub use drover_pki::{director, identity, pki, state_dir, tls};
-pub use drover_store as store;
+pub mod store;
+mod store_calls;
 /// The pure MAAS workflow decisions are the crate `drover-workflows`.
 pub use drover_workflows::maasflow;
 pub mod store_config;

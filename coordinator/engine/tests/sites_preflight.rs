@@ -8,8 +8,9 @@ use std::time::Duration;
 use drover_engine::secrets::{FileSecretStore, SecretPath, SecretStore, SecretValue};
 use drover_engine::sites::preflight::{PreflightClass, preflight};
 use drover_engine::sites::probe::{MaasProbe, ProbeError, ProbeFuture, ProbeReport, ProbeTarget, RackSummary};
-use drover_store::{SiteStatus, SqliteStore, Store};
+use drover_store::{SiteStatus, Store};
 use drover_store_conformance::{change, site_fixture, t};
+use drover_store_sqlite::SqliteStore;
 use tempfile::TempDir;
 
 /// Answers what it is told to, and remembers the token it was given.

@@ -1,7 +1,7 @@
 //! The store conformance suite: the behaviour every [`Store`] backend must share.
 //!
-//! It is ordinary (non-test) code so integration tests and other crates — a PostgreSQL
-//! backend — run exactly the same checks. A backend plugs in with one line, either one
+//! It is ordinary (non-test) code so every backend's tests (`drover-store-sqlite`'s and
+//! `drover-store-postgres`'s) run exactly the same checks. A backend plugs in with one line, either one
 //! `#[test]` per check:
 //!
 //! ```ignore
@@ -19,7 +19,7 @@
 //! - [`work`]: intents, tasks with leases, jobs, host isolation.
 //! - [`jobs`]: job steps as one transaction, checked job creation, maintenance requests,
 //!   which jobs hold their hosts.
-//! - [`log`]: events, audit, and calls through [`drover_store::blocking`].
+//! - [`log`]: events, audit, and store calls from tokio's blocking pool ([`blocking`]).
 //! - [`sites`]: MAAS sites, profiles, power-credential overrides, RoCE assignments.
 
 #![forbid(unsafe_code)]

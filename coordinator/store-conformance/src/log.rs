@@ -1,5 +1,6 @@
 //! Conformance checks for events and audit (append-only, stable paging), and for calling a
-//! store through [`blocking`] from a single-threaded async runtime.
+//! store through [`blocking`] from a single-threaded async runtime, as the engine's
+//! `store::blocking` does.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -107,6 +108,20 @@ pub fn audit_append_filter_page(make: Factory<'_>) {
     let target = s.list_audit(&AuditFilter { target: Some("host-1".into()), limit: 10, ..Default::default() }).unwrap();
     assert_eq!(target.iter().map(|r| r.audit.at).collect::<Vec<_>>(), vec![t(1), t(4)]);
     assert_eq!(s.list_audit(&AuditFilter::default()).unwrap(), appended, "limit 0 means a full page");
+}
+
+/// A store call on tokio's blocking pool, as the engine's `store::blocking` makes it (this crate
+/// sits below the engine, so it has its own copy): `f` runs off the runtime's threads, and a
+/// panic inside it becomes a backend error rather than tearing down the caller's task.
+pub async fn blocking<T: Send + 'static>(
+    store: Arc<dyn Store>,
+    f: impl FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    match tokio::task::spawn_blocking(move || f(&*store)).await {
+        Ok(result) => result,
+        Err(join) if join.is_panic() => Err(StoreError::backend("store call panicked")),
+        Err(join) => Err(StoreError::backend(format!("store call did not finish: {join}"))),
+    }
 }
 
 /// Through [`blocking`], a store call runs off the runtime's only thread (the runtime keeps

@@ -1,12 +1,11 @@
 //! Secrets a completed task no longer needs are erased from the stored envelope: a
 //! `node.hw_sync_reseed` carries the machine's MAAS OAuth token, which the coordinator must
-//! hold only until the host has acknowledged the task (issue: "the coordinator erases it from
-//! the stored task once acknowledged"). The envelope's signature no longer verifies
-//! afterwards, which is fine: a completed task is never served again.
+//! hold only until the host has acknowledged the task. The envelope's signature no longer
+//! verifies afterwards, which is fine: a completed task is never served again.
 //!
-//! Since issue 23 the token is stored only sealed to the host's key (`sealedToken`, see
+//! The token is stored only sealed to the host's key (`sealedToken`, see
 //! `drover_proto::seal`), so erasing removes ciphertext; the plain field names stay listed for
-//! stores written before then. With `secure_delete` on and the WAL truncated after an erasure
+//! stores written before tokens were sealed. With `secure_delete` on and the WAL truncated after an erasure
 //! (`SqliteStore`), the old row does not linger in free pages or the WAL either.
 
 use serde_json::Value;

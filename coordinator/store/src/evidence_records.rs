@@ -1,5 +1,5 @@
-//! What the store keeps of what a host says of itself: its own keys and the evidence it signs
-//! (issue 23, points 6 and 7), and its latest health report (issue 24, point 5). The keys are
+//! What the store keeps of what a host says of itself: its own keys and the evidence it signs,
+//! and its latest health report. The keys are
 //! registered at enrollment, in the enrollment's transaction; evidence is kept as the host sent
 //! it, so it verifies offline with the CA certificate alone.
 

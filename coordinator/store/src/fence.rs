@@ -2,15 +2,17 @@
 //! PostgreSQL backend refuses it ([`super::StoreError::NotLeader`], nothing written) once that
 //! term's lease token is no longer the database's.
 //!
-//! The term travels with the work, not with a store handle: leader work runs inside
-//! [`scope`] (a tokio task-local), [`spawn`] carries it into the tasks that work starts, and
-//! [`super::blocking`] carries it onto the blocking thread a store call runs on. So every
-//! store method the executor, the job engine, the sweeps and the reconcilers call is fenced
-//! without each of them passing a token along — and an API request on the same replica,
-//! outside any term, is not. SQLite has one process and ignores it.
+//! The term travels with the work, not with a store handle. A store call runs on a blocking
+//! thread, and this module is that thread's side of it: [`on_thread`] runs the call in a term
+//! and [`current`] is what a backend reads there. The async side — running leader work in a
+//! term (a tokio task-local), carrying it into the tasks that work starts and onto the
+//! blocking thread of each store call — is the engine's (its `store::fence`), so this crate
+//! needs no async runtime. Every store method the executor, the job engine, the sweeps and
+//! the reconcilers call is fenced without each of them passing a token along — and an API
+//! request on the same replica, outside any term, is not. SQLite has one process and ignores
+//! it.
 
 use std::cell::RefCell;
-use std::future::Future;
 
 /// The term a write is made in: lease `lease`, held by `holder` with fencing token `token`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,23 +25,14 @@ pub struct Fence {
     pub token: i64,
 }
 
-tokio::task_local! {
-    static TERM: Fence;
-}
-
 thread_local! {
     static ON_THREAD: RefCell<Option<Fence>> = const { RefCell::new(None) };
 }
 
-/// Runs `work` in `fence`'s term.
-pub fn scope<F: Future>(fence: Fence, work: F) -> impl Future<Output = F::Output> {
-    TERM.scope(fence, work)
-}
-
-/// The term the calling code runs in, if any: set on this thread by [`on_thread`], or by the
-/// task being polled here.
+/// The term this thread runs in, if any, as [`on_thread`] set it: what a backend's write on a
+/// blocking thread is fenced with.
 pub fn current() -> Option<Fence> {
-    ON_THREAD.with(|t| t.borrow().clone()).or_else(|| TERM.try_with(Clone::clone).ok())
+    ON_THREAD.with(|t| t.borrow().clone())
 }
 
 /// Runs `f` on this thread in `fence`'s term (for a blocking thread serving a task's call).
@@ -57,18 +50,6 @@ pub fn on_thread<T>(fence: Option<Fence>, f: impl FnOnce() -> T) -> T {
     f()
 }
 
-/// `tokio::spawn`, carrying the caller's term into the new task.
-pub fn spawn<F>(work: F) -> tokio::task::JoinHandle<F::Output>
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    match current() {
-        Some(fence) => tokio::spawn(scope(fence, work)),
-        None => tokio::spawn(work),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,19 +58,16 @@ mod tests {
         Fence { lease: "leader".into(), holder: "a".into(), token }
     }
 
-    #[tokio::test]
-    async fn the_term_follows_spawned_tasks_and_blocking_calls_but_not_outside_code() {
+    #[test]
+    fn the_term_is_the_threads_own_and_only_while_f_runs() {
         assert_eq!(current(), None);
-        let seen = scope(term(7), async {
-            let spawned = spawn(async { current() }).await.expect("joins");
-            let carried = current();
-            let blocking = tokio::task::spawn_blocking(move || on_thread(carried, current)).await.expect("joins");
-            (current(), spawned, blocking)
-        })
-        .await;
-        assert_eq!(seen, (Some(term(7)), Some(term(7)), Some(term(7))));
-        assert_eq!(current(), None, "a term never outlives its scope");
-        assert_eq!(tokio::spawn(async { current() }).await.expect("joins"), None);
+        on_thread(Some(term(2)), || {
+            assert_eq!(current(), Some(term(2)));
+            assert_eq!(std::thread::spawn(current).join().expect("joins"), None, "another thread has no term");
+            on_thread(None, || assert_eq!(current(), None));
+            assert_eq!(current(), Some(term(2)), "a nested call puts the outer term back");
+        });
+        assert_eq!(current(), None);
     }
 
     #[test]

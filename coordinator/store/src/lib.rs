@@ -1,20 +1,27 @@
-//! The coordinator's durable state behind one [`Store`] trait (the crate `drover-store`).
+//! The coordinator's durable state behind one [`Store`] trait (the crate `drover-store`): the
+//! trait, its errors, its records and the rules every backend applies, with no backend and no
+//! async runtime in it.
 //!
-//! - [`records`]: the rows (hosts, tokens, certificates, releases, rollouts, intents, tasks,
-//!   jobs, maintenance requests, events, audit), re-exported here.
-//! - [`sqlite`]: the default backend, one WAL-mode SQLite file in the state dir.
-//! - [`postgres`]: the backend for replicas, one PostgreSQL database they share.
+//! - [`records`] (and [`plans`], [`rack_records`], [`site_records`], [`evidence_records`]):
+//!   the rows (hosts, tokens, certificates, releases, rollouts, intents, tasks, jobs,
+//!   maintenance requests, events, audit), re-exported here.
+//! - [`rules`]: the checks both SQL backends apply outside any SQL, one copy of them.
+//! - [`erase`]: the secrets a completed task's stored envelope loses.
+//! - [`fence`]: the leader term a blocking thread's writes are fenced with.
 //!
-//! The checks every backend must pass are the crate `drover-store-conformance`, which only
-//! tests depend on: the store that ships is built once, with no test feature, for `cargo
-//! build` and `cargo test` alike.
+//! The backends are crates of their own: `drover-store-sqlite` (the default, one WAL-mode
+//! SQLite file in the state dir) and `drover-store-postgres` (for replicas, one PostgreSQL
+//! database they share). The checks every backend must pass are the crate
+//! `drover-store-conformance`, which only tests depend on: the store that ships is built once,
+//! with no test feature, for `cargo build` and `cargo test` alike.
 //!
 //! The trait is synchronous and object-safe so a backend is plain blocking code; the async
-//! server reaches it through [`blocking`], which runs the call on tokio's blocking pool so a
-//! slow disk or a held lock never stalls a runtime worker thread — except for the check-in's
-//! read-only look ([`Store::checkin_view`]), which runs [`inline`] (see there why). Every operation that changes more than one
-//! row (a transition and its event, a token check and its use, a release and its manifests) is
-//! one transaction: a crash leaves either all of it or none.
+//! server (the engine's `store` module) reaches it through `blocking`, which runs the call on
+//! tokio's blocking pool so a slow disk or a held lock never stalls a runtime worker thread —
+//! except for the check-in's read-only look ([`Store::checkin_view`]), which runs `inline`
+//! (see there why). Every operation that changes more than one row (a transition and its
+//! event, a token check and its use, a release and its manifests) is one transaction: a crash
+//! leaves either all of it or none.
 //!
 //! Errors are structured ([`StoreError`]) so the API can answer 404 / 409 / 400 without parsing
 //! messages, and a backend failure stays distinguishable from a refusal ([`StoreError::kind`]).
@@ -25,14 +32,10 @@ pub mod erase;
 pub mod evidence_records;
 pub mod fence;
 pub mod plans;
-pub mod postgres;
 pub mod rack_records;
 pub mod records;
-pub(crate) mod rules;
+pub mod rules;
 pub mod site_records;
-pub mod sqlite;
-
-use std::sync::Arc;
 
 use drover_proto::names::RolloutId;
 use drover_proto::release::ReleaseFiles;
@@ -47,8 +50,6 @@ pub use plans::*;
 pub use rack_records::*;
 pub use records::*;
 pub use site_records::*;
-pub use sqlite::SqliteStore;
-pub use sqlite::backup as sqlite_backup;
 
 /// Everything a store operation can refuse or fail with.
 #[derive(Debug, thiserror::Error)]
@@ -204,7 +205,8 @@ impl StoreError {
         StoreError::Conflict { what, id: id.to_string(), message: message.into() }
     }
 
-    pub(crate) fn invalid(what: &'static str, message: impl Into<String>) -> Self {
+    /// Malformed input.
+    pub fn invalid(what: &'static str, message: impl Into<String>) -> Self {
         StoreError::Invalid { what, message: message.into() }
     }
 }
@@ -224,13 +226,13 @@ pub fn hash_token(token: &str) -> String {
 pub const RELEASE_PUBLISH_ACTION: &str = "release.publish";
 
 /// The coordinator's durable state. Synchronous and object-safe: async callers go through
-/// [`blocking`]. Every method is one transaction; the conformance suite (`conformance`)
-/// pins the semantics every backend must share.
+/// the engine's `store::blocking`. Every method is one transaction; the conformance suite
+/// (`drover-store-conformance`) pins the semantics every backend must share.
 pub trait Store: Send + Sync {
     /// Cheap liveness probe for `/readyz`.
     fn ping(&self) -> Result<(), StoreError>;
-    /// Whether a short read may run on an async worker thread ([`read_now`]): true for a
-    /// local file, false for a backend whose every read waits on the network.
+    /// Whether a short read may run on an async worker thread (the engine's `store::read_now`):
+    /// true for a local file, false for a backend whose every read waits on the network.
     fn reads_inline(&self) -> bool {
         true
     }
@@ -422,11 +424,11 @@ pub trait Store: Send + Sync {
     fn lease_tasks(&self, host_id: Uuid, now: Time, lease_secs: u64, max: u32) -> Result<Vec<TaskRecord>, StoreError>;
     /// What a check-in needs to know, from one read snapshot and without writing: the host,
     /// its current intent, and whether it has a task to lease now. Only indexed point reads,
-    /// so the server answers a routine check-in from it on a runtime thread ([`inline`]) and
-    /// goes to the blocking pool only when something must be written.
+    /// so the server answers a routine check-in from it on a runtime thread (the engine's
+    /// `store::inline`) and goes to the blocking pool only when something must be written.
     fn checkin_view(&self, host_id: Uuid, now: Time) -> Result<CheckinView, StoreError>;
     /// [`Store::checkin_view`] from memory, without waiting, when this backend keeps a copy
-    /// it knows to be current (PostgreSQL's replicas, `postgres::view_cache`); `None` means
+    /// it knows to be current (PostgreSQL's replicas, `drover_store_postgres::view_cache`); `None` means
     /// ask [`Store::checkin_view`]. A cached host's check-in fields may be older than the
     /// store's.
     fn checkin_view_cached(&self, _host_id: Uuid, _now: Time) -> Option<CheckinView> {
@@ -563,7 +565,7 @@ pub trait Store: Send + Sync {
     /// condition is not reopened until it has healed, and `log` is written with it.
     fn resolve_maas_drift(&self, host_id: Uuid, at: Time, log: &ChangeLog) -> Result<MaasBinding, StoreError>;
 
-    // ---- racks and their devices (issue 22) -------------------------------------------
+    // ---- racks and their devices -------------------------------------------------------
     //
     // Every write is one transaction with its `ChangeLog`; a refusal writes nothing.
 
@@ -632,40 +634,4 @@ pub trait Store: Send + Sync {
     fn append_audit(&self, audit: &NewAudit) -> Result<i64, StoreError>;
     /// Audit records by id, filtered and paged.
     fn list_audit(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>, StoreError>;
-}
-
-/// Runs `f` against the store on tokio's blocking pool and awaits it, so no store call ever
-/// blocks a runtime worker thread. A panic inside `f` becomes a backend error rather than
-/// tearing down the caller's task.
-pub async fn blocking<T: Send + 'static>(
-    store: Arc<dyn Store>,
-    f: impl FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, StoreError> {
-    // Leader work's term goes with the call, so its writes are fenced (see [`fence`]).
-    let term = fence::current();
-    match tokio::task::spawn_blocking(move || fence::on_thread(term, || f(&*store))).await {
-        Ok(result) => result,
-        Err(join) if join.is_panic() => Err(StoreError::backend("store call panicked")),
-        Err(join) => Err(StoreError::backend(format!("store call did not finish: {join}"))),
-    }
-}
-
-/// Runs `f` against the store on the calling thread, for the one call the check-in hot path
-/// makes ([`Store::checkin_view`]): a few indexed reads on a WAL snapshot, which never wait
-/// for the writer. Handing them to the blocking pool cost more than the reads themselves —
-/// two thread wake-ups per check-in, measured as a third of the coordinator's CPU under load
-/// (BENCHMARKS.md). Anything that writes, scans or may wait on a lock uses [`blocking`]. A
-/// panic inside `f` becomes a backend error, as with [`blocking`].
-pub fn inline<T>(store: &dyn Store, f: impl FnOnce(&dyn Store) -> Result<T, StoreError>) -> Result<T, StoreError> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(store))).unwrap_or_else(|_| Err(StoreError::backend("store call panicked")))
-}
-
-/// A short read, [`inline`] where the backend allows it ([`Store::reads_inline`]), else on
-/// the blocking pool ([`blocking`]): a read that waits on the network must not hold an async
-/// worker, and the PostgreSQL client refuses to run on one.
-pub async fn read_now<T: Send + 'static>(
-    store: &Arc<dyn Store>,
-    f: impl FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, StoreError> {
-    if store.reads_inline() { inline(&**store, f) } else { blocking(store.clone(), f).await }
 }

@@ -1,4 +1,4 @@
-//! Racks and their devices as the store keeps them (issue 22): a rack (name, hardware type,
+//! Racks and their devices as the store keeps them: a rack (name, hardware type,
 //! labels, its lifecycle), its switches and power shelves (BMC/PMC endpoint, credentials by
 //! secret-store path), and which hosts are placed in it.
 

@@ -546,7 +546,7 @@ pub struct CreatedCursor {
 impl CreatedCursor {
     /// `after` as the two query parameters both backends bind (both `NULL` without one): the
     /// creation time in Unix seconds, as the columns hold it, and the id as text.
-    pub(crate) fn params(after: Option<CreatedCursor>) -> (Option<i64>, Option<String>) {
+    pub fn params(after: Option<CreatedCursor>) -> (Option<i64>, Option<String>) {
         after.map(|a| (a.created_at.unix(), a.id.to_string())).unzip()
     }
 }

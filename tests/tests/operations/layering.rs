@@ -91,7 +91,9 @@ const MAY_DEPEND_ON: &[(&str, &[&str])] = &[
     ("drover-client", &["drover-proto", "drover-fsio"]),
     // The coordinator's lower layers: pure cores, durable state, PKI, rendering.
     ("drover-planner", &["drover-proto"]),
-    ("drover-store", &["drover-proto", "drover-fsio"]),
+    ("drover-store", &["drover-proto"]),
+    ("drover-store-sqlite", &["drover-proto", "drover-fsio", "drover-store"]),
+    ("drover-store-postgres", &["drover-proto", "drover-store"]),
     ("drover-store-conformance", &["drover-proto", "drover-store"]),
     ("drover-pki", &["drover-proto", "drover-fsio"]),
     ("drover-cloudinit", &["drover-proto"]),
@@ -112,6 +114,8 @@ const MAY_DEPEND_ON: &[(&str, &[&str])] = &[
             "drover-client",
             "drover-planner",
             "drover-store",
+            "drover-store-sqlite",
+            "drover-store-postgres",
             "drover-pki",
             "drover-cloudinit",
             "drover-workflows",
@@ -143,7 +147,7 @@ const MAY_DEPEND_ON: &[(&str, &[&str])] = &[
 
 /// The crates below the engine: none of them may depend on the engine or the binary, even
 /// for their own tests (a dev-dependency), or the engine's tests would build two engines.
-const BELOW_THE_ENGINE: [&str; 13] = [
+const BELOW_THE_ENGINE: [&str; 15] = [
     "drover-proto",
     "drover-fsio",
     "drover-maas",
@@ -151,6 +155,8 @@ const BELOW_THE_ENGINE: [&str; 13] = [
     "drover-client",
     "drover-planner",
     "drover-store",
+    "drover-store-sqlite",
+    "drover-store-postgres",
     "drover-store-conformance",
     "drover-pki",
     "drover-cloudinit",
@@ -160,10 +166,10 @@ const BELOW_THE_ENGINE: [&str; 13] = [
 ];
 
 /// Crates whose own dependencies never list tokio.
-const NO_TOKIO: [&str; 5] = ["drover-proto", "drover-planner", "drover-workflows", "drover-cloudinit", "drover-fsio"];
+const NO_TOKIO: [&str; 6] = ["drover-proto", "drover-planner", "drover-store", "drover-workflows", "drover-cloudinit", "drover-fsio"];
 
 /// Crates whose whole normal graph holds no tokio.
-const NO_TOKIO_ANYWHERE: [&str; 4] = ["drover-proto", "drover-planner", "drover-cloudinit", "drover-fsio"];
+const NO_TOKIO_ANYWHERE: [&str; 5] = ["drover-proto", "drover-planner", "drover-store", "drover-cloudinit", "drover-fsio"];
 
 /// One dependency edge as `cargo metadata` states it.
 #[derive(Debug)]
