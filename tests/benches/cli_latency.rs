@@ -1,7 +1,7 @@
 //! What an operator waits for a CLI read: the real `drover get hosts` run against a real
 //! `drover-coordinator serve`, whole process, over and over. The baseline is the same
-//! coordinator build with `[connections] tcp_nodelay = false` (the sockets as they were before
-//! issue 24), measured in the same run, calls alternating between the two: with Nagle's
+//! coordinator build with `[connections] tcp_nodelay = false` (the sockets without `TCP_NODELAY`),
+//! measured in the same run, calls alternating between the two: with Nagle's
 //! algorithm on the accepted socket, a response written in more than one piece waits for the
 //! client's delayed ACK, about 40 ms.
 //!

@@ -8,7 +8,7 @@
 //! Run: `cargo build --release -p drover-coordinator && cargo bench -p drover-tests --bench
 //! coordinator_http` (options after `--`: `--clients N`, `--secs S`, `--rounds R`, `--hosts H`).
 //!
-//! With `--stores sqlite,postgres` it compares the coordinator's stores instead (issue 25): see
+//! With `--stores sqlite,postgres` it compares the coordinator's stores instead: see
 //! the `stores` module.
 
 // A bench is its own crate root, so its modules would sit beside every other bench's file.

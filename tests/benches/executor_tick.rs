@@ -9,9 +9,9 @@
 //! - the **first tick**: the release read and verified, rollouts opened, the first budget's
 //!   worth of hosts dispatched (an intent signed and stored for each);
 //! - a **steady tick**: nothing changed (every dispatched host is still switching), the
-//!   verified release kept from the tick before — the cost issue 27 asks for;
-//! - the same steady tick with the kept release dropped first, as every tick did before
-//!   issue 27: the release read from the store and verified again.
+//!   verified release kept from the tick before — what a tick costs when nothing changed;
+//! - the same steady tick with the kept release dropped first, as every tick did before the
+//!   cache: the release read from the store and verified again.
 //!
 //! Run: `cargo bench -p drover-tests --bench executor_tick` (options after `--`: `--hosts N`,
 //! `--iters K`; defaults 100,000 and 7).

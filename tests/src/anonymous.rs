@@ -1,4 +1,4 @@
-//! The anonymous attacks of issue 40, measured against a real `drover-coordinator serve`
+//! The anonymous attacks, measured against a real `drover-coordinator serve`
 //! process (its own CPU and memory, apart from the attacker's):
 //!
 //! 1. **The hammer**: `hammer_connections` TLS connections without a certificate, spread over

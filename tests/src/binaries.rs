@@ -1,5 +1,5 @@
 //! The workspace binaries an end-to-end test runs (`drover-coordinator`, `drover-agent`,
-//! `drover`, the fakes), never older than their sources (issue 23, point 9).
+//! `drover`, the fakes), never older than their sources.
 //!
 //! `cargo test -p drover-tests` rebuilds this crate's own binaries only, so after a change to
 //! another crate the `drover-coordinator` in `target/` would be the one from before it. Each
@@ -358,16 +358,16 @@ mod tests {
         let (dir, bin, a, _) = built_tree();
         std::fs::remove_file(dir.path().join("target/debug/drover-coordinator.d")).expect("rm");
         // What `cargo test` leaves: deps/CRATE-HASH and its dep-info, NAME a hard link to it.
-        let original = dir.path().join("target/debug/deps/drover_engine-0123abcd");
+        let original = dir.path().join("target/debug/deps/drover_coordinator-0123abcd");
         std::fs::create_dir_all(original.parent().expect("deps")).expect("mkdir");
         std::fs::remove_file(&bin).expect("rm");
         touch(&original, at(100));
         std::fs::hard_link(&original, &bin).expect("link");
         // A library of the same crate name with its own dep-info is not the binary.
-        touch(&dir.path().join("target/debug/deps/drover_engine-ffff0000"), at(100));
-        std::fs::write(dir.path().join("target/debug/deps/drover_engine-ffff0000.d"), "x: \n").expect("other");
+        touch(&dir.path().join("target/debug/deps/drover_coordinator-ffff0000"), at(100));
+        std::fs::write(dir.path().join("target/debug/deps/drover_coordinator-ffff0000.d"), "x: \n").expect("other");
         let rule = format!("{}: {}\n", original.display(), a.display());
-        std::fs::write(dir.path().join("target/debug/deps/drover_engine-0123abcd.d"), rule).expect("dep-info");
+        std::fs::write(dir.path().join("target/debug/deps/drover_coordinator-0123abcd.d"), rule).expect("dep-info");
         assert_eq!(judge(&bin).expect("judge"), Freshness::Fresh);
         touch(&a, at(101));
         assert_eq!(judge(&bin).expect("judge"), Freshness::Stale(vec![a]));

@@ -1,5 +1,5 @@
-//! Coordinator replicas on one PostgreSQL database as real processes, for the tests of
-//! issue 25: one state dir shared by the replicas (as each replica's copy of it would be),
+//! Coordinator replicas on one PostgreSQL database as real processes, for the replica tests:
+//! one state dir shared by the replicas (as each replica's copy of it would be),
 //! Debian's PostgreSQL in a temporary directory, a config per replica, simulated agents that
 //! list every replica's URL, and the reads the tests judge by (who leads, every event).
 

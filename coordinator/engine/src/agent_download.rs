@@ -1,5 +1,5 @@
 //! The agent downloads (`GET /v1/agent/binary`, `GET /v1/agent/package.deb`): anonymous, as
-//! they must be (a host fetches them before it has a certificate), so bounded (issue 40).
+//! they must be (a host fetches them before it has a certificate), so bounded.
 //!
 //! - At most `enrollment.max_agent_downloads` of each at once ([`Downloads`]); past that the
 //!   answer is 503 with `Retry-After`, which the bootstrap script's `curl --retry` honours. A

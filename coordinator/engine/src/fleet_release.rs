@@ -1,5 +1,5 @@
 //! What the fleet proves it has seen of releases, so that a coordinator whose store is older
-//! than its fleet knows it (issue 40, point 4).
+//! than its fleet knows it.
 //!
 //! Agents keep a version floor: they refuse a `timestamp.json` older than the highest they
 //! verified. A coordinator restored from a backup taken before the latest release has an

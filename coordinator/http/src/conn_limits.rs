@@ -1,4 +1,4 @@
-//! What the listener holds open before a client has proven who it is (issues 23 and 40).
+//! What the listener holds open before a client has proven who it is.
 //!
 //! Enrollment needs connections without a client certificate, so anyone can complete a
 //! handshake; without bounds, idle anonymous connections could hold every file descriptor and

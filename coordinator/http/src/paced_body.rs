@@ -1,5 +1,5 @@
 //! A response body sent within the bytes-a-second budget every anonymous answer shares
-//! ([`crate::rate_limit::BytePacer`], `connections.anonymous_bytes_per_sec`; issue 40).
+//! ([`crate::rate_limit::BytePacer`], `connections.anonymous_bytes_per_sec`).
 //!
 //! An anonymous client can ask for the agent binary (tens of MB) as often as its rate limit
 //! lets it, and at loopback or datacenter speed encrypting those bytes keeps a core busy: the

@@ -1,5 +1,5 @@
 //! PROXY protocol version 2 in front of the TLS handshake, from the load balancers the
-//! configuration names (`connections.proxy_protocol_from`), and only from them (issue 40).
+//! configuration names (`connections.proxy_protocol_from`), and only from them.
 //!
 //! Behind a TCP load balancer every connection comes from the balancer's address, so the
 //! per-source caps and rate limits would see one source for the whole fleet and logs would

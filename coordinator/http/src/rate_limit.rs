@@ -1,4 +1,4 @@
-//! Token buckets per source address for requests without a client certificate (issue 40).
+//! Token buckets per source address for requests without a client certificate.
 //!
 //! Anyone who can reach the listener can send requests on a connection without a certificate
 //! (enrollment needs them), so each source address gets a bucket: `burst` requests at once,

@@ -1,4 +1,4 @@
-//! The coordinator on each of its stores, same run, same machine (issue 25): the same hosts
+//! The coordinator on each of its stores, same run, same machine: the same hosts
 //! preloaded into SQLite (the baseline) and into PostgreSQL through the same `Store` calls,
 //! one `drover-coordinator serve` per store over one state dir (one CA, so one set of client
 //! credentials would do; each store still gets its own host ids, hence its own certificates),

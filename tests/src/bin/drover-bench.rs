@@ -27,7 +27,7 @@ struct Cli {
 enum Cmd {
     /// Simulated agents against a real coordinator: enrollment, ramp-up, idle, a rollout.
     Fleet(Box<FleetArgs>),
-    /// The anonymous attacks of issue 40 against a real coordinator: every anonymous route
+    /// The anonymous attacks against a real coordinator: every anonymous route
     /// hammered while an admin's latency is timed, then a flood of pinned request bodies while
     /// its memory is watched (BENCHMARKS.md, "Anonymous clients").
     Anonymous(AnonymousArgs),

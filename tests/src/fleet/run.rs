@@ -88,7 +88,7 @@ pub struct Report {
     /// The HTTP version they spoke (`1.1` or `2`).
     pub http: String,
     /// Whether the coordinator's accepted sockets set `TCP_NODELAY` (false: Nagle's
-    /// algorithm, the baseline of issue 24).
+    /// algorithm, the baseline).
     pub tcp_nodelay: bool,
     /// Channels (one rollout each).
     pub channels: usize,

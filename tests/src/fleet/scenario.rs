@@ -56,7 +56,7 @@ pub struct Scenario {
     /// What the agents' TLS offers in ALPN, so which of the coordinator's HTTP stacks serves them.
     pub http: Http,
     /// The coordinator's `[connections] tcp_nodelay`: whether the sockets it accepts set
-    /// `TCP_NODELAY` (false: Nagle's algorithm, the sockets as they were before issue 24).
+    /// `TCP_NODELAY` (false: Nagle's algorithm, the sockets as they were before it was set).
     pub tcp_nodelay: bool,
     /// The coordinator's store, and how many replicas serve the fleet.
     pub store: StoreBackend,

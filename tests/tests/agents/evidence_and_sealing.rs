@@ -1,4 +1,4 @@
-//! Issue 23, points 6 and 7, end to end: a real coordinator, a real `drover-agent run` enrolled
+//! Host-signed evidence and sealed secrets, end to end: a real coordinator, a real `drover-agent run` enrolled
 //! by the bootstrap command (which registers its sealing key and evidence key).
 //!
 //! - `a_secret_task_leaves_no_plaintext_in_the_coordinators_state_dir`: a MAAS token given

@@ -1,4 +1,4 @@
-//! The anonymous attacks of issue 40, small and seeded, against a real coordinator process
+//! The anonymous attacks, small and seeded, against a real coordinator process
 //! (`drover_tests::anonymous`; `drover-bench anonymous` runs them at full size, BENCHMARKS.md):
 //!
 //! - `an_anonymous_hammer_on_every_route_leaves_an_admins_p99_within_twice_the_quiet_one`:

@@ -1,4 +1,4 @@
-//! Connection exhaustion (issue 23), with real sockets against a coordinator whose caps are
+//! Connection exhaustion, with real sockets against a coordinator whose caps are
 //! small: a client without a certificate can complete the TLS handshake (enrollment needs it),
 //! so idle anonymous connections must neither lock agents and operators out nor be held past
 //! their deadlines.

@@ -1,4 +1,4 @@
-//! A full disk under a real `drover-coordinator serve` process (issue 23, point 5): its state
+//! A full disk under a real `drover-coordinator serve` process: its state
 //! directory is a small tmpfs in a private mount namespace, filled by a filler file beside the
 //! store.
 //!

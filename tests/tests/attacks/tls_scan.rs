@@ -1,4 +1,4 @@
-//! TLS from outside (issue 23, point 4): Debian's `testssl.sh` (the `testssl` command) scans a
+//! TLS from outside: Debian's `testssl.sh` (the `testssl` command) scans a
 //! live `drover-coordinator serve` process, once anonymously and once presenting an admin
 //! operator's client certificate, and its JSON report is judged here.
 //!
@@ -127,7 +127,8 @@ fn fails(severity: &str) -> bool {
 }
 
 /// Fails on every MEDIUM-or-above finding but [`NOT_APPLICABLE`]'s, naming each; then asserts
-/// what issue 23 lists.
+/// what the coordinator promises: TLS 1.3 alone, no weak cipher category, forward-secret AEAD
+/// suites only, elliptic-curve groups, and the certificate checks below.
 fn judge(name: &str, findings: &[Finding]) {
     let failing: Vec<String> = findings
         .iter()

@@ -1,5 +1,5 @@
 //! The store backed up while a real `drover-coordinator serve` process serves it, and
-//! restored after the store was lost (issue 23, point 5).
+//! restored after the store was lost.
 //!
 //! - `a_backup_taken_while_serving_restores_to_what_it_held`: hosts created before the backup
 //!   come back, the one created after it does not; a backup never replaces a file, a restore

@@ -1,4 +1,4 @@
-//! Coordinator replicas when the database itself fails (issue 25), over real processes:
+//! Coordinator replicas when the database itself fails, over real processes:
 //! - PostgreSQL restarted under two running replicas in the middle of a rollout: they carry on
 //!   without a restart of their own (pools reconnect, the listener reconnects and wakes every
 //!   held long-poll, a leader is elected again) and the rollout converges;

@@ -1,4 +1,4 @@
-//! Coordinator replicas on one PostgreSQL database (issue 25), over real processes: three
+//! Coordinator replicas on one PostgreSQL database, over real processes: three
 //! `drover-coordinator serve` processes sharing one state dir's CA and server identity and one
 //! database (Debian's PostgreSQL, started in a temporary directory), simulated agents whose
 //! client lists all three URLs, a rollout and a maintenance request running together — and

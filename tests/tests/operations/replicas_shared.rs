@@ -1,4 +1,4 @@
-//! What one coordinator replica does binds on the others at once (issue 25), over real
+//! What one coordinator replica does binds on the others at once, over real
 //! processes on one PostgreSQL database:
 //! - work dispatched through replica A reaches an agent long-polling on replica B without
 //!   waiting for its poll to time out (LISTEN/NOTIFY), the latency measured, though B answers

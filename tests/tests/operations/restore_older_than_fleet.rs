@@ -1,4 +1,4 @@
-//! A coordinator restored from a backup older than its fleet (issue 40, point 4): real
+//! A coordinator restored from a backup older than its fleet: real
 //! `drover-coordinator serve` processes on one fixed port, `backup` while serving, the process
 //! killed, `restore` into its state directory and a new process on the same port, with real
 //! `drover-agent run` processes enrolled by the bootstrap command into temporary roots.

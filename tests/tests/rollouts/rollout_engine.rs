@@ -453,7 +453,7 @@ async fn maintenance_and_a_rollout_on_the_same_hosts_never_exceed_a_budget_toget
     panic!("not done after 300 rounds: {:?} {jobs:?}", rollout_states(&app.store));
 }
 
-/// Issue 22's one budget for all disruption: a rack's maintenance cycle and a rollout on the
+/// One budget for all disruption: a rack's maintenance cycle and a rollout on the
 /// same hosts. The rack request waits, saying which budget, while the rollout has hosts of it
 /// in flight; once the cycle runs, its machines are held — counted against the budget and not
 /// dispatched — and after every tick no budget has more hosts out of service than it allows.

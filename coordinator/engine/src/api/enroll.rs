@@ -130,7 +130,7 @@ pub async fn enroll(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<En
     let now = app.clock.now();
     // Check the CSR before the token is spent, so a malformed request does not burn it. A
     // signature check is CPU work an anonymous caller asks for: it runs on the blocking pool,
-    // never on the workers that serve operators and agents (issue 40).
+    // never on the workers that serve operators and agents.
     let checked = (req.csr.clone(), req.seal_key.clone(), req.evidence_csr.clone());
     tokio::task::spawn_blocking(move || -> Result<(), ApiError> {
         let (csr, seal_key, evidence_csr) = checked;

@@ -1,4 +1,4 @@
-//! Host-signed evidence on the coordinator (issue 23, point 6): checked when a host reports
+//! Host-signed evidence on the coordinator: checked when a host reports
 //! it, kept as sent, and listed for tenants and auditors, who verify it offline
 //! (`drover evidence verify`) without trusting this coordinator.
 //!

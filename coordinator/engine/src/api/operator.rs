@@ -451,7 +451,7 @@ pub async fn list_audit(
 /// hosts but has nothing to roll out, and a replica that lost its store content must not take
 /// traffic. The answer comes from the verdict [`crate::readiness::watch`] keeps: this route
 /// reads it and the clock and nothing else, so an anonymous prober costs O(1) whatever the
-/// fleet's size (issue 40).
+/// fleet's size.
 pub async fn readyz(State(app): State<Arc<AppState>>) -> Result<Response, ApiError> {
     match crate::readiness::judge(&app.readiness.verdict(), app.clock.now()) {
         Ok(ready) => Ok((StatusCode::OK, Json(ready)).into_response()),

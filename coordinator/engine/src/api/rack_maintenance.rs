@@ -1,4 +1,4 @@
-//! The rack maintenance API (issue 22, `rack-on-demand-maintenance.md`):
+//! The rack maintenance API (`rack-on-demand-maintenance.md`):
 //!
 //! - `POST /v1/racks/{rack}/maintenance` (admin): `OnDemandRackMaintenance` — a scope (machine,
 //!   switch and power-shelf ids; all empty = the full rack) and activities (empty = all),

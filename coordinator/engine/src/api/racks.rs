@@ -1,4 +1,4 @@
-//! The rack inventory API (issue 22): racks, their switches and power shelves, hosts placed in
+//! The rack inventory API: racks, their switches and power shelves, hosts placed in
 //! racks, and the power shelves' on-demand maintenance request.
 //!
 //! | route | role | what |
