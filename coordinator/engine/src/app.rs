@@ -156,7 +156,7 @@ pub struct AppState {
     /// Wakes the rollout executor.
     pub executor: crate::executor::Trigger,
     /// The stored manifests the executor's last tick used.
-    pub release_cache: Arc<std::sync::Mutex<crate::executor::cache::ReleaseCache>>,
+    pub manifest_cache: Arc<std::sync::Mutex<crate::executor::cache::ManifestCache>>,
     /// The latest release, verified once and read by every subsystem ([`crate::latest_release`]).
     pub latest_release: Arc<crate::latest_release::LatestRelease>,
     /// Where MAAS sites' secrets live; read at use time, never cached.

@@ -9,7 +9,6 @@
 //! this replica (the leader's work on a follower, `releases_dir` unset) is listed as not
 //! running, never missing.
 
-use std::collections::BTreeMap;
 use std::fmt::{Display, Write as _};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,35 +18,92 @@ use drover_proto::api::admin::{LoopList, LoopView};
 use drover_proto::time::Time;
 use tokio::task::JoinHandle;
 
+/// One of the coordinator's background loops: a closed set, so a pass can only be recorded
+/// under a loop the table has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Loop {
+    /// See [`EXECUTOR`].
+    Executor,
+    /// See [`JOB_TICK`].
+    JobTick,
+    /// See [`ONBOARDING`].
+    Onboarding,
+    /// See [`RECONCILER`].
+    Reconciler,
+    /// See [`DEVICES`].
+    Devices,
+    /// See [`OFFLINE_SWEEP`].
+    OfflineSweep,
+    /// See [`LEASE_SWEEP`].
+    LeaseSweep,
+    /// See [`CHECKIN_FLUSH`].
+    CheckinFlush,
+    /// See [`LEADER_SUPERVISION`].
+    LeaderSupervision,
+    /// See [`RELEASES_DIR`].
+    ReleasesDir,
+    /// See [`READINESS`].
+    Readiness,
+    /// See [`CRL_REFRESH`].
+    CrlRefresh,
+    /// See [`MEMORY_TRIM`].
+    MemoryTrim,
+}
+
+impl Loop {
+    /// Its name in `/v1/loops` and in the `loop` label of `/metrics`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Loop::Executor => "executor",
+            Loop::JobTick => "job_tick",
+            Loop::Onboarding => "onboarding",
+            Loop::Reconciler => "reconciler",
+            Loop::Devices => "devices",
+            Loop::OfflineSweep => "offline_sweep",
+            Loop::LeaseSweep => "lease_sweep",
+            Loop::CheckinFlush => "checkin_flush",
+            Loop::LeaderSupervision => "leader_supervision",
+            Loop::ReleasesDir => "releases_dir",
+            Loop::Readiness => "readiness",
+            Loop::CrlRefresh => "crl_refresh",
+            Loop::MemoryTrim => "memory_trim",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
 /// The rollout executor's tick (leader).
-pub const EXECUTOR: &str = "executor";
+pub const EXECUTOR: Loop = Loop::Executor;
 /// The job engine's tick, run after each executor tick (leader).
-pub const JOB_TICK: &str = "job_tick";
+pub const JOB_TICK: Loop = Loop::JobTick;
 /// MAAS onboardings, reimages and decommissions (leader).
-pub const ONBOARDING: &str = "onboarding";
+pub const ONBOARDING: Loop = Loop::Onboarding;
 /// The MAAS drift reconciler (leader).
-pub const RECONCILER: &str = "reconciler";
+pub const RECONCILER: Loop = Loop::Reconciler;
 /// The power-shelf and rack controllers (leader).
-pub const DEVICES: &str = "devices";
+pub const DEVICES: Loop = Loop::Devices;
 /// Silent hosts marked offline (leader).
-pub const OFFLINE_SWEEP: &str = "offline_sweep";
+pub const OFFLINE_SWEEP: Loop = Loop::OfflineSweep;
 /// Lapsed task leases requeued (leader).
-pub const LEASE_SWEEP: &str = "lease_sweep";
+pub const LEASE_SWEEP: Loop = Loop::LeaseSweep;
 /// Buffered check-ins written (every replica).
-pub const CHECKIN_FLUSH: &str = "checkin_flush";
+pub const CHECKIN_FLUSH: Loop = Loop::CheckinFlush;
 /// Watching the election and starting or stopping the leader's loops (every replica).
-pub const LEADER_SUPERVISION: &str = "leader_supervision";
+pub const LEADER_SUPERVISION: Loop = Loop::LeaderSupervision;
 /// Polling `releases_dir` (every replica where it is set).
-pub const RELEASES_DIR: &str = "releases_dir";
+pub const RELEASES_DIR: Loop = Loop::ReleasesDir;
 /// `/readyz`'s background check (every replica).
-pub const READINESS: &str = "readiness";
+pub const READINESS: Loop = Loop::Readiness;
 /// Re-signing the CRL (every replica).
-pub const CRL_REFRESH: &str = "crl_refresh";
+pub const CRL_REFRESH: Loop = Loop::CrlRefresh;
 /// Handing memory freed by anonymous bodies back to the system (every replica).
-pub const MEMORY_TRIM: &str = "memory_trim";
+pub const MEMORY_TRIM: Loop = Loop::MemoryTrim;
 
 /// Every loop, in the order they are listed.
-pub const ALL: [&str; 13] = [
+pub const ALL: [Loop; 13] = [
     EXECUTOR,
     JOB_TICK,
     ONBOARDING,
@@ -87,46 +143,35 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The table of loops (owned by [`crate::app::AppState`]).
+/// The table of loops (owned by [`crate::app::AppState`]), one record per [`Loop`].
+#[derive(Default)]
 pub struct Loops {
-    table: BTreeMap<&'static str, Record>,
-}
-
-impl Default for Loops {
-    fn default() -> Self {
-        Loops { table: ALL.iter().map(|name| (*name, Record::default())).collect() }
-    }
+    table: [Record; ALL.len()],
 }
 
 /// Marks its loop stopped when dropped: when the task returns, panics or is aborted.
 struct Stopped {
     loops: Arc<Loops>,
-    name: &'static str,
+    name: Loop,
     clock: Arc<dyn crate::app::Clock>,
 }
 
 impl Drop for Stopped {
     fn drop(&mut self) {
-        if let Some(r) = self.loops.table.get(self.name) {
-            r.running.store(false, Ordering::SeqCst);
-            lock(&r.times).stopped_at = Some(self.clock.now());
-        }
+        let r = self.loops.record(self.name);
+        r.running.store(false, Ordering::SeqCst);
+        lock(&r.times).stopped_at = Some(self.clock.now());
     }
 }
 
 impl Loops {
-    fn record(&self, name: &str) -> &Record {
-        // The names are this module's constants; a name outside them is a coding error
-        // caught by the tests, and is filed under no loop rather than panicking a task.
-        self.table.get(name).unwrap_or_else(|| {
-            debug_assert!(false, "loop {name} is not in loops::ALL");
-            &self.table[EXECUTOR]
-        })
+    fn record(&self, name: Loop) -> &Record {
+        &self.table[name.index()]
     }
 
     /// Starts loop `name` as a task (in the caller's fencing term, like every leader task),
     /// marked running until the task ends or is aborted.
-    pub fn spawn<F>(self: &Arc<Self>, name: &'static str, clock: Arc<dyn crate::app::Clock>, work: F) -> JoinHandle<()>
+    pub fn spawn<F>(self: &Arc<Self>, name: Loop, clock: Arc<dyn crate::app::Clock>, work: F) -> JoinHandle<()>
     where
         F: Future<Output = ()> + Send + 'static,
     {
@@ -145,7 +190,7 @@ impl Loops {
     }
 
     /// Records one pass of loop `name`, ended at `now`: a success, or the error it met.
-    pub fn ran<E: Display>(&self, name: &'static str, now: Time, outcome: Result<(), E>) {
+    pub fn ran<E: Display>(&self, name: Loop, now: Time, outcome: Result<(), E>) {
         let r = self.record(name);
         r.runs.fetch_add(1, Ordering::Relaxed);
         let mut t = lock(&r.times);
@@ -158,12 +203,12 @@ impl Loops {
     }
 
     /// Whether loop `name` runs on this replica now.
-    pub fn running(&self, name: &str) -> bool {
+    pub fn running(&self, name: Loop) -> bool {
         self.record(name).running.load(Ordering::SeqCst)
     }
 
     /// Passes loop `name` made since start.
-    pub fn runs(&self, name: &str) -> u64 {
+    pub fn runs(&self, name: Loop) -> u64 {
         self.record(name).runs.load(Ordering::Relaxed)
     }
 
@@ -171,11 +216,11 @@ impl Loops {
     pub fn list(&self) -> LoopList {
         let loops = ALL
             .iter()
-            .map(|name| {
+            .map(|&name| {
                 let r = self.record(name);
                 let t = lock(&r.times).clone();
                 LoopView {
-                    name: (*name).to_owned(),
+                    name: name.name().to_owned(),
                     running: r.running.load(Ordering::SeqCst),
                     started_at: t.started_at,
                     stopped_at: t.stopped_at,
@@ -211,7 +256,7 @@ impl Loops {
                         None => continue,
                     },
                 };
-                let _ = writeln!(out, "{family}{{loop=\"{name}\"}} {value}");
+                let _ = writeln!(out, "{family}{{loop=\"{}\"}} {value}", name.name());
             }
         }
     }
@@ -233,6 +278,17 @@ mod tests {
     }
 
     #[test]
+    fn each_loop_has_its_own_record_and_name() {
+        for (i, l) in ALL.iter().enumerate() {
+            assert_eq!(l.index(), i, "{l:?} is at its place in ALL, so its record is its own");
+        }
+        let mut names: Vec<&str> = ALL.iter().map(|l| l.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), ALL.len(), "no two loops share a name");
+    }
+
+    #[test]
     fn every_loop_is_listed_running_or_not() {
         let loops = Loops::default();
         let list = loops.list();
@@ -245,7 +301,7 @@ mod tests {
         let loops = Loops::default();
         loops.ran(RECONCILER, t(1), Ok::<(), String>(()));
         loops.ran(RECONCILER, t(2), Err("x".repeat(10_000)));
-        let view = loops.list().loops.into_iter().find(|l| l.name == RECONCILER).expect("listed");
+        let view = loops.list().loops.into_iter().find(|l| l.name == RECONCILER.name()).expect("listed");
         assert_eq!((view.runs, view.failures, view.last_run_at, view.last_error_at), (2, 1, Some(t(2)), Some(t(2))));
         // Cut to the bound, with the cut marked and the length it had.
         assert!(view.last_error.expect("kept").starts_with(&format!("{}… (10000 bytes)", "x".repeat(MAX_ERROR_CHARS))));
@@ -265,7 +321,7 @@ mod tests {
         task.abort();
         let _ = task.await;
         assert!(!loops.running(DEVICES), "the leader stepping down aborts its loops: they show as stopped");
-        let view = loops.list().loops.into_iter().find(|l| l.name == DEVICES).expect("listed");
+        let view = loops.list().loops.into_iter().find(|l| l.name == DEVICES.name()).expect("listed");
         assert_eq!((view.started_at, view.stopped_at), (Some(t(5)), Some(t(5))));
     }
 }

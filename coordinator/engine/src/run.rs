@@ -334,7 +334,7 @@ pub async fn start_prepared(listener: TcpListener, prepared: Prepared, clock: Ar
         pending_health: Default::default(),
         metrics: Default::default(),
         executor: Default::default(),
-        release_cache: Default::default(),
+        manifest_cache: Default::default(),
         latest_release: Default::default(),
         power,
         secrets,

@@ -26,7 +26,11 @@ pub const MAX_MESSAGE_CHARS: usize = 2048;
 /// `{"error":{"code","message"}}` with the message cut to [`MAX_MESSAGE_CHARS`].
 pub fn error_response(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
     let message = message.into();
-    let message = drover_proto::text::bounded(&message, MAX_MESSAGE_CHARS).into_owned();
+    // Already within the bound (every `ApiError` is): sent as it is, not copied.
+    let message = match drover_proto::text::bounded(&message, MAX_MESSAGE_CHARS) {
+        std::borrow::Cow::Borrowed(_) => message,
+        std::borrow::Cow::Owned(cut) => cut,
+    };
     (status, axum::Json(WireError { error: ApiErrorBody { code: code.to_owned(), message } })).into_response()
 }
 

@@ -15,11 +15,11 @@ use super::input::StoredManifest;
 
 /// The stored manifests the last tick used.
 #[derive(Default)]
-pub struct ReleaseCache {
+pub struct ManifestCache {
     manifests: BTreeMap<RolloutId, Arc<StoredManifest>>,
 }
 
-impl ReleaseCache {
+impl ManifestCache {
     /// The stored manifest of `id`, if a tick read it.
     pub fn manifest(&self, id: &RolloutId) -> Option<Arc<StoredManifest>> {
         self.manifests.get(id).cloned()

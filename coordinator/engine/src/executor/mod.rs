@@ -75,7 +75,7 @@ pub struct TickOutcome {
 pub async fn plan_now(app: &Arc<AppState>, now: Time) -> Result<Option<(input::Built, Plan, Option<u64>)>, ExecutorError> {
     let Some(verified) = verified_release(app, now).await? else { return Ok(None) };
     let channel_period_secs = verified.fleet.fleet.channels.values().map(|c| c.reconcile_interval_secs).filter(|s| *s > 0).min();
-    let cache = app.release_cache.clone();
+    let cache = app.manifest_cache.clone();
     let release = verified.clone();
     let (snapshot, stored) = store::blocking(app.store.clone(), move |s| {
         let snapshot = s.plan_snapshot()?;
@@ -86,7 +86,7 @@ pub async fn plan_now(app: &Arc<AppState>, now: Time) -> Result<Option<(input::B
     let settings = input::settings(&app.config.rollouts);
     let built =
         input::build(&verified, &snapshot, &stored, settings).map_err(|e| ExecutorError::Release { rule: "observed", message: e })?;
-    lock(&app.release_cache).keep_manifests(stored);
+    lock(&app.manifest_cache).keep_manifests(stored);
     let mut plan = drover_planner::plan(&built.input, now);
     // A store older than the fleet (restored from an older backup) issues nothing from its
     // release: agents would refuse it (`crate::fleet_release`).
@@ -103,7 +103,7 @@ pub async fn plan_now(app: &Arc<AppState>, now: Time) -> Result<Option<(input::B
     Ok(Some((built, plan, channel_period_secs)))
 }
 
-fn lock(cache: &std::sync::Mutex<cache::ReleaseCache>) -> std::sync::MutexGuard<'_, cache::ReleaseCache> {
+fn lock(cache: &std::sync::Mutex<cache::ManifestCache>) -> std::sync::MutexGuard<'_, cache::ManifestCache> {
     cache.lock().unwrap_or_else(|e| e.into_inner())
 }
 
